@@ -1,0 +1,10 @@
+/* kernels/relu.h - out = max(inp, 0); backward dinp += dout * (inp > 0). */
+#ifndef LARCH_KERNELS_RELU_H
+#define LARCH_KERNELS_RELU_H
+
+void kern_relu_fwd_ref(float *out, const float *inp, long n);
+void kern_relu_fwd_cpu(float *out, const float *inp, long n);
+void kern_relu_bwd_ref(float *dinp, const float *inp, const float *dout, long n);
+void kern_relu_bwd_cpu(float *dinp, const float *inp, const float *dout, long n);
+
+#endif

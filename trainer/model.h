@@ -1,0 +1,88 @@
+/* trainer/model.h - the models: named parameter tensors in one flat buffer,
+ * forward and backward on a micro-batch.
+ *
+ * All parameters live in one float array (w) and their gradients in another
+ * of the same layout (g); optimizer state, checkpoints and gradient buckets
+ * use the same offsets. Parameter names follow PyTorch's habits
+ * ("fc1.weight", "blocks.0.attn.qkv.bias", "blocks.0.norm1.weight") so that
+ * exclusion patterns such as "bias" and "norm" select what users expect.
+ */
+#ifndef LARCH_TRAINER_MODEL_H
+#define LARCH_TRAINER_MODEL_H
+
+#include <stdint.h>
+
+#include "data.h"
+#include "err.h"
+#include "spec.h"
+
+#define TRN_PARAM_NAME 64
+
+struct trn_param {
+	char name[TRN_PARAM_NAME];
+	int ndim;
+	int shape[4];
+	long numel;
+	long offset;                   /* in floats, into w, g and optimizer state */
+};
+
+struct trn_fwd_stats {
+	double loss_sum;               /* sum of per-sample (per-token) losses */
+	long correct;                  /* top-1 hits */
+	long count;                    /* samples (tokens) scored */
+};
+
+struct trn_model;
+
+struct trn_model_ops {
+	/* Runs the forward pass on b (b->n <= max_batch) and keeps what backward
+	 * needs. Adds to st when st is not NULL. Returns the mean loss. */
+	double (*forward)(struct trn_model *m, const struct trn_batch *b, struct trn_fwd_stats *st);
+	/* Backward of the last forward: g += scale * d(mean loss)/dw. */
+	void (*backward)(struct trn_model *m, const struct trn_batch *b, float scale);
+	/* Fills w with a fresh initialisation from seed. */
+	void (*init_weights)(struct trn_model *m, uint64_t seed);
+	void (*free)(struct trn_model *m);
+};
+
+struct trn_model {
+	const struct trn_model_ops *ops;
+	struct trn_param *params;      /* owned */
+	int n_params;
+	long n_floats;                 /* sum of numel */
+	float *w;                      /* parameters [n_floats], owned */
+	float *g;                      /* gradients [n_floats], owned */
+	int max_batch;                 /* micro-batch the activations are sized for */
+	long act_bytes;                /* activations and their gradients at max_batch */
+	double flops_per_sample;       /* forward + backward FLOPs of one sample, GEMMs only */
+	long tokens_per_sample;        /* 1 for the mlp, seq for gpt */
+};
+
+/* Builds the model of spec->model for the data in ds with buffers for
+ * micro-batches of max_batch samples. Weights are not initialised: call
+ * trn_model_init_weights or load them. Returns NULL with err set. */
+struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                int max_batch, struct trn_err *err);
+void trn_model_free(struct trn_model *m);  /* accepts NULL */
+
+double trn_model_forward(struct trn_model *m, const struct trn_batch *b, struct trn_fwd_stats *st);
+void trn_model_backward(struct trn_model *m, const struct trn_batch *b, float scale);
+void trn_model_init_weights(struct trn_model *m, uint64_t seed);
+void trn_model_zero_grad(struct trn_model *m);
+
+/* The parameter called name, or NULL. */
+const struct trn_param *trn_model_param(const struct trn_model *m, const char *name);
+
+/* Adds a parameter to the table under construction (model files use it):
+ * grows m->params and m->n_floats; returns its index, or -1 on allocation failure. */
+int trn_model_add_param(struct trn_model *m, const char *name, int ndim, const int *shape);
+/* Allocates w and g once the table is complete; 0 or -1. */
+int trn_model_alloc(struct trn_model *m);
+
+/* constructors, one per model file */
+struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                              int max_batch, struct trn_err *err);
+struct trn_model *trn_gpt_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                              int max_batch, struct trn_err *err);
+
+#endif

@@ -1,0 +1,46 @@
+/* trainer/optim.h - the optimizers over a model's flat parameter buffer.
+ *
+ * SGD (momentum, Nesterov), AdamW, LARS and LAMB, applied tensor by tensor
+ * with the kernels of kernels/optimizer.h. Weight decay and layer-wise
+ * adaptation are skipped for tensors whose names match the spec's exclusion
+ * patterns. State (momentum m, second moment v) has the parameters' layout.
+ */
+#ifndef LARCH_TRAINER_OPTIM_H
+#define LARCH_TRAINER_OPTIM_H
+
+#include "err.h"
+#include "model.h"
+#include "spec.h"
+
+struct trn_optim {
+	struct trn_spec_optimizer cfg;
+	const struct trn_param *params; /* borrowed from the model */
+	int n_params;
+	long n_floats;
+	long t;                        /* updates applied so far */
+	float *m;                      /* [n_floats] or NULL when the optimizer has none */
+	float *v;                      /* [n_floats] or NULL */
+	unsigned char *decay;          /* per tensor: weight decay applies */
+	unsigned char *adapt;          /* per tensor: trust ratio applies (lars, lamb) */
+	float *trust;                  /* per tensor: last trust ratio (1 when not adapted) */
+};
+
+int trn_optim_init(struct trn_optim *o, const struct trn_spec_optimizer *cfg,
+                   const struct trn_param *params, int n_params, long n_floats,
+                   struct trn_err *err);
+void trn_optim_release(struct trn_optim *o);
+
+/* One update of w from g at learning rate lr. */
+void trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr);
+
+/* Global L2 norm of g over all tensors. */
+double trn_grad_norm(const float *g, long n);
+
+/* Scales g so that its global norm is at most max_norm (max_norm > 0) and
+ * returns the norm before clipping. */
+double trn_clip_grad_norm(float *g, long n, double max_norm);
+
+/* 1 when name contains any of the patterns. */
+int trn_name_matches(const char *name, const char (*patterns)[TRN_PATTERN_MAX + 1], int n);
+
+#endif

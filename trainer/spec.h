@@ -1,0 +1,171 @@
+/* trainer/spec.h - the training job spec: parse, validate, hash.
+ *
+ * One validator for larch-train and larchd: a spec accepted here is one the
+ * trainer can run. It rejects unknown fields, wrong types and inconsistent
+ * values with a message naming the field by its path from the spec root:
+ *   "batch.global: must be a multiple of batch.micro x parallel.ranks (got 1000, 256 x 1)"
+ *   "optimizer.lr: must be a number > 0"
+ *   "model.hiden: unknown field"
+ * It does not open data files: larchd may validate on another host. Defaults
+ * are filled in, so the struct is complete after a successful parse; the
+ * canonical JSON (defaults included) is kept for hashing and for the job dir.
+ * The full field reference is docs/spec.md.
+ */
+#ifndef LARCH_TRAINER_SPEC_H
+#define LARCH_TRAINER_SPEC_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define TRN_NAME_MAX 64        /* job, dataset, partition, qos and account names */
+#define TRN_PATH_MAX 4096
+#define TRN_MAX_HIDDEN 16      /* mlp hidden layers */
+#define TRN_MAX_PATTERNS 8     /* exclusion patterns */
+#define TRN_PATTERN_MAX 64
+
+enum trn_model_type { TRN_MODEL_MLP, TRN_MODEL_GPT };
+enum trn_act { TRN_ACT_RELU, TRN_ACT_GELU };
+enum trn_data_format { TRN_DATA_IDX, TRN_DATA_TOKENS_U16, TRN_DATA_TEXT };
+enum trn_opt_type { TRN_OPT_SGD, TRN_OPT_ADAMW, TRN_OPT_LARS, TRN_OPT_LAMB };
+enum trn_lr_scaling { TRN_SCALE_NONE, TRN_SCALE_LINEAR, TRN_SCALE_SQRT };
+enum trn_decay { TRN_DECAY_NONE, TRN_DECAY_COSINE, TRN_DECAY_STEP, TRN_DECAY_POLY };
+enum trn_dtype { TRN_DTYPE_FP32, TRN_DTYPE_FP16, TRN_DTYPE_BF16, TRN_DTYPE_INT8 };
+enum trn_offload { TRN_OFFLOAD_NONE, TRN_OFFLOAD_CPU, TRN_OFFLOAD_RECOMPUTE };
+
+/* A length given as {"steps": N} or {"epochs": E}; resolved to steps once the
+ * number of steps per epoch is known (trn_period_steps). */
+struct trn_period {
+	double value;          /* 0 = none */
+	int in_epochs;         /* 1: value counts epochs (may be fractional) */
+};
+
+struct trn_spec_model {
+	enum trn_model_type type;
+	/* mlp: input and output sizes come from the data */
+	int hidden[TRN_MAX_HIDDEN];
+	int n_hidden;
+	enum trn_act activation;       /* "activation": "relu" (default) | "gelu" */
+	/* gpt */
+	int layers, heads, dim, seq;
+	int vocab;                     /* 0 in the JSON = from the data (256 for text) */
+};
+
+struct trn_spec_data {
+	enum trn_data_format format;
+	char name[TRN_NAME_MAX + 1];   /* named dataset ("fashion-mnist"), "" otherwise */
+	/* idx: images and labels; tokens_u16: token files; text: the text file in train */
+	char train[TRN_PATH_MAX];
+	char train_labels[TRN_PATH_MAX];
+	char val[TRN_PATH_MAX];        /* "" when validation is held out of train */
+	char val_labels[TRN_PATH_MAX];
+	double val_fraction;           /* held out of train when no val files; 0 = no validation */
+	int shuffle;                   /* default 1: a new permutation every epoch */
+};
+
+struct trn_spec_batch {
+	long global;                   /* samples per optimizer step, all ranks */
+	long micro;                    /* samples per forward/backward on one rank; default global / ranks */
+	long reference;                /* batch the base lr was tuned for; default global */
+	long accum;                    /* derived: global / (micro * ranks) */
+};
+
+struct trn_spec_optimizer {
+	enum trn_opt_type type;
+	double lr;                     /* base lr, at batch.reference */
+	double momentum;               /* sgd, lars; default 0.9 */
+	int nesterov;                  /* sgd; default 0 */
+	double beta1, beta2;           /* adamw, lamb: "betas": [0.9, 0.999] */
+	double eps;                    /* adamw 1e-8, lamb 1e-6 */
+	double weight_decay;           /* default 0 */
+	double trust_coef;             /* lars; default 0.001 */
+	double clip_grad_norm;         /* 0 = no clipping */
+	/* substring patterns on parameter names; default ["bias", "norm"] for lars
+	 * and lamb, none for sgd and adamw (PyTorch's behaviour) */
+	char exclude_from_weight_decay[TRN_MAX_PATTERNS][TRN_PATTERN_MAX + 1];
+	int n_exclude_from_weight_decay;
+	char exclude_from_adaptation[TRN_MAX_PATTERNS][TRN_PATTERN_MAX + 1];
+	int n_exclude_from_adaptation; /* default: the weight-decay exclusions */
+	enum trn_dtype state_dtype;    /* fp32 */
+};
+
+struct trn_spec_schedule {
+	enum trn_lr_scaling lr_scaling;  /* default none */
+	struct trn_period warmup;
+	double warmup_start_lr;        /* "warmup": {"start_lr"}; < 0 = default: base lr when
+	                                  scaled (Goyal et al.), else 0 */
+	enum trn_decay decay;          /* default none */
+	double final_lr;               /* cosine and poly end value; default 0 */
+	double power;                  /* poly; default 2 */
+	struct trn_period step_size;   /* step: decay every ... */
+	double gamma;                  /* step: factor; default 0.1 */
+};
+
+struct trn_spec_precision {
+	enum trn_dtype compute;        /* fp32 | fp16 | bf16 */
+	enum trn_dtype master;         /* fp32 */
+	int dynamic_loss_scale;        /* "loss_scale": "dynamic" (default) */
+	double loss_scale;             /* static scale when not dynamic */
+	double init_scale;             /* default 65536 */
+	long growth_interval;          /* default 2000 */
+};
+
+struct trn_spec_offload {
+	enum trn_offload optimizer, params, activations;
+};
+
+struct trn_spec_parallel {
+	int ranks;                     /* default 1 */
+	int zero_stage;                /* 0 | 1 | 2 */
+};
+
+struct trn_spec_resources {
+	int nodes, gpus_per_node, cpus_per_task;
+	long long mem_bytes;           /* "mem": "4G"; 0 = unset */
+	long time_limit_s;             /* "time_limit": "01:00:00" | "2-00:00:00" | minutes; 0 = unset */
+	char partition[TRN_NAME_MAX + 1], qos[TRN_NAME_MAX + 1], account[TRN_NAME_MAX + 1];
+};
+
+struct trn_spec {
+	char name[TRN_NAME_MAX + 1];   /* [A-Za-z0-9_.-], not starting with '.' or '-' */
+	struct trn_spec_model model;
+	struct trn_spec_data data;
+	struct trn_spec_batch batch;
+	struct trn_spec_optimizer optimizer;
+	struct trn_spec_schedule schedule;
+	struct trn_spec_precision precision;
+	struct trn_spec_offload offload;
+	struct trn_spec_parallel parallel;
+	struct trn_spec_resources resources;
+	struct trn_period length;      /* exactly one of "steps" or "epochs" */
+	long eval_every;               /* steps; 0 = at the end only */
+	long checkpoint_every;         /* steps; 0 = at the end only */
+	int keep_checkpoints;          /* default 3 */
+	long log_every;                /* steps between progress lines; default 10 */
+	uint64_t seed;                 /* default 0 */
+	char init_from[TRN_PATH_MAX];  /* "init": {"from": "file.safetensors"}: start from these
+	                                  parameters instead of a random init; "" = random */
+	json_t *json;                  /* canonical spec with defaults (owned reference) */
+};
+
+/* Parses and validates root. Returns 0 and fills spec (which then holds its
+ * own reference to a canonical copy), or -1 with err set. Borrows root. */
+int trn_spec_from_json(struct trn_spec *spec, json_t *root, struct trn_err *err);
+int trn_spec_from_string(struct trn_spec *spec, const char *text, struct trn_err *err);
+int trn_spec_from_file(struct trn_spec *spec, const char *path, struct trn_err *err);
+
+/* Frees what a successful parse allocated; the struct may then be reused. */
+void trn_spec_release(struct trn_spec *spec);
+
+/* Hex SHA-256 of the canonical JSON (sorted keys, compact): two specs with the
+ * same hash train the same run. out receives 64 hex digits and a NUL. */
+void trn_spec_hash(const struct trn_spec *spec, char out[65]);
+
+/* Steps a period lasts, given steps per epoch (rounded to nearest, >= 0). */
+long trn_period_steps(const struct trn_period *p, long steps_per_epoch);
+
+const char *trn_opt_name(enum trn_opt_type t);
+const char *trn_dtype_name(enum trn_dtype t);
+
+#endif
