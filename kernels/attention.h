@@ -6,8 +6,10 @@
  * 1/sqrt(hs) and masked so position i sees positions <= i.
  *
  * Forward saves att [b, nh, t, t], the post-softmax weights (entries above
- * the diagonal are 0). preatt [b, nh, t, t] is scratch. Backward adds into
- * dqkv; dpreatt and datt [b, nh, t, t] are scratch it overwrites.
+ * the diagonal are 0). Backward adds into dqkv; datt [b, nh, t, t] is scratch
+ * it overwrites. preatt and dpreatt [b, nh, t, t] are scratch for the
+ * reference versions; the optimised versions work in att and datt in place
+ * and accept NULL for them.
  */
 #ifndef LARCH_KERNELS_ATTENTION_H
 #define LARCH_KERNELS_ATTENTION_H

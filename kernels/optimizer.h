@@ -7,7 +7,8 @@
  * forms the ratio, and passes the resulting step size in.
  *
  * bc1 = 1 - beta1^t and bc2 = 1 - beta2^t are Adam's bias corrections for
- * step t (t >= 1), computed by the caller in double precision.
+ * step t (t >= 1), computed by the caller in double precision from the
+ * float-rounded betas the kernels use (0.999f is 0.99900001).
  */
 #ifndef LARCH_KERNELS_OPTIMIZER_H
 #define LARCH_KERNELS_OPTIMIZER_H

@@ -1,4 +1,6 @@
-/* kernels/relu.h - out = max(inp, 0); backward dinp += dout * (inp > 0). */
+/* kernels/relu.h - out = max(inp, 0); backward dinp += (inp > 0 ? dout : 0), a
+ * select rather than a product, so an inf or NaN in dout where inp <= 0
+ * does not leak through. */
 #ifndef LARCH_KERNELS_RELU_H
 #define LARCH_KERNELS_RELU_H
 

@@ -1,9 +1,145 @@
-/* trainer/main.c - larch-train (being written) */
+/* trainer/main.c - larch-train's command line. */
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
-#ifndef LARCH_TRAIN_NO_MAIN
-int main(void)
-{
-	puts("larch-train: under construction");
-	return 1;
-}
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec.h"
+#include "train.h"
+
+#ifndef LARCH_VERSION
+#define LARCH_VERSION "0.1.0"
 #endif
+
+static void usage(FILE *out)
+{
+	fputs("usage: larch-train --spec FILE [--job-dir DIR] [--resume] [--threads N] [--quiet]\n"
+	      "       larch-train --check FILE\n"
+	      "\n"
+	      "Trains the job spec FILE (see docs/spec.md) on the CPU.\n"
+	      "\n"
+	      "  --spec FILE     the job spec (JSON)\n"
+	      "  --job-dir DIR   where spec.json, metrics.jsonl, result.json and checkpoints/\n"
+	      "                  go (default: runs/<spec name>); an existing checkpoint there\n"
+	      "                  is resumed\n"
+	      "  --resume        fail unless there is a checkpoint to resume from\n"
+	      "  --threads N     threads for kernels and BLAS (default: OMP_NUM_THREADS, else\n"
+	      "                  the CPUs this process may use)\n"
+	      "  --quiet         no progress lines\n"
+	      "  --check FILE    validate FILE, print the effective spec with defaults, exit\n"
+	      "  --version, --help\n"
+	      "\n"
+	      "SIGUSR1, SIGTERM and SIGINT write a checkpoint at the next step boundary and\n"
+	      "exit 3; running again resumes. Exit codes: 0 completed, 1 failed, 2 bad usage\n"
+	      "or spec, 3 interrupted (resumable), 4 diverged.\n", out);
+}
+
+static void on_signal(int signo)
+{
+	trn_train_request_stop(signo);
+}
+
+static int install_handlers(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	/* one request is enough; a second signal of the same kind acts as usual */
+	sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	int signals[] = { SIGUSR1, SIGTERM, SIGINT };
+	for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
+		if (sigaction(signals[i], &sa, NULL) != 0)
+			return -1;
+	return 0;
+}
+
+static int check_spec(const char *path)
+{
+	struct trn_spec spec;
+	struct trn_err err = { 0 };
+	if (trn_spec_from_file(&spec, path, &err) != 0) {
+		fprintf(stderr, "larch-train: %s\n", err.text);
+		return TRN_EXIT_USAGE;
+	}
+	char *text = json_dumps(spec.json, JSON_INDENT(2) | JSON_SORT_KEYS);
+	if (text)
+		puts(text);
+	free(text);
+	trn_spec_release(&spec);
+	return TRN_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "spec", required_argument, NULL, 's' },
+		{ "job-dir", required_argument, NULL, 'd' },
+		{ "resume", no_argument, NULL, 'r' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "check", required_argument, NULL, 'c' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *spec_path = NULL, *check_path = NULL;
+	struct trn_train_opts opts = { .resume = TRN_RESUME_AUTO };
+	int c;
+	while ((c = getopt_long(argc, argv, "s:d:rt:qc:Vh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 's': spec_path = optarg; break;
+		case 'd': opts.job_dir = optarg; break;
+		case 'r': opts.resume = TRN_RESUME_REQUIRE; break;
+		case 'q': opts.quiet = 1; break;
+		case 'c': check_path = optarg; break;
+		case 't': {
+			char *end;
+			long n = strtol(optarg, &end, 10);
+			if (*end || n < 1 || n > 4096) {
+				fprintf(stderr, "larch-train: --threads: must be an integer in [1, 4096] "
+				        "(got \"%s\")\n", optarg);
+				return TRN_EXIT_USAGE;
+			}
+			opts.threads = (int)n;
+			break;
+		}
+		case 'V': printf("larch-train %s\n", LARCH_VERSION); return TRN_EXIT_OK;
+		case 'h': usage(stdout); return TRN_EXIT_OK;
+		default: usage(stderr); return TRN_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "larch-train: unexpected argument \"%s\"\n", argv[optind]);
+		usage(stderr);
+		return TRN_EXIT_USAGE;
+	}
+	if (check_path)
+		return check_spec(check_path);
+	if (!spec_path) {
+		fprintf(stderr, "larch-train: --spec FILE is required\n");
+		usage(stderr);
+		return TRN_EXIT_USAGE;
+	}
+
+	struct trn_spec spec;
+	struct trn_err err = { 0 };
+	if (trn_spec_from_file(&spec, spec_path, &err) != 0) {
+		fprintf(stderr, "larch-train: %s\n", err.text);
+		return TRN_EXIT_USAGE;
+	}
+	char default_dir[TRN_NAME_MAX + 8];
+	if (!opts.job_dir) {
+		snprintf(default_dir, sizeof default_dir, "runs/%s", spec.name);
+		opts.job_dir = default_dir;
+	}
+	if (install_handlers() != 0) {
+		perror("larch-train: sigaction");
+		trn_spec_release(&spec);
+		return TRN_EXIT_FAILED;
+	}
+	int code = trn_train(&spec, &opts);
+	trn_spec_release(&spec);
+	return code;
+}

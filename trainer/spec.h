@@ -5,7 +5,7 @@
  * values with a message naming the field by its path from the spec root:
  *   "batch.global: must be a multiple of batch.micro x parallel.ranks (got 1000, 256 x 1)"
  *   "optimizer.lr: must be a number > 0"
- *   "model.hiden: unknown field"
+ *   "model: unknown field \"hiden\""
  * It does not open data files: larchd may validate on another host. Defaults
  * are filled in, so the struct is complete after a successful parse; the
  * canonical JSON (defaults included) is kept for hashing and for the job dir.
@@ -46,10 +46,11 @@ struct trn_spec_model {
 	/* mlp: input and output sizes come from the data */
 	int hidden[TRN_MAX_HIDDEN];
 	int n_hidden;
-	enum trn_act activation;       /* "activation": "relu" (default) | "gelu" */
+	enum trn_act activation;       /* mlp only: "relu" (default) | "gelu"; gpt is always GELU */
 	/* gpt */
 	int layers, heads, dim, seq;
-	int vocab;                     /* 0 in the JSON = from the data (256 for text) */
+	int vocab;                     /* 0 = from the data: the validator sets 256 for text; stays 0
+	                                  for tokens_u16, where the model uses 50257 (GPT-2) */
 };
 
 struct trn_spec_data {
@@ -93,8 +94,10 @@ struct trn_spec_optimizer {
 struct trn_spec_schedule {
 	enum trn_lr_scaling lr_scaling;  /* default none */
 	struct trn_period warmup;
-	double warmup_start_lr;        /* "warmup": {"start_lr"}; < 0 = default: base lr when
-	                                  scaled (Goyal et al.), else 0 */
+	double warmup_start_lr;        /* "warmup": {"start_lr"}; the validator fills the default:
+	                                  the base lr when lr_scaling != none and global !=
+	                                  reference (Goyal et al.), else 0. < 0 only in structs
+	                                  built by hand, where schedule.c applies the same rule */
 	enum trn_decay decay;          /* default none */
 	double final_lr;               /* cosine and poly end value; default 0 */
 	double power;                  /* poly; default 2 */
@@ -125,6 +128,7 @@ struct trn_spec_resources {
 	long long mem_bytes;           /* "mem": "4G"; 0 = unset */
 	long time_limit_s;             /* "time_limit": "01:00:00" | "2-00:00:00" | minutes; 0 = unset */
 	char partition[TRN_NAME_MAX + 1], qos[TRN_NAME_MAX + 1], account[TRN_NAME_MAX + 1];
+	                               /* "" = unset (absent or null) */
 };
 
 struct trn_spec {

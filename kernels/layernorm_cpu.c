@@ -1,0 +1,199 @@
+/* kernels/layernorm_cpu.c - LayerNorm forward and backward: the plain
+ * reference and the threaded CPU version; see layernorm.h.
+ *
+ * The CPU version threads over rows. Row sums use LANES independent float
+ * accumulators combined in a fixed order: the compiler turns them into vector
+ * adds (it may not reorder a single float sum by itself), and the result does
+ * not depend on the thread count or on which vector width the CPU has.
+ * dweight and dbias, sums over rows, go through per-chunk partials whose
+ * chunking depends only on n, added up in chunk order.
+ */
+#include "layernorm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { LANES = 16 };
+
+/* ---- reference ------------------------------------------------------------ */
+
+void kern_layernorm_fwd_ref(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int n, int c)
+{
+	for (int i = 0; i < n; i++) {
+		const float *x = inp + (size_t)i * c;
+		double s = 0;
+		for (int j = 0; j < c; j++)
+			s += x[j];
+		double m = s / c;
+		double v = 0;
+		for (int j = 0; j < c; j++)
+			v += (x[j] - m) * (x[j] - m);
+		double r = 1.0 / sqrt(v / c + KERN_LAYERNORM_EPS);
+		float *y = out + (size_t)i * c;
+		for (int j = 0; j < c; j++)
+			y[j] = (float)((x[j] - m) * r * weight[j] + bias[j]);
+		mean[i] = (float)m;
+		rstd[i] = (float)r;
+	}
+}
+
+void kern_layernorm_bwd_ref(float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int n, int c)
+{
+	for (int i = 0; i < n; i++) {
+		const float *x = inp + (size_t)i * c, *dy = dout + (size_t)i * c;
+		double m = mean[i], r = rstd[i];
+		/* dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)) */
+		double sum_dn = 0, sum_dn_norm = 0;
+		for (int j = 0; j < c; j++) {
+			double norm = (x[j] - m) * r, dn = (double)dy[j] * weight[j];
+			sum_dn += dn;
+			sum_dn_norm += dn * norm;
+		}
+		double mean_dn = sum_dn / c, mean_dn_norm = sum_dn_norm / c;
+		float *dx = dinp + (size_t)i * c;
+		for (int j = 0; j < c; j++) {
+			double norm = (x[j] - m) * r, dn = (double)dy[j] * weight[j];
+			dx[j] += (float)(r * (dn - mean_dn - norm * mean_dn_norm));
+			dweight[j] += (float)(dy[j] * norm);
+			dbias[j] += dy[j];
+		}
+	}
+}
+
+/* ---- optimised CPU version -------------------------------------------------- */
+
+/* Adds LANES partial sums in a fixed pairwise order. */
+static float lanes_total(const float *acc)
+{
+	float t[LANES];
+	memcpy(t, acc, sizeof t);
+	for (int w = LANES / 2; w > 0; w /= 2)
+		for (int l = 0; l < w; l++)
+			t[l] += t[l + w];
+	return t[0];
+}
+
+static float row_sum(const float *x, int c)
+{
+	float acc[LANES] = { 0 };
+	int j = 0;
+	for (; j + LANES <= c; j += LANES)
+		for (int l = 0; l < LANES; l++)
+			acc[l] += x[j + l];
+	for (int l = 0; j < c; j++, l++)
+		acc[l] += x[j];
+	return lanes_total(acc);
+}
+
+static float row_sq_dev(const float *x, float m, int c)
+{
+	float acc[LANES] = { 0 };
+	int j = 0;
+	for (; j + LANES <= c; j += LANES)
+		for (int l = 0; l < LANES; l++) {
+			float d = x[j + l] - m;
+			acc[l] += d * d;
+		}
+	for (int l = 0; j < c; j++, l++) {
+		float d = x[j] - m;
+		acc[l] += d * d;
+	}
+	return lanes_total(acc);
+}
+
+void kern_layernorm_fwd_cpu(float *out, float *mean, float *rstd, const float *inp,
+                            const float *weight, const float *bias, int n, int c)
+{
+#pragma omp parallel for schedule(static)
+	for (int i = 0; i < n; i++) {
+		const float *x = inp + (size_t)i * c;
+		float *y = out + (size_t)i * c;
+		/* two passes: the one-pass E[x^2] - E[x]^2 cancels badly when |mean| >> std */
+		float m = row_sum(x, c) / c;
+		float r = 1.0f / sqrtf(row_sq_dev(x, m, c) / c + KERN_LAYERNORM_EPS);
+#pragma omp simd
+		for (int j = 0; j < c; j++)
+			y[j] = (x[j] - m) * r * weight[j] + bias[j];
+		mean[i] = m;
+		rstd[i] = r;
+	}
+}
+
+/* Rows per dweight/dbias partial: at least MIN_ROWS, and at most MAX_CHUNKS
+ * partials, so that the partials stay small next to the [n, c] inputs. */
+enum { MIN_ROWS = 16, MAX_CHUNKS = 256 };
+
+void kern_layernorm_bwd_cpu(float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int n, int c)
+{
+	if (n <= 0 || c <= 0)
+		return;
+	int nchunk = (n + MIN_ROWS - 1) / MIN_ROWS;
+	if (nchunk > MAX_CHUNKS)
+		nchunk = MAX_CHUNKS;
+	/* part[k] holds chunk k's dweight sums, then its dbias sums */
+	float *part = malloc(sizeof(float) * 2 * (size_t)c * nchunk);
+	if (!part) {
+		fprintf(stderr, "larch: layernorm backward: out of memory (%d x %d partials)\n",
+		        nchunk, 2 * c);
+		abort();
+	}
+
+#pragma omp parallel for schedule(static)
+	for (int k = 0; k < nchunk; k++) {
+		int i0 = (int)((long long)n * k / nchunk), i1 = (int)((long long)n * (k + 1) / nchunk);
+		float *pw = part + (size_t)2 * c * k, *pb = pw + c;
+		memset(pw, 0, sizeof(float) * 2 * (size_t)c);
+		for (int i = i0; i < i1; i++) {
+			const float *x = inp + (size_t)i * c, *dy = dout + (size_t)i * c;
+			float *dx = dinp + (size_t)i * c;
+			float m = mean[i], r = rstd[i];
+			float a_dn[LANES] = { 0 }, a_dnn[LANES] = { 0 };
+			int j = 0;
+			for (; j + LANES <= c; j += LANES)
+				for (int l = 0; l < LANES; l++) {
+					float norm = (x[j + l] - m) * r, dn = dy[j + l] * weight[j + l];
+					a_dn[l] += dn;
+					a_dnn[l] += dn * norm;
+				}
+			for (int l = 0; j < c; j++, l++) {
+				float norm = (x[j] - m) * r, dn = dy[j] * weight[j];
+				a_dn[l] += dn;
+				a_dnn[l] += dn * norm;
+			}
+			float mean_dn = lanes_total(a_dn) / c, mean_dnn = lanes_total(a_dnn) / c;
+#pragma omp simd
+			for (j = 0; j < c; j++) {
+				float norm = (x[j] - m) * r, dn = dy[j] * weight[j];
+				dx[j] += r * (dn - mean_dn - norm * mean_dnn);
+				pw[j] += dy[j] * norm;
+				pb[j] += dy[j];
+			}
+		}
+	}
+
+	/* combine the partials in chunk order, threads split the columns */
+#pragma omp parallel for schedule(static)
+	for (int j0 = 0; j0 < c; j0 += 64) {
+		int j1 = j0 + 64 < c ? j0 + 64 : c;
+		float sw[64] = { 0 }, sb[64] = { 0 };
+		for (int k = 0; k < nchunk; k++) {
+			const float *pw = part + (size_t)2 * c * k, *pb = pw + c;
+			for (int j = j0; j < j1; j++) {
+				sw[j - j0] += pw[j];
+				sb[j - j0] += pb[j];
+			}
+		}
+		for (int j = j0; j < j1; j++) {
+			dweight[j] += sw[j - j0];
+			dbias[j] += sb[j - j0];
+		}
+	}
+	free(part);
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# tests/run.sh - builds larch twice (release with -Werror, and AddressSanitizer
+# + UBSan) and runs the whole suite: the C unit tests under ctest in both
+# builds, then pytest (numeric and integration tests) against the release
+# build. Every stage runs even when an earlier one failed; the exit status is
+# non-zero if any failed. The last line is pytest's summary, or the list of
+# failed stages.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc)
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+	# Debian's interpreter has the python3-* packages install-deps.sh installs;
+	# another python3 may be first on PATH
+	if [ -x /usr/bin/python3 ]; then python=/usr/bin/python3; else python=python3; fi
+fi
+failed=()
+
+echo "== build (release, -Werror)"
+if ! { cmake -S . -B build -G Ninja -DLARCH_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+       cmake --build build -j "$jobs"; }; then
+	echo "build failed"
+	exit 1
+fi
+echo "== build (AddressSanitizer + UBSan)"
+if ! { cmake -S . -B build-asan -G Ninja -DLARCH_WERROR=ON -DLARCH_SANITIZE=ON \
+         -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 >/dev/null &&
+       cmake --build build-asan -j "$jobs"; }; then
+	echo "sanitizer build failed"
+	exit 1
+fi
+
+echo "== ctest (release)"
+ctest --test-dir build --output-on-failure -j "$jobs" || failed+=("ctest (release)")
+echo "== ctest (AddressSanitizer + UBSan)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" || failed+=("ctest (sanitizers)")
+
+echo "== pytest ($python)"
+LARCH_BUILD_DIR="$PWD/build" "$python" -m pytest tests -q -ra || failed+=("pytest")
+
+if [ ${#failed[@]} -ne 0 ]; then
+	echo "FAILED: ${failed[*]}"
+	exit 1
+fi

@@ -1,0 +1,260 @@
+/* trainer/data_idx.c - IDX image and label files (MNIST, Fashion-MNIST).
+ *
+ * An IDX file is a big-endian header (magic 0x00000803 and dims n, rows, cols
+ * for images; 0x00000801 and n for labels) followed by n * rows * cols (or n)
+ * unsigned bytes. zlib's gzread reads gzip and plain files alike. Pixels are
+ * standardised with the mean and std of the train split's pixels.
+ */
+#include "data_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#define IDX_IMAGES 0x00000803u
+#define IDX_LABELS 0x00000801u
+/* a file that claims more than this is corrupt, not big */
+#define IDX_MAX_BYTES (1ull << 38)
+
+struct idx {
+	uint32_t n, rows, cols;        /* rows = cols = 1 for labels */
+	uint8_t *data;                 /* [n * rows * cols] */
+};
+
+/* gzread until len bytes or the end; returns the count, or -1 on a read error */
+static long long gz_read_full(gzFile f, void *buf, size_t len)
+{
+	size_t got = 0;
+	while (got < len) {
+		size_t chunk = len - got > (1u << 30) ? (1u << 30) : len - got;
+		int k = gzread(f, (char *)buf + got, (unsigned)chunk);
+		if (k < 0)
+			return -1;
+		if (k == 0)
+			break;
+		got += (size_t)k;
+	}
+	return (long long)got;
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int gz_fail(gzFile f, const char *what, const char *path, struct trn_err *err)
+{
+	int code;
+	const char *msg = gzerror(f, &code);
+	if (code == Z_ERRNO)
+		msg = strerror(errno);
+	return trn_err_set(err, "%s: %s: %s", what, path, msg);
+}
+
+/* Reads one IDX file; images selects the expected magic. */
+static int idx_read(struct idx *x, const char *what, const char *path, int images,
+                    struct trn_err *err)
+{
+	memset(x, 0, sizeof *x);
+	const char *kind = images ? "image" : "label";
+	errno = 0;
+	gzFile f = gzopen(path, "rb");
+	if (!f)
+		return trn_err_set(err, "%s: %s: %s", what, path,
+		                   errno ? strerror(errno) : "out of memory");
+	uint8_t head[16];
+	size_t head_len = images ? 16 : 8;
+	long long k = gz_read_full(f, head, 4);
+	if (k < 0)
+		goto gz_error;
+	if (k < 4) {
+		trn_err_set(err, "%s: %s: not an IDX %s file (%lld bytes)", what, path, kind, k);
+		goto fail;
+	}
+	uint32_t magic = be32(head);
+	if (magic != (images ? IDX_IMAGES : IDX_LABELS)) {
+		trn_err_set(err, "%s: %s: not an IDX %s file (magic 0x%08x)", what, path, kind, magic);
+		goto fail;
+	}
+	k = gz_read_full(f, head + 4, head_len - 4);
+	if (k < 0)
+		goto gz_error;
+	if ((size_t)k < head_len - 4) {
+		trn_err_set(err, "%s: %s: truncated (expected %zu header bytes, got %lld)", what, path,
+		            head_len, 4 + k);
+		goto fail;
+	}
+	x->n = be32(head + 4);
+	x->rows = images ? be32(head + 8) : 1;
+	x->cols = images ? be32(head + 12) : 1;
+	if (x->n == 0 || x->rows == 0 || x->cols == 0) {
+		trn_err_set(err, "%s: %s: empty IDX file (dims %u x %u x %u)", what, path, x->n,
+		            x->rows, x->cols);
+		goto fail;
+	}
+	unsigned long long bytes = (unsigned long long)x->n * x->rows;
+	if (bytes > IDX_MAX_BYTES || bytes * x->cols > IDX_MAX_BYTES) {
+		trn_err_set(err, "%s: %s: implausible IDX dims %u x %u x %u", what, path, x->n,
+		            x->rows, x->cols);
+		goto fail;
+	}
+	bytes *= x->cols;
+	x->data = malloc(bytes);
+	if (!x->data) {
+		trn_err_set(err, "%s: %s: out of memory for %llu bytes", what, path, bytes);
+		goto fail;
+	}
+	k = gz_read_full(f, x->data, bytes);
+	if (k < 0)
+		goto gz_error;
+	if ((unsigned long long)k < bytes) {
+		trn_err_set(err, "%s: %s: truncated (expected %llu bytes, got %llu)", what, path,
+		            head_len + bytes, head_len + (unsigned long long)k);
+		goto fail;
+	}
+	uint8_t extra;
+	k = gz_read_full(f, &extra, 1);
+	if (k < 0)
+		goto gz_error;
+	if (k > 0) {
+		trn_err_set(err, "%s: %s: data past the expected %llu bytes", what, path,
+		            head_len + bytes);
+		goto fail;
+	}
+	gzclose(f);
+	return 0;
+gz_error:
+	gz_fail(f, what, path, err);
+fail:
+	gzclose(f);
+	free(x->data);
+	x->data = NULL;
+	return -1;
+}
+
+/* Images and their labels; the counts must agree. what is "data.train" or
+ * "data.val". */
+static int idx_read_pair(struct idx *img, struct idx *lab, const char *what, const char *images,
+                         const char *labels, struct trn_err *err)
+{
+	char name[64];
+	memset(lab, 0, sizeof *lab);
+	snprintf(name, sizeof name, "%s.images", what);
+	if (idx_read(img, name, images, 1, err) != 0)
+		return -1;
+	snprintf(name, sizeof name, "%s.labels", what);
+	if (!labels[0]) {
+		trn_err_set(err, "%s: required with %s.images", name, what);
+		goto fail;
+	}
+	if (idx_read(lab, name, labels, 0, err) != 0)
+		goto fail;
+	if (lab->n != img->n) {
+		trn_err_set(err, "%s: %s: %u images but %u labels", name, labels, img->n, lab->n);
+		goto fail;
+	}
+	return 0;
+fail:
+	free(img->data);
+	free(lab->data);
+	img->data = lab->data = NULL;
+	return -1;
+}
+
+/* Standardised features and labels of samples [first, first + n) of img/lab. */
+static int make_split(struct trn_split *s, const struct idx *img, const struct idx *lab,
+                      long first, long n, const float lut[256])
+{
+	size_t dim = (size_t)img->rows * img->cols;
+	s->n = n;
+	s->x = malloc(sizeof(float) * dim * (size_t)(n > 0 ? n : 1));
+	s->y = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+	if (!s->x || !s->y)
+		return -1;
+	const uint8_t *p = img->data + (size_t)first * dim;
+	for (size_t i = 0; i < dim * (size_t)n; i++)
+		s->x[i] = lut[p[i]];
+	for (long i = 0; i < n; i++)
+		s->y[i] = lab->data[first + i];
+	return 0;
+}
+
+static int max_label(const struct idx *lab)
+{
+	int m = 0;
+	for (uint32_t i = 0; i < lab->n; i++)
+		m = lab->data[i] > m ? lab->data[i] : m;
+	return m;
+}
+
+int trn_data_idx_load(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err)
+{
+	const struct trn_spec_data *d = &spec->data;
+	struct idx ti, tl, vi = { 0 }, vl = { 0 };
+	int rc = -1;
+	if (idx_read_pair(&ti, &tl, "data.train", d->train, d->train_labels, err) != 0)
+		return -1;
+
+	long n_train = ti.n, n_val = 0;
+	int held_out = 0;
+	if (d->val[0]) {
+		if (idx_read_pair(&vi, &vl, "data.val", d->val, d->val_labels, err) != 0)
+			goto out;
+		if (vi.rows != ti.rows || vi.cols != ti.cols) {
+			trn_err_set(err, "data.val.images: %s: %u x %u images, but train has %u x %u",
+			            d->val, vi.rows, vi.cols, ti.rows, ti.cols);
+			goto out;
+		}
+		n_val = vi.n;
+	} else if (d->val_fraction > 0) {
+		n_val = trn_data_holdout(n_train, d->val_fraction);
+		if (n_val >= n_train) {
+			trn_err_set(err, "data.val_fraction: %g of %ld samples leaves none to train on",
+			            d->val_fraction, n_train);
+			goto out;
+		}
+		n_train -= n_val;
+		held_out = 1;
+	}
+
+	/* mean and std over the train split's pixels; integer sums are exact */
+	size_t dim = (size_t)ti.rows * ti.cols, count = dim * (size_t)n_train;
+	uint64_t hist[256] = { 0 };
+	for (size_t i = 0; i < count; i++)
+		hist[ti.data[i]]++;
+	double sum = 0, sumsq = 0;
+	for (int v = 0; v < 256; v++) {
+		sum += (double)hist[v] * v;
+		sumsq += (double)hist[v] * v * v;
+	}
+	double mean = sum / (double)count, var = sumsq / (double)count - mean * mean;
+	double sd = var > 0 ? sqrt(var) : 1.0;       /* constant pixels: only centre */
+	float lut[256];
+	for (int v = 0; v < 256; v++)
+		lut[v] = (float)((v - mean) / sd);
+
+	ds->task = TRN_TASK_CLASSIFY;
+	ds->dim = (int)dim;
+	ds->mean = mean;
+	ds->std = sd;
+	if (make_split(&ds->train, &ti, &tl, 0, n_train, lut) != 0 ||
+	    (n_val > 0 && held_out && make_split(&ds->val, &ti, &tl, n_train, n_val, lut) != 0) ||
+	    (n_val > 0 && !held_out && make_split(&ds->val, &vi, &vl, 0, n_val, lut) != 0)) {
+		trn_err_set(err, "data: out of memory for %ld samples of %zu features",
+		            n_train + n_val, dim);
+		goto out;
+	}
+	int classes = max_label(&tl) + 1;
+	if (vl.data && max_label(&vl) + 1 > classes)
+		classes = max_label(&vl) + 1;
+	ds->n_classes = classes;
+	rc = 0;
+out:
+	free(ti.data);
+	free(tl.data);
+	free(vi.data);
+	free(vl.data);
+	return rc;
+}

@@ -1,0 +1,92 @@
+/* trainer/model.c - the parameter table shared by the models, and dispatch. */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                int max_batch, struct trn_err *err)
+{
+	if (max_batch < 1) {
+		trn_err_set(err, "model: micro-batch must be at least 1 (got %d)", max_batch);
+		return NULL;
+	}
+	switch (spec->model.type) {
+	case TRN_MODEL_MLP:
+		if (ds->task != TRN_TASK_CLASSIFY) {
+			trn_err_set(err, "model.type: mlp needs image data (data.format idx)");
+			return NULL;
+		}
+		return trn_mlp_new(spec, ds, max_batch, err);
+	case TRN_MODEL_GPT:
+		if (ds->task != TRN_TASK_TOKENS) {
+			trn_err_set(err, "model.type: gpt needs token data (data.format tokens_u16 or text)");
+			return NULL;
+		}
+		return trn_gpt_new(spec, ds, max_batch, err);
+	}
+	trn_err_set(err, "model.type: unknown model type");
+	return NULL;
+}
+
+void trn_model_free(struct trn_model *m)
+{
+	if (m)
+		m->ops->free(m);
+}
+
+double trn_model_forward(struct trn_model *m, const struct trn_batch *b, struct trn_fwd_stats *st)
+{
+	return m->ops->forward(m, b, st);
+}
+
+void trn_model_backward(struct trn_model *m, const struct trn_batch *b, float scale)
+{
+	m->ops->backward(m, b, scale);
+}
+
+void trn_model_init_weights(struct trn_model *m, uint64_t seed)
+{
+	m->ops->init_weights(m, seed);
+}
+
+void trn_model_zero_grad(struct trn_model *m)
+{
+	memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
+}
+
+const struct trn_param *trn_model_param(const struct trn_model *m, const char *name)
+{
+	for (int i = 0; i < m->n_params; i++)
+		if (strcmp(m->params[i].name, name) == 0)
+			return &m->params[i];
+	return NULL;
+}
+
+int trn_model_add_param(struct trn_model *m, const char *name, int ndim, const int *shape)
+{
+	struct trn_param *grown = realloc(m->params, sizeof *grown * (size_t)(m->n_params + 1));
+	if (!grown)
+		return -1;
+	m->params = grown;
+	struct trn_param *p = &m->params[m->n_params];
+	memset(p, 0, sizeof *p);
+	snprintf(p->name, sizeof p->name, "%s", name);
+	p->ndim = ndim;
+	p->numel = 1;
+	for (int i = 0; i < ndim; i++) {
+		p->shape[i] = shape[i];
+		p->numel *= shape[i];
+	}
+	p->offset = m->n_floats;
+	m->n_floats += p->numel;
+	return m->n_params++;
+}
+
+int trn_model_alloc(struct trn_model *m)
+{
+	m->w = calloc((size_t)m->n_floats, sizeof(float));
+	m->g = calloc((size_t)m->n_floats, sizeof(float));
+	return m->w && m->g ? 0 : -1;
+}

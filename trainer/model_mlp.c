@@ -1,0 +1,210 @@
+/* trainer/model_mlp.c - multilayer perceptron classifier.
+ *
+ * fc1 -> act -> fc2 -> act -> ... -> fcL -> softmax cross-entropy, with
+ * layers fc<i>.weight [out, in] and fc<i>.bias [out]. The input is the
+ * batch's standardised feature rows; the output size is the data's class count.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gelu.h"
+#include "kernels/matmul.h"
+#include "kernels/relu.h"
+#include "kernels/softmax_xent.h"
+#include "model.h"
+#include "rng.h"
+
+#define MLP_MAX_LAYERS (TRN_MAX_HIDDEN + 1)
+
+struct mlp {
+	struct trn_model base;         /* first: a struct trn_model * is a struct mlp * */
+	int n_layers;
+	int dims[MLP_MAX_LAYERS + 1];  /* dims[0] input, dims[i + 1] output of layer i */
+	enum trn_act act;
+	float *pre[MLP_MAX_LAYERS];    /* layer outputs before the activation [B, dims[i+1]] */
+	float *post[MLP_MAX_LAYERS];   /* after the activation (hidden layers only) */
+	float *dpre, *dpost;           /* gradient scratch, sized for the widest layer */
+	float *losses, *lse;           /* [B] */
+	int n;                         /* rows in the last forward */
+};
+
+static const float *layer_input(const struct mlp *m, const struct trn_batch *b, int i)
+{
+	return i == 0 ? b->x : m->post[i - 1];
+}
+
+static double mlp_forward(struct trn_model *base, const struct trn_batch *b, struct trn_fwd_stats *st)
+{
+	struct mlp *m = (struct mlp *)base;
+	int n = b->n;
+	m->n = n;
+	for (int i = 0; i < m->n_layers; i++) {
+		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
+		kern_matmul_fwd_cpu(m->pre[i], layer_input(m, b, i), base->w + w->offset,
+		                    base->w + bias->offset, n, m->dims[i], m->dims[i + 1]);
+		if (i + 1 < m->n_layers) {
+			long len = (long)n * m->dims[i + 1];
+			if (m->act == TRN_ACT_GELU)
+				kern_gelu_fwd_cpu(m->post[i], m->pre[i], len);
+			else
+				kern_relu_fwd_cpu(m->post[i], m->pre[i], len);
+		}
+	}
+	int classes = m->dims[m->n_layers];
+	const float *logits = m->pre[m->n_layers - 1];
+	kern_softmax_xent_fwd_cpu(m->losses, m->lse, logits, b->targets, n, classes);
+
+	double sum = 0;
+	long correct = 0;
+	for (int r = 0; r < n; r++) {
+		sum += m->losses[r];
+		const float *row = logits + (long)r * classes;
+		int best = 0;
+		for (int j = 1; j < classes; j++)
+			if (row[j] > row[best])
+				best = j;
+		correct += best == b->targets[r];
+	}
+	if (st) {
+		st->loss_sum += sum;
+		st->correct += correct;
+		st->count += n;
+	}
+	return sum / n;
+}
+
+static void mlp_backward(struct trn_model *base, const struct trn_batch *b, float scale)
+{
+	struct mlp *m = (struct mlp *)base;
+	int n = m->n;
+	int last = m->n_layers - 1;
+	long out_len = (long)n * m->dims[last + 1];
+
+	memset(m->dpre, 0, sizeof(float) * (size_t)out_len);
+	kern_softmax_xent_bwd_cpu(m->dpre, scale / (float)n, m->pre[last], m->lse, b->targets, n,
+	                          m->dims[last + 1]);
+	for (int i = last; i >= 0; i--) {
+		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
+		float *dinp = NULL;
+		if (i > 0) {
+			dinp = m->dpost;
+			memset(dinp, 0, sizeof(float) * (size_t)n * m->dims[i]);
+		}
+		kern_matmul_bwd_cpu(dinp, base->g + w->offset, base->g + bias->offset, m->dpre,
+		                    layer_input(m, b, i), base->w + w->offset, n, m->dims[i],
+		                    m->dims[i + 1]);
+		if (i > 0) {
+			long len = (long)n * m->dims[i];
+			memset(m->dpre, 0, sizeof(float) * (size_t)len);
+			if (m->act == TRN_ACT_GELU)
+				kern_gelu_bwd_cpu(m->dpre, m->pre[i - 1], m->dpost, len);
+			else
+				kern_relu_bwd_cpu(m->dpre, m->pre[i - 1], m->dpost, len);
+		}
+	}
+}
+
+/* He (Kaiming) normal init for the weights, std = sqrt(2 / fan_in), which
+ * keeps activation variance through ReLU layers; zero biases. */
+static void mlp_init_weights(struct trn_model *base, uint64_t seed)
+{
+	struct mlp *m = (struct mlp *)base;
+	struct trn_rng rng;
+	trn_rng_seed(&rng, seed, 1);
+	for (int i = 0; i < m->n_layers; i++) {
+		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
+		double std = sqrt(2.0 / m->dims[i]);
+		for (long k = 0; k < w->numel; k++)
+			base->w[w->offset + k] = (float)(std * trn_rng_normal(&rng));
+		memset(base->w + bias->offset, 0, sizeof(float) * (size_t)bias->numel);
+	}
+}
+
+static void mlp_free(struct trn_model *base)
+{
+	struct mlp *m = (struct mlp *)base;
+	for (int i = 0; i < MLP_MAX_LAYERS; i++) {
+		free(m->pre[i]);
+		free(m->post[i]);
+	}
+	free(m->dpre);
+	free(m->dpost);
+	free(m->losses);
+	free(m->lse);
+	free(base->params);
+	free(base->w);
+	free(base->g);
+	free(m);
+}
+
+static const struct trn_model_ops mlp_ops = {
+	.forward = mlp_forward,
+	.backward = mlp_backward,
+	.init_weights = mlp_init_weights,
+	.free = mlp_free,
+};
+
+struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                              int max_batch, struct trn_err *err)
+{
+	struct mlp *m = calloc(1, sizeof *m);
+	if (!m) {
+		trn_err_set(err, "model: out of memory");
+		return NULL;
+	}
+	struct trn_model *base = &m->base;
+	base->ops = &mlp_ops;
+	base->max_batch = max_batch;
+	base->tokens_per_sample = 1;
+	m->act = spec->model.activation;
+	m->n_layers = spec->model.n_hidden + 1;
+	m->dims[0] = ds->dim;
+	for (int i = 0; i < spec->model.n_hidden; i++)
+		m->dims[i + 1] = spec->model.hidden[i];
+	m->dims[m->n_layers] = ds->n_classes;
+
+	int widest = 0;
+	double flops = 0;
+	long act_floats = 0;
+	for (int i = 0; i < m->n_layers; i++) {
+		char name[TRN_PARAM_NAME];
+		int wshape[2] = { m->dims[i + 1], m->dims[i] }, bshape[1] = { m->dims[i + 1] };
+		snprintf(name, sizeof name, "fc%d.weight", i + 1);
+		if (trn_model_add_param(base, name, 2, wshape) < 0)
+			goto oom;
+		snprintf(name, sizeof name, "fc%d.bias", i + 1);
+		if (trn_model_add_param(base, name, 1, bshape) < 0)
+			goto oom;
+		if (m->dims[i + 1] > widest)
+			widest = m->dims[i + 1];
+		if (m->dims[i] > widest)
+			widest = m->dims[i];
+		/* forward 2, weight gradient 2, input gradient 2 (not for the first layer) */
+		flops += (i == 0 ? 4.0 : 6.0) * m->dims[i] * m->dims[i + 1];
+
+		size_t rows = (size_t)max_batch * m->dims[i + 1];
+		if (!(m->pre[i] = malloc(sizeof(float) * rows)))
+			goto oom;
+		act_floats += (long)rows;
+		if (i + 1 < m->n_layers) {
+			if (!(m->post[i] = malloc(sizeof(float) * rows)))
+				goto oom;
+			act_floats += (long)rows;
+		}
+	}
+	m->dpre = malloc(sizeof(float) * (size_t)max_batch * widest);
+	m->dpost = malloc(sizeof(float) * (size_t)max_batch * widest);
+	m->losses = malloc(sizeof(float) * (size_t)max_batch);
+	m->lse = malloc(sizeof(float) * (size_t)max_batch);
+	if (!m->dpre || !m->dpost || !m->losses || !m->lse || trn_model_alloc(base) < 0)
+		goto oom;
+	act_floats += 2L * max_batch * widest + 2L * max_batch;
+	base->act_bytes = act_floats * (long)sizeof(float);
+	base->flops_per_sample = flops;
+	return base;
+oom:
+	mlp_free(base);
+	trn_err_set(err, "model: out of memory");
+	return NULL;
+}

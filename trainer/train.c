@@ -1,0 +1,379 @@
+/* trainer/train.c - the training loop; see train.h. */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "ckpt.h"
+#include "data.h"
+#include "kernels/blas.h"
+#include "kernels/parallel.h"
+#include "model.h"
+#include "optim.h"
+#include "report.h"
+#include "schedule.h"
+#include "state.h"
+
+static volatile sig_atomic_t stop_signal;
+
+void trn_train_request_stop(int signo)
+{
+	stop_signal = signo;
+}
+
+struct run {
+	const struct trn_spec *spec;
+	const struct trn_train_opts *opts;
+	struct trn_dataset ds;
+	struct trn_model *model;
+	struct trn_optim opt;
+	struct trn_loader loader;
+	struct trn_schedule sched;
+	struct trn_batch batch;
+	struct trn_report rep;
+	struct trn_state state;
+	long steps_per_epoch, total_steps;
+	double t_start;
+	double last_loss;
+	json_t *final;                 /* the last evaluation's figures */
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double mib(double bytes)
+{
+	return bytes / (1024.0 * 1024.0);
+}
+
+/* What the validator accepts but this build cannot run yet: refuse it up
+ * front with the field's name rather than train something else. */
+static int check_supported(const struct trn_spec *s, struct trn_err *err)
+{
+	if (s->precision.compute != TRN_DTYPE_FP32)
+		return trn_err_set(err, "precision.compute: %s is not supported by this larch-train yet "
+		                   "(fp32 only)", trn_dtype_name(s->precision.compute));
+	if (s->offload.optimizer != TRN_OFFLOAD_NONE || s->offload.params != TRN_OFFLOAD_NONE ||
+	    s->offload.activations != TRN_OFFLOAD_NONE)
+		return trn_err_set(err, "offload: offloading is not supported by this larch-train yet "
+		                   "(all of offload.* must be \"none\")");
+	if (s->parallel.ranks != 1)
+		return trn_err_set(err, "parallel.ranks: data parallel training is not supported by this "
+		                   "larch-train yet (got %d, only 1)", s->parallel.ranks);
+	if (s->parallel.zero_stage != 0)
+		return trn_err_set(err, "parallel.zero_stage: ZeRO is not supported by this larch-train "
+		                   "yet (got %d, only 0)", s->parallel.zero_stage);
+	if (s->optimizer.state_dtype != TRN_DTYPE_FP32)
+		return trn_err_set(err, "optimizer.state_dtype: %s optimizer state is not supported by "
+		                   "this larch-train yet (fp32 only)",
+		                   trn_dtype_name(s->optimizer.state_dtype));
+	return 0;
+}
+
+static int make_dir(const char *path, struct trn_err *err)
+{
+	char buf[TRN_PATH_MAX];
+	snprintf(buf, sizeof buf, "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+			return trn_err_set(err, "job dir %s: %s", buf, strerror(errno));
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+		return trn_err_set(err, "job dir %s: %s", buf, strerror(errno));
+	return 0;
+}
+
+static int write_spec(const char *job_dir, const struct trn_spec *spec, struct trn_err *err)
+{
+	char *text = json_dumps(spec->json, JSON_INDENT(2) | JSON_SORT_KEYS);
+	if (!text)
+		return trn_err_set(err, "spec.json: out of memory");
+	char path[TRN_PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/spec.json", job_dir);
+	size_t len = strlen(text);
+	char *nl = realloc(text, len + 2);
+	if (!nl) {
+		free(text);
+		return trn_err_set(err, "spec.json: out of memory");
+	}
+	memcpy(nl + len, "\n", 2);
+	int rc = trn_write_file_atomic(path, nl, err);
+	free(nl);
+	return rc;
+}
+
+/* Loss and accuracy over the whole validation split. */
+static int evaluate(struct run *r, long step)
+{
+	const struct trn_split *val = &r->ds.val;
+	if (val->n == 0)
+		return 0;
+	struct trn_fwd_stats st = { 0 };
+	for (long first = 0; first < val->n; first += r->batch.cap) {
+		trn_split_batch(&r->ds, val, first, &r->batch);
+		trn_model_forward(r->model, &r->batch, &st);
+	}
+	double loss = st.count ? st.loss_sum / (double)st.count : 0.0;
+	double acc = st.count ? (double)st.correct / (double)st.count : 0.0;
+	trn_report_metric(&r->rep, step, "val/loss", loss);
+	trn_report_metric(&r->rep, step, "val/accuracy", acc);
+	trn_report_flush(&r->rep);
+	if (!r->opts->quiet)
+		printf("eval step %ld: val/loss %.4f val/accuracy %.4f\n", step, loss, acc);
+
+	json_decref(r->final);
+	r->final = json_pack("{s:f, s:f, s:f}", "val/loss", loss, "val/accuracy", acc,
+	                     "train/loss", r->last_loss);
+	return 0;
+}
+
+static void print_plan(const struct run *r)
+{
+	const struct trn_spec *s = r->spec;
+	const struct trn_model *m = r->model;
+	long n_state = (r->opt.m ? 1 : 0) + (r->opt.v ? 1 : 0);
+	double param_b = (double)m->n_floats * 4;
+	double total = param_b * (2 + n_state) + (double)m->act_bytes;
+
+	printf("larch-train: %s: %s model, %ld parameters in %d tensors\n", s->name,
+	       s->model.type == TRN_MODEL_MLP ? "mlp" : "gpt", m->n_floats, m->n_params);
+	printf("data: %ld train / %ld val samples; batch %ld = micro %ld x %d rank x %ld accum; "
+	       "%ld steps/epoch, %ld steps\n", r->ds.train.n, r->ds.val.n, s->batch.global,
+	       s->batch.micro, s->parallel.ranks, s->batch.accum, r->steps_per_epoch, r->total_steps);
+	printf("optimizer: %s, lr %.4g x %.4g = %.4g, warmup %ld steps from %.4g\n",
+	       trn_opt_name(s->optimizer.type), r->sched.base_lr, r->sched.scale, r->sched.peak_lr,
+	       r->sched.warmup_steps, r->sched.start_lr);
+	printf("memory: params %.1f MiB, grads %.1f MiB, optimizer state %.1f MiB, activations "
+	       "%.1f MiB at micro-batch %ld, total %.1f MiB\n", mib(param_b), mib(param_b),
+	       mib(param_b * n_state), mib((double)m->act_bytes), s->batch.micro, mib(total));
+	printf("blas: %s\n", kern_blas_describe());
+	fflush(stdout);
+}
+
+/* Sets everything up; on resume restores the newest checkpoint. */
+static int setup(struct run *r, struct trn_err *err)
+{
+	const struct trn_spec *s = r->spec;
+	const char *dir = r->opts->job_dir;
+	char blas_err[1024];
+
+	if (check_supported(s, err) != 0)
+		return TRN_EXIT_USAGE;
+	if (kern_blas_init(blas_err, sizeof blas_err) != 0)
+		return trn_err_set(err, "%s", blas_err), TRN_EXIT_FAILED;
+	if (r->opts->threads > 0)
+		kern_set_threads(r->opts->threads);
+	if (make_dir(dir, err) != 0 || write_spec(dir, s, err) != 0)
+		return TRN_EXIT_FAILED;
+	if (trn_dataset_load(&r->ds, s, err) != 0)
+		return TRN_EXIT_FAILED;
+	if (trn_loader_init(&r->loader, &r->ds, &r->ds.train, s->seed, s->data.shuffle, 0,
+	                    s->parallel.ranks, s->batch.global, s->batch.micro, err) != 0)
+		return TRN_EXIT_FAILED;
+	r->steps_per_epoch = trn_loader_steps_per_epoch(&r->loader);
+	r->total_steps = s->length.in_epochs ? trn_period_steps(&s->length, r->steps_per_epoch)
+	                                     : (long)s->length.value;
+	if (r->total_steps < 1)
+		r->total_steps = 1;
+	trn_schedule_init(&r->sched, s, r->steps_per_epoch, r->total_steps);
+
+	if (!(r->model = trn_model_new(s, &r->ds, (int)s->batch.micro, err)))
+		return TRN_EXIT_FAILED;
+	if (trn_batch_alloc(&r->batch, &r->ds, (int)s->batch.micro) != 0)
+		return trn_err_set(err, "batch: out of memory"), TRN_EXIT_FAILED;
+	if (trn_optim_init(&r->opt, &s->optimizer, r->model->params, r->model->n_params,
+	                   r->model->n_floats, err) != 0)
+		return TRN_EXIT_FAILED;
+
+	r->state = (struct trn_state){ .model = r->model, .opt = &r->opt, .loader = &r->loader,
+	                               .seed = s->seed };
+	trn_spec_hash(s, r->state.spec_hash);
+
+	long *steps = NULL;
+	int n_ckpt = trn_ckpt_list(dir, &steps, err);
+	if (n_ckpt < 0)
+		return TRN_EXIT_FAILED;
+	if (n_ckpt == 0) {
+		free(steps);
+		if (r->opts->resume == TRN_RESUME_REQUIRE)
+			return trn_err_set(err, "--resume: no checkpoint in %s/checkpoints", dir), TRN_EXIT_USAGE;
+		if (s->init_from[0]) {
+			if (trn_params_load(r->model, s->init_from, err) != 0)
+				return TRN_EXIT_FAILED;
+		} else {
+			trn_model_init_weights(r->model, s->seed);
+		}
+		if (trn_report_open(&r->rep, dir, -1, err) != 0)
+			return TRN_EXIT_FAILED;
+	} else {
+		char path[TRN_PATH_MAX + 64];
+		trn_ckpt_path(path, sizeof path, dir, steps[0]);
+		free(steps);
+		int rc = trn_state_load(path, &r->state, err);
+		if (rc != 0)
+			return strstr(err->text, "different spec") ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
+		if (trn_report_open(&r->rep, dir, r->state.step, err) != 0)
+			return TRN_EXIT_FAILED;
+		printf("resume: from %s (step %ld)\n", path, r->state.step);
+	}
+	r->rep.quiet = r->opts->quiet;
+	return TRN_EXIT_OK;
+}
+
+static int save(struct run *r, struct trn_err *err)
+{
+	return trn_state_save(r->opts->job_dir, &r->state, r->spec->keep_checkpoints, err);
+}
+
+static void progress(struct run *r, long step, double loss, double lr, double rate)
+{
+	char elapsed[32], eta[32];
+	double wall = now() - r->t_start;
+	trn_format_duration(elapsed, sizeof elapsed, wall);
+	trn_format_duration(eta, sizeof eta, rate > 0 ? (double)(r->total_steps - step) *
+	                    (double)r->spec->batch.global / rate : NAN);
+	const char *unit = r->model->tokens_per_sample > 1 ? "tokens/s" : "samples/s";
+	double shown = rate * (double)r->model->tokens_per_sample;
+	printf("step %ld/%ld | epoch %.2f | loss %.4f | lr %.4e | %.0f %s | elapsed %s | eta %s\n",
+	       step, r->total_steps, (double)step / (double)r->steps_per_epoch, loss, lr, shown,
+	       unit, elapsed, eta);
+}
+
+static int train_loop(struct run *r, struct trn_err *err)
+{
+	const struct trn_spec *s = r->spec;
+	struct trn_model *m = r->model;
+	long accum = s->batch.accum;
+	double interval_t = 0;         /* time in steps since the last progress line */
+	long interval_steps = 0;
+	double total_train_t = 0;
+	long start_step = r->state.step;
+
+	while (r->state.step < r->total_steps) {
+		long step = r->state.step;
+		double t0 = now();
+		double lr = trn_schedule_lr(&r->sched, step);
+
+		trn_model_zero_grad(m);
+		double loss = 0;
+		for (long a = 0; a < accum; a++) {
+			trn_loader_micro(&r->loader, a, &r->batch);
+			loss += trn_model_forward(m, &r->batch, NULL);
+			trn_model_backward(m, &r->batch, 1.0f / (float)accum);
+		}
+		loss /= (double)accum;
+		if (!isfinite(loss)) {
+			trn_err_set(err, "step %ld: the loss is %f (lr %.4g): training diverged", step + 1,
+			            loss, lr);
+			return TRN_EXIT_DIVERGED;
+		}
+		double gnorm = s->optimizer.clip_grad_norm > 0
+			? trn_clip_grad_norm(m->g, m->n_floats, s->optimizer.clip_grad_norm)
+			: trn_grad_norm(m->g, m->n_floats);
+		trn_optim_step(&r->opt, m->w, m->g, lr);
+		trn_loader_advance(&r->loader);
+		r->state.step = ++step;
+		r->last_loss = loss;
+
+		double dt = now() - t0;
+		interval_t += dt;
+		total_train_t += dt;
+		interval_steps++;
+		trn_report_metric(&r->rep, step, "train/loss", loss);
+		trn_report_metric(&r->rep, step, "train/lr", lr);
+		trn_report_metric(&r->rep, step, "train/grad_norm", gnorm);
+
+		if (step % s->log_every == 0 || step == r->total_steps) {
+			double rate = (double)(interval_steps * s->batch.global) / interval_t;
+			trn_report_metric(&r->rep, step, "train/samples_per_s", rate);
+			if (m->tokens_per_sample > 1)
+				trn_report_metric(&r->rep, step, "train/tokens_per_s",
+				                  rate * (double)m->tokens_per_sample);
+			trn_report_metric(&r->rep, step, "train/epoch",
+			                  (double)step / (double)r->steps_per_epoch);
+			if (!r->opts->quiet)
+				progress(r, step, loss, lr, rate);
+			trn_report_flush(&r->rep);
+			interval_t = 0;
+			interval_steps = 0;
+		}
+		if (step == r->total_steps)
+			break;
+		if (s->eval_every && step % s->eval_every == 0)
+			evaluate(r, step);
+		int saved = 0;
+		if (s->checkpoint_every && step % s->checkpoint_every == 0) {
+			if (save(r, err) != 0)
+				return TRN_EXIT_FAILED;
+			saved = 1;
+		}
+		if (stop_signal) {
+			if (!saved && save(r, err) != 0)
+				return TRN_EXIT_FAILED;
+			trn_report_flush(&r->rep);
+			trn_err_set(err, "stopped by signal %d at step %ld; checkpoint written, rerun to "
+			            "resume", (int)stop_signal, step);
+			return TRN_EXIT_INTERRUPTED;
+		}
+	}
+	evaluate(r, r->state.step);
+	if (save(r, err) != 0)
+		return TRN_EXIT_FAILED;
+	trn_report_flush(&r->rep);
+
+	long done = r->state.step - start_step;
+	if (done > 0 && !r->opts->quiet) {
+		double sps = (double)(done * s->batch.global) / total_train_t;
+		printf("done: %ld steps in %.1fs of training, %.0f samples/s, %.1f GFLOP/s in GEMMs\n",
+		       done, total_train_t, sps, sps * m->flops_per_sample * 1e-9);
+	}
+	return TRN_EXIT_OK;
+}
+
+int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
+{
+	struct run r = { .spec = spec, .opts = opts, .t_start = now(), .last_loss = NAN };
+	struct trn_err err = { 0 };
+	int code = setup(&r, &err);
+	if (code == TRN_EXIT_OK) {
+		print_plan(&r);
+		code = train_loop(&r, &err);
+	}
+	static const char *const status[] = {
+		[TRN_EXIT_OK] = "completed", [TRN_EXIT_FAILED] = "failed",
+		[TRN_EXIT_USAGE] = "failed", [TRN_EXIT_INTERRUPTED] = "interrupted",
+		[TRN_EXIT_DIVERGED] = "failed",
+	};
+	if (err.set)
+		fprintf(stderr, "larch-train: %s\n", err.text);
+	struct trn_err rerr = { 0 };
+	/* a job dir that could not be made has nowhere to put result.json */
+	struct stat st;
+	if (stat(opts->job_dir, &st) == 0 &&
+	    trn_report_result(opts->job_dir, status[code], r.state.step, r.final, now() - r.t_start,
+	                      code, err.set ? err.text : NULL, &rerr) != 0)
+		fprintf(stderr, "larch-train: %s\n", rerr.text);
+
+	json_decref(r.final);
+	trn_report_close(&r.rep);
+	trn_optim_release(&r.opt);
+	trn_batch_release(&r.batch);
+	trn_model_free(r.model);
+	trn_loader_release(&r.loader);
+	trn_dataset_release(&r.ds);
+	return code;
+}
