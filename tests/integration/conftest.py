@@ -1,0 +1,29 @@
+"""Fixtures for the integration tests: run larch-train on specs written by the test."""
+import json
+import subprocess
+
+import pytest
+
+
+class Trainer:
+    def __init__(self, exe, tmp_path):
+        self.exe = exe
+        self.tmp = tmp_path
+
+    def write_spec(self, spec, name="spec.json"):
+        path = self.tmp / name
+        path.write_text(json.dumps(spec) if not isinstance(spec, str) else spec)
+        return path
+
+    def run(self, spec, job_dir=None, *args, timeout=600):
+        """Runs larch-train to the end; returns the CompletedProcess."""
+        spec_path = spec if not isinstance(spec, (dict, str)) else self.write_spec(spec)
+        cmd = [str(self.exe), "--spec", str(spec_path)]
+        if job_dir is not None:
+            cmd += ["--job-dir", str(job_dir)]
+        return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def trainer(larch_train, tmp_path):
+    return Trainer(larch_train, tmp_path)
