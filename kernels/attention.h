@@ -6,8 +6,8 @@
  * 1/sqrt(hs) and masked so position i sees positions <= i.
  *
  * Forward saves att [b, nh, t, t], the post-softmax weights (entries above
- * the diagonal are 0). Backward adds into dqkv; datt [b, nh, t, t] is scratch
- * it overwrites. preatt and dpreatt [b, nh, t, t] are scratch for the
+ * the diagonal are 0). Backward adds into dqkv (the _set backward overwrites
+ * it); datt [b, nh, t, t] is scratch it overwrites. preatt and dpreatt [b, nh, t, t] are scratch for the
  * reference versions; the optimised versions work in att and datt in place
  * and accept NULL for them.
  */
@@ -23,5 +23,9 @@ void kern_attention_bwd_ref(float *dqkv, float *dpreatt, float *datt, const floa
                             const float *qkv, const float *att, int b, int t, int c, int nh);
 void kern_attention_bwd_cpu(float *dqkv, float *dpreatt, float *datt, const float *dout,
                             const float *qkv, const float *att, int b, int t, int c, int nh);
+void kern_attention_bwd_set_ref(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                                const float *qkv, const float *att, int b, int t, int c, int nh);
+void kern_attention_bwd_set_cpu(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                                const float *qkv, const float *att, int b, int t, int c, int nh);
 
 #endif

@@ -117,6 +117,14 @@ void kern_attention_bwd_ref(float *dqkv, float *dpreatt, float *datt, const floa
 			}
 }
 
+void kern_attention_bwd_set_ref(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                                const float *qkv, const float *att, int b, int t, int c, int nh)
+{
+	if (b > 0 && t > 0 && c > 0)
+		memset(dqkv, 0, sizeof(float) * (size_t)b * t * 3 * c);
+	kern_attention_bwd_ref(dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh);
+}
+
 /* ---- optimised CPU version -------------------------------------------------- */
 
 /* exp(x) for x <= ~0 within 2 ulp, vectorisable (glibc's expf is not); 0
@@ -143,7 +151,7 @@ static inline float exp_approx(float x)
 	return x < lo ? 0.0f : y;
 }
 
-static float lanes_total(const float *acc)
+static inline float lanes_total(const float *acc)
 {
 	float t[LANES];
 	memcpy(t, acc, sizeof t);
@@ -153,7 +161,7 @@ static float lanes_total(const float *acc)
 	return t[0];
 }
 
-static float row_sum(const float *x, int n)
+static inline float row_sum(const float *x, int n)
 {
 	float acc[LANES] = { 0 };
 	int j = 0;
@@ -187,6 +195,7 @@ static void softmax_row(float *a, int n, int t)
 
 /* In place: d[0..n) = a * (d - sum(a * d)) over the n visible keys, turning
  * datt into dpreatt; d[n..end) = 0. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void softmax_bwd_row(float *d, const float *a, int n, int end)
 {
 	float acc[LANES] = { 0 };
@@ -217,6 +226,7 @@ struct head {
 	float *datt;            /* backward: datt, then dpreatt, in place */
 	int t, c, hs;
 	float scale;
+	float dbeta;            /* backward: 1 adds into dqkv, 0 overwrites it */
 };
 
 /* The pair's views of the arrays; NULL arrays (those a sweep does not use)
@@ -239,6 +249,7 @@ static struct head head_at(int pair, int t, int c, int nh, const float *qkv, flo
 		.datt = datt ? datt + o_tt : NULL,
 		.t = t, .c = c, .hs = hs,
 		.scale = (float)(1.0 / sqrt(hs)),
+		.dbeta = 1.0f,
 	};
 }
 
@@ -275,20 +286,22 @@ static void bwd_row_tile(const struct head *hd, int i0, int i1)
 	for (int i = i0; i < i1; i++)
 		softmax_bwd_row(hd->datt + (size_t)i * t, hd->att + (size_t)i * t, i + 1, i1);
 	kern_sgemm(KERN_NO_TRANS, KERN_NO_TRANS, m, hd->hs, i1, hd->scale, d, t,
-	           hd->qkv + c, 3 * c, 1.0f, hd->dqkv + (size_t)i0 * 3 * c, 3 * c);
+	           hd->qkv + c, 3 * c, hd->dbeta, hd->dqkv + (size_t)i0 * 3 * c, 3 * c);
 }
 
-/* Rows [j0, j1) of dk and dv: only queries j0.. see these keys. */
+/* Rows [j0, j1) of dk and dv: only queries j0.. see these keys. Each
+ * element of dqkv is written by one GEMM (dq by its row tile, dk and dv by
+ * their column tile), so with dbeta = 0 they overwrite dqkv entirely. */
 static void bwd_col_tile(const struct head *hd, int j0, int j1)
 {
 	int t = hd->t, c = hd->c, m = j1 - j0;
 	size_t diag = (size_t)j0 * t + j0;
 	kern_sgemm(KERN_TRANS, KERN_NO_TRANS, m, hd->hs, t - j0, 1.0f,
 	           hd->att + diag, t, hd->dout + (size_t)j0 * c, c,
-	           1.0f, hd->dqkv + (size_t)j0 * 3 * c + 2 * c, 3 * c);
+	           hd->dbeta, hd->dqkv + (size_t)j0 * 3 * c + 2 * c, 3 * c);
 	kern_sgemm(KERN_TRANS, KERN_NO_TRANS, m, hd->hs, t - j0, hd->scale,
 	           hd->datt + diag, t, hd->qkv + (size_t)j0 * 3 * c, 3 * c,
-	           1.0f, hd->dqkv + (size_t)j0 * 3 * c + c, 3 * c);
+	           hd->dbeta, hd->dqkv + (size_t)j0 * 3 * c + c, 3 * c);
 }
 
 void kern_attention_fwd_cpu(float *out, float *preatt, float *att, const float *qkv,
@@ -307,8 +320,8 @@ void kern_attention_fwd_cpu(float *out, float *preatt, float *att, const float *
 	}
 }
 
-void kern_attention_bwd_cpu(float *dqkv, float *dpreatt, float *datt, const float *dout,
-                            const float *qkv, const float *att, int b, int t, int c, int nh)
+static void attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
+                          const float *att, int b, int t, int c, int nh, float dbeta)
 {
 	int ntiles = (t + TILE - 1) / TILE, nfold = (ntiles + 1) / 2;
 	int items = b * nh * nfold;
@@ -319,6 +332,7 @@ void kern_attention_bwd_cpu(float *dqkv, float *dpreatt, float *datt, const floa
 		for (int it = 0; it < items; it++) {
 			struct head hd = head_at(it / nfold, t, c, nh, qkv, dqkv, NULL, dout, NULL,
 			                         att, datt);
+			hd.dbeta = dbeta;
 			int tiles[2], nt = item_tiles(it % nfold, ntiles, tiles);
 			for (int k = 0; k < nt; k++) {
 				int i0 = tiles[k] * TILE, i1 = i0 + TILE < t ? i0 + TILE : t;
@@ -331,6 +345,7 @@ void kern_attention_bwd_cpu(float *dqkv, float *dpreatt, float *datt, const floa
 		for (int it = 0; it < items; it++) {
 			struct head hd = head_at(it / nfold, t, c, nh, qkv, dqkv, NULL, dout, NULL,
 			                         att, datt);
+			hd.dbeta = dbeta;
 			int tiles[2], nt = item_tiles(it % nfold, ntiles, tiles);
 			for (int k = 0; k < nt; k++) {
 				int j0 = tiles[k] * TILE, j1 = j0 + TILE < t ? j0 + TILE : t;
@@ -338,4 +353,16 @@ void kern_attention_bwd_cpu(float *dqkv, float *dpreatt, float *datt, const floa
 			}
 		}
 	}
+}
+
+void kern_attention_bwd_cpu(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                            const float *qkv, const float *att, int b, int t, int c, int nh)
+{
+	attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, 1.0f);
+}
+
+void kern_attention_bwd_set_cpu(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                                const float *qkv, const float *att, int b, int t, int c, int nh)
+{
+	attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, 0.0f);
 }

@@ -2,7 +2,9 @@
 #include "blas.h"
 
 #include <dlfcn.h>
+#include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +125,122 @@ void kern_blas_set_threads(int n)
 		blas.set_threads(n);
 }
 
+/* ---- GEMM trace (see blas.h) ---------------------------------------------- */
+
+struct gemm_call {
+	enum kern_trans ta, tb;
+	int m, n, k, lda, ldb, ldc;
+	float alpha, beta;
+	const float *a, *b;
+	float *c;
+	long group;                    /* -1 outside parallel regions, else the calls
+	                                  outside them recorded before this one */
+	int thread, team;              /* omp_get_thread_num(), omp_get_num_threads() */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	atomic_int on;                 /* read by every kern_sgemm */
+	int failed;                    /* out of memory while recording */
+	long serial;                   /* calls recorded outside parallel regions */
+	struct gemm_call *calls;
+	long n, cap;
+} trace = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void trace_record(const struct gemm_call *call)
+{
+	int par = omp_in_parallel();
+	int thread = omp_get_thread_num(), team = omp_get_num_threads();
+	pthread_mutex_lock(&trace.lock);
+	if (!trace.failed && trace.n == trace.cap) {
+		long cap = trace.cap ? 2 * trace.cap : 256;
+		struct gemm_call *grown = realloc(trace.calls, sizeof *grown * (size_t)cap);
+		if (grown) {
+			trace.calls = grown;
+			trace.cap = cap;
+		} else {
+			trace.failed = 1;
+		}
+	}
+	if (!trace.failed) {
+		struct gemm_call *r = &trace.calls[trace.n++];
+		*r = *call;
+		r->group = par ? trace.serial : -1;
+		r->thread = par ? thread : 0;
+		r->team = par ? team : 1;
+		if (!par)
+			trace.serial++;
+	}
+	pthread_mutex_unlock(&trace.lock);
+}
+
+static void run_call(const struct gemm_call *r)
+{
+	blas.sgemm(CBLAS_ROW_MAJOR, r->ta, r->tb, r->m, r->n, r->k, r->alpha, r->a, r->lda,
+	           r->b, r->ldb, r->beta, r->c, r->ldc);
+}
+
+void kern_sgemm_trace_start(void)
+{
+	kern_sgemm_trace_clear();
+	atomic_store(&trace.on, 1);
+}
+
+long kern_sgemm_trace_stop(double *flops)
+{
+	atomic_store(&trace.on, 0);
+	long n = trace.n;
+	if (trace.failed) {
+		kern_sgemm_trace_clear();
+		n = -1;
+	}
+	if (flops) {
+		*flops = 0;
+		for (long i = 0; i < trace.n; i++)
+			*flops += 2.0 * trace.calls[i].m * trace.calls[i].n * trace.calls[i].k;
+	}
+	return n;
+}
+
+void kern_sgemm_trace_replay(void)
+{
+	if (atomic_load(&trace.on) || trace.n == 0)
+		return;
+	pthread_once(&blas.once, load_once);
+	const struct gemm_call *calls = trace.calls;
+	for (long i = 0; i < trace.n;) {
+		if (calls[i].group < 0) {
+			run_call(&calls[i++]);
+			continue;
+		}
+		/* the run of calls made in parallel regions since the last serial one */
+		long j = i;
+		int team = 1;
+		while (j < trace.n && calls[j].group == calls[i].group) {
+			if (calls[j].team > team)
+				team = calls[j].team;
+			j++;
+		}
+#pragma omp parallel num_threads(team)
+		{
+			int me = omp_get_thread_num();
+			for (long r = i; r < j; r++)
+				if (calls[r].thread == me)
+					run_call(&calls[r]);
+		}
+		i = j;
+	}
+}
+
+void kern_sgemm_trace_clear(void)
+{
+	atomic_store(&trace.on, 0);
+	free(trace.calls);
+	trace.calls = NULL;
+	trace.n = trace.cap = trace.serial = 0;
+	trace.failed = 0;
+}
+
 void kern_sgemm(enum kern_trans ta, enum kern_trans tb, int m, int n, int k,
                 float alpha, const float *a, int lda, const float *b, int ldb,
                 float beta, float *c, int ldc)
@@ -132,6 +250,11 @@ void kern_sgemm(enum kern_trans ta, enum kern_trans tb, int m, int n, int k,
 		fprintf(stderr, "larch: %s\n", blas.err);
 		abort();
 	}
+	if (atomic_load_explicit(&trace.on, memory_order_relaxed))
+		trace_record(&(struct gemm_call){ .ta = ta, .tb = tb, .m = m, .n = n, .k = k,
+		                                  .lda = lda, .ldb = ldb, .ldc = ldc,
+		                                  .alpha = alpha, .beta = beta,
+		                                  .a = a, .b = b, .c = c });
 	blas.sgemm(CBLAS_ROW_MAJOR, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

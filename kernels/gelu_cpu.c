@@ -37,17 +37,25 @@ void kern_gelu_fwd_ref(float *out, const float *inp, long n)
 	}
 }
 
+/* gelu'(x) in double, for the references */
+static double gelu_grad_ref(double x)
+{
+	double u = GELU_S * (x + GELU_A * x * x * x);
+	double ch = cosh(u);
+	double sech2 = 1.0 / (ch * ch);
+	return 0.5 * (1.0 + tanh(u)) + 0.5 * x * sech2 * GELU_S * (1.0 + 3.0 * GELU_A * x * x);
+}
+
 void kern_gelu_bwd_ref(float *dinp, const float *inp, const float *dout, long n)
 {
-	for (long i = 0; i < n; i++) {
-		double x = inp[i];
-		double u = GELU_S * (x + GELU_A * x * x * x);
-		double ch = cosh(u);
-		double sech2 = 1.0 / (ch * ch);
-		double grad = 0.5 * (1.0 + tanh(u)) +
-		              0.5 * x * sech2 * GELU_S * (1.0 + 3.0 * GELU_A * x * x);
-		dinp[i] += (float)(grad * dout[i]);
-	}
+	for (long i = 0; i < n; i++)
+		dinp[i] += (float)(gelu_grad_ref(inp[i]) * dout[i]);
+}
+
+void kern_gelu_bwd_set_ref(float *dinp, const float *inp, const float *dout, long n)
+{
+	for (long i = 0; i < n; i++)
+		dinp[i] = (float)(gelu_grad_ref(inp[i]) * dout[i]);
 }
 
 /* exp(z) for |z| <= 87: z = k ln2 + r with |r| <= ln2/2, exp(r) by its Taylor
@@ -90,20 +98,29 @@ static void gelu_fwd_span(float *out, const float *inp, long n)
 	}
 }
 
+/* gelu'(x) in float, vectorisable */
+static inline float gelu_grad(float x)
+{
+	float e = exp_m2u(x);
+	float sg = 1.0f / (1.0f + e);       /* 0.5 (1 + tanh u) */
+	float sech2_4 = (e * sg) * sg;      /* sech^2(u) / 4, no overflow */
+	/* x * x overflows past |x| = 1.8e19 and the gradient becomes inf or
+	 * NaN; activations that large mean training has diverged anyway */
+	return sg + 2.0f * x * sech2_4 * (float)GELU_S * (1.0f + 3.0f * (float)GELU_A * x * x);
+}
+
 GELU_CLONES
 static void gelu_bwd_span(float *dinp, const float *inp, const float *dout, long n)
 {
-	for (long i = 0; i < n; i++) {
-		float x = inp[i];
-		float e = exp_m2u(x);
-		float sg = 1.0f / (1.0f + e);       /* 0.5 (1 + tanh u) */
-		float sech2_4 = (e * sg) * sg;      /* sech^2(u) / 4, no overflow */
-		/* x * x overflows past |x| = 1.8e19 and the gradient becomes inf or
-		 * NaN; activations that large mean training has diverged anyway */
-		float grad = sg + 2.0f * x * sech2_4 * (float)GELU_S *
-		             (1.0f + 3.0f * (float)GELU_A * x * x);
-		dinp[i] += grad * dout[i];
-	}
+	for (long i = 0; i < n; i++)
+		dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+GELU_CLONES
+static void gelu_bwd_set_span(float *dinp, const float *inp, const float *dout, long n)
+{
+	for (long i = 0; i < n; i++)
+		dinp[i] = gelu_grad(inp[i]) * dout[i];
 }
 
 /* Elementwise, so in-place use (out == inp) is fine. */
@@ -125,5 +142,17 @@ void kern_gelu_bwd_cpu(float *dinp, const float *inp, const float *dout, long n)
 		long lo = b * GELU_BLOCK;
 		gelu_bwd_span(dinp + lo, inp + lo, dout + lo,
 		              n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK);
+	}
+}
+
+/* Elementwise, so in-place use (dinp == dout) is fine. */
+void kern_gelu_bwd_set_cpu(float *dinp, const float *inp, const float *dout, long n)
+{
+	long nblk = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+#pragma omp parallel for schedule(static) if (n > GELU_PAR_MIN)
+	for (long b = 0; b < nblk; b++) {
+		long lo = b * GELU_BLOCK;
+		gelu_bwd_set_span(dinp + lo, inp + lo, dout + lo,
+		                  n - lo < GELU_BLOCK ? n - lo : GELU_BLOCK);
 	}
 }

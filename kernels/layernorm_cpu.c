@@ -65,10 +65,19 @@ void kern_layernorm_bwd_ref(float *dinp, float *dweight, float *dbias,
 	}
 }
 
+void kern_layernorm_bwd_set_ref(float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *mean, const float *rstd, int n, int c)
+{
+	if (n > 0 && c > 0)
+		memset(dinp, 0, sizeof(float) * (size_t)n * (size_t)c);
+	kern_layernorm_bwd_ref(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
+}
+
 /* ---- optimised CPU version -------------------------------------------------- */
 
 /* Adds LANES partial sums in a fixed pairwise order. */
-static float lanes_total(const float *acc)
+static inline float lanes_total(const float *acc)
 {
 	float t[LANES];
 	memcpy(t, acc, sizeof t);
@@ -78,7 +87,7 @@ static float lanes_total(const float *acc)
 	return t[0];
 }
 
-static float row_sum(const float *x, int c)
+static inline float row_sum(const float *x, int c)
 {
 	float acc[LANES] = { 0 };
 	int j = 0;
@@ -90,7 +99,7 @@ static float row_sum(const float *x, int c)
 	return lanes_total(acc);
 }
 
-static float row_sq_dev(const float *x, float m, int c)
+static inline float row_sq_dev(const float *x, float m, int c)
 {
 	float acc[LANES] = { 0 };
 	int j = 0;
@@ -106,31 +115,92 @@ static float row_sq_dev(const float *x, float m, int c)
 	return lanes_total(acc);
 }
 
+/* Row loops for the CPUs with wider vector units, picked at load time. The
+ * variants give the same bits: fixed lanes, and no FMA contraction in ISO C. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LN_CLONES
+#endif
+
+LN_CLONES
+static void ln_fwd_row(float *y, float *mean, float *rstd, const float *x, const float *weight,
+                       const float *bias, int c)
+{
+	/* two passes: the one-pass E[x^2] - E[x]^2 cancels badly when |mean| >> std */
+	float m = row_sum(x, c) / c;
+	float r = 1.0f / sqrtf(row_sq_dev(x, m, c) / c + KERN_LAYERNORM_EPS);
+#pragma omp simd
+	for (int j = 0; j < c; j++)
+		y[j] = (x[j] - m) * r * weight[j] + bias[j];
+	*mean = m;
+	*rstd = r;
+}
+
 void kern_layernorm_fwd_cpu(float *out, float *mean, float *rstd, const float *inp,
                             const float *weight, const float *bias, int n, int c)
 {
 #pragma omp parallel for schedule(static)
-	for (int i = 0; i < n; i++) {
-		const float *x = inp + (size_t)i * c;
-		float *y = out + (size_t)i * c;
-		/* two passes: the one-pass E[x^2] - E[x]^2 cancels badly when |mean| >> std */
-		float m = row_sum(x, c) / c;
-		float r = 1.0f / sqrtf(row_sq_dev(x, m, c) / c + KERN_LAYERNORM_EPS);
-#pragma omp simd
-		for (int j = 0; j < c; j++)
-			y[j] = (x[j] - m) * r * weight[j] + bias[j];
-		mean[i] = m;
-		rstd[i] = r;
-	}
+	for (int i = 0; i < n; i++)
+		ln_fwd_row(out + (size_t)i * c, &mean[i], &rstd[i], inp + (size_t)i * c, weight, bias,
+		           c);
 }
 
 /* Rows per dweight/dbias partial: at least MIN_ROWS, and at most MAX_CHUNKS
  * partials, so that the partials stay small next to the [n, c] inputs. */
 enum { MIN_ROWS = 16, MAX_CHUNKS = 256 };
 
-void kern_layernorm_bwd_cpu(float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp, const float *weight,
-                            const float *mean, const float *rstd, int n, int c)
+/* Rows [i0, i1) of the backward: dinp (= when set, else +=), and their
+ * dweight and dbias sums into the partials pw and pb. */
+LN_CLONES
+static void ln_bwd_rows(float *dinp, float *pw, float *pb, const float *dout, const float *inp,
+                        const float *weight, const float *mean, const float *rstd, int i0,
+                        int i1, int c, int set)
+{
+	memset(pw, 0, sizeof(float) * (size_t)c);
+	memset(pb, 0, sizeof(float) * (size_t)c);
+	for (int i = i0; i < i1; i++) {
+		const float *x = inp + (size_t)i * c, *dy = dout + (size_t)i * c;
+		float *dx = dinp + (size_t)i * c;
+		float m = mean[i], r = rstd[i];
+		float a_dn[LANES] = { 0 }, a_dnn[LANES] = { 0 };
+		int j = 0;
+		for (; j + LANES <= c; j += LANES)
+			for (int l = 0; l < LANES; l++) {
+				float norm = (x[j + l] - m) * r, dn = dy[j + l] * weight[j + l];
+				a_dn[l] += dn;
+				a_dnn[l] += dn * norm;
+			}
+		for (int l = 0; j < c; j++, l++) {
+			float norm = (x[j] - m) * r, dn = dy[j] * weight[j];
+			a_dn[l] += dn;
+			a_dnn[l] += dn * norm;
+		}
+		float mean_dn = lanes_total(a_dn) / c, mean_dnn = lanes_total(a_dnn) / c;
+		if (set) {
+#pragma omp simd
+			for (j = 0; j < c; j++) {
+				float norm = (x[j] - m) * r, dn = dy[j] * weight[j];
+				dx[j] = r * (dn - mean_dn - norm * mean_dnn);
+				pw[j] += dy[j] * norm;
+				pb[j] += dy[j];
+			}
+		} else {
+#pragma omp simd
+			for (j = 0; j < c; j++) {
+				float norm = (x[j] - m) * r, dn = dy[j] * weight[j];
+				dx[j] += r * (dn - mean_dn - norm * mean_dnn);
+				pw[j] += dy[j] * norm;
+				pb[j] += dy[j];
+			}
+		}
+	}
+}
+
+/* set: dinp = rather than += */
+static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean,
+                          const float *rstd, int n, int c, int set)
 {
 	if (n <= 0 || c <= 0)
 		return;
@@ -148,34 +218,8 @@ void kern_layernorm_bwd_cpu(float *dinp, float *dweight, float *dbias,
 #pragma omp parallel for schedule(static)
 	for (int k = 0; k < nchunk; k++) {
 		int i0 = (int)((long long)n * k / nchunk), i1 = (int)((long long)n * (k + 1) / nchunk);
-		float *pw = part + (size_t)2 * c * k, *pb = pw + c;
-		memset(pw, 0, sizeof(float) * 2 * (size_t)c);
-		for (int i = i0; i < i1; i++) {
-			const float *x = inp + (size_t)i * c, *dy = dout + (size_t)i * c;
-			float *dx = dinp + (size_t)i * c;
-			float m = mean[i], r = rstd[i];
-			float a_dn[LANES] = { 0 }, a_dnn[LANES] = { 0 };
-			int j = 0;
-			for (; j + LANES <= c; j += LANES)
-				for (int l = 0; l < LANES; l++) {
-					float norm = (x[j + l] - m) * r, dn = dy[j + l] * weight[j + l];
-					a_dn[l] += dn;
-					a_dnn[l] += dn * norm;
-				}
-			for (int l = 0; j < c; j++, l++) {
-				float norm = (x[j] - m) * r, dn = dy[j] * weight[j];
-				a_dn[l] += dn;
-				a_dnn[l] += dn * norm;
-			}
-			float mean_dn = lanes_total(a_dn) / c, mean_dnn = lanes_total(a_dnn) / c;
-#pragma omp simd
-			for (j = 0; j < c; j++) {
-				float norm = (x[j] - m) * r, dn = dy[j] * weight[j];
-				dx[j] += r * (dn - mean_dn - norm * mean_dnn);
-				pw[j] += dy[j] * norm;
-				pb[j] += dy[j];
-			}
-		}
+		float *pw = part + (size_t)2 * c * k;
+		ln_bwd_rows(dinp, pw, pw + c, dout, inp, weight, mean, rstd, i0, i1, c, set);
 	}
 
 	/* combine the partials in chunk order, threads split the columns */
@@ -196,4 +240,18 @@ void kern_layernorm_bwd_cpu(float *dinp, float *dweight, float *dbias,
 		}
 	}
 	free(part);
+}
+
+void kern_layernorm_bwd_cpu(float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, int n, int c)
+{
+	layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 0);
+}
+
+void kern_layernorm_bwd_set_cpu(float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *mean, const float *rstd, int n, int c)
+{
+	layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 1);
 }

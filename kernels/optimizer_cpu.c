@@ -14,9 +14,12 @@
 #include "optimizer.h"
 
 #include <math.h>
+#include <stddef.h>
 
-/* Below this many elements a pass runs on one thread. */
+/* Below this many elements a pass runs on one thread; above it, threads
+ * take blocks of OPT_BLOCK elements. */
 #define OPT_PAR_MIN 32768L
+#define OPT_BLOCK 8192L
 /* Norm chunks: at least CHUNK_MIN elements, at most MAX_CHUNKS of them (the
  * partial sums live on the stack). */
 #define CHUNK_MIN 8192L
@@ -149,7 +152,17 @@ static double lanes_total(const double acc[LANES])
 	return s;
 }
 
+/* The streaming loops for CPUs with wider vector units, picked at load
+ * time; every variant runs the same per-element float code (no FMA
+ * contraction in ISO C) and the same lanes, so they give the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define OPT_CLONES
+#endif
+
 /* Sum of squares of one chunk: element i goes to lane i % LANES. */
+OPT_CLONES
 static double chunk_sumsq(const float *x, long n)
 {
 	double acc[LANES] = { 0 };
@@ -186,17 +199,32 @@ void kern_scale_cpu(float *x, long n, float s)
 		x[i] *= s;
 }
 
+OPT_CLONES
+static void sgd_span(float *w, float *m, const float *g, long n, float lr, float mu, float wd,
+                     int nesterov)
+{
+	if (mu == 0) {
+		for (long i = 0; i < n; i++)
+			sgd_step_nomomentum(&w[i], g[i], lr, wd);
+	} else if (nesterov) {
+		for (long i = 0; i < n; i++)
+			sgd_step(&w[i], &m[i], g[i], lr, mu, wd, 1);
+	} else {
+		for (long i = 0; i < n; i++)
+			sgd_step(&w[i], &m[i], g[i], lr, mu, wd, 0);
+	}
+}
+
+/* Each thread updates one contiguous range of the buffer (a static split of
+ * OPT_BLOCK-element blocks). */
 void kern_sgd_update_cpu(float *w, float *m, const float *g, long n,
                          float lr, float mu, float wd, int nesterov)
 {
-	if (mu == 0) {
-#pragma omp parallel for simd schedule(static) if (n > OPT_PAR_MIN)
-		for (long i = 0; i < n; i++)
-			sgd_step_nomomentum(&w[i], g[i], lr, wd);
-	} else {
-#pragma omp parallel for simd schedule(static) if (n > OPT_PAR_MIN)
-		for (long i = 0; i < n; i++)
-			sgd_step(&w[i], &m[i], g[i], lr, mu, wd, nesterov);
+	long nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
+#pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
+	for (long b = 0; b < nblk; b++) {
+		long lo = b * OPT_BLOCK, len = n - lo < OPT_BLOCK ? n - lo : OPT_BLOCK;
+		sgd_span(w + lo, m ? m + lo : NULL, g + lo, len, lr, mu, wd, nesterov);
 	}
 }
 

@@ -6,7 +6,9 @@
  * needs no [n, v] probability buffer:
  *   dlogits[i, j] += dloss * (exp(logits[i, j] - lse[i]) - (j == targets[i])).
  * dloss is the weight of every row's loss, e.g. 1/n for a mean.
- * A negative target marks a row to ignore: loss 0, no gradient.
+ * A negative target marks a row to ignore: loss 0, no gradient. The _set
+ * backward overwrites dlogits (=) instead of adding into it; ignored rows
+ * get 0.
  */
 #ifndef LARCH_KERNELS_SOFTMAX_XENT_H
 #define LARCH_KERNELS_SOFTMAX_XENT_H
@@ -20,5 +22,9 @@ void kern_softmax_xent_bwd_ref(float *dlogits, float dloss, const float *logits,
                                const float *lse, const int *targets, int n, int v);
 void kern_softmax_xent_bwd_cpu(float *dlogits, float dloss, const float *logits,
                                const float *lse, const int *targets, int n, int v);
+void kern_softmax_xent_bwd_set_ref(float *dlogits, float dloss, const float *logits,
+                                   const float *lse, const int *targets, int n, int v);
+void kern_softmax_xent_bwd_set_cpu(float *dlogits, float dloss, const float *logits,
+                                   const float *lse, const int *targets, int n, int v);
 
 #endif

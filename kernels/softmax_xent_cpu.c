@@ -16,6 +16,9 @@
 #include <string.h>
 
 enum { LANES = 16 };
+/* Below this many logits a pass runs on one thread: the mlp's [256, 10]
+ * is not worth waking a team for. */
+#define SX_PAR_MIN 32768L
 
 /* ---- reference ------------------------------------------------------------ */
 
@@ -55,6 +58,14 @@ void kern_softmax_xent_bwd_ref(float *dlogits, float dloss, const float *logits,
 			dx[j] += (float)(dloss * (p - (j == targets[i])));
 		}
 	}
+}
+
+void kern_softmax_xent_bwd_set_ref(float *dlogits, float dloss, const float *logits,
+                                   const float *lse, const int *targets, int n, int v)
+{
+	if (n > 0 && v > 0)
+		memset(dlogits, 0, sizeof(float) * (size_t)n * (size_t)v);
+	kern_softmax_xent_bwd_ref(dlogits, dloss, logits, lse, targets, n, v);
 }
 
 /* ---- optimised CPU version -------------------------------------------------- */
@@ -133,10 +144,17 @@ static void row_grad(float *dx, const float *x, float lse, float dloss, int v)
 		dx[j] += dloss * exp_approx(x[j] - lse);
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void row_grad_set(float *dx, const float *x, float lse, float dloss, int v)
+{
+	for (int j = 0; j < v; j++)
+		dx[j] = dloss * exp_approx(x[j] - lse);
+}
+
 void kern_softmax_xent_fwd_cpu(float *losses, float *lse, const float *logits,
                                const int *targets, int n, int v)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)n * v > SX_PAR_MIN)
 	for (int i = 0; i < n; i++) {
 		const float *x = logits + (size_t)i * v;
 		if (targets[i] < 0) {
@@ -153,12 +171,27 @@ void kern_softmax_xent_fwd_cpu(float *losses, float *lse, const float *logits,
 void kern_softmax_xent_bwd_cpu(float *dlogits, float dloss, const float *logits,
                                const float *lse, const int *targets, int n, int v)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)n * v > SX_PAR_MIN)
 	for (int i = 0; i < n; i++) {
 		if (targets[i] < 0)
 			continue;
 		float *dx = dlogits + (size_t)i * v;
 		row_grad(dx, logits + (size_t)i * v, lse[i], dloss, v);
+		dx[targets[i]] -= dloss;
+	}
+}
+
+void kern_softmax_xent_bwd_set_cpu(float *dlogits, float dloss, const float *logits,
+                                   const float *lse, const int *targets, int n, int v)
+{
+#pragma omp parallel for schedule(static) if ((long)n * v > SX_PAR_MIN)
+	for (int i = 0; i < n; i++) {
+		float *dx = dlogits + (size_t)i * v;
+		if (targets[i] < 0) {
+			memset(dx, 0, sizeof(float) * (size_t)v);
+			continue;
+		}
+		row_grad_set(dx, logits + (size_t)i * v, lse[i], dloss, v);
 		dx[targets[i]] -= dloss;
 	}
 }

@@ -47,7 +47,7 @@ struct gpt {
 	float *losses, *lse;               /* [B,T] */
 	/* shared scratch: attproj/fcproj outputs in forward, gradients in backward */
 	float *tmp_c;                      /* [B,T,C] */
-	float *dres, *dln, *dbig, *dbig2, *dqkv, *datty;
+	float *dres, *dln, *dbig, *dqkv, *datty;
 	float *datt;                       /* [B,NH,T,T] */
 	float *dlogits;                    /* [B,T,V] */
 };
@@ -107,11 +107,9 @@ static double gpt_forward(struct trn_model *base, const struct trn_batch *b, str
 	return counted ? sum / counted : 0.0;
 }
 
-static void zero(float *p, long n)
-{
-	memset(p, 0, sizeof(float) * (size_t)n);
-}
-
+/* Gradients of activations overwrite their buffers (the _set kernels) where
+ * a buffer starts afresh, so nothing is zeroed first; only the residual
+ * stream's gradient dres accumulates, from both branches of every block. */
 static void gpt_backward(struct trn_model *base, const struct trn_batch *b, float scale)
 {
 	struct gpt *g = (struct gpt *)base;
@@ -125,14 +123,12 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 	if (!counted)
 		return;
 
-	zero(g->dlogits, (long)BT * V);
-	kern_softmax_xent_bwd_cpu(g->dlogits, scale / (float)counted, g->logits, g->lse, b->targets, BT, V);
-	zero(g->dln, btc);
-	kern_matmul_bwd_cpu(g->dln, gp(g, 0), NULL, g->dlogits, g->lnf, wp(g, 0), BT, C, V);
-	zero(g->dres, btc);
+	kern_softmax_xent_bwd_set_cpu(g->dlogits, scale / (float)counted, g->logits, g->lse,
+	                              b->targets, BT, V);
+	kern_matmul_bwd_set_cpu(g->dln, gp(g, 0), NULL, g->dlogits, g->lnf, wp(g, 0), BT, C, V);
 	const float *top = g->L ? g->layers[g->L - 1].res3 : g->encoded;
-	kern_layernorm_bwd_cpu(g->dres, gp(g, lf), gp(g, lf + 1), g->dln, top, wp(g, lf),
-	                       g->lnf_mean, g->lnf_rstd, BT, C);
+	kern_layernorm_bwd_set_cpu(g->dres, gp(g, lf), gp(g, lf + 1), g->dln, top, wp(g, lf),
+	                           g->lnf_mean, g->lnf_rstd, BT, C);
 
 	for (int l = g->L - 1; l >= 0; l--) {
 		struct gpt_layer_acts *a = &g->layers[l];
@@ -140,21 +136,19 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 #define W(which) wp(g, block_param(l, which))
 #define G(which) gp(g, block_param(l, which))
 		/* res3 = res2 + fcproj: dres flows to both unchanged */
-		zero(g->dbig, btc * 4);
-		kern_matmul_bwd_cpu(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW), BT, 4 * C, C);
-		zero(g->dbig2, btc * 4);
-		kern_gelu_bwd_cpu(g->dbig2, a->fch, g->dbig, btc * 4);
-		zero(g->dln, btc);
-		kern_matmul_bwd_cpu(g->dln, G(P_FCW), G(P_FCB), g->dbig2, a->ln2, W(P_FCW), BT, C, 4 * C);
+		kern_matmul_bwd_set_cpu(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
+		                        BT, 4 * C, C);
+		kern_gelu_bwd_set_cpu(g->dbig, a->fch, g->dbig, btc * 4);
+		kern_matmul_bwd_set_cpu(g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW), BT, C,
+		                        4 * C);
 		kern_layernorm_bwd_cpu(g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2, W(P_LN2W),
 		                       a->ln2_mean, a->ln2_rstd, BT, C);
 		/* res2 = x + attproj */
-		zero(g->datty, btc);
-		kern_matmul_bwd_cpu(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW), BT, C, C);
-		zero(g->dqkv, btc * 3);
-		kern_attention_bwd_cpu(g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att, B, T, C, NH);
-		zero(g->dln, btc);
-		kern_matmul_bwd_cpu(g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1, W(P_QKVW), BT, C, 3 * C);
+		kern_matmul_bwd_set_cpu(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW),
+		                        BT, C, C);
+		kern_attention_bwd_set_cpu(g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att, B, T, C, NH);
+		kern_matmul_bwd_set_cpu(g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1, W(P_QKVW), BT, C,
+		                        3 * C);
 		kern_layernorm_bwd_cpu(g->dres, G(P_LN1W), G(P_LN1B), g->dln, x, W(P_LN1W),
 		                       a->ln1_mean, a->ln1_rstd, BT, C);
 #undef W
@@ -261,7 +255,7 @@ static long carve(struct gpt *g, long B, float *arena)
 	TAKE(g->logits, BT * g->V); TAKE(g->losses, BT); TAKE(g->lse, BT);
 	TAKE(g->tmp_c, BT * C);
 	TAKE(g->dres, BT * C); TAKE(g->dln, BT * C); TAKE(g->datty, BT * C);
-	TAKE(g->dbig, BT * 4 * C); TAKE(g->dbig2, BT * 4 * C); TAKE(g->dqkv, BT * 3 * C);
+	TAKE(g->dbig, BT * 4 * C); TAKE(g->dqkv, BT * 3 * C);
 	TAKE(g->datt, att); TAKE(g->dlogits, BT * g->V);
 #undef TAKE
 	return used;

@@ -74,33 +74,33 @@ static double mlp_forward(struct trn_model *base, const struct trn_batch *b, str
 	return sum / n;
 }
 
+/* Gradients of the activations overwrite their buffers (the _set kernels)
+ * rather than being added into zeroed ones: layer i's input gradient goes to
+ * one scratch buffer, the activation's backward turns it in place into the
+ * gradient of layer i - 1's output, and the two buffers swap roles. */
 static void mlp_backward(struct trn_model *base, const struct trn_batch *b, float scale)
 {
 	struct mlp *m = (struct mlp *)base;
 	int n = m->n;
 	int last = m->n_layers - 1;
-	long out_len = (long)n * m->dims[last + 1];
+	float *dout = m->dpre, *dinp = m->dpost;
 
-	memset(m->dpre, 0, sizeof(float) * (size_t)out_len);
-	kern_softmax_xent_bwd_cpu(m->dpre, scale / (float)n, m->pre[last], m->lse, b->targets, n,
-	                          m->dims[last + 1]);
+	kern_softmax_xent_bwd_set_cpu(dout, scale / (float)n, m->pre[last], m->lse, b->targets, n,
+	                              m->dims[last + 1]);
 	for (int i = last; i >= 0; i--) {
 		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
-		float *dinp = NULL;
-		if (i > 0) {
-			dinp = m->dpost;
-			memset(dinp, 0, sizeof(float) * (size_t)n * m->dims[i]);
-		}
-		kern_matmul_bwd_cpu(dinp, base->g + w->offset, base->g + bias->offset, m->dpre,
-		                    layer_input(m, b, i), base->w + w->offset, n, m->dims[i],
-		                    m->dims[i + 1]);
+		kern_matmul_bwd_set_cpu(i > 0 ? dinp : NULL, base->g + w->offset,
+		                        base->g + bias->offset, dout, layer_input(m, b, i),
+		                        base->w + w->offset, n, m->dims[i], m->dims[i + 1]);
 		if (i > 0) {
 			long len = (long)n * m->dims[i];
-			memset(m->dpre, 0, sizeof(float) * (size_t)len);
 			if (m->act == TRN_ACT_GELU)
-				kern_gelu_bwd_cpu(m->dpre, m->pre[i - 1], m->dpost, len);
+				kern_gelu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
 			else
-				kern_relu_bwd_cpu(m->dpre, m->pre[i - 1], m->dpost, len);
+				kern_relu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
+			float *t = dout;
+			dout = dinp;
+			dinp = t;
 		}
 	}
 }

@@ -75,6 +75,36 @@ static double lars_ratio(double trust, double wn, double gn, double wd)
 	return trust * wn / (gn + wd * wn);
 }
 
+/* SGD and AdamW treat every element alike but for the weight decay, so they
+ * run as one pass over each run of adjacent tensors that share it: one pass
+ * over the whole buffer when no tensor is excluded from decay. The kernels
+ * apply the same per-element formula however the buffer is cut, so the
+ * result is the same as tensor by tensor. */
+static void step_elementwise(struct trn_optim *o, float *w, const float *g, double lr,
+                             double bc1, double bc2)
+{
+	const struct trn_spec_optimizer *c = &o->cfg;
+	for (int i = 0; i < o->n_params;) {
+		int j = i + 1;
+		while (j < o->n_params && o->decay[j] == o->decay[i] &&
+		       o->params[j].offset == o->params[j - 1].offset + o->params[j - 1].numel)
+			j++;
+		long off = o->params[i].offset;
+		long n = o->params[j - 1].offset + o->params[j - 1].numel - off;
+		float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
+		float *mp = o->m ? o->m + off : NULL, *vp = o->v ? o->v + off : NULL;
+		if (c->type == TRN_OPT_SGD)
+			kern_sgd_update_cpu(w + off, mp, g + off, n, (float)lr, (float)c->momentum, wd,
+			                    c->nesterov);
+		else
+			kern_adamw_update_cpu(w + off, mp, vp, g + off, n, (float)lr, (float)c->beta1,
+			                      (float)c->beta2, (float)c->eps, wd, (float)bc1, (float)bc2);
+		for (int k = i; k < j; k++)
+			o->trust[k] = 1.0f;
+		i = j;
+	}
+}
+
 void trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr)
 {
 	const struct trn_spec_optimizer *c = &o->cfg;
@@ -83,6 +113,10 @@ void trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr)
 	double bc1 = 1.0 - pow((double)(float)c->beta1, (double)o->t);
 	double bc2 = 1.0 - pow((double)(float)c->beta2, (double)o->t);
 
+	if (c->type == TRN_OPT_SGD || c->type == TRN_OPT_ADAMW) {
+		step_elementwise(o, w, g, lr, bc1, bc2);
+		return;
+	}
 	for (int i = 0; i < o->n_params; i++) {
 		const struct trn_param *p = &o->params[i];
 		float *wp = w + p->offset;
@@ -94,13 +128,8 @@ void trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr)
 
 		switch (c->type) {
 		case TRN_OPT_SGD:
-			kern_sgd_update_cpu(wp, mp, gp, p->numel, (float)lr, (float)c->momentum, wd,
-			                    c->nesterov);
-			break;
 		case TRN_OPT_ADAMW:
-			kern_adamw_update_cpu(wp, mp, vp, gp, p->numel, (float)lr, (float)c->beta1,
-			                      (float)c->beta2, (float)c->eps, wd, (float)bc1, (float)bc2);
-			break;
+			break;                 /* step_elementwise */
 		case TRN_OPT_LARS:
 			if (o->adapt[i])
 				ratio = lars_ratio(c->trust_coef, sqrt(kern_sumsq_cpu(wp, p->numel)),

@@ -1,6 +1,7 @@
 /* tests/unit/test_kern_attention.c - kernels/attention_cpu.c: the reference
  * backward against finite differences, the CPU version against the reference
- * on odd and tiled shapes, accumulation into dqkv, determinism, causality. */
+ * on odd and tiled shapes, accumulation into dqkv, the overwriting _set
+ * backward, determinism, causality. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,6 +158,46 @@ static void test_bwd_accumulates(void)
 	}
 }
 
+/* The _set backward on a dqkv full of NaN: the reference's equals the adding
+ * reference on zeros exactly; the CPU version matches the reference as in
+ * test_cpu_matches_ref (every element is written, or a NaN would remain)
+ * and the adding CPU version on zeros within a few ulp (BLAS with beta 0
+ * rather than 1). */
+static void test_bwd_set(void)
+{
+	static const int shapes[][4] = { { 1, 1, 4, 1 }, { 2, 7, 12, 3 }, { 1, 130, 36, 3 } };
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+		int b = shapes[k][0], t = shapes[k][1], c = shapes[k][2], nh = shapes[k][3];
+		long n = 3L * b * t * c, tt = (long)b * nh * t * t;
+		struct at a, s;
+		at_init(&a, b, t, c, nh, 90 + k);
+		at_init(&s, b, t, c, nh, 90 + k);
+		run_fwd(&a, 0);
+		memcpy(s.att, a.att, sizeof(float) * tt);
+		float *ref = fvec(n);
+		for (int cpu = 0; cpu < 2; cpu++) {
+			memset(a.dqkv, 0, sizeof(float) * n);
+			run_bwd(&a, cpu);
+			for (long i = 0; i < n; i++)
+				s.dqkv[i] = NAN;
+			(cpu ? kern_attention_bwd_set_cpu : kern_attention_bwd_set_ref)(s.dqkv, s.dpreatt,
+				s.datt, s.dout, s.qkv, s.att, b, t, c, nh);
+			if (!cpu) {
+				CHECK_MSG(check_close("set ref dqkv", s.dqkv, a.dqkv, n, 0, 0), "shape %zu", k);
+				memcpy(ref, s.dqkv, sizeof(float) * n);
+			} else {
+				CHECK_MSG(check_close("set cpu dqkv", s.dqkv, a.dqkv, n, 1e-6, 1e-5),
+				          "shape %zu", k);
+				CHECK_MSG(check_close("set cpu vs ref dqkv", s.dqkv, ref, n, 2e-5, 1e-4),
+				          "shape %zu", k);
+			}
+		}
+		free(ref);
+		at_free(&a);
+		at_free(&s);
+	}
+}
+
 static void test_cpu_deterministic(void)
 {
 	struct at a, b;
@@ -215,6 +256,7 @@ int main(void)
 	CHECK_RUN(test_ref_grad);
 	CHECK_RUN(test_cpu_matches_ref);
 	CHECK_RUN(test_bwd_accumulates);
+	CHECK_RUN(test_bwd_set);
 	CHECK_RUN(test_cpu_deterministic);
 	CHECK_RUN(test_causal);
 	return check_finish();

@@ -1,6 +1,7 @@
 /* tests/unit/test_kern_gelu.c - kernels/gelu_cpu.c: known values, the
  * reference's gradient against finite differences, the vectorised version
- * against the reference, accumulation into dinp, and determinism.
+ * against the reference, accumulation into dinp, the overwriting _set
+ * backward, and determinism.
  *
  * Tolerances:
  *   known values (tanh formula evaluated in double by hand): rtol 1e-6.
@@ -137,6 +138,44 @@ static void test_bwd_accumulates(void)
 	twice_is_double("cpu threaded", kern_gelu_bwd_cpu, 100003);
 }
 
+/* The _set backward overwrites dinp: on a buffer full of NaN it gives what
+ * the adding backward gives on zeros, bit for bit (both evaluate the same
+ * per-element expression), also in place (dinp == dout); _cpu against _ref
+ * with the tolerance of dinp above. */
+static void set_one(const char *name, bwd_fn add, bwd_fn set, long n)
+{
+	float *inp = rnd(n, -6, 6), *dout = rnd(n, -1, 1);
+	float *want = zeros(n), *got = malloc(sizeof(float) * (size_t)n);
+	for (long i = 0; i < n; i++)
+		got[i] = NAN;
+	add(want, inp, dout, n);
+	set(got, inp, dout, n);
+	char what[96];
+	snprintf(what, sizeof what, "%s set n=%ld", name, n);
+	check_close(what, got, want, n, 0, 0);
+	memcpy(got, dout, sizeof(float) * (size_t)n);
+	set(got, inp, got, n);
+	snprintf(what, sizeof what, "%s set in place n=%ld", name, n);
+	check_close(what, got, want, n, 0, 0);
+	free(inp), free(dout), free(want), free(got);
+}
+
+static void test_bwd_set(void)
+{
+	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+		long n = sizes[s];
+		set_one("ref", kern_gelu_bwd_ref, kern_gelu_bwd_set_ref, n);
+		set_one("cpu", kern_gelu_bwd_cpu, kern_gelu_bwd_set_cpu, n);
+		float *inp = rnd(n, -6, 6), *dout = rnd(n, -1, 1), *r = zeros(n), *c = zeros(n);
+		kern_gelu_bwd_set_ref(r, inp, dout, n);
+		kern_gelu_bwd_set_cpu(c, inp, dout, n);
+		char what[64];
+		snprintf(what, sizeof what, "set cpu vs ref n=%ld", n);
+		check_close(what, c, r, n, 2e-7, 1e-6);
+		free(inp), free(dout), free(r), free(c);
+	}
+}
+
 static void test_cpu_deterministic(void)
 {
 	const long n = 100003;
@@ -159,6 +198,7 @@ int main(void)
 	CHECK_RUN(test_ref_grad);
 	CHECK_RUN(test_cpu_vs_ref);
 	CHECK_RUN(test_bwd_accumulates);
+	CHECK_RUN(test_bwd_set);
 	CHECK_RUN(test_cpu_deterministic);
 	return check_finish();
 }

@@ -1,6 +1,9 @@
 /* tests/unit/test_kern_layernorm.c - kernels/layernorm_cpu.c: the reference
  * backward against finite differences, the CPU version against the
- * reference, accumulation into gradients, and run-to-run determinism. */
+ * reference, accumulation into gradients, the _set backward (dinp
+ * overwritten, dweight and dbias still accumulated), and run-to-run
+ * determinism. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,6 +171,64 @@ static void test_bwd_accumulates(void)
 	}
 }
 
+static void run_bwd_set(struct ln *s, int cpu)
+{
+	(cpu ? kern_layernorm_bwd_set_cpu : kern_layernorm_bwd_set_ref)(s->dinp, s->dweight,
+		s->dbias, s->dout, s->inp, s->weight, s->mean, s->rstd, s->n, s->c);
+}
+
+/* The _set backward, dinp starting as NaN and dweight, dbias nonzero, gives
+ * what the adding backward gives with dinp zeroed: exactly, since both run
+ * the same arithmetic; _set_cpu against _set_ref as in test_cpu_matches_ref. */
+static void test_bwd_set(void)
+{
+	static const int shapes[][2] = { { 1, 7 }, { 5, 33 }, { 300, 77 } };
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+		int n = shapes[k][0], c = shapes[k][1];
+		long nc = (long)n * c;
+		float *r_inp = fvec(nc), *r_w = fvec(c), *r_b = fvec(c);
+		for (int cpu = 0; cpu < 2; cpu++) {
+			struct ln a, s;
+			ln_init(&a, n, c, 200 + k);
+			ln_init(&s, n, c, 200 + k);
+			run_fwd(&a, 0);
+			run_fwd(&s, 0);
+			uint64_t rng = 4;
+			check_fill(a.dweight, c, -1, 1, &rng);
+			check_fill(a.dbias, c, -1, 1, &rng);
+			memcpy(s.dweight, a.dweight, sizeof(float) * (size_t)c);
+			memcpy(s.dbias, a.dbias, sizeof(float) * (size_t)c);
+			for (long i = 0; i < nc; i++)
+				s.dinp[i] = NAN;
+			run_bwd(&a, cpu);
+			run_bwd_set(&s, cpu);
+			CHECK_MSG(check_close("set dinp", s.dinp, a.dinp, nc, 0, 0), "cpu %d n %d c %d",
+			          cpu, n, c);
+			CHECK_MSG(check_close("set dweight", s.dweight, a.dweight, c, 0, 0),
+			          "cpu %d n %d c %d", cpu, n, c);
+			CHECK_MSG(check_close("set dbias", s.dbias, a.dbias, c, 0, 0), "cpu %d n %d c %d",
+			          cpu, n, c);
+			if (!cpu) {
+				memcpy(r_inp, s.dinp, sizeof(float) * (size_t)nc);
+				memcpy(r_w, s.dweight, sizeof(float) * (size_t)c);
+				memcpy(r_b, s.dbias, sizeof(float) * (size_t)c);
+			} else {
+				CHECK_MSG(check_close("set cpu dinp", s.dinp, r_inp, nc, 1e-5, 1e-4),
+				          "n %d c %d", n, c);
+				CHECK_MSG(check_close("set cpu dweight", s.dweight, r_w, c, 1e-4, 1e-4),
+				          "n %d c %d", n, c);
+				CHECK_MSG(check_close("set cpu dbias", s.dbias, r_b, c, 1e-4, 1e-4),
+				          "n %d c %d", n, c);
+			}
+			ln_free(&a);
+			ln_free(&s);
+		}
+		free(r_inp);
+		free(r_w);
+		free(r_b);
+	}
+}
+
 static void test_cpu_deterministic(void)
 {
 	struct ln a, b;
@@ -195,6 +256,7 @@ int main(void)
 	CHECK_RUN(test_ref_grad);
 	CHECK_RUN(test_cpu_matches_ref);
 	CHECK_RUN(test_bwd_accumulates);
+	CHECK_RUN(test_bwd_set);
 	CHECK_RUN(test_cpu_deterministic);
 	return check_finish();
 }

@@ -1,6 +1,8 @@
 /* tests/unit/test_kern_matmul.c - kernels/matmul_cpu.c: the reference's
  * gradients against finite differences, the BLAS version against the
- * reference, accumulation into the gradients, and run-to-run determinism.
+ * reference, accumulation into the gradients, the _set backward (dinp
+ * overwritten, dweight and dbias still accumulated), and run-to-run
+ * determinism.
  *
  * Tolerances (inputs uniform in [-1, 1]):
  *   finite differences: eps 1e-2 (the loss is linear in each input, so there
@@ -13,6 +15,7 @@
  *     the largest error seen. k = c for out, oc for dinp, n for dweight and
  *     dbias.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +178,54 @@ static void test_bwd_accumulates(void)
 	twice_is_double("cpu", kern_matmul_bwd_cpu, 257, 33, 129);
 }
 
+/* ---- _set backward: dinp overwritten ----------------------------------- */
+
+static float *nans(long n)
+{
+	float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+	for (long i = 0; i < n; i++)
+		x[i] = NAN;
+	return x;
+}
+
+/* dinp starts as NaN and must come out as the adding backward's result on
+ * zeros; dweight and dbias start nonzero and must still be added into. */
+static void set_one(int n, int c, int oc)
+{
+	long ni = (long)n * c, nw = (long)oc * c, no = (long)n * oc;
+	float *inp = rnd(ni), *w = rnd(nw), *dout = rnd(no), *dw0 = rnd(nw), *db0 = rnd(oc);
+	float *dinp_a = zeros(ni), *dw_a = copy(dw0, nw), *db_a = copy(db0, oc);
+	float *dinp_r = nans(ni), *dw_r = copy(dw0, nw), *db_r = copy(db0, oc);
+	float *dinp_c = nans(ni), *dw_c = copy(dw0, nw), *db_c = copy(db0, oc);
+	char what[96];
+
+	kern_matmul_bwd_ref(dinp_a, dw_a, db_a, dout, inp, w, n, c, oc);
+	kern_matmul_bwd_set_ref(dinp_r, dw_r, db_r, dout, inp, w, n, c, oc);
+	snprintf(what, sizeof what, "set ref dinp n=%d c=%d oc=%d", n, c, oc);
+	check_close(what, dinp_r, dinp_a, ni, 0, 0);
+	snprintf(what, sizeof what, "set ref dweight n=%d c=%d oc=%d", n, c, oc);
+	check_close(what, dw_r, dw_a, nw, 0, 0);
+
+	kern_matmul_bwd_set_cpu(dinp_c, dw_c, db_c, dout, inp, w, n, c, oc);
+	snprintf(what, sizeof what, "set cpu dinp n=%d c=%d oc=%d", n, c, oc);
+	check_close(what, dinp_c, dinp_r, ni, tol(oc), tol(oc));
+	snprintf(what, sizeof what, "set cpu dweight n=%d c=%d oc=%d", n, c, oc);
+	check_close(what, dw_c, dw_r, nw, tol(n), tol(n));
+	snprintf(what, sizeof what, "set cpu dbias n=%d c=%d oc=%d", n, c, oc);
+	check_close(what, db_c, db_r, oc, tol(n), tol(n));
+
+	free(inp), free(w), free(dout), free(dw0), free(db0);
+	free(dinp_a), free(dw_a), free(db_a), free(dinp_r), free(dw_r), free(db_r);
+	free(dinp_c), free(dw_c), free(db_c);
+}
+
+static void test_bwd_set(void)
+{
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+		set_one(shapes[s][0], shapes[s][1], shapes[s][2]);
+	set_one(6, 5, 0);  /* an empty sum: dinp = 0 */
+}
+
 /* ---- determinism ------------------------------------------------------- */
 
 static void test_cpu_deterministic(void)
@@ -214,6 +265,7 @@ int main(void)
 	CHECK_RUN(test_ref_grad);
 	CHECK_RUN(test_cpu_vs_ref);
 	CHECK_RUN(test_bwd_accumulates);
+	CHECK_RUN(test_bwd_set);
 	CHECK_RUN(test_cpu_deterministic);
 	return check_finish();
 }

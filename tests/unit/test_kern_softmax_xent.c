@@ -1,7 +1,7 @@
 /* tests/unit/test_kern_softmax_xent.c - kernels/softmax_xent_cpu.c: the
  * reference backward against finite differences, the CPU version against the
- * reference (up to GPT-2's vocabulary), accumulation, determinism, huge
- * logits and ignored rows. */
+ * reference (up to GPT-2's vocabulary), accumulation, the overwriting _set
+ * backward, determinism, huge logits and ignored rows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +133,40 @@ static void test_bwd_accumulates(void)
 	}
 }
 
+/* The _set backward on a dlogits full of NaN gives what the adding one gives
+ * on zeros (the same per-element expression: exactly), ignored rows 0
+ * included; _set_cpu against _set_ref as in test_cpu_matches_ref. */
+static void test_bwd_set(void)
+{
+	static const int shapes[][2] = { { 1, 1 }, { 5, 100 }, { 64, 1000 } };
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+		int n = shapes[k][0], v = shapes[k][1];
+		long nv = (long)n * v;
+		struct sx s;
+		sx_init(&s, n, v, 60 + k);
+		run_fwd(&s, 0);
+		float *want = fvec(nv), *ref = fvec(nv);
+		for (int cpu = 0; cpu < 2; cpu++) {
+			memset(s.dlogits, 0, sizeof(float) * (size_t)nv);
+			run_bwd(&s, 0.3f, cpu);
+			memcpy(want, s.dlogits, sizeof(float) * (size_t)nv);
+			for (long i = 0; i < nv; i++)
+				s.dlogits[i] = NAN;
+			(cpu ? kern_softmax_xent_bwd_set_cpu : kern_softmax_xent_bwd_set_ref)(s.dlogits,
+				0.3f, s.logits, s.lse, s.targets, n, v);
+			CHECK_MSG(check_close("set dlogits", s.dlogits, want, nv, 0, 0), "cpu %d n %d v %d",
+			          cpu, n, v);
+			if (!cpu)
+				memcpy(ref, s.dlogits, sizeof(float) * (size_t)nv);
+		}
+		CHECK_MSG(check_close("set cpu vs ref", s.dlogits, ref, nv, 1e-8, 1e-5), "n %d v %d", n,
+		          v);
+		free(want);
+		free(ref);
+		sx_free(&s);
+	}
+}
+
 static void test_cpu_deterministic(void)
 {
 	struct sx a, b;
@@ -228,6 +262,7 @@ int main(void)
 	CHECK_RUN(test_ref_grad);
 	CHECK_RUN(test_cpu_matches_ref);
 	CHECK_RUN(test_bwd_accumulates);
+	CHECK_RUN(test_bwd_set);
 	CHECK_RUN(test_cpu_deterministic);
 	CHECK_RUN(test_huge_logits);
 	CHECK_RUN(test_ignored_rows);

@@ -1,0 +1,170 @@
+/* kernels/attention_cuda.cu - causal multi-head self-attention on the GPU
+ * (see attention.h, attention_cuda.h).
+ *
+ * Every product is a cuBLAS strided-batched GEMM over the nh heads of one
+ * batch row (one call per row of the batch and product): a head's q, k and
+ * v are [t, hs] blocks of qkv with row stride 3c, hs apart from head to
+ * head; its att block is [t, t], t*t apart. In cuBLAS's column-major terms a
+ * row-major [r, k] block with row stride ld is a [k, r] matrix with leading
+ * dimension ld, so (row-major products on the left):
+ *   att   = scale q k^T        att^T = (k^T)^T(op T) q^T          (T, N)
+ *   out   = att v              out^T = v^T att^T                  (N, N)
+ *   datt  = dout v^T           datt^T = (v^T)^T(op T) dout^T      (T, N)
+ *   dv   += att^T dout         dv^T  = dout^T (att^T)^T(op T)     (N, T)
+ *   dq   += scale dpre k       dq^T  = k^T dpre^T                 (N, N)
+ *   dk   += scale dpre^T q     dk^T  = q^T (dpre^T)^T(op T)       (N, T)
+ * The scores are computed for the whole [t, t] block (the masked half too)
+ * and the causal softmax, forward and backward, is a warp per row that
+ * writes zeros above the diagonal.
+ */
+#include "attention_cuda.h"
+
+#include <math.h>
+
+#include "cuda_common.h"
+
+#define SOFTMAX_WARPS 8 /* rows per block */
+
+/* butterfly reductions, then lane 0's value for everyone */
+__device__ static inline float warp_max(float v)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+	return __shfl_sync(0xffffffffu, v, 0);
+}
+
+__device__ static inline float warp_sum(float v)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, off);
+	return __shfl_sync(0xffffffffu, v, 0);
+}
+
+/* att[r, 0..i] = softmax(att[r, 0..i]), att[r, i+1..t) = 0, for the rows r
+ * of all [t, t] blocks (i = r % t) */
+__global__ static void causal_softmax_kernel(float *att, long rows, int t)
+{
+	long r = (long)blockIdx.x * SOFTMAX_WARPS + (threadIdx.x >> 5);
+	if (r >= rows)
+		return;
+	int lane = threadIdx.x & 31, i = (int)(r % t);
+	float *a = att + (size_t)r * t;
+	float m = -INFINITY;
+	for (int j = lane; j <= i; j += 32)
+		m = fmaxf(m, a[j]);
+	m = warp_max(m);
+	float s = 0.0f;
+	for (int j = lane; j <= i; j += 32)
+		s += expf(a[j] - m);
+	float inv = 1.0f / warp_sum(s);
+	for (int j = lane; j < t; j += 32)
+		a[j] = j <= i ? expf(a[j] - m) * inv : 0.0f;
+}
+
+/* d[r, j] = att[r, j] (d[r, j] - sum_k att[r, k] d[r, k]) for j <= i, 0
+ * above: datt becomes dpreatt */
+__global__ static void causal_softmax_bwd_kernel(float *d, const float *att, long rows, int t)
+{
+	long r = (long)blockIdx.x * SOFTMAX_WARPS + (threadIdx.x >> 5);
+	if (r >= rows)
+		return;
+	int lane = threadIdx.x & 31, i = (int)(r % t);
+	float *dr = d + (size_t)r * t;
+	const float *ar = att + (size_t)r * t;
+	float s = 0.0f;
+	for (int j = lane; j <= i; j += 32)
+		s += ar[j] * dr[j];
+	s = warp_sum(s);
+	for (int j = lane; j < t; j += 32)
+		dr[j] = j <= i ? ar[j] * (dr[j] - s) : 0.0f;
+}
+
+/* C (m x n, ldc, strideC) = alpha op(A) op(B) + beta C over the nh heads */
+static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       float alpha, const float *a, int lda, long sa, const float *b, int ldb,
+                       long sb, float beta, float *c, int ldc, long sc, int nh)
+{
+	KERN_CUBLAS_CHECK(cublasSgemmStridedBatched(kern_cuda_cublas(), ta, tb, m, n, k, &alpha, a,
+	                                            lda, sa, b, ldb, sb, &beta, c, ldc, sc, nh));
+}
+
+static void softmax_rows(float *att, long rows, int t)
+{
+	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
+	causal_softmax_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(att, rows, t);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float *qkv,
+                                        int b, int t, int c, int nh)
+{
+	(void)preatt;
+	if (b <= 0 || t <= 0 || c <= 0 || nh <= 0)
+		return;
+	int hs = c / nh;
+	float scale = (float)(1.0 / sqrt((double)hs));
+	long tt = (long)t * t;
+	for (int bb = 0; bb < b; bb++) {
+		const float *q = qkv + (size_t)bb * t * 3 * c, *k = q + c;
+		float *a = att + (size_t)bb * nh * tt;
+		heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs,
+		           0.0f, a, t, tt, nh);
+	}
+	softmax_rows(att, (long)b * nh * t, t);
+	for (int bb = 0; bb < b; bb++) {
+		const float *v = qkv + (size_t)bb * t * 3 * c + 2 * c;
+		const float *a = att + (size_t)bb * nh * tt;
+		heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, 1.0f, v, 3 * c, hs, a, t, tt, 0.0f,
+		           out + (size_t)bb * t * c, c, hs, nh);
+	}
+}
+
+/* dbeta: 1 adds into dqkv, 0 overwrites it (each element of dqkv is written
+ * by exactly one of the dq, dk, dv products) */
+static void attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
+                          const float *att, int b, int t, int c, int nh, float dbeta)
+{
+	if (b <= 0 || t <= 0 || c <= 0 || nh <= 0)
+		return;
+	int hs = c / nh;
+	float scale = (float)(1.0 / sqrt((double)hs));
+	long tt = (long)t * t;
+	for (int bb = 0; bb < b; bb++) {
+		size_t o3 = (size_t)bb * t * 3 * c, o1 = (size_t)bb * t * c;
+		const float *v = qkv + o3 + 2 * c, *dy = dout + o1, *a = att + (size_t)bb * nh * tt;
+		float *da = datt + (size_t)bb * nh * tt;
+		heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, 1.0f, v, 3 * c, hs, dy, c, hs, 0.0f, da,
+		           t, tt, nh);
+		heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, 1.0f, dy, c, hs, a, t, tt, dbeta,
+		           dqkv + o3 + 2 * c, 3 * c, hs, nh);
+	}
+	long rows = (long)b * nh * t;
+	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
+	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(datt, att,
+	                                                                               rows, t);
+	KERN_CUDA_CHECK_LAUNCH();
+	for (int bb = 0; bb < b; bb++) {
+		size_t o3 = (size_t)bb * t * 3 * c;
+		const float *q = qkv + o3, *k = q + c, *dp = datt + (size_t)bb * nh * tt;
+		heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, scale, k, 3 * c, hs, dp, t, tt, dbeta,
+		           dqkv + o3, 3 * c, hs, nh);
+		heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, scale, q, 3 * c, hs, dp, t, tt, dbeta,
+		           dqkv + o3 + c, 3 * c, hs, nh);
+	}
+}
+
+extern "C" void kern_attention_bwd_cuda(float *dqkv, float *dpreatt, float *datt,
+                                        const float *dout, const float *qkv, const float *att,
+                                        int b, int t, int c, int nh)
+{
+	(void)dpreatt;
+	attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, 1.0f);
+}
+
+extern "C" void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt,
+                                            const float *dout, const float *qkv,
+                                            const float *att, int b, int t, int c, int nh)
+{
+	(void)dpreatt;
+	attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, 0.0f);
+}

@@ -1,0 +1,28 @@
+/* kernels/attention_cuda.h - causal multi-head self-attention on the GPU
+ * (attention_cuda.cu); the contract is attention.h's. Pointers are device
+ * pointers; the work goes on kern_cuda_stream().
+ *
+ * As the optimised CPU version does, these work in att and datt in place:
+ * preatt and dpreatt are not used and may be NULL. Backward adds into dqkv
+ * (the _set version overwrites it) and overwrites datt with dpreatt. The
+ * results are bit-identical from run to run. */
+#ifndef LARCH_KERNELS_ATTENTION_CUDA_H
+#define LARCH_KERNELS_ATTENTION_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float *qkv,
+                             int b, int t, int c, int nh);
+void kern_attention_bwd_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                             const float *qkv, const float *att, int b, int t, int c, int nh);
+void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                                 const float *qkv, const float *att, int b, int t, int c,
+                                 int nh);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

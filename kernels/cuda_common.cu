@@ -1,0 +1,231 @@
+/* kernels/cuda_common.cu - checks, device query, buffers and the shared
+ * stream and cuBLAS handle of the CUDA kernels (see cuda_common.h). */
+#include "cuda_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cuBLAS workspace: what NVIDIA recommends for Hopper (32 MiB). */
+#define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
+
+static cudaStream_t g_stream; /* 0: the legacy default stream */
+
+extern "C" void kern_cuda_fail(const char *file, int line, const char *what, const char *err)
+{
+	fprintf(stderr, "larch: %s:%d: %s: %s\n", file, line, what, err);
+	fflush(stderr);
+	abort();
+}
+
+extern "C" void kern_cuda_check_launch(const char *file, int line)
+{
+	static int sync_after = -1;
+	cudaError_t err = cudaGetLastError();
+	if (err != cudaSuccess)
+		kern_cuda_fail(file, line, "kernel launch", cudaGetErrorString(err));
+	if (sync_after < 0) {
+		const char *s = getenv("LARCH_CUDA_SYNC");
+		sync_after = s && *s && strcmp(s, "0") != 0;
+	}
+	if (sync_after) {
+		err = cudaStreamSynchronize(g_stream);
+		if (err != cudaSuccess)
+			kern_cuda_fail(file, line, "kernel (LARCH_CUDA_SYNC)", cudaGetErrorString(err));
+	}
+}
+
+/* ---- devices ------------------------------------------------------------- */
+
+static void set_why(char *why, size_t len, const char *what, cudaError_t err)
+{
+	if (why && len)
+		snprintf(why, len, "%s: %s (error %d)", what, cudaGetErrorString(err), (int)err);
+}
+
+extern "C" int kern_cuda_device_count(char *why, size_t whylen)
+{
+	/* without a driver the runtime returns an error and leaves n unwritten */
+	int n = 0;
+	cudaError_t err = cudaGetDeviceCount(&n);
+	if (err != cudaSuccess) {
+		set_why(why, whylen, "cudaGetDeviceCount", err);
+		(void)cudaGetLastError(); /* clear the runtime's last error */
+		return 0;
+	}
+	if (n <= 0 && why && whylen)
+		snprintf(why, whylen, "cudaGetDeviceCount: no device");
+	return n > 0 ? n : 0;
+}
+
+extern "C" int kern_cuda_device_query(int index, struct kern_cuda_device *dev, char *why,
+                                      size_t whylen)
+{
+	struct cudaDeviceProp p;
+	memset(dev, 0, sizeof *dev);
+	cudaError_t err = cudaGetDeviceProperties(&p, index);
+	if (err != cudaSuccess) {
+		set_why(why, whylen, "cudaGetDeviceProperties", err);
+		(void)cudaGetLastError();
+		return -1;
+	}
+	dev->index = index;
+	snprintf(dev->name, sizeof dev->name, "%s", p.name);
+	dev->cc_major = p.major;
+	dev->cc_minor = p.minor;
+	dev->sm_count = p.multiProcessorCount;
+	dev->mem_total = p.totalGlobalMem;
+	dev->l2_bytes = (size_t)p.l2CacheSize;
+	dev->smem_block_optin = p.sharedMemPerBlockOptin;
+	cudaDriverGetVersion(&dev->driver_version);
+	cudaRuntimeGetVersion(&dev->runtime_version);
+
+	int cur = 0;
+	size_t free_b = 0, total_b = 0;
+	if (cudaGetDevice(&cur) == cudaSuccess && cudaSetDevice(index) == cudaSuccess &&
+	    cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+		dev->mem_free = free_b;
+	cudaSetDevice(cur);
+	(void)cudaGetLastError();
+	return 0;
+}
+
+extern "C" void kern_cuda_device_describe(const struct kern_cuda_device *d, char *buf,
+                                          size_t len)
+{
+	const double gib = 1024.0 * 1024.0 * 1024.0;
+	snprintf(buf, len, "%s, sm_%d%d, %d SMs, %.1f GiB (%.1f free), L2 %.0f MiB, "
+	         "driver %d.%d, runtime %d.%d", d->name, d->cc_major, d->cc_minor, d->sm_count,
+	         d->mem_total / gib, d->mem_free / gib, d->l2_bytes / (1024.0 * 1024.0),
+	         d->driver_version / 1000, d->driver_version % 1000 / 10,
+	         d->runtime_version / 1000, d->runtime_version % 1000 / 10);
+}
+
+/* ---- stream and cuBLAS ----------------------------------------------------- */
+
+extern "C" cudaStream_t kern_cuda_stream(void)
+{
+	return g_stream;
+}
+
+extern "C" void kern_cuda_set_stream(cudaStream_t stream)
+{
+	g_stream = stream;
+}
+
+extern "C" cublasHandle_t kern_cuda_cublas(void)
+{
+	static cublasHandle_t handle;
+	static cudaStream_t bound;
+	static void *workspace;
+	if (!handle) {
+		KERN_CUBLAS_CHECK(cublasCreate(&handle));
+		/* plain FP32: no TF32 (it would not meet the FP32 tolerances) */
+		KERN_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+		KERN_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+		workspace = kern_cuda_malloc(CUBLAS_WORKSPACE_BYTES);
+		bound = g_stream;
+		KERN_CUBLAS_CHECK(cublasSetStream(handle, bound));
+		KERN_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, CUBLAS_WORKSPACE_BYTES));
+	} else if (bound != g_stream) {
+		/* cublasSetStream drops the workspace back to cuBLAS's own pool */
+		bound = g_stream;
+		KERN_CUBLAS_CHECK(cublasSetStream(handle, bound));
+		KERN_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, CUBLAS_WORKSPACE_BYTES));
+	}
+	return handle;
+}
+
+extern "C" void kern_cuda_sync(void)
+{
+	KERN_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+}
+
+/* ---- device memory ------------------------------------------------------- */
+
+extern "C" void *kern_cuda_malloc(size_t bytes)
+{
+	if (bytes == 0)
+		return NULL;
+	void *p = NULL;
+	cudaError_t err = cudaMalloc(&p, bytes);
+	if (err != cudaSuccess) {
+		char what[96];
+		snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
+		kern_cuda_fail(__FILE__, __LINE__, what, cudaGetErrorString(err));
+	}
+	return p;
+}
+
+extern "C" void kern_cuda_free(void *dev)
+{
+	if (dev)
+		KERN_CUDA_CHECK(cudaFree(dev));
+}
+
+extern "C" void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes)
+{
+	if (bytes == 0)
+		return;
+	KERN_CUDA_CHECK(cudaMemcpyAsync(dev_dst, host_src, bytes, cudaMemcpyHostToDevice, g_stream));
+	KERN_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+}
+
+extern "C" void kern_cuda_download(void *host_dst, const void *dev_src, size_t bytes)
+{
+	if (bytes == 0)
+		return;
+	KERN_CUDA_CHECK(cudaMemcpyAsync(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost, g_stream));
+	KERN_CUDA_CHECK(cudaStreamSynchronize(g_stream));
+}
+
+extern "C" void *kern_cuda_dup(const void *host_src, size_t bytes)
+{
+	void *p = kern_cuda_malloc(bytes);
+	kern_cuda_upload(p, host_src, bytes);
+	return p;
+}
+
+extern "C" void kern_cuda_zero(void *dev, size_t bytes)
+{
+	if (bytes)
+		KERN_CUDA_CHECK(cudaMemsetAsync(dev, 0, bytes, g_stream));
+}
+
+extern "C" void *kern_cuda_scratch_alloc(size_t bytes)
+{
+	if (bytes == 0)
+		return NULL;
+	void *p = NULL;
+	cudaError_t err = cudaMallocAsync(&p, bytes, g_stream);
+	if (err != cudaSuccess) {
+		char what[96];
+		snprintf(what, sizeof what, "cudaMallocAsync(%zu bytes)", bytes);
+		kern_cuda_fail(__FILE__, __LINE__, what, cudaGetErrorString(err));
+	}
+	return p;
+}
+
+extern "C" void kern_cuda_scratch_free(void *dev)
+{
+	if (dev)
+		KERN_CUDA_CHECK(cudaFreeAsync(dev, g_stream));
+}
+
+/* ---- launch shapes --------------------------------------------------------- */
+
+extern "C" unsigned kern_cuda_grid(long n, int threads)
+{
+	static long max_blocks;
+	if (!max_blocks) {
+		int dev = 0, sms = 0;
+		KERN_CUDA_CHECK(cudaGetDevice(&dev));
+		KERN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+		/* a few waves of 2048 threads per SM */
+		max_blocks = (long)sms * (2048 / threads) * 4;
+	}
+	long need = (n + threads - 1) / threads;
+	if (need < 1)
+		need = 1;
+	return (unsigned)(need < max_blocks ? need : max_blocks);
+}

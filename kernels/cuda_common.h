@@ -1,0 +1,122 @@
+/* kernels/cuda_common.h - what the CUDA kernels and their callers share:
+ * check macros, the device query, device buffers and the stream the kernels
+ * run on. C and CUDA C++ both include it; the functions are extern "C" and
+ * live in cuda_common.cu (library larch_kernels_cuda).
+ *
+ * Streams: every kern_*_cuda function enqueues its work on the library's
+ * current stream, kern_cuda_stream(), which is the legacy default stream (0)
+ * until kern_cuda_set_stream() names another; cuBLAS runs on it too. The
+ * functions return once the work is enqueued, except those that return a
+ * value to the host (the norms), which wait for it. One host thread drives
+ * the GPU: the stream, the cuBLAS handles and the scratch buffers are
+ * process-wide and not locked.
+ */
+#ifndef LARCH_KERNELS_CUDA_COMMON_H
+#define LARCH_KERNELS_CUDA_COMMON_H
+
+#include <stddef.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- checks ---------------------------------------------------------------- */
+
+/* Prints "larch: FILE:LINE: WHAT: ERR" to stderr and aborts. */
+void kern_cuda_fail(const char *file, int line, const char *what, const char *err)
+	__attribute__((noreturn));
+/* Launch check behind KERN_CUDA_CHECK_LAUNCH: a bad launch configuration
+ * aborts at once; with LARCH_CUDA_SYNC=1 in the environment it also waits
+ * for the kernel, so that a fault inside it is reported at its launch site. */
+void kern_cuda_check_launch(const char *file, int line);
+
+#define KERN_CUDA_CHECK(call)                                                          \
+	do {                                                                           \
+		cudaError_t kern_cuda_err_ = (call);                                   \
+		if (kern_cuda_err_ != cudaSuccess)                                     \
+			kern_cuda_fail(__FILE__, __LINE__, #call,                      \
+			               cudaGetErrorString(kern_cuda_err_));            \
+	} while (0)
+
+#define KERN_CUBLAS_CHECK(call)                                                        \
+	do {                                                                           \
+		cublasStatus_t kern_cublas_st_ = (call);                               \
+		if (kern_cublas_st_ != CUBLAS_STATUS_SUCCESS)                          \
+			kern_cuda_fail(__FILE__, __LINE__, #call,                      \
+			               cublasGetStatusString(kern_cublas_st_));        \
+	} while (0)
+
+/* After every kernel launch. */
+#define KERN_CUDA_CHECK_LAUNCH() kern_cuda_check_launch(__FILE__, __LINE__)
+
+/* ---- devices ------------------------------------------------------------- */
+
+struct kern_cuda_device {
+	int index;
+	char name[256];
+	int cc_major, cc_minor;        /* compute capability, 9.0 for H100/H200 */
+	int sm_count;                  /* multiprocessors */
+	size_t mem_total, mem_free;    /* bytes; free at the time of the query */
+	size_t l2_bytes;
+	size_t smem_block_optin;       /* shared memory a block may opt in to */
+	int driver_version, runtime_version; /* e.g. 13000 for 13.0 */
+};
+
+/* The number of CUDA devices; 0 when there is no GPU, no driver or the
+ * driver is too old, and then why (may be NULL) gets the runtime's reason.
+ * Never aborts. */
+int kern_cuda_device_count(char *why, size_t whylen);
+
+/* Fills *dev for device index. Returns 0, or -1 with the reason in why. */
+int kern_cuda_device_query(int index, struct kern_cuda_device *dev, char *why, size_t whylen);
+
+/* "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB (78.5 free), driver 13.0,
+ * runtime 13.0" into buf. */
+void kern_cuda_device_describe(const struct kern_cuda_device *dev, char *buf, size_t len);
+
+/* ---- the stream and the cuBLAS handle -------------------------------------- */
+
+cudaStream_t kern_cuda_stream(void);
+void kern_cuda_set_stream(cudaStream_t stream);
+
+/* The process's cuBLAS handle (created on first use, plain FP32 math, no
+ * atomics), bound to kern_cuda_stream(). */
+cublasHandle_t kern_cuda_cublas(void);
+
+/* Waits for the stream; aborts with the error if a kernel on it failed. */
+void kern_cuda_sync(void);
+
+/* ---- device memory ------------------------------------------------------- */
+
+/* cudaMalloc that aborts with the size on failure; NULL for 0 bytes. */
+void *kern_cuda_malloc(size_t bytes);
+/* Accepts NULL. */
+void kern_cuda_free(void *dev);
+/* Copies between host and device on the stream and waits for the copy. */
+void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes);
+void kern_cuda_download(void *host_dst, const void *dev_src, size_t bytes);
+/* kern_cuda_malloc + kern_cuda_upload; returns a new buffer the caller frees. */
+void *kern_cuda_dup(const void *host_src, size_t bytes);
+/* Zeroes bytes at dev on the stream (no wait). */
+void kern_cuda_zero(void *dev, size_t bytes);
+
+/* Stream-ordered scratch for the kernels' partial sums (cudaMallocAsync on
+ * the stream, from the device's memory pool): valid for work enqueued on the
+ * stream until kern_cuda_scratch_free. Aborts on failure; NULL for 0 bytes. */
+void *kern_cuda_scratch_alloc(size_t bytes);
+void kern_cuda_scratch_free(void *dev);
+
+/* ---- launch shapes --------------------------------------------------------- */
+
+/* Blocks for a grid-stride loop over n items with threads per block: enough
+ * to fill the device (a few waves) and no more than the items need; >= 1. */
+unsigned kern_cuda_grid(long n, int threads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,118 @@
+/* kernels/embedding_cuda.cu - token + position embedding on the GPU (see
+ * embedding.h, embedding_cuda.h).
+ *
+ * Backward without float atomics: the positions are sorted by token (CUB's
+ * radix sort, which is stable, so each token's positions stay in order);
+ * then one block per distinct token adds that token's dout rows into its
+ * dwte row, position by position, one thread per channel. dwpe: one thread
+ * per (position, channel) adds the batches in order. Both are the
+ * reference's order of additions, so the results equal it bit for bit.
+ */
+#include "embedding_cuda.h"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "cuda_common.h"
+
+#define THREADS 256
+#define DWTE_THREADS 128
+
+__global__ static void embedding_fwd_kernel(float *out, const int *tokens, const float *wte,
+                                            const float *wpe, long total, int t, int c)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride) {
+		long row = k / c;
+		int j = (int)(k - row * c);
+		float w = wte[(size_t)tokens[row] * c + j];
+		out[k] = wpe ? w + wpe[(size_t)(row % t) * c + j] : w;
+	}
+}
+
+__global__ static void iota_kernel(unsigned *x, long n)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)
+		x[k] = (unsigned)k;
+}
+
+/* Block i handles the run of equal tokens that starts at sorted index i
+ * (blocks inside a run return at once). */
+__global__ static void dwte_kernel(float *dwte, const float *dout, const unsigned *tok_sorted,
+                                   const unsigned *pos_sorted, long rows, int c)
+{
+	long i = blockIdx.x;
+	unsigned tok = tok_sorted[i];
+	if (i > 0 && tok_sorted[i - 1] == tok)
+		return;
+	long end = i + 1;
+	while (end < rows && tok_sorted[end] == tok)
+		end++;
+	float *dst = dwte + (size_t)tok * c;
+	for (int j = threadIdx.x; j < c; j += DWTE_THREADS) {
+		float acc = dst[j];
+		for (long k = i; k < end; k++)
+			acc += dout[(size_t)pos_sorted[k] * c + j];
+		dst[j] = acc;
+	}
+}
+
+/* dwpe[p, j] += dout[0, p, j], then dout[1, p, j], ... */
+__global__ static void dwpe_kernel(float *dwpe, const float *dout, int b, int t, int c)
+{
+	long tc = (long)t * c;
+	long stride = (long)gridDim.x * blockDim.x;
+	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < tc; k += stride) {
+		float acc = dwpe[k];
+		for (int i = 0; i < b; i++)
+			acc += dout[(size_t)i * tc + k];
+		dwpe[k] = acc;
+	}
+}
+
+extern "C" void kern_embedding_fwd_cuda(float *out, const int *tokens, const float *wte,
+                                        const float *wpe, int b, int t, int c)
+{
+	long total = (long)b * t * c;
+	if (total <= 0)
+		return;
+	embedding_fwd_kernel<<<kern_cuda_grid(total, THREADS), THREADS, 0, kern_cuda_stream()>>>(
+		out, tokens, wte, wpe, total, t, c);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void kern_embedding_bwd_cuda(float *dwte, float *dwpe, const float *dout,
+                                        const int *tokens, int b, int t, int c, int vocab)
+{
+	long rows = (long)b * t;
+	if (rows <= 0 || c <= 0)
+		return;
+	cudaStream_t st = kern_cuda_stream();
+	if (dwpe) {
+		dwpe_kernel<<<kern_cuda_grid((long)t * c, THREADS), THREADS, 0, st>>>(dwpe, dout, b, t, c);
+		KERN_CUDA_CHECK_LAUNCH();
+	}
+	if (!dwte)
+		return;
+	/* sort (token, position) pairs by token on the bits a token can use */
+	int end_bit = 1;
+	while (end_bit < 32 && (1u << end_bit) < (unsigned)vocab)
+		end_bit++;
+	unsigned *buf = (unsigned *)kern_cuda_scratch_alloc(sizeof(unsigned) * 3 * (size_t)rows);
+	unsigned *tok_sorted = buf, *pos = buf + rows, *pos_sorted = buf + 2 * rows;
+	iota_kernel<<<kern_cuda_grid(rows, THREADS), THREADS, 0, st>>>(pos, rows);
+	KERN_CUDA_CHECK_LAUNCH();
+	size_t temp_bytes = 0;
+	KERN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const unsigned *)tokens,
+	                                                tok_sorted, pos, pos_sorted, rows, 0,
+	                                                end_bit, st));
+	void *temp = kern_cuda_scratch_alloc(temp_bytes);
+	KERN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, (const unsigned *)tokens,
+	                                                tok_sorted, pos, pos_sorted, rows, 0,
+	                                                end_bit, st));
+	dwte_kernel<<<(unsigned)rows, DWTE_THREADS, 0, st>>>(dwte, dout, tok_sorted, pos_sorted, rows,
+	                                                     c);
+	KERN_CUDA_CHECK_LAUNCH();
+	kern_cuda_scratch_free(temp);
+	kern_cuda_scratch_free(buf);
+}

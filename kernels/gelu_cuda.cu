@@ -1,0 +1,120 @@
+/* kernels/gelu_cuda.cu - GELU forward and backward on the GPU (see gelu.h,
+ * gelu_cuda.h).
+ *
+ * The same identities as gelu_cpu.c, with e = exp(-2u):
+ *   0.5 (1 + tanh u) = 1 / (1 + e),  sech^2 u = 4 e / (1 + e)^2,
+ * and -2u clamped to [-87, 87] so that e and the gradient stay finite. expf
+ * is CUDA's accurate one (2 ulp), not __expf. Memory-bound: 16-byte loads
+ * and stores when every pointer is 16-byte aligned, a grid-stride loop.
+ */
+#include "gelu_cuda.h"
+
+#include <stdint.h>
+
+#include "cuda_common.h"
+
+#define GELU_S 0.7978845608028654 /* sqrt(2/pi) */
+#define GELU_A 0.044715
+#define THREADS 256
+
+/* exp(-2u) for u = s (x + a x^3) */
+__device__ static inline float exp_m2u(float x)
+{
+	float z = x * ((float)(-2 * GELU_S) + (float)(-2 * GELU_S * GELU_A) * (x * x));
+	z = fabsf(z) < 87.0f ? z : copysignf(87.0f, z);
+	return expf(z);
+}
+
+__device__ static inline float gelu(float x)
+{
+	return x / (1.0f + exp_m2u(x));
+}
+
+__device__ static inline float gelu_grad(float x)
+{
+	float e = exp_m2u(x);
+	float sg = 1.0f / (1.0f + e);  /* 0.5 (1 + tanh u) */
+	float sech2_4 = (e * sg) * sg; /* sech^2(u) / 4 */
+	return sg + 2.0f * x * sech2_4 * (float)GELU_S * (1.0f + 3.0f * (float)GELU_A * x * x);
+}
+
+static int aligned16(const void *a, const void *b, const void *c)
+{
+	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+}
+
+__global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int vec)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	long done = 0;
+	if (vec) {
+		long n4 = n / 4;
+		for (long k = i; k < n4; k += stride) {
+			float4 x = ((const float4 *)inp)[k];
+			((float4 *)out)[k] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+		}
+		done = n4 * 4;
+	}
+	for (long k = done + i; k < n; k += stride)
+		out[k] = gelu(inp[k]);
+}
+
+/* set: dinp = gelu'(inp) dout; else dinp += gelu'(inp) dout. The product is
+ * rounded before the add (__fmul_rn: no FMA), so that adding gives exactly
+ * dinp + what the _set version writes. */
+__global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, long n,
+                                       int vec, int set)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	long done = 0;
+	if (vec) {
+		long n4 = n / 4;
+		for (long k = i; k < n4; k += stride) {
+			float4 x = ((const float4 *)inp)[k], dy = ((const float4 *)dout)[k];
+			float4 g = make_float4(__fmul_rn(gelu_grad(x.x), dy.x), __fmul_rn(gelu_grad(x.y), dy.y),
+			                       __fmul_rn(gelu_grad(x.z), dy.z), __fmul_rn(gelu_grad(x.w), dy.w));
+			if (!set) {
+				float4 d = ((const float4 *)dinp)[k];
+				g = make_float4(d.x + g.x, d.y + g.y, d.z + g.z, d.w + g.w);
+			}
+			((float4 *)dinp)[k] = g;
+		}
+		done = n4 * 4;
+	}
+	for (long k = done + i; k < n; k += stride) {
+		float g = __fmul_rn(gelu_grad(inp[k]), dout[k]);
+		dinp[k] = set ? g : dinp[k] + g;
+	}
+}
+
+extern "C" void kern_gelu_fwd_cuda(float *out, const float *inp, long n)
+{
+	if (n <= 0)
+		return;
+	int vec = aligned16(out, inp, inp);
+	gelu_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
+		out, inp, n, vec);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
+static void gelu_bwd(float *dinp, const float *inp, const float *dout, long n, int set)
+{
+	if (n <= 0)
+		return;
+	int vec = aligned16(dinp, inp, dout);
+	gelu_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
+		dinp, inp, dout, n, vec, set);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void kern_gelu_bwd_cuda(float *dinp, const float *inp, const float *dout, long n)
+{
+	gelu_bwd(dinp, inp, dout, n, 0);
+}
+
+extern "C" void kern_gelu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n)
+{
+	gelu_bwd(dinp, inp, dout, n, 1);
+}

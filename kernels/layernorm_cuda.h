@@ -1,0 +1,26 @@
+/* kernels/layernorm_cuda.h - LayerNorm on the GPU (layernorm_cuda.cu); the
+ * contract is layernorm.h's: backward adds into dweight and dbias and, except
+ * in the _set version, into dinp. Pointers are device pointers; the work goes
+ * on kern_cuda_stream(). Results are bit-identical from run to run (no float
+ * atomics; sums over rows go through partials added in a fixed order). */
+#ifndef LARCH_KERNELS_LAYERNORM_CUDA_H
+#define LARCH_KERNELS_LAYERNORM_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, const float *inp,
+                             const float *weight, const float *bias, int n, int c);
+void kern_layernorm_bwd_cuda(float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight,
+                             const float *mean, const float *rstd, int n, int c);
+void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight,
+                                 const float *mean, const float *rstd, int n, int c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

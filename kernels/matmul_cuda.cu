@@ -1,0 +1,287 @@
+/* kernels/matmul_cuda.cu - fully connected layer on the GPU (see matmul.h,
+ * matmul_cuda.h).
+ *
+ * cuBLAS is column-major; a row-major [r, k] matrix is the same memory as a
+ * column-major [k, r] one. So, with every matrix in its row-major storage,
+ *   out[n, oc]     = inp @ weight^T   is  out^T = weight^T(op T) @ inp^T
+ *   dinp[n, c]    += dout @ weight    is  dinp^T = weight^T @ dout^T
+ *   dweight[oc, c] += dout^T @ inp   is  dweight^T = inp^T @ dout^T(op T)
+ * in column-major terms, each a single GEMM on the row-major buffers.
+ *
+ * The forward's bias goes into the GEMM's epilogue through cuBLASLt (one
+ * pass over out); without bias it is a plain cublasSgemm. The bias gradient
+ * is a column sum of dout: per-chunk partials in double, one thread per
+ * column walking the chunk's rows in order, then the partials summed in a
+ * fixed order; the chunking depends on n alone, so the bits do not depend on
+ * timing.
+ */
+#include "matmul_cuda.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cublasLt.h>
+
+#include "cuda_common.h"
+
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define LT_CACHE 16
+/* bias gradient: rows per partial, and the block shape (32 columns wide) */
+#define DBIAS_ROWS 256
+#define DBIAS_TY 8
+#define DBIAS_FY 16
+
+static int g_fused_bias = 1;
+
+extern "C" int kern_matmul_cuda_fused_bias(int on)
+{
+	int prev = g_fused_bias;
+	g_fused_bias = !!on;
+	return prev;
+}
+
+/* ---- forward through cuBLASLt (bias in the epilogue) --------------------- */
+
+/* A plan for one shape and set of pointer alignments: cuBLASLt's descriptors
+ * and the algorithm its heuristic picked. */
+struct lt_plan {
+	int used;
+	int n, c, oc;
+	unsigned align[4];
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t a, b, d;
+	cublasLtMatmulAlgo_t algo;
+	int ok; /* 0: no algorithm for this shape, use the unfused path */
+};
+
+static cublasLtHandle_t g_lt;
+static void *g_lt_workspace;
+static struct lt_plan g_plans[LT_CACHE];
+static int g_plan_next;
+
+/* the largest power of two <= 256 that divides p */
+static unsigned ptr_align(const void *p)
+{
+	uintptr_t v = (uintptr_t)p | 256;
+	return (unsigned)(v & -v);
+}
+
+static void plan_release(struct lt_plan *p)
+{
+	if (!p->used)
+		return;
+	cublasLtMatrixLayoutDestroy(p->a);
+	cublasLtMatrixLayoutDestroy(p->b);
+	cublasLtMatrixLayoutDestroy(p->d);
+	cublasLtMatmulDescDestroy(p->desc);
+	memset(p, 0, sizeof *p);
+}
+
+static struct lt_plan *plan_get(int n, int c, int oc, const unsigned align[4])
+{
+	for (int i = 0; i < LT_CACHE; i++) {
+		struct lt_plan *p = &g_plans[i];
+		if (p->used && p->n == n && p->c == c && p->oc == oc &&
+		    memcmp(p->align, align, sizeof p->align) == 0)
+			return p;
+	}
+	if (!g_lt) {
+		KERN_CUBLAS_CHECK(cublasLtCreate(&g_lt));
+		g_lt_workspace = kern_cuda_malloc(LT_WORKSPACE_BYTES);
+	}
+	struct lt_plan *p = &g_plans[g_plan_next];
+	g_plan_next = (g_plan_next + 1) % LT_CACHE;
+	plan_release(p);
+	p->used = 1;
+	p->n = n, p->c = c, p->oc = oc;
+	memcpy(p->align, align, sizeof p->align);
+
+	KERN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+	                                                 &ta, sizeof ta));
+	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+	                                                 &tb, sizeof tb));
+	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+	                                                 &epi, sizeof epi));
+	/* column-major views: weight [c, oc], inp [c, n], out [oc, n] */
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, c, oc, c));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, c, n, c));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, oc, n, oc));
+
+	cublasLtMatmulPreference_t pref;
+	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+	uint64_t ws = LT_WORKSPACE_BYTES;
+	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+		pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+	const cublasLtMatmulPreferenceAttributes_t attr[4] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+	};
+	for (int i = 0; i < 4; i++) {
+		uint32_t al = align[i];
+		KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al, sizeof al));
+	}
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0;
+	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->d, p->d,
+	                                                   pref, 1, &res, &found);
+	cublasLtMatmulPreferenceDestroy(pref);
+	p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+	if (p->ok)
+		p->algo = res.algo;
+	return p;
+}
+
+/* out = weight^T-GEMM + bias in one cuBLASLt call; 0 when cuBLASLt has no
+ * algorithm for this shape and alignment (the caller falls back). */
+static int fwd_lt(float *out, const float *inp, const float *weight, const float *bias, int n,
+                  int c, int oc)
+{
+	/* cuBLASLt takes no alignment preference for the bias: give it only
+	 * 16-byte aligned ones (cudaMalloc's are), in case the epilogue reads
+	 * it in vectors */
+	if (ptr_align(bias) < 16)
+		return 0;
+	unsigned align[4] = { ptr_align(weight), ptr_align(inp), ptr_align(out), ptr_align(out) };
+	struct lt_plan *p = plan_get(n, c, oc, align);
+	if (!p->ok)
+		return 0;
+	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+	                                                 &bias, sizeof bias));
+	const float one = 1.0f, zero = 0.0f;
+	KERN_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &one, weight, p->a, inp, p->b, &zero, out,
+	                                 p->d, out, p->d, &p->algo, g_lt_workspace,
+	                                 LT_WORKSPACE_BYTES, kern_cuda_stream()));
+	return 1;
+}
+
+/* ---- small kernels --------------------------------------------------------- */
+
+/* out[i, o] = bias[o] (or 0 without bias) */
+__global__ static void broadcast_rows_kernel(float *out, const float *bias, long total, int oc)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride)
+		out[k] = bias ? bias[k % oc] : 0.0f;
+}
+
+/* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per
+ * thread row (ty) and then over ty in order. Block (32, DBIAS_TY). */
+__global__ static void dbias_partial_kernel(double *part, const float *dout, int n, int oc)
+{
+	__shared__ double acc[DBIAS_TY][32];
+	int o = blockIdx.x * 32 + threadIdx.x;
+	int r0 = blockIdx.y * DBIAS_ROWS;
+	int r1 = min(n, r0 + DBIAS_ROWS);
+	double s = 0;
+	if (o < oc)
+		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY)
+			s += dout[(size_t)i * oc + o];
+	acc[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	if (threadIdx.y == 0 && o < oc) {
+		for (int y = 1; y < DBIAS_TY; y++)
+			s += acc[y][threadIdx.x];
+		part[(size_t)blockIdx.y * oc + o] = s;
+	}
+}
+
+/* dbias[o] += sum over chunks of part[chunk, o]: thread row ty sums chunks
+ * ty, ty + DBIAS_FY, ... in order, then row 0 adds those in order. Block
+ * (32, DBIAS_FY). */
+__global__ static void dbias_final_kernel(float *dbias, const double *part, int nchunk, int oc)
+{
+	__shared__ double acc[DBIAS_FY][32];
+	int o = blockIdx.x * 32 + threadIdx.x;
+	double s = 0;
+	if (o < oc)
+		for (int k = threadIdx.y; k < nchunk; k += DBIAS_FY)
+			s += part[(size_t)k * oc + o];
+	acc[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	if (threadIdx.y == 0 && o < oc) {
+		for (int y = 1; y < DBIAS_FY; y++)
+			s += acc[y][threadIdx.x];
+		dbias[o] += (float)s;
+	}
+}
+
+static void dbias_colsum(float *dbias, const float *dout, int n, int oc)
+{
+	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
+	double *part = (double *)kern_cuda_scratch_alloc(sizeof(double) * (size_t)nchunk * oc);
+	dim3 grid((unsigned)((oc + 31) / 32), (unsigned)nchunk), block(32, DBIAS_TY);
+	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc);
+	KERN_CUDA_CHECK_LAUNCH();
+	dbias_final_kernel<<<(unsigned)((oc + 31) / 32), dim3(32, DBIAS_FY), 0, kern_cuda_stream()>>>(
+		dbias, part, nchunk, oc);
+	KERN_CUDA_CHECK_LAUNCH();
+	kern_cuda_scratch_free(part);
+}
+
+/* ---- entry points ---------------------------------------------------------- */
+
+extern "C" void kern_matmul_fwd_cuda(float *out, const float *inp, const float *weight,
+                                     const float *bias, int n, int c, int oc)
+{
+	if (n <= 0 || oc <= 0)
+		return;
+	long total = (long)n * oc;
+	if (c <= 0 || (bias && (!g_fused_bias || !fwd_lt(out, inp, weight, bias, n, c, oc)))) {
+		/* out = bias (or 0), then the GEMM adds onto it */
+		broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
+			out, bias, total, oc);
+		KERN_CUDA_CHECK_LAUNCH();
+		if (c <= 0)
+			return;
+		const float one = 1.0f;
+		KERN_CUBLAS_CHECK(cublasSgemm(kern_cuda_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c,
+		                              &one, weight, c, inp, c, &one, out, oc));
+	} else if (!bias) {
+		const float one = 1.0f, zero = 0.0f;
+		KERN_CUBLAS_CHECK(cublasSgemm(kern_cuda_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c,
+		                              &one, weight, c, inp, c, &zero, out, oc));
+	}
+}
+
+/* dinp_beta: 1 adds into dinp, 0 overwrites it (NaN in it included) */
+static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int n, int c, int oc,
+                       float dinp_beta)
+{
+	if (n <= 0)
+		return;
+	if (oc <= 0) {
+		if (dinp && dinp_beta == 0.0f && c > 0)
+			kern_cuda_zero(dinp, sizeof(float) * (size_t)n * (size_t)c);
+		return;
+	}
+	if (c > 0) {
+		cublasHandle_t h = kern_cuda_cublas();
+		const float one = 1.0f;
+		if (dinp)
+			KERN_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one,
+			                              weight, c, dout, oc, &dinp_beta, dinp, c));
+		KERN_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c,
+		                              dout, oc, &one, dweight, c));
+	}
+	if (dbias)
+		dbias_colsum(dbias, dout, n, oc);
+}
+
+extern "C" void kern_matmul_bwd_cuda(float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const float *inp, const float *weight,
+                                     int n, int c, int oc)
+{
+	matmul_bwd(dinp, dweight, dbias, dout, inp, weight, n, c, oc, 1.0f);
+}
+
+extern "C" void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
+                                         const float *dout, const float *inp, const float *weight,
+                                         int n, int c, int oc)
+{
+	matmul_bwd(dinp, dweight, dbias, dout, inp, weight, n, c, oc, 0.0f);
+}

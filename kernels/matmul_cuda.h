@@ -1,0 +1,35 @@
+/* kernels/matmul_cuda.h - fully connected layer on the GPU (matmul_cuda.cu);
+ * the contract is matmul.h's: out = inp @ weight^T + bias, backward adds into
+ * dweight and dbias and, except in the _set version, into dinp. Pointers are
+ * device pointers; the work goes on kern_cuda_stream().
+ *
+ * GEMMs run in plain FP32 (no TF32) through cuBLAS; the bias gradient is a
+ * column sum of our own in a fixed order. Every result is bit-identical from
+ * run to run on the same GPU model and library versions. */
+#ifndef LARCH_KERNELS_MATMUL_CUDA_H
+#define LARCH_KERNELS_MATMUL_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void kern_matmul_fwd_cuda(float *out, const float *inp, const float *weight,
+                          const float *bias, int n, int c, int oc);
+void kern_matmul_bwd_cuda(float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight,
+                          int n, int c, int oc);
+void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
+                              const float *dout, const float *inp, const float *weight,
+                              int n, int c, int oc);
+
+/* How the forward adds the bias, for tests and benchmarks: 1 (the default)
+ * in the GEMM's epilogue (cuBLASLt), 0 by writing the bias into out and
+ * letting the GEMM add onto it (cuBLAS, beta = 1). Returns the previous
+ * setting. */
+int kern_matmul_cuda_fused_bias(int on);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,135 @@
+/* kernels/softmax_xent_cuda.cu - fused softmax + cross-entropy on the GPU
+ * (see softmax_xent.h, softmax_xent_cuda.h).
+ *
+ * Forward: one block per row, one pass over the logits. Each thread keeps an
+ * online (max m, sum s of exp(x - m)) over its strided share of the row;
+ * the pairs are merged in a fixed order (butterfly within the warp, then the
+ * warps' results in order), so lse has the same bits on every run.
+ * Backward: a grid over (row, column block), one expf per logit.
+ * expf is CUDA's accurate one (2 ulp).
+ */
+#include "softmax_xent_cuda.h"
+
+#include <math.h>
+
+#include "cuda_common.h"
+
+#define FWD_THREADS 512
+#define BWD_THREADS 256
+#define BWD_PER_THREAD 4
+
+/* (m, s) merge: the sum of exp(x - max) over both sets. Empty sets have
+ * m = -inf, s = 0. */
+__device__ static inline void lse_merge(float *m, float *s, float m2, float s2)
+{
+	float mx = fmaxf(*m, m2);
+	if (mx == -INFINITY) /* both empty (or all -inf) */
+		return;
+	*s = *s * expf(*m - mx) + s2 * expf(m2 - mx);
+	*m = mx;
+}
+
+__global__ static void xent_fwd_kernel(float *losses, float *lse, const float *logits,
+                                       const int *targets, int v)
+{
+	__shared__ float sm[FWD_THREADS / 32], ss[FWD_THREADS / 32];
+	int row = blockIdx.x;
+	int tgt = targets[row];
+	if (tgt < 0) {
+		if (threadIdx.x == 0) {
+			losses[row] = 0.0f;
+			lse[row] = 0.0f;
+		}
+		return;
+	}
+	const float *x = logits + (size_t)row * v;
+	float m = -INFINITY, s = 0.0f;
+	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
+		float xj = x[j];
+		if (xj > m) {
+			s = s * expf(m - xj) + 1.0f;
+			m = xj;
+		} else if (xj != -INFINITY) { /* NaN goes here, and into s */
+			s += expf(xj - m);
+		}
+	}
+	for (int off = 16; off > 0; off >>= 1) {
+		float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+		float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+		lse_merge(&m, &s, m2, s2);
+	}
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	if (lane == 0) {
+		sm[warp] = m;
+		ss[warp] = s;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		m = sm[0];
+		s = ss[0];
+		for (int w = 1; w < FWD_THREADS / 32; w++)
+			lse_merge(&m, &s, sm[w], ss[w]);
+		float l = m + logf(s);
+		lse[row] = l;
+		losses[row] = l - x[tgt];
+	}
+}
+
+/* set: dlogits = g; else dlogits += g, with g = dloss (p - [j == target])
+ * rounded before the add (__fmul_rn), so that adding gives exactly dlogits
+ * + what the _set version writes. Rows with a negative target: g = 0. */
+__global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float *logits,
+                                       const float *lse, const int *targets, int v, int set)
+{
+	int row = blockIdx.x;
+	int tgt = targets[row];
+	if (tgt < 0 && !set)
+		return;
+	float l = tgt < 0 ? 0.0f : lse[row];
+	size_t base = (size_t)row * v;
+	int j0 = blockIdx.y * (BWD_THREADS * BWD_PER_THREAD) + threadIdx.x;
+#pragma unroll
+	for (int k = 0; k < BWD_PER_THREAD; k++) {
+		int j = j0 + k * BWD_THREADS;
+		if (j >= v)
+			break;
+		float g = 0.0f;
+		if (tgt >= 0)
+			g = __fmul_rn(dloss, expf(logits[base + j] - l) - (j == tgt ? 1.0f : 0.0f));
+		dlogits[base + j] = set ? g : dlogits[base + j] + g;
+	}
+}
+
+extern "C" void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const float *logits,
+                                           const int *targets, int n, int v)
+{
+	if (n <= 0 || v <= 0)
+		return;
+	xent_fwd_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, targets, v);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
+static void xent_bwd(float *dlogits, float dloss, const float *logits, const float *lse,
+                     const int *targets, int n, int v, int set)
+{
+	if (n <= 0 || v <= 0)
+		return;
+	dim3 grid((unsigned)n, (unsigned)((v + BWD_THREADS * BWD_PER_THREAD - 1) /
+	                                  (BWD_THREADS * BWD_PER_THREAD)));
+	xent_bwd_kernel<<<grid, BWD_THREADS, 0, kern_cuda_stream()>>>(dlogits, dloss, logits, lse,
+	                                                              targets, v, set);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void kern_softmax_xent_bwd_cuda(float *dlogits, float dloss, const float *logits,
+                                           const float *lse, const int *targets, int n, int v)
+{
+	xent_bwd(dlogits, dloss, logits, lse, targets, n, v, 0);
+}
+
+extern "C" void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *logits,
+                                               const float *lse, const int *targets, int n,
+                                               int v)
+{
+	xent_bwd(dlogits, dloss, logits, lse, targets, n, v, 1);
+}

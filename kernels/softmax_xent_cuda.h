@@ -1,0 +1,23 @@
+/* kernels/softmax_xent_cuda.h - fused softmax + cross-entropy on the GPU
+ * (softmax_xent_cuda.cu); the contract is softmax_xent.h's. Pointers
+ * (targets too) are device pointers; dloss is a host value; the work goes on
+ * kern_cuda_stream(). Results are bit-identical from run to run. */
+#ifndef LARCH_KERNELS_SOFTMAX_XENT_CUDA_H
+#define LARCH_KERNELS_SOFTMAX_XENT_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const float *logits,
+                                const int *targets, int n, int v);
+void kern_softmax_xent_bwd_cuda(float *dlogits, float dloss, const float *logits,
+                                const float *lse, const int *targets, int n, int v);
+void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *logits,
+                                    const float *lse, const int *targets, int n, int v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

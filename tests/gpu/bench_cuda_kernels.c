@@ -1,0 +1,628 @@
+/* tests/gpu/bench_cuda_kernels.c - each CUDA kernel beside its optimised CPU
+ * version on the same shapes: milliseconds per call, GB/s (bytes the kernel
+ * must move at least) or GFLOP/s (matmul), and the ratio CPU / GPU.
+ *
+ *   bench_cuda_kernels [--quick] [--threads N] [--only SUBSTRING]
+ *
+ * GPU times come from CUDA events around a block of back-to-back calls after
+ * warm-up calls (the block lasts >= 50 ms); CPU times from the wall clock,
+ * calls repeated for >= 0.3 s (at least once). --quick shrinks the shapes
+ * and the time spent. Shapes: GPT-2 small (B*T = 8192 tokens, C = 768,
+ * vocabulary 50257; softmax over 1024 rows) and the Fashion-MNIST MLP
+ * (784-1024-1024-10). Backward kernels add into their outputs, so the
+ * repeated calls see growing gradients: harmless for timing. Not a test: it
+ * never fails on a figure; it exits 77 without a GPU.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/attention.h"
+#include "kernels/attention_cuda.h"
+#include "kernels/blas.h"
+#include "kernels/cuda_common.h"
+#include "kernels/embedding.h"
+#include "kernels/embedding_cuda.h"
+#include "kernels/gelu.h"
+#include "kernels/gelu_cuda.h"
+#include "kernels/layernorm.h"
+#include "kernels/layernorm_cuda.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_cuda.h"
+#include "kernels/optimizer.h"
+#include "kernels/optimizer_cuda.h"
+#include "kernels/parallel.h"
+#include "kernels/relu.h"
+#include "kernels/relu_cuda.h"
+#include "kernels/residual.h"
+#include "kernels/residual_cuda.h"
+#include "kernels/softmax_xent.h"
+#include "kernels/softmax_xent_cuda.h"
+
+static int quick;
+static const char *only;
+
+/* ---- buffers ---------------------------------------------------------------- */
+
+static uint64_t rng = 1;
+
+static float *hbuf(long n, float lo, float hi)
+{
+	float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+	if (!p) {
+		fprintf(stderr, "bench: out of host memory (%ld floats)\n", n);
+		exit(1);
+	}
+	/* a cheap LCG: filling gigabytes with splitmix would dominate */
+	uint32_t s = (uint32_t)(rng++ * 2654435761u);
+	for (long i = 0; i < n; i++) {
+		s = s * 1664525u + 1013904223u;
+		p[i] = lo + (hi - lo) * (float)(s >> 8) * (1.0f / 16777216.0f);
+	}
+	return p;
+}
+
+static float *dbuf(const float *h, long n)
+{
+	return kern_cuda_dup(h, sizeof(float) * (size_t)(n > 0 ? n : 1));
+}
+
+/* ---- timing ----------------------------------------------------------------- */
+
+typedef void (*run_fn)(void *ctx);
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double time_cpu_ms(run_fn f, void *ctx)
+{
+	double budget = quick ? 0.1 : 0.3;
+	f(ctx); /* warm-up: page faults, thread start, BLAS packing buffers */
+	int reps = 0;
+	double t0 = now_s(), t;
+	do {
+		f(ctx);
+		reps++;
+		t = now_s() - t0;
+	} while (t < budget && reps < 1000);
+	return t * 1e3 / reps;
+}
+
+static double time_gpu_ms(run_fn f, void *ctx)
+{
+	cudaEvent_t a, b;
+	KERN_CUDA_CHECK(cudaEventCreate(&a));
+	KERN_CUDA_CHECK(cudaEventCreate(&b));
+	for (int i = 0; i < 3; i++)
+		f(ctx);
+	/* one timed call to size the block */
+	KERN_CUDA_CHECK(cudaEventRecord(a, kern_cuda_stream()));
+	f(ctx);
+	KERN_CUDA_CHECK(cudaEventRecord(b, kern_cuda_stream()));
+	KERN_CUDA_CHECK(cudaEventSynchronize(b));
+	float ms = 0;
+	KERN_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+	double target = quick ? 20.0 : 50.0;
+	int reps = ms > 0 ? (int)(target / ms) : 1000;
+	if (reps < 5)
+		reps = 5;
+	if (reps > 2000)
+		reps = 2000;
+	KERN_CUDA_CHECK(cudaEventRecord(a, kern_cuda_stream()));
+	for (int i = 0; i < reps; i++)
+		f(ctx);
+	KERN_CUDA_CHECK(cudaEventRecord(b, kern_cuda_stream()));
+	KERN_CUDA_CHECK(cudaEventSynchronize(b));
+	KERN_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+	KERN_CUDA_CHECK(cudaEventDestroy(a));
+	KERN_CUDA_CHECK(cudaEventDestroy(b));
+	return (double)ms / reps;
+}
+
+/* amount: bytes (flops = 0) or floating-point operations (flops = 1) */
+static void bench(const char *op, const char *shape, double amount, int flops, run_fn cpu,
+                  run_fn gpu, void *ctx)
+{
+	char name[128];
+	snprintf(name, sizeof name, "%s %s", op, shape);
+	if (only && !strstr(name, only))
+		return;
+	double c = cpu ? time_cpu_ms(cpu, ctx) : NAN;
+	double g = time_gpu_ms(gpu, ctx);
+	const char *unit = flops ? "GFLOP/s" : "GB/s";
+	printf("%-22s %-24s cpu %9.3f ms %8.1f %-7s | gpu %8.4f ms %8.1f %-7s | x%.1f\n", op, shape,
+	       c, amount / (c * 1e-3) / 1e9, unit, g, amount / (g * 1e-3) / 1e9, unit, c / g);
+	fflush(stdout);
+}
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+struct ew {
+	long n;
+	float *x, *y, *z, *d_x, *d_y, *d_z;
+};
+
+static void ew_init(struct ew *e, long n)
+{
+	e->n = n;
+	e->x = hbuf(n, -4, 4);
+	e->y = hbuf(n, -1, 1);
+	e->z = hbuf(n, -1, 1);
+	e->d_x = dbuf(e->x, n);
+	e->d_y = dbuf(e->y, n);
+	e->d_z = dbuf(e->z, n);
+}
+
+static void ew_free(struct ew *e)
+{
+	free(e->x), free(e->y), free(e->z);
+	kern_cuda_free(e->d_x), kern_cuda_free(e->d_y), kern_cuda_free(e->d_z);
+}
+
+#define EW_PAIR(name, cpu_call, gpu_call)                                                  \
+	static void name##_c(void *p)                                                      \
+	{                                                                                  \
+		struct ew *e = p;                                                          \
+		cpu_call;                                                                  \
+	}                                                                                  \
+	static void name##_g(void *p)                                                      \
+	{                                                                                  \
+		struct ew *e = p;                                                          \
+		gpu_call;                                                                  \
+	}
+
+EW_PAIR(gelu_fwd, kern_gelu_fwd_cpu(e->z, e->x, e->n), kern_gelu_fwd_cuda(e->d_z, e->d_x, e->n))
+EW_PAIR(gelu_bwd, kern_gelu_bwd_cpu(e->z, e->x, e->y, e->n),
+        kern_gelu_bwd_cuda(e->d_z, e->d_x, e->d_y, e->n))
+EW_PAIR(gelu_bwd_set, kern_gelu_bwd_set_cpu(e->z, e->x, e->y, e->n),
+        kern_gelu_bwd_set_cuda(e->d_z, e->d_x, e->d_y, e->n))
+EW_PAIR(relu_fwd, kern_relu_fwd_cpu(e->z, e->x, e->n), kern_relu_fwd_cuda(e->d_z, e->d_x, e->n))
+EW_PAIR(relu_bwd, kern_relu_bwd_cpu(e->z, e->x, e->y, e->n),
+        kern_relu_bwd_cuda(e->d_z, e->d_x, e->d_y, e->n))
+EW_PAIR(residual_fwd, kern_residual_fwd_cpu(e->z, e->x, e->y, e->n),
+        kern_residual_fwd_cuda(e->d_z, e->d_x, e->d_y, e->n))
+EW_PAIR(residual_bwd, kern_residual_bwd_cpu(e->x, e->y, e->z, e->n),
+        kern_residual_bwd_cuda(e->d_x, e->d_y, e->d_z, e->n))
+
+static void bench_elementwise(long tokens, int c)
+{
+	char shape[64];
+	struct ew e;
+	long n = tokens * 4 * c; /* the MLP block's hidden activations */
+	snprintf(shape, sizeof shape, "n=%ld", n);
+	ew_init(&e, n);
+	bench("gelu fwd", shape, 8.0 * n, 0, gelu_fwd_c, gelu_fwd_g, &e);
+	bench("gelu bwd", shape, 16.0 * n, 0, gelu_bwd_c, gelu_bwd_g, &e);
+	bench("gelu bwd_set", shape, 12.0 * n, 0, gelu_bwd_set_c, gelu_bwd_set_g, &e);
+	bench("relu fwd", shape, 8.0 * n, 0, relu_fwd_c, relu_fwd_g, &e);
+	bench("relu bwd", shape, 16.0 * n, 0, relu_bwd_c, relu_bwd_g, &e);
+	ew_free(&e);
+
+	n = tokens * c; /* the residual stream */
+	snprintf(shape, sizeof shape, "n=%ld", n);
+	ew_init(&e, n);
+	bench("residual fwd", shape, 12.0 * n, 0, residual_fwd_c, residual_fwd_g, &e);
+	bench("residual bwd", shape, 20.0 * n, 0, residual_bwd_c, residual_bwd_g, &e);
+	ew_free(&e);
+}
+
+/* ---- layernorm --------------------------------------------------------------- */
+
+struct lnb {
+	int n, c;
+	float *inp, *w, *b, *out, *mean, *rstd, *dout, *dinp, *dw, *db;
+	float *d_inp, *d_w, *d_b, *d_out, *d_mean, *d_rstd, *d_dout, *d_dinp, *d_dw, *d_db;
+};
+
+static void ln_fwd_c(void *p)
+{
+	struct lnb *l = p;
+	kern_layernorm_fwd_cpu(l->out, l->mean, l->rstd, l->inp, l->w, l->b, l->n, l->c);
+}
+
+static void ln_fwd_g(void *p)
+{
+	struct lnb *l = p;
+	kern_layernorm_fwd_cuda(l->d_out, l->d_mean, l->d_rstd, l->d_inp, l->d_w, l->d_b, l->n, l->c);
+}
+
+static void ln_bwd_c(void *p)
+{
+	struct lnb *l = p;
+	kern_layernorm_bwd_cpu(l->dinp, l->dw, l->db, l->dout, l->inp, l->w, l->mean, l->rstd,
+	                       l->n, l->c);
+}
+
+static void ln_bwd_g(void *p)
+{
+	struct lnb *l = p;
+	kern_layernorm_bwd_cuda(l->d_dinp, l->d_dw, l->d_db, l->d_dout, l->d_inp, l->d_w, l->d_mean,
+	                        l->d_rstd, l->n, l->c);
+}
+
+static void bench_layernorm(int n, int c)
+{
+	struct lnb l = { .n = n, .c = c };
+	long nc = (long)n * c;
+	l.inp = hbuf(nc, -2, 3), l.out = hbuf(nc, 0, 0), l.dout = hbuf(nc, -1, 1);
+	l.dinp = hbuf(nc, 0, 0), l.w = hbuf(c, 0.5f, 1.5f), l.b = hbuf(c, -0.5f, 0.5f);
+	l.dw = hbuf(c, 0, 0), l.db = hbuf(c, 0, 0), l.mean = hbuf(n, 0, 0), l.rstd = hbuf(n, 0, 0);
+	l.d_inp = dbuf(l.inp, nc), l.d_out = dbuf(l.out, nc), l.d_dout = dbuf(l.dout, nc);
+	l.d_dinp = dbuf(l.dinp, nc), l.d_w = dbuf(l.w, c), l.d_b = dbuf(l.b, c);
+	l.d_dw = dbuf(l.dw, c), l.d_db = dbuf(l.db, c), l.d_mean = dbuf(l.mean, n);
+	l.d_rstd = dbuf(l.rstd, n);
+	ln_fwd_c(&l); /* mean and rstd for backward */
+	ln_fwd_g(&l);
+	char shape[64];
+	snprintf(shape, sizeof shape, "n=%d c=%d", n, c);
+	bench("layernorm fwd", shape, 8.0 * nc, 0, ln_fwd_c, ln_fwd_g, &l);
+	bench("layernorm bwd", shape, 16.0 * nc, 0, ln_bwd_c, ln_bwd_g, &l);
+	free(l.inp), free(l.out), free(l.dout), free(l.dinp), free(l.w), free(l.b), free(l.dw);
+	free(l.db), free(l.mean), free(l.rstd);
+	kern_cuda_free(l.d_inp), kern_cuda_free(l.d_out), kern_cuda_free(l.d_dout);
+	kern_cuda_free(l.d_dinp), kern_cuda_free(l.d_w), kern_cuda_free(l.d_b);
+	kern_cuda_free(l.d_dw), kern_cuda_free(l.d_db), kern_cuda_free(l.d_mean);
+	kern_cuda_free(l.d_rstd);
+}
+
+/* ---- softmax + cross-entropy ------------------------------------------------- */
+
+struct sx {
+	int n, v;
+	float *logits, *losses, *lse, *dl;
+	int *targets;
+	float *d_logits, *d_losses, *d_lse, *d_dl;
+	int *d_targets;
+};
+
+static void sx_fwd_c(void *p)
+{
+	struct sx *s = p;
+	kern_softmax_xent_fwd_cpu(s->losses, s->lse, s->logits, s->targets, s->n, s->v);
+}
+
+static void sx_fwd_g(void *p)
+{
+	struct sx *s = p;
+	kern_softmax_xent_fwd_cuda(s->d_losses, s->d_lse, s->d_logits, s->d_targets, s->n, s->v);
+}
+
+static void sx_bwd_c(void *p)
+{
+	struct sx *s = p;
+	kern_softmax_xent_bwd_set_cpu(s->dl, 1.0f / s->n, s->logits, s->lse, s->targets, s->n, s->v);
+}
+
+static void sx_bwd_g(void *p)
+{
+	struct sx *s = p;
+	kern_softmax_xent_bwd_set_cuda(s->d_dl, 1.0f / s->n, s->d_logits, s->d_lse, s->d_targets,
+	                               s->n, s->v);
+}
+
+static void bench_softmax_xent(int n, int v)
+{
+	struct sx s = { .n = n, .v = v };
+	long nv = (long)n * v;
+	s.logits = hbuf(nv, -8, 8), s.dl = hbuf(nv, 0, 0), s.losses = hbuf(n, 0, 0);
+	s.lse = hbuf(n, 0, 0);
+	s.targets = malloc(sizeof(int) * (size_t)n);
+	for (int i = 0; i < n; i++)
+		s.targets[i] = (int)((i * 7919L) % v);
+	s.d_logits = dbuf(s.logits, nv), s.d_dl = dbuf(s.dl, nv), s.d_losses = dbuf(s.losses, n);
+	s.d_lse = dbuf(s.lse, n);
+	s.d_targets = kern_cuda_dup(s.targets, sizeof(int) * (size_t)n);
+	sx_fwd_c(&s);
+	sx_fwd_g(&s);
+	char shape[64];
+	snprintf(shape, sizeof shape, "n=%d v=%d", n, v);
+	bench("softmax_xent fwd", shape, 4.0 * nv, 0, sx_fwd_c, sx_fwd_g, &s);
+	bench("softmax_xent bwd_set", shape, 8.0 * nv, 0, sx_bwd_c, sx_bwd_g, &s);
+	free(s.logits), free(s.dl), free(s.losses), free(s.lse), free(s.targets);
+	kern_cuda_free(s.d_logits), kern_cuda_free(s.d_dl), kern_cuda_free(s.d_losses);
+	kern_cuda_free(s.d_lse), kern_cuda_free(s.d_targets);
+}
+
+/* ---- optimizer --------------------------------------------------------------- */
+
+struct ob {
+	long n;
+	float *w, *m, *v, *g, *d_w, *d_m, *d_v, *d_g;
+	double sink;
+};
+
+#define OPT_PAIR(name, cpu_call, gpu_call)                                                 \
+	static void name##_c(void *p)                                                      \
+	{                                                                                  \
+		struct ob *o = p;                                                          \
+		cpu_call;                                                                  \
+	}                                                                                  \
+	static void name##_g(void *p)                                                      \
+	{                                                                                  \
+		struct ob *o = p;                                                          \
+		gpu_call;                                                                  \
+	}
+
+OPT_PAIR(sumsq, o->sink += kern_sumsq_cpu(o->g, o->n), o->sink += kern_sumsq_cuda(o->d_g, o->n))
+OPT_PAIR(sgd, kern_sgd_update_cpu(o->w, o->m, o->g, o->n, 1e-3f, 0.9f, 1e-4f, 0),
+         kern_sgd_update_cuda(o->d_w, o->d_m, o->d_g, o->n, 1e-3f, 0.9f, 1e-4f, 0))
+OPT_PAIR(adamw,
+         kern_adamw_update_cpu(o->w, o->m, o->v, o->g, o->n, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f,
+                               0.5f, 0.1f),
+         kern_adamw_update_cuda(o->d_w, o->d_m, o->d_v, o->d_g, o->n, 1e-4f, 0.9f, 0.999f, 1e-8f,
+                                0.1f, 0.5f, 0.1f))
+OPT_PAIR(lars, kern_lars_update_cpu(o->w, o->m, o->g, o->n, 1e-3f, 0.9f, 1e-4f),
+         kern_lars_update_cuda(o->d_w, o->d_m, o->d_g, o->n, 1e-3f, 0.9f, 1e-4f))
+OPT_PAIR(lamb_moments,
+         o->sink += kern_lamb_moments_cpu(o->m, o->v, o->g, o->w, o->n, 0.9f, 0.999f, 1e-6f,
+                                          0.01f, 0.5f, 0.1f),
+         o->sink += kern_lamb_moments_cuda(o->d_m, o->d_v, o->d_g, o->d_w, o->n, 0.9f, 0.999f,
+                                           1e-6f, 0.01f, 0.5f, 0.1f))
+OPT_PAIR(lamb_apply,
+         kern_lamb_apply_cpu(o->w, o->m, o->v, o->n, 1e-6f, 1e-6f, 0.01f, 0.5f, 0.1f),
+         kern_lamb_apply_cuda(o->d_w, o->d_m, o->d_v, o->n, 1e-6f, 1e-6f, 0.01f, 0.5f, 0.1f))
+
+static void bench_optimizer(long n)
+{
+	struct ob o = { .n = n };
+	o.w = hbuf(n, -1, 1), o.m = hbuf(n, -0.01f, 0.01f), o.v = hbuf(n, 0, 1e-4f);
+	o.g = hbuf(n, -1e-3f, 1e-3f);
+	o.d_w = dbuf(o.w, n), o.d_m = dbuf(o.m, n), o.d_v = dbuf(o.v, n), o.d_g = dbuf(o.g, n);
+	char shape[64];
+	snprintf(shape, sizeof shape, "n=%ld", n);
+	bench("sumsq", shape, 4.0 * n, 0, sumsq_c, sumsq_g, &o);
+	bench("sgd update", shape, 20.0 * n, 0, sgd_c, sgd_g, &o);
+	bench("adamw update", shape, 28.0 * n, 0, adamw_c, adamw_g, &o);
+	bench("lars update", shape, 20.0 * n, 0, lars_c, lars_g, &o);
+	bench("lamb moments", shape, 24.0 * n, 0, lamb_moments_c, lamb_moments_g, &o);
+	bench("lamb apply", shape, 16.0 * n, 0, lamb_apply_c, lamb_apply_g, &o);
+	free(o.w), free(o.m), free(o.v), free(o.g);
+	kern_cuda_free(o.d_w), kern_cuda_free(o.d_m), kern_cuda_free(o.d_v), kern_cuda_free(o.d_g);
+}
+
+/* ---- embedding --------------------------------------------------------------- */
+
+struct eb {
+	int b, t, c, vocab;
+	int *tokens, *d_tokens;
+	float *wte, *wpe, *out, *dwte, *dwpe;
+	float *d_wte, *d_wpe, *d_out, *d_dwte, *d_dwpe;
+};
+
+static void emb_fwd_c(void *p)
+{
+	struct eb *e = p;
+	kern_embedding_fwd_cpu(e->out, e->tokens, e->wte, e->wpe, e->b, e->t, e->c);
+}
+
+static void emb_fwd_g(void *p)
+{
+	struct eb *e = p;
+	kern_embedding_fwd_cuda(e->d_out, e->d_tokens, e->d_wte, e->d_wpe, e->b, e->t, e->c);
+}
+
+static void emb_bwd_c(void *p)
+{
+	struct eb *e = p;
+	kern_embedding_bwd_cpu(e->dwte, e->dwpe, e->out, e->tokens, e->b, e->t, e->c, e->vocab);
+}
+
+static void emb_bwd_g(void *p)
+{
+	struct eb *e = p;
+	kern_embedding_bwd_cuda(e->d_dwte, e->d_dwpe, e->d_out, e->d_tokens, e->b, e->t, e->c,
+	                        e->vocab);
+}
+
+static void bench_embedding(int b, int t, int c, int vocab)
+{
+	struct eb e = { .b = b, .t = t, .c = c, .vocab = vocab };
+	long rows = (long)b * t, vc = (long)vocab * c, tc = (long)t * c;
+	e.tokens = malloc(sizeof(int) * (size_t)rows);
+	for (long i = 0; i < rows; i++)
+		e.tokens[i] = (int)((i * 2654435761u) % (unsigned)vocab);
+	e.wte = hbuf(vc, -0.1f, 0.1f), e.wpe = hbuf(tc, -0.1f, 0.1f), e.out = hbuf(rows * c, 0, 0);
+	e.dwte = hbuf(vc, 0, 0), e.dwpe = hbuf(tc, 0, 0);
+	e.d_tokens = kern_cuda_dup(e.tokens, sizeof(int) * (size_t)rows);
+	e.d_wte = dbuf(e.wte, vc), e.d_wpe = dbuf(e.wpe, tc), e.d_out = dbuf(e.out, rows * c);
+	e.d_dwte = dbuf(e.dwte, vc), e.d_dwpe = dbuf(e.dwpe, tc);
+	char shape[64];
+	snprintf(shape, sizeof shape, "b=%d t=%d c=%d", b, t, c);
+	/* forward: a wte row and a wpe row read, an out row written, per token;
+	 * backward: dout read, a dwte row read and written per token (at
+	 * most), dwpe read and written once */
+	bench("embedding fwd", shape, 12.0 * rows * c, 0, emb_fwd_c, emb_fwd_g, &e);
+	bench("embedding bwd", shape, 12.0 * rows * c + 8.0 * tc, 0, emb_bwd_c, emb_bwd_g, &e);
+	free(e.tokens), free(e.wte), free(e.wpe), free(e.out), free(e.dwte), free(e.dwpe);
+	kern_cuda_free(e.d_tokens), kern_cuda_free(e.d_wte), kern_cuda_free(e.d_wpe);
+	kern_cuda_free(e.d_out), kern_cuda_free(e.d_dwte), kern_cuda_free(e.d_dwpe);
+}
+
+/* ---- attention ---------------------------------------------------------------- */
+
+struct ab {
+	int b, t, c, nh;
+	float *qkv, *out, *att, *datt, *dqkv;
+	float *d_qkv, *d_out, *d_att, *d_datt, *d_dqkv;
+};
+
+static void att_fwd_c(void *p)
+{
+	struct ab *a = p;
+	kern_attention_fwd_cpu(a->out, NULL, a->att, a->qkv, a->b, a->t, a->c, a->nh);
+}
+
+static void att_fwd_g(void *p)
+{
+	struct ab *a = p;
+	kern_attention_fwd_cuda(a->d_out, NULL, a->d_att, a->d_qkv, a->b, a->t, a->c, a->nh);
+}
+
+static void att_bwd_c(void *p)
+{
+	struct ab *a = p;
+	kern_attention_bwd_set_cpu(a->dqkv, NULL, a->datt, a->out, a->qkv, a->att, a->b, a->t, a->c,
+	                           a->nh);
+}
+
+static void att_bwd_g(void *p)
+{
+	struct ab *a = p;
+	kern_attention_bwd_set_cuda(a->d_dqkv, NULL, a->d_datt, a->d_out, a->d_qkv, a->d_att, a->b,
+	                            a->t, a->c, a->nh);
+}
+
+static void bench_attention(int b, int t, int c, int nh)
+{
+	struct ab a = { .b = b, .t = t, .c = c, .nh = nh };
+	long btc = (long)b * t * c, tt = (long)b * nh * t * t;
+	a.qkv = hbuf(3 * btc, -1, 1), a.out = hbuf(btc, 0, 0), a.att = hbuf(tt, 0, 0);
+	a.datt = hbuf(tt, 0, 0), a.dqkv = hbuf(3 * btc, 0, 0);
+	a.d_qkv = dbuf(a.qkv, 3 * btc), a.d_out = dbuf(a.out, btc), a.d_att = dbuf(a.att, tt);
+	a.d_datt = dbuf(a.datt, tt), a.d_dqkv = dbuf(a.dqkv, 3 * btc);
+	att_fwd_c(&a); /* att for backward */
+	att_fwd_g(&a);
+	char shape[64];
+	snprintf(shape, sizeof shape, "b=%d t=%d c=%d nh=%d", b, t, c, nh);
+	/* the useful (causal) half of the [t, t] products: 2 products forward,
+	 * 4 backward, each 2 t t hs / 2 per head */
+	double flop = 2.0 * b * c * (double)t * t / 2;
+	bench("attention fwd", shape, 2 * flop, 1, att_fwd_c, att_fwd_g, &a);
+	bench("attention bwd_set", shape, 4 * flop, 1, att_bwd_c, att_bwd_g, &a);
+	free(a.qkv), free(a.out), free(a.att), free(a.datt), free(a.dqkv);
+	kern_cuda_free(a.d_qkv), kern_cuda_free(a.d_out), kern_cuda_free(a.d_att);
+	kern_cuda_free(a.d_datt), kern_cuda_free(a.d_dqkv);
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+struct mmb {
+	int n, c, oc, bias;
+	float *inp, *w, *b, *out, *dout, *dinp, *dw, *db;
+	float *d_inp, *d_w, *d_b, *d_out, *d_dout, *d_dinp, *d_dw, *d_db;
+};
+
+static void mm_fwd_c(void *p)
+{
+	struct mmb *m = p;
+	kern_matmul_fwd_cpu(m->out, m->inp, m->w, m->bias ? m->b : NULL, m->n, m->c, m->oc);
+}
+
+static void mm_fwd_g(void *p)
+{
+	struct mmb *m = p;
+	kern_matmul_fwd_cuda(m->d_out, m->d_inp, m->d_w, m->bias ? m->d_b : NULL, m->n, m->c, m->oc);
+}
+
+static void mm_bwd_c(void *p)
+{
+	struct mmb *m = p;
+	kern_matmul_bwd_set_cpu(m->dinp, m->dw, m->bias ? m->db : NULL, m->dout, m->inp, m->w,
+	                        m->n, m->c, m->oc);
+}
+
+static void mm_bwd_g(void *p)
+{
+	struct mmb *m = p;
+	kern_matmul_bwd_set_cuda(m->d_dinp, m->d_dw, m->bias ? m->d_db : NULL, m->d_dout, m->d_inp,
+	                         m->d_w, m->n, m->c, m->oc);
+}
+
+static void bench_matmul(const char *label, int n, int c, int oc, int bias, int cpu_too)
+{
+	struct mmb m = { .n = n, .c = c, .oc = oc, .bias = bias };
+	long nc = (long)n * c, no = (long)n * oc, occ = (long)oc * c;
+	m.inp = hbuf(nc, -1, 1), m.w = hbuf(occ, -0.05f, 0.05f), m.b = hbuf(oc, -0.1f, 0.1f);
+	m.out = hbuf(no, 0, 0), m.dout = hbuf(no, -1e-3f, 1e-3f), m.dinp = hbuf(nc, 0, 0);
+	m.dw = hbuf(occ, 0, 0), m.db = hbuf(oc, 0, 0);
+	m.d_inp = dbuf(m.inp, nc), m.d_w = dbuf(m.w, occ), m.d_b = dbuf(m.b, oc);
+	m.d_out = dbuf(m.out, no), m.d_dout = dbuf(m.dout, no), m.d_dinp = dbuf(m.dinp, nc);
+	m.d_dw = dbuf(m.dw, occ), m.d_db = dbuf(m.db, oc);
+	char op[64], shape[64];
+	snprintf(shape, sizeof shape, "%d x %d -> %d", n, c, oc);
+	double flops = 2.0 * n * c * oc;
+	snprintf(op, sizeof op, "matmul fwd %s", label);
+	bench(op, shape, flops, 1, cpu_too ? mm_fwd_c : NULL, mm_fwd_g, &m);
+	if (bias) {
+		snprintf(op, sizeof op, "matmul fwd %s unfused", label);
+		int prev = kern_matmul_cuda_fused_bias(0);
+		bench(op, shape, flops, 1, NULL, mm_fwd_g, &m);
+		kern_matmul_cuda_fused_bias(prev);
+	}
+	snprintf(op, sizeof op, "matmul bwd %s", label);
+	bench(op, shape, 2 * flops, 1, cpu_too ? mm_bwd_c : NULL, mm_bwd_g, &m);
+	free(m.inp), free(m.w), free(m.b), free(m.out), free(m.dout), free(m.dinp), free(m.dw);
+	free(m.db);
+	kern_cuda_free(m.d_inp), kern_cuda_free(m.d_w), kern_cuda_free(m.d_b);
+	kern_cuda_free(m.d_out), kern_cuda_free(m.d_dout), kern_cuda_free(m.d_dinp);
+	kern_cuda_free(m.d_dw), kern_cuda_free(m.d_db);
+}
+
+int main(int argc, char **argv)
+{
+	int threads = 0;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--quick") == 0) {
+			quick = 1;
+		} else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+			threads = atoi(argv[++i]);
+		} else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+			only = argv[++i];
+		} else {
+			fprintf(stderr, "usage: bench_cuda_kernels [--quick] [--threads N] "
+			        "[--only SUBSTRING]\n");
+			return 2;
+		}
+	}
+	char why[256] = "";
+	if (kern_cuda_device_count(why, sizeof why) == 0) {
+		printf("no CUDA device: skipping (%s)\n", why);
+		return 77;
+	}
+	struct kern_cuda_device dev;
+	if (kern_cuda_device_query(0, &dev, why, sizeof why) != 0) {
+		printf("no usable CUDA device: skipping (%s)\n", why);
+		return 77;
+	}
+	if (threads > 0)
+		kern_set_threads(threads);
+	char line[512];
+	kern_cuda_device_describe(&dev, line, sizeof line);
+	printf("gpu: %s\n", line);
+	printf("cpu: %d threads; BLAS: %s\n", kern_threads(), kern_blas_describe());
+	printf("(GB/s: bytes each kernel must read and write; GFLOP/s: matmul 2 n c oc forward, "
+	       "twice that backward; attention the causal half of its [t, t] products; "
+	       "xR: cpu time / gpu time)\n");
+
+	long tokens = quick ? 1024 : 8192;
+	int c = 768;
+	bench_elementwise(tokens, c);
+	bench_layernorm((int)tokens, c);
+	bench_softmax_xent(quick ? 128 : 1024, 50257);
+	bench_optimizer(quick ? (4L << 20) : (32L << 20));
+	bench_embedding(quick ? 1 : 8, 1024, c, 50257);
+	bench_attention(quick ? 1 : 8, 1024, c, 12);
+
+	/* GPT-2 small's linear layers, then the Fashion-MNIST MLP's */
+	int n = (int)tokens;
+	bench_matmul("gpt qkv", n, c, 3 * c, 1, 1);
+	bench_matmul("gpt attproj", n, c, c, 1, 1);
+	bench_matmul("gpt fc", n, c, 4 * c, 1, 1);
+	bench_matmul("gpt fcproj", n, 4 * c, c, 1, 1);
+	bench_matmul("gpt lm_head", n, c, 50257, 0, !quick);
+	int mb = quick ? 1024 : 8192;
+	bench_matmul("mlp in", mb, 784, 1024, 1, 1);
+	bench_matmul("mlp hidden", mb, 1024, 1024, 1, 1);
+	bench_matmul("mlp out", mb, 1024, 10, 1, 1);
+	kern_cuda_sync();
+	return 0;
+}

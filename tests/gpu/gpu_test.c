@@ -1,0 +1,104 @@
+/* tests/gpu/gpu_test.c - see gpu_test.h. */
+#include "gpu_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_common.h"
+
+void gpu_test_init(const char *test)
+{
+	char why[256] = "";
+	int n = kern_cuda_device_count(why, sizeof why);
+	if (n == 0) {
+		printf("no CUDA device: skipping %s (%s)\n", test, why);
+		fflush(stdout);
+		exit(77);
+	}
+	struct kern_cuda_device dev;
+	if (kern_cuda_device_query(0, &dev, why, sizeof why) != 0) {
+		printf("no usable CUDA device: skipping %s (%s)\n", test, why);
+		fflush(stdout);
+		exit(77);
+	}
+	char line[512];
+	kern_cuda_device_describe(&dev, line, sizeof line);
+	fprintf(stderr, "%s on %s\n", test, line);
+}
+
+static float *host_alloc(long n)
+{
+	float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+	if (!p) {
+		fprintf(stderr, "out of host memory (%ld floats)\n", n);
+		abort();
+	}
+	return p;
+}
+
+float *host_rand(long n, float lo, float hi, uint64_t *rng)
+{
+	float *p = host_alloc(n);
+	check_fill(p, n, lo, hi, rng);
+	return p;
+}
+
+float *host_zeros(long n)
+{
+	float *p = host_alloc(n);
+	memset(p, 0, sizeof(float) * (size_t)(n > 0 ? n : 1));
+	return p;
+}
+
+float *host_nan(long n)
+{
+	float *p = host_alloc(n);
+	for (long i = 0; i < n; i++)
+		p[i] = NAN;
+	return p;
+}
+
+float *host_copy(const float *x, long n)
+{
+	float *p = host_alloc(n);
+	if (n > 0)
+		memcpy(p, x, sizeof(float) * (size_t)n);
+	return p;
+}
+
+float *dev_alloc(long n)
+{
+	return kern_cuda_malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+}
+
+float *dev_copy(const float *host, long n)
+{
+	float *d = dev_alloc(n);
+	dev_put(d, host, n);
+	return d;
+}
+
+void dev_put(float *dev, const float *host, long n)
+{
+	if (n > 0)
+		kern_cuda_upload(dev, host, sizeof(float) * (size_t)n);
+}
+
+float *dev_fetch(const float *dev, long n)
+{
+	float *h = host_alloc(n);
+	if (n > 0)
+		kern_cuda_download(h, dev, sizeof(float) * (size_t)n);
+	return h;
+}
+
+int check_same_bits(const char *what, const float *a, const float *b, long n)
+{
+	for (long i = 0; i < n; i++)
+		if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+			return CHECK_MSG(0, "%s: element %ld differs: %.9g vs %.9g (of %ld)", what, i,
+			                 a[i], b[i], n);
+	return CHECK_MSG(1, "%s", what);
+}

@@ -1,0 +1,39 @@
+/* tests/gpu/gpu_test.h - what the CUDA kernel tests share: skipping without
+ * a GPU, and host/device buffers for comparing a _cuda kernel with its _ref.
+ *
+ * Host buffers come from malloc and device buffers from kern_cuda_malloc;
+ * every helper that returns a buffer returns a new one the caller frees
+ * (free, kern_cuda_free). Allocation failures abort.
+ */
+#ifndef LARCH_TESTS_GPU_TEST_H
+#define LARCH_TESTS_GPU_TEST_H
+
+#include <stdint.h>
+
+#include "check.h"
+
+/* Exits with 77 after printing "no CUDA device: skipping (why)" when the
+ * runtime finds no GPU; otherwise prints the device and returns. */
+void gpu_test_init(const char *test);
+
+/* Host buffers: uniform in [lo, hi) from *rng, zeros, or all NaN. */
+float *host_rand(long n, float lo, float hi, uint64_t *rng);
+float *host_zeros(long n);
+float *host_nan(long n);
+float *host_copy(const float *x, long n);
+
+/* Device buffers: a copy of host data, or n floats of uninitialised
+ * memory (cudaMalloc's 256-byte alignment; a test that wants a misaligned
+ * view allocates one more float and offsets by one). */
+float *dev_copy(const float *host, long n);
+float *dev_alloc(long n);
+/* Device to host into a new host buffer. */
+float *dev_fetch(const float *dev, long n);
+/* Overwrites n floats at dev with host data. */
+void dev_put(float *dev, const float *host, long n);
+
+/* 1 when a and b hold the same bits (n floats); reports the first
+ * difference as a failed check under `what` otherwise. */
+int check_same_bits(const char *what, const float *a, const float *b, long n);
+
+#endif

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh - the one command for a GPU machine that has the CUDA
+# toolkit, CMake and ninja but none of larch's Debian -dev packages and no
+# network: unpacks the .deb files that deploy/fetch-gpu-deps.sh fetched into
+# .deps/debs (carried along) into .deps/prefix with dpkg -x, points CMake,
+# pkg-config, the compiler and the loader there, builds with CUDA (sm_90),
+# runs the GPU tests (ctest -L gpu), the CPU unit tests (ctest -L unit), the
+# GPU micro-benchmark and a compute-sanitizer memcheck pass over the GPU
+# tests. Logs go to build-gpu/logs and, when $OUT is set, to $OUT (7 files).
+#
+#   tests/gpu/run.sh          from anywhere; exit status 0 when all passed
+#
+# Environment (all optional):
+#   LARCH_GPU_BUILD=DIR       build directory (default build-gpu, wiped first)
+#   LARCH_GPU_NO_GPU=1        for trying the script on a machine without a
+#                             GPU: the GPU tests then skip instead of failing
+#   LARCH_GPU_CARRIED_PKGCONFIG=1   use the carried pkgconf even when the
+#                             machine has a pkg-config
+#   LARCH_GPU_BENCH_ARGS=...  arguments for bench_cuda_kernels (e.g. --quick)
+#   LARCH_GPU_SANITIZE=0      skip the compute-sanitizer pass
+#   LARCH_WERROR=ON           -Werror (default OFF: another compiler version
+#                             may warn where ours does not; warnings are
+#                             counted in the log)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+build=${LARCH_GPU_BUILD:-$root/build-gpu}
+prefix=$root/.deps/prefix
+debs=$root/.deps/debs
+logs=$build/logs
+no_gpu=${LARCH_GPU_NO_GPU:-0}
+jobs=$(nproc)
+start=$(date +%s)
+failed=()
+
+rm -rf "$build"
+mkdir -p "$logs"
+
+step() { printf '\n== %s (%ds)\n' "$*" $(($(date +%s) - start)); }
+
+save_logs() {
+	local rc=$?
+	{
+		echo "elapsed: $(($(date +%s) - start)) s"
+		if [ ${#failed[@]} -eq 0 ] && [ "$rc" -eq 0 ]; then
+			echo "result: all passed"
+		else
+			local IFS=';'
+			echo "result: FAILED: ${failed[*]:-exit status $rc}"
+		fi
+	} | tee "$logs/summary.txt"
+	if [ -n "${OUT:-}" ]; then
+		mkdir -p "$OUT"
+		cp "$logs"/*.txt "$OUT"/ 2>/dev/null || true
+	fi
+}
+trap save_logs EXIT
+
+# ---- the machine ------------------------------------------------------------
+step "machine"
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+	export PATH=/usr/local/cuda/bin:$PATH
+fi
+{
+	nvidia-smi || echo "nvidia-smi: not available"
+	echo "kernel: $(uname -srm); cpus: $jobs"
+	echo "gcc: $(gcc --version | head -1)"
+	echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo missing)"
+	echo "cmake: $(cmake --version | head -1); ninja: $(ninja --version)"
+	echo "pkg-config: $(command -v pkg-config || echo missing); dpkg-deb: $(command -v dpkg-deb || echo missing)"
+	cuda_lib=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")/lib64
+	echo "CUDA libraries in $cuda_lib:" "$cuda_lib"/lib{cudart,cublas,cublasLt}.so
+	echo "system copies of larch's dependencies (ldconfig):"
+	ldconfig -p 2>/dev/null | grep -E 'libjansson|libz\.so|libcrypto\.so|libopenblas|libgfortran' || echo "  none"
+} 2>&1 | tee "$logs/machine.txt"
+
+# ---- dependencies: .deps/debs -> .deps/prefix ---------------------------------
+step "dependencies: unpacking .deps/debs into .deps/prefix"
+if ! ls "$debs"/*.deb >/dev/null 2>&1; then
+	echo "no .deb files in $debs: run deploy/fetch-gpu-deps.sh on a machine with network" \
+	     "and carry .deps/debs" >&2
+	failed+=("dependencies")
+	exit 1
+fi
+rm -rf "$prefix"
+mkdir -p "$prefix"
+for deb in "$debs"/*.deb; do
+	if command -v dpkg-deb >/dev/null; then
+		dpkg-deb -x "$deb" "$prefix"
+	else
+		# a .deb is an ar archive holding data.tar.*
+		tmp=$(mktemp -d)
+		(cd "$tmp" && ar x "$deb" && tar -xf data.tar.* -C "$prefix")
+		rm -rf "$tmp"
+	fi
+done
+# absolute symlinks (libz.so -> /lib/...) must point into the prefix
+find "$prefix" -type l | while read -r link; do
+	target=$(readlink "$link")
+	case $target in /*) ln -sfn "$prefix$target" "$link" ;; esac
+done
+# the .pc files say prefix=/usr
+find "$prefix" -name '*.pc' -exec sed -i -e "s|^prefix=/usr\$|prefix=$prefix/usr|" \
+	-e "s|=/usr/|=$prefix/usr/|" {} +
+multiarch=x86_64-linux-gnu
+libdirs=$prefix/usr/lib/$multiarch:$prefix/lib/$multiarch:$prefix/usr/lib/$multiarch/openblas-openmp
+export PKG_CONFIG_PATH=$prefix/usr/lib/$multiarch/pkgconfig:$prefix/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+export CMAKE_PREFIX_PATH=$prefix/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+export CMAKE_LIBRARY_PATH=$prefix/usr/lib/$multiarch:$prefix/lib/$multiarch${CMAKE_LIBRARY_PATH:+:$CMAKE_LIBRARY_PATH}
+# C_INCLUDE_PATH rather than CPATH: searched like -isystem, so that -Wall
+# stays quiet about the carried headers
+export C_INCLUDE_PATH=$prefix/usr/include:$prefix/usr/include/$multiarch${C_INCLUDE_PATH:+:$C_INCLUDE_PATH}
+# appended: the machine's own copies, where it has them, come first
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$libdirs
+blas=$prefix/usr/lib/$multiarch/openblas-openmp/libopenblas.so.0
+export LARCH_BLAS=${LARCH_BLAS:-$blas}
+pkgconfig_args=()
+if [ "${LARCH_GPU_CARRIED_PKGCONFIG:-0}" = 1 ] || ! command -v pkg-config >/dev/null; then
+	wrapper=$prefix/bin/pkg-config
+	mkdir -p "$(dirname "$wrapper")"
+	cat >"$wrapper" <<-EOF
+	#!/bin/sh
+	LD_LIBRARY_PATH="$prefix/usr/lib/$multiarch\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$prefix/usr/bin/pkgconf" "\$@"
+	EOF
+	chmod +x "$wrapper"
+	export PKG_CONFIG=$wrapper
+	pkgconfig_args=(-DPKG_CONFIG_EXECUTABLE="$wrapper")
+	echo "pkg-config: the carried pkgconf ($("$wrapper" --version))"
+fi
+echo "prefix: $prefix ($(du -sh "$prefix" | cut -f1)); LARCH_BLAS=$LARCH_BLAS"
+
+# ---- configure and build ------------------------------------------------------
+step "configure (WITH_CUDA=ON, sm_90, WITH_MPI=OFF)"
+if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	-DWITH_CUDA=ON -DWITH_MPI=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
+	-DLARCH_WERROR="${LARCH_WERROR:-OFF}" -DOPENSSL_ROOT_DIR="$prefix/usr" \
+	"${pkgconfig_args[@]}" >"$logs/configure.txt" 2>&1; then
+	tail -40 "$logs/configure.txt"
+	failed+=("configure")
+	exit 1
+fi
+grep -E '^-- (larch|Found|The (C|CUDA) compiler)' "$logs/configure.txt" || true
+{
+	echo "-- where CMake found the dependencies:"
+	grep -E '^(pkgcfg_lib_JANSSON_jansson|JANSSON_INCLUDEDIR|ZLIB_LIBRARY_RELEASE|ZLIB_INCLUDE_DIR|OPENSSL_CRYPTO_LIBRARY|OPENSSL_INCLUDE_DIR|PKG_CONFIG_EXECUTABLE|CMAKE_CUDA_COMPILER|CUDA_cublas_LIBRARY|CUDA_cudart_LIBRARY):' \
+		"$build/CMakeCache.txt" | sed 's/^/   /'
+} | tee -a "$logs/configure.txt"
+
+step "build (ninja, $jobs jobs)"
+if ! cmake --build "$build" -j "$jobs" >"$logs/build.txt" 2>&1; then
+	grep -E 'error|FAILED' "$logs/build.txt" | head -40
+	tail -30 "$logs/build.txt"
+	failed+=("build")
+	exit 1
+fi
+echo "built; $(grep -c 'warning' "$logs/build.txt" || true) warning lines in build.txt"
+grep -A3 'warning' "$logs/build.txt" | head -30 || true
+echo "larch-train loads:" | tee -a "$logs/build.txt"
+ldd "$build/trainer/larch-train" | grep -E 'jansson|libz|crypto|larch' | tee -a "$logs/build.txt" || true
+echo "bench_cuda_kernels loads:" | tee -a "$logs/build.txt"
+ldd "$build/tests/gpu/bench_cuda_kernels" | grep -E 'cuda|cublas|larch' | tee -a "$logs/build.txt" || true
+
+# ---- tests ------------------------------------------------------------------------
+step "GPU tests (ctest -L gpu)"
+if ! ctest --test-dir "$build" -L gpu --output-on-failure -j "$jobs" --timeout 300 \
+	2>&1 | tee "$logs/ctest-gpu.txt"; then
+	failed+=("ctest -L gpu")
+fi
+if [ "$no_gpu" != 1 ] && grep -q 'Skipped' "$logs/ctest-gpu.txt"; then
+	echo "GPU tests were skipped on a machine that should have a GPU (see machine.txt)"
+	failed+=("gpu tests skipped")
+fi
+
+step "CPU unit tests (ctest -L unit)"
+if ! ctest --test-dir "$build" -L unit --output-on-failure -j "$jobs" --timeout 300 \
+	2>&1 | tee "$logs/ctest-unit.txt"; then
+	failed+=("ctest -L unit")
+fi
+
+# ---- benchmark --------------------------------------------------------------------
+step "GPU micro-benchmark (bench_cuda_kernels ${LARCH_GPU_BENCH_ARGS:-})"
+set +e
+# shellcheck disable=SC2086
+timeout 300 "$build/tests/gpu/bench_cuda_kernels" ${LARCH_GPU_BENCH_ARGS:-} 2>&1 | tee "$logs/bench.txt"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -eq 77 ] && [ "$no_gpu" = 1 ]; then
+	:
+elif [ "$rc" -ne 0 ]; then
+	failed+=("bench (exit $rc)")
+fi
+
+# ---- compute-sanitizer ------------------------------------------------------------
+if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
+	step "compute-sanitizer memcheck over the GPU tests (150 s at most)"
+	san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+	if [ -z "$san" ]; then
+		echo "compute-sanitizer: not found, skipped" | tee "$logs/sanitizer.txt"
+	else
+		: >"$logs/sanitizer.txt"
+		deadline=$(($(date +%s) + 150))
+		for exe in "$build"/tests/gpu/test_cuda_*; do
+			left=$((deadline - $(date +%s)))
+			if [ "$left" -le 5 ]; then
+				echo "$(basename "$exe"): not run (time)" | tee -a "$logs/sanitizer.txt"
+				continue
+			fi
+			set +e
+			timeout "$left" "$san" --tool memcheck --error-exitcode 99 --print-limit 20 \
+				"$exe" >"$logs/sanitizer.one" 2>&1
+			rc=$?
+			set -e
+			case $rc in
+			0) verdict="clean" ;;
+			124) verdict="timed out (not an error)" ;;
+			*) verdict="FAILED (exit $rc)"; failed+=("memcheck $(basename "$exe")")
+			   grep -E '=========' "$logs/sanitizer.one" | head -30 >>"$logs/sanitizer.txt" ;;
+			esac
+			echo "$(basename "$exe"): $verdict" | tee -a "$logs/sanitizer.txt"
+		done
+		rm -f "$logs/sanitizer.one"
+	fi
+fi
+
+[ ${#failed[@]} -eq 0 ]

@@ -1,0 +1,137 @@
+/* tests/gpu/test_cuda_softmax_xent.c - kernels/softmax_xent_cuda.cu against
+ * the reference (softmax_xent_cpu.c): losses and lse, ignored rows (negative
+ * targets), logits far from 0, GPT-2's vocabulary (50257); backward adding
+ * into dlogits, the _set backward over NaN, accumulation (adding gives
+ * exactly the initial values + what _set gives), determinism.
+ *
+ * Tolerances (want = _ref, exp and sums in double), those of the CPU version:
+ *   losses, lse: 1e-5 + 1e-5 rel. The fp32 sum of v exps (per thread, then a
+ *     fixed tree) errs by ~1e-6 relative, i.e. ~1e-6 absolute in lse; lse
+ *     itself is rounded to fp32 (ulp 2e-6 at 20, 8e-6 at 70).
+ *   dlogits: 1e-8 + 1e-5 rel, both sides from the same lse: p = expf(x - lse)
+ *     errs by the rounding of x - lse (~1e-6 relative) and expf's 2 ulp.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test.h"
+#include "kernels/cuda_common.h"
+#include "kernels/softmax_xent.h"
+#include "kernels/softmax_xent_cuda.h"
+
+static uint64_t rng = 61;
+
+struct shape {
+	int n, v;
+};
+
+static const struct shape shapes[] = {
+	{ 1, 1 }, { 3, 7 }, { 5, 33 }, { 33, 1000 }, { 17, 10 }, { 8, 50257 }, { 40, 50257 },
+	{ 3, 100003 },
+};
+
+static int *rand_targets(int n, int v, int ignore_every)
+{
+	int *t = malloc(sizeof(int) * (size_t)n);
+	for (int i = 0; i < n; i++) {
+		t[i] = (int)(check_rand_u64(&rng) % (uint64_t)v);
+		if (ignore_every && i % ignore_every == ignore_every - 1)
+			t[i] = -1;
+	}
+	return t;
+}
+
+static void compare(int n, int v, float lo, float hi, int ignore_every)
+{
+	char what[128];
+	long nv = (long)n * v;
+	float *logits = host_rand(nv, lo, hi, &rng);
+	int *targets = rand_targets(n, v, ignore_every);
+	float *d_logits = dev_copy(logits, nv);
+	int *d_targets = kern_cuda_dup(targets, sizeof(int) * (size_t)n);
+	float *d_losses = dev_alloc(n), *d_lse = dev_alloc(n), *d_dl = dev_alloc(nv);
+
+	float *losses = host_zeros(n), *lse = host_zeros(n);
+	kern_softmax_xent_fwd_ref(losses, lse, logits, targets, n, v);
+	kern_softmax_xent_fwd_cuda(d_losses, d_lse, d_logits, d_targets, n, v);
+	float *glosses = dev_fetch(d_losses, n), *glse = dev_fetch(d_lse, n);
+	snprintf(what, sizeof what, "losses n=%d v=%d x in [%g, %g]", n, v, lo, hi);
+	check_close(what, glosses, losses, n, 1e-5, 1e-5);
+	snprintf(what, sizeof what, "lse n=%d v=%d x in [%g, %g]", n, v, lo, hi);
+	check_close(what, glse, lse, n, 1e-5, 1e-5);
+
+	/* backward from the reference's lse */
+	dev_put(d_lse, lse, n);
+	const float dloss = 1.0f / (float)n;
+	float *dl0 = host_rand(nv, -1e-3f, 1e-3f, &rng);
+	float *dl = host_copy(dl0, nv);
+	kern_softmax_xent_bwd_ref(dl, dloss, logits, lse, targets, n, v);
+	dev_put(d_dl, dl0, nv);
+	kern_softmax_xent_bwd_cuda(d_dl, dloss, d_logits, d_lse, d_targets, n, v);
+	float *gdl = dev_fetch(d_dl, nv);
+	snprintf(what, sizeof what, "dlogits n=%d v=%d", n, v);
+	check_close(what, gdl, dl, nv, 1e-8, 1e-5);
+
+	float *nan = host_nan(nv), *sdl = host_zeros(nv);
+	kern_softmax_xent_bwd_set_ref(sdl, dloss, logits, lse, targets, n, v);
+	dev_put(d_dl, nan, nv);
+	kern_softmax_xent_bwd_set_cuda(d_dl, dloss, d_logits, d_lse, d_targets, n, v);
+	float *gsdl = dev_fetch(d_dl, nv);
+	snprintf(what, sizeof what, "dlogits set n=%d v=%d", n, v);
+	check_close(what, gsdl, sdl, nv, 1e-8, 1e-5);
+
+	for (long i = 0; i < nv; i++)
+		gsdl[i] += dl0[i];
+	snprintf(what, sizeof what, "adds into dlogits n=%d v=%d", n, v);
+	check_same_bits(what, gdl, gsdl, nv);
+
+	free(logits), free(targets), free(losses), free(lse), free(glosses), free(glse);
+	free(dl0), free(dl), free(gdl), free(nan), free(sdl), free(gsdl);
+	kern_cuda_free(d_logits), kern_cuda_free(d_targets), kern_cuda_free(d_losses);
+	kern_cuda_free(d_lse), kern_cuda_free(d_dl);
+}
+
+static void test_vs_ref(void)
+{
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+		compare(shapes[k].n, shapes[k].v, -8, 8, 0);
+		compare(shapes[k].n, shapes[k].v, -8, 8, 3);
+	}
+	compare(16, 50257, 60, 70, 0);     /* far from 0: lse ~ 77 */
+	compare(16, 50257, -1e-3f, 1e-3f, 5); /* nearly uniform */
+}
+
+static void test_deterministic(void)
+{
+	const int n = 64, v = 50257;
+	long nv = (long)n * v;
+	float *logits = host_rand(nv, -8, 8, &rng);
+	int *targets = rand_targets(n, v, 7);
+	float *d_logits = dev_copy(logits, nv);
+	int *d_targets = kern_cuda_dup(targets, sizeof(int) * (size_t)n);
+	float *d_losses = dev_alloc(n), *d_lse = dev_alloc(n), *d_dl = dev_alloc(nv);
+	float *lse[2], *dl[2];
+	for (int r = 0; r < 2; r++) {
+		kern_softmax_xent_fwd_cuda(d_losses, d_lse, d_logits, d_targets, n, v);
+		kern_cuda_zero(d_dl, sizeof(float) * (size_t)nv);
+		kern_softmax_xent_bwd_cuda(d_dl, 0.5f, d_logits, d_lse, d_targets, n, v);
+		lse[r] = dev_fetch(d_lse, n);
+		dl[r] = dev_fetch(d_dl, nv);
+	}
+	check_same_bits("lse", lse[0], lse[1], n);
+	check_same_bits("dlogits", dl[0], dl[1], nv);
+	for (int r = 0; r < 2; r++)
+		free(lse[r]), free(dl[r]);
+	free(logits), free(targets);
+	kern_cuda_free(d_logits), kern_cuda_free(d_targets), kern_cuda_free(d_losses);
+	kern_cuda_free(d_lse), kern_cuda_free(d_dl);
+}
+
+int main(void)
+{
+	gpu_test_init("test_cuda_softmax_xent");
+	CHECK_RUN(test_vs_ref);
+	CHECK_RUN(test_deterministic);
+	return check_finish();
+}
