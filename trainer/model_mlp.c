@@ -23,7 +23,8 @@ struct mlp {
 	int dims[MLP_MAX_LAYERS + 1];  /* dims[0] input, dims[i + 1] output of layer i */
 	enum trn_act act;
 	float *pre[MLP_MAX_LAYERS];    /* layer outputs before the activation [B, dims[i+1]] */
-	float *post[MLP_MAX_LAYERS];   /* after the activation (hidden layers only) */
+	float *post[MLP_MAX_LAYERS];   /* after the activation (hidden layers only); for ReLU
+	                                  the same buffer as pre[i], applied in place */
 	float *dpre, *dpost;           /* gradient scratch, sized for the widest layer */
 	float *losses, *lse;           /* [B] */
 	int n;                         /* rows in the last forward */
@@ -97,6 +98,7 @@ static void mlp_backward(struct trn_model *base, const struct trn_batch *b, floa
 			if (m->act == TRN_ACT_GELU)
 				kern_gelu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
 			else
+				/* pre[i - 1] holds relu's output: > 0 exactly where its input was */
 				kern_relu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
 			float *t = dout;
 			dout = dinp;
@@ -125,8 +127,9 @@ static void mlp_free(struct trn_model *base)
 {
 	struct mlp *m = (struct mlp *)base;
 	for (int i = 0; i < MLP_MAX_LAYERS; i++) {
+		if (m->post[i] != m->pre[i])
+			free(m->post[i]);
 		free(m->pre[i]);
-		free(m->post[i]);
 	}
 	free(m->dpre);
 	free(m->dpost);
@@ -187,7 +190,9 @@ struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_data
 		if (!(m->pre[i] = malloc(sizeof(float) * rows)))
 			goto oom;
 		act_floats += (long)rows;
-		if (i + 1 < m->n_layers) {
+		if (i + 1 < m->n_layers && m->act == TRN_ACT_RELU) {
+			m->post[i] = m->pre[i];
+		} else if (i + 1 < m->n_layers) {
 			if (!(m->post[i] = malloc(sizeof(float) * rows)))
 				goto oom;
 			act_floats += (long)rows;

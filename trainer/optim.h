@@ -1,9 +1,11 @@
 /* trainer/optim.h - the optimizers over a model's flat parameter buffer.
  *
- * SGD (momentum, Nesterov), AdamW, LARS and LAMB, applied tensor by tensor
- * with the kernels of kernels/optimizer.h. Weight decay and layer-wise
- * adaptation are skipped for tensors whose names match the spec's exclusion
- * patterns. State (momentum m, second moment v) has the parameters' layout.
+ * SGD (momentum, Nesterov), AdamW, LARS and LAMB with the kernels of
+ * kernels/optimizer.h. LARS and LAMB go tensor by tensor (each tensor has its
+ * own trust ratio); SGD and AdamW make one pass over each run of adjacent
+ * tensors that share a weight decay. Weight decay and layer-wise adaptation
+ * are skipped for tensors whose names match the spec's exclusion patterns.
+ * State (momentum m, second moment v) has the parameters' layout.
  */
 #ifndef LARCH_TRAINER_OPTIM_H
 #define LARCH_TRAINER_OPTIM_H

@@ -81,6 +81,13 @@ static double median(const double *x, int n)
 	return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
+/* A JSON number, or null for NaN and infinities (a diverged run), which
+ * JSON cannot hold. Returns a new reference. */
+static json_t *json_number(double x)
+{
+	return isfinite(x) ? json_real(x) : json_null();
+}
+
 static double minimum(const double *x, int n)
 {
 	double m = x[0];
@@ -333,7 +340,7 @@ int main(int argc, char **argv)
 
 	if (o.json) {
 		json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-		                      "s:f, s:f, s:f, s:I, s:I}",
+		                      "s:f, s:o, s:o, s:I, s:I}",
 		                      "name", s->name, "model", is_gpt ? "gpt" : "mlp",
 		                      "blas", kern_blas_describe(), "threads", kern_threads(),
 		                      "rounds", o.rounds, "step_ms", med_step, "gemm_ms", med_gemm,
@@ -341,7 +348,7 @@ int main(int argc, char **argv)
 		                      "gemm_ms_min", minimum(ms_gemm, o.rounds),
 		                      "ratio", med_ratio, "samples_per_step", per_step,
 		                      "tokens_per_step", tokens, "gflop_per_step", flops * 1e-9,
-		                      "loss", b.loss, "grad_norm", b.gnorm,
+		                      "loss", json_number(b.loss), "grad_norm", json_number(b.gnorm),
 		                      "gemm_calls", (json_int_t)calls,
 		                      "steps_per_round", (json_int_t)n);
 		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
