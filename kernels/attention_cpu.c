@@ -24,11 +24,12 @@
 #include <string.h>
 
 #include "blas.h"
+#include "vecmath.h"
 
 /* TILE: rows per tile. Larger tiles run the GEMMs closer to peak (OpenBLAS
  * repacks an operand per call) but compute more of the masked triangle;
  * 32..128 were within 10% of each other at t = 256 and 1024. */
-enum { LANES = 16, TILE = 64 };
+enum { TILE = 64 };
 
 /* ---- reference ------------------------------------------------------------ */
 
@@ -127,51 +128,6 @@ void kern_attention_bwd_set_ref(float *dqkv, float *dpreatt, float *datt, const 
 
 /* ---- optimised CPU version -------------------------------------------------- */
 
-/* exp(x) for x <= ~0 within 2 ulp, vectorisable (glibc's expf is not); 0
- * below -87, NaN for NaN. The same function as in softmax_xent_cpu.c. */
-static inline float exp_approx(float x)
-{
-	const float lo = -87.0f, hi = 88.0f;
-	float xc = x > lo ? x : lo;
-	xc = xc < hi ? xc : hi;
-	float kf = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
-	float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
-	float p = 1.0f / 5040;
-	p = p * r + 1.0f / 720;
-	p = p * r + 1.0f / 120;
-	p = p * r + 1.0f / 24;
-	p = p * r + 1.0f / 6;
-	p = p * r + 0.5f;
-	p = p * r + 1.0f;
-	p = p * r + 1.0f;
-	uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23;
-	float scale;
-	memcpy(&scale, &bits, sizeof scale);
-	float y = p * scale;
-	return x < lo ? 0.0f : y;
-}
-
-static inline float lanes_total(const float *acc)
-{
-	float t[LANES];
-	memcpy(t, acc, sizeof t);
-	for (int w = LANES / 2; w > 0; w /= 2)
-		for (int l = 0; l < w; l++)
-			t[l] += t[l + w];
-	return t[0];
-}
-
-static inline float row_sum(const float *x, int n)
-{
-	float acc[LANES] = { 0 };
-	int j = 0;
-	for (; j + LANES <= n; j += LANES)
-		for (int l = 0; l < LANES; l++)
-			acc[l] += x[j + l];
-	for (int l = 0; j < n; j++, l++)
-		acc[l] += x[j];
-	return lanes_total(acc);
-}
 
 /* In place: a[0..n) = softmax(a[0..n)), a[n..t) = 0. The max is exact in
  * any order, so a vector reduction is safe for it; the sum is not. */
@@ -184,8 +140,8 @@ static void softmax_row(float *a, int n, int t)
 		m = a[j] > m ? a[j] : m;
 #pragma omp simd
 	for (int j = 0; j < n; j++)
-		a[j] = exp_approx(a[j] - m);
-	float inv = 1.0f / row_sum(a, n);
+		a[j] = kern_exp_neg(a[j] - m);
+	float inv = 1.0f / kern_row_sum(a, n);
 #pragma omp simd
 	for (int j = 0; j < n; j++)
 		a[j] *= inv;
@@ -198,14 +154,14 @@ static void softmax_row(float *a, int n, int t)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static void softmax_bwd_row(float *d, const float *a, int n, int end)
 {
-	float acc[LANES] = { 0 };
+	float acc[KERN_LANES] = { 0 };
 	int j = 0;
-	for (; j + LANES <= n; j += LANES)
-		for (int l = 0; l < LANES; l++)
+	for (; j + KERN_LANES <= n; j += KERN_LANES)
+		for (int l = 0; l < KERN_LANES; l++)
 			acc[l] += a[j + l] * d[j + l];
 	for (int l = 0; j < n; j++, l++)
 		acc[l] += a[j] * d[j];
-	float s = lanes_total(acc);
+	float s = kern_lanes_total(acc);
 #pragma omp simd
 	for (j = 0; j < n; j++)
 		d[j] = a[j] * (d[j] - s);

@@ -1,7 +1,7 @@
 /* kernels/layernorm_cpu.c - LayerNorm forward and backward: the plain
  * reference and the threaded CPU version; see layernorm.h.
  *
- * The CPU version threads over rows. Row sums use LANES independent float
+ * The CPU version threads over rows. Row sums use KERN_LANES independent float
  * accumulators combined in a fixed order: the compiler turns them into vector
  * adds (it may not reorder a single float sum by itself), and the result does
  * not depend on the thread count or on which vector width the CPU has.
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { LANES = 16 };
+#include "vecmath.h"
 
 /* ---- reference ------------------------------------------------------------ */
 
@@ -76,35 +76,13 @@ void kern_layernorm_bwd_set_ref(float *dinp, float *dweight, float *dbias,
 
 /* ---- optimised CPU version -------------------------------------------------- */
 
-/* Adds LANES partial sums in a fixed pairwise order. */
-static inline float lanes_total(const float *acc)
-{
-	float t[LANES];
-	memcpy(t, acc, sizeof t);
-	for (int w = LANES / 2; w > 0; w /= 2)
-		for (int l = 0; l < w; l++)
-			t[l] += t[l + w];
-	return t[0];
-}
-
-static inline float row_sum(const float *x, int c)
-{
-	float acc[LANES] = { 0 };
-	int j = 0;
-	for (; j + LANES <= c; j += LANES)
-		for (int l = 0; l < LANES; l++)
-			acc[l] += x[j + l];
-	for (int l = 0; j < c; j++, l++)
-		acc[l] += x[j];
-	return lanes_total(acc);
-}
 
 static inline float row_sq_dev(const float *x, float m, int c)
 {
-	float acc[LANES] = { 0 };
+	float acc[KERN_LANES] = { 0 };
 	int j = 0;
-	for (; j + LANES <= c; j += LANES)
-		for (int l = 0; l < LANES; l++) {
+	for (; j + KERN_LANES <= c; j += KERN_LANES)
+		for (int l = 0; l < KERN_LANES; l++) {
 			float d = x[j + l] - m;
 			acc[l] += d * d;
 		}
@@ -112,7 +90,7 @@ static inline float row_sq_dev(const float *x, float m, int c)
 		float d = x[j] - m;
 		acc[l] += d * d;
 	}
-	return lanes_total(acc);
+	return kern_lanes_total(acc);
 }
 
 /* Row loops for the CPUs with wider vector units, picked at load time. The
@@ -128,7 +106,7 @@ static void ln_fwd_row(float *y, float *mean, float *rstd, const float *x, const
                        const float *bias, int c)
 {
 	/* two passes: the one-pass E[x^2] - E[x]^2 cancels badly when |mean| >> std */
-	float m = row_sum(x, c) / c;
+	float m = kern_row_sum(x, c) / c;
 	float r = 1.0f / sqrtf(row_sq_dev(x, m, c) / c + KERN_LAYERNORM_EPS);
 #pragma omp simd
 	for (int j = 0; j < c; j++)
@@ -163,10 +141,10 @@ static void ln_bwd_rows(float *dinp, float *pw, float *pb, const float *dout, co
 		const float *x = inp + (size_t)i * c, *dy = dout + (size_t)i * c;
 		float *dx = dinp + (size_t)i * c;
 		float m = mean[i], r = rstd[i];
-		float a_dn[LANES] = { 0 }, a_dnn[LANES] = { 0 };
+		float a_dn[KERN_LANES] = { 0 }, a_dnn[KERN_LANES] = { 0 };
 		int j = 0;
-		for (; j + LANES <= c; j += LANES)
-			for (int l = 0; l < LANES; l++) {
+		for (; j + KERN_LANES <= c; j += KERN_LANES)
+			for (int l = 0; l < KERN_LANES; l++) {
 				float norm = (x[j + l] - m) * r, dn = dy[j + l] * weight[j + l];
 				a_dn[l] += dn;
 				a_dnn[l] += dn * norm;
@@ -176,7 +154,7 @@ static void ln_bwd_rows(float *dinp, float *pw, float *pb, const float *dout, co
 			a_dn[l] += dn;
 			a_dnn[l] += dn * norm;
 		}
-		float mean_dn = lanes_total(a_dn) / c, mean_dnn = lanes_total(a_dnn) / c;
+		float mean_dn = kern_lanes_total(a_dn) / c, mean_dnn = kern_lanes_total(a_dnn) / c;
 		if (set) {
 #pragma omp simd
 			for (j = 0; j < c; j++) {

@@ -5,7 +5,7 @@
  * forward, one in backward). glibc's expf is scalar (~4.5 ns); the CPU version
  * uses its own exp written in plain arithmetic so that the compiler vectorises
  * it (~0.5 ns with AVX-512), and is compiled for AVX-512, AVX2 and baseline
- * x86-64, picked at load time. Sums use LANES accumulators added in a fixed
+ * x86-64, picked at load time. Sums use KERN_LANES accumulators added in a fixed
  * order, and GCC in C11 mode does not contract a * b + c into an FMA, so the
  * three variants give the same bits, whatever the thread count.
  */
@@ -15,7 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { LANES = 16 };
+#include "vecmath.h"
+
 /* Below this many logits a pass runs on one thread: the mlp's [256, 10]
  * is not worth waking a team for. */
 #define SX_PAR_MIN 32768L
@@ -70,85 +71,49 @@ void kern_softmax_xent_bwd_set_ref(float *dlogits, float dloss, const float *log
 
 /* ---- optimised CPU version -------------------------------------------------- */
 
-/* exp(x) for the x <= ~0 this file needs, within 2 ulp; 0 below -87 (where
- * exp(x) < 1.7e-38), NaN for NaN. exp(x) = 2^k exp(r) with k = round(x / ln2)
- * and |r| <= ln2/2, where the degree-7 Taylor polynomial errs by < 1e-8. */
-static inline float exp_approx(float x)
-{
-	const float lo = -87.0f, hi = 88.0f;
-	float xc = x > lo ? x : lo; /* NaN goes to lo here, and through r below */
-	xc = xc < hi ? xc : hi;
-	/* adding and removing 1.5 * 2^23 rounds to the nearest integer */
-	float kf = (xc * 1.44269504f + 12582912.0f) - 12582912.0f;
-	/* ln2 in two parts: kf * 0.693359375 is exact for |k| < 2^15 */
-	float r = (x - kf * 0.693359375f) - kf * -2.12194440e-4f;
-	float p = 1.0f / 5040;
-	p = p * r + 1.0f / 720;
-	p = p * r + 1.0f / 120;
-	p = p * r + 1.0f / 24;
-	p = p * r + 1.0f / 6;
-	p = p * r + 0.5f;
-	p = p * r + 1.0f;
-	p = p * r + 1.0f;
-	uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23;
-	float scale;
-	memcpy(&scale, &bits, sizeof scale);
-	float y = p * scale;
-	return x < lo ? 0.0f : y;
-}
-
-static float lanes_total(const float *acc)
-{
-	float t[LANES];
-	memcpy(t, acc, sizeof t);
-	for (int w = LANES / 2; w > 0; w /= 2)
-		for (int l = 0; l < w; l++)
-			t[l] += t[l + w];
-	return t[0];
-}
 
 /* One row's log-sum-exp. Called once per row from the threaded loop, so the
  * per-ISA dispatch costs one indirect call per row. */
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static float row_lse(const float *x, int v)
 {
-	float mx[LANES];
-	for (int l = 0; l < LANES; l++)
+	float mx[KERN_LANES];
+	for (int l = 0; l < KERN_LANES; l++)
 		mx[l] = x[0];
 	int j = 0;
-	for (; j + LANES <= v; j += LANES)
-		for (int l = 0; l < LANES; l++)
+	for (; j + KERN_LANES <= v; j += KERN_LANES)
+		for (int l = 0; l < KERN_LANES; l++)
 			mx[l] = x[j + l] > mx[l] ? x[j + l] : mx[l];
 	for (int l = 0; j < v; j++, l++)
 		mx[l] = x[j] > mx[l] ? x[j] : mx[l];
 	float m = mx[0];
-	for (int l = 1; l < LANES; l++)
+	for (int l = 1; l < KERN_LANES; l++)
 		m = mx[l] > m ? mx[l] : m;
 	/* an all -inf row would give -inf - -inf = NaN below; its lse is -inf */
 	if (isinf(m))
 		return m;
 
-	float acc[LANES] = { 0 };
-	for (j = 0; j + LANES <= v; j += LANES)
-		for (int l = 0; l < LANES; l++)
-			acc[l] += exp_approx(x[j + l] - m);
+	float acc[KERN_LANES] = { 0 };
+	for (j = 0; j + KERN_LANES <= v; j += KERN_LANES)
+		for (int l = 0; l < KERN_LANES; l++)
+			acc[l] += kern_exp_neg(x[j + l] - m);
 	for (int l = 0; j < v; j++, l++)
-		acc[l] += exp_approx(x[j] - m);
-	return m + logf(lanes_total(acc));
+		acc[l] += kern_exp_neg(x[j] - m);
+	return m + logf(kern_lanes_total(acc));
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static void row_grad(float *dx, const float *x, float lse, float dloss, int v)
 {
 	for (int j = 0; j < v; j++)
-		dx[j] += dloss * exp_approx(x[j] - lse);
+		dx[j] += dloss * kern_exp_neg(x[j] - lse);
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
 static void row_grad_set(float *dx, const float *x, float lse, float dloss, int v)
 {
 	for (int j = 0; j < v; j++)
-		dx[j] = dloss * exp_approx(x[j] - lse);
+		dx[j] = dloss * kern_exp_neg(x[j] - lse);
 }
 
 void kern_softmax_xent_fwd_cpu(float *losses, float *lse, const float *logits,
