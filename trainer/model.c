@@ -90,3 +90,37 @@ int trn_model_alloc(struct trn_model *m)
 	m->g = calloc((size_t)m->n_floats, sizeof(float));
 	return m->w && m->g ? 0 : -1;
 }
+
+void trn_model_release(struct trn_model *m)
+{
+	free(m->params);
+	free(m->w);
+	free(m->g);
+	m->params = NULL;
+	m->w = m->g = NULL;
+}
+
+double trn_model_score(const float *logits, const float *losses, const int32_t *targets,
+                       long rows, int classes, struct trn_fwd_stats *st)
+{
+	double sum = 0;
+	long correct = 0, counted = 0;
+	for (long r = 0; r < rows; r++) {
+		if (targets[r] < 0)
+			continue;
+		sum += losses[r];
+		counted++;
+		const float *row = logits + r * classes;
+		int best = 0;
+		for (int j = 1; j < classes; j++)
+			if (row[j] > row[best])
+				best = j;
+		correct += best == targets[r];
+	}
+	if (st) {
+		st->loss_sum += sum;
+		st->correct += correct;
+		st->count += counted;
+	}
+	return counted ? sum / (double)counted : 0.0;
+}

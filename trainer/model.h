@@ -78,6 +78,15 @@ const struct trn_param *trn_model_param(const struct trn_model *m, const char *n
 int trn_model_add_param(struct trn_model *m, const char *name, int ndim, const int *shape);
 /* Allocates w and g once the table is complete; 0 or -1. */
 int trn_model_alloc(struct trn_model *m);
+/* Frees what trn_model_add_param and trn_model_alloc made (model files call
+ * it from their free). */
+void trn_model_release(struct trn_model *m);
+
+/* Scores rows of logits [rows, classes] with their per-row losses against
+ * targets (negative = not scored): adds the scored rows' loss sum, top-1 hits
+ * and count to st (when not NULL) and returns their mean loss (0 when none). */
+double trn_model_score(const float *logits, const float *losses, const int32_t *targets,
+                       long rows, int classes, struct trn_fwd_stats *st);
 
 /* constructors, one per model file */
 struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,

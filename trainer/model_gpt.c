@@ -85,26 +85,7 @@ static double gpt_forward(struct trn_model *base, const struct trn_batch *b, str
 	kern_matmul_fwd_cpu(g->logits, g->lnf, wp(g, 0), NULL, BT, C, V);
 	kern_softmax_xent_fwd_cpu(g->losses, g->lse, g->logits, b->targets, BT, V);
 
-	double sum = 0;
-	long correct = 0, counted = 0;
-	for (long r = 0; r < BT; r++) {
-		if (b->targets[r] < 0)
-			continue;
-		sum += g->losses[r];
-		counted++;
-		const float *row = g->logits + r * V;
-		int best = 0;
-		for (int j = 1; j < V; j++)
-			if (row[j] > row[best])
-				best = j;
-		correct += best == b->targets[r];
-	}
-	if (st) {
-		st->loss_sum += sum;
-		st->correct += correct;
-		st->count += counted;
-	}
-	return counted ? sum / counted : 0.0;
+	return trn_model_score(g->logits, g->losses, b->targets, BT, V, st);
 }
 
 /* Gradients of activations overwrite their buffers (the _set kernels) where
@@ -191,9 +172,7 @@ static void gpt_free(struct trn_model *base)
 	struct gpt *g = (struct gpt *)base;
 	free(g->arena);
 	free(g->layers);
-	free(base->params);
-	free(base->w);
-	free(base->g);
+	trn_model_release(base);
 	free(g);
 }
 

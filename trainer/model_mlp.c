@@ -56,23 +56,7 @@ static double mlp_forward(struct trn_model *base, const struct trn_batch *b, str
 	const float *logits = m->pre[m->n_layers - 1];
 	kern_softmax_xent_fwd_cpu(m->losses, m->lse, logits, b->targets, n, classes);
 
-	double sum = 0;
-	long correct = 0;
-	for (int r = 0; r < n; r++) {
-		sum += m->losses[r];
-		const float *row = logits + (long)r * classes;
-		int best = 0;
-		for (int j = 1; j < classes; j++)
-			if (row[j] > row[best])
-				best = j;
-		correct += best == b->targets[r];
-	}
-	if (st) {
-		st->loss_sum += sum;
-		st->correct += correct;
-		st->count += n;
-	}
-	return sum / n;
+	return trn_model_score(logits, m->losses, b->targets, n, classes, st);
 }
 
 /* Gradients of the activations overwrite their buffers (the _set kernels)
@@ -135,9 +119,7 @@ static void mlp_free(struct trn_model *base)
 	free(m->dpost);
 	free(m->losses);
 	free(m->lse);
-	free(base->params);
-	free(base->w);
-	free(base->g);
+	trn_model_release(base);
 	free(m);
 }
 
