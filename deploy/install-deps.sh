@@ -12,14 +12,14 @@ packages=(
 	# toolchain
 	build-essential cmake ninja-build pkg-config git ca-certificates
 	# C libraries
-	libjansson-dev zlib1g-dev libssl-dev
+	libjansson-dev zlib1g-dev libssl-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev
 	# BLAS: the OpenMP build of OpenBLAS is what larch loads first (it shares
 	# the OpenMP thread pool with our kernels); the pthread build backs numpy
 	libopenblas0-openmp libopenblas0-pthread
 	# data: Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
 	dataset-fashion-mnist
 	# tests and benchmarks
-	python3 python3-numpy python3-pytest
+	python3 python3-numpy python3-pytest python3-requests sqlite3 curl wrk
 )
 
 missing=()

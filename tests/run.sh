@@ -18,13 +18,13 @@ fi
 failed=()
 
 echo "== build (release, -Werror)"
-if ! { cmake -S . -B build -G Ninja -DLARCH_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+if ! { cmake -S . -B build -G Ninja -DLARCH_WERROR=ON -DWITH_SERVICE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
        cmake --build build -j "$jobs"; }; then
 	echo "build failed"
 	exit 1
 fi
 echo "== build (AddressSanitizer + UBSan)"
-if ! { cmake -S . -B build-asan -G Ninja -DLARCH_WERROR=ON -DLARCH_SANITIZE=ON \
+if ! { cmake -S . -B build-asan -G Ninja -DLARCH_WERROR=ON -DLARCH_SANITIZE=ON -DWITH_SERVICE=ON \
          -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS=-O1 >/dev/null &&
        cmake --build build-asan -j "$jobs"; }; then
 	echo "sanitizer build failed"
