@@ -1,0 +1,100 @@
+/* service/executor.h - where jobs run: one interface, one implementation per
+ * executor (executor_local.c now; Slurm next).
+ *
+ * The executor knows nothing of the database. larchd hands it jobs that are
+ * stored and validated, asks it to cancel them, and polls it for what changed;
+ * each change comes back as an exec_event, which larchd turns into a job state
+ * transition. After a restart larchd adopts the jobs its database says were
+ * queued or running, and the executor finds them again (or finds them gone):
+ * nothing is started twice and nothing acknowledged is lost.
+ *
+ * A job's directory holds spec.json (written before submit), stdout.log,
+ * stderr.log, the trainer's metrics.jsonl, result.json and checkpoints/, and
+ * the executor's own launch record (see executor_local.c).
+ */
+#ifndef LARCH_SERVICE_EXECUTOR_H
+#define LARCH_SERVICE_EXECUTOR_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#define EXEC_PATH_MAX 4096
+#define EXEC_REASON_MAX 256
+
+enum exec_state {
+	EXEC_QUEUED,                   /* accepted, waiting for a slot */
+	EXEC_RUNNING,
+	EXEC_COMPLETED,                /* exit 0 */
+	EXEC_FAILED,                   /* non-zero exit, killed, or lost */
+	EXEC_CANCELLED,                /* ended after exec_cancel */
+	EXEC_TIMEOUT,                  /* ended after its time limit */
+};
+
+const char *exec_state_name(enum exec_state s);
+
+struct exec_job {
+	long long id;                  /* larch job id (numeric part) */
+	char dir[EXEC_PATH_MAX];       /* the job directory; exists and holds spec.json */
+	int ranks;                     /* processes (1 until data parallel lands) */
+	long time_limit_s;             /* 0 = none */
+	char token[128];               /* the job's token for LARCH_JOB_TOKEN; "" = no reporting */
+};
+
+struct exec_event {
+	long long id;
+	enum exec_state state;
+	int exit_code;                 /* process exit code; -1 when unknown */
+	pid_t pid;                     /* 0 when not started */
+	long long time_ms;             /* when the executor saw it (ms since the epoch) */
+	char reason[EXEC_REASON_MAX];  /* "exit 1", "killed by signal 9", ... ("" when none) */
+};
+
+typedef void (*exec_event_fn)(void *ctx, const struct exec_event *ev);
+
+struct executor;
+
+struct executor_ops {
+	const char *name;
+	/* Accepts a job; it starts when a slot is free. 0, or -1 with err. */
+	int (*submit)(struct executor *ex, const struct exec_job *job, char *err, size_t errlen);
+	/* Takes back a job larchd had handed over before a restart: finds its
+	 * process if it runs, reads its result if it ended, queues it again if it
+	 * never started. 0, or -1 with err. */
+	int (*adopt)(struct executor *ex, const struct exec_job *job, char *err, size_t errlen);
+	/* Stops a job: a queued one at once, a running one with SIGTERM to its
+	 * process group (the trainer checkpoints), SIGKILL after the grace time.
+	 * -1 with err when the job is unknown. */
+	int (*cancel)(struct executor *ex, long long id, char *err, size_t errlen);
+	/* Starts what fits, reaps what ended, enforces time limits and grace
+	 * times, and reports every change since the last poll through fn. */
+	void (*poll)(struct executor *ex, exec_event_fn fn, void *ctx);
+	/* Jobs it holds (queued or running). */
+	int (*count)(struct executor *ex);
+	void (*free)(struct executor *ex);
+};
+
+struct executor {
+	const struct executor_ops *ops;
+};
+
+struct exec_local_config {
+	const char *trainer_path;      /* larch-train */
+	const char *server_url;        /* LARCH_SERVER_URL for the jobs; NULL = no reporting */
+	int max_running;               /* jobs at once (>= 1) */
+	int grace_s;                   /* SIGTERM -> SIGKILL (default 30) */
+	int threads_per_job;           /* --threads for each job; 0 = the trainer's default */
+};
+
+/* The embedded executor: child processes on this machine. Returns NULL with
+ * err filled. The config's strings are copied. */
+struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, size_t errlen);
+
+/* dispatch helpers */
+int exec_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen);
+int exec_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen);
+int exec_cancel(struct executor *ex, long long id, char *err, size_t errlen);
+void exec_poll(struct executor *ex, exec_event_fn fn, void *ctx);
+int exec_count(struct executor *ex);
+void exec_free(struct executor *ex);   /* accepts NULL; running jobs keep running */
+
+#endif

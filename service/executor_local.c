@@ -1,0 +1,614 @@
+/* service/executor_local.c - the embedded executor: larch-train as child
+ * processes of larchd, a bounded number at a time.
+ *
+ * Each job runs in its own process group (so a cancel reaches every process
+ * it starts), with stdout and stderr appended to the job dir's stdout.log and
+ * stderr.log, no inherited descriptors, and LARCH_SERVER_URL, LARCH_JOB_ID and
+ * LARCH_JOB_TOKEN in its environment.
+ *
+ * Restart safety: the child writes DIR/launch (its pid) before it execs the
+ * trainer. A job adopted after a restart with no launch file never started
+ * and is queued again; one with a launch file is never started again: if its
+ * process still runs (alive, not a zombie, and its command line names the job
+ * dir) it is followed until it ends, else its result.json says how it ended.
+ * Processes of a previous larchd are not our children: they are polled with
+ * kill(pid, 0) and /proc, and their exit code comes from result.json.
+ */
+#include "executor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+struct local_job {
+	struct exec_job job;
+	enum exec_state state;         /* EXEC_QUEUED or EXEC_RUNNING */
+	pid_t pid;                     /* process group leader once started */
+	int is_child;                  /* 0 for a process adopted after a restart */
+	long long started_ms;
+	long long term_sent_ms;        /* 0 until SIGTERM was sent */
+	int cancel_requested, timed_out, killed;
+	struct local_job *next;
+};
+
+struct local {
+	struct executor base;          /* first: a struct executor * is a struct local * */
+	struct exec_local_config cfg;
+	char *trainer_path, *server_url;
+	pthread_mutex_t lock;
+	struct local_job *jobs;        /* submission order, so queued jobs start FIFO */
+	struct exec_event *events;     /* observed, not yet reported */
+	int n_events, cap_events;
+};
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *exec_state_name(enum exec_state s)
+{
+	static const char *const names[] = {
+		[EXEC_QUEUED] = "QUEUED", [EXEC_RUNNING] = "RUNNING", [EXEC_COMPLETED] = "COMPLETED",
+		[EXEC_FAILED] = "FAILED", [EXEC_CANCELLED] = "CANCELLED", [EXEC_TIMEOUT] = "TIMEOUT",
+	};
+	return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+/* Records an event for the next poll; called with the lock held. */
+static void emit(struct local *lx, const struct local_job *j, enum exec_state state, int exit_code,
+                 const char *reason)
+{
+	if (lx->n_events == lx->cap_events) {
+		int cap = lx->cap_events ? lx->cap_events * 2 : 16;
+		struct exec_event *grown = realloc(lx->events, sizeof *grown * (size_t)cap);
+		if (!grown) {
+			/* the state change is still visible to the next adopt/poll of larchd's
+			 * reconciler; losing the event is better than crashing the server */
+			fprintf(stderr, "larchd: executor: out of memory for an event of job %lld\n",
+			        j->job.id);
+			return;
+		}
+		lx->events = grown;
+		lx->cap_events = cap;
+	}
+	struct exec_event *ev = &lx->events[lx->n_events++];
+	memset(ev, 0, sizeof *ev);
+	ev->id = j->job.id;
+	ev->state = state;
+	ev->exit_code = exit_code;
+	ev->pid = j->pid;
+	ev->time_ms = now_ms();
+	snprintf(ev->reason, sizeof ev->reason, "%s", reason ? reason : "");
+}
+
+static void unlink_job(struct local *lx, struct local_job *j)
+{
+	for (struct local_job **p = &lx->jobs; *p; p = &(*p)->next)
+		if (*p == j) {
+			*p = j->next;
+			free(j);
+			return;
+		}
+}
+
+static struct local_job *find(struct local *lx, long long id)
+{
+	for (struct local_job *j = lx->jobs; j; j = j->next)
+		if (j->job.id == id)
+			return j;
+	return NULL;
+}
+
+/* ---- launching ------------------------------------------------------------ */
+
+/* Writes the decimal digits of v into buf (async-signal-safe); returns the length. */
+static int format_long(char *buf, long v)
+{
+	char tmp[24];
+	int n = 0, len = 0;
+	if (v == 0)
+		tmp[n++] = '0';
+	while (v > 0) {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	}
+	while (n > 0)
+		buf[len++] = tmp[--n];
+	return len;
+}
+
+/* Everything the child needs, prepared before fork: after fork only
+ * async-signal-safe calls are allowed (larchd has other threads). */
+struct launch {
+	char *argv[8];
+	char **envp;
+	char spec[EXEC_PATH_MAX + 16], out[EXEC_PATH_MAX + 16], errlog[EXEC_PATH_MAX + 16];
+	char rec[EXEC_PATH_MAX + 16], rec_tmp[EXEC_PATH_MAX + 16];
+	char threads[16], env_url[4200], env_id[64], env_token[160];
+};
+
+static int build_env(struct launch *l, const struct local *lx, const struct exec_job *job)
+{
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	l->envp = calloc(n + 4, sizeof *l->envp);
+	if (!l->envp)
+		return -1;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LARCH_", 6) != 0)   /* the job's own LARCH_* only */
+			l->envp[k++] = environ[i];
+	if (lx->server_url && job->token[0]) {
+		snprintf(l->env_url, sizeof l->env_url, "LARCH_SERVER_URL=%s", lx->server_url);
+		snprintf(l->env_id, sizeof l->env_id, "LARCH_JOB_ID=j-%06lld", job->id);
+		snprintf(l->env_token, sizeof l->env_token, "LARCH_JOB_TOKEN=%s", job->token);
+		l->envp[k++] = l->env_url;
+		l->envp[k++] = l->env_id;
+		l->envp[k++] = l->env_token;
+	}
+	l->envp[k] = NULL;
+	return 0;
+}
+
+/* In the child, between fork and exec. Returns only on failure. */
+static void child(const struct launch *l)
+{
+	setpgid(0, 0);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGPIPE, SIG_DFL);              /* ignored dispositions survive exec */
+
+	int in = open("/dev/null", O_RDONLY);
+	int out = open(l->out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	int err = open(l->errlog, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		_exit(126);
+	syscall(SYS_close_range, 3U, ~0U, 0U);  /* no db, socket or log fd leaks into jobs */
+
+	char pid[24];
+	int len = format_long(pid, (long)getpid());
+	pid[len++] = '\n';
+	int fd = open(l->rec_tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, pid, (size_t)len) != len || fsync(fd) != 0 || close(fd) != 0 ||
+	    rename(l->rec_tmp, l->rec) != 0)
+		_exit(126);
+
+	execve(l->argv[0], l->argv, l->envp);
+	static const char msg[] = "larchd: cannot execute the trainer\n";
+	ssize_t ignored = write(2, msg, sizeof msg - 1);
+	(void)ignored;
+	_exit(127);
+}
+
+/* Starts j; called with the lock held. 0, or -1 with reason filled. */
+static int start(struct local *lx, struct local_job *j, char *reason, size_t len)
+{
+	struct launch l;
+	memset(&l, 0, sizeof l);
+	const char *dir = j->job.dir;
+	snprintf(l.spec, sizeof l.spec, "%s/spec.json", dir);
+	snprintf(l.out, sizeof l.out, "%s/stdout.log", dir);
+	snprintf(l.errlog, sizeof l.errlog, "%s/stderr.log", dir);
+	snprintf(l.rec, sizeof l.rec, "%s/launch", dir);
+	snprintf(l.rec_tmp, sizeof l.rec_tmp, "%s/launch.tmp", dir);
+	int a = 0;
+	l.argv[a++] = lx->trainer_path;
+	l.argv[a++] = "--spec";
+	l.argv[a++] = l.spec;
+	l.argv[a++] = "--job-dir";
+	l.argv[a++] = j->job.dir;
+	if (lx->cfg.threads_per_job > 0) {
+		snprintf(l.threads, sizeof l.threads, "%d", lx->cfg.threads_per_job);
+		l.argv[a++] = "--threads";
+		l.argv[a++] = l.threads;
+	}
+	l.argv[a] = NULL;
+	if (build_env(&l, lx, &j->job) != 0) {
+		snprintf(reason, len, "out of memory");
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid == 0)
+		child(&l);
+	int saved = errno;
+	free(l.envp);
+	if (pid < 0) {
+		snprintf(reason, len, "fork: %s", strerror(saved));
+		return -1;
+	}
+	setpgid(pid, pid);   /* also here, so a signal sent right away reaches the group */
+	j->pid = pid;
+	j->is_child = 1;
+	j->state = EXEC_RUNNING;
+	j->started_ms = now_ms();
+	return 0;
+}
+
+/* ---- following processes -------------------------------------------------- */
+
+/* For a process that is not our child: alive, not a zombie, and running this
+ * job (its command line has the job dir as an argument). */
+static int adopted_alive(pid_t pid, const char *dir)
+{
+	if (kill(pid, 0) != 0 && errno != EPERM)
+		return 0;
+	char path[64], buf[8192];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *close_paren = strrchr(buf, ')');   /* the name may hold spaces and ')' */
+	if (!close_paren || close_paren[1] != ' ' || close_paren[2] == 'Z' || close_paren[2] == 'X')
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* the arguments, each NUL-terminated */
+	for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+		if (strcmp(buf + i, dir) == 0)
+			return 1;
+	return 0;
+}
+
+/* exit_code and reason from DIR/result.json; -1 when there is none. */
+static int read_result(const char *dir, char *reason, size_t len)
+{
+	char path[EXEC_PATH_MAX + 16];
+	snprintf(path, sizeof path, "%s/result.json", dir);
+	json_t *r = json_load_file(path, 0, NULL);
+	if (!r)
+		return -1;
+	json_t *code = json_object_get(r, "exit_code"), *why = json_object_get(r, "reason");
+	int exit_code = json_is_integer(code) ? (int)json_integer_value(code) : -1;
+	if (json_is_string(why))
+		snprintf(reason, len, "%s", json_string_value(why));
+	json_decref(r);
+	return exit_code;
+}
+
+/* The last non-empty line of DIR/stderr.log, for a job that failed before it
+ * could write result.json (a bad spec, a missing trainer). */
+static void last_stderr_line(const char *dir, char *out, size_t len)
+{
+	char path[EXEC_PATH_MAX + 16], buf[1024];
+	snprintf(path, sizeof path, "%s/stderr.log", dir);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fseek(f, -(long)(sizeof buf - 1), SEEK_END) != 0)
+		rewind(f);
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	buf[n] = '\0';
+	const char *line = strrchr(buf, '\n');
+	const char *src = line ? line + 1 : buf;
+	size_t m = strlen(src);
+	if (m >= len)
+		m = len - 1;   /* a long message is cut at the reason's size */
+	memcpy(out, src, m);
+	out[m] = '\0';
+}
+
+/* Reports how a started job ended and forgets it; lock held. */
+static void finish(struct local *lx, struct local_job *j, int exited, int code, int sig)
+{
+	char trainer_reason[EXEC_REASON_MAX - 32] = "", reason[EXEC_REASON_MAX];
+	read_result(j->job.dir, trainer_reason, sizeof trainer_reason);
+	if (!trainer_reason[0] && !(exited && code == 0))
+		last_stderr_line(j->job.dir, trainer_reason, sizeof trainer_reason);
+	enum exec_state state;
+	if (j->timed_out) {
+		state = EXEC_TIMEOUT;
+		snprintf(reason, sizeof reason, "time limit of %lds reached", j->job.time_limit_s);
+	} else if (j->cancel_requested) {
+		state = EXEC_CANCELLED;
+		snprintf(reason, sizeof reason, "cancelled");
+	} else if (exited && code == 0) {
+		state = EXEC_COMPLETED;
+		reason[0] = '\0';
+	} else {
+		state = EXEC_FAILED;
+		if (!exited)
+			snprintf(reason, sizeof reason, "killed by signal %d", sig);
+		else if (trainer_reason[0])
+			snprintf(reason, sizeof reason, "exit %d: %s", code, trainer_reason);
+		else
+			snprintf(reason, sizeof reason, "exit %d", code);
+	}
+	emit(lx, j, state, exited ? code : -1, reason);
+	unlink_job(lx, j);
+}
+
+/* An adopted process that is gone: its result.json tells the rest. */
+static void finish_adopted(struct local *lx, struct local_job *j)
+{
+	char why[EXEC_REASON_MAX] = "";
+	int code = read_result(j->job.dir, why, sizeof why);
+	if (code < 0) {
+		if (j->cancel_requested)
+			emit(lx, j, EXEC_CANCELLED, -1, "cancelled");
+		else
+			emit(lx, j, EXEC_FAILED, -1, "the process ended while larchd was not watching and "
+			     "left no result.json");
+		unlink_job(lx, j);
+		return;
+	}
+	finish(lx, j, 1, code, 0);
+}
+
+static void signal_group(struct local_job *j, int sig)
+{
+	if (j->pid > 0)
+		kill(-j->pid, sig);
+}
+
+/* ---- the interface -------------------------------------------------------- */
+
+static int local_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
+{
+	struct local *lx = (struct local *)ex;
+	struct local_job *j = calloc(1, sizeof *j);
+	if (!j) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->job = *job;
+	j->state = EXEC_QUEUED;
+	pthread_mutex_lock(&lx->lock);
+	if (find(lx, job->id)) {
+		pthread_mutex_unlock(&lx->lock);
+		free(j);
+		snprintf(err, errlen, "job %lld is already with the executor", job->id);
+		return -1;
+	}
+	struct local_job **tail = &lx->jobs;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = j;
+	pthread_mutex_unlock(&lx->lock);
+	return 0;
+}
+
+static int local_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
+{
+	struct local *lx = (struct local *)ex;
+	char rec[EXEC_PATH_MAX + 16];
+	snprintf(rec, sizeof rec, "%s/launch", job->dir);
+	FILE *f = fopen(rec, "r");
+	if (!f)
+		return local_submit(ex, job, err, errlen);   /* never started: queue it again */
+	long pid = 0;
+	int ok = fscanf(f, "%ld", &pid) == 1 && pid > 1;
+	fclose(f);
+	if (!ok) {
+		snprintf(err, errlen, "%s: not a launch record", rec);
+		return -1;
+	}
+	struct local_job *j = calloc(1, sizeof *j);
+	if (!j) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->job = *job;
+	j->state = EXEC_RUNNING;
+	j->pid = (pid_t)pid;
+	j->is_child = 0;
+	j->started_ms = now_ms();
+	pthread_mutex_lock(&lx->lock);
+	if (find(lx, job->id)) {
+		pthread_mutex_unlock(&lx->lock);
+		free(j);
+		snprintf(err, errlen, "job %lld is already with the executor", job->id);
+		return -1;
+	}
+	j->next = lx->jobs;
+	lx->jobs = j;
+	if (adopted_alive(j->pid, j->job.dir))
+		emit(lx, j, EXEC_RUNNING, -1, "adopted after a restart");
+	else
+		finish_adopted(lx, j);
+	pthread_mutex_unlock(&lx->lock);
+	return 0;
+}
+
+static int local_cancel(struct executor *ex, long long id, char *err, size_t errlen)
+{
+	struct local *lx = (struct local *)ex;
+	pthread_mutex_lock(&lx->lock);
+	struct local_job *j = find(lx, id);
+	if (!j) {
+		pthread_mutex_unlock(&lx->lock);
+		snprintf(err, errlen, "job %lld is not with the executor", id);
+		return -1;
+	}
+	j->cancel_requested = 1;
+	if (j->state == EXEC_QUEUED) {
+		emit(lx, j, EXEC_CANCELLED, -1, "cancelled before it started");
+		unlink_job(lx, j);
+	} else if (!j->term_sent_ms) {
+		signal_group(j, SIGTERM);
+		j->term_sent_ms = now_ms();
+	}
+	pthread_mutex_unlock(&lx->lock);
+	return 0;
+}
+
+static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
+{
+	struct local *lx = (struct local *)ex;
+	pthread_mutex_lock(&lx->lock);
+	long long now = now_ms();
+	int running = 0;
+	for (struct local_job *j = lx->jobs, *next; j; j = next) {
+		next = j->next;
+		if (j->state != EXEC_RUNNING)
+			continue;
+		if (j->is_child) {
+			int st;
+			pid_t r = waitpid(j->pid, &st, WNOHANG);
+			if (r == j->pid) {
+				finish(lx, j, WIFEXITED(st), WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+				       WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+				continue;
+			}
+		} else if (!adopted_alive(j->pid, j->job.dir)) {
+			finish_adopted(lx, j);
+			continue;
+		}
+		running++;
+		if (j->job.time_limit_s > 0 && !j->term_sent_ms &&
+		    now - j->started_ms >= j->job.time_limit_s * 1000LL) {
+			j->timed_out = 1;
+			signal_group(j, SIGTERM);
+			j->term_sent_ms = now;
+		}
+		if (j->term_sent_ms && !j->killed && now - j->term_sent_ms >= lx->cfg.grace_s * 1000LL) {
+			signal_group(j, SIGKILL);
+			j->killed = 1;
+		}
+	}
+	for (struct local_job *j = lx->jobs, *next; j && running < lx->cfg.max_running; j = next) {
+		next = j->next;
+		if (j->state != EXEC_QUEUED)
+			continue;
+		char reason[EXEC_REASON_MAX];
+		if (start(lx, j, reason, sizeof reason) == 0) {
+			emit(lx, j, EXEC_RUNNING, -1, NULL);
+			running++;
+		} else {
+			emit(lx, j, EXEC_FAILED, -1, reason);
+			unlink_job(lx, j);
+		}
+	}
+	struct exec_event *events = lx->events;
+	int n = lx->n_events;
+	lx->events = NULL;
+	lx->n_events = lx->cap_events = 0;
+	pthread_mutex_unlock(&lx->lock);
+
+	/* outside the lock: the callback writes the database */
+	for (int i = 0; i < n; i++)
+		fn(ctx, &events[i]);
+	free(events);
+}
+
+static int local_count(struct executor *ex)
+{
+	struct local *lx = (struct local *)ex;
+	pthread_mutex_lock(&lx->lock);
+	int n = 0;
+	for (struct local_job *j = lx->jobs; j; j = j->next)
+		n++;
+	pthread_mutex_unlock(&lx->lock);
+	return n;
+}
+
+static void local_free(struct executor *ex)
+{
+	struct local *lx = (struct local *)ex;
+	for (struct local_job *j = lx->jobs, *next; j; j = next) {
+		next = j->next;
+		free(j);
+	}
+	free(lx->events);
+	free(lx->trainer_path);
+	free(lx->server_url);
+	pthread_mutex_destroy(&lx->lock);
+	free(lx);
+}
+
+static const struct executor_ops local_ops = {
+	.name = "local",
+	.submit = local_submit,
+	.adopt = local_adopt,
+	.cancel = local_cancel,
+	.poll = local_poll,
+	.count = local_count,
+	.free = local_free,
+};
+
+struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, size_t errlen)
+{
+	if (!cfg->trainer_path || access(cfg->trainer_path, X_OK) != 0) {
+		snprintf(err, errlen, "trainer %s: %s", cfg->trainer_path ? cfg->trainer_path : "(none)",
+		         cfg->trainer_path ? strerror(errno) : "not configured");
+		return NULL;
+	}
+	struct local *lx = calloc(1, sizeof *lx);
+	if (!lx) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	lx->base.ops = &local_ops;
+	lx->cfg = *cfg;
+	if (lx->cfg.max_running < 1)
+		lx->cfg.max_running = 1;
+	if (lx->cfg.grace_s < 0)
+		lx->cfg.grace_s = 30;
+	lx->trainer_path = strdup(cfg->trainer_path);
+	lx->server_url = cfg->server_url ? strdup(cfg->server_url) : NULL;
+	pthread_mutex_init(&lx->lock, NULL);
+	if (!lx->trainer_path || (cfg->server_url && !lx->server_url)) {
+		local_free(&lx->base);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	return &lx->base;
+}
+
+int exec_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
+{
+	return ex->ops->submit(ex, job, err, errlen);
+}
+
+int exec_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
+{
+	return ex->ops->adopt(ex, job, err, errlen);
+}
+
+int exec_cancel(struct executor *ex, long long id, char *err, size_t errlen)
+{
+	return ex->ops->cancel(ex, id, err, errlen);
+}
+
+void exec_poll(struct executor *ex, exec_event_fn fn, void *ctx)
+{
+	ex->ops->poll(ex, fn, ctx);
+}
+
+int exec_count(struct executor *ex)
+{
+	return ex->ops->count(ex);
+}
+
+void exec_free(struct executor *ex)
+{
+	if (ex)
+		ex->ops->free(ex);
+}

@@ -1,0 +1,274 @@
+/* tests/unit/test_exec_local.c - service/executor_local.c with the real
+ * larch-train (LARCH_TEST_TRAINER, set by ctest) on a tiny GPT over a small
+ * text file: completion, FIFO slots, cancel, time limit, bad spec, and
+ * adoption after a restart. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "service/executor.h"
+
+#define MAX_EVENTS 64
+
+static const char *trainer;
+static char root[2048];
+
+struct seen {
+	struct exec_event ev[MAX_EVENTS];
+	int n;
+};
+
+static void record(void *ctx, const struct exec_event *ev)
+{
+	struct seen *s = ctx;
+	if (s->n < MAX_EVENTS)
+		s->ev[s->n++] = *ev;
+}
+
+static const struct exec_event *last_of(const struct seen *s, long long id)
+{
+	for (int i = s->n - 1; i >= 0; i--)
+		if (s->ev[i].id == id)
+			return &s->ev[i];
+	return NULL;
+}
+
+static int is_final(enum exec_state st)
+{
+	return st != EXEC_QUEUED && st != EXEC_RUNNING;
+}
+
+/* Polls every 20 ms until job id reports a final state or timeout_s passes. */
+static const struct exec_event *wait_final(struct executor *ex, struct seen *s, long long id,
+                                           double timeout_s)
+{
+	struct timespec d = { 0, 20 * 1000 * 1000 };
+	for (double t = 0; t < timeout_s; t += 0.02) {
+		exec_poll(ex, record, s);
+		const struct exec_event *e = last_of(s, id);
+		if (e && is_final(e->state))
+			return e;
+		nanosleep(&d, NULL);
+	}
+	return NULL;
+}
+
+/* Waits until the job's trainer has printed a progress line: past its
+ * start-up, so a SIGTERM now meets its handler (checkpoint, exit 3). */
+static void wait_training(const char *dir)
+{
+	struct timespec d = { 0, 20 * 1000 * 1000 };
+	char path[4200], buf[4096];
+	snprintf(path, sizeof path, "%s/stdout.log", dir);
+	for (int i = 0; i < 1500; i++) {
+		FILE *f = fopen(path, "r");
+		if (f) {
+			size_t n = fread(buf, 1, sizeof buf - 1, f);
+			fclose(f);
+			buf[n] = '\0';
+			if (strstr(buf, "\nstep "))
+				return;
+		}
+		nanosleep(&d, NULL);
+	}
+}
+
+static void wait_running(struct executor *ex, struct seen *s, long long id)
+{
+	struct timespec d = { 0, 20 * 1000 * 1000 };
+	for (int i = 0; i < 500; i++) {
+		exec_poll(ex, record, s);
+		const struct exec_event *e = last_of(s, id);
+		if (e && e->state == EXEC_RUNNING)
+			return;
+		nanosleep(&d, NULL);
+	}
+}
+
+/* A job dir with a spec for a tiny GPT over root/corpus.txt. */
+static struct exec_job make_job(long long id, long steps, const char *extra)
+{
+	struct exec_job job;
+	memset(&job, 0, sizeof job);
+	job.id = id;
+	job.ranks = 1;
+	snprintf(job.dir, sizeof job.dir, "%s/j-%06lld", root, id);
+	mkdir(job.dir, 0755);
+	char path[4200];
+	snprintf(path, sizeof path, "%s/spec.json", job.dir);
+	FILE *f = fopen(path, "w");
+	fprintf(f, "{\"name\": \"exec-test\", \"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 2, "
+	        "\"dim\": 32, \"seq\": 16}, \"data\": {\"format\": \"text\", \"path\": \"%s/corpus.txt\"}, "
+	        "\"batch\": {\"global\": 8}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001}, "
+	        "\"steps\": %ld, \"log_every\": 1, \"checkpoint_every\": 1000000%s}\n",
+	        root, steps, extra ? extra : "");
+	fclose(f);
+	return job;
+}
+
+static struct executor *make_executor(int max_running)
+{
+	struct exec_local_config cfg = { .trainer_path = trainer, .max_running = max_running,
+	                                 .grace_s = 10, .threads_per_job = 1 };
+	char err[256];
+	struct executor *ex = exec_local_new(&cfg, err, sizeof err);
+	if (!ex)
+		fprintf(stderr, "exec_local_new: %s\n", err);
+	return ex;
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return access(path, F_OK) == 0;
+}
+
+static void test_job_completes(void)
+{
+	struct executor *ex = make_executor(2);
+	struct seen s = { 0 };
+	struct exec_job job = make_job(1, 3, NULL);
+	char err[256];
+	CHECK(exec_submit(ex, &job, err, sizeof err) == 0);
+	CHECK(exec_submit(ex, &job, err, sizeof err) != 0);   /* the same id twice */
+	const struct exec_event *e = wait_final(ex, &s, 1, 60);
+	CHECK_MSG(e && e->state == EXEC_COMPLETED, "state %s reason %s", e ? exec_state_name(e->state) : "none",
+	          e ? e->reason : "");
+	CHECK(e && e->exit_code == 0);
+	CHECK(s.n >= 2 && s.ev[0].state == EXEC_RUNNING && s.ev[0].pid > 0);
+	CHECK(file_exists(job.dir, "launch") && file_exists(job.dir, "result.json"));
+	CHECK(file_exists(job.dir, "stdout.log") && file_exists(job.dir, "stderr.log"));
+	CHECK_INT_EQ(exec_count(ex), 0);
+	exec_free(ex);
+}
+
+static void test_slots_are_fifo(void)
+{
+	struct executor *ex = make_executor(1);
+	struct seen s = { 0 };
+	char err[256];
+	struct exec_job a = make_job(2, 3, NULL), b = make_job(3, 3, NULL);
+	CHECK(exec_submit(ex, &a, err, sizeof err) == 0);
+	CHECK(exec_submit(ex, &b, err, sizeof err) == 0);
+	exec_poll(ex, record, &s);
+	CHECK(last_of(&s, 2) && last_of(&s, 2)->state == EXEC_RUNNING);
+	CHECK(!last_of(&s, 3));                                /* waits for the slot */
+	CHECK(!file_exists(b.dir, "launch"));
+	CHECK(wait_final(ex, &s, 3, 120) && last_of(&s, 3)->state == EXEC_COMPLETED);
+	/* b started only after a ended */
+	int a_end = -1, b_start = -1;
+	for (int i = 0; i < s.n; i++) {
+		if (s.ev[i].id == 2 && is_final(s.ev[i].state))
+			a_end = i;
+		if (s.ev[i].id == 3 && s.ev[i].state == EXEC_RUNNING)
+			b_start = i;
+	}
+	CHECK(a_end >= 0 && b_start > a_end);
+	exec_free(ex);
+}
+
+static void test_cancel_queued_and_running(void)
+{
+	struct executor *ex = make_executor(1);
+	struct seen s = { 0 };
+	char err[256];
+	struct exec_job run = make_job(4, 1000000, NULL), queued = make_job(5, 3, NULL);
+	CHECK(exec_submit(ex, &run, err, sizeof err) == 0);
+	CHECK(exec_submit(ex, &queued, err, sizeof err) == 0);
+	wait_running(ex, &s, 4);
+	CHECK(exec_cancel(ex, 5, err, sizeof err) == 0);
+	exec_poll(ex, record, &s);
+	CHECK(last_of(&s, 5) && last_of(&s, 5)->state == EXEC_CANCELLED);
+	CHECK(!file_exists(queued.dir, "launch"));
+	wait_training(run.dir);
+	CHECK(exec_cancel(ex, 4, err, sizeof err) == 0);
+	const struct exec_event *e = wait_final(ex, &s, 4, 60);
+	CHECK_MSG(e && e->state == EXEC_CANCELLED, "state %s", e ? exec_state_name(e->state) : "none");
+	/* the trainer got SIGTERM: it checkpointed and exited 3 */
+	CHECK(e && e->exit_code == 3);
+	CHECK(exec_cancel(ex, 4, err, sizeof err) != 0);       /* gone */
+	exec_free(ex);
+}
+
+static void test_time_limit_and_bad_spec(void)
+{
+	struct executor *ex = make_executor(2);
+	struct seen s = { 0 };
+	char err[256];
+	struct exec_job slow = make_job(6, 1000000, NULL);
+	slow.time_limit_s = 1;
+	struct exec_job bad = make_job(7, 3, ", \"bogus\": 1");
+	CHECK(exec_submit(ex, &slow, err, sizeof err) == 0);
+	CHECK(exec_submit(ex, &bad, err, sizeof err) == 0);
+	const struct exec_event *e = wait_final(ex, &s, 7, 30);
+	CHECK_MSG(e && e->state == EXEC_FAILED && strstr(e->reason, "exit 2"), "reason %s",
+	          e ? e->reason : "none");
+	CHECK(e && strstr(e->reason, "unknown field"));
+	e = wait_final(ex, &s, 6, 60);
+	CHECK_MSG(e && e->state == EXEC_TIMEOUT, "state %s", e ? exec_state_name(e->state) : "none");
+	exec_free(ex);
+}
+
+static void test_adopt_after_restart(void)
+{
+	char err[256];
+	struct seen s = { 0 };
+	struct executor *first = make_executor(2);
+	struct exec_job running = make_job(8, 1000000, NULL), done = make_job(9, 2, NULL);
+	struct exec_job never = make_job(10, 2, NULL);
+	CHECK(exec_submit(first, &running, err, sizeof err) == 0);
+	CHECK(exec_submit(first, &done, err, sizeof err) == 0);
+	wait_running(first, &s, 8);
+	CHECK(wait_final(first, &s, 9, 60) != NULL);
+	exec_free(first);                       /* "larchd restarts": the job keeps running */
+
+	struct executor *second = make_executor(2);
+	struct seen t = { 0 };
+	CHECK(exec_adopt(second, &running, err, sizeof err) == 0);
+	CHECK(exec_adopt(second, &done, err, sizeof err) == 0);
+	CHECK(exec_adopt(second, &never, err, sizeof err) == 0);
+	exec_poll(second, record, &t);
+	CHECK_MSG(last_of(&t, 8) && last_of(&t, 8)->state == EXEC_RUNNING, "running job not found");
+	CHECK(last_of(&t, 9) && last_of(&t, 9)->state == EXEC_COMPLETED);   /* from result.json */
+	CHECK(last_of(&t, 10) && last_of(&t, 10)->state == EXEC_RUNNING);   /* started now */
+	CHECK(wait_final(second, &t, 10, 60) && last_of(&t, 10)->state == EXEC_COMPLETED);
+
+	wait_training(running.dir);
+	CHECK(exec_cancel(second, 8, err, sizeof err) == 0);
+	const struct exec_event *e = wait_final(second, &t, 8, 60);
+	CHECK_MSG(e && e->state == EXEC_CANCELLED, "state %s", e ? exec_state_name(e->state) : "none");
+	exec_free(second);
+	while (waitpid(-1, NULL, WNOHANG) > 0)  /* the first executor's children */
+		;
+}
+
+int main(void)
+{
+	trainer = getenv("LARCH_TEST_TRAINER");
+	if (!trainer || access(trainer, X_OK) != 0) {
+		fprintf(stderr, "LARCH_TEST_TRAINER is not an executable larch-train: skipping\n");
+		return 77;
+	}
+	snprintf(root, sizeof root, "%s", check_tmpdir("exec"));
+	char corpus[4200];
+	snprintf(corpus, sizeof corpus, "%s/corpus.txt", root);
+	FILE *f = fopen(corpus, "w");
+	for (int i = 0; i < 200; i++)
+		fputs("the quick brown fox jumps over the lazy dog. ", f);
+	fclose(f);
+
+	CHECK_RUN(test_job_completes);
+	CHECK_RUN(test_slots_are_fifo);
+	CHECK_RUN(test_cancel_queued_and_running);
+	CHECK_RUN(test_time_limit_and_bad_spec);
+	CHECK_RUN(test_adopt_after_restart);
+	return check_finish();
+}
