@@ -32,7 +32,11 @@ static void usage(FILE *out)
 	      "\n"
 	      "SIGUSR1, SIGTERM and SIGINT write a checkpoint at the next step boundary and\n"
 	      "exit 3; running again resumes. Exit codes: 0 completed, 1 failed, 2 bad usage\n"
-	      "or spec, 3 interrupted (resumable), 4 diverged.\n", out);
+	      "or spec, 3 interrupted (resumable), 4 diverged.\n"
+	      "\n"
+	      "With LARCH_SERVER_URL, LARCH_JOB_ID and LARCH_JOB_TOKEN set (larchd sets them)\n"
+	      "the metrics and the result are also posted to larchd; LARCH_REPORT_FLUSH_S\n"
+	      "bounds the final flush (default 10 s). The exit code never depends on larchd.\n", out);
 }
 
 static void on_signal(int signo)

@@ -9,6 +9,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "reporter.h"
+
 static double unix_time(void)
 {
 	struct timeval tv;
@@ -69,24 +71,42 @@ int trn_report_open(struct trn_report *r, const char *job_dir, long keep_until,
 	return 0;
 }
 
+int trn_report_connect(struct trn_report *r, struct trn_err *err)
+{
+	struct trn_reporter_config cfg;
+	int rc = trn_reporter_config_env(&cfg, err);
+	if (rc <= 0)
+		return rc;
+	r->remote = trn_reporter_start(&cfg);
+	if (r->remote)
+		printf("report: posting metrics to %.*s\n",
+		       (int)(strlen(cfg.metrics_url) - strlen("/metrics")), cfg.metrics_url);
+	return 0;
+}
+
 void trn_report_close(struct trn_report *r)
 {
 	if (r->metrics)
 		fclose(r->metrics);
 	r->metrics = NULL;
+	trn_reporter_finish(r->remote, NULL);
+	r->remote = NULL;
 }
 
 void trn_report_metric(struct trn_report *r, long step, const char *name, double value)
 {
 	if (!r->metrics)
 		return;
-	/* JSON has no inf or NaN: a non-finite value is written as null */
+	double t = unix_time();
+	/* JSON has no inf or NaN: a non-finite value is written as null; the
+	 * reporter posts the same text (reporter_queue.c) */
 	if (isfinite(value))
 		fprintf(r->metrics, "{\"step\":%ld,\"time\":%.3f,\"name\":\"%s\",\"value\":%.9g}\n",
-		        step, unix_time(), name, value);
+		        step, t, name, value);
 	else
 		fprintf(r->metrics, "{\"step\":%ld,\"time\":%.3f,\"name\":\"%s\",\"value\":null}\n",
-		        step, unix_time(), name);
+		        step, t, name);
+	trn_reporter_metric(r->remote, step, t, name, value);
 }
 
 void trn_report_flush(struct trn_report *r)
@@ -128,31 +148,66 @@ int trn_write_file_atomic(const char *path, const char *text, struct trn_err *er
 	return 0;
 }
 
-int trn_report_result(const char *job_dir, const char *status, long steps, json_t *final,
-                      double wall_s, int exit_code, const char *reason, struct trn_err *err)
+/* result.json's text, with a final newline; a new string (free it), or NULL
+ * when out of memory. */
+static char *result_text(const struct trn_result *res)
 {
-	json_t *root = json_pack("{s:s, s:I, s:O, s:f, s:i}", "status", status, "steps",
-	                         (json_int_t)steps, "final", final ? final : json_null(),
-	                         "wall_s", round(wall_s * 1000) / 1000, "exit_code", exit_code);
+	json_t *root = json_pack("{s:s, s:I, s:O, s:f, s:i}", "status", res->status, "steps",
+	                         (json_int_t)res->steps, "final",
+	                         res->final ? res->final : json_null(),
+	                         "wall_s", round(res->wall_s * 1000) / 1000, "exit_code",
+	                         res->exit_code);
 	if (!root)
-		return trn_err_set(err, "result.json: out of memory");
-	if (reason)
-		json_object_set_new(root, "reason", json_string(reason));
+		return NULL;
+	if (res->reason)
+		json_object_set_new(root, "reason", json_string(res->reason));
 	char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
 	json_decref(root);
 	if (!text)
-		return trn_err_set(err, "result.json: out of memory");
-	char path[4200];
-	snprintf(path, sizeof path, "%s/result.json", job_dir);
+		return NULL;
 	size_t len = strlen(text);
 	char *with_nl = realloc(text, len + 2);
 	if (!with_nl) {
 		free(text);
-		return trn_err_set(err, "result.json: out of memory");
+		return NULL;
 	}
 	memcpy(with_nl + len, "\n", 2);
-	int rc = trn_write_file_atomic(path, with_nl, err);
-	free(with_nl);
+	return with_nl;
+}
+
+static int write_result(const char *job_dir, const char *text, struct trn_err *err)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/result.json", job_dir);
+	return trn_write_file_atomic(path, text, err);
+}
+
+int trn_report_result(const char *job_dir, const char *status, long steps, json_t *final,
+                      double wall_s, int exit_code, const char *reason, struct trn_err *err)
+{
+	struct trn_result res = { .status = status, .steps = steps, .final = final,
+	                          .wall_s = wall_s, .exit_code = exit_code, .reason = reason };
+	char *text = result_text(&res);
+	if (!text)
+		return trn_err_set(err, "result.json: out of memory");
+	int rc = write_result(job_dir, text, err);
+	free(text);
+	return rc;
+}
+
+int trn_report_finish(struct trn_report *r, const char *job_dir, const struct trn_result *res,
+                      struct trn_err *err)
+{
+	char *text = result_text(res);
+	int rc = 0;
+	if (!text)
+		rc = trn_err_set(err, "result.json: out of memory");
+	else if (job_dir)
+		rc = write_result(job_dir, text, err);
+	/* the file first: it is the record; larchd's copy comes after */
+	trn_reporter_finish(r->remote, text);
+	r->remote = NULL;
+	free(text);
 	return rc;
 }
 

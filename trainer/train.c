@@ -171,6 +171,8 @@ static int setup(struct run *r, struct trn_err *err)
 	const char *dir = r->opts->job_dir;
 	char blas_err[1024];
 
+	if (trn_report_connect(&r->rep, err) != 0)
+		return TRN_EXIT_USAGE;
 	if (check_supported(s, err) != 0)
 		return TRN_EXIT_USAGE;
 	if (kern_blas_init(blas_err, sizeof blas_err) != 0)
@@ -361,11 +363,14 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	if (err.set)
 		fprintf(stderr, "larch-train: %s\n", err.text);
 	struct trn_err rerr = { 0 };
-	/* a job dir that could not be made has nowhere to put result.json */
+	/* a job dir that could not be made has nowhere to put result.json (larchd
+	 * still gets the result when reporting) */
 	struct stat st;
-	if (stat(opts->job_dir, &st) == 0 &&
-	    trn_report_result(opts->job_dir, status[code], r.state.step, r.final, now() - r.t_start,
-	                      code, err.set ? err.text : NULL, &rerr) != 0)
+	struct trn_result res = { .status = status[code], .steps = r.state.step, .final = r.final,
+	                          .wall_s = now() - r.t_start, .exit_code = code,
+	                          .reason = err.set ? err.text : NULL };
+	if (trn_report_finish(&r.rep, stat(opts->job_dir, &st) == 0 ? opts->job_dir : NULL, &res,
+	                      &rerr) != 0)
 		fprintf(stderr, "larch-train: %s\n", rerr.text);
 
 	json_decref(r.final);
