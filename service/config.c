@@ -1,0 +1,439 @@
+/* service/config.c - see config.h. One table of keys; every layer (default,
+ * file, environment, flag) sets a key through the same parser. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#ifndef LARCH_VERSION
+#define LARCH_VERSION "0.0.0"
+#endif
+
+enum key_kind { K_LISTEN, K_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL };
+
+struct key {
+	const char *name;            /* file key; flag --name-with-dashes; env LARCHD_NAME */
+	enum key_kind kind;
+	size_t offset;               /* of the field in struct svc_config */
+	const char *def;             /* the embedded default, parsed like any value */
+	unsigned long long min, max; /* K_UINT, K_SIZE */
+	int allow_auto;              /* K_UINT: "auto" means the CPU count */
+	const char *metavar, *help;
+};
+
+#define FIELD(f) offsetof(struct svc_config, f)
+
+static const struct key keys[] = {
+	{ .name = "listen", .kind = K_LISTEN, .offset = FIELD(listen), .def = "127.0.0.1:8080",
+	  .metavar = "HOST:PORT", .help = "address to listen on; port 0 picks a free port" },
+	{ .name = "state_dir", .kind = K_PATH, .offset = FIELD(state_dir), .def = "./larch-state",
+	  .metavar = "DIR", .help = "database, job directories, admin token (created 0700)" },
+	{ .name = "max_local_jobs", .kind = K_UINT, .offset = FIELD(max_local_jobs), .def = "auto",
+	  .min = 1, .max = 4096, .allow_auto = 1, .metavar = "N",
+	  .help = "jobs the local executor runs at once (auto: the CPUs)" },
+	{ .name = "body_limit", .kind = K_SIZE, .offset = FIELD(body_limit), .def = "1M",
+	  .min = 1024, .max = 1ULL << 30, .metavar = "SIZE",
+	  .help = "largest request body: bytes, or with K, M, G (binary)" },
+	{ .name = "log_level", .kind = K_LEVEL, .offset = FIELD(log_level), .def = "info",
+	  .metavar = "LEVEL", .help = "error, warn, info (a line per request) or debug" },
+	{ .name = "log_file", .kind = K_LOG_FILE, .offset = FIELD(log_file), .def = "-",
+	  .metavar = "FILE", .help = "append the log to FILE (- for stderr)" },
+	{ .name = "threads", .kind = K_UINT, .offset = FIELD(threads), .def = "auto",
+	  .min = 1, .max = 1024, .allow_auto = 1, .metavar = "N",
+	  .help = "HTTP threads, each with its own epoll loop (auto: the CPUs)" },
+	{ .name = "max_connections", .kind = K_UINT, .offset = FIELD(max_connections),
+	  .def = "1024", .min = 1, .max = 65536, .metavar = "N",
+	  .help = "open connections at most" },
+	{ .name = "connection_timeout", .kind = K_UINT, .offset = FIELD(connection_timeout),
+	  .def = "30", .min = 1, .max = 86400, .metavar = "SECONDS",
+	  .help = "close a connection idle this long" },
+	{ .name = "shutdown_timeout", .kind = K_UINT, .offset = FIELD(shutdown_timeout),
+	  .def = "30", .min = 0, .max = 86400, .metavar = "SECONDS",
+	  .help = "on SIGTERM, how long in-flight requests may take" },
+};
+
+#define N_KEYS (sizeof keys / sizeof keys[0])
+
+unsigned svc_cpu_count(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+		return (unsigned)CPU_COUNT(&set);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
+static int parse_uint(const char *s, unsigned long long *out)
+{
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	char *end;
+	*out = strtoull(s, &end, 10);
+	return errno || *end ? -1 : 0;
+}
+
+/* "1048576", "512K", "1M", "1MiB", "2g", "64KB" */
+static int parse_size(const char *s, unsigned long long *out)
+{
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	errno = 0;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -1;
+	unsigned shift = 0;
+	switch (toupper((unsigned char)*end)) {
+	case '\0': break;
+	case 'K': shift = 10; end++; break;
+	case 'M': shift = 20; end++; break;
+	case 'G': shift = 30; end++; break;
+	default: return -1;
+	}
+	if (shift && (strcmp(end, "") == 0 || strcasecmp(end, "B") == 0 || strcmp(end, "iB") == 0))
+		end += strlen(end);
+	if (*end || v > (ULLONG_MAX >> shift))
+		return -1;
+	*out = v << shift;
+	return 0;
+}
+
+/* Checks HOST:PORT (HOST may be [v6]); resolution waits for resolve_listen. */
+static int split_listen(const char *s, char *host, size_t host_size, char *port, size_t port_size)
+{
+	const char *colon;
+	const char *h = s;
+	size_t hlen;
+	if (*s == '[') {
+		const char *close = strchr(s, ']');
+		if (!close || close[1] != ':')
+			return -1;
+		h = s + 1;
+		hlen = (size_t)(close - h);
+		colon = close + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon || memchr(s, ':', (size_t)(colon - s)))
+			return -1;
+		hlen = (size_t)(colon - s);
+	}
+	unsigned long long p;
+	if (hlen == 0 || hlen >= host_size || parse_uint(colon + 1, &p) != 0 || p > 65535 ||
+	    strlen(colon + 1) >= port_size)
+		return -1;
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	strcpy(port, colon + 1);
+	return 0;
+}
+
+static int replace_string(char **field, const char *value)
+{
+	char *copy = strdup(value);
+	if (!copy)
+		return -1;
+	free(*field);
+	*field = copy;
+	return 0;
+}
+
+static int set_string(char **field, const char *value, char *err, size_t err_size)
+{
+	if (replace_string(field, value) == 0)
+		return 0;
+	snprintf(err, err_size, "out of memory");
+	return -1;
+}
+
+/* Sets one key; on error writes "WHERE: what is wrong (got "value")". */
+static int set_key(struct svc_config *cfg, const struct key *k, const char *value,
+                   const char *where, char *err, size_t err_size)
+{
+	char *base = (char *)cfg;
+	unsigned long long v;
+	char host[256], port[8];
+	switch (k->kind) {
+	case K_LISTEN:
+		if (split_listen(value, host, sizeof host, port, sizeof port) != 0) {
+			snprintf(err, err_size, "%s: must be HOST:PORT with a port in [0, 65535], "
+			         "e.g. 127.0.0.1:8080 or [::1]:0 (got \"%s\")", where, value);
+			return -1;
+		}
+		return set_string((char **)(base + k->offset), value, err, err_size);
+	case K_PATH:
+		if (!*value || strlen(value) >= PATH_MAX) {
+			snprintf(err, err_size, "%s: must be a directory path (got \"%s\")", where, value);
+			return -1;
+		}
+		return set_string((char **)(base + k->offset), value, err, err_size);
+	case K_LOG_FILE:
+		if (!*value || strcmp(value, "-") == 0) {
+			free(cfg->log_file);
+			cfg->log_file = NULL;
+			return 0;
+		}
+		return set_string(&cfg->log_file, value, err, err_size);
+	case K_LEVEL:
+		if (svc_log_level_parse(value, (enum svc_log_level *)(base + k->offset)) != 0) {
+			snprintf(err, err_size, "%s: must be error, warn, info or debug (got \"%s\")",
+			         where, value);
+			return -1;
+		}
+		return 0;
+	case K_UINT:
+		if (k->allow_auto && strcmp(value, "auto") == 0)
+			v = svc_cpu_count() > k->max ? k->max : svc_cpu_count();
+		else if (parse_uint(value, &v) != 0 || v < k->min || v > k->max) {
+			snprintf(err, err_size, "%s: must be an integer in [%llu, %llu]%s (got \"%s\")",
+			         where, k->min, k->max, k->allow_auto ? " or auto" : "", value);
+			return -1;
+		}
+		*(unsigned *)(base + k->offset) = (unsigned)v;
+		return 0;
+	case K_SIZE:
+		if (parse_size(value, &v) != 0 || v < k->min || v > k->max) {
+			snprintf(err, err_size, "%s: must be a size in [1K, 1G] such as 65536, 512K or "
+			         "2M (got \"%s\")", where, value);
+			return -1;
+		}
+		*(size_t *)(base + k->offset) = (size_t)v;
+		return 0;
+	}
+	return -1;
+}
+
+static const struct key *find_key(const char *name, size_t len, int dashes)
+{
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const char *n = keys[i].name;
+		if (strlen(n) != len)
+			continue;
+		size_t j = 0;
+		while (j < len && (n[j] == name[j] || (dashes && n[j] == '_' && name[j] == '-')))
+			j++;
+		if (j == len)
+			return &keys[i];
+	}
+	return NULL;
+}
+
+static char *trim(char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	size_t len = strlen(s);
+	while (len && isspace((unsigned char)s[len - 1]))
+		s[--len] = '\0';
+	return s;
+}
+
+static int load_file(struct svc_config *cfg, const char *path, char *err, size_t err_size)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, err_size, "config file %s: %s", path, strerror(errno));
+		return -1;
+	}
+	int seen[N_KEYS] = { 0 };
+	char *line = NULL, where[PATH_MAX + 64];
+	size_t cap = 0;
+	int lineno = 0, rc = 0;
+	while (rc == 0 && getline(&line, &cap, f) >= 0) {
+		lineno++;
+		snprintf(where, sizeof where, "%s:%d", path, lineno);
+		char *s = trim(line);
+		if (*s == '\0' || *s == '#')
+			continue;
+		char *eq = strchr(s, '=');
+		if (!eq) {
+			snprintf(err, err_size, "%s: expected key = value", where);
+			rc = -1;
+			break;
+		}
+		*eq = '\0';
+		char *name = trim(s), *value = trim(eq + 1);
+		size_t vlen = strlen(value);
+		if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
+			value[vlen - 1] = '\0';
+			value++;
+		}
+		const struct key *k = find_key(name, strlen(name), 0);
+		if (!k) {
+			snprintf(err, err_size, "%s: unknown key \"%s\"", where, name);
+			rc = -1;
+		} else if (seen[k - keys]) {
+			snprintf(err, err_size, "%s: %s is already set on line %d", where, name,
+			         seen[k - keys]);
+			rc = -1;
+		} else {
+			seen[k - keys] = lineno;
+			char here[PATH_MAX + 128];
+			snprintf(here, sizeof here, "%s: %s", where, k->name);
+			rc = set_key(cfg, k, value, here, err, err_size);
+		}
+	}
+	free(line);
+	fclose(f);
+	return rc;
+}
+
+static int resolve_listen(struct svc_config *cfg, char *err, size_t err_size)
+{
+	char host[256], port[8];
+	split_listen(cfg->listen, host, sizeof host, port, sizeof port);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	hints.ai_family = cfg->listen[0] == '[' ? AF_INET6 : AF_UNSPEC;
+	struct addrinfo *res, *pick = NULL;
+	int rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0) {
+		snprintf(err, err_size, "listen: cannot resolve \"%s\": %s", host, gai_strerror(rc));
+		return -1;
+	}
+	for (struct addrinfo *a = res; a && !pick; a = a->ai_next)
+		if (a->ai_family == AF_INET)
+			pick = a;                   /* IPv4 first for names like localhost */
+	if (!pick)
+		pick = res;
+	memcpy(&cfg->addr, pick->ai_addr, pick->ai_addrlen);
+	cfg->addr_len = pick->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+static void usage(void)
+{
+	printf("usage: larchd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [options]\n"
+	       "\n"
+	       "larch's HTTP service: the REST API v1 (docs/api.md) over SQLite.\n"
+	       "\n"
+	       "  %-28s %s\n", "--config FILE", "read settings from FILE (also $LARCHD_CONFIG)");
+	for (size_t i = 0; i < N_KEYS; i++) {
+		char flag[64];
+		int n = snprintf(flag, sizeof flag, "--%s %s", keys[i].name, keys[i].metavar);
+		for (int j = 2; j < n && flag[j] != ' '; j++)
+			if (flag[j] == '_')
+				flag[j] = '-';
+		printf("  %-28s %s (default %s)\n", flag, keys[i].help, keys[i].def);
+	}
+	printf("  %-28s %s\n", "--help, --version", "print this or the version and exit");
+	printf("\n"
+	       "Each --some-key VALUE is also a line \"some_key = VALUE\" in the config file and\n"
+	       "the environment variable LARCHD_SOME_KEY; flags win over the environment, which\n"
+	       "wins over the file. deploy/larchd.conf.example describes every key.\n"
+	       "SIGTERM or SIGINT: stop accepting, let in-flight requests finish, exit 0.\n");
+}
+
+/* A --flag and its value, kept until the other layers are applied. */
+struct flag_value {
+	const struct key *key;
+	const char *value;
+};
+
+int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, size_t err_size)
+{
+	memset(cfg, 0, sizeof *cfg);
+	struct flag_value *flags = calloc((size_t)argc + 1, sizeof *flags);
+	size_t n_flags = 0;
+	const char *config = NULL;
+	int rc = SVC_CONFIG_ERROR;
+	if (!flags) {
+		snprintf(err, err_size, "out of memory");
+		return SVC_CONFIG_ERROR;
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+		if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+			usage();
+			rc = SVC_CONFIG_EXIT;
+			goto out;
+		}
+		if (strcmp(arg, "--version") == 0) {
+			printf("larchd %s\n", LARCH_VERSION);
+			rc = SVC_CONFIG_EXIT;
+			goto out;
+		}
+		if (strncmp(arg, "--", 2) != 0) {
+			snprintf(err, err_size, "unexpected argument \"%s\" (see larchd --help)", arg);
+			goto out;
+		}
+		const char *name = arg + 2, *eq = strchr(name, '=');
+		size_t len = eq ? (size_t)(eq - name) : strlen(name);
+		const char *value = eq ? eq + 1 : NULL;
+		const struct key *k = find_key(name, len, 1);
+		int is_config = len == 6 && strncmp(name, "config", 6) == 0;
+		if (!k && !is_config) {
+			snprintf(err, err_size, "unknown option --%.*s (see larchd --help)", (int)len, name);
+			goto out;
+		}
+		if (!value) {
+			if (i + 1 >= argc) {
+				snprintf(err, err_size, "--%.*s: needs a value", (int)len, name);
+				goto out;
+			}
+			value = argv[++i];
+		}
+		if (is_config)
+			config = value;
+		else
+			flags[n_flags++] = (struct flag_value){ k, value };
+	}
+
+	for (size_t i = 0; i < N_KEYS; i++) {
+		char where[64];
+		snprintf(where, sizeof where, "default %s", keys[i].name);
+		if (set_key(cfg, &keys[i], keys[i].def, where, err, err_size) != 0)
+			goto out;
+	}
+	if (!config && getenv("LARCHD_CONFIG") && *getenv("LARCHD_CONFIG"))
+		config = getenv("LARCHD_CONFIG");
+	if (config) {
+		if (set_string(&cfg->config_file, config, err, err_size) != 0 ||
+		    load_file(cfg, config, err, err_size) != 0)
+			goto out;
+	}
+	for (size_t i = 0; i < N_KEYS; i++) {
+		char env[64];
+		size_t j = 0;
+		j += (size_t)snprintf(env, sizeof env, "LARCHD_");
+		for (const char *p = keys[i].name; *p && j + 1 < sizeof env; p++)
+			env[j++] = (char)toupper((unsigned char)*p);
+		env[j] = '\0';
+		const char *value = getenv(env);
+		if (value && *value && set_key(cfg, &keys[i], value, env, err, err_size) != 0)
+			goto out;
+	}
+	for (size_t i = 0; i < n_flags; i++) {
+		char where[64];
+		snprintf(where, sizeof where, "--%s", flags[i].key->name);
+		for (char *p = where + 2; *p; p++)
+			if (*p == '_')
+				*p = '-';
+		if (set_key(cfg, flags[i].key, flags[i].value, where, err, err_size) != 0)
+			goto out;
+	}
+	if (resolve_listen(cfg, err, err_size) != 0)
+		goto out;
+	rc = SVC_CONFIG_RUN;
+out:
+	free(flags);
+	return rc;
+}
+
+void svc_config_release(struct svc_config *cfg)
+{
+	free(cfg->listen);
+	free(cfg->state_dir);
+	free(cfg->log_file);
+	free(cfg->config_file);
+	memset(cfg, 0, sizeof *cfg);
+}

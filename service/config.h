@@ -1,0 +1,54 @@
+/* service/config.h - larchd's settings: defaults, file, environment, flags.
+ *
+ * Every setting is a key (deploy/larchd.conf.example documents each):
+ *   in the config file    body_limit = 2M
+ *   in the environment    LARCHD_BODY_LIMIT=2M
+ *   on the command line   --body-limit 2M   (or --body-limit=2M)
+ * Precedence: flags > environment > file > embedded defaults. The file is
+ * --config FILE, else $LARCHD_CONFIG, else none; it holds `key = value`
+ * lines, blank lines and comment lines starting with '#'. An empty
+ * environment variable counts as unset. A bad value, unknown key or flag
+ * is an error naming where it came from ("LARCHD_BODY_LIMIT: must be a
+ * size ...", "larchd.conf:3: unknown key \"foo\""); larchd exits 2.
+ */
+#ifndef LARCH_SERVICE_CONFIG_H
+#define LARCH_SERVICE_CONFIG_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "log.h"
+
+struct svc_config {
+	char *listen;                    /* "127.0.0.1:8080" */
+	struct sockaddr_storage addr;    /* listen, resolved */
+	socklen_t addr_len;
+	char *state_dir;                 /* "./larch-state" */
+	unsigned max_local_jobs;         /* the local executor's concurrent jobs */
+	size_t body_limit;               /* request body bytes */
+	enum svc_log_level log_level;
+	char *log_file;                  /* NULL: stderr */
+	unsigned threads;                /* HTTP threads */
+	unsigned max_connections;
+	unsigned connection_timeout;     /* seconds a connection may idle */
+	unsigned shutdown_timeout;       /* seconds in-flight requests get on SIGTERM */
+	char *config_file;               /* the file read, or NULL */
+};
+
+enum svc_config_status {
+	SVC_CONFIG_RUN = 0,              /* cfg is complete: start */
+	SVC_CONFIG_EXIT = 1,             /* --help or --version was printed: exit 0 */
+	SVC_CONFIG_ERROR = -1,           /* err says what: exit 2 */
+};
+
+/* Fills cfg from the defaults, the config file, the environment and argv
+ * (argv[0] is the program). Prints --help and --version to stdout. Returns
+ * an enum svc_config_status; on SVC_CONFIG_ERROR err holds the message.
+ * Release cfg with svc_config_release whatever it returned. */
+int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, size_t err_size);
+void svc_config_release(struct svc_config *cfg);
+
+/* CPUs this process may run on (sched_getaffinity), at least 1. */
+unsigned svc_cpu_count(void);
+
+#endif

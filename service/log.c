@@ -1,0 +1,128 @@
+/* service/log.c - see log.h. */
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static atomic_int log_fd = STDERR_FILENO;
+static atomic_int log_level = SVC_LOG_INFO;
+
+static const char *const level_names[] = {
+	[SVC_LOG_ERROR] = "error",
+	[SVC_LOG_WARN] = "warn",
+	[SVC_LOG_INFO] = "info",
+	[SVC_LOG_DEBUG] = "debug",
+};
+
+const char *svc_log_level_name(enum svc_log_level level)
+{
+	if ((unsigned)level < sizeof level_names / sizeof level_names[0])
+		return level_names[level];
+	return "?";
+}
+
+int svc_log_level_parse(const char *name, enum svc_log_level *level)
+{
+	for (size_t i = 0; i < sizeof level_names / sizeof level_names[0]; i++)
+		if (strcmp(name, level_names[i]) == 0) {
+			*level = (enum svc_log_level)i;
+			return 0;
+		}
+	return -1;
+}
+
+int svc_log_open(const char *path, enum svc_log_level level, char *err, size_t err_size)
+{
+	int fd = STDERR_FILENO;
+	if (path && *path && strcmp(path, "-") != 0) {
+		fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+		if (fd < 0) {
+			snprintf(err, err_size, "log file %s: %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	int old = atomic_exchange(&log_fd, fd);
+	if (old != STDERR_FILENO)
+		close(old);
+	atomic_store(&log_level, (int)level);
+	return 0;
+}
+
+void svc_log_close(void)
+{
+	int old = atomic_exchange(&log_fd, STDERR_FILENO);
+	if (old != STDERR_FILENO)
+		close(old);
+}
+
+int svc_log_enabled(enum svc_log_level level)
+{
+	return (int)level <= atomic_load(&log_level);
+}
+
+void svc_log(enum svc_log_level level, const char *fmt, ...)
+{
+	if (!svc_log_enabled(level))
+		return;
+	char line[1024];
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s ",
+	                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+	                 tm.tm_sec, ts.tv_nsec / 1000000, svc_log_level_name(level));
+	va_list ap;
+	va_start(ap, fmt);
+	int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+	if (len > sizeof line - 2)
+		len = sizeof line - 2;      /* cut, keeping room for the newline */
+	line[len++] = '\n';
+	const char *p = line;
+	int fd = atomic_load(&log_fd);
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		p += w;
+		len -= (size_t)w;
+	}
+}
+
+char *svc_log_sanitize(const char *s, char *out, size_t out_size)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+	if (out_size < 8) {
+		if (out_size)
+			out[0] = '\0';
+		return out;
+	}
+	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+		int plain = *p >= 0x20 && *p < 0x7f;
+		size_t need = plain ? 1 : 3;
+		if (o + need + 4 > out_size) {
+			memcpy(out + o, "...", 4);
+			return out;
+		}
+		if (plain) {
+			out[o++] = (char)*p;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[*p >> 4];
+			out[o++] = hex[*p & 15];
+		}
+	}
+	out[o] = '\0';
+	return out;
+}

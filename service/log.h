@@ -1,0 +1,41 @@
+/* service/log.h - larchd's log: one line per event, to stderr or a file.
+ *
+ *   2026-11-22T23:01:02.123Z info  GET /v1/jobs/j-000123 200 153us
+ *
+ * One process-wide log (larchd has one); lines are written with a single
+ * write(2) each, so threads never interleave within a line. Until
+ * svc_log_open is called the log goes to stderr at level info.
+ */
+#ifndef LARCH_SERVICE_LOG_H
+#define LARCH_SERVICE_LOG_H
+
+#include <stddef.h>
+
+enum svc_log_level {
+	SVC_LOG_ERROR,
+	SVC_LOG_WARN,
+	SVC_LOG_INFO,
+	SVC_LOG_DEBUG,
+};
+
+/* "error", "warn", "info", "debug" (static string). */
+const char *svc_log_level_name(enum svc_log_level level);
+/* Parses a level name; returns 0, or -1 for anything else. */
+int svc_log_level_parse(const char *name, enum svc_log_level *level);
+
+/* Logs lines of level and more severe to path (appended, created 0640;
+ * NULL, "" or "-" for stderr). Returns 0, or -1 with a message in err. */
+int svc_log_open(const char *path, enum svc_log_level level, char *err, size_t err_size);
+/* Closes a log file (back to stderr). */
+void svc_log_close(void);
+
+/* Would a line of this level be written? (To skip building costly lines.) */
+int svc_log_enabled(enum svc_log_level level);
+void svc_log(enum svc_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copies s into out (out_size bytes with the NUL) for a log line: bytes
+ * outside printable ASCII become %XX, and a long s is cut with "...".
+ * Returns out. */
+char *svc_log_sanitize(const char *s, char *out, size_t out_size);
+
+#endif

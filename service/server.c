@@ -1,0 +1,469 @@
+/* service/server.c - the request lifecycle on libmicrohttpd; see server.h.
+ *
+ * MHD calls on_access several times per request: first when the headers
+ * are in (we allocate the request, check it and may answer at once), then
+ * once per piece of body, then a last time with no data (we run the
+ * handler). on_completed runs once for every request on_access saw, however
+ * it ended: it logs the request and frees it.
+ */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/auth.h"
+#include "api/reply.h"
+#include "log.h"
+
+struct svc_server {
+	struct MHD_Daemon *mhd;
+	int listen_fd;                   /* ours until MHD_start_daemon takes it */
+	struct svc_server_config cfg;
+	unsigned port;
+	char address[64];
+	atomic_int draining;
+	atomic_uint in_flight;
+};
+
+struct svc_request {
+	struct api_request api;          /* what the handler sees */
+	struct svc_server *srv;
+	struct timespec start;
+	size_t body_cap;                 /* bytes allocated for api.body */
+	uint64_t declared;               /* Content-Length, 0 when absent */
+	int has_body;
+	int begun;                       /* request_begin ran */
+	int bad_query;
+	int refused;                     /* answered before the body: drop what comes */
+};
+
+/* MHD must not percent-decode: a %00 would cut the path short and %2F would
+ * become a separator. api_path_parse and api_query_add decode, and refuse
+ * what must not reach a handler. */
+static size_t keep_escaped(void *cls, struct MHD_Connection *conn, char *s)
+{
+	return strlen(s);
+}
+
+/* Is a Content-Type application/json, with at most a utf-8 charset? */
+static int json_content_type(const char *value)
+{
+	static const char json[] = "application/json";
+	if (!value)
+		return 0;
+	while (*value == ' ' || *value == '\t')
+		value++;
+	if (strncasecmp(value, json, sizeof json - 1) != 0)
+		return 0;
+	const char *p = value + sizeof json - 1;
+	for (;;) {
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '\0')
+			return 1;
+		if (*p != ';')
+			return 0;
+		p++;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		const char *end = strchr(p, ';');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+			len--;
+		if (len >= 8 && strncasecmp(p, "charset=", 8) == 0) {
+			const char *v = p + 8;
+			size_t vlen = len - 8;
+			if (vlen >= 2 && v[0] == '"' && v[vlen - 1] == '"')
+				v++, vlen -= 2;
+			if (!((vlen == 5 && strncasecmp(v, "utf-8", 5) == 0) ||
+			      (vlen == 4 && strncasecmp(v, "utf8", 4) == 0)))
+				return 0;
+		}
+		p += len;
+		while (*p && *p != ';')
+			p++;
+	}
+}
+
+static enum MHD_Result add_query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+	struct svc_request *r = cls;
+	if (api_query_add(&r->api, key, value) != 0) {
+		r->bad_query = 1;
+		return MHD_NO;
+	}
+	return MHD_YES;
+}
+
+/* The request's headers of interest and whether it has a body. */
+static void request_headers(struct svc_request *r)
+{
+	struct api_request *req = &r->api;
+	struct MHD_Connection *conn = req->conn;
+	req->content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                                MHD_HTTP_HEADER_CONTENT_TYPE);
+	req->authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                                 MHD_HTTP_HEADER_AUTHORIZATION);
+	req->if_none_match = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                                 MHD_HTTP_HEADER_IF_NONE_MATCH);
+	req->idempotency_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                                   "Idempotency-Key");
+	const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+	const char *encoding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	                                                   MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	r->declared = length ? strtoull(length, NULL, 10) : 0;
+	r->has_body = r->declared > 0 || (encoding && strcasestr(encoding, "chunked"));
+}
+
+/* The checks, in the order server.h lists them. A request with a body is
+ * checked on the first call, before its body is read (and a reply then ends
+ * the connection, as MHD will not read past it); one without is checked on
+ * the last, so that an error reply keeps the connection alive. Returns
+ * MHD_YES to go on, or the result of the reply. */
+static enum MHD_Result request_begin(struct svc_server *srv, struct svc_request *r)
+{
+	struct api_request *req = &r->api;
+	struct MHD_Connection *conn = req->conn;
+	uint64_t declared = r->declared;
+	r->begun = 1;
+	if (atomic_load(&srv->draining)) {
+		r->refused = 1;
+		api_reply_header(req, MHD_HTTP_HEADER_CONNECTION, "close");
+		api_reply_header(req, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+		return api_reply_error(req, 503, API_ERR_UNAVAILABLE, "shutting down");
+	}
+	if (declared > srv->cfg.body_limit) {
+		r->refused = 1;
+		api_reply_header(req, MHD_HTTP_HEADER_CONNECTION, "close");
+		return api_reply_error_detail(req, 413, API_ERR_TOO_LARGE,
+		                              json_pack("{s:I}", "limit", (json_int_t)srv->cfg.body_limit),
+		                              "body: %llu bytes is over the limit of %zu",
+		                              (unsigned long long)declared, srv->cfg.body_limit);
+	}
+	if (r->has_body && !json_content_type(req->content_type)) {
+		r->refused = 1;
+		api_reply_header(req, MHD_HTTP_HEADER_CONNECTION, "close");
+		return api_reply_error(req, 415, API_ERR_UNSUPPORTED_MEDIA_TYPE,
+		                       "body: content type must be application/json (got %s)",
+		                       req->content_type ? req->content_type : "none");
+	}
+
+	struct api_match m;
+	if (api_path_parse(&req->path, req->raw_path) != 0)
+		return api_reply_error(req, 404, API_ERR_NOT_FOUND, "no such path");
+	switch (api_route_match(srv->cfg.routes, srv->cfg.n_routes, req->method, &req->path, &m)) {
+	case 0:
+		break;
+	case 405:
+		api_reply_header(req, MHD_HTTP_HEADER_ALLOW, m.allow);
+		return api_reply_error_detail(req, 405, API_ERR_METHOD_NOT_ALLOWED,
+		                              json_pack("{s:s}", "allow", m.allow),
+		                              "method %s is not allowed here (allowed: %s)",
+		                              req->method, m.allow);
+	default:
+		return api_reply_error(req, 404, API_ERR_NOT_FOUND, "no such path");
+	}
+	req->route = m.route;
+	req->n_params = m.n_params;
+	memcpy(req->params, m.params, m.n_params * sizeof m.params[0]);
+
+	MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_query_arg, r);
+	if (r->bad_query)
+		return api_reply_error(req, 400, API_ERR_BAD_REQUEST,
+		                       "malformed query string (bad escape, NUL or more than %d "
+		                       "arguments)", API_QUERY_MAX);
+
+	enum MHD_Result ret;
+	if (api_authenticate(req, &ret) != 0)
+		return ret;
+	if (declared > 0) {
+		req->body = malloc((size_t)declared + 1);
+		if (!req->body)
+			return MHD_NO;
+		r->body_cap = (size_t)declared + 1;
+	}
+	return MHD_YES;
+}
+
+/* One piece of the body. */
+static enum MHD_Result request_data(struct svc_server *srv, struct svc_request *r,
+                                    const char *data, size_t size)
+{
+	struct api_request *req = &r->api;
+	if (r->refused || req->replied)
+		return MHD_YES;                 /* answered already: drop it */
+	if (size > srv->cfg.body_limit - req->body_len) {
+		r->refused = 1;
+		api_reply_header(req, MHD_HTTP_HEADER_CONNECTION, "close");
+		enum MHD_Result ret = api_reply_error_detail(
+			req, 413, API_ERR_TOO_LARGE,
+			json_pack("{s:I}", "limit", (json_int_t)srv->cfg.body_limit),
+			"body: over the limit of %zu bytes", srv->cfg.body_limit);
+		/* MHD may refuse a reply in the middle of a body: then close */
+		if (ret != MHD_YES)
+			req->status = 413;
+		return ret;
+	}
+	if (req->body_len + size + 1 > r->body_cap) {
+		size_t cap = r->body_cap ? r->body_cap : 4096;
+		while (cap < req->body_len + size + 1)
+			cap *= 2;
+		if (cap > srv->cfg.body_limit + 1)
+			cap = srv->cfg.body_limit + 1;
+		char *body = realloc(req->body, cap);
+		if (!body)
+			return MHD_NO;
+		req->body = body;
+		r->body_cap = cap;
+	}
+	memcpy(req->body + req->body_len, data, size);
+	req->body_len += size;
+	req->body[req->body_len] = '\0';
+	return MHD_YES;
+}
+
+/* The whole request is in: run the handler. */
+static enum MHD_Result request_run(struct svc_request *r)
+{
+	struct api_request *req = &r->api;
+	if (req->replied)
+		return MHD_YES;
+	enum MHD_Result ret = req->route->handler(req);
+	if (!req->replied) {
+		svc_log(SVC_LOG_ERROR, "bug: %s %s: the handler returned without a reply",
+		        req->method, req->route->path);
+		ret = api_reply_error(req, 500, API_ERR_INTERNAL, "the handler did not reply");
+	}
+	return ret;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                 const char *method, const char *version,
+                                 const char *upload_data, size_t *upload_data_size,
+                                 void **req_cls)
+{
+	struct svc_server *srv = cls;
+	struct svc_request *r = *req_cls;
+	if (!r) {
+		r = calloc(1, sizeof *r);
+		if (!r)
+			return MHD_NO;
+		clock_gettime(CLOCK_MONOTONIC, &r->start);
+		r->srv = srv;
+		r->api.conn = conn;
+		r->api.ctx = srv->cfg.ctx;
+		r->api.method = method;
+		r->api.raw_path = url;
+		*req_cls = r;
+		atomic_fetch_add(&srv->in_flight, 1);
+		if (svc_log_enabled(SVC_LOG_DEBUG)) {
+			char m[32], path[256];
+			svc_log(SVC_LOG_DEBUG, "%s %s: headers in",
+			        svc_log_sanitize(method, m, sizeof m),
+			        svc_log_sanitize(url, path, sizeof path));
+		}
+		request_headers(r);
+		return r->has_body ? request_begin(srv, r) : MHD_YES;
+	}
+	if (*upload_data_size) {
+		size_t size = *upload_data_size;
+		*upload_data_size = 0;
+		return request_data(srv, r, upload_data, size);
+	}
+	if (!r->begun) {
+		enum MHD_Result ret = request_begin(srv, r);
+		if (ret != MHD_YES || r->api.replied)
+			return ret;
+	}
+	return request_run(r);
+}
+
+static const char *termination_name(enum MHD_RequestTerminationCode toe)
+{
+	switch (toe) {
+	case MHD_REQUEST_TERMINATED_COMPLETED_OK: return NULL;
+	case MHD_REQUEST_TERMINATED_WITH_ERROR: return "connection error";
+	case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return "timed out";
+	case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN: return "cut off by shutdown";
+	case MHD_REQUEST_TERMINATED_READ_ERROR: return "read error";
+	case MHD_REQUEST_TERMINATED_CLIENT_ABORT: return "client went away";
+	}
+	return "terminated";
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+	struct svc_server *srv = cls;
+	struct svc_request *r = *req_cls;
+	if (!r)
+		return;
+	*req_cls = NULL;
+	if (svc_log_enabled(SVC_LOG_INFO)) {
+		struct timespec end;
+		clock_gettime(CLOCK_MONOTONIC, &end);
+		long long us = (end.tv_sec - r->start.tv_sec) * 1000000LL +
+		               (end.tv_nsec - r->start.tv_nsec) / 1000;
+		char method[32], path[256];
+		const char *why = termination_name(toe);
+		svc_log(SVC_LOG_INFO, "%s %s %u %lldus%s%s",
+		        svc_log_sanitize(r->api.method, method, sizeof method),
+		        svc_log_sanitize(r->api.raw_path, path, sizeof path), r->api.status, us,
+		        why ? " " : "", why ? why : "");
+	}
+	api_request_release(&r->api);
+	free(r);
+	atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	if (!svc_log_enabled(SVC_LOG_DEBUG))
+		return;
+	char text[512];
+	vsnprintf(text, sizeof text, fmt, ap);
+	size_t len = strlen(text);
+	while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+		text[--len] = '\0';
+	svc_log(SVC_LOG_DEBUG, "mhd: %s", text);
+}
+
+static int format_address(const struct sockaddr *sa, char *out, size_t out_size,
+                          unsigned *port)
+{
+	char host[INET6_ADDRSTRLEN];
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+		*port = ntohs(in->sin_port);
+		snprintf(out, out_size, "%s:%u", host, *port);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+		*port = ntohs(in6->sin6_port);
+		snprintf(out, out_size, "[%s]:%u", host, *port);
+	} else {
+		return -1;
+	}
+	return 0;
+}
+
+/* The listening socket, made here so that errors name the address. */
+static int listen_on(struct svc_server *srv, char *err, size_t err_size)
+{
+	char want[64];
+	unsigned port;
+	if (format_address(srv->cfg.addr, want, sizeof want, &port) != 0) {
+		snprintf(err, err_size, "listen: unsupported address family");
+		return -1;
+	}
+	int fd = socket(srv->cfg.addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		snprintf(err, err_size, "%s: socket: %s", want, strerror(errno));
+		return -1;
+	}
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (srv->cfg.addr->sa_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+	struct sockaddr_storage got;
+	socklen_t got_len = sizeof got;
+	if (bind(fd, srv->cfg.addr, srv->cfg.addr_len) != 0 || listen(fd, 1024) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&got, &got_len) != 0) {
+		snprintf(err, err_size, "%s: %s", want, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	format_address((struct sockaddr *)&got, srv->address, sizeof srv->address, &srv->port);
+	srv->listen_fd = fd;
+	return 0;
+}
+
+struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *err,
+                                    size_t err_size)
+{
+	struct svc_server *srv = calloc(1, sizeof *srv);
+	if (!srv) {
+		snprintf(err, err_size, "out of memory");
+		return NULL;
+	}
+	srv->cfg = *cfg;
+	srv->listen_fd = -1;
+	if (api_routes_check(cfg->routes, cfg->n_routes, err, err_size) != 0 ||
+	    listen_on(srv, err, err_size) != 0) {
+		free(srv);
+		return NULL;
+	}
+	unsigned threads = cfg->threads ? cfg->threads : 1;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+	                 MHD_USE_ERROR_LOG;
+	struct MHD_OptionItem options[8] = {
+		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL },   /* first: MHD asks */
+		{ MHD_OPTION_LISTEN_SOCKET, srv->listen_fd, NULL },
+		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv },
+		{ MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)keep_escaped, NULL },
+		{ MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout, NULL },
+	};
+	size_t n = 5;
+	if (cfg->max_connections)
+		options[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_LIMIT,
+		                                        cfg->max_connections, NULL };
+	if (threads > 1)
+		options[n++] = (struct MHD_OptionItem){ MHD_OPTION_THREAD_POOL_SIZE, threads, NULL };
+	options[n] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+	srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_access, srv,
+	                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+	if (!srv->mhd) {
+		snprintf(err, err_size, "%s: libmicrohttpd would not start (threads %u)",
+		         srv->address, threads);
+		close(srv->listen_fd);
+		free(srv);
+		return NULL;
+	}
+	return srv;
+}
+
+unsigned svc_server_port(const struct svc_server *srv)
+{
+	return srv->port;
+}
+
+const char *svc_server_address(const struct svc_server *srv)
+{
+	return srv->address;
+}
+
+void svc_server_quiesce(struct svc_server *srv)
+{
+	atomic_store(&srv->draining, 1);
+	MHD_socket fd = MHD_quiesce_daemon(srv->mhd);
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
+}
+
+unsigned svc_server_in_flight(const struct svc_server *srv)
+{
+	return atomic_load(&((struct svc_server *)srv)->in_flight);
+}
+
+void svc_server_free(struct svc_server *srv)
+{
+	if (!srv)
+		return;
+	if (srv->mhd)
+		MHD_stop_daemon(srv->mhd);
+	free(srv);
+}

@@ -1,0 +1,66 @@
+/* service/server.h - larchd's HTTP server: libmicrohttpd around a route table.
+ *
+ * The daemon runs MHD's internal epoll loop in a pool of threads (one epoll
+ * per thread, all accepting on the one listening socket). For each request
+ * the server, in this order:
+ *   - while shutting down: 503 overloaded, Connection: close;
+ *   - a body (Content-Length > 0 or chunked) must be application/json (a
+ *     charset parameter, if any, utf-8): else 415; a Content-Length over the
+ *     body limit: 413 at once, before any of the body is read;
+ *   - the path (api_path_parse) and the route table: 404, or 405 with Allow;
+ *   - the query string: 400 when it is malformed;
+ *   - the token for routes with a role (api/auth.h): 401, 403;
+ *   - the body, accumulated up to the limit (a chunked body that passes it:
+ *     413 and the connection is closed);
+ *   - the handler, once, with the whole request.
+ * Every request is logged in one line (method, path, status, microseconds)
+ * when it completes, and its state freed then (the request-completed
+ * callback). Requests between their first callback and completion are "in
+ * flight"; svc_server_quiesce + waiting for svc_server_in_flight to reach 0
+ * is a graceful stop.
+ */
+#ifndef LARCH_SERVICE_SERVER_H
+#define LARCH_SERVICE_SERVER_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "api/router.h"
+
+struct svc_server_config {
+	const struct sockaddr *addr;     /* where to listen (port 0: any free port) */
+	socklen_t addr_len;
+	unsigned threads;                /* MHD threads (epoll each); 0 means 1 */
+	unsigned max_connections;        /* 0: MHD's default */
+	unsigned connection_timeout;     /* seconds a connection may idle; 0: never */
+	size_t body_limit;               /* bytes */
+	const struct api_route *routes;  /* borrowed; must outlive the server */
+	size_t n_routes;
+	const struct api_ctx *ctx;       /* borrowed; must outlive the server */
+};
+
+struct svc_server;
+
+/* Binds, listens and starts the daemon. Returns a new server (free with
+ * svc_server_free), or NULL with a message in err ("127.0.0.1:8080:
+ * Address already in use"). */
+struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *err,
+                                    size_t err_size);
+
+/* The port it listens on (the one picked when cfg asked for port 0). */
+unsigned svc_server_port(const struct svc_server *srv);
+/* "127.0.0.1:8080" or "[::1]:8080" (static storage of srv). */
+const char *svc_server_address(const struct svc_server *srv);
+
+/* Stops accepting connections: closes the listening socket; requests that
+ * arrive on open connections get 503 with Connection: close. In-flight
+ * requests go on. */
+void svc_server_quiesce(struct svc_server *srv);
+/* Requests received and not yet completed. */
+unsigned svc_server_in_flight(const struct svc_server *srv);
+
+/* Stops the daemon (cutting off whatever is still in flight: their
+ * completion callbacks run) and frees srv. Accepts NULL. */
+void svc_server_free(struct svc_server *srv);
+
+#endif

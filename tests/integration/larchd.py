@@ -1,0 +1,123 @@
+"""Running a real larchd for the integration tests.
+
+`Larchd` starts the built binary (LARCH_BUILD_DIR, else build/) on
+127.0.0.1:0 with a temporary state dir, reads the port from the line it
+prints ("larchd: listening on http://127.0.0.1:PORT"), and stops it with
+SIGTERM, expecting exit status 0. Its log (stderr) goes to a file the test
+can read. The `larchd` fixture gives a started one per test:
+
+    from larchd import larchd  # noqa: F401  (the fixture)
+
+    def test_x(larchd):
+        requests.get(larchd.url + "/healthz")
+"""
+import os
+import pathlib
+import re
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("LARCH_BUILD_DIR", ROOT / "build"))
+LISTENING = re.compile(r"^larchd: listening on http://(127\.0\.0\.1|\[::1\]):(\d+)$")
+
+
+def larchd_exe():
+    exe = BUILD / "service" / "larchd"
+    if not exe.exists():
+        pytest.fail(f"{exe} is missing: build with -DWITH_SERVICE=ON first")
+    return exe
+
+
+class Larchd:
+    def __init__(self, tmp_path, args=(), env=None, state_dir=None):
+        self.exe = larchd_exe()
+        self.state_dir = pathlib.Path(state_dir or tmp_path / "state")
+        self.log_path = tmp_path / "larchd.stderr"
+        self.args = list(args)
+        self.env = dict(os.environ if env is None else env)
+        self.proc = None
+        self.port = None
+        self.url = None
+
+    def start(self, timeout=15):
+        """Starts larchd and waits for its listening line; returns self."""
+        cmd = [str(self.exe), "--listen", "127.0.0.1:0", "--state-dir", str(self.state_dir)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd + self.args, stdout=subprocess.PIPE, stderr=log,
+                                         env=self.env)
+        deadline = time.monotonic() + timeout
+        line = b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(left, 0))
+            if not ready:
+                self.proc.kill()
+                pytest.fail(f"larchd printed no listening line in {timeout}s: {self.log()}")
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                code = self.proc.wait()
+                pytest.fail(f"larchd exited with {code} before listening: {self.log()}")
+            line += chunk
+        m = LISTENING.match(line.decode().strip())
+        assert m, f"unexpected first line {line!r}"
+        self.port = int(m.group(2))
+        self.url = f"http://127.0.0.1:{self.port}"
+        return self
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, signo=signal.SIGTERM):
+        self.proc.send_signal(signo)
+
+    def wait(self, timeout=30):
+        """Waits for larchd to exit; returns its exit status."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.proc.stdout.close()
+
+    def stop(self, timeout=30):
+        """SIGTERM, then the exit status (which must be 0)."""
+        if self.proc is None or self.proc.returncode is not None:
+            return self.proc.returncode if self.proc else None
+        self.signal(signal.SIGTERM)
+        try:
+            code = self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"larchd did not stop within {timeout}s of SIGTERM")
+        assert code == 0, f"larchd exited with {code} after SIGTERM: {self.log()}"
+        return code
+
+    def wait_log(self, pattern, timeout=10):
+        """Waits until the log matches the regular expression; returns the match."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.search(pattern, self.log(), re.M)
+            if m or time.monotonic() > deadline:
+                assert m, f"no {pattern!r} in larchd's log after {timeout}s: {self.log()[-2000:]}"
+                return m
+            time.sleep(0.02)
+
+    def log(self):
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+@pytest.fixture
+def larchd(tmp_path):
+    """A started larchd (default settings, port 0, temp state dir); stopped
+    with SIGTERM after the test, which must exit 0."""
+    server = Larchd(tmp_path).start()
+    yield server
+    if server.running():
+        server.stop()
