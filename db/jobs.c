@@ -1,0 +1,294 @@
+/* db/jobs.c - the job state machine: transitions, admin updates, progress.
+ * Reads (get, lists, events, counts) are in db/jobs_read.c; submits (group
+ * commit, idempotency) in db/submit.c. */
+#include "db/jobs.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/internal.h"
+#include "db/jobs_internal.h"
+
+/* ---- states ----------------------------------------------------------------- */
+
+static const char *const state_names[DB_STATE_COUNT] = {
+	[DB_STATE_PENDING] = "PENDING",     [DB_STATE_QUEUED] = "QUEUED",
+	[DB_STATE_RUNNING] = "RUNNING",     [DB_STATE_COMPLETED] = "COMPLETED",
+	[DB_STATE_FAILED] = "FAILED",       [DB_STATE_CANCELLED] = "CANCELLED",
+	[DB_STATE_TIMEOUT] = "TIMEOUT",     [DB_STATE_HELD] = "HELD",
+	[DB_STATE_REQUEUED] = "REQUEUED",   [DB_STATE_PREEMPTED] = "PREEMPTED",
+};
+
+#define S(x) (1u << DB_STATE_##x)
+/* legal[from] = the set of states it may move to; final states have none */
+static const unsigned legal[DB_STATE_COUNT] = {
+	[DB_STATE_PENDING] = S(QUEUED) | S(CANCELLED) | S(HELD),
+	[DB_STATE_QUEUED] = S(RUNNING) | S(CANCELLED) | S(FAILED) | S(HELD),
+	[DB_STATE_RUNNING] = S(COMPLETED) | S(FAILED) | S(CANCELLED) | S(TIMEOUT) |
+	                     S(PREEMPTED) | S(REQUEUED),
+	[DB_STATE_HELD] = S(PENDING) | S(QUEUED) | S(CANCELLED),
+	[DB_STATE_PREEMPTED] = S(QUEUED) | S(PENDING) | S(CANCELLED),
+	[DB_STATE_REQUEUED] = S(QUEUED) | S(PENDING) | S(CANCELLED),
+};
+#undef S
+
+const char *db_state_name(enum db_state s)
+{
+	return (int)s >= 0 && s < DB_STATE_COUNT ? state_names[s] : NULL;
+}
+
+int db_state_parse(const char *s)
+{
+	for (int i = 0; s && i < DB_STATE_COUNT; i++)
+		if (strcmp(s, state_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+int db_state_final(enum db_state s)
+{
+	return s == DB_STATE_COMPLETED || s == DB_STATE_FAILED || s == DB_STATE_CANCELLED ||
+	       s == DB_STATE_TIMEOUT;
+}
+
+int db_state_legal(enum db_state from, enum db_state to)
+{
+	if ((int)from < 0 || from >= DB_STATE_COUNT || (int)to < 0 || to >= DB_STATE_COUNT)
+		return 0;
+	return (legal[from] >> to) & 1u;
+}
+/* ---- transitions ------------------------------------------------------------ */
+
+static const char sql_state[] = "SELECT state FROM jobs WHERE id = ?1";
+static const char sql_move[] =
+	"UPDATE jobs SET state = ?2, start_time = coalesce(?3, start_time),\n"
+	"	end_time = coalesce(?4, end_time),\n"
+	"	exit_code = CASE WHEN ?5 THEN ?6 ELSE exit_code END, reason = ?7,\n"
+	"	slurm_job_id = coalesce(?8, slurm_job_id), attempt = attempt + ?9\n"
+	"WHERE id = ?1";
+static const char sql_event[] =
+	"INSERT INTO job_events (job, seq, time, from_state, to_state, by, reason)\n"
+	"VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events WHERE job = ?1),\n"
+	"	?2, ?3, ?4, ?5, ?6)";
+static const char sql_revoke_job_tokens[] =
+	"UPDATE tokens SET revoked_at = ?2 WHERE job = ?1 AND revoked_at IS NULL";
+
+int db_job_event_insert(struct db_conn *c, int64_t job, int64_t time_ms, const char *from,
+                        const char *to, const char *by, const char *reason, struct db_err *err)
+{
+	sqlite3_stmt *st = DB_STMT(c, sql_event, "insert job event", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, job);
+	sqlite3_bind_int64(st, 2, time_ms);
+	db_bind_text(st, 3, from);
+	db_bind_text(st, 4, to);
+	db_bind_text(st, 5, by);
+	db_bind_text(st, 6, reason);
+	return DB_STEP_DONE(c, st, "insert job event", err);
+}
+
+struct move_arg {
+	const struct db_transition *t;
+	int64_t now;
+	struct db_job *out;     /* may be NULL */
+};
+
+static int move_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct move_arg *a = arg;
+	const struct db_transition *t = a->t;
+	char sid[DB_JOB_ID_MAX];
+	db_job_id_format(t->job, sid);
+	db_job_release(a->out);
+
+	sqlite3_stmt *st = DB_STMT(c, sql_state, "transition", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, t->job);
+	int rc = DB_SQL(c, sqlite3_step(st), "transition: read state", err);
+	if (rc == SQLITE_DONE)
+		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
+	if (rc != SQLITE_ROW)
+		return DB_RC(err);
+	int from = db_state_parse((const char *)sqlite3_column_text(st, 0));
+	if (from < 0)
+		return DB_FAIL(err, DB_ERROR, "transition %s: unknown state in the database", sid);
+	if (t->from != DB_STATE_ANY && (int)t->from != from)
+		return DB_FAIL(err, DB_STALE, "%s is %s, not %s", sid, state_names[from],
+		               state_names[t->from]);
+	if (!db_state_legal((enum db_state)from, t->to))
+		return DB_FAIL(err, DB_ILLEGAL, "%s cannot go from %s to %s", sid, state_names[from],
+		               state_names[t->to]);
+
+	int final = db_state_final(t->to);
+	int again = (from == DB_STATE_REQUEUED || from == DB_STATE_PREEMPTED) &&
+	            (t->to == DB_STATE_QUEUED || t->to == DB_STATE_PENDING);
+	st = DB_STMT(c, sql_move, "transition", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, t->job);
+	db_bind_text(st, 2, state_names[t->to]);
+	if (t->to == DB_STATE_RUNNING)
+		sqlite3_bind_int64(st, 3, a->now);
+	if (final)
+		sqlite3_bind_int64(st, 4, a->now);
+	sqlite3_bind_int(st, 5, t->has_exit_code);
+	sqlite3_bind_int(st, 6, t->exit_code);
+	db_bind_text(st, 7, t->reason);
+	db_bind_text(st, 8, t->slurm_job_id);
+	sqlite3_bind_int(st, 9, again);
+	if (DB_STEP_DONE(c, st, "transition: update job", err))
+		return DB_RC(err);
+	if (db_job_event_insert(c, t->job, a->now, state_names[from], state_names[t->to], t->by,
+	                        t->reason, err))
+		return DB_RC(err);
+	if (final) {
+		st = DB_STMT(c, sql_revoke_job_tokens, "transition: revoke job tokens", err);
+		if (!st)
+			return DB_ERROR;
+		sqlite3_bind_int64(st, 1, t->job);
+		sqlite3_bind_int64(st, 2, a->now);
+		if (DB_STEP_DONE(c, st, "transition: revoke job tokens", err))
+			return DB_RC(err);
+	}
+	return a->out ? db_job_fetch(c, t->job, NULL, a->out, err) : 0;
+}
+
+int db_jobs_transition(struct db *db, const struct db_transition *t, struct db_job *out,
+                       struct db_err *err)
+{
+	if (out)
+		memset(out, 0, sizeof *out);
+	if (!db_state_name(t->to) || (t->from != DB_STATE_ANY && !db_state_name(t->from)))
+		return DB_FAIL(err, DB_INVALID, "transition: no such state");
+	if (!t->by || !*t->by)
+		return DB_FAIL(err, DB_INVALID, "transition: who made the change is required");
+	struct move_arg a = { t, t->time_ms ? t->time_ms : db_now_ms(), out };
+	int rc = db_txn(db, move_fn, &a, err);
+	if (rc)
+		db_job_release(out);
+	return rc;
+}
+
+/* ---- admin updates ---------------------------------------------------------- */
+
+static const char sql_update[] =
+	"UPDATE jobs SET priority = CASE WHEN ?2 THEN ?3 ELSE priority END,\n"
+	"	partition = coalesce(?4, partition) WHERE id = ?1";
+static const char sql_current[] = "SELECT state, priority, partition FROM jobs WHERE id = ?1";
+
+struct update_arg {
+	const struct db_job_update *u;
+	int64_t now;
+	struct db_job *out;
+};
+
+static int update_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct update_arg *a = arg;
+	const struct db_job_update *u = a->u;
+	char sid[DB_JOB_ID_MAX];
+	db_job_id_format(u->job, sid);
+	db_job_release(a->out);
+	sqlite3_stmt *st = DB_STMT(c, sql_current, "update job", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, u->job);
+	int rc = DB_SQL(c, sqlite3_step(st), "update job", err);
+	if (rc == SQLITE_DONE)
+		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
+	if (rc != SQLITE_ROW)
+		return DB_RC(err);
+	int state = db_state_parse((const char *)sqlite3_column_text(st, 0));
+	if (state < 0)
+		return DB_FAIL(err, DB_ERROR, "update %s: unknown state in the database", sid);
+	if (db_state_final((enum db_state)state))
+		return DB_FAIL(err, DB_ILLEGAL, "%s has ended (%s)", sid, state_names[state]);
+	char why[256];
+	const char *reason = u->reason;
+	if (!reason) {
+		const char *part = (const char *)sqlite3_column_text(st, 2);
+		if (u->has_priority && u->partition)
+			snprintf(why, sizeof why, "priority %lld -> %lld, partition %s -> %s",
+			         (long long)sqlite3_column_int64(st, 1), (long long)u->priority,
+			         part ? part : "(none)", u->partition);
+		else if (u->has_priority)
+			snprintf(why, sizeof why, "priority %lld -> %lld",
+			         (long long)sqlite3_column_int64(st, 1), (long long)u->priority);
+		else
+			snprintf(why, sizeof why, "partition %s -> %s", part ? part : "(none)", u->partition);
+		reason = why;
+	}
+	st = DB_STMT(c, sql_update, "update job", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, u->job);
+	sqlite3_bind_int(st, 2, u->has_priority);
+	sqlite3_bind_int64(st, 3, u->priority);
+	db_bind_text(st, 4, u->partition);
+	if (DB_STEP_DONE(c, st, "update job", err))
+		return DB_RC(err);
+	if (db_job_event_insert(c, u->job, a->now, state_names[state], state_names[state], u->by,
+	                        reason, err))
+		return DB_RC(err);
+	return a->out ? db_job_fetch(c, u->job, NULL, a->out, err) : 0;
+}
+
+int db_jobs_update(struct db *db, const struct db_job_update *u, struct db_job *out,
+                   struct db_err *err)
+{
+	if (out)
+		memset(out, 0, sizeof *out);
+	if (!u->by || !*u->by)
+		return DB_FAIL(err, DB_INVALID, "update job: who made the change is required");
+	if (!u->has_priority && !u->partition)
+		return DB_FAIL(err, DB_INVALID, "update job: nothing to change");
+	if (u->partition && !*u->partition)
+		return DB_FAIL(err, DB_INVALID, "update job: partition must not be empty");
+	struct update_arg a = { u, db_now_ms(), out };
+	int rc = db_txn(db, update_fn, &a, err);
+	if (rc)
+		db_job_release(out);
+	return rc;
+}
+
+/* ---- progress --------------------------------------------------------------- */
+
+static const char sql_progress[] =
+	"UPDATE jobs SET progress_step = ?2, progress_total = ?3, last_loss = ?4 WHERE id = ?1";
+
+struct progress_arg {
+	int64_t id, step, total;
+	double loss;
+};
+
+static int progress_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct progress_arg *a = arg;
+	sqlite3_stmt *st = DB_STMT(c, sql_progress, "update progress", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, a->id);
+	sqlite3_bind_int64(st, 2, a->step);
+	sqlite3_bind_int64(st, 3, a->total);
+	if (isfinite(a->loss))
+		sqlite3_bind_double(st, 4, a->loss);
+	if (DB_STEP_DONE(c, st, "update progress", err))
+		return DB_RC(err);
+	if (sqlite3_changes(c->h) == 0) {
+		char sid[DB_JOB_ID_MAX];
+		db_job_id_format(a->id, sid);
+		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
+	}
+	return 0;
+}
+
+int db_jobs_progress(struct db *db, int64_t id, int64_t step, int64_t total, double last_loss,
+                     struct db_err *err)
+{
+	struct progress_arg a = { id, step, total, last_loss };
+	return db_txn(db, progress_fn, &a, err);
+}

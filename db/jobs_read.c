@@ -1,0 +1,385 @@
+/* db/jobs_read.c - reading jobs: ids, rows, one job, lists with cursors,
+ * the event log, counts by state. */
+#include "db/jobs.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/internal.h"
+#include "db/jobs_internal.h"
+
+/* ---- ids and cursors -------------------------------------------------------- */
+
+void db_job_id_format(int64_t id, char out[DB_JOB_ID_MAX])
+{
+	snprintf(out, DB_JOB_ID_MAX, "j-%06lld", (long long)id);
+}
+
+int db_job_id_parse(const char *s, int64_t *id)
+{
+	if (!s || s[0] != 'j' || s[1] != '-')
+		return DB_INVALID;
+	int64_t v = 0;
+	size_t n = 0;
+	for (const char *p = s + 2; *p; p++, n++) {
+		if (*p < '0' || *p > '9' || n >= 18)
+			return DB_INVALID;
+		v = v * 10 + (*p - '0');
+	}
+	if (n == 0 || v <= 0)
+		return DB_INVALID;
+	*id = v;
+	return 0;
+}
+
+static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/* A cursor is base64url(0x01, the last id as 8 bytes big-endian): 12 chars. */
+static void cursor_encode(int64_t id, char out[DB_CURSOR_MAX])
+{
+	unsigned char b[9] = { 1 };
+	for (int i = 0; i < 8; i++)
+		b[1 + i] = (unsigned char)((uint64_t)id >> (56 - 8 * i));
+	for (int g = 0; g < 3; g++) {
+		uint32_t v = (uint32_t)b[3 * g] << 16 | (uint32_t)b[3 * g + 1] << 8 | b[3 * g + 2];
+		for (int k = 0; k < 4; k++)
+			out[4 * g + k] = b64url[(v >> (18 - 6 * k)) & 63];
+	}
+	out[12] = '\0';
+}
+
+static int cursor_decode(const char *s, int64_t *id, struct db_err *err)
+{
+	unsigned char b[9];
+	if (strlen(s) != 12)
+		goto bad;
+	for (int g = 0; g < 3; g++) {
+		uint32_t v = 0;
+		for (int k = 0; k < 4; k++) {
+			const char *p = memchr(b64url, s[4 * g + k], 64);
+			if (!p || !s[4 * g + k])
+				goto bad;
+			v = v << 6 | (uint32_t)(p - b64url);
+		}
+		b[3 * g] = (unsigned char)(v >> 16);
+		b[3 * g + 1] = (unsigned char)(v >> 8);
+		b[3 * g + 2] = (unsigned char)v;
+	}
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | b[1 + i];
+	if (b[0] != 1 || v == 0 || v > INT64_MAX)
+		goto bad;
+	*id = (int64_t)v;
+	return 0;
+bad:
+	return DB_FAIL(err, DB_INVALID, "list jobs: cursor: not a cursor from this server");
+}
+
+/* ---- reading a job row ------------------------------------------------------ */
+
+#define JOB_COLUMNS "id, owner, name, spec, state, executor, slurm_job_id, priority, partition, " \
+	"attempt, submit_time, start_time, end_time, exit_code, reason, created_by, "         \
+	"progress_step, progress_total, last_loss"
+
+void db_job_release(struct db_job *job)
+{
+	if (!job)
+		return;
+	free(job->owner);
+	free(job->name);
+	free(job->spec);
+	free(job->executor);
+	free(job->slurm_job_id);
+	free(job->partition);
+	free(job->reason);
+	free(job->idem_key);
+	memset(job, 0, sizeof *job);
+}
+
+int db_job_read_row(sqlite3_stmt *st, struct db_job *j, struct db_err *err)
+{
+	int oom = 0;
+	memset(j, 0, sizeof *j);
+	j->id = sqlite3_column_int64(st, 0);
+	j->owner = db_column_strdup(st, 1, &oom);
+	j->name = db_column_strdup(st, 2, &oom);
+	j->spec = db_column_strdup(st, 3, &oom);
+	j->state = (enum db_state)db_state_parse((const char *)sqlite3_column_text(st, 4));
+	j->executor = db_column_strdup(st, 5, &oom);
+	j->slurm_job_id = db_column_strdup(st, 6, &oom);
+	j->priority = sqlite3_column_int64(st, 7);
+	j->partition = db_column_strdup(st, 8, &oom);
+	j->attempt = sqlite3_column_int64(st, 9);
+	j->submit_ms = sqlite3_column_int64(st, 10);
+	j->start_ms = sqlite3_column_int64(st, 11);
+	j->end_ms = sqlite3_column_int64(st, 12);
+	j->has_exit_code = sqlite3_column_type(st, 13) != SQLITE_NULL;
+	j->exit_code = sqlite3_column_int(st, 13);
+	j->reason = db_column_strdup(st, 14, &oom);
+	j->idem_key = db_column_strdup(st, 15, &oom);
+	j->progress_step = sqlite3_column_int64(st, 16);
+	j->progress_total = sqlite3_column_int64(st, 17);
+	j->last_loss = sqlite3_column_type(st, 18) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 18);
+	if (oom || (int)j->state < 0) {
+		db_job_release(j);
+		return oom ? DB_FAIL(err, DB_ERROR, "read job: out of memory")
+		           : DB_FAIL(err, DB_ERROR, "read job: unknown state in the database");
+	}
+	return 0;
+}
+
+static const char sql_get[] =
+	"SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)";
+
+int db_job_fetch(struct db_conn *c, int64_t id, const char *owner, struct db_job *out,
+                 struct db_err *err)
+{
+	sqlite3_stmt *st = DB_STMT(c, sql_get, "get job", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, id);
+	db_bind_text(st, 2, owner);
+	int rc = DB_SQL(c, sqlite3_step(st), "get job", err);
+	if (rc == SQLITE_DONE) {
+		char sid[DB_JOB_ID_MAX];
+		db_job_id_format(id, sid);
+		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
+	}
+	if (rc != SQLITE_ROW)
+		return DB_RC(err);
+	return db_job_read_row(st, out, err);
+}
+
+struct get_arg {
+	int64_t id;
+	const char *owner;
+	struct db_job *out;
+};
+
+static int get_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct get_arg *a = arg;
+	db_job_release(a->out);
+	return db_job_fetch(c, a->id, a->owner, a->out, err);
+}
+
+int db_jobs_get(struct db *db, int64_t id, const char *owner, struct db_job *out,
+                struct db_err *err)
+{
+	memset(out, 0, sizeof *out);
+	struct get_arg a = { id, owner, out };
+	return db_read(db, get_fn, &a, err);
+}
+
+static const char sql_visible[] =
+	"SELECT 1 FROM jobs WHERE id = ?1 AND (?2 IS NULL OR owner = ?2)";
+
+int db_job_visible(struct db_conn *c, int64_t id, const char *owner, const char *what,
+                   struct db_err *err)
+{
+	sqlite3_stmt *st = DB_STMT(c, sql_visible, what, err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, id);
+	db_bind_text(st, 2, owner);
+	int rc = DB_SQL(c, sqlite3_step(st), what, err);
+	if (rc == SQLITE_ROW)
+		return 0;
+	if (rc == SQLITE_DONE) {
+		char sid[DB_JOB_ID_MAX];
+		db_job_id_format(id, sid);
+		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
+	}
+	return DB_RC(err);
+}
+/* ---- lists ------------------------------------------------------------------ */
+
+/* One SQL text per combination of filters, so that each uses its index:
+ * bit 0 state, bit 1 owner, bit 2 name, bit 3 cursor. */
+static char list_sql[16][640];
+static pthread_once_t list_once = PTHREAD_ONCE_INIT;
+
+static void list_sql_init(void)
+{
+	static const char *const conds[4] = { "state = ?1", "owner = ?2", "name = ?3", "id < ?4" };
+	for (int m = 0; m < 16; m++) {
+		int n = snprintf(list_sql[m], sizeof list_sql[m], "SELECT " JOB_COLUMNS " FROM jobs");
+		const char *sep = " WHERE ";
+		for (int b = 0; b < 4; b++) {
+			if (m & (1 << b)) {
+				n += snprintf(list_sql[m] + n, sizeof list_sql[m] - (size_t)n, "%s%s", sep,
+				              conds[b]);
+				sep = " AND ";
+			}
+		}
+		snprintf(list_sql[m] + n, sizeof list_sql[m] - (size_t)n, " ORDER BY id DESC LIMIT ?5");
+	}
+}
+
+struct list_arg {
+	const struct db_job_filter *f;
+	int64_t before;        /* 0 = first page */
+	int limit;
+	struct db_job_list *out;
+};
+
+static int list_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct list_arg *a = arg;
+	db_job_list_release(a->out);
+	a->out->jobs = calloc((size_t)a->limit + 1, sizeof *a->out->jobs);
+	if (!a->out->jobs)
+		return DB_FAIL(err, DB_ERROR, "list jobs: out of memory");
+	int m = (a->f->has_state ? 1 : 0) | (a->f->owner ? 2 : 0) | (a->f->name ? 4 : 0) |
+	        (a->before ? 8 : 0);
+	sqlite3_stmt *st = DB_STMT(c, list_sql[m], "list jobs", err);
+	if (!st)
+		return DB_ERROR;
+	if (a->f->has_state)
+		db_bind_text(st, 1, db_state_name(a->f->state));
+	db_bind_text(st, 2, a->f->owner);
+	db_bind_text(st, 3, a->f->name);
+	sqlite3_bind_int64(st, 4, a->before);
+	sqlite3_bind_int(st, 5, a->limit + 1);
+	int rc;
+	while ((rc = DB_SQL(c, sqlite3_step(st), "list jobs", err)) == SQLITE_ROW) {
+		if (db_job_read_row(st, &a->out->jobs[a->out->n], err))
+			return DB_RC(err);
+		a->out->n++;
+	}
+	if (rc != SQLITE_DONE)
+		return DB_RC(err);
+	if (a->out->n > (size_t)a->limit) {
+		db_job_release(&a->out->jobs[a->limit]);
+		a->out->n = (size_t)a->limit;
+		cursor_encode(a->out->jobs[a->limit - 1].id, a->out->next_cursor);
+	}
+	return 0;
+}
+
+int db_jobs_list(struct db *db, const struct db_job_filter *f, struct db_job_list *out,
+                 struct db_err *err)
+{
+	memset(out, 0, sizeof *out);
+	struct list_arg a = { .f = f, .limit = f->limit ? f->limit : 50, .out = out };
+	if (a.limit < 1 || a.limit > DB_LIST_MAX)
+		return DB_FAIL(err, DB_INVALID, "list jobs: limit must be 1..%d (got %d)", DB_LIST_MAX,
+		               f->limit);
+	if (f->has_state && !db_state_name(f->state))
+		return DB_FAIL(err, DB_INVALID, "list jobs: no such state");
+	if (f->cursor && *f->cursor && cursor_decode(f->cursor, &a.before, err))
+		return DB_INVALID;
+	pthread_once(&list_once, list_sql_init);
+	int rc = db_read(db, list_fn, &a, err);
+	if (rc)
+		db_job_list_release(out);
+	return rc;
+}
+
+void db_job_list_release(struct db_job_list *list)
+{
+	if (!list)
+		return;
+	for (size_t i = 0; i < list->n; i++)
+		db_job_release(&list->jobs[i]);
+	free(list->jobs);
+	memset(list, 0, sizeof *list);
+}
+
+/* ---- events ----------------------------------------------------------------- */
+
+static const char sql_events[] =
+	"SELECT seq, time, from_state, to_state, by, reason FROM job_events WHERE job = ?1 "
+	"ORDER BY seq";
+
+struct events_arg {
+	int64_t id;
+	const char *owner;
+	struct db_event_list *out;
+};
+
+static int events_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct events_arg *a = arg;
+	db_event_list_release(a->out);
+	if (db_job_visible(c, a->id, a->owner, "list events", err))
+		return DB_RC(err);
+	sqlite3_stmt *st = DB_STMT(c, sql_events, "list events", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, a->id);
+	size_t cap = 0;
+	int rc;
+	while ((rc = DB_SQL(c, sqlite3_step(st), "list events", err)) == SQLITE_ROW) {
+		if (a->out->n == cap) {
+			cap = cap ? 2 * cap : 8;
+			struct db_event *e = realloc(a->out->events, cap * sizeof *e);
+			if (!e)
+				return DB_FAIL(err, DB_ERROR, "list events: out of memory");
+			a->out->events = e;
+		}
+		struct db_event *e = &a->out->events[a->out->n];
+		int oom = 0;
+		e->seq = sqlite3_column_int64(st, 0);
+		e->time_ms = sqlite3_column_int64(st, 1);
+		e->from = db_state_parse((const char *)sqlite3_column_text(st, 2));
+		e->to = (enum db_state)db_state_parse((const char *)sqlite3_column_text(st, 3));
+		e->by = db_column_strdup(st, 4, &oom);
+		e->reason = db_column_strdup(st, 5, &oom);
+		a->out->n++;
+		if (oom)
+			return DB_FAIL(err, DB_ERROR, "list events: out of memory");
+	}
+	return rc == SQLITE_DONE ? 0 : DB_RC(err);
+}
+
+int db_jobs_events(struct db *db, int64_t id, const char *owner, struct db_event_list *out,
+                   struct db_err *err)
+{
+	memset(out, 0, sizeof *out);
+	struct events_arg a = { id, owner, out };
+	int rc = db_read(db, events_fn, &a, err);
+	if (rc)
+		db_event_list_release(out);
+	return rc;
+}
+
+void db_event_list_release(struct db_event_list *list)
+{
+	if (!list)
+		return;
+	for (size_t i = 0; i < list->n; i++) {
+		free(list->events[i].by);
+		free(list->events[i].reason);
+	}
+	free(list->events);
+	memset(list, 0, sizeof *list);
+}
+
+/* ---- counts ----------------------------------------------------------------- */
+
+static const char sql_counts[] = "SELECT state, count(*) FROM jobs GROUP BY state";
+
+static int counts_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	int64_t *counts = arg;
+	memset(counts, 0, sizeof(int64_t) * DB_STATE_COUNT);
+	sqlite3_stmt *st = DB_STMT(c, sql_counts, "count jobs", err);
+	if (!st)
+		return DB_ERROR;
+	int rc;
+	while ((rc = DB_SQL(c, sqlite3_step(st), "count jobs", err)) == SQLITE_ROW) {
+		int s = db_state_parse((const char *)sqlite3_column_text(st, 0));
+		if (s >= 0)
+			counts[s] = sqlite3_column_int64(st, 1);
+	}
+	return rc == SQLITE_DONE ? 0 : DB_RC(err);
+}
+
+int db_jobs_count_by_state(struct db *db, int64_t counts[DB_STATE_COUNT], struct db_err *err)
+{
+	return db_read(db, counts_fn, counts, err);
+}
