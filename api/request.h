@@ -59,9 +59,14 @@ typedef enum MHD_Result (*api_handler_fn)(struct api_request *req);
  * it fills *who and returns an enum api_auth_status (api/auth.h). */
 typedef int (*api_auth_lookup_fn)(void *cls, const char *token,
                                   struct api_principal *who);
+struct db;
+struct api_jobs_hooks;
+
 struct api_ctx {
 	api_auth_lookup_fn auth_lookup;   /* NULL: every token is unknown (401) */
 	void *auth_cls;
+	struct db *db;                    /* the job store (db/db.h); NULL in tests without one */
+	const struct api_jobs_hooks *jobs;/* the service's side of the job endpoints */
 	void *svc;                        /* the service's state, for handlers */
 };
 
