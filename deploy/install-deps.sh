@@ -4,8 +4,10 @@
 #
 #   ./deploy/install-deps.sh           build + test dependencies
 #
-# Nothing is vendored: the C libraries come from Debian, and the Python test
-# dependencies are Debian's python3-* packages (no pip needed so far).
+# Nothing is vendored: the C libraries come from Debian, the Python test
+# dependencies are Debian's python3-* packages, and what Debian lacks
+# (schemathesis, pinned below) goes into a virtual environment, .venv at the
+# top of the checkout, that also sees Debian's packages.
 set -euo pipefail
 
 packages=(
@@ -19,8 +21,9 @@ packages=(
 	# data: Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
 	dataset-fashion-mnist
 	# tests and benchmarks
-	python3 python3-numpy python3-pytest python3-requests sqlite3 curl wrk
+	python3 python3-venv python3-numpy python3-pytest python3-requests sqlite3 curl wrk
 )
+schemathesis_version=4.32.5
 
 missing=()
 for p in "${packages[@]}"; do
@@ -29,17 +32,25 @@ for p in "${packages[@]}"; do
 	fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
-	echo "install-deps: all ${#packages[@]} packages are installed"
-	exit 0
+	echo "install-deps: all ${#packages[@]} Debian packages are installed"
+else
+	sudo=()
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null || { echo "install-deps: run as root (or install sudo)" >&2; exit 1; }
+		sudo=(sudo)
+	fi
+	echo "install-deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	"${sudo[@]}" apt-get update -q
+	"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-sudo=()
-if [ "$(id -u)" -ne 0 ]; then
-	command -v sudo >/dev/null || { echo "install-deps: run as root (or install sudo)" >&2; exit 1; }
-	sudo=(sudo)
+# What Debian lacks, in a virtual environment made from Debian's interpreter
+# (whatever python3 comes first on PATH) that also sees its python3-* packages
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+if ! "$venv/bin/python" -c "import schemathesis, sys; sys.exit(schemathesis.__version__ != '$schemathesis_version')" 2>/dev/null; then
+	echo "install-deps: creating $venv with schemathesis $schemathesis_version"
+	/usr/bin/python3 -m venv --system-site-packages "$venv"
+	"$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$schemathesis_version"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -q
-"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 echo "install-deps: done"

@@ -11,9 +11,11 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 python=${PYTHON:-}
 if [ -z "$python" ]; then
-	# Debian's interpreter has the python3-* packages install-deps.sh installs;
-	# another python3 may be first on PATH
-	if [ -x /usr/bin/python3 ]; then python=/usr/bin/python3; else python=python3; fi
+	# install-deps.sh's virtual environment (Debian's python3 and its python3-*
+	# packages, plus schemathesis); another python3 may be first on PATH
+	if [ -x .venv/bin/python ]; then python=$PWD/.venv/bin/python
+	elif [ -x /usr/bin/python3 ]; then python=/usr/bin/python3
+	else python=python3; fi
 fi
 failed=()
 
