@@ -22,9 +22,11 @@ static const char *const state_names[DB_STATE_COUNT] = {
 };
 
 #define S(x) (1u << DB_STATE_##x)
-/* legal[from] = the set of states it may move to; final states have none */
+/* legal[from] = the set of states it may move to; final states have none.
+ * PENDING -> FAILED: the executor refused the job (or its directory could not
+ * be made). */
 static const unsigned legal[DB_STATE_COUNT] = {
-	[DB_STATE_PENDING] = S(QUEUED) | S(CANCELLED) | S(HELD),
+	[DB_STATE_PENDING] = S(QUEUED) | S(CANCELLED) | S(HELD) | S(FAILED),
 	[DB_STATE_QUEUED] = S(RUNNING) | S(CANCELLED) | S(FAILED) | S(HELD),
 	[DB_STATE_RUNNING] = S(COMPLETED) | S(FAILED) | S(CANCELLED) | S(TIMEOUT) |
 	                     S(PREEMPTED) | S(REQUEUED),
@@ -253,6 +255,44 @@ int db_jobs_update(struct db *db, const struct db_job_update *u, struct db_job *
 	if (rc)
 		db_job_release(out);
 	return rc;
+}
+
+/* ---- notes ------------------------------------------------------------------ */
+
+struct note_arg {
+	int64_t id;
+	const char *by, *reason;
+};
+
+static int note_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct note_arg *a = arg;
+	sqlite3_stmt *st = DB_STMT(c, sql_state, "note", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, a->id);
+	int rc = DB_SQL(c, sqlite3_step(st), "note", err);
+	if (rc == SQLITE_DONE) {
+		char sid[DB_JOB_ID_MAX];
+		db_job_id_format(a->id, sid);
+		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
+	}
+	if (rc != SQLITE_ROW)
+		return DB_RC(err);
+	int state = db_state_parse((const char *)sqlite3_column_text(st, 0));
+	if (state < 0)
+		return DB_FAIL(err, DB_ERROR, "note: unknown state in the database");
+	return db_job_event_insert(c, a->id, db_now_ms(), state_names[state], state_names[state],
+	                           a->by, a->reason, err) ? DB_RC(err) : 0;
+}
+
+int db_jobs_note(struct db *db, int64_t id, const char *by, const char *reason,
+                 struct db_err *err)
+{
+	if (!by || !*by || !reason || !*reason)
+		return DB_FAIL(err, DB_INVALID, "note: who and why are required");
+	struct note_arg a = { id, by, reason };
+	return db_txn(db, note_fn, &a, err);
 }
 
 /* ---- progress --------------------------------------------------------------- */

@@ -95,6 +95,23 @@ struct db_submit {
  * DB_INVALID (missing or bad field, unknown owner) or DB_ERROR/DB_BUSY. */
 int db_jobs_submit(struct db *db, const struct db_job_new *job, struct db_submit *out,
                    struct db_err *err);
+
+/* How db_jobs_submit_async answers: rc as db_jobs_submit returns it, out the
+ * job (NULL when rc is not 0), err the error (borrowed for the call). */
+typedef void (*db_submit_done_fn)(void *arg, int rc, const struct db_submit *out,
+                                  const struct db_err *err);
+
+/* db_jobs_submit for callers that must not block (an HTTP thread that serves
+ * many connections): the submit joins the writer's next group and the call
+ * returns at once; once the group has committed (or failed), the writer
+ * thread calls done(arg, ...) exactly once. done runs on the writer thread:
+ * it must be quick and must not call into db/. job and its strings are
+ * borrowed until done runs. Returns 0 when done will be called (without
+ * group commit: it has been, before this returns), or a negative enum
+ * db_code with err filled (a bad field, the database closing), and then
+ * done is never called. */
+int db_jobs_submit_async(struct db *db, const struct db_job_new *job, db_submit_done_fn done,
+                         void *arg, struct db_err *err);
 /* Committed groups and the submits in them since db_open (0 without group
  * commit): submits / groups is the mean group size. */
 void db_jobs_submit_stats(struct db *db, uint64_t *groups, uint64_t *submits);
@@ -143,6 +160,13 @@ struct db_job_update {
  * changes nothing. out (may be NULL) gets the job after the change. */
 int db_jobs_update(struct db *db, const struct db_job_update *u, struct db_job *out,
                    struct db_err *err);
+
+/* Appends an event that changes nothing (from = to = the job's state, in
+ * any state, final ones too): a note in the job's history, such as the
+ * trainer's result ("result: completed, 30 steps"). by and reason are
+ * required. DB_NOT_FOUND when there is no such job. */
+int db_jobs_note(struct db *db, int64_t id, const char *by, const char *reason,
+                 struct db_err *err);
 
 /* Progress shown on the job (train step, total steps, last loss; NaN = none).
  * One small write transaction. */

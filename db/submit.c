@@ -8,6 +8,10 @@
  * savepoint, so one that fails (unknown owner, key conflict, an error half
  * way) leaves no row behind and does not fail its neighbours; if the commit
  * itself fails, every submit of the group gets that error.
+ *
+ * A caller that must not block (an HTTP thread serving many connections)
+ * uses db_jobs_submit_async: its submit is queued the same way, and the
+ * writer calls it back once the group has committed instead of waking it.
  */
 #include "db/jobs.h"
 
@@ -18,7 +22,7 @@
 #include "db/jobs_internal.h"
 
 struct req {
-	const struct db_job_new *in;   /* borrowed from the caller, who waits */
+	const struct db_job_new *in;   /* borrowed from the caller until it is answered */
 	int64_t now;
 	char hash[65];                 /* request hash: given or SHA-256 of the spec */
 	int rc;                        /* results, final once done is set */
@@ -26,6 +30,8 @@ struct req {
 	struct db_err err;
 	int done;
 	pthread_cond_t cond;           /* signalled under the group lock when done */
+	db_submit_done_fn done_fn;     /* async: called by the writer instead (then r is heap) */
+	void *done_arg;
 	struct req *next;
 };
 
@@ -173,6 +179,34 @@ static int group_fn(struct db_conn *c, void *arg, struct db_err *err)
 	return 0;
 }
 
+/* Answers a finished group: async submits through their callbacks (outside
+ * the lock: they may take locks of their own), then the waiting callers. */
+static void answer(struct db_group *g, struct req *batch, int rc, uint64_t n)
+{
+	struct req *waiting = NULL, **wtail = &waiting;
+	for (struct req *r = batch, *next; r; r = next) {
+		next = r->next;
+		if (!r->done_fn) {
+			r->next = NULL;
+			*wtail = r;
+			wtail = &r->next;
+			continue;
+		}
+		r->done_fn(r->done_arg, r->rc, r->rc ? NULL : &r->out, &r->err);
+		free(r);
+	}
+	pthread_mutex_lock(&g->lock);
+	if (!rc) {
+		g->groups++;
+		g->submits += n;
+	}
+	for (struct req *r = waiting, *next; r; r = next) {
+		next = r->next;     /* r belongs to its caller once done is set */
+		r->done = 1;
+		pthread_cond_signal(&r->cond);
+	}
+}
+
 static void *writer(void *arg)
 {
 	struct db_group *g = arg;
@@ -197,16 +231,7 @@ static void *writer(void *arg)
 				memset(&r->out, 0, sizeof r->out);
 			}
 		}
-		pthread_mutex_lock(&g->lock);
-		if (!rc) {
-			g->groups++;
-			g->submits += n;
-		}
-		for (struct req *r = batch, *next; r; r = next) {
-			next = r->next;     /* r belongs to its caller once done is set */
-			r->done = 1;
-			pthread_cond_signal(&r->cond);
-		}
+		answer(g, batch, rc, n);     /* returns with the lock held */
 	}
 	pthread_mutex_unlock(&g->lock);
 	return NULL;
@@ -249,10 +274,9 @@ void db_group_stop(struct db *db)
 
 /* ---- the entry point --------------------------------------------------------- */
 
-int db_jobs_submit(struct db *db, const struct db_job_new *in, struct db_submit *out,
-                   struct db_err *err)
+/* Checks a submit's fields and fills r's time and request hash. */
+static int prepare(struct req *r, const struct db_job_new *in, struct db_err *err)
 {
-	memset(out, 0, sizeof *out);
 	if (!in->owner || !*in->owner)
 		return DB_FAIL(err, DB_INVALID, "submit: owner is required");
 	if (!in->name || !*in->name)
@@ -261,14 +285,36 @@ int db_jobs_submit(struct db *db, const struct db_job_new *in, struct db_submit 
 		return DB_FAIL(err, DB_INVALID, "submit: spec is required");
 	if (in->idem_key && (!*in->idem_key || strlen(in->idem_key) > 128))
 		return DB_FAIL(err, DB_INVALID, "submit: Idempotency-Key must be 1 to 128 characters");
-	struct req r = { .in = in, .now = in->time_ms ? in->time_ms : db_now_ms() };
+	r->in = in;
+	r->now = in->time_ms ? in->time_ms : db_now_ms();
 	if (in->request_hash) {
-		if (strlen(in->request_hash) >= sizeof r.hash)
+		if (strlen(in->request_hash) >= sizeof r->hash)
 			return DB_FAIL(err, DB_INVALID, "submit: request hash longer than 64 characters");
-		strcpy(r.hash, in->request_hash);
-	} else if (db_sha256_hex(in->spec, strlen(in->spec), r.hash, err)) {
-		return DB_RC(err);
+		strcpy(r->hash, in->request_hash);
+		return 0;
 	}
+	return db_sha256_hex(in->spec, strlen(in->spec), r->hash, err) ? DB_RC(err) : 0;
+}
+
+/* Puts r on the writer's queue; DB_BUSY once the database is closing. */
+static int enqueue(struct db_group *g, struct req *r, struct db_err *err)
+{
+	if (g->stop)
+		return DB_FAIL(err, DB_BUSY, "submit: the database is closing");
+	*g->tail = r;
+	g->tail = &r->next;
+	pthread_cond_signal(&g->wake);
+	return 0;
+}
+
+int db_jobs_submit(struct db *db, const struct db_job_new *in, struct db_submit *out,
+                   struct db_err *err)
+{
+	memset(out, 0, sizeof *out);
+	struct req r = { 0 };
+	int prc = prepare(&r, in, err);
+	if (prc)
+		return prc;
 
 	struct db_group *g = db->group;
 	if (!g) {
@@ -279,18 +325,13 @@ int db_jobs_submit(struct db *db, const struct db_job_new *in, struct db_submit 
 	}
 	pthread_cond_init(&r.cond, NULL);
 	pthread_mutex_lock(&g->lock);
-	if (g->stop) {
-		pthread_mutex_unlock(&g->lock);
-		pthread_cond_destroy(&r.cond);
-		return DB_FAIL(err, DB_BUSY, "submit: the database is closing");
-	}
-	*g->tail = &r;
-	g->tail = &r.next;
-	pthread_cond_signal(&g->wake);
-	while (!r.done)
+	int rc = enqueue(g, &r, err);
+	while (!rc && !r.done)
 		pthread_cond_wait(&r.cond, &g->lock);
 	pthread_mutex_unlock(&g->lock);
 	pthread_cond_destroy(&r.cond);
+	if (rc)
+		return rc;
 	if (r.rc) {
 		if (err && !err->code)
 			*err = r.err;
@@ -298,6 +339,34 @@ int db_jobs_submit(struct db *db, const struct db_job_new *in, struct db_submit 
 	}
 	*out = r.out;
 	return 0;
+}
+
+int db_jobs_submit_async(struct db *db, const struct db_job_new *in, db_submit_done_fn done,
+                         void *arg, struct db_err *err)
+{
+	struct req *r = calloc(1, sizeof *r);
+	if (!r)
+		return DB_FAIL(err, DB_ERROR, "submit: out of memory");
+	int rc = prepare(r, in, err);
+	struct db_group *g = db->group;
+	if (!rc && !g) {
+		/* no writer thread: commit here and answer before returning */
+		r->rc = db_txn(db, single_fn, r, &r->err);
+		done(arg, r->rc, r->rc ? NULL : &r->out, &r->err);
+		free(r);
+		return 0;
+	}
+	if (!rc) {
+		r->done_fn = done;
+		r->done_arg = arg;
+		pthread_mutex_lock(&g->lock);
+		rc = enqueue(g, r, err);
+		pthread_mutex_unlock(&g->lock);
+		if (!rc)
+			return 0;       /* r is the writer's now */
+	}
+	free(r);
+	return rc;
 }
 
 void db_jobs_submit_stats(struct db *db, uint64_t *groups, uint64_t *submits)
