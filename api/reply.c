@@ -1,6 +1,8 @@
 /* api/reply.c - replies, the error table and ETags; see reply.h. */
 #include "reply.h"
 
+#include "buf.h"
+
 #include <assert.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -215,6 +217,25 @@ enum MHD_Result api_reply_json(struct api_request *req, unsigned status, json_t 
 		return MHD_NO;
 	}
 	return reply_buffer(req, status, "application/json", text, strlen(text), 1, NULL);
+}
+
+enum MHD_Result api_reply_buf(struct api_request *req, unsigned status, const char *content_type,
+                              struct api_buf *body)
+{
+	if (body->oom || !body->data) {
+		api_buf_release(body);
+		return reply_internal(req);
+	}
+	char *data = body->data;
+	size_t len = body->len;
+	body->data = NULL;
+	body->len = body->cap = 0;
+	if (!claim(req, status)) {
+		free(data);
+		return MHD_NO;
+	}
+	return reply_buffer(req, status, content_type ? content_type : "application/json", data, len,
+	                    1, NULL);
 }
 
 enum MHD_Result api_reply_static(struct api_request *req, unsigned status,

@@ -55,6 +55,13 @@ const struct api_error_info *api_error_info(enum api_error code);
  * body; a NULL body (a failed json_pack) becomes a 500 internal error. */
 enum MHD_Result api_reply_json(struct api_request *req, unsigned status, json_t *body);
 
+struct api_buf;
+/* Replies status with the bytes of body (api/buf.h: JSON written by hand, or
+ * text of content_type; NULL means application/json), taking them over: body
+ * is left empty. A body that ran out of memory becomes a 500. */
+enum MHD_Result api_reply_buf(struct api_request *req, unsigned status, const char *content_type,
+                              struct api_buf *body);
+
 /* Replies an error of the table. status must be code's status (it is there
  * for the reader of the call; a mismatch is a bug, asserted in debug). */
 enum MHD_Result api_reply_error(struct api_request *req, unsigned status, enum api_error code,

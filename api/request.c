@@ -129,6 +129,22 @@ int api_query_add(struct api_request *req, const char *raw_name, const char *raw
 	return 0;
 }
 
+enum MHD_Result api_defer(struct api_request *req, api_handler_fn then)
+{
+	req->then = then;
+	if (req->deferred)
+		atomic_fetch_add(req->deferred, 1);
+	if (req->conn)
+		MHD_suspend_connection(req->conn);
+	return MHD_YES;
+}
+
+void api_resume(struct api_request *req)
+{
+	if (req->conn)
+		MHD_resume_connection(req->conn);
+}
+
 void api_request_release(struct api_request *req)
 {
 	for (size_t i = 0; i < req->n_query; i++) {
@@ -144,4 +160,8 @@ void api_request_release(struct api_request *req)
 	free(req->body);
 	req->body = NULL;
 	req->body_len = 0;
+	if (req->state && req->state_free)
+		req->state_free(req->state);
+	req->state = NULL;
+	req->state_free = NULL;
 }

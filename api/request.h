@@ -8,6 +8,14 @@
  * and ends every path in exactly one api_reply_* call (api/reply.h), whose
  * result it returns.
  *
+ * A handler that starts work which finishes on another thread (a submit
+ * waiting for the database's group commit) does not block its MHD thread,
+ * which serves many connections: it parks the request with api_defer and
+ * returns; whoever finishes the work calls api_resume, and the server then
+ * runs the continuation the handler named, on an MHD thread, which replies.
+ * The one-reply rule holds across both halves: the handler replies or
+ * defers, never both; the continuation always replies.
+ *
  * Ownership: the server owns the request and everything in it; it is freed
  * in MHD's request-completed callback. Strings handed out by the accessors
  * below are borrowed and live as long as the request.
@@ -17,6 +25,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #define API_PATH_MAX 1024      /* raw path bytes; longer paths are 404 */
@@ -115,6 +124,16 @@ struct api_request {
 
 	struct api_principal principal;   /* filled before the handler for routes with a role */
 
+	/* a handler's own state, freed with the request (api_request_release):
+	 * what a deferred request carries from the handler to its continuation */
+	void *state;
+	void (*state_free)(void *state);
+
+	/* deferral (api_defer): the continuation the server runs once the
+	 * request is resumed; NULL when the request is not parked */
+	api_handler_fn then;
+	atomic_uint *deferred;            /* the server's count of parked requests (may be NULL) */
+
 	/* the reply (api/reply.c) */
 	unsigned status;                  /* the status queued; 0 until then */
 	int replied;                      /* a reply was attempted (queued or not) */
@@ -133,6 +152,17 @@ const char *api_header(const struct api_request *req, const char *name);
  * reference, or NULL with err filled ("body: empty" when there is none). */
 json_t *api_body_json(const struct api_request *req, json_error_t *err);
 
+/* Parks req: suspends its connection (MHD_suspend_connection) so that its
+ * MHD thread serves others meanwhile, and records then, the continuation.
+ * Call it from a handler, before starting the work whose completion calls
+ * api_resume, and return what it returns (MHD_YES) without replying. */
+enum MHD_Result api_defer(struct api_request *req, api_handler_fn then);
+/* Wakes a parked request (MHD_resume_connection); any thread may call it,
+ * once per api_defer. The server then calls req->then on an MHD thread.
+ * req may be freed as soon as this returns: write what the continuation
+ * needs into req->state before calling it, and touch req no more. */
+void api_resume(struct api_request *req);
+
 /* Adds one query argument as sent (percent-encoded; value NULL for "?flag")
  * to req->query, decoded. Returns 0, or -1 for bad percent-encoding, a NUL
  * byte, more than API_QUERY_MAX arguments or no memory. The server calls it
@@ -142,7 +172,8 @@ int api_query_add(struct api_request *req, const char *raw_name, const char *raw
  * has room for dst_size bytes including the NUL. Returns the decoded length,
  * or -1 for a malformed escape, a NUL byte or no room. */
 long api_unescape(const char *src, size_t src_len, char *dst, size_t dst_size, int plus_space);
-/* Frees what the request owns (query, reply headers, body); not req itself. */
+/* Frees what the request owns (query, reply headers, body, state); not req
+ * itself. */
 void api_request_release(struct api_request *req);
 
 #endif

@@ -1,5 +1,6 @@
 /* api/routes.c - larchd's route table: every endpoint, its handler and the
- * role it needs (api/auth.h). The job endpoints join when db/ lands. */
+ * role it needs (api/auth.h). docs/api.md is the contract, openapi.json its
+ * OpenAPI description; the three change together. */
 #include "routes.h"
 
 #include "handlers.h"
@@ -10,8 +11,27 @@
 
 const struct api_route api_routes[] = {
 	{ .method = "GET", .path = "/healthz", .handler = api_healthz_get, .role = API_ROLE_NONE },
+	{ .method = "GET", .path = "/metrics", .handler = api_metrics_get, .role = API_ROLE_ADMIN },
 	{ .method = "GET", .path = "/v1/openapi.json", .handler = api_openapi_get,
 	  .role = API_ROLE_NONE },
+
+	{ .method = "POST", .path = "/v1/jobs", .handler = api_jobs_post, .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/jobs", .handler = api_jobs_list, .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/jobs/{id}", .handler = api_jobs_get, .role = API_ROLE_USER },
+	{ .method = "POST", .path = "/v1/jobs/{id}/cancel", .handler = api_jobs_cancel,
+	  .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/jobs/{id}/events", .handler = api_jobs_events_get,
+	  .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/jobs/{id}/logs", .handler = api_jobs_logs_get,
+	  .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/jobs/{id}/checkpoints", .handler = api_jobs_checkpoints_get,
+	  .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/jobs/{id}/metrics", .handler = api_jobs_metrics_get,
+	  .role = API_ROLE_USER },
+	{ .method = "POST", .path = "/v1/jobs/{id}/metrics", .handler = api_jobs_metrics_post,
+	  .role = API_ROLE_JOB },
+	{ .method = "POST", .path = "/v1/jobs/{id}/result", .handler = api_jobs_result_post,
+	  .role = API_ROLE_JOB },
 };
 
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

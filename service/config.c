@@ -18,7 +18,7 @@
 #define LARCH_VERSION "0.0.0"
 #endif
 
-enum key_kind { K_LISTEN, K_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL };
+enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL };
 
 struct key {
 	const char *name;            /* file key; flag --name-with-dashes; env LARCHD_NAME */
@@ -40,6 +40,12 @@ static const struct key keys[] = {
 	{ .name = "max_local_jobs", .kind = K_UINT, .offset = FIELD(max_local_jobs), .def = "auto",
 	  .min = 1, .max = 4096, .allow_auto = 1, .metavar = "N",
 	  .help = "jobs the local executor runs at once (auto: the CPUs)" },
+	{ .name = "trainer_path", .kind = K_AUTO_PATH, .offset = FIELD(trainer_path),
+	  .def = "auto", .metavar = "FILE",
+	  .help = "the larch-train jobs run (auto: beside larchd, or the build tree's)" },
+	{ .name = "cancel_grace", .kind = K_UINT, .offset = FIELD(cancel_grace), .def = "30",
+	  .min = 1, .max = 86400, .metavar = "SECONDS",
+	  .help = "a cancelled job's time to checkpoint after SIGTERM, then SIGKILL" },
 	{ .name = "body_limit", .kind = K_SIZE, .offset = FIELD(body_limit), .def = "1M",
 	  .min = 1024, .max = 1ULL << 30, .metavar = "SIZE",
 	  .help = "largest request body: bytes, or with K, M, G (binary)" },
@@ -174,6 +180,18 @@ static int set_key(struct svc_config *cfg, const struct key *k, const char *valu
 		if (!*value || strlen(value) >= PATH_MAX) {
 			snprintf(err, err_size, "%s: must be a directory path (got \"%s\")", where, value);
 			return -1;
+		}
+		return set_string((char **)(base + k->offset), value, err, err_size);
+	case K_AUTO_PATH:
+		if (!*value || strlen(value) >= PATH_MAX) {
+			snprintf(err, err_size, "%s: must be a file path or auto (got \"%s\")", where,
+			         value);
+			return -1;
+		}
+		if (strcmp(value, "auto") == 0) {
+			free(*(char **)(base + k->offset));
+			*(char **)(base + k->offset) = NULL;
+			return 0;
 		}
 		return set_string((char **)(base + k->offset), value, err, err_size);
 	case K_LOG_FILE:
@@ -313,8 +331,13 @@ static int resolve_listen(struct svc_config *cfg, char *err, size_t err_size)
 static void usage(void)
 {
 	printf("usage: larchd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [options]\n"
+	       "       larchd token create --user NAME --role user|admin | token list | "
+	       "token revoke ID\n"
+	       "       larchd db migrate | db check | db backup DEST\n"
 	       "\n"
-	       "larch's HTTP service: the REST API v1 (docs/api.md) over SQLite.\n"
+	       "larch's HTTP service: the REST API v1 (docs/api.md) over SQLite, running jobs\n"
+	       "with the local executor. The token and db commands work on the state dir's\n"
+	       "database (larchd token --help, larchd db --help).\n"
 	       "\n"
 	       "  %-28s %s\n", "--config FILE", "read settings from FILE (also $LARCHD_CONFIG)");
 	for (size_t i = 0; i < N_KEYS; i++) {
@@ -434,6 +457,7 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->listen);
 	free(cfg->state_dir);
 	free(cfg->log_file);
+	free(cfg->trainer_path);
 	free(cfg->config_file);
 	memset(cfg, 0, sizeof *cfg);
 }

@@ -25,6 +25,8 @@ struct svc_config {
 	socklen_t addr_len;
 	char *state_dir;                 /* "./larch-state" */
 	unsigned max_local_jobs;         /* the local executor's concurrent jobs */
+	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
+	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */
 	size_t body_limit;               /* request body bytes */
 	enum svc_log_level log_level;
 	char *log_file;                  /* NULL: stderr */

@@ -83,6 +83,9 @@ struct exec_local_config {
 	int max_running;               /* jobs at once (>= 1) */
 	int grace_s;                   /* SIGTERM -> SIGKILL (default 30) */
 	int threads_per_job;           /* --threads for each job; 0 = the trainer's default */
+	int report_flush_s;            /* LARCH_REPORT_FLUSH_S for jobs that report (the seconds
+	                                  their final flush may take; keep it well under grace_s);
+	                                  0 = the trainer's default */
 };
 
 /* The embedded executor: child processes on this machine. Returns NULL with

@@ -4,7 +4,7 @@
  * Each job runs in its own process group (so a cancel reaches every process
  * it starts), with stdout and stderr appended to the job dir's stdout.log and
  * stderr.log, no inherited descriptors, and LARCH_SERVER_URL, LARCH_JOB_ID and
- * LARCH_JOB_TOKEN in its environment.
+ * LARCH_JOB_TOKEN (and LARCH_REPORT_FLUSH_S when configured) in its environment.
  *
  * Restart safety: the child writes DIR/launch (its pid) before it execs the
  * trainer. A job adopted after a restart with no launch file never started
@@ -139,7 +139,7 @@ struct launch {
 	char **envp;
 	char spec[EXEC_PATH_MAX + 16], out[EXEC_PATH_MAX + 16], errlog[EXEC_PATH_MAX + 16];
 	char rec[EXEC_PATH_MAX + 16], rec_tmp[EXEC_PATH_MAX + 16];
-	char threads[16], env_url[4200], env_id[64], env_token[160];
+	char threads[16], env_url[4200], env_id[64], env_token[160], env_flush[48];
 };
 
 static int build_env(struct launch *l, const struct local *lx, const struct exec_job *job)
@@ -147,7 +147,7 @@ static int build_env(struct launch *l, const struct local *lx, const struct exec
 	size_t n = 0;
 	while (environ[n])
 		n++;
-	l->envp = calloc(n + 4, sizeof *l->envp);
+	l->envp = calloc(n + 5, sizeof *l->envp);
 	if (!l->envp)
 		return -1;
 	size_t k = 0;
@@ -161,6 +161,11 @@ static int build_env(struct launch *l, const struct local *lx, const struct exec
 		l->envp[k++] = l->env_url;
 		l->envp[k++] = l->env_id;
 		l->envp[k++] = l->env_token;
+		if (lx->cfg.report_flush_s > 0) {
+			snprintf(l->env_flush, sizeof l->env_flush, "LARCH_REPORT_FLUSH_S=%d",
+			         lx->cfg.report_flush_s);
+			l->envp[k++] = l->env_flush;
+		}
 	}
 	l->envp[k] = NULL;
 	return 0;

@@ -1,50 +1,88 @@
 /* service/main.c - larchd: read the settings, make the state directory,
- * serve until SIGTERM or SIGINT, then stop gracefully (stop accepting, let
- * in-flight requests finish for up to shutdown_timeout seconds; a second
- * signal cuts that short) and exit 0. Exit 2: bad settings; 1: could not
- * start. */
+ * open the database, make the first admin token, start the local executor
+ * and the runner (service/runner.h: it adopts the jobs a previous larchd
+ * left running), serve until SIGTERM or SIGINT, then stop gracefully (stop
+ * accepting, let in-flight requests finish for up to shutdown_timeout
+ * seconds; a second signal cuts that short), stop the runner (jobs keep
+ * running; the next start adopts them), close the database and exit 0.
+ * Exit 2: bad settings; 1: could not start. `larchd token ...` and
+ * `larchd db ...` are service/admin.h's. */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "admin.h"
+#include "api/jobs_hooks.h"
+#include "api/request.h"
 #include "api/routes.h"
+#include "auth_db.h"
 #include "config.h"
+#include "db/db.h"
+#include "executor.h"
 #include "log.h"
+#include "runner.h"
 #include "server.h"
 
 enum { EXIT_USAGE = 2 };
 
-/* mkdir -p with mode 0700 for what it creates; dir must end up a directory. */
-static int make_state_dir(const char *dir, char *err, size_t err_size)
+#define REPORT_FLUSH_S 5      /* a job's last metrics flush; well inside cancel_grace */
+#define QUEUE_EXTRA 64        /* jobs handed to the executor beyond those it runs */
+
+/* snprintf for messages that may be cut (vsnprintf: no truncation warnings). */
+static void say(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void say(char *out, size_t len, const char *fmt, ...)
 {
-	char path[4096];
-	if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-		snprintf(err, err_size, "state dir %s: path too long", dir);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(out, len, fmt, ap);
+	va_end(ap);
+}
+
+/* larch-train beside larchd (installed), else in the build tree
+ * (build/service/larchd -> build/trainer/larch-train). */
+static int find_trainer(char *out, size_t len, char *err, size_t errlen)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0) {
+		say(err, errlen, "trainer_path: cannot find larchd's own path (%s); set it",
+		         strerror(errno));
 		return -1;
 	}
-	for (char *p = path + 1; ; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char c = *p;
-		*p = '\0';
-		if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-			snprintf(err, err_size, "state dir %s: %s", path, strerror(errno));
-			return -1;
-		}
-		*p = c;
-		if (c == '\0')
-			break;
+	self[n] = '\0';
+	char *slash = strrchr(self, '/');
+	*slash = '\0';
+	say(out, len, "%s/larch-train", self);
+	if (access(out, X_OK) == 0)
+		return 0;
+	say(out, len, "%s/../trainer/larch-train", self);
+	char real[PATH_MAX];
+	if (access(out, X_OK) == 0 && realpath(out, real)) {
+		say(out, len, "%s", real);
+		return 0;
 	}
-	struct stat st;
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, err_size, "state dir %s: not a directory", dir);
-		return -1;
-	}
-	return 0;
+	say(err, errlen, "trainer_path: no executable larch-train in %s or %s/../trainer: "
+	         "set trainer_path (--trainer-path FILE)", self, self);
+	return -1;
+}
+
+/* The URL jobs report to: where we listen, a wildcard address made loopback. */
+static void job_server_url(const char *address, char *out, size_t len)
+{
+	if (strncmp(address, "0.0.0.0:", 8) == 0)
+		say(out, len, "http://127.0.0.1:%s", address + 8);
+	else if (strncmp(address, "[::]:", 5) == 0)
+		say(out, len, "http://[::1]:%s", address + 5);
+	else
+		say(out, len, "http://%s", address);
 }
 
 static double now_s(void)
@@ -81,25 +119,125 @@ static void drain(struct svc_server *srv, const sigset_t *signals, unsigned time
 	svc_server_free(srv);
 }
 
+/* What main starts, stopped in reverse order. */
+struct larchd {
+	struct svc_config cfg;
+	struct db *db;
+	struct svc_runner *runner;
+	struct executor *ex;
+	struct svc_server *srv;
+	struct api_ctx ctx;
+};
+
+static void stop(struct larchd *d, int clean)
+{
+	svc_server_free(d->srv);           /* first: no request uses what follows */
+	svc_runner_free(d->runner);        /* jobs keep running: the next start adopts them */
+	exec_free(d->ex);
+	if (d->db && db_close(d->db) != 0)
+		svc_log(SVC_LOG_ERROR, "closing the database failed");
+	if (clean)
+		svc_log(SVC_LOG_INFO, "stopped");
+	svc_log_close();
+	svc_config_release(&d->cfg);
+}
+
+/* Everything up to serving; 0, or -1 with err filled (d holds what started). */
+static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, size_t pathlen,
+                 int *admin_created)
+{
+	char state[PATH_MAX], path[PATH_MAX + 16], trainer[PATH_MAX];
+	if (svc_state_dir_make(d->cfg.state_dir, err, errlen) != 0)
+		return -1;
+	if (!realpath(d->cfg.state_dir, state)) {
+		say(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
+		return -1;
+	}
+	if (d->cfg.trainer_path) {
+		say(trainer, sizeof trainer, "%s", d->cfg.trainer_path);
+		if (access(trainer, X_OK) != 0) {
+			say(err, errlen, "trainer_path %s: %s", trainer, strerror(errno));
+			return -1;
+		}
+	} else if (find_trainer(trainer, sizeof trainer, err, errlen) != 0) {
+		return -1;
+	}
+
+	say(path, sizeof path, "%s/larch.db", state);
+	struct db_err dberr = { 0 };
+	if (!(d->db = db_open(path, NULL, &dberr))) {
+		say(err, errlen, "%s: %s", path, dberr.text);
+		return -1;
+	}
+	if (svc_admin_token_ensure(d->db, state, admin_path, pathlen, admin_created, err,
+	                           errlen) != 0)
+		return -1;
+
+	struct svc_runner_config rcfg = { .db = d->db, .state_dir = state,
+	                                  .queue_max = (int)d->cfg.max_local_jobs + QUEUE_EXTRA };
+	if (!(d->runner = svc_runner_new(&rcfg, err, errlen)))
+		return -1;
+	d->ctx = (struct api_ctx){ .auth_lookup = svc_auth_lookup, .auth_cls = d->db, .db = d->db,
+	                           .jobs = svc_runner_hooks(d->runner), .svc = d->runner };
+	struct svc_server_config scfg = {
+		.addr = (const struct sockaddr *)&d->cfg.addr,
+		.addr_len = d->cfg.addr_len,
+		.threads = d->cfg.threads,
+		.max_connections = d->cfg.max_connections,
+		.connection_timeout = d->cfg.connection_timeout,
+		.body_limit = d->cfg.body_limit,
+		.routes = api_routes,
+		.n_routes = api_routes_count,
+		.ctx = &d->ctx,
+	};
+	if (!(d->srv = svc_server_start(&scfg, err, errlen)))
+		return -1;
+
+	/* the executor needs the URL jobs report to, known once we listen */
+	char url[256];
+	job_server_url(svc_server_address(d->srv), url, sizeof url);
+	struct exec_local_config xcfg = {
+		.trainer_path = trainer,
+		.server_url = url,
+		.max_running = (int)d->cfg.max_local_jobs,
+		.grace_s = (int)d->cfg.cancel_grace,
+		.report_flush_s = REPORT_FLUSH_S,
+	};
+	if (!(d->ex = exec_local_new(&xcfg, err, errlen)))
+		return -1;
+	if (svc_runner_start(d->runner, d->ex, err, errlen) != 0)
+		return -1;
+	svc_log(SVC_LOG_INFO, "larchd %s: listening on http://%s, state dir %s, %u threads, "
+	        "body limit %zu bytes, local executor: %u jobs at once, %s%s%s", api_version(),
+	        svc_server_address(d->srv), state, d->cfg.threads, d->cfg.body_limit,
+	        d->cfg.max_local_jobs, trainer, d->cfg.config_file ? ", config " : "",
+	        d->cfg.config_file ? d->cfg.config_file : "");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	struct svc_config cfg;
+	if (svc_admin_is_command(argc, argv))
+		return svc_admin_main(argc, argv);
+
+	struct larchd d;
+	memset(&d, 0, sizeof d);
 	char err[4096 + 512];
-	int rc = svc_config_load(&cfg, argc, argv, err, sizeof err);
+	int rc = svc_config_load(&d.cfg, argc, argv, err, sizeof err);
 	if (rc != SVC_CONFIG_RUN) {
 		if (rc == SVC_CONFIG_ERROR)
 			fprintf(stderr, "larchd: %s\n", err);
-		svc_config_release(&cfg);
+		svc_config_release(&d.cfg);
 		return rc == SVC_CONFIG_EXIT ? EXIT_SUCCESS : EXIT_USAGE;
 	}
-	if (svc_log_open(cfg.log_file, cfg.log_level, err, sizeof err) != 0 ||
-	    make_state_dir(cfg.state_dir, err, sizeof err) != 0) {
+	if (svc_log_open(d.cfg.log_file, d.cfg.log_level, err, sizeof err) != 0) {
 		fprintf(stderr, "larchd: %s\n", err);
-		svc_config_release(&cfg);
+		svc_config_release(&d.cfg);
 		return EXIT_FAILURE;
 	}
 
-	/* Every thread inherits this mask: the signals reach only sigwait below. */
+	/* Every thread inherits this mask: the signals reach only sigwait below
+	 * (the executor unblocks them in its children). */
 	sigset_t signals;
 	sigemptyset(&signals);
 	sigaddset(&signals, SIGTERM);
@@ -107,39 +245,24 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &signals, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	struct api_ctx ctx = { 0 };
-	struct svc_server_config scfg = {
-		.addr = (const struct sockaddr *)&cfg.addr,
-		.addr_len = cfg.addr_len,
-		.threads = cfg.threads,
-		.max_connections = cfg.max_connections,
-		.connection_timeout = cfg.connection_timeout,
-		.body_limit = cfg.body_limit,
-		.routes = api_routes,
-		.n_routes = api_routes_count,
-		.ctx = &ctx,
-	};
-	struct svc_server *srv = svc_server_start(&scfg, err, sizeof err);
-	if (!srv) {
+	char admin_path[PATH_MAX + 32];
+	int admin_created = 0;
+	if (start(&d, err, sizeof err, admin_path, sizeof admin_path, &admin_created) != 0) {
 		fprintf(stderr, "larchd: %s\n", err);
-		svc_log_close();
-		svc_config_release(&cfg);
+		stop(&d, 0);
 		return EXIT_FAILURE;
 	}
-	printf("larchd: listening on http://%s\n", svc_server_address(srv));
+	printf("larchd: listening on http://%s\n", svc_server_address(d.srv));
+	if (admin_created)
+		printf("larchd: admin token written to %s\n", admin_path);
 	fflush(stdout);
-	svc_log(SVC_LOG_INFO, "larchd %s: listening on http://%s, state dir %s, %u threads, "
-	        "body limit %zu bytes%s%s", api_version(), svc_server_address(srv), cfg.state_dir,
-	        cfg.threads, cfg.body_limit, cfg.config_file ? ", config " : "",
-	        cfg.config_file ? cfg.config_file : "");
 
 	int sig = 0;
 	sigwait(&signals, &sig);
 	svc_log(SVC_LOG_INFO, "%s: stopping (in flight: %u)", strsignal(sig),
-	        svc_server_in_flight(srv));
-	drain(srv, &signals, cfg.shutdown_timeout);
-	svc_log(SVC_LOG_INFO, "stopped");
-	svc_log_close();
-	svc_config_release(&cfg);
+	        svc_server_in_flight(d.srv));
+	drain(d.srv, &signals, d.cfg.shutdown_timeout);
+	d.srv = NULL;                      /* drain freed it */
+	stop(&d, 1);
 	return EXIT_SUCCESS;
 }

@@ -24,6 +24,7 @@
 
 #include "api/auth.h"
 #include "api/reply.h"
+#include "api/stats.h"
 #include "log.h"
 
 struct svc_server {
@@ -34,6 +35,7 @@ struct svc_server {
 	char address[64];
 	atomic_int draining;
 	atomic_uint in_flight;
+	atomic_uint deferred;            /* parked requests (api_defer), not yet resumed and run */
 };
 
 struct svc_request {
@@ -235,13 +237,26 @@ static enum MHD_Result request_data(struct svc_server *srv, struct svc_request *
 	return MHD_YES;
 }
 
-/* The whole request is in: run the handler. */
+/* The whole request is in: run the handler, or, for a request it parked
+ * (api_defer) that is back (api_resume), the continuation it named. */
 static enum MHD_Result request_run(struct svc_request *r)
 {
 	struct api_request *req = &r->api;
 	if (req->replied)
 		return MHD_YES;
-	enum MHD_Result ret = req->route->handler(req);
+	api_handler_fn run = req->route->handler;
+	if (req->then) {
+		run = req->then;
+		req->then = NULL;
+		atomic_fetch_sub(&r->srv->deferred, 1);
+	}
+	enum MHD_Result ret = run(req);
+	if (req->then) {
+		if (!req->replied)
+			return MHD_YES;         /* parked: MHD calls again once it is resumed */
+		svc_log(SVC_LOG_ERROR, "bug: %s %s: the handler replied and deferred", req->method,
+		        req->route->path);
+	}
 	if (!req->replied) {
 		svc_log(SVC_LOG_ERROR, "bug: %s %s: the handler returned without a reply",
 		        req->method, req->route->path);
@@ -267,6 +282,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		r->api.ctx = srv->cfg.ctx;
 		r->api.method = method;
 		r->api.raw_path = url;
+		r->api.deferred = &srv->deferred;
 		*req_cls = r;
 		atomic_fetch_add(&srv->in_flight, 1);
 		if (svc_log_enabled(SVC_LOG_DEBUG)) {
@@ -312,11 +328,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (!r)
 		return;
 	*req_cls = NULL;
+	if (r->api.then)                    /* ended while parked: it will not run */
+		atomic_fetch_sub(&srv->deferred, 1);
+	struct timespec end;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	long long us = (end.tv_sec - r->start.tv_sec) * 1000000LL +
+	               (end.tv_nsec - r->start.tv_nsec) / 1000;
+	api_stats_record(r->api.route, r->api.method, r->api.status, (double)us * 1e-6);
 	if (svc_log_enabled(SVC_LOG_INFO)) {
-		struct timespec end;
-		clock_gettime(CLOCK_MONOTONIC, &end);
-		long long us = (end.tv_sec - r->start.tv_sec) * 1000000LL +
-		               (end.tv_nsec - r->start.tv_nsec) / 1000;
 		char method[32], path[256];
 		const char *why = termination_name(toe);
 		svc_log(SVC_LOG_INFO, "%s %s %u %lldus%s%s",
@@ -409,7 +428,7 @@ struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *e
 	}
 	unsigned threads = cfg->threads ? cfg->threads : 1;
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-	                 MHD_USE_ERROR_LOG;
+	                 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 	struct MHD_OptionItem options[8] = {
 		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL },   /* first: MHD asks */
 		{ MHD_OPTION_LISTEN_SOCKET, srv->listen_fd, NULL },
@@ -459,11 +478,28 @@ unsigned svc_server_in_flight(const struct svc_server *srv)
 	return atomic_load(&((struct svc_server *)srv)->in_flight);
 }
 
+/* MHD must not be stopped with a connection suspended: wait until every
+ * parked request has been resumed and run. Their work always ends (the
+ * database answers every queued submit, with an error if it must), so this
+ * wait is short; it is logged if it is not. */
+static void wait_parked(struct svc_server *srv)
+{
+	struct timespec pause = { 0, 1000 * 1000 };
+	for (unsigned ms = 0; atomic_load(&srv->deferred) > 0; ms++) {
+		if (ms == 5000)
+			svc_log(SVC_LOG_WARN, "stopping: still waiting for %u parked requests",
+			        atomic_load(&srv->deferred));
+		nanosleep(&pause, NULL);
+	}
+}
+
 void svc_server_free(struct svc_server *srv)
 {
 	if (!srv)
 		return;
-	if (srv->mhd)
+	if (srv->mhd) {
+		wait_parked(srv);
 		MHD_stop_daemon(srv->mhd);
+	}
 	free(srv);
 }

@@ -12,10 +12,13 @@
  *   - the token for routes with a role (api/auth.h): 401, 403;
  *   - the body, accumulated up to the limit (a chunked body that passes it:
  *     413 and the connection is closed);
- *   - the handler, once, with the whole request.
+ *   - the handler, once, with the whole request; a handler that parks the
+ *     request (api_defer in api/request.h) frees its MHD thread for other
+ *     connections, and its continuation runs, on an MHD thread, once the
+ *     work it waits for calls api_resume.
  * Every request is logged in one line (method, path, status, microseconds)
- * when it completes, and its state freed then (the request-completed
- * callback). Requests between their first callback and completion are "in
+ * and counted for GET /metrics (api/stats.h) when it completes, and its
+ * state freed then (the request-completed callback). Requests between their first callback and completion are "in
  * flight"; svc_server_quiesce + waiting for svc_server_in_flight to reach 0
  * is a graceful stop.
  */
@@ -60,7 +63,9 @@ void svc_server_quiesce(struct svc_server *srv);
 unsigned svc_server_in_flight(const struct svc_server *srv);
 
 /* Stops the daemon (cutting off whatever is still in flight: their
- * completion callbacks run) and frees srv. Accepts NULL. */
+ * completion callbacks run) and frees srv. Parked requests are first let
+ * finish (MHD may not stop with one suspended): so the work they wait for
+ * (the database's writer) must still be running. Accepts NULL. */
 void svc_server_free(struct svc_server *srv);
 
 #endif

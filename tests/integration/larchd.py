@@ -52,7 +52,7 @@ class Larchd:
                                          env=self.env)
         deadline = time.monotonic() + timeout
         line = b""
-        while not line.endswith(b"\n"):
+        while b"\n" not in line:
             left = deadline - time.monotonic()
             ready, _, _ = select.select([self.proc.stdout], [], [], max(left, 0))
             if not ready:
@@ -63,11 +63,20 @@ class Larchd:
                 code = self.proc.wait()
                 pytest.fail(f"larchd exited with {code} before listening: {self.log()}")
             line += chunk
-        m = LISTENING.match(line.decode().strip())
+        m = LISTENING.match(line.decode().split("\n")[0].strip())
         assert m, f"unexpected first line {line!r}"
         self.port = int(m.group(2))
         self.url = f"http://127.0.0.1:{self.port}"
         return self
+
+    @property
+    def admin_token(self):
+        """The admin token larchd made on its first start."""
+        return (self.state_dir / "admin.token").read_text().strip()
+
+    def auth(self, token=None):
+        """Headers with a bearer token (the admin's unless one is given)."""
+        return {"Authorization": f"Bearer {token or self.admin_token}"}
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None

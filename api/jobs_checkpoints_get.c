@@ -1,0 +1,44 @@
+/* api/jobs_checkpoints_get.c - GET /v1/jobs/{id}/checkpoints: the
+ * checkpoints the job has written, by step. */
+#include "db/checkpoints.h"
+#include "handlers.h"
+#include "jobs_common.h"
+#include "reply.h"
+
+enum MHD_Result api_jobs_checkpoints_get(struct api_request *req)
+{
+	static const char *const params[] = { NULL };
+	enum MHD_Result ret;
+	struct db *db;
+	int64_t id;
+	if (api_db_or_reply(req, &db, &ret) || api_job_id_or_reply(req, &id, &ret) ||
+	    api_query_known_or_reply(req, params, &ret))
+		return ret;
+
+	struct db_checkpoint_list list;
+	struct db_err err = { 0 };
+	int rc = db_checkpoints_list(db, id, api_owner_scope(req), &list, &err);
+	if (rc)
+		return api_reply_db_error(req, rc, &err);
+
+	struct api_buf b;
+	api_buf_init(&b, 128 + list.n * 256);
+	api_buf_adds(&b, "{\"checkpoints\":[");
+	for (size_t i = 0; i < list.n; i++) {
+		const struct db_checkpoint *c = &list.items[i];
+		api_buf_adds(&b, i ? ",{\"step\":" : "{\"step\":");
+		api_buf_json_int(&b, c->step);
+		api_buf_adds(&b, ",\"path\":");
+		api_buf_json_str(&b, c->path);
+		api_buf_adds(&b, ",\"bytes\":");
+		api_buf_json_int(&b, c->bytes);
+		api_buf_adds(&b, ",\"sha256\":");
+		api_buf_json_str(&b, c->sha256);
+		api_buf_adds(&b, ",\"time\":");
+		api_buf_json_time(&b, c->time_ms);
+		api_buf_addc(&b, '}');
+	}
+	api_buf_adds(&b, "]}");
+	db_checkpoint_list_release(&list);
+	return api_reply_buf(req, 200, NULL, &b);
+}

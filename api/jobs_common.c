@@ -1,0 +1,208 @@
+/* api/jobs_common.c - the job object, ids, scopes, db errors and query
+ * parameters of the job endpoints; see jobs_common.h. */
+#include "jobs_common.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "reply.h"
+
+void api_time_format(int64_t ms, char out[32])
+{
+	if (ms <= 0) {
+		out[0] = '\0';
+		return;
+	}
+	time_t s = (time_t)(ms / 1000);
+	struct tm tm;
+	gmtime_r(&s, &tm);
+	char text[96];
+	int n = snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+	                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+	                 tm.tm_sec, (int)(ms % 1000));
+	if (n < 0 || n >= 32)
+		n = 0;                      /* past year 9999: not a time we wrote */
+	memcpy(out, text, (size_t)n);
+	out[n] = '\0';
+}
+
+void api_buf_json_time(struct api_buf *b, int64_t ms)
+{
+	char text[32];
+	api_time_format(ms, text);
+	if (text[0])
+		api_buf_json_str(b, text);
+	else
+		api_buf_adds(b, "null");
+}
+
+void api_job_write(struct api_buf *b, const struct db_job *job)
+{
+	char id[DB_JOB_ID_MAX];
+	db_job_id_format(job->id, id);
+	api_buf_adds(b, "{\"id\":\"");
+	api_buf_adds(b, id);
+	api_buf_adds(b, "\",\"name\":");
+	api_buf_json_str(b, job->name);
+	api_buf_adds(b, ",\"owner\":");
+	api_buf_json_str(b, job->owner);
+	api_buf_adds(b, ",\"state\":\"");
+	api_buf_adds(b, db_state_name(job->state));
+	api_buf_adds(b, "\",\"executor\":");
+	api_buf_json_str(b, job->executor);
+	api_buf_adds(b, ",\"slurm_job_id\":");
+	api_buf_json_str(b, job->slurm_job_id);
+	api_buf_adds(b, ",\"priority\":");
+	api_buf_json_int(b, job->priority);
+	api_buf_adds(b, ",\"attempt\":");
+	api_buf_json_int(b, job->attempt);
+	api_buf_adds(b, ",\"created_at\":");
+	api_buf_json_time(b, job->submit_ms);
+	api_buf_adds(b, ",\"started_at\":");
+	api_buf_json_time(b, job->start_ms);
+	api_buf_adds(b, ",\"ended_at\":");
+	api_buf_json_time(b, job->end_ms);
+	api_buf_adds(b, ",\"exit_code\":");
+	if (job->has_exit_code)
+		api_buf_json_int(b, job->exit_code);
+	else
+		api_buf_adds(b, "null");
+	api_buf_adds(b, ",\"reason\":");
+	api_buf_json_str(b, job->reason);
+	/* the spec was stored as the validator's canonical JSON (the database
+	 * checks json_valid): it goes in as it is */
+	api_buf_adds(b, ",\"spec\":");
+	api_buf_adds(b, job->spec && *job->spec ? job->spec : "null");
+	api_buf_adds(b, ",\"progress\":{\"step\":");
+	api_buf_json_int(b, job->progress_step);
+	api_buf_adds(b, ",\"total_steps\":");
+	if (job->progress_total > 0)
+		api_buf_json_int(b, job->progress_total);
+	else
+		api_buf_adds(b, "null");
+	api_buf_adds(b, ",\"train/loss\":");
+	api_buf_json_num(b, job->last_loss);
+	api_buf_adds(b, "}}");
+}
+
+int api_job_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret)
+{
+	const char *text = api_param(req, "id");
+	if (text && db_job_id_parse(text, id) == 0)
+		return 0;
+	*ret = api_reply_error(req, 404, API_ERR_NOT_FOUND, "no job %s", text ? text : "");
+	return -1;
+}
+
+const char *api_owner_scope(const struct api_request *req)
+{
+	return req->principal.role == API_ROLE_USER ? req->principal.user : NULL;
+}
+
+int api_db_or_reply(struct api_request *req, struct db **db, enum MHD_Result *ret)
+{
+	*db = req->ctx ? req->ctx->db : NULL;
+	if (*db)
+		return 0;
+	api_reply_header(req, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+	*ret = api_reply_error(req, 503, API_ERR_UNAVAILABLE, "no job store");
+	return -1;
+}
+
+/* The db's message without its "db: " prefix: the client needs no layer names. */
+static const char *db_message(const struct db_err *err)
+{
+	const char *text = err && err->code ? err->text : "database error";
+	return strncmp(text, "db: ", 4) == 0 ? text + 4 : text;
+}
+
+enum MHD_Result api_reply_db_error(struct api_request *req, int rc, const struct db_err *err)
+{
+	const char *msg = db_message(err);
+	switch (rc) {
+	case DB_NOT_FOUND:
+		return api_reply_error(req, 404, API_ERR_NOT_FOUND, "%s", msg);
+	case DB_CONFLICT:
+	case DB_ILLEGAL:
+	case DB_STALE:
+		return api_reply_error(req, 409, API_ERR_CONFLICT, "%s", msg);
+	case DB_INVALID:
+		return api_reply_error(req, 400, API_ERR_BAD_REQUEST, "%s", msg);
+	case DB_BUSY:
+		api_reply_header(req, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+		return api_reply_error(req, 503, API_ERR_UNAVAILABLE, "%s", msg);
+	default:
+		return api_reply_error(req, 500, API_ERR_INTERNAL, "%s", msg);
+	}
+}
+
+enum MHD_Result api_reply_job(struct api_request *req, unsigned status, int64_t id)
+{
+	struct db_job job;
+	struct db_err err = { 0 };
+	int rc = db_jobs_get(req->ctx->db, id, NULL, &job, &err);
+	if (rc)
+		return api_reply_db_error(req, rc, &err);
+	struct api_buf b;
+	api_buf_init(&b, 2048);
+	api_job_write(&b, &job);
+	db_job_release(&job);
+	return api_reply_buf(req, status, NULL, &b);
+}
+
+enum MHD_Result api_reply_bad_param(struct api_request *req, const char *name, const char *fmt,
+                                    ...)
+{
+	char message[384];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof message, fmt, ap);
+	va_end(ap);
+	return api_reply_error_detail(req, 400, API_ERR_BAD_REQUEST,
+	                              json_pack("{s:s}", "parameter", name), "%s", message);
+}
+
+int api_query_known_or_reply(struct api_request *req, const char *const *allowed,
+                             enum MHD_Result *ret)
+{
+	for (size_t i = 0; i < req->n_query; i++) {
+		const char *name = req->query[i].name;
+		size_t k = 0;
+		while (allowed[k] && strcmp(allowed[k], name) != 0)
+			k++;
+		if (!allowed[k]) {
+			*ret = api_reply_bad_param(req, name, "unknown query parameter \"%s\"", name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int api_query_int_or_reply(struct api_request *req, const char *name, int64_t lo, int64_t hi,
+                           int64_t def, int64_t *out, enum MHD_Result *ret)
+{
+	const char *text = api_query(req, name);
+	if (!text) {
+		*out = def;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	long long v = strtoll(text, &end, 10);
+	int digits = text[0] == '-' ? text[1] >= '0' && text[1] <= '9' : text[0] >= '0' && text[0] <= '9';
+	if (!digits || *end || errno == ERANGE) {
+		*ret = api_reply_bad_param(req, name, "%s: must be an integer (got \"%s\")", name, text);
+		return -1;
+	}
+	if (v < lo || v > hi) {
+		*ret = api_reply_bad_param(req, name, "%s: must be %lld to %lld (got %lld)", name,
+		                           (long long)lo, (long long)hi, v);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}

@@ -1,0 +1,66 @@
+/* api/jobs_common.h - what the job endpoints (api/jobs_*.c) share: the job
+ * object of docs/api.md, the {id} of the path, whose jobs a principal sees,
+ * database errors as replies, and query parameters.
+ *
+ * The ..._or_reply helpers follow one convention (redis's
+ * lookupKeyReadOrReply): they return 0 when the handler may go on, or reply
+ * themselves (the request's one reply), store the MHD result in *ret and
+ * return -1, so that a handler reads
+ *
+ *   if (api_job_id_or_reply(req, &id, &ret))
+ *           return ret;
+ */
+#ifndef LARCH_API_JOBS_COMMON_H
+#define LARCH_API_JOBS_COMMON_H
+
+#include <stdint.h>
+
+#include "buf.h"
+#include "db/jobs.h"
+#include "request.h"
+
+/* Writes the job object (docs/api.md, "The job object"): the stored spec is
+ * embedded as the JSON text it is; times are RFC 3339 UTC with
+ * milliseconds. */
+void api_job_write(struct api_buf *b, const struct db_job *job);
+
+/* "2026-11-22T23:01:02.123Z" for ms since the epoch into out (room for 32
+ * bytes), or "" for 0. */
+void api_time_format(int64_t ms, char out[32]);
+/* The same as a JSON value: the string, or null for 0. */
+void api_buf_json_time(struct api_buf *b, int64_t ms);
+
+/* The path's {id} as a job number; a value that is not a job id ("j-" and
+ * digits) is answered 404, as a job that does not exist. */
+int api_job_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret);
+
+/* Whose jobs the principal may see: NULL (everyone's) for admins and job
+ * tokens (the router has bound those to their job already), else the user. */
+const char *api_owner_scope(const struct api_request *req);
+
+/* The request's database, or a 503 when the service has none. */
+int api_db_or_reply(struct api_request *req, struct db **db, enum MHD_Result *ret);
+
+/* Replies a failed db call: not_found 404, conflict/illegal/stale 409,
+ * invalid 400, busy 503 (Retry-After), anything else 500. */
+enum MHD_Result api_reply_db_error(struct api_request *req, int rc, const struct db_err *err);
+
+/* Reads the job and replies it (status 200 or 201): the answer of the job
+ * endpoints that change a job. */
+enum MHD_Result api_reply_job(struct api_request *req, unsigned status, int64_t id);
+
+/* Query parameters. Each refuses (400 bad_request, detail {"parameter":
+ * name}) a value that is malformed or out of range. */
+
+/* Refuses any parameter not in allowed (a NULL-terminated list). */
+int api_query_known_or_reply(struct api_request *req, const char *const *allowed,
+                             enum MHD_Result *ret);
+/* A decimal integer in [lo, hi]; *out = def when the parameter is absent. */
+int api_query_int_or_reply(struct api_request *req, const char *name, int64_t lo, int64_t hi,
+                           int64_t def, int64_t *out, enum MHD_Result *ret);
+
+/* A bad request naming the parameter (detail {"parameter": name}). */
+enum MHD_Result api_reply_bad_param(struct api_request *req, const char *name, const char *fmt,
+                                    ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,41 @@
+/* api/metrics_get.c - GET /metrics: Prometheus text format 0.0.4, for
+ * admins. Jobs by state (larch_jobs), requests and their latencies by
+ * route (api/stats.h), and the database's group commits. */
+#include "db/jobs.h"
+#include "handlers.h"
+#include "jobs_common.h"
+#include "reply.h"
+#include "stats.h"
+
+enum MHD_Result api_metrics_get(struct api_request *req)
+{
+	static const char *const params[] = { NULL };
+	enum MHD_Result ret;
+	struct db *db;
+	if (api_db_or_reply(req, &db, &ret) || api_query_known_or_reply(req, params, &ret))
+		return ret;
+	int64_t counts[DB_STATE_COUNT];
+	struct db_err err = { 0 };
+	int rc = db_jobs_count_by_state(db, counts, &err);
+	if (rc)
+		return api_reply_db_error(req, rc, &err);
+
+	struct api_buf b;
+	api_buf_init(&b, 16384);
+	api_buf_adds(&b, "# HELP larch_jobs Jobs in the database, by state.\n"
+	                 "# TYPE larch_jobs gauge\n");
+	for (int s = 0; s < DB_STATE_COUNT; s++)
+		api_buf_printf(&b, "larch_jobs{state=\"%s\"} %lld\n", db_state_name(s),
+		               (long long)counts[s]);
+	uint64_t groups, submits;
+	db_jobs_submit_stats(db, &groups, &submits);
+	api_buf_printf(&b, "# HELP larch_db_submit_groups_total Group commits of submitted jobs.\n"
+	                   "# TYPE larch_db_submit_groups_total counter\n"
+	                   "larch_db_submit_groups_total %llu\n"
+	                   "# HELP larch_db_submits_total Jobs committed in group commits.\n"
+	                   "# TYPE larch_db_submits_total counter\n"
+	                   "larch_db_submits_total %llu\n",
+	               (unsigned long long)groups, (unsigned long long)submits);
+	api_stats_write(&b);
+	return api_reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
+}

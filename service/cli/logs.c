@@ -1,0 +1,105 @@
+/* service/cli/logs.c - larch logs ID [--stream stdout|stderr] [-f]: a job's
+ * output, read with offsets (GET /v1/jobs/{id}/logs); -f polls for more
+ * until the job has ended and its last output is printed.
+ *
+ * The job's output is printed as it is (it is the trainer's own text, like
+ * `docker logs`); with --json each piece larchd sent is one line of JSON.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+
+#define CHUNK "1048576"          /* the most one answer may carry */
+
+struct log_state {
+	const char *id, *stream;
+	long long offset;
+};
+
+/* Reads one piece from st->offset and prints it. Sets *more when larchd has
+ * more already. CLI_OK, or the exit status. */
+static int read_piece(struct cli *cli, struct log_state *st, int *more)
+{
+	char offset[32];
+	snprintf(offset, sizeof offset, "%lld", st->offset);
+	struct cli_buf path = { 0 };
+	cli_job_path(&path, st->id, "/logs");
+	cli_http_param(&path, "stream", st->stream);
+	cli_http_param(&path, "offset", offset);
+	cli_http_param(&path, "limit", CHUNK);
+	json_t *piece = NULL;
+	int rc = cli_http_get_json(&cli->http, cli_buf_str(&path), st->id, &piece);
+	cli_buf_release(&path);
+	if (rc != CLI_OK)
+		return rc;
+	json_t *data = json_object_get(piece, "data");
+	json_t *next = json_object_get(piece, "next_offset"), *size = json_object_get(piece, "size");
+	if (!json_is_string(data) || !json_is_integer(next) || !json_is_integer(size) ||
+	    json_integer_value(next) < st->offset) {
+		fputs("larch: larchd's log answer lacks data, next_offset or size\n", stderr);
+		json_decref(piece);
+		return CLI_REFUSED;
+	}
+	if (cli->json)
+		cli_print_json(piece);
+	else
+		fwrite(json_string_value(data), 1, json_string_length(data), stdout);
+	fflush(stdout);
+	long long was = st->offset;
+	st->offset = json_integer_value(next);
+	/* no progress although there is more: do not spin, poll */
+	*more = st->offset < json_integer_value(size) && st->offset > was;
+	json_decref(piece);
+	if (ferror(stdout))
+		return errno == EPIPE ? CLI_OK : CLI_REFUSED;
+	return CLI_OK;
+}
+
+int cli_cmd_logs(struct cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "stream", required_argument, NULL, 's' }, { "follow", no_argument, NULL, 'f' },
+		{ "interval", required_argument, NULL, 'i' }, CLI_COMMON_OPTIONS, { 0 },
+	};
+	struct log_state st = { .stream = "stdout" };
+	int follow = 0, c, rc;
+	double interval = 1;
+	while ((c = getopt_long(argc, argv, "fh", opts, NULL)) != -1) {
+		if (c == 's')
+			st.stream = optarg;
+		else if (c == 'f')
+			follow = 1;
+		else if (c == 'i' && (rc = cli_parse_double(cli, "--interval", optarg, 0.05, 3600,
+		                                            &interval)) != CLI_OK)
+			return rc;
+		else if (c != 'i' && (rc = cli_common_option(cli, c, optarg)) != CLI_CONTINUE)
+			return rc;
+	}
+	if (strcmp(st.stream, "stdout") != 0 && strcmp(st.stream, "stderr") != 0)
+		return cli_usage_error(cli, "--stream: stdout or stderr");
+	if (argc - optind != 1)
+		return cli_usage_error(cli, "one job id is required");
+	st.id = argv[optind];
+	if ((rc = cli_connect(cli)) != CLI_OK)
+		return rc;
+
+	int ended = 0, more;
+	for (;;) {
+		if ((rc = read_piece(cli, &st, &more)) != CLI_OK || ferror(stdout))
+			return rc;
+		if (more)
+			continue;
+		if (!follow || ended)
+			return CLI_OK;
+		json_t *job = NULL;
+		if ((rc = cli_job_get(cli, st.id, &job)) != CLI_OK)
+			return rc;
+		/* once it has ended, one more read takes what it wrote last */
+		ended = cli_job_final(cli_job_str(job, "state"));
+		json_decref(job);
+		if (!ended)
+			cli_sleep(interval);
+	}
+}

@@ -1,0 +1,233 @@
+/* service/cli/main.c - larch, the command-line client of larchd: the command
+ * table, global options, help, and the helpers every command's option
+ * parsing shares.
+ *
+ * Exit status: 0 done; 1 larchd said no (or, for watch, the job did not
+ * complete); 2 bad command line, config or input; 3 larchd unreachable.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const struct cli_command commands[] = {
+	{ .name = "submit", .run = cli_cmd_submit,
+	  .args = "SPEC.json|- [--idempotency-key KEY]",
+	  .summary = "submit a training job; prints its id",
+	  .help =
+	  "Submits the job spec in SPEC.json (\"-\": standard input) and prints the new\n"
+	  "job's id (with --json, the job).\n\n"
+	  "  --idempotency-key KEY  the key that makes a repeated submit create nothing\n"
+	  "                         twice (1-128 characters; default: a random one per run,\n"
+	  "                         so that larch's own retries are safe)\n" },
+	{ .name = "ls", .run = cli_cmd_ls,
+	  .args = "[--state S] [--name N] [--owner U] [--limit N] [--all]",
+	  .summary = "list jobs, newest first",
+	  .help =
+	  "Lists jobs, newest first: ID, NAME, OWNER, STATE, STEP/TOTAL, LOSS, AGE.\n\n"
+	  "  --state S   only jobs in state S (PENDING, QUEUED, RUNNING, COMPLETED, ...)\n"
+	  "  --name N    only jobs named N\n"
+	  "  --owner U   only jobs of user U (admins)\n"
+	  "  --limit N   at most N jobs (1-500; with --all: per request)\n"
+	  "  --all       every job, following the pages\n" },
+	{ .name = "show", .run = cli_cmd_show,
+	  .args = "ID",
+	  .summary = "show a job and its spec",
+	  .help = "Shows job ID: its fields as \"key: value\" lines, then its effective spec.\n" },
+	{ .name = "logs", .run = cli_cmd_logs,
+	  .args = "ID [--stream stdout|stderr] [-f]",
+	  .summary = "print a job's output",
+	  .help =
+	  "Prints what job ID wrote to standard output (or --stream stderr).\n\n"
+	  "  --stream S    stdout (default) or stderr\n"
+	  "  -f, --follow  keep printing new output until the job has ended\n"
+	  "  --interval S  seconds between polls with -f (default 1)\n" },
+	{ .name = "metrics", .run = cli_cmd_metrics,
+	  .args = "ID [--name N ...] [--from S] [--to S] [--max-points N] [--csv]",
+	  .summary = "print a job's metrics",
+	  .help =
+	  "Prints job ID's metrics as a table: one row per step, one column per metric.\n\n"
+	  "  --name N        only metric N (repeat for more; default: all)\n"
+	  "  --from S        from step S\n"
+	  "  --to S          to step S\n"
+	  "  --max-points N  at most N points per metric (larchd keeps the min/max shape)\n"
+	  "  --csv           comma-separated values with a header line\n" },
+	{ .name = "cancel", .run = cli_cmd_cancel,
+	  .args = "ID",
+	  .summary = "cancel a job",
+	  .help =
+	  "Cancels job ID: a job that has not started ends at once; a running one is\n"
+	  "sent SIGTERM, writes a checkpoint and ends CANCELLED.\n" },
+	{ .name = "watch", .run = cli_cmd_watch,
+	  .args = "ID [--interval S]",
+	  .summary = "follow a job's progress until it ends",
+	  .help =
+	  "Shows job ID's progress (state, step/total, loss, samples/s or tokens/s,\n"
+	  "ETA) on one line, redrawn in place on a terminal, one line per change\n"
+	  "otherwise, until the job ends. Exit status 0 when it COMPLETED, 1 when not.\n\n"
+	  "  --interval S  seconds between polls (default 1)\n" },
+};
+
+static const char common_help[] =
+	"\nCommon options:\n"
+	"  --json             machine output (JSON)\n"
+	"  --url URL          larchd's URL (default: LARCH_URL, url in the config file,\n"
+	"                     http://127.0.0.1:8080)\n"
+	"  --token-file FILE  read the token from FILE (default: LARCH_TOKEN, token in the\n"
+	"                     config file ~/.config/larch/config, mode 0600)\n"
+	"  -h, --help         this help\n";
+
+static void print_usage(FILE *out)
+{
+	fprintf(out, "usage: larch [--url URL] [--token-file FILE] [--json] COMMAND [ARGS]\n"
+	        "       larch COMMAND --help | larch --version\n\nCommands:\n");
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+	fputs(common_help, out);
+	fputs("\nExit status: 0 done, 1 larchd said no (watch: the job did not complete),\n"
+	      "2 bad usage, 3 larchd unreachable.\n", out);
+}
+
+static void print_command_usage(const struct cli_command *cmd, FILE *out)
+{
+	fprintf(out, "usage: larch %s %s [--json]\n", cmd->name, cmd->args);
+}
+
+int cli_usage_error(const struct cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "larch %s: ", cli->cmd->name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	print_command_usage(cli->cmd, stderr);
+	return CLI_USAGE;
+}
+
+int cli_common_option(struct cli *cli, int c, const char *arg)
+{
+	switch (c) {
+	case CLI_OPT_JSON:
+		cli->json = 1;
+		return CLI_CONTINUE;
+	case CLI_OPT_URL:
+		cli->url_opt = arg;
+		return CLI_CONTINUE;
+	case CLI_OPT_TOKEN_FILE:
+		cli->token_file_opt = arg;
+		return CLI_CONTINUE;
+	case 'h':
+		print_command_usage(cli->cmd, stdout);
+		printf("\n%s%s", cli->cmd->help, common_help);
+		return CLI_OK;
+	default:        /* getopt_long printed what was wrong */
+		print_command_usage(cli->cmd, stderr);
+		return CLI_USAGE;
+	}
+}
+
+int cli_parse_long(const struct cli *cli, const char *name, const char *arg, long long min,
+                   long long max, long long *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(arg, &end, 10);
+	if (errno || end == arg || *end || v < min || v > max)
+		return cli_usage_error(cli, "%s: must be an integer in [%lld, %lld]", name, min, max);
+	*out = v;
+	return CLI_OK;
+}
+
+int cli_parse_double(const struct cli *cli, const char *name, const char *arg, double min,
+                     double max, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	if (errno || end == arg || *end || !(v >= min && v <= max))
+		return cli_usage_error(cli, "%s: must be a number in [%g, %g]", name, min, max);
+	*out = v;
+	return CLI_OK;
+}
+
+void cli_sleep(double seconds)
+{
+	if (!(seconds > 0))
+		return;
+	struct timespec ts = { (time_t)seconds, (long)((seconds - floor(seconds)) * 1e9) };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+double cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const struct option global_options[] = {
+	CLI_COMMON_OPTIONS,
+	{ "version", no_argument, NULL, 'V' },
+	{ 0 },
+};
+
+int main(int argc, char **argv)
+{
+	struct cli cli = { 0 };
+	signal(SIGPIPE, SIG_IGN);
+	srand48((long)time(NULL) ^ (long)getpid());
+
+	int c;
+	opterr = 1;
+	while ((c = getopt_long(argc, argv, "+h", global_options, NULL)) != -1) {
+		if (c == 'V') {
+			printf("larch %s\n", LARCH_VERSION);
+			return CLI_OK;
+		} else if (c == 'h') {
+			print_usage(stdout);
+			return CLI_OK;
+		} else if (c == CLI_OPT_JSON || c == CLI_OPT_URL || c == CLI_OPT_TOKEN_FILE) {
+			cli_common_option(&cli, c, optarg);
+		} else {
+			print_usage(stderr);
+			return CLI_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		print_usage(stderr);
+		return CLI_USAGE;
+	}
+	const char *name = argv[optind];
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+		if (strcmp(commands[i].name, name) != 0)
+			continue;
+		cli.cmd = &commands[i];
+		/* the command's argv: getopt's messages say "larch ls: ..." */
+		char prog[64];
+		snprintf(prog, sizeof prog, "larch %s", name);
+		char **args = argv + optind;
+		args[0] = prog;
+		optind = 0;
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+			fputs("larch: cannot initialise libcurl\n", stderr);
+			return CLI_UNREACHABLE;
+		}
+		int rc = cli.cmd->run(&cli, argc - (int)(args - argv), args);
+		cli_release(&cli);
+		curl_global_cleanup();
+		return rc;
+	}
+	char *shown = cli_inert(name);
+	fprintf(stderr, "larch: unknown command \"%s\" (larch --help lists them)\n", shown);
+	free(shown);
+	return CLI_USAGE;
+}

@@ -1,0 +1,436 @@
+/* service/runner.c - the runner's thread: handing PENDING jobs to the
+ * executor, adopting jobs after a restart, polling; see runner.h. Executor
+ * events and cancels are in runner_events.c. */
+#include "runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "runner_internal.h"
+
+#define SCAN_MAX 64            /* PENDING jobs handed over per pass */
+#define RESCAN_MS 2000         /* look for PENDING jobs at least this often */
+
+int svc_runner_job_dir(const struct svc_runner *r, long long id, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s/jobs/j-%06lld", r->state_dir, id);
+	return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* ---- reading jobs ----------------------------------------------------------- */
+
+/* The ids of every job in state, oldest first, into *ids (malloc'd). */
+static int list_ids(struct db *db, enum db_state state, int64_t **ids, size_t *n,
+                    struct db_err *err)
+{
+	*ids = NULL;
+	*n = 0;
+	size_t cap = 0;
+	char cursor[DB_CURSOR_MAX] = "";
+	do {
+		struct db_job_filter f = { .has_state = 1, .state = state, .limit = DB_LIST_MAX,
+		                           .cursor = cursor };
+		struct db_job_list page = { 0 };
+		int rc = db_jobs_list(db, &f, &page, err);
+		if (rc) {
+			free(*ids);
+			*ids = NULL;
+			*n = 0;
+			return rc;
+		}
+		if (*n + page.n > cap) {
+			cap = (*n + page.n) * 2;
+			int64_t *grown = realloc(*ids, cap * sizeof *grown);
+			if (!grown) {
+				db_job_list_release(&page);
+				free(*ids);
+				*ids = NULL;
+				*n = 0;
+				err->code = DB_ERROR;
+				snprintf(err->text, sizeof err->text, "list jobs: out of memory");
+				return DB_ERROR;
+			}
+			*ids = grown;
+		}
+		for (size_t i = 0; i < page.n; i++)
+			(*ids)[(*n)++] = page.jobs[i].id;
+		snprintf(cursor, sizeof cursor, "%s", page.next_cursor);
+		db_job_list_release(&page);
+	} while (cursor[0]);
+	for (size_t i = 0; i < *n / 2; i++) {      /* newest first -> oldest first */
+		int64_t t = (*ids)[i];
+		(*ids)[i] = (*ids)[*n - 1 - i];
+		(*ids)[*n - 1 - i] = t;
+	}
+	return 0;
+}
+
+/* "HH:MM:SS" or "D-HH:MM:SS" (the validator's normal form) or minutes. */
+static long time_limit_s(json_t *v)
+{
+	if (json_is_integer(v))
+		return json_integer_value(v) > 0 ? (long)json_integer_value(v) * 60 : 0;
+	if (!json_is_string(v))
+		return 0;
+	long d = 0, h = 0, m = 0, s = 0;
+	const char *t = json_string_value(v);
+	if (sscanf(t, "%ld-%ld:%ld:%ld", &d, &h, &m, &s) == 4 ||
+	    (d = 0, sscanf(t, "%ld:%ld:%ld", &h, &m, &s) == 3))
+		return ((d * 24 + h) * 60 + m) * 60 + s;
+	return 0;
+}
+
+/* The executor's view of job: its dir, ranks and time limit from the spec. */
+static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct exec_job *ej)
+{
+	memset(ej, 0, sizeof *ej);
+	ej->id = job->id;
+	ej->ranks = 1;
+	if (svc_runner_job_dir(r, job->id, ej->dir, sizeof ej->dir) != 0)
+		return -1;
+	json_t *spec = job->spec ? json_loads(job->spec, 0, NULL) : NULL;
+	json_t *ranks = json_object_get(json_object_get(spec, "parallel"), "ranks");
+	if (json_is_integer(ranks) && json_integer_value(ranks) >= 1)
+		ej->ranks = (int)json_integer_value(ranks);
+	ej->time_limit_s = time_limit_s(json_object_get(json_object_get(spec, "resources"),
+	                                                "time_limit"));
+	json_decref(spec);
+	return 0;
+}
+
+/* A new job token into ej (best effort: without one the job still runs and
+ * its metrics are imported when it ends). */
+static void mint_token(struct svc_runner *r, struct exec_job *ej)
+{
+	struct db_err err = { 0 };
+	char token[DB_TOKEN_LEN + 1];
+	if (db_tokens_create(r->db, NULL, DB_ROLE_JOB, ej->id, token, NULL, &err) == 0)
+		snprintf(ej->token, sizeof ej->token, "%s", token);
+	else
+		svc_log(SVC_LOG_WARN, "job j-%06lld: no job token, it will not report while it "
+		        "runs: %s", ej->id, err.text);
+	explicit_bzero(token, sizeof token);
+}
+
+/* spec.json in dir, written to a temporary and renamed. */
+static int write_spec(const char *dir, const char *spec, char *err, size_t errlen)
+{
+	char path[EXEC_PATH_MAX + 32], tmp[EXEC_PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/spec.json", dir);
+	snprintf(tmp, sizeof tmp, "%s/spec.json.tmp", dir);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	size_t len = strlen(spec);
+	if (fd < 0 || write(fd, spec, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
+	    fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+		snprintf(err, errlen, "cannot write the job's spec.json: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- handing PENDING jobs over ---------------------------------------------- */
+
+static void hand_over(struct svc_runner *r, struct executor *ex, int64_t id)
+{
+	struct db_job job = { 0 };
+	struct db_err dberr = { 0 };
+	if (db_jobs_get(r->db, id, NULL, &job, &dberr) != 0 || job.state != DB_STATE_PENDING) {
+		db_job_release(&job);
+		return;                        /* cancelled or held meanwhile */
+	}
+	struct exec_job ej;
+	char why[EXEC_REASON_MAX + 64] = "", err[EXEC_REASON_MAX] = "";
+	int existed = 0;
+	if (exec_job_for(r, &job, &ej) != 0) {
+		snprintf(why, sizeof why, "the job directory path is too long");
+	} else if (mkdir(ej.dir, 0750) != 0 && !(existed = errno == EEXIST)) {
+		snprintf(why, sizeof why, "cannot create the job directory: %s", strerror(errno));
+	} else if (write_spec(ej.dir, job.spec, err, sizeof err) != 0) {
+		snprintf(why, sizeof why, "%s", err);
+	}
+	db_job_release(&job);
+	if (why[0]) {
+		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
+		return;
+	}
+	mint_token(r, &ej);
+	/* a directory from before a restart: the executor decides whether the job
+	 * ever launched (it is never started twice) */
+	int rc = existed ? exec_adopt(ex, &ej, err, sizeof err) : exec_submit(ex, &ej, err, sizeof err);
+	explicit_bzero(ej.token, sizeof ej.token);
+	if (rc != 0) {
+		snprintf(why, sizeof why, "the %s executor refused the job: %s", ex->ops->name, err);
+		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
+		return;
+	}
+	snprintf(why, sizeof why, "queued on the %s executor", ex->ops->name);
+	if (svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_QUEUED, "executor", why, 0, 0) != 0) {
+		/* cancelled meanwhile, or the db failed: take it back (the executor
+		 * starts jobs only on poll, so it has not run) */
+		if (exec_cancel(ex, id, err, sizeof err) != 0)
+			svc_log(SVC_LOG_WARN, "job j-%06lld: cannot withdraw it: %s", (long long)id, err);
+	}
+}
+
+/* Hands over the oldest PENDING jobs the executor has room for. Returns 1 if
+ * some were left for the next pass. */
+static int scan_pending(struct svc_runner *r, struct executor *ex)
+{
+	int room = r->queue_max > 0 ? r->queue_max - exec_count(ex) : SCAN_MAX;
+	if (room <= 0)
+		return 0;
+	int64_t *ids;
+	size_t n;
+	struct db_err err = { 0 };
+	if (list_ids(r->db, DB_STATE_PENDING, &ids, &n, &err) != 0) {
+		svc_log(SVC_LOG_WARN, "runner: listing pending jobs: %s", err.text);
+		return 0;                      /* again after RESCAN_MS */
+	}
+	size_t take = n < (size_t)room ? n : (size_t)room;
+	if (take > SCAN_MAX)
+		take = SCAN_MAX;
+	for (size_t i = 0; i < take; i++)
+		hand_over(r, ex, ids[i]);
+	free(ids);
+	return take < n && (r->queue_max <= 0 || exec_count(ex) < r->queue_max);
+}
+
+/* ---- adoption after a restart ------------------------------------------------ */
+
+static void adopt_one(struct svc_runner *r, struct executor *ex, int64_t id)
+{
+	struct db_job job = { 0 };
+	struct db_err dberr = { 0 };
+	if (db_jobs_get(r->db, id, NULL, &job, &dberr) != 0) {
+		svc_log(SVC_LOG_WARN, "reconcile: %s", dberr.text);
+		return;
+	}
+	enum db_state state = job.state;
+	struct exec_job ej;
+	struct stat sb;
+	int ok = exec_job_for(r, &job, &ej) == 0;
+	db_job_release(&job);
+	if (!ok || stat(ej.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+		svc_runner_move(r, id, state, DB_STATE_FAILED, "reconciler", "job directory lost", 0, 0);
+		return;
+	}
+	mint_token(r, &ej);
+	char err[EXEC_REASON_MAX], why[EXEC_REASON_MAX + 32];
+	int rc = exec_adopt(ex, &ej, err, sizeof err);
+	explicit_bzero(ej.token, sizeof ej.token);
+	if (rc != 0) {
+		snprintf(why, sizeof why, "cannot adopt the job: %s", err);
+		svc_runner_move(r, id, state, DB_STATE_FAILED, "reconciler", why, 0, 0);
+		return;
+	}
+	char by[DB_NAME_MAX + 1];
+	if (svc_runner_cancel_by(r, id, by, 0) && exec_cancel(ex, id, err, sizeof err) == 0)
+		svc_log(SVC_LOG_INFO, "job j-%06lld: cancel requested by %s, again after a restart",
+		        (long long)id, by);
+}
+
+static int reconcile(struct svc_runner *r, struct executor *ex, char *err, size_t errlen)
+{
+	static const enum db_state held[] = { DB_STATE_QUEUED, DB_STATE_RUNNING };
+	size_t adopted = 0;
+	for (size_t s = 0; s < sizeof held / sizeof held[0]; s++) {
+		int64_t *ids;
+		size_t n;
+		struct db_err dberr = { 0 };
+		if (list_ids(r->db, held[s], &ids, &n, &dberr) != 0) {
+			snprintf(err, errlen, "reconcile: %s", dberr.text);
+			return -1;
+		}
+		for (size_t i = 0; i < n; i++)
+			adopt_one(r, ex, ids[i]);
+		adopted += n;
+		free(ids);
+	}
+	if (adopted)
+		svc_log(SVC_LOG_INFO, "reconcile: %zu queued or running jobs handed back to the %s "
+		        "executor", adopted, ex->ops->name);
+	return 0;
+}
+
+/* ---- the thread --------------------------------------------------------------- */
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *runner_main(void *arg)
+{
+	struct svc_runner *r = arg;
+	long long last_scan = 0;
+	pthread_mutex_lock(&r->lock);
+	while (!r->stopping) {
+		r->begun++;
+		int scan = r->kicked || mono_ms() - last_scan >= RESCAN_MS;
+		r->kicked = 0;
+		struct executor *ex = r->ex;
+		pthread_mutex_unlock(&r->lock);
+
+		int more = 0;
+		if (scan) {
+			last_scan = mono_ms();
+			more = scan_pending(r, ex);
+		}
+		int before = exec_count(ex);
+		svc_runner_retry_events(r);
+		exec_poll(ex, svc_runner_on_event, r);
+		if (exec_count(ex) < before)
+			more = 1;                  /* room for a PENDING job */
+
+		pthread_mutex_lock(&r->lock);
+		r->ended = r->begun;
+		pthread_cond_broadcast(&r->passed);
+		if (more)
+			r->kicked = 1;
+		if (r->kicked || r->stopping)
+			continue;
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		long long ns = until.tv_nsec + (long long)r->poll_ms * 1000000;
+		until.tv_sec += ns / 1000000000;
+		until.tv_nsec = ns % 1000000000;
+		while (!r->kicked && !r->stopping &&
+		       pthread_cond_timedwait(&r->wake, &r->lock, &until) == 0)
+			;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return NULL;
+}
+
+/* ---- hooks and lifecycle ------------------------------------------------------ */
+
+static void hook_submitted(void *arg, long long id)
+{
+	(void)id;
+	struct svc_runner *r = arg;
+	pthread_mutex_lock(&r->lock);
+	r->kicked = 1;
+	pthread_cond_signal(&r->wake);
+	pthread_mutex_unlock(&r->lock);
+}
+
+static int hook_job_dir(void *arg, long long id, char *buf, size_t len)
+{
+	return svc_runner_job_dir(arg, id, buf, len);
+}
+
+struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err, size_t errlen)
+{
+	if (!cfg->db || !cfg->state_dir || !*cfg->state_dir) {
+		snprintf(err, errlen, "runner: needs a database and a state directory");
+		return NULL;
+	}
+	struct svc_runner *r = calloc(1, sizeof *r);
+	if (!r || !(r->state_dir = strdup(cfg->state_dir))) {
+		free(r);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	r->db = cfg->db;
+	r->poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 200;
+	r->queue_max = cfg->queue_max;
+	r->hooks = (struct api_jobs_hooks){ .submitted = hook_submitted,
+	                                    .cancel = svc_runner_cancel,
+	                                    .job_dir = hook_job_dir, .arg = r };
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->wake, NULL);
+	pthread_cond_init(&r->passed, NULL);
+	r->kicked = 1;
+	return r;
+}
+
+const struct api_jobs_hooks *svc_runner_hooks(struct svc_runner *r)
+{
+	return &r->hooks;
+}
+
+int svc_runner_start(struct svc_runner *r, struct executor *ex, char *err, size_t errlen)
+{
+	char jobs[EXEC_PATH_MAX];
+	snprintf(jobs, sizeof jobs, "%s/jobs", r->state_dir);
+	if (mkdir(jobs, 0750) != 0 && errno != EEXIST) {
+		snprintf(err, errlen, "%s: %s", jobs, strerror(errno));
+		return -1;
+	}
+	pthread_mutex_lock(&r->lock);
+	int already = r->ex != NULL;
+	if (!already)
+		r->ex = ex;
+	pthread_mutex_unlock(&r->lock);
+	if (already) {
+		snprintf(err, errlen, "runner: started already");
+		return -1;
+	}
+	if (reconcile(r, ex, err, errlen) != 0)
+		return -1;
+	int rc = pthread_create(&r->thread, NULL, runner_main, r);
+	if (rc != 0) {
+		snprintf(err, errlen, "runner: thread: %s", strerror(rc));
+		return -1;
+	}
+	pthread_mutex_lock(&r->lock);
+	r->running = 1;
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+int svc_runner_sync(struct svc_runner *r, int timeout_ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	long long ns = until.tv_nsec + (long long)timeout_ms * 1000000;
+	until.tv_sec += ns / 1000000000;
+	until.tv_nsec = ns % 1000000000;
+	pthread_mutex_lock(&r->lock);
+	unsigned long long want = r->begun + 1;
+	r->kicked = 1;
+	pthread_cond_signal(&r->wake);
+	int rc = 0;
+	while (rc == 0 && r->running && !r->stopping && r->ended < want)
+		rc = pthread_cond_timedwait(&r->passed, &r->lock, &until);
+	int ok = r->ended >= want;
+	pthread_mutex_unlock(&r->lock);
+	return ok ? 0 : -1;
+}
+
+void svc_runner_free(struct svc_runner *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	int running = r->running;
+	r->stopping = 1;
+	pthread_cond_broadcast(&r->wake);
+	pthread_cond_broadcast(&r->passed);
+	pthread_mutex_unlock(&r->lock);
+	if (running)
+		pthread_join(r->thread, NULL);
+	for (struct cancel_req *c = r->cancels, *next; c; c = next) {
+		next = c->next;
+		free(c);
+	}
+	free(r->retry);
+	free(r->state_dir);
+	pthread_cond_destroy(&r->passed);
+	pthread_cond_destroy(&r->wake);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}

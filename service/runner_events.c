@@ -1,0 +1,292 @@
+/* service/runner_events.c - the runner's side of what happens to a job after
+ * it was handed over: executor events into transitions (importing a finished
+ * job's directory first), and cancels; see runner.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "job_import.h"
+#include "log.h"
+#include "runner_internal.h"
+
+int svc_runner_move(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
+                    const char *by, const char *reason, int has_exit_code, int exit_code)
+{
+	struct db_transition t = { .job = id, .from = from, .to = to, .by = by,
+	                           .reason = reason && *reason ? reason : NULL,
+	                           .has_exit_code = has_exit_code, .exit_code = exit_code };
+	struct db_err err = { 0 };
+	int rc = db_jobs_transition(r->db, &t, NULL, &err);
+	char why[EXEC_REASON_MAX + 64];
+	if (t.reason)
+		svc_log_sanitize(t.reason, why, sizeof why);
+	else if (has_exit_code)
+		snprintf(why, sizeof why, "exit %d", exit_code);
+	else
+		why[0] = '\0';
+	const char *f = db_state_name(from) ? db_state_name(from) : "?", *s = db_state_name(to);
+	if (rc == 0)
+		svc_log(SVC_LOG_INFO, "job j-%06lld: %s -> %s%s%s%s", (long long)id, f, s,
+		        why[0] ? " (" : "", why, why[0] ? ")" : "");
+	else
+		svc_log(rc == DB_STALE ? SVC_LOG_INFO : SVC_LOG_WARN,
+		        "job j-%06lld: %s -> %s not recorded: %s", (long long)id, f, s, err.text);
+	return rc;
+}
+
+/* ---- cancel requests ----------------------------------------------------------- */
+
+static void cancel_file(struct svc_runner *r, long long id, char *path, size_t len)
+{
+	char dir[EXEC_PATH_MAX];
+	if (svc_runner_job_dir(r, id, dir, sizeof dir) != 0)
+		dir[0] = '\0';
+	snprintf(path, len, "%s/cancel", dir);
+}
+
+void svc_runner_note_cancel(struct svc_runner *r, long long id, const char *by)
+{
+	pthread_mutex_lock(&r->lock);
+	struct cancel_req *c = r->cancels;
+	while (c && c->id != id)
+		c = c->next;
+	if (!c && (c = calloc(1, sizeof *c)) != NULL) {
+		c->id = id;
+		c->next = r->cancels;
+		r->cancels = c;
+	}
+	if (c)
+		snprintf(c->by, sizeof c->by, "%s", by);
+	pthread_mutex_unlock(&r->lock);
+
+	/* the file is what survives a restart */
+	char path[EXEC_PATH_MAX + 16], tmp[EXEC_PATH_MAX + 32];
+	cancel_file(r, id, path, sizeof path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	size_t len = strlen(by);
+	if (fd < 0 || write(fd, by, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
+	    fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+		svc_log(SVC_LOG_WARN, "job j-%06lld: cannot record the cancel request in %s: %s",
+		        id, path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+	}
+}
+
+int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX + 1], int forget)
+{
+	int found = 0;
+	pthread_mutex_lock(&r->lock);
+	for (struct cancel_req **p = &r->cancels; *p; p = &(*p)->next) {
+		if ((*p)->id != id)
+			continue;
+		snprintf(by, DB_NAME_MAX + 1, "%s", (*p)->by);
+		found = 1;
+		if (forget) {
+			struct cancel_req *gone = *p;
+			*p = gone->next;
+			free(gone);
+		}
+		break;
+	}
+	pthread_mutex_unlock(&r->lock);
+	if (found)
+		return 1;
+	char path[EXEC_PATH_MAX + 16];
+	cancel_file(r, id, path, sizeof path);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char line[DB_NAME_MAX + 2] = "";
+	found = fgets(line, sizeof line, f) != NULL;
+	fclose(f);
+	line[strcspn(line, "\n")] = '\0';
+	if (!found || !line[0])
+		return 0;
+	size_t n = strnlen(line, DB_NAME_MAX);
+	memcpy(by, line, n);
+	by[n] = '\0';
+	return 1;
+}
+
+int svc_runner_cancel(void *arg, long long id, const char *by, char *err, size_t errlen)
+{
+	struct svc_runner *r = arg;
+	if (!by || !*by)
+		by = "unknown";
+	char why[DB_NAME_MAX + 32];
+	snprintf(why, sizeof why, "cancelled by %s", by);
+	for (int attempt = 0; attempt < 8; attempt++) {
+		struct db_job job = { 0 };
+		struct db_err dberr = { 0 };
+		if (db_jobs_get(r->db, id, NULL, &job, &dberr) != 0) {
+			snprintf(err, errlen, "%s", dberr.text);
+			return -1;
+		}
+		enum db_state state = job.state;
+		db_job_release(&job);
+		if (db_state_final(state))
+			return 1;
+		if (state != DB_STATE_QUEUED && state != DB_STATE_RUNNING) {
+			/* not with the executor: cancelled here and now */
+			int rc = svc_runner_move(r, id, state, DB_STATE_CANCELLED, by, why, 0, 0);
+			if (rc == 0)
+				return 0;
+			if (rc == DB_STALE)
+				continue;          /* the runner moved it meanwhile: look again */
+			snprintf(err, errlen, "cannot record the cancel: %s", db_code_name(rc));
+			return -1;
+		}
+		/* the executor stops it; the final state comes with its end. Noted
+		 * first, so that a job the executor does not hold yet (being adopted
+		 * at start) is cancelled once it does. */
+		svc_runner_note_cancel(r, id, by);
+		pthread_mutex_lock(&r->lock);
+		struct executor *ex = r->ex;
+		pthread_mutex_unlock(&r->lock);
+		char xerr[EXEC_REASON_MAX] = "";
+		if (ex && exec_cancel(ex, id, xerr, sizeof xerr) != 0)
+			svc_log(SVC_LOG_DEBUG, "job j-%06lld: %s (it is ending or being adopted)", id, xerr);
+		svc_log(SVC_LOG_INFO, "job j-%06lld: cancel requested by %s (%s)", id, by,
+		        db_state_name(state));
+		if (state == DB_STATE_QUEUED)
+			svc_runner_sync(r, 1000);  /* a queued job ends at the next poll */
+		return 0;
+	}
+	snprintf(err, errlen, "job j-%06lld kept changing state", id);
+	return -1;
+}
+
+/* ---- executor events --------------------------------------------------------------- */
+
+static void push_retry(struct svc_runner *r, const struct exec_event *ev)
+{
+	if (r->n_retry == r->cap_retry) {
+		int cap = r->cap_retry ? 2 * r->cap_retry : 8;
+		struct exec_event *grown = realloc(r->retry, (size_t)cap * sizeof *grown);
+		if (!grown) {
+			svc_log(SVC_LOG_ERROR, "job j-%06lld: out of memory: its end is recorded at the "
+			        "next restart", ev->id);
+			return;
+		}
+		r->retry = grown;
+		r->cap_retry = cap;
+	}
+	r->retry[r->n_retry++] = *ev;
+}
+
+void svc_runner_retry_events(struct svc_runner *r)
+{
+	int n = r->n_retry;
+	if (!n)
+		return;
+	struct exec_event *events = r->retry;
+	r->retry = NULL;
+	r->n_retry = r->cap_retry = 0;
+	for (int i = 0; i < n; i++)
+		svc_runner_on_event(r, &events[i]);
+	free(events);
+}
+
+static void import_dir(struct svc_runner *r, long long id)
+{
+	char dir[EXEC_PATH_MAX], err[512] = "";
+	if (svc_runner_job_dir(r, id, dir, sizeof dir) != 0)
+		return;
+	struct svc_import_stats st;
+	int rc = svc_import_job(r->db, id, dir, &st, err, sizeof err);
+	if (rc != 0)
+		svc_log(SVC_LOG_WARN, "job j-%06lld: import from %s: %s", id, dir, err);
+	if (st.inserted || st.checkpoints || st.bad_lines || st.torn_tail)
+		svc_log(SVC_LOG_INFO, "job j-%06lld: imported %zu metric points of %zu lines (%zu not "
+		        "points%s) and %zu checkpoints", id, st.inserted, st.lines, st.bad_lines,
+		        st.torn_tail ? ", a torn last line skipped" : "", st.checkpoints);
+}
+
+static enum db_state final_state(enum exec_state s)
+{
+	switch (s) {
+	case EXEC_COMPLETED: return DB_STATE_COMPLETED;
+	case EXEC_CANCELLED: return DB_STATE_CANCELLED;
+	case EXEC_TIMEOUT: return DB_STATE_TIMEOUT;
+	default: return DB_STATE_FAILED;
+	}
+}
+
+/* A final event for a job the database has as QUEUED or RUNNING. */
+static void finish(struct svc_runner *r, const struct exec_event *ev, enum db_state state)
+{
+	import_dir(r, ev->id);               /* first: the final state means "all there" */
+	enum db_state to = final_state(ev->state);
+	char by[DB_NAME_MAX + 1] = "executor", why[EXEC_REASON_MAX + 96];
+	if (svc_runner_cancel_by(r, ev->id, by, 0) && to != DB_STATE_COMPLETED &&
+	    to != DB_STATE_TIMEOUT) {
+		to = DB_STATE_CANCELLED;        /* e.g. it exited 3 after our SIGTERM */
+		snprintf(why, sizeof why, "cancelled by %s", by);
+	} else {
+		snprintf(by, sizeof by, "executor");
+		snprintf(why, sizeof why, "%s", ev->reason);
+	}
+	int rc = 0;
+	if (state == DB_STATE_QUEUED && (ev->pid > 0 || to == DB_STATE_COMPLETED ||
+	                                 to == DB_STATE_TIMEOUT)) {
+		char pid[64];
+		snprintf(pid, sizeof pid, "pid %d", (int)ev->pid);
+		rc = svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", pid, 0, 0);
+		if (rc == 0)
+			state = DB_STATE_RUNNING;
+	}
+	if (rc == 0)
+		rc = svc_runner_move(r, ev->id, state, to, by, why, ev->exit_code >= 0, ev->exit_code);
+	if (rc == DB_BUSY || rc == DB_ERROR)
+		push_retry(r, ev);           /* the executor has forgotten the job: keep its end */
+	else
+		svc_runner_cancel_by(r, ev->id, by, 1);
+}
+
+void svc_runner_on_event(void *ctx, const struct exec_event *ev)
+{
+	struct svc_runner *r = ctx;
+	int final = ev->state != EXEC_QUEUED && ev->state != EXEC_RUNNING;
+	if (ev->state == EXEC_QUEUED)
+		return;
+	struct db_job job = { 0 };
+	struct db_err err = { 0 };
+	int rc = db_jobs_get(r->db, ev->id, NULL, &job, &err);
+	if (rc != 0) {
+		svc_log(SVC_LOG_WARN, "job j-%06lld: executor says %s: %s", ev->id,
+		        exec_state_name(ev->state), err.text);
+		if (final && rc != DB_NOT_FOUND)
+			push_retry(r, ev);
+		return;
+	}
+	enum db_state state = job.state;
+	db_job_release(&job);
+	if (state == DB_STATE_PENDING) {
+		/* withdrawn after the QUEUED transition failed; it is handed over again */
+		svc_log(SVC_LOG_DEBUG, "job j-%06lld: PENDING, executor says %s: ignored", ev->id,
+		        exec_state_name(ev->state));
+		return;
+	}
+	if (db_state_final(state)) {
+		if (final)
+			import_dir(r, ev->id);   /* idempotent; whatever ended it, keep its files' record */
+		return;
+	}
+	if (final) {
+		finish(r, ev, state);
+		return;
+	}
+	char why[EXEC_REASON_MAX + 64];
+	snprintf(why, sizeof why, "pid %d%s%s", (int)ev->pid, ev->reason[0] ? ", " : "", ev->reason);
+	if (state == DB_STATE_QUEUED)
+		svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", why, 0, 0);
+	else
+		svc_log(SVC_LOG_INFO, "job j-%06lld: %s (%s)", ev->id, db_state_name(state), why);
+}
