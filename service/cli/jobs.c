@@ -375,7 +375,9 @@ static void show_job(const json_t *job)
 	show_line("progress:", text);
 
 	printf("spec:\n");
-	char *spec = json_dumps(json_object_get(job, "spec"), JSON_INDENT(2) | JSON_ENCODE_ANY);
+	/* 15 digits: 0.1 reads "0.1", not "0.10000000000000001" (--json keeps all 17) */
+	char *spec = json_dumps(json_object_get(job, "spec"),
+	                        JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
 	for (char *line = spec, *next; line && *line; line = next) {
 		next = strchr(line, '\n');
 		if (next)
@@ -433,7 +435,8 @@ int cli_cmd_cancel(struct cli *cli, int argc, char **argv)
 			state = cli_job_str(g.json, "state");
 		if (cli_job_final(state)) {
 			char *who = cli_inert(id), *shown = cli_inert(state);
-			fprintf(stderr, "larch: job %s already finished (%s)\n", who, shown);
+			fprintf(stderr, "larch: job %s already finished (%s): nothing to cancel (409)\n",
+			        who, shown);
 			free(who);
 			free(shown);
 			rc = CLI_REFUSED;

@@ -182,8 +182,9 @@ int cli_cmd_metrics(struct cli *cli, int argc, char **argv)
 			if (json_is_array(points)) {
 				cols[ncols++] = (struct column){ .name = names[i], .points = points };
 			} else {
-				char *shown = cli_inert(names[i]);
-				fprintf(stderr, "larch: job has no metric \"%s\"\n", shown);
+				char *shown = cli_inert(names[i]), *who = cli_inert(id);
+				fprintf(stderr, "larch: job %s has no metric \"%s\"\n", who, shown);
+				free(who);
 				free(shown);
 			}
 		}

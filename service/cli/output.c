@@ -248,7 +248,7 @@ void cli_table_print(const struct cli_table *t, FILE *out, size_t width)
 	size_t *w = xrealloc(NULL, t->ncols * sizeof *w);
 	size_t total = 0, elastic = t->ncols;
 	for (size_t c = 0; c < t->ncols; c++) {
-		w[c] = strlen(t->cols[c].head);
+		w[c] = inert_width(t->cols[c].head);   /* heads may be metric names */
 		for (size_t r = 0; r < t->nrows; r++) {
 			size_t cw = inert_width(t->cells[r * t->ncols + c]);
 			if (cw > w[c])
@@ -259,7 +259,7 @@ void cli_table_print(const struct cli_table *t, FILE *out, size_t width)
 			elastic = c;
 	}
 	if (width && total > width && elastic < t->ncols) {
-		size_t floor = strlen(t->cols[elastic].head), excess = total - width;
+		size_t floor = inert_width(t->cols[elastic].head), excess = total - width;
 		w[elastic] = w[elastic] - floor > excess ? w[elastic] - excess : floor;
 	}
 	struct cli_buf line = { 0 };
@@ -280,6 +280,8 @@ void cli_table_print(const struct cli_table *t, FILE *out, size_t width)
 				cli_buf_addf(&line, "%*s", (int)pad, "");
 			cli_buf_release(&cell);
 		}
+		while (line.len > 0 && line.data[line.len - 1] == ' ')   /* a blank last cell */
+			line.data[--line.len] = '\0';
 		fprintf(out, "%s\n", cli_buf_str(&line));
 	}
 	cli_buf_release(&line);
