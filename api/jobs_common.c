@@ -92,10 +92,24 @@ void api_job_write(struct api_buf *b, const struct db_job *job)
 int api_job_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret)
 {
 	const char *text = api_param(req, "id");
-	if (text && db_job_id_parse(text, id) == 0)
-		return 0;
+	char canonical[DB_JOB_ID_MAX];
+	if (text && db_job_id_parse(text, id) == 0) {
+		db_job_id_format(*id, canonical);
+		if (strcmp(text, canonical) == 0)
+			return 0;
+	}
 	*ret = api_reply_error(req, 404, API_ERR_NOT_FOUND, "no job %s", text ? text : "");
 	return -1;
+}
+
+enum MHD_Result api_reply_bad_json(struct api_request *req, const json_error_t *jerr)
+{
+	/* api_body_json's own messages say "body: " already */
+	const char *text = strncmp(jerr->text, "body: ", 6) == 0 ? jerr->text + 6 : jerr->text;
+	return api_reply_error_detail(req, 400, API_ERR_BAD_JSON,
+	                              json_pack("{s:i,s:i}", "line", jerr->line, "column",
+	                                        jerr->column),
+	                              "body: %s", text);
 }
 
 const char *api_owner_scope(const struct api_request *req)

@@ -30,13 +30,18 @@ void api_time_format(int64_t ms, char out[32]);
 /* The same as a JSON value: the string, or null for 0. */
 void api_buf_json_time(struct api_buf *b, int64_t ms);
 
-/* The path's {id} as a job number; a value that is not a job id ("j-" and
- * digits) is answered 404, as a job that does not exist. */
+/* The path's {id} as a job number; a value that is not a job id as the
+ * server writes it ("j-" and at least 6 digits, no extra leading zeros:
+ * one job, one URL) is answered 404, as a job that does not exist. */
 int api_job_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret);
 
 /* Whose jobs the principal may see: NULL (everyone's) for admins and job
  * tokens (the router has bound those to their job already), else the user. */
 const char *api_owner_scope(const struct api_request *req);
+
+/* 400 bad_json for a body api_body_json could not parse: "body: " and
+ * jansson's message, detail {"line", "column"}. */
+enum MHD_Result api_reply_bad_json(struct api_request *req, const json_error_t *jerr);
 
 /* The request's database, or a 503 when the service has none. */
 int api_db_or_reply(struct api_request *req, struct db **db, enum MHD_Result *ret);

@@ -142,10 +142,7 @@ enum MHD_Result api_jobs_metrics_post(struct api_request *req)
 	json_error_t jerr;
 	json_t *root = api_body_json(req, &jerr);
 	if (!root)
-		return api_reply_error_detail(req, 400, API_ERR_BAD_JSON,
-		                              json_pack("{s:i,s:i}", "line", jerr.line, "column",
-		                                        jerr.column),
-		                              "body: %s", jerr.text);
+		return api_reply_bad_json(req, &jerr);
 	json_t *list = json_object_get(root, "metrics");
 	struct db_metric *points = NULL;
 	if (!json_is_object(root) || json_object_size(root) != 1 || !json_is_array(list)) {

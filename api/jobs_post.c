@@ -117,10 +117,7 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 	json_error_t jerr;
 	json_t *root = api_body_json(req, &jerr);
 	if (!root)
-		return api_reply_error_detail(req, 400, API_ERR_BAD_JSON,
-		                              json_pack("{s:i,s:i}", "line", jerr.line, "column",
-		                                        jerr.column),
-		                              "body: %s", jerr.text);
+		return api_reply_bad_json(req, &jerr);
 	struct trn_spec *spec = calloc(1, sizeof *spec);
 	struct submit *s = calloc(1, sizeof *s);
 	struct trn_err terr = { 0 };

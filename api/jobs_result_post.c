@@ -115,10 +115,7 @@ enum MHD_Result api_jobs_result_post(struct api_request *req)
 	json_error_t jerr;
 	json_t *root = api_body_json(req, &jerr);
 	if (!root)
-		return api_reply_error_detail(req, 400, API_ERR_BAD_JSON,
-		                              json_pack("{s:i,s:i}", "line", jerr.line, "column",
-		                                        jerr.column),
-		                              "body: %s", jerr.text);
+		return api_reply_bad_json(req, &jerr);
 	const char *what = NULL, *field = check(root, &what);
 	if (field) {
 		char name[80];

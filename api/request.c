@@ -60,7 +60,9 @@ json_t *api_body_json(const struct api_request *req, json_error_t *err)
 		snprintf(err->text, sizeof err->text, "body: empty");
 		return NULL;
 	}
-	return json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, err);
+	/* any JSON value: a valid body of the wrong shape is the handler's to
+	 * refuse (invalid_spec, bad_request), not malformed JSON */
+	return json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, err);
 }
 
 static int hex_value(char c)

@@ -148,7 +148,7 @@ const char *api_query(const struct api_request *req, const char *name);
 /* Any request header (case-insensitive name), or NULL. */
 const char *api_header(const struct api_request *req, const char *name);
 
-/* Parses the body as one JSON value (duplicate keys rejected). Returns a new
+/* Parses the body as one JSON value of any type (duplicate keys rejected). Returns a new
  * reference, or NULL with err filled ("body: empty" when there is none). */
 json_t *api_body_json(const struct api_request *req, json_error_t *err);
 
