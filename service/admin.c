@@ -336,7 +336,10 @@ int svc_admin_main(int argc, char **argv)
 		svc_config_release(&a.cfg);
 		return EXIT_FAIL;
 	}
-	int no_migrate = strcmp(cmd->group, "db") == 0 && strcmp(cmd->verb, "backup") != 0;
+	/* the db commands take the file as it is: check and backup must not change
+	 * it (a backup taken before a migration is the one worth having), and
+	 * migrate says what it applied */
+	int no_migrate = strcmp(cmd->group, "db") == 0;
 	struct db_options opts = { .no_migrate = no_migrate };
 	struct db_err dberr = { 0 };
 	struct db *db = db_open(a.db_path, &opts, &dberr);

@@ -150,10 +150,19 @@ static int build_env(struct launch *l, const struct local *lx, const struct exec
 	l->envp = calloc(n + 5, sizeof *l->envp);
 	if (!l->envp)
 		return -1;
+	/* larchd's own reporting variables (if it has any) never reach a job,
+	 * which gets its own below; the rest (LARCH_DATASET_ROOT, LARCH_BLAS,
+	 * PATH, ...) is the job's environment too */
+	static const char *const own[] = { "LARCH_SERVER_URL=", "LARCH_JOB_ID=",
+	                                   "LARCH_JOB_TOKEN=", "LARCH_REPORT_FLUSH_S=" };
 	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], "LARCH_", 6) != 0)   /* the job's own LARCH_* only */
+	for (size_t i = 0; i < n; i++) {
+		int skip = 0;
+		for (size_t o = 0; o < sizeof own / sizeof own[0]; o++)
+			skip |= strncmp(environ[i], own[o], strlen(own[o])) == 0;
+		if (!skip)
 			l->envp[k++] = environ[i];
+	}
 	if (lx->server_url && job->token[0]) {
 		snprintf(l->env_url, sizeof l->env_url, "LARCH_SERVER_URL=%s", lx->server_url);
 		snprintf(l->env_id, sizeof l->env_id, "LARCH_JOB_ID=j-%06lld", job->id);
@@ -410,6 +419,9 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 		return local_submit(ex, job, err, errlen);   /* never started: queue it again */
 	long pid = 0;
 	int ok = fscanf(f, "%ld", &pid) == 1 && pid > 1;
+	struct stat sb;
+	long long launched_ms = fstat(fileno(f), &sb) == 0 ?
+		(long long)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000 : now_ms();
 	fclose(f);
 	if (!ok) {
 		snprintf(err, errlen, "%s: not a launch record", rec);
@@ -424,7 +436,7 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 	j->state = EXEC_RUNNING;
 	j->pid = (pid_t)pid;
 	j->is_child = 0;
-	j->started_ms = now_ms();
+	j->started_ms = launched_ms;   /* its time limit counts from its launch */
 	pthread_mutex_lock(&lx->lock);
 	if (find(lx, job->id)) {
 		pthread_mutex_unlock(&lx->lock);
@@ -574,7 +586,7 @@ struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, 
 	lx->cfg = *cfg;
 	if (lx->cfg.max_running < 1)
 		lx->cfg.max_running = 1;
-	if (lx->cfg.grace_s < 0)
+	if (lx->cfg.grace_s <= 0)
 		lx->cfg.grace_s = 30;
 	lx->trainer_path = strdup(cfg->trainer_path);
 	lx->server_url = cfg->server_url ? strdup(cfg->server_url) : NULL;
