@@ -139,7 +139,9 @@ static int move_fn(struct db_conn *c, void *arg, struct db_err *err)
 		sqlite3_bind_int64(st, 4, a->now);
 	sqlite3_bind_int(st, 5, t->has_exit_code);
 	sqlite3_bind_int(st, 6, t->exit_code);
-	db_bind_text(st, 7, t->reason);
+	/* a running job has no reason on it (squeue's "None"); its event keeps
+	 * what the executor said (the pid) */
+	db_bind_text(st, 7, t->to == DB_STATE_RUNNING ? NULL : t->reason);
 	db_bind_text(st, 8, t->slurm_job_id);
 	sqlite3_bind_int(st, 9, again);
 	if (DB_STEP_DONE(c, st, "transition: update job", err))
