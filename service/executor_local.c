@@ -6,13 +6,20 @@
  * stderr.log, no inherited descriptors, and LARCH_SERVER_URL, LARCH_JOB_ID and
  * LARCH_JOB_TOKEN (and LARCH_REPORT_FLUSH_S when configured) in its environment.
  *
- * Restart safety: the child writes DIR/launch (its pid) before it execs the
- * trainer. A job adopted after a restart with no launch file never started
- * and is queued again; one with a launch file is never started again: if its
- * process still runs (alive, not a zombie, and its command line names the job
- * dir) it is followed until it ends, else its result.json says how it ended.
- * Processes of a previous larchd are not our children: they are polled with
- * kill(pid, 0) and /proc, and their exit code comes from result.json.
+ * Restart safety: before fork larchd takes an exclusive flock on DIR/lock;
+ * the child keeps that descriptor (as fd 3) through exec, so the lock is held
+ * exactly as long as the job's process lives, whoever its parent is. The
+ * child writes DIR/launch (its pid) before it execs the trainer. A job
+ * adopted after a restart is never started twice:
+ *   - lock held: its process lives (perhaps still between fork and exec);
+ *     it is followed, by the pid in launch (waited for if not written yet);
+ *   - lock free, launch present: it ran and ended; result.json says how;
+ *   - lock free, no launch: the trainer never ran; it is queued again.
+ * Processes of a previous larchd are not our children: they are polled
+ * through the lock, and their exit code comes from result.json. (Job dirs of
+ * a larchd from before the lock have no DIR/lock; those fall back to
+ * kill(pid, 0) and /proc: alive, not a zombie, its command line names the
+ * job dir.)
  */
 #include "executor.h"
 
@@ -24,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -139,6 +147,7 @@ struct launch {
 	char **envp;
 	char spec[EXEC_PATH_MAX + 16], out[EXEC_PATH_MAX + 16], errlog[EXEC_PATH_MAX + 16];
 	char rec[EXEC_PATH_MAX + 16], rec_tmp[EXEC_PATH_MAX + 16];
+	int lock_fd;                       /* DIR/lock, flocked; the child's fd 3 */
 	char threads[16], env_url[4200], env_id[64], env_token[160], env_flush[48];
 };
 
@@ -194,7 +203,10 @@ static void child(const struct launch *l)
 	int err = open(l->errlog, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		_exit(126);
-	syscall(SYS_close_range, 3U, ~0U, 0U);  /* no db, socket or log fd leaks into jobs */
+	/* the job lock lives as long as this process: fd 3, kept through exec */
+	if (l->lock_fd == 3 ? fcntl(3, F_SETFD, 0) != 0 : dup2(l->lock_fd, 3) < 0)
+		_exit(126);
+	syscall(SYS_close_range, 4U, ~0U, 0U);  /* no db, socket or log fd leaks into jobs */
 
 	char pid[24];
 	int len = format_long(pid, (long)getpid());
@@ -234,7 +246,22 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 		l.argv[a++] = l.threads;
 	}
 	l.argv[a] = NULL;
+	char lock[EXEC_PATH_MAX + 16];
+	snprintf(lock, sizeof lock, "%s/lock", dir);
+	l.lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (l.lock_fd < 0) {
+		snprintf(reason, len, "the job's lock file: %s", strerror(errno));
+		return -1;
+	}
+	if (flock(l.lock_fd, LOCK_EX | LOCK_NB) != 0) {
+		int e = errno;
+		close(l.lock_fd);
+		snprintf(reason, len, "the job's lock file: %s", e == EWOULDBLOCK ?
+		         "held: a process of this job is still running" : strerror(e));
+		return -1;
+	}
 	if (build_env(&l, lx, &j->job) != 0) {
+		close(l.lock_fd);
 		snprintf(reason, len, "out of memory");
 		return -1;
 	}
@@ -242,6 +269,7 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 	if (pid == 0)
 		child(&l);
 	int saved = errno;
+	close(l.lock_fd);   /* the child's copy holds the lock now */
 	free(l.envp);
 	if (pid < 0) {
 		snprintf(reason, len, "fork: %s", strerror(saved));
@@ -286,6 +314,27 @@ static int adopted_alive(pid_t pid, const char *dir)
 		if (strcmp(buf + i, dir) == 0)
 			return 1;
 	return 0;
+}
+
+/* Whether a process holds the job's lock: 1 held (the job's process lives),
+ * 0 free, -1 no lock file (a job dir from before the lock). */
+static int lock_held(const char *dir)
+{
+	char path[EXEC_PATH_MAX + 16];
+	snprintf(path, sizeof path, "%s/lock", dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -1 : 1;   /* unreadable: assume alive, never start twice */
+	int held = flock(fd, LOCK_SH | LOCK_NB) != 0;
+	close(fd);                            /* releases our shared lock, if we got it */
+	return held;
+}
+
+/* For a process that is not our child: is it still running the job? */
+static int adopted_running(const struct local_job *j)
+{
+	int held = lock_held(j->job.dir);
+	return held >= 0 ? held : adopted_alive(j->pid, j->job.dir);
 }
 
 /* exit_code and reason from DIR/result.json; -1 when there is none. */
@@ -415,8 +464,20 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 	char rec[EXEC_PATH_MAX + 16];
 	snprintf(rec, sizeof rec, "%s/launch", job->dir);
 	FILE *f = fopen(rec, "r");
-	if (!f)
+	/* no launch record but the lock held: a previous larchd forked it a moment
+	 * ago and the child has not written the record yet; wait for it */
+	for (int i = 0; !f && i < 250 && lock_held(job->dir) == 1; i++) {
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		f = fopen(rec, "r");
+	}
+	if (!f) {
+		if (lock_held(job->dir) == 1) {
+			snprintf(err, errlen, "%s/lock: held, but no launch record after 5 s", job->dir);
+			return -1;
+		}
 		return local_submit(ex, job, err, errlen);   /* never started: queue it again */
+	}
 	long pid = 0;
 	int ok = fscanf(f, "%ld", &pid) == 1 && pid > 1;
 	struct stat sb;
@@ -446,7 +507,7 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 	}
 	j->next = lx->jobs;
 	lx->jobs = j;
-	if (adopted_alive(j->pid, j->job.dir))
+	if (adopted_running(j))
 		emit(lx, j, EXEC_RUNNING, -1, "adopted after a restart");
 	else
 		finish_adopted(lx, j);
@@ -494,7 +555,7 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 				       WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 				continue;
 			}
-		} else if (!adopted_alive(j->pid, j->job.dir)) {
+		} else if (!adopted_running(j)) {
 			finish_adopted(lx, j);
 			continue;
 		}

@@ -3,10 +3,12 @@
  * text file: completion, FIFO slots, cancel, time limit, bad spec, and
  * adoption after a restart. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -250,6 +252,73 @@ static void test_adopt_after_restart(void)
 		;
 }
 
+/* How many times a trainer started in dir: its header lines in stdout.log. */
+static int trainer_starts(const char *dir)
+{
+	char path[4200], line[4096];
+	snprintf(path, sizeof path, "%s/stdout.log", dir);
+	FILE *f = fopen(path, "r");
+	int n = 0;
+	while (f && fgets(line, sizeof line, f))
+		n += strncmp(line, "larch-train: ", 13) == 0;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* larchd killed between fork and the child's launch record: a process holds
+ * the job's lock but has written no launch yet. The next executor must wait
+ * for the record and follow that process, not start the job again; and it
+ * must not take the process for dead while its command line is not yet the
+ * trainer's. The stand-in does what executor_local.c's child does, slowly. */
+static void test_adopt_while_starting(void)
+{
+	struct exec_job job = make_job(11, 5, NULL);
+	char lock[4200], rec[4200], out[4200], spec[4200];
+	snprintf(lock, sizeof lock, "%s/lock", job.dir);
+	snprintf(rec, sizeof rec, "%s/launch", job.dir);
+	snprintf(out, sizeof out, "%s/stdout.log", job.dir);
+	snprintf(spec, sizeof spec, "%s/spec.json", job.dir);
+	int sync[2];
+	CHECK(pipe(sync) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(lock, O_RDWR | O_CREAT, 0600);
+		if (fd < 0 || flock(fd, LOCK_EX) != 0 || write(sync[1], "x", 1) != 1)
+			_exit(126);
+		struct timespec d = { 0, 300 * 1000 * 1000 };
+		nanosleep(&d, NULL);                  /* the window: locked, no launch */
+		FILE *f = fopen(rec, "w");
+		if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0)
+			_exit(126);
+		nanosleep(&d, NULL);                  /* launch written, not yet the trainer */
+		int o = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (o < 0 || dup2(o, 1) < 0)
+			_exit(126);
+		execl(trainer, trainer, "--spec", spec, "--job-dir", job.dir, "--threads", "1",
+		      (char *)NULL);
+		_exit(127);
+	}
+	char c;
+	CHECK(read(sync[0], &c, 1) == 1);
+	close(sync[0]);
+	close(sync[1]);
+
+	struct executor *ex = make_executor(2);
+	struct seen s = { 0 };
+	char err[256] = "";
+	CHECK_MSG(exec_adopt(ex, &job, err, sizeof err) == 0, "%s", err);
+	exec_poll(ex, record, &s);
+	const struct exec_event *e = last_of(&s, 11);
+	CHECK_MSG(e && e->state == EXEC_RUNNING && e->pid == pid, "adopted as %s, pid %d (want %d)",
+	          e ? exec_state_name(e->state) : "nothing", e ? (int)e->pid : 0, (int)pid);
+	e = wait_final(ex, &s, 11, 60);
+	CHECK_MSG(e && e->state == EXEC_COMPLETED, "state %s", e ? exec_state_name(e->state) : "none");
+	CHECK_INT_EQ(trainer_starts(job.dir), 1);
+	exec_free(ex);
+	CHECK(waitpid(pid, NULL, 0) == pid);
+}
+
 int main(void)
 {
 	trainer = getenv("LARCH_TEST_TRAINER");
@@ -270,5 +339,6 @@ int main(void)
 	CHECK_RUN(test_cancel_queued_and_running);
 	CHECK_RUN(test_time_limit_and_bad_spec);
 	CHECK_RUN(test_adopt_after_restart);
+	CHECK_RUN(test_adopt_while_starting);
 	return check_finish();
 }
