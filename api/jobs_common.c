@@ -185,13 +185,21 @@ int api_query_known_or_reply(struct api_request *req, const char *const *allowed
 {
 	for (size_t i = 0; i < req->n_query; i++) {
 		const char *name = req->query[i].name;
-		size_t k = 0;
-		while (allowed[k] && strcmp(allowed[k], name) != 0)
+		size_t len = strlen(name), k = 0;
+		while (allowed[k] && !(strncmp(allowed[k], name, len) == 0 &&
+		                       (allowed[k][len] == '\0' || strcmp(allowed[k] + len, "*") == 0)))
 			k++;
-		if (!allowed[k]) {
+		if (!allowed[k] || strchr(name, '*')) {
 			*ret = api_reply_bad_param(req, name, "unknown query parameter \"%s\"", name);
 			return -1;
 		}
+		if (allowed[k][len] == '*')
+			continue;
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(req->query[j].name, name) == 0) {
+				*ret = api_reply_bad_param(req, name, "%s: given more than once", name);
+				return -1;
+			}
 	}
 	return 0;
 }

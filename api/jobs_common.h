@@ -57,7 +57,8 @@ enum MHD_Result api_reply_job(struct api_request *req, unsigned status, int64_t 
 /* Query parameters. Each refuses (400 bad_request, detail {"parameter":
  * name}) a value that is malformed or out of range. */
 
-/* Refuses any parameter not in allowed (a NULL-terminated list). */
+/* Refuses any parameter not in allowed (a NULL-terminated list), and one
+ * given twice unless its entry ends in '*' ("name*": repeatable). */
 int api_query_known_or_reply(struct api_request *req, const char *const *allowed,
                              enum MHD_Result *ret);
 /* A decimal integer in [lo, hi]; *out = def when the parameter is absent. */

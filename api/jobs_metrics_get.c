@@ -19,7 +19,7 @@
 
 enum MHD_Result api_jobs_metrics_get(struct api_request *req)
 {
-	static const char *const params[] = { "name", "from_step", "to_step", "max_points", NULL };
+	static const char *const params[] = { "name*", "from_step", "to_step", "max_points", NULL };
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t id, from, to, max_points;
@@ -40,7 +40,8 @@ enum MHD_Result api_jobs_metrics_get(struct api_request *req)
 			continue;
 		if (!api_metric_name_ok(req->query[i].value))
 			return api_reply_bad_param(req, "name", "name: must be 1 to %d characters of "
-			                           "A-Z a-z 0-9 _ / . - (got \"%s\")", API_METRIC_NAME_MAX,
+			                           "A-Z a-z 0-9 _ / . -, no empty, . or .. segment "
+			                           "(got \"%s\")", API_METRIC_NAME_MAX,
 			                           req->query[i].value);
 		names[n_names++] = req->query[i].value;
 	}

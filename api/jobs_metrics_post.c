@@ -70,7 +70,8 @@ static int point_or_reply(struct api_request *req, size_t i, json_t *p, struct d
 	         json_number_value(time) > 1e11)
 		field = "time", bad = "must be a number >= 0 (seconds since the epoch)";
 	else if (!json_is_string(name) || !api_metric_name_ok(json_string_value(name)))
-		field = "name", bad = "must be 1 to 64 characters of A-Z a-z 0-9 _ / . -";
+		field = "name", bad = "must be 1 to 64 characters of A-Z a-z 0-9 _ / . - "
+		                      "with no empty, . or .. segment";
 	else if (!value || !(json_is_number(value) || json_is_null(value)))
 		field = "value", bad = "must be a number or null";
 	if (bad) {

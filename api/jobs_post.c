@@ -103,9 +103,10 @@ static enum MHD_Result submitted(struct api_request *req)
 
 enum MHD_Result api_jobs_post(struct api_request *req)
 {
+	static const char *const params[] = { NULL };
 	enum MHD_Result ret;
 	struct db *db;
-	if (api_db_or_reply(req, &db, &ret))
+	if (api_db_or_reply(req, &db, &ret) || api_query_known_or_reply(req, params, &ret))
 		return ret;
 	const char *key = req->idempotency_key;
 	const char *why = key ? bad_key(key) : NULL;

@@ -99,7 +99,7 @@ void svc_log(enum svc_log_level level, const char *fmt, ...)
 	}
 }
 
-char *svc_log_sanitize(const char *s, char *out, size_t out_size)
+static char *sanitize(const char *s, char *out, size_t out_size, int token)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t o = 0;
@@ -109,7 +109,7 @@ char *svc_log_sanitize(const char *s, char *out, size_t out_size)
 		return out;
 	}
 	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-		int plain = *p >= 0x20 && *p < 0x7f;
+		int plain = *p >= 0x20 && *p < 0x7f && !(token && (*p == ' ' || *p == '%'));
 		size_t need = plain ? 1 : 3;
 		if (o + need + 4 > out_size) {
 			memcpy(out + o, "...", 4);
@@ -125,4 +125,14 @@ char *svc_log_sanitize(const char *s, char *out, size_t out_size)
 	}
 	out[o] = '\0';
 	return out;
+}
+
+char *svc_log_sanitize(const char *s, char *out, size_t out_size)
+{
+	return sanitize(s, out, out_size, 0);
+}
+
+char *svc_log_sanitize_token(const char *s, char *out, size_t out_size)
+{
+	return sanitize(s, out, out_size, 1);
 }

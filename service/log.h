@@ -37,5 +37,9 @@ void svc_log(enum svc_log_level level, const char *fmt, ...) __attribute__((form
  * outside printable ASCII become %XX, and a long s is cut with "...".
  * Returns out. */
 char *svc_log_sanitize(const char *s, char *out, size_t out_size);
+/* The same for one field of a line that is split on spaces (a request's
+ * method and path): space and '%' become %20 and %25 too, so a path cannot
+ * forge the fields after it. */
+char *svc_log_sanitize_token(const char *s, char *out, size_t out_size);
 
 #endif

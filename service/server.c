@@ -288,8 +288,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		if (svc_log_enabled(SVC_LOG_DEBUG)) {
 			char m[32], path[256];
 			svc_log(SVC_LOG_DEBUG, "%s %s: headers in",
-			        svc_log_sanitize(method, m, sizeof m),
-			        svc_log_sanitize(url, path, sizeof path));
+			        svc_log_sanitize_token(method, m, sizeof m),
+			        svc_log_sanitize_token(url, path, sizeof path));
 		}
 		request_headers(r);
 		return r->has_body ? request_begin(srv, r) : MHD_YES;
@@ -339,8 +339,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 		char method[32], path[256];
 		const char *why = termination_name(toe);
 		svc_log(SVC_LOG_INFO, "%s %s %u %lldus%s%s",
-		        svc_log_sanitize(r->api.method, method, sizeof method),
-		        svc_log_sanitize(r->api.raw_path, path, sizeof path), r->api.status, us,
+		        svc_log_sanitize_token(r->api.method, method, sizeof method),
+		        svc_log_sanitize_token(r->api.raw_path, path, sizeof path), r->api.status, us,
 		        why ? " " : "", why ? why : "");
 	}
 	api_request_release(&r->api);

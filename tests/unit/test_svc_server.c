@@ -573,6 +573,19 @@ static void test_graceful_stop(void)
 	srv = NULL;
 }
 
+/* Log fields: bytes outside printable ASCII are %XX; in a request line's
+ * fields space and '%' are too, so a path cannot forge the status after it. */
+static void test_log_sanitize(void)
+{
+	char out[64];
+	CHECK_STR_EQ(svc_log_sanitize("a b\n\x1b%", out, sizeof out), "a b%0A%1B%");
+	CHECK_STR_EQ(svc_log_sanitize_token("/x 500 1us%", out, sizeof out), "/x%20500%201us%25");
+	CHECK_STR_EQ(svc_log_sanitize_token("/v1/jobs/j-000001", out, sizeof out),
+	             "/v1/jobs/j-000001");
+	char small[12];
+	CHECK_STR_EQ(svc_log_sanitize_token("/aaaaaaaaaaaaaaaa", small, sizeof small), "/aaaaaaa...");
+}
+
 static void test_start_errors(void)
 {
 	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -613,6 +626,7 @@ int main(void)
 	port = svc_server_port(srv);
 	CHECK(port > 0);
 
+	CHECK_RUN(test_log_sanitize);
 	CHECK_RUN(test_open_route_and_query);
 	CHECK_RUN(test_not_found_and_method);
 	CHECK_RUN(test_keep_alive_after_errors);
