@@ -11,8 +11,8 @@
 # (Debian's), A/B/C/A/B/C for N rounds after a warm-up. Prints req/s per round,
 # the medians and the median of the per-round ratios to the ceiling. The
 # machine is shared with wrk (and anything else running): read the ratios,
-# and repeat. Later the same side-by-side run times GET /v1/jobs/{id}
-# (issue #4's target: >= 0.7 x the ceiling).
+# and repeat. GET /v1/jobs/{id} and the other API targets (issue #4) are
+# timed by bench_api.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
