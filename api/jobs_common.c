@@ -20,14 +20,22 @@ void api_time_format(int64_t ms, char out[32])
 	time_t s = (time_t)(ms / 1000);
 	struct tm tm;
 	gmtime_r(&s, &tm);
-	char text[96];
-	int n = snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-	                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-	                 tm.tm_sec, (int)(ms % 1000));
-	if (n < 0 || n >= 32)
-		n = 0;                      /* past year 9999: not a time we wrote */
-	memcpy(out, text, (size_t)n);
-	out[n] = '\0';
+	if (tm.tm_year + 1900 > 9999) {
+		out[0] = '\0';             /* not a time we wrote */
+		return;
+	}
+	/* YYYY-MM-DDTHH:MM:SS.mmmZ by hand (a list page formats hundreds) */
+	int field[7] = { tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+	                 tm.tm_sec, (int)(ms % 1000) };
+	static const char width[7] = { 4, 2, 2, 2, 2, 2, 3 }, after[] = "--T::.Z";
+	char *p = out;
+	for (int i = 0; i < 7; i++) {
+		for (int d = width[i] - 1, v = field[i]; d >= 0; d--, v /= 10)
+			p[d] = (char)('0' + v % 10);
+		p += width[i];
+		*p++ = after[i];
+	}
+	*p = '\0';
 }
 
 void api_buf_json_time(struct api_buf *b, int64_t ms)

@@ -66,6 +66,13 @@ struct db *db_open(const char *path, const struct db_options *opts, struct db_er
  * freed either way). */
 int db_close(struct db *db);
 
+/* A number that changes after every write transaction of this process
+ * (grows by one each, committed or not). Read it before reading rows: if it
+ * is the same later, no write of this process has ended in between, so what
+ * was read is still what the database holds (writers outside this process,
+ * such as `larchd token`, are not counted: do not cache their tables). */
+uint64_t db_generation(struct db *db);
+
 /* The schema version this code writes, and the version of the open file. */
 int db_schema_latest(void);
 int db_schema_version(struct db *db, int *version, struct db_err *err);

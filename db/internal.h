@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,7 @@ struct db {
 	int n_readers;                /* open read connections, free or lent */
 
 	struct db_group *group;       /* owned; NULL without group commit */
+	_Atomic uint64_t generation;  /* write transactions ended (db_generation) */
 };
 
 /* A write (db_txn) or read (db_read) transaction body. Returns 0 or a

@@ -215,6 +215,11 @@ int db_jobs_events(struct db *db, int64_t id, const char *owner, struct db_event
                    struct db_err *err);
 void db_event_list_release(struct db_event_list *list);
 
+/* The ids of the oldest jobs in state (by id, at most max) into ids; *n
+ * how many. One indexed read: for the runner's scan of PENDING jobs. */
+int db_jobs_oldest(struct db *db, enum db_state state, int64_t *ids, size_t max, size_t *n,
+                   struct db_err *err);
+
 /* counts[s] = number of jobs in state s (Prometheus). */
 int db_jobs_count_by_state(struct db *db, int64_t counts[DB_STATE_COUNT], struct db_err *err);
 

@@ -383,3 +383,37 @@ int db_jobs_count_by_state(struct db *db, int64_t counts[DB_STATE_COUNT], struct
 {
 	return db_read(db, counts_fn, counts, err);
 }
+
+/* ---- the oldest ids in a state ---------------------------------------------- */
+
+static const char sql_oldest[] = "SELECT id FROM jobs WHERE state = ?1 ORDER BY id LIMIT ?2";
+
+struct oldest_arg {
+	enum db_state state;
+	int64_t *ids;
+	size_t max, n;
+};
+
+static int oldest_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct oldest_arg *a = arg;
+	sqlite3_stmt *st = DB_STMT(c, sql_oldest, "oldest jobs", err);
+	if (!st)
+		return DB_ERROR;
+	db_bind_text(st, 1, db_state_name(a->state));
+	sqlite3_bind_int64(st, 2, (sqlite3_int64)a->max);
+	a->n = 0;
+	int rc = SQLITE_DONE;
+	while (a->n < a->max && (rc = DB_SQL(c, sqlite3_step(st), "oldest jobs", err)) == SQLITE_ROW)
+		a->ids[a->n++] = sqlite3_column_int64(st, 0);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : DB_RC(err);
+}
+
+int db_jobs_oldest(struct db *db, enum db_state state, int64_t *ids, size_t max, size_t *n,
+                   struct db_err *err)
+{
+	struct oldest_arg a = { state, ids, max, 0 };
+	int rc = max ? db_read(db, oldest_fn, &a, err) : 0;
+	*n = rc ? 0 : a.n;
+	return rc;
+}

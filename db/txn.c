@@ -98,8 +98,16 @@ int db_txn(struct db *db, db_run_fn fn, void *arg, struct db_err *err)
 {
 	pthread_mutex_lock(&db->wlock);
 	int rc = run(db, db->wconn, db->wconn->begin_immediate, fn, arg, err);
+	/* after the commit: a reader that saw the old generation may have read
+	 * the old rows, never one that saw the new (db_generation) */
+	atomic_fetch_add_explicit(&db->generation, 1, memory_order_release);
 	pthread_mutex_unlock(&db->wlock);
 	return rc;
+}
+
+uint64_t db_generation(struct db *db)
+{
+	return atomic_load_explicit(&db->generation, memory_order_acquire);
 }
 
 /* ---- the read pool ---------------------------------------------------------- */

@@ -1,5 +1,6 @@
 /* service/admin.c - `larchd token ...` and `larchd db ...`; see admin.h. */
 #include "admin.h"
+#include "auth_db.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -158,6 +159,10 @@ static int token_revoke(struct args *a, struct db *db)
 		fprintf(stderr, "larchd: token revoke: %s\n", err.text);
 		return EXIT_FAIL;
 	}
+	char serr[4400];
+	if (svc_auth_tokens_changed(a->cfg.state_dir, serr, sizeof serr) != 0)
+		fprintf(stderr, "larchd: token revoke: telling a running larchd: %s; it may accept "
+		        "the token for a few more seconds\n", serr);
 	printf("larchd: token %lld revoked\n", id);
 	return EXIT_OK;
 }

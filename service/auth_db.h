@@ -8,6 +8,13 @@
  * tokens are API_AUTH_UNKNOWN (401); a database that fails or stays locked is
  * API_AUTH_FAILED (api/auth.h has no "busy" answer yet: 500).
  *
+ * Admin and user principals are cached for a few seconds (a lookup is a
+ * database transaction; pollers repeat their token). A revoke must call
+ * svc_auth_tokens_changed, which rewrites the stamp in
+ * STATE_DIR/tokens.changed; every lookup compares that stamp (the file is
+ * mapped: a memory load), so the next request after a revoke is answered
+ * from the database. Job tokens are not cached.
+ *
  * svc_admin_token_ensure makes the first admin token on larchd's first start.
  */
 #ifndef LARCH_SERVICE_AUTH_DB_H
@@ -20,9 +27,21 @@
 struct db;
 
 #define SVC_ADMIN_USER "admin"
+#define SVC_TOKENS_STAMP "tokens.changed"
 
-/* api_auth_lookup_fn; cls is the struct db *. Safe on many threads at once. */
+struct svc_auth;
+
+/* The lookup's state over db (borrowed) for the state dir's stamp file.
+ * NULL when out of memory. */
+struct svc_auth *svc_auth_new(struct db *db, const char *state_dir);
+void svc_auth_free(struct svc_auth *auth);
+
+/* api_auth_lookup_fn; cls is a struct svc_auth *. Safe on many threads at once. */
 int svc_auth_lookup(void *cls, const char *token, struct api_principal *who);
+
+/* Tells every larchd on state_dir that tokens were revoked (rewrites the
+ * stamp file). 0, or -1 with err filled. */
+int svc_auth_tokens_changed(const char *state_dir, char *err, size_t errlen);
 
 /* On the first start (STATE_DIR/admin.token missing and no live admin token
  * in the database): creates a token for user "admin" with the admin role and

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,6 +14,17 @@
 
 static atomic_int log_fd = STDERR_FILENO;
 static atomic_int log_level = SVC_LOG_INFO;
+
+/* Request lines wait in this buffer (svc_log_request); every other line, a
+ * full buffer and the flusher thread every FLUSH_MS write it out, in order. */
+#define BUF_SIZE 16384
+#define FLUSH_MS 100
+static pthread_mutex_t buf_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t buf_wake = PTHREAD_COND_INITIALIZER;
+static char buf[BUF_SIZE];
+static size_t buf_len;
+static int flusher_on, flusher_stop;
+static pthread_t flusher;
 
 static const char *const level_names[] = {
 	[SVC_LOG_ERROR] = "error",
@@ -37,6 +50,66 @@ int svc_log_level_parse(const char *name, enum svc_log_level *level)
 	return -1;
 }
 
+static void write_all(int fd, const char *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		p += w;
+		len -= (size_t)w;
+	}
+}
+
+/* Writes out the buffer; called with buf_lock held. */
+static void flush_locked(void)
+{
+	if (buf_len)
+		write_all(atomic_load(&log_fd), buf, buf_len);
+	buf_len = 0;
+}
+
+static void *flush_loop(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&buf_lock);
+	while (!flusher_stop) {
+		struct timespec t;
+		clock_gettime(CLOCK_REALTIME, &t);
+		t.tv_nsec += FLUSH_MS * 1000000L;
+		if (t.tv_nsec >= 1000000000L) {
+			t.tv_sec++;
+			t.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&buf_wake, &buf_lock, &t);
+		flush_locked();
+	}
+	pthread_mutex_unlock(&buf_lock);
+	return NULL;
+}
+
+/* One line out: buffered (a request line, while the flusher runs) or now,
+ * after what the buffer holds. */
+static void emit(const char *line, size_t len, int buffered)
+{
+	pthread_mutex_lock(&buf_lock);
+	if (buffered && flusher_on) {
+		if (buf_len + len > sizeof buf)
+			flush_locked();
+		if (len <= sizeof buf) {
+			memcpy(buf + buf_len, line, len);
+			buf_len += len;
+			pthread_mutex_unlock(&buf_lock);
+			return;
+		}
+	}
+	flush_locked();
+	write_all(atomic_load(&log_fd), line, len);
+	pthread_mutex_unlock(&buf_lock);
+}
+
 int svc_log_open(const char *path, enum svc_log_level level, char *err, size_t err_size)
 {
 	int fd = STDERR_FILENO;
@@ -47,7 +120,19 @@ int svc_log_open(const char *path, enum svc_log_level level, char *err, size_t e
 			return -1;
 		}
 	}
+	pthread_mutex_lock(&buf_lock);
+	flush_locked();
 	int old = atomic_exchange(&log_fd, fd);
+	if (!flusher_on) {
+		/* the flusher takes no signals: they are the main thread's to wait for */
+		sigset_t all, old_mask;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+		flusher_stop = 0;
+		flusher_on = pthread_create(&flusher, NULL, flush_loop, NULL) == 0;
+		pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+	}
+	pthread_mutex_unlock(&buf_lock);
 	if (old != STDERR_FILENO)
 		close(old);
 	atomic_store(&log_level, (int)level);
@@ -56,7 +141,18 @@ int svc_log_open(const char *path, enum svc_log_level level, char *err, size_t e
 
 void svc_log_close(void)
 {
+	pthread_mutex_lock(&buf_lock);
+	int joined = flusher_on;
+	flusher_stop = 1;
+	pthread_cond_signal(&buf_wake);
+	pthread_mutex_unlock(&buf_lock);
+	if (joined)
+		pthread_join(flusher, NULL);
+	pthread_mutex_lock(&buf_lock);
+	flusher_on = 0;
+	flush_locked();
 	int old = atomic_exchange(&log_fd, STDERR_FILENO);
+	pthread_mutex_unlock(&buf_lock);
 	if (old != STDERR_FILENO)
 		close(old);
 }
@@ -66,10 +162,8 @@ int svc_log_enabled(enum svc_log_level level)
 	return (int)level <= atomic_load(&log_level);
 }
 
-void svc_log(enum svc_log_level level, const char *fmt, ...)
+static void vlog(enum svc_log_level level, int buffered, const char *fmt, va_list ap)
 {
-	if (!svc_log_enabled(level))
-		return;
 	char line[1024];
 	struct timespec ts;
 	struct tm tm;
@@ -78,25 +172,32 @@ void svc_log(enum svc_log_level level, const char *fmt, ...)
 	int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s ",
 	                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
 	                 tm.tm_sec, ts.tv_nsec / 1000000, svc_log_level_name(level));
-	va_list ap;
-	va_start(ap, fmt);
 	int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-	va_end(ap);
 	size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
 	if (len > sizeof line - 2)
 		len = sizeof line - 2;      /* cut, keeping room for the newline */
 	line[len++] = '\n';
-	const char *p = line;
-	int fd = atomic_load(&log_fd);
-	while (len > 0) {
-		ssize_t w = write(fd, p, len);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		p += w;
-		len -= (size_t)w;
-	}
+	emit(line, len, buffered);
+}
+
+void svc_log(enum svc_log_level level, const char *fmt, ...)
+{
+	if (!svc_log_enabled(level))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(level, 0, fmt, ap);
+	va_end(ap);
+}
+
+void svc_log_request(const char *fmt, ...)
+{
+	if (!svc_log_enabled(SVC_LOG_INFO))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(SVC_LOG_INFO, 1, fmt, ap);
+	va_end(ap);
 }
 
 static char *sanitize(const char *s, char *out, size_t out_size, int token)

@@ -2,9 +2,12 @@
  *
  *   2026-11-22T23:01:02.123Z info  GET /v1/jobs/j-000123 200 153us
  *
- * One process-wide log (larchd has one); lines are written with a single
- * write(2) each, so threads never interleave within a line. Until
- * svc_log_open is called the log goes to stderr at level info.
+ * One process-wide log (larchd has one); threads never interleave within a
+ * line. Lines are written at once, but for request lines (svc_log_request),
+ * the busiest: those wait in a buffer that is written out when full, every
+ * 100 ms, before any other line and at svc_log_close (a kill -9 loses at
+ * most the last 100 ms of them). Until svc_log_open is called the log goes
+ * to stderr at level info, unbuffered.
  */
 #ifndef LARCH_SERVICE_LOG_H
 #define LARCH_SERVICE_LOG_H
@@ -26,12 +29,14 @@ int svc_log_level_parse(const char *name, enum svc_log_level *level);
 /* Logs lines of level and more severe to path (appended, created 0640;
  * NULL, "" or "-" for stderr). Returns 0, or -1 with a message in err. */
 int svc_log_open(const char *path, enum svc_log_level level, char *err, size_t err_size);
-/* Closes a log file (back to stderr). */
+/* Writes out the buffered lines, closes a log file (back to stderr). */
 void svc_log_close(void);
 
 /* Would a line of this level be written? (To skip building costly lines.) */
 int svc_log_enabled(enum svc_log_level level);
 void svc_log(enum svc_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A request line (level info), buffered: see above. */
+void svc_log_request(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Copies s into out (out_size bytes with the NUL) for a log line: bytes
  * outside printable ASCII become %XX, and a long s is cut with "...".

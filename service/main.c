@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "api/job_cache.h"
 #include "api/jobs_hooks.h"
 #include "api/request.h"
 #include "api/routes.h"
@@ -123,6 +124,7 @@ static void drain(struct svc_server *srv, const sigset_t *signals, unsigned time
 struct larchd {
 	struct svc_config cfg;
 	struct db *db;
+	struct svc_auth *auth;
 	struct svc_runner *runner;
 	struct executor *ex;
 	struct svc_server *srv;
@@ -134,6 +136,8 @@ static void stop(struct larchd *d, int clean)
 	svc_server_free(d->srv);           /* first: no request uses what follows */
 	svc_runner_free(d->runner);        /* jobs keep running: the next start adopts them */
 	exec_free(d->ex);
+	svc_auth_free(d->auth);
+	api_job_cache_free(d->ctx.job_cache);
 	if (d->db && db_close(d->db) != 0)
 		svc_log(SVC_LOG_ERROR, "closing the database failed");
 	if (clean)
@@ -173,12 +177,17 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	                           errlen) != 0)
 		return -1;
 
+	if (!(d->auth = svc_auth_new(d->db, state))) {
+		say(err, errlen, "out of memory");
+		return -1;
+	}
 	struct svc_runner_config rcfg = { .db = d->db, .state_dir = state,
 	                                  .queue_max = (int)d->cfg.max_local_jobs + QUEUE_EXTRA };
 	if (!(d->runner = svc_runner_new(&rcfg, err, errlen)))
 		return -1;
-	d->ctx = (struct api_ctx){ .auth_lookup = svc_auth_lookup, .auth_cls = d->db, .db = d->db,
-	                           .jobs = svc_runner_hooks(d->runner), .svc = d->runner };
+	d->ctx = (struct api_ctx){ .auth_lookup = svc_auth_lookup, .auth_cls = d->auth, .db = d->db,
+	                           .jobs = svc_runner_hooks(d->runner), .svc = d->runner,
+	                           .job_cache = api_job_cache_new() };
 	struct svc_server_config scfg = {
 		.addr = (const struct sockaddr *)&d->cfg.addr,
 		.addr_len = d->cfg.addr_len,

@@ -190,19 +190,17 @@ static int scan_pending(struct svc_runner *r, struct executor *ex)
 	int room = r->queue_max > 0 ? r->queue_max - exec_count(ex) : SCAN_MAX;
 	if (room <= 0)
 		return 0;
-	int64_t *ids;
-	size_t n;
+	/* the oldest ones that fit, and one more to know whether more wait */
+	int64_t ids[SCAN_MAX + 1];
+	size_t want = (size_t)room < SCAN_MAX ? (size_t)room : SCAN_MAX, n;
 	struct db_err err = { 0 };
-	if (list_ids(r->db, DB_STATE_PENDING, &ids, &n, &err) != 0) {
+	if (db_jobs_oldest(r->db, DB_STATE_PENDING, ids, want + 1, &n, &err) != 0) {
 		svc_log(SVC_LOG_WARN, "runner: listing pending jobs: %s", err.text);
 		return 0;                      /* again after RESCAN_MS */
 	}
-	size_t take = n < (size_t)room ? n : (size_t)room;
-	if (take > SCAN_MAX)
-		take = SCAN_MAX;
+	size_t take = n < want ? n : want;
 	for (size_t i = 0; i < take; i++)
 		hand_over(r, ex, ids[i]);
-	free(ids);
 	return take < n && (r->queue_max <= 0 || exec_count(ex) < r->queue_max);
 }
 

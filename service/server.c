@@ -338,7 +338,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (svc_log_enabled(SVC_LOG_INFO)) {
 		char method[32], path[256];
 		const char *why = termination_name(toe);
-		svc_log(SVC_LOG_INFO, "%s %s %u %lldus%s%s",
+		svc_log_request("%s %s %u %lldus%s%s",
 		        svc_log_sanitize_token(r->api.method, method, sizeof method),
 		        svc_log_sanitize_token(r->api.raw_path, path, sizeof path), r->api.status, us,
 		        why ? " " : "", why ? why : "");

@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "api/buf.h"
+#include "api/jobs_common.h"
 #include "api/reply.h"
 #include "check.h"
 
@@ -97,10 +100,49 @@ static void test_if_none_match(void)
 	CHECK(!api_etag_match("\"0123456789abcdef0\"", tag));
 }
 
+/* The hand-written time and integer formats against the C library's. */
+static void test_formats(void)
+{
+	uint64_t x = 88172645463325252ull;          /* xorshift64: a spread of times */
+	for (int i = 0; i < 20000; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		int64_t ms = 1 + (int64_t)(x % 253402300799999ull);   /* up to 9999-12-31 */
+		char got[32], want[64];
+		api_time_format(ms, got);
+		time_t s = (time_t)(ms / 1000);
+		struct tm tm;
+		gmtime_r(&s, &tm);
+		size_t n = strftime(want, sizeof want, "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(want + n, sizeof want - n, ".%03dZ", (int)(ms % 1000));
+		if (strcmp(got, want) != 0) {
+			CHECK_STR_EQ(got, want);
+			break;
+		}
+	}
+	char out[32];
+	api_time_format(0, out);
+	CHECK_STR_EQ(out, "");
+	api_time_format(253402300800000, out);        /* year 10000 */
+	CHECK_STR_EQ(out, "");
+
+	const int64_t ints[] = { 0, 7, -7, 10, 1234567890123, INT64_MAX, INT64_MIN };
+	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+		struct api_buf b = { 0 };
+		api_buf_json_int(&b, ints[i]);
+		char want[32];
+		snprintf(want, sizeof want, "%lld", (long long)ints[i]);
+		CHECK(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0);
+		api_buf_release(&b);
+	}
+}
+
 int main(void)
 {
 	CHECK_RUN(test_error_table_matches_docs);
 	CHECK_RUN(test_etag);
+	CHECK_RUN(test_formats);
 	CHECK_RUN(test_if_none_match);
 	return check_finish();
 }

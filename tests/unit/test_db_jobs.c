@@ -448,6 +448,32 @@ static void test_progress_counts(void)
 	db_close(db);
 }
 
+/* The runner's scan: the oldest jobs of a state, by id, at most max. */
+static void test_oldest(void)
+{
+	struct db *db = open_db("oldest.db");
+	int64_t id[6];
+	for (int i = 0; i < 6; i++)
+		id[i] = submit(db, i % 2 ? "bob" : "alice", "o");
+	CHECK_INT_EQ(move(db, id[1], DB_STATE_ANY, DB_STATE_QUEUED, NULL), 0);
+	CHECK_INT_EQ(move(db, id[4], DB_STATE_ANY, DB_STATE_CANCELLED, NULL), 0);
+	int64_t got[8];
+	size_t n = 99;
+	CHECK_INT_EQ(db_jobs_oldest(db, DB_STATE_PENDING, got, 3, &n, NULL), 0);
+	CHECK_INT_EQ(n, 3);
+	CHECK(got[0] == id[0] && got[1] == id[2] && got[2] == id[3]);
+	CHECK_INT_EQ(db_jobs_oldest(db, DB_STATE_PENDING, got, 8, &n, NULL), 0);
+	CHECK_INT_EQ(n, 4);
+	CHECK(got[3] == id[5]);
+	CHECK_INT_EQ(db_jobs_oldest(db, DB_STATE_QUEUED, got, 8, &n, NULL), 0);
+	CHECK(n == 1 && got[0] == id[1]);
+	CHECK_INT_EQ(db_jobs_oldest(db, DB_STATE_RUNNING, got, 8, &n, NULL), 0);
+	CHECK_INT_EQ(n, 0);
+	CHECK_INT_EQ(db_jobs_oldest(db, DB_STATE_PENDING, got, 0, &n, NULL), 0);
+	CHECK_INT_EQ(n, 0);
+	db_close(db);
+}
+
 static void test_admin_update(void)
 {
 	struct db *db = open_db("update.db");
@@ -499,5 +525,6 @@ int main(void)
 	CHECK_RUN(test_pagination_while_inserting);
 	CHECK_RUN(test_progress_counts);
 	CHECK_RUN(test_admin_update);
+	CHECK_RUN(test_oldest);
 	return check_finish();
 }
