@@ -22,6 +22,9 @@ packages=(
 	dataset-fashion-mnist
 	# tests and benchmarks
 	python3 python3-venv python3-numpy python3-pytest python3-requests sqlite3 curl wrk
+	# the single-node Slurm cluster for development and CI: deploy/slurm/start.sh
+	# runs these daemons with its own config, key and sockets
+	slurmctld slurmd slurm-client munge
 )
 schemathesis_version=4.32.5
 

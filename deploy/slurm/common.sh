@@ -1,0 +1,70 @@
+# shellcheck shell=bash
+# deploy/slurm/common.sh - what start.sh and stop.sh share: the cluster's
+# directory and the paths inside it, and how to tell whether a daemon of this
+# cluster is alive. Sourced, not run.
+#
+# The directory is $LARCH_SLURM_DIR, else ./slurm-dev. Everything the cluster
+# writes lives under it:
+#
+#   slurm.conf  env.sh  jobcomp.txt
+#   munge/      munge.key munge.socket.2 munged.pid munged.seed
+#   state/      slurmctld's StateSaveLocation
+#   spool/      slurmd's SlurmdSpoolDir
+#   log/        munged.log slurmctld.log slurmd.log
+#   run/        slurmctld.pid slurmd.pid
+
+slurm_fail() {
+	echo "${0##*/}: $*" >&2
+	exit 1
+}
+
+[ "$(id -u)" -eq 0 ] ||
+	slurm_fail "must run as root (slurmd launches jobs as their users and SlurmUser is root); try: sudo $0"
+
+slurm_dir=$(realpath -m "${LARCH_SLURM_DIR:-./slurm-dev}")
+slurm_conf=$slurm_dir/slurm.conf
+munge_socket=$slurm_dir/munge/munge.socket.2
+
+# unix socket paths are limited to 107 bytes
+[ ${#munge_socket} -le 107 ] ||
+	slurm_fail "$slurm_dir: path too long for munge's socket (${#munge_socket} bytes, at most 107): set LARCH_SLURM_DIR to a shorter one"
+
+export SLURM_CONF=$slurm_conf
+
+# pid_file NAME: where daemon NAME (munged, slurmctld, slurmd) keeps its pid
+pid_file() {
+	case $1 in
+	munged) echo "$slurm_dir/munge/munged.pid" ;;
+	*) echo "$slurm_dir/run/$1.pid" ;;
+	esac
+}
+
+# daemon_pid NAME: prints the pid of this cluster's daemon NAME and succeeds
+# if it runs. A zombie counts as gone (where PID 1 is not an init, exited
+# daemons are reaped late), and so does a process whose command line does not
+# name this cluster's directory (a pid file left over, the pid reused).
+daemon_pid() {
+	local pid state
+	pid=$(cat "$(pid_file "$1")" 2>/dev/null) || return 1
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1) || return 1
+	[ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$slurm_dir/" || return 1
+	echo "$pid"
+}
+
+# now_ms: milliseconds since the epoch, for deadlines (SECONDS ticks on whole seconds)
+now_ms() {
+	local t=${EPOCHREALTIME/[.,]/}
+	echo $((t / 1000))
+}
+
+# log_tails: the last lines of each daemon's log, for a failure report
+log_tails() {
+	local f
+	for f in "$slurm_dir"/log/munged.log "$slurm_dir"/log/slurmctld.log "$slurm_dir"/log/slurmd.log; do
+		[ -f "$f" ] || continue
+		echo "--- last lines of $f" >&2
+		tail -n 15 "$f" >&2
+	done
+}

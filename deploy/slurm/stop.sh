@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# deploy/slurm/stop.sh - stops the cluster deploy/slurm/start.sh started in
+# $LARCH_SLURM_DIR (else ./slurm-dev): cancels the jobs still queued or
+# running (their processes would outlive slurmd), then stops slurmd, slurmctld
+# and munged with SIGTERM (SIGKILL after 15 s) and waits until they are gone.
+# A zombie counts as gone: where PID 1 is not an init, it reaps them late.
+# Idempotent: with nothing running it exits 0. The directory stays (state,
+# logs, jobcomp file); remove it by hand for a clean slate.
+set -euo pipefail
+# shellcheck source=deploy/slurm/common.sh
+. "$(dirname "$0")/common.sh"
+
+if [ ! -d "$slurm_dir" ]; then
+	echo "slurm-dev: nothing to stop ($slurm_dir does not exist)"
+	exit 0
+fi
+
+# wait_gone NAME SECONDS: succeeds once the daemon has exited
+wait_gone() {
+	local end=$(($(now_ms) + $2 * 1000))
+	while daemon_pid "$1" >/dev/null; do
+		[ "$(now_ms)" -lt $end ] || return 1
+		sleep 0.05
+	done
+}
+
+if daemon_pid slurmctld >/dev/null; then
+	jobs=$(timeout 10 squeue -h -o %A -t PD,R,CG,S 2>/dev/null || true)
+	if [ -n "$jobs" ]; then
+		echo "slurm-dev: cancelling jobs ${jobs//$'\n'/ }"
+		# shellcheck disable=SC2086
+		timeout 10 scancel $jobs || true
+		end=$(($(now_ms) + 15000))
+		while [ -n "$(timeout 10 squeue -h -o %A -t R,CG 2>/dev/null || true)" ] && [ "$(now_ms)" -lt $end ]; do
+			sleep 0.2
+		done
+	fi
+fi
+
+stopped=()
+for d in slurmd slurmctld munged; do
+	pid=$(daemon_pid "$d") || continue
+	kill -TERM "$pid" 2>/dev/null || true
+	if ! wait_gone "$d" 15; then
+		echo "slurm-dev: $d ($pid) still runs 15 s after SIGTERM: SIGKILL" >&2
+		kill -KILL "$pid" 2>/dev/null || true
+		wait_gone "$d" 5 || slurm_fail "$d ($pid) survives SIGKILL"
+	fi
+	stopped+=("$d")
+done
+rm -f "$(pid_file slurmd)" "$(pid_file slurmctld)" "$(pid_file munged)"
+
+if [ ${#stopped[@]} -eq 0 ]; then
+	echo "slurm-dev: not running ($slurm_dir)"
+else
+	echo "slurm-dev: stopped ${stopped[*]} ($slurm_dir)"
+fi
