@@ -132,7 +132,7 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 	}
 	/* compact with sorted keys: the text trn_spec_hash hashes, so the
 	 * database's SHA-256 of it (the idempotency request hash) is that hash */
-	s->spec = json_dumps(spec->json, JSON_COMPACT | JSON_SORT_KEYS);
+	s->spec = trn_json_dumps(spec->json, JSON_COMPACT | JSON_SORT_KEYS);
 	if (!s->spec) {
 		ret = api_reply_error(req, 500, API_ERR_INTERNAL, "out of memory");
 		goto out;

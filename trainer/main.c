@@ -67,7 +67,7 @@ static int check_spec(const char *path)
 		fprintf(stderr, "larch-train: %s\n", err.text);
 		return TRN_EXIT_USAGE;
 	}
-	char *text = json_dumps(spec.json, JSON_INDENT(2) | JSON_SORT_KEYS);
+	char *text = trn_json_dumps(spec.json, JSON_INDENT(2) | JSON_SORT_KEYS);
 	if (text)
 		puts(text);
 	free(text);

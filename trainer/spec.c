@@ -558,11 +558,76 @@ void trn_spec_release(struct trn_spec *spec)
 	spec->json = NULL;
 }
 
+/* The real number text at t (len bytes, as jansson wrote it: %.17g) in its
+ * shortest round-trip form, written over t; returns the new length. */
+static size_t shorten_real(char *t, size_t len)
+{
+	char in[64], out[64];
+	if (len >= sizeof in)
+		return len;
+	memcpy(in, t, len);
+	in[len] = '\0';
+	double v = strtod(in, NULL);
+	for (int p = 1; p <= 17; p++) {
+		int n = snprintf(out, sizeof out, "%.*g", p, v);
+		if (n <= 0 || (size_t)n >= sizeof out - 2 || strtod(out, NULL) != v)
+			continue;
+		if (!strpbrk(out, ".eEn"))       /* an integral value: keep it a real */
+			n += snprintf(out + n, sizeof out - (size_t)n, ".0");
+		if ((size_t)n >= len)
+			return len;
+		memcpy(t, out, (size_t)n);
+		return (size_t)n;
+	}
+	return len;
+}
+
+char *trn_json_dumps(const json_t *json, size_t flags)
+{
+	char *text = json_dumps(json, flags);
+	if (!text)
+		return NULL;
+	/* outside strings, a number with '.' or an exponent is a real */
+	size_t r = 0, w = 0, n = strlen(text);
+	int in_string = 0;
+	while (r < n) {
+		char c = text[r];
+		if (in_string) {
+			text[w++] = text[r++];
+			if (c == '\\' && r < n)
+				text[w++] = text[r++];
+			else if (c == '"')
+				in_string = 0;
+			continue;
+		}
+		if (c == '"') {
+			in_string = 1;
+			text[w++] = text[r++];
+			continue;
+		}
+		if (c != '-' && (c < '0' || c > '9')) {
+			text[w++] = text[r++];
+			continue;
+		}
+		size_t end = r, real = 0;
+		while (end < n && strchr("+-0123456789.eE", text[end])) {
+			real |= text[end] == '.' || text[end] == 'e' || text[end] == 'E';
+			end++;
+		}
+		size_t len = end - r;
+		memmove(text + w, text + r, len);
+		w += real ? shorten_real(text + w, len) : len;
+		r = end;
+	}
+	text[w] = '\0';
+	return text;
+}
+
 void trn_spec_hash(const struct trn_spec *spec, char out[65])
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int len = 0;
-	char *text = spec->json ? json_dumps(spec->json, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+	char *text = spec->json ? trn_json_dumps(spec->json, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
 	out[0] = '\0';
 	if (EVP_Digest(text ? text : "", text ? strlen(text) : 0, md, &len, EVP_sha256(), NULL) == 1)
 		for (unsigned int i = 0; i < len && i < 32; i++)

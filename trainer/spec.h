@@ -162,9 +162,15 @@ int trn_spec_from_file(struct trn_spec *spec, const char *path, struct trn_err *
 /* Frees what a successful parse allocated; the struct may then be reused. */
 void trn_spec_release(struct trn_spec *spec);
 
-/* Hex SHA-256 of the canonical JSON (sorted keys, compact): two specs with the
- * same hash train the same run. out receives 64 hex digits and a NUL. */
+/* Hex SHA-256 of the canonical JSON (trn_json_dumps with sorted keys,
+ * compact): two specs with the same hash train the same run. out receives
+ * 64 hex digits and a NUL. */
 void trn_spec_hash(const struct trn_spec *spec, char out[65]);
+
+/* json_dumps with every real in its shortest form that reads back as the
+ * same double (0.1, not jansson's 0.10000000000000001), still a real
+ * (1.0 stays 1.0). A new string (free it), or NULL when out of memory. */
+char *trn_json_dumps(const json_t *json, size_t flags);
 
 /* Steps a period lasts, given steps per epoch (rounded to nearest, >= 0). */
 long trn_period_steps(const struct trn_period *p, long steps_per_epoch);

@@ -99,7 +99,7 @@ static int make_dir(const char *path, struct trn_err *err)
 
 static int write_spec(const char *job_dir, const struct trn_spec *spec, struct trn_err *err)
 {
-	char *text = json_dumps(spec->json, JSON_INDENT(2) | JSON_SORT_KEYS);
+	char *text = trn_json_dumps(spec->json, JSON_INDENT(2) | JSON_SORT_KEYS);
 	if (!text)
 		return trn_err_set(err, "spec.json: out of memory");
 	char path[TRN_PATH_MAX + 32];

@@ -560,6 +560,36 @@ static void test_api_edges(void)
 	CHECK_STR_EQ(trn_dtype_name((enum trn_dtype)99), "unknown");
 }
 
+/* trn_json_dumps: reals in their shortest round-trip form, still reals;
+ * strings (with escapes and digits in them) and integers untouched. */
+static void test_short_reals(void)
+{
+	const double values[] = { 0.1, 0.9, 5e-4, 1.0, 0.0, -2.5, 65536.0, 1e-7, 123456.789,
+	                          1e300, 0.30000000000000004, 2.2250738585072014e-308,
+	                          1.0 / 3.0, 6.02214076e23 };
+	for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+		json_t *j = json_pack("{s:f,s:s,s:i}", "x", values[i], "s", "0.10000000000000001 \"1.5\"",
+		                      "n", 12345);
+		char *text = trn_json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+		json_t *back = json_loads(text, 0, NULL);
+		CHECK_MSG(back && json_is_real(json_object_get(back, "x")) &&
+		          json_real_value(json_object_get(back, "x")) == values[i], "%s", text);
+		CHECK_STR_EQ(json_string_value(json_object_get(back, "s")), "0.10000000000000001 \"1.5\"");
+		CHECK(json_integer_value(json_object_get(back, "n")) == 12345);
+		char *plain = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+		CHECK(strlen(text) <= strlen(plain));
+		free(plain);
+		json_decref(back);
+		free(text);
+		json_decref(j);
+	}
+	json_t *j = json_pack("{s:f,s:f,s:f}", "lr", 0.1, "one", 1.0, "wd", 5e-4);
+	char *text = trn_json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+	CHECK_STR_EQ(text, "{\"lr\":0.1,\"one\":1.0,\"wd\":0.0005}");
+	free(text);
+	json_decref(j);
+}
+
 int main(void)
 {
 	find_spec_dir();
@@ -577,5 +607,6 @@ int main(void)
 	CHECK_RUN(test_resources_formats);
 	CHECK_RUN(test_warmup_start_default);
 	CHECK_RUN(test_api_edges);
+	CHECK_RUN(test_short_reals);
 	return check_finish();
 }
