@@ -33,6 +33,7 @@ struct svc_config {
 	unsigned threads;                /* HTTP threads */
 	unsigned max_connections;
 	unsigned connection_timeout;     /* seconds a connection may idle */
+	unsigned request_timeout;        /* seconds a request's body may take */
 	unsigned shutdown_timeout;       /* seconds in-flight requests get on SIGTERM */
 	char *config_file;               /* the file read, or NULL */
 };

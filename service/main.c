@@ -194,6 +194,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		.threads = d->cfg.threads,
 		.max_connections = d->cfg.max_connections,
 		.connection_timeout = d->cfg.connection_timeout,
+		.request_timeout = d->cfg.request_timeout,
 		.body_limit = d->cfg.body_limit,
 		.routes = api_routes,
 		.n_routes = api_routes_count,

@@ -207,6 +207,20 @@ static enum MHD_Result request_data(struct svc_server *srv, struct svc_request *
 	struct api_request *req = &r->api;
 	if (r->refused || req->replied)
 		return MHD_YES;                 /* answered already: drop it */
+	if (srv->cfg.request_timeout) {
+		/* a body trickled in (each piece resets the idle timeout): cut it
+		 * off. libmicrohttpd takes no reply in the middle of a body, so the
+		 * connection is closed; the log says 408. */
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long long ms = (now.tv_sec - r->start.tv_sec) * 1000LL +
+		               (now.tv_nsec - r->start.tv_nsec) / 1000000;
+		if (ms >= srv->cfg.request_timeout * 1000LL) {
+			r->refused = 1;
+			req->status = 408;
+			return MHD_NO;
+		}
+	}
 	if (size > srv->cfg.body_limit - req->body_len) {
 		r->refused = 1;
 		api_reply_header(req, MHD_HTTP_HEADER_CONNECTION, "close");

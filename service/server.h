@@ -36,6 +36,8 @@ struct svc_server_config {
 	unsigned threads;                /* MHD threads (epoll each); 0 means 1 */
 	unsigned max_connections;        /* 0: MHD's default */
 	unsigned connection_timeout;     /* seconds a connection may idle; 0: never */
+	unsigned request_timeout;        /* seconds from a request's start to its whole
+	                                    body (else 408, connection closed); 0: none */
 	size_t body_limit;               /* bytes */
 	const struct api_route *routes;  /* borrowed; must outlive the server */
 	size_t n_routes;

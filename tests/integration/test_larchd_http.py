@@ -128,6 +128,46 @@ def test_413_is_sent_before_the_body(larchd):
     assert requests.get(larchd.url + "/healthz").status_code == 200
 
 
+def test_trickled_body_is_cut_off_after_request_timeout(tmp_path):
+    """A body sent a few bytes at a time (each piece resets the idle timeout)
+    is cut off request_timeout seconds after the request began: the
+    connection is closed (libmicrohttpd takes no reply mid-body), the log
+    says 408, nothing was stored, and others are served meanwhile."""
+    server = Larchd(tmp_path, args=["--request-timeout", "1"]).start()
+    try:
+        body = b'{"name": "slow", "pad": "' + b"x" * 400 + b'"}'
+        start = time.monotonic()
+        closed_at = None
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Bearer " + server.admin_token.encode() + b"\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+            for i in range(0, len(body), 20):
+                assert requests.get(server.url + "/healthz").status_code == 200
+                try:
+                    s.sendall(body[i:i + 20])
+                    time.sleep(0.25)
+                    s.setblocking(False)
+                    try:
+                        if s.recv(4096) == b"":
+                            closed_at = time.monotonic()
+                            break
+                    except BlockingIOError:
+                        pass
+                    finally:
+                        s.setblocking(True)
+                except OSError:
+                    closed_at = time.monotonic()
+                    break
+        assert closed_at is not None, "the connection outlived the whole trickled body"
+        assert 1 <= closed_at - start < 4
+        server.wait_log(r"info  POST /v1/jobs 408 \d+us")
+        r = requests.get(server.url + "/v1/jobs", headers=server.auth())
+        assert r.json()["jobs"] == []             # nothing half-submitted
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
                                           "application/json; charset=latin1", "application/jsonx"])
 def test_wrong_content_type_415(larchd, content_type):
