@@ -11,8 +11,7 @@ enum MHD_Result api_jobs_checkpoints_get(struct api_request *req)
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t id;
-	if (api_db_or_reply(req, &db, &ret) || api_job_id_or_reply(req, &id, &ret) ||
-	    api_query_known_or_reply(req, params, &ret))
+	if (api_job_request_or_reply(req, params, &db, &id, &ret))
 		return ret;
 
 	struct db_checkpoint_list list;

@@ -135,6 +135,13 @@ int api_db_or_reply(struct api_request *req, struct db **db, enum MHD_Result *re
 	return -1;
 }
 
+int api_job_request_or_reply(struct api_request *req, const char *const *allowed,
+                             struct db **db, int64_t *id, enum MHD_Result *ret)
+{
+	return api_db_or_reply(req, db, ret) || api_job_id_or_reply(req, id, ret) ||
+	       api_query_known_or_reply(req, allowed, ret) ? -1 : 0;
+}
+
 /* The db's message without its "db: " prefix: the client needs no layer names. */
 static const char *db_message(const struct db_err *err)
 {

@@ -46,6 +46,12 @@ enum MHD_Result api_reply_bad_json(struct api_request *req, const json_error_t *
 /* The request's database, or a 503 when the service has none. */
 int api_db_or_reply(struct api_request *req, struct db **db, enum MHD_Result *ret);
 
+/* The start of every /v1/jobs/{id}/... handler: the database
+ * (api_db_or_reply), the job id (api_job_id_or_reply) and no query
+ * parameter outside allowed (api_query_known_or_reply). */
+int api_job_request_or_reply(struct api_request *req, const char *const *allowed,
+                             struct db **db, int64_t *id, enum MHD_Result *ret);
+
 /* Replies a failed db call: not_found 404, conflict/illegal/stale 409,
  * invalid 400, busy 503 (Retry-After), anything else 500. */
 enum MHD_Result api_reply_db_error(struct api_request *req, int rc, const struct db_err *err);

@@ -82,8 +82,7 @@ enum MHD_Result api_jobs_logs_get(struct api_request *req)
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t id, offset, limit;
-	if (api_db_or_reply(req, &db, &ret) || api_job_id_or_reply(req, &id, &ret) ||
-	    api_query_known_or_reply(req, params, &ret) ||
+	if (api_job_request_or_reply(req, params, &db, &id, &ret) ||
 	    api_query_int_or_reply(req, "offset", 0, INT64_MAX, 0, &offset, &ret) ||
 	    api_query_int_or_reply(req, "limit", 1, LOG_LIMIT_MAX, LOG_LIMIT_DEFAULT, &limit, &ret))
 		return ret;

