@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+struct api_buf;
+
 struct api_jobs_hooks {
 	/* A job was stored as PENDING: hand it to the executor soon (wakes the
 	 * runner; returns at once). */
@@ -22,6 +24,15 @@ struct api_jobs_hooks {
 	int (*cancel)(void *arg, long long id, const char *by, char *err, size_t errlen);
 	/* The job's directory ("<state>/jobs/j-000123") into buf; 0, or -1. */
 	int (*job_dir)(void *arg, long long id, char *buf, size_t len);
+	/* Optional. Whether a job may ask for this partition: 0 yes (or cannot
+	 * tell now), -1 no with err naming it (the API answers 400). */
+	int (*partition_ok)(void *arg, const char *partition, char *err, size_t errlen);
+	/* Optional. The executor's health for /healthz: 1 ok, 0 degraded (detail
+	 * says why). */
+	int (*health)(void *arg, char *detail, size_t len);
+	/* Optional. More Prometheus lines for /metrics (the executor's calls). */
+	void (*metrics)(void *arg, struct api_buf *b);
+	const char *executor;          /* "local" or "slurm": the new jobs' executor */
 	void *arg;
 };
 

@@ -139,10 +139,18 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 	}
 	snprintf(s->name, sizeof s->name, "%s", spec->name);
 	snprintf(s->partition, sizeof s->partition, "%s", spec->resources.partition);
+	const struct api_jobs_hooks *hooks = req->ctx->jobs;
+	char perr[512];
+	if (s->partition[0] && hooks && hooks->partition_ok &&
+	    hooks->partition_ok(hooks->arg, s->partition, perr, sizeof perr) != 0) {
+		ret = reply_invalid(req, perr);
+		goto out;
+	}
 	s->in = (struct db_job_new){
 		.owner = req->principal.user,
 		.name = s->name,
 		.spec = s->spec,
+		.executor = hooks ? hooks->executor : NULL,
 		.partition = s->partition[0] ? s->partition : NULL,
 		.idem_key = key,
 	};

@@ -3,6 +3,7 @@
  * route (api/stats.h), and the database's group commits. */
 #include "db/jobs.h"
 #include "handlers.h"
+#include "jobs_hooks.h"
 #include "jobs_common.h"
 #include "reply.h"
 #include "stats.h"
@@ -37,5 +38,8 @@ enum MHD_Result api_metrics_get(struct api_request *req)
 	                   "larch_db_submits_total %llu\n",
 	               (unsigned long long)groups, (unsigned long long)submits);
 	api_stats_write(&b);
+	const struct api_jobs_hooks *hooks = req->ctx->jobs;
+	if (hooks && hooks->metrics)
+		hooks->metrics(hooks->arg, &b);
 	return api_reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }

@@ -24,15 +24,16 @@ static const char *const state_names[DB_STATE_COUNT] = {
 #define S(x) (1u << DB_STATE_##x)
 /* legal[from] = the set of states it may move to; final states have none.
  * PENDING -> FAILED: the executor refused the job (or its directory could not
- * be made). */
+ * be made). HELD/REQUEUED/PREEMPTED -> FAILED: Slurm ended a job that waited
+ * (an unsatisfiable request, a node failure). */
 static const unsigned legal[DB_STATE_COUNT] = {
 	[DB_STATE_PENDING] = S(QUEUED) | S(CANCELLED) | S(HELD) | S(FAILED),
 	[DB_STATE_QUEUED] = S(RUNNING) | S(CANCELLED) | S(FAILED) | S(HELD),
 	[DB_STATE_RUNNING] = S(COMPLETED) | S(FAILED) | S(CANCELLED) | S(TIMEOUT) |
 	                     S(PREEMPTED) | S(REQUEUED),
-	[DB_STATE_HELD] = S(PENDING) | S(QUEUED) | S(CANCELLED),
-	[DB_STATE_PREEMPTED] = S(QUEUED) | S(PENDING) | S(CANCELLED),
-	[DB_STATE_REQUEUED] = S(QUEUED) | S(PENDING) | S(CANCELLED),
+	[DB_STATE_HELD] = S(PENDING) | S(QUEUED) | S(CANCELLED) | S(FAILED),
+	[DB_STATE_PREEMPTED] = S(QUEUED) | S(PENDING) | S(CANCELLED) | S(HELD) | S(FAILED),
+	[DB_STATE_REQUEUED] = S(QUEUED) | S(PENDING) | S(CANCELLED) | S(HELD) | S(FAILED),
 };
 #undef S
 

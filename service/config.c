@@ -18,7 +18,8 @@
 #define LARCH_VERSION "0.0.0"
 #endif
 
-enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL };
+enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_EXECUTOR,
+		K_NAME };
 
 struct key {
 	const char *name;            /* file key; flag --name-with-dashes; env LARCHD_NAME */
@@ -40,6 +41,23 @@ static const struct key keys[] = {
 	{ .name = "max_local_jobs", .kind = K_UINT, .offset = FIELD(max_local_jobs), .def = "auto",
 	  .min = 1, .max = 4096, .allow_auto = 1, .metavar = "N",
 	  .help = "jobs the local executor runs at once (auto: the CPUs)" },
+	{ .name = "executor", .kind = K_EXECUTOR, .offset = FIELD(executor), .def = "local",
+	  .metavar = "NAME", .help = "where jobs run: local (child processes) or slurm (sbatch)" },
+	{ .name = "slurm_partition", .kind = K_NAME, .offset = FIELD(slurm_partition), .def = "",
+	  .metavar = "NAME", .help = "partition for jobs that name none (empty: the cluster's default)" },
+	{ .name = "slurm_account", .kind = K_NAME, .offset = FIELD(slurm_account), .def = "",
+	  .metavar = "NAME", .help = "account for jobs that name none (empty: Slurm's default)" },
+	{ .name = "slurm_qos", .kind = K_NAME, .offset = FIELD(slurm_qos), .def = "",
+	  .metavar = "NAME", .help = "QOS for jobs that name none (empty: Slurm's default)" },
+	{ .name = "slurm_poll_ms", .kind = K_UINT, .offset = FIELD(slurm_poll_ms), .def = "1000",
+	  .min = 100, .max = 600000, .metavar = "MS",
+	  .help = "milliseconds between the squeue calls that follow every Slurm job" },
+	{ .name = "slurm_timeout", .kind = K_UINT, .offset = FIELD(slurm_timeout), .def = "30",
+	  .min = 1, .max = 3600, .metavar = "SECONDS",
+	  .help = "a Slurm command running longer is killed (slurmctld down: ~9 s each)" },
+	{ .name = "slurm_submit_parallel", .kind = K_UINT, .offset = FIELD(slurm_submit_parallel),
+	  .def = "8", .min = 1, .max = 64, .metavar = "N",
+	  .help = "sbatch calls at once when many jobs wait to be handed over" },
 	{ .name = "trainer_path", .kind = K_AUTO_PATH, .offset = FIELD(trainer_path),
 	  .def = "auto", .metavar = "FILE",
 	  .help = "the larch-train jobs run (auto: beside larchd, or the build tree's)" },
@@ -146,6 +164,20 @@ static int split_listen(const char *s, char *host, size_t host_size, char *port,
 	return 0;
 }
 
+/* "" or a name as the job spec has them (they reach Slurm's arguments). */
+static int valid_name(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0)
+		return 1;
+	if (n > 64 || s[0] == '.' || s[0] == '-')
+		return 0;
+	for (const char *p = s; *p; p++)
+		if (!isalnum((unsigned char)*p) && *p != '_' && *p != '.' && *p != '-')
+			return 0;
+	return 1;
+}
+
 static int replace_string(char **field, const char *value)
 {
 	char *copy = strdup(value);
@@ -221,6 +253,19 @@ static int set_key(struct svc_config *cfg, const struct key *k, const char *valu
 		}
 		*(unsigned *)(base + k->offset) = (unsigned)v;
 		return 0;
+	case K_EXECUTOR:
+		if (strcmp(value, "local") != 0 && strcmp(value, "slurm") != 0) {
+			snprintf(err, err_size, "%s: must be local or slurm (got \"%s\")", where, value);
+			return -1;
+		}
+		return set_string((char **)(base + k->offset), value, err, err_size);
+	case K_NAME:
+		if (!valid_name(value)) {
+			snprintf(err, err_size, "%s: must be empty or 1 to 64 characters of A-Z a-z "
+			         "0-9 _ . - not starting with . or - (got \"%s\")", where, value);
+			return -1;
+		}
+		return set_string((char **)(base + k->offset), value, err, err_size);
 	case K_SIZE:
 		if (parse_size(value, &v) != 0 || v < k->min || v > k->max) {
 			snprintf(err, err_size, "%s: must be a size in [1K, 1G] such as 65536, 512K or "
@@ -339,8 +384,8 @@ static void usage(void)
 	       "       larchd db migrate | db check | db backup DEST\n"
 	       "\n"
 	       "larch's HTTP service: the REST API v1 (docs/api.md) over SQLite, running jobs\n"
-	       "with the local executor. The token and db commands work on the state dir's\n"
-	       "database (larchd token --help, larchd db --help).\n"
+	       "with the local executor or on a Slurm cluster. The token and db commands work\n"
+	       "on the state dir's database (larchd token --help, larchd db --help).\n"
 	       "\n"
 	       "  %-28s %s\n", "--config FILE", "read settings from FILE (also $LARCHD_CONFIG)");
 	for (size_t i = 0; i < N_KEYS; i++) {
@@ -462,5 +507,9 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->log_file);
 	free(cfg->trainer_path);
 	free(cfg->config_file);
+	free(cfg->executor);
+	free(cfg->slurm_partition);
+	free(cfg->slurm_account);
+	free(cfg->slurm_qos);
 	memset(cfg, 0, sizeof *cfg);
 }

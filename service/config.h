@@ -24,6 +24,12 @@ struct svc_config {
 	struct sockaddr_storage addr;    /* listen, resolved */
 	socklen_t addr_len;
 	char *state_dir;                 /* "./larch-state" */
+	char *executor;                  /* "local" or "slurm" */
+	char *slurm_partition;           /* "" = the cluster's default */
+	char *slurm_account, *slurm_qos; /* "" = Slurm's default */
+	unsigned slurm_poll_ms;          /* between squeue calls */
+	unsigned slurm_timeout;          /* seconds a Slurm command may take */
+	unsigned slurm_submit_parallel;  /* sbatch calls at once */
 	unsigned max_local_jobs;         /* the local executor's concurrent jobs */
 	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
 	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */

@@ -1,5 +1,5 @@
 /* service/executor.h - where jobs run: one interface, one implementation per
- * executor (executor_local.c now; Slurm next).
+ * executor (executor_local.c: child processes; executor_slurm.c: sbatch).
  *
  * The executor knows nothing of the database. larchd hands it jobs that are
  * stored and validated, asks it to cancel them, and polls it for what changed;
@@ -28,9 +28,15 @@ enum exec_state {
 	EXEC_FAILED,                   /* non-zero exit, killed, or lost */
 	EXEC_CANCELLED,                /* ended after exec_cancel */
 	EXEC_TIMEOUT,                  /* ended after its time limit */
+	EXEC_HELD,                     /* Slurm holds it (scontrol hold, or held at submit) */
+	EXEC_REQUEUED,                 /* it ran and waits to run again (scontrol requeue,
+	                                  node failure); a new attempt follows */
+	EXEC_PREEMPTED,                /* Slurm preempted it; a new attempt follows */
 };
 
 const char *exec_state_name(enum exec_state s);
+/* 1 for COMPLETED, FAILED, CANCELLED and TIMEOUT. */
+int exec_state_final(enum exec_state s);
 
 struct exec_job {
 	long long id;                  /* larch job id (numeric part) */
@@ -38,13 +44,21 @@ struct exec_job {
 	int ranks;                     /* processes (1 until data parallel lands) */
 	long time_limit_s;             /* 0 = none */
 	char token[128];               /* the job's token for LARCH_JOB_TOKEN; "" = no reporting */
+	/* what Slurm is asked for (the spec's resources, validated names; ""/0 = unset,
+	 * the executor's default) */
+	char partition[65], qos[65], account[65];
+	int nodes, cpus_per_task, gpus_per_node;
+	long long mem_mb;              /* 0 = unset */
 };
 
 struct exec_event {
 	long long id;
 	enum exec_state state;
 	int exit_code;                 /* process exit code; -1 when unknown */
-	pid_t pid;                     /* 0 when not started */
+	pid_t pid;                     /* 0 when not started (or not a local process) */
+	int started;                   /* the job's program ran (a final event may come
+	                                  without a RUNNING one before it) */
+	char ext_id[32];               /* the Slurm job id ("" for the local executor) */
 	long long time_ms;             /* when the executor saw it (ms since the epoch) */
 	char reason[EXEC_REASON_MAX];  /* "exit 1", "killed by signal 9", ... ("" when none) */
 };
@@ -71,6 +85,21 @@ struct executor_ops {
 	/* Jobs it holds (queued or running). */
 	int (*count)(struct executor *ex);
 	void (*free)(struct executor *ex);
+
+	/* 0: submit means queued (the runner records QUEUED when submit returns).
+	 * 1: submit only takes the job; it is QUEUED once the executor reports an
+	 * EXEC_QUEUED event (with ext_id): Slurm took it. Until then the job stays
+	 * PENDING, and survives the executor's outages so. */
+	int async_submit;
+	/* Optional. 1 if the executor holds job id (submitted, being handed over,
+	 * or followed). */
+	int (*has)(struct executor *ex, long long id);
+	/* Optional. 1 when the executor works, 0 when degraded (detail says why,
+	 * "slurmctld unreachable since ..."). */
+	int (*health)(struct executor *ex, char *detail, size_t len);
+	/* Optional. Whether a job may ask for this partition: 1 yes, 0 no (err
+	 * says why), -1 cannot tell now (accepted; the executor decides later). */
+	int (*partition_ok)(struct executor *ex, const char *partition, char *err, size_t errlen);
 };
 
 struct executor {
@@ -92,12 +121,32 @@ struct exec_local_config {
  * err filled. The config's strings are copied. */
 struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, size_t errlen);
 
+struct exec_slurm_config {
+	const char *trainer_path;      /* larch-train, as the compute node sees it */
+	const char *server_url;        /* LARCH_SERVER_URL for the jobs; NULL = no reporting */
+	const char *state_dir;         /* larchd's; its instance id lives there */
+	const char *partition, *account, *qos;   /* defaults; NULL/"" = Slurm's */
+	int poll_ms;                   /* between squeue calls (>= 100) */
+	int timeout_s;                 /* a Slurm command running longer is killed */
+	int submit_parallel;           /* sbatch calls at once */
+	int grace_s;                   /* --signal=B:USR1@grace before the time limit */
+	int report_flush_s;            /* as for the local executor */
+};
+
+/* The Slurm executor: sbatch, one squeue per poll for every job, scancel;
+ * see executor_slurm.c. It runs Slurm's commands on its own thread. Returns
+ * NULL with err filled. */
+struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, size_t errlen);
+
 /* dispatch helpers */
 int exec_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen);
 int exec_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen);
 int exec_cancel(struct executor *ex, long long id, char *err, size_t errlen);
 void exec_poll(struct executor *ex, exec_event_fn fn, void *ctx);
 int exec_count(struct executor *ex);
+int exec_has(struct executor *ex, long long id);
+int exec_health(struct executor *ex, char *detail, size_t len);
+int exec_partition_ok(struct executor *ex, const char *partition, char *err, size_t errlen);
 void exec_free(struct executor *ex);   /* accepts NULL; running jobs keep running */
 
 #endif

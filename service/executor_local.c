@@ -68,15 +68,6 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-const char *exec_state_name(enum exec_state s)
-{
-	static const char *const names[] = {
-		[EXEC_QUEUED] = "QUEUED", [EXEC_RUNNING] = "RUNNING", [EXEC_COMPLETED] = "COMPLETED",
-		[EXEC_FAILED] = "FAILED", [EXEC_CANCELLED] = "CANCELLED", [EXEC_TIMEOUT] = "TIMEOUT",
-	};
-	return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
-}
-
 /* Records an event for the next poll; called with the lock held. */
 static void emit(struct local *lx, const struct local_job *j, enum exec_state state, int exit_code,
                  const char *reason)
@@ -100,6 +91,7 @@ static void emit(struct local *lx, const struct local_job *j, enum exec_state st
 	ev->state = state;
 	ev->exit_code = exit_code;
 	ev->pid = j->pid;
+	ev->started = j->pid > 0;
 	ev->time_ms = now_ms();
 	snprintf(ev->reason, sizeof ev->reason, "%s", reason ? reason : "");
 }
@@ -621,6 +613,15 @@ static void local_free(struct executor *ex)
 	free(lx);
 }
 
+static int local_has(struct executor *ex, long long id)
+{
+	struct local *lx = (struct local *)ex;
+	pthread_mutex_lock(&lx->lock);
+	int found = find(lx, id) != NULL;
+	pthread_mutex_unlock(&lx->lock);
+	return found;
+}
+
 static const struct executor_ops local_ops = {
 	.name = "local",
 	.submit = local_submit,
@@ -629,6 +630,7 @@ static const struct executor_ops local_ops = {
 	.poll = local_poll,
 	.count = local_count,
 	.free = local_free,
+	.has = local_has,
 };
 
 struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, size_t errlen)
@@ -658,35 +660,4 @@ struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, 
 		return NULL;
 	}
 	return &lx->base;
-}
-
-int exec_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
-{
-	return ex->ops->submit(ex, job, err, errlen);
-}
-
-int exec_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
-{
-	return ex->ops->adopt(ex, job, err, errlen);
-}
-
-int exec_cancel(struct executor *ex, long long id, char *err, size_t errlen)
-{
-	return ex->ops->cancel(ex, id, err, errlen);
-}
-
-void exec_poll(struct executor *ex, exec_event_fn fn, void *ctx)
-{
-	ex->ops->poll(ex, fn, ctx);
-}
-
-int exec_count(struct executor *ex)
-{
-	return ex->ops->count(ex);
-}
-
-void exec_free(struct executor *ex)
-{
-	if (ex)
-		ex->ops->free(ex);
 }

@@ -1,5 +1,6 @@
 /* service/main.c - larchd: read the settings, make the state directory,
- * open the database, make the first admin token, start the local executor
+ * open the database, make the first admin token, start the executor (local
+ * or Slurm)
  * and the runner (service/runner.h: it adopts the jobs a previous larchd
  * left running), serve until SIGTERM or SIGINT, then stop gracefully (stop
  * accepting, let in-flight requests finish for up to shutdown_timeout
@@ -181,8 +182,12 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		say(err, errlen, "out of memory");
 		return -1;
 	}
+	int slurm = strcmp(d->cfg.executor, "slurm") == 0;
+	/* Slurm queues every job it is given; the local executor a few beyond its slots */
 	struct svc_runner_config rcfg = { .db = d->db, .state_dir = state,
-	                                  .queue_max = (int)d->cfg.max_local_jobs + QUEUE_EXTRA };
+	                                  .queue_max = slurm ? 0 : (int)d->cfg.max_local_jobs +
+	                                                           QUEUE_EXTRA,
+	                                  .executor = d->cfg.executor };
 	if (!(d->runner = svc_runner_new(&rcfg, err, errlen)))
 		return -1;
 	d->ctx = (struct api_ctx){ .auth_lookup = svc_auth_lookup, .auth_cls = d->auth, .db = d->db,
@@ -206,21 +211,43 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	/* the executor needs the URL jobs report to, known once we listen */
 	char url[256];
 	job_server_url(svc_server_address(d->srv), url, sizeof url);
-	struct exec_local_config xcfg = {
-		.trainer_path = trainer,
-		.server_url = url,
-		.max_running = (int)d->cfg.max_local_jobs,
-		.grace_s = (int)d->cfg.cancel_grace,
-		.report_flush_s = REPORT_FLUSH_S,
-	};
-	if (!(d->ex = exec_local_new(&xcfg, err, errlen)))
-		return -1;
+	char what[512];
+	if (slurm) {
+		struct exec_slurm_config xcfg = {
+			.trainer_path = trainer,
+			.server_url = url,
+			.state_dir = state,
+			.partition = d->cfg.slurm_partition,
+			.account = d->cfg.slurm_account,
+			.qos = d->cfg.slurm_qos,
+			.poll_ms = (int)d->cfg.slurm_poll_ms,
+			.timeout_s = (int)d->cfg.slurm_timeout,
+			.submit_parallel = (int)d->cfg.slurm_submit_parallel,
+			.grace_s = (int)d->cfg.cancel_grace,
+			.report_flush_s = REPORT_FLUSH_S,
+		};
+		if (!(d->ex = exec_slurm_new(&xcfg, err, errlen)))
+			return -1;
+		say(what, sizeof what, "slurm executor (squeue every %u ms%s%s)", d->cfg.slurm_poll_ms,
+		    *d->cfg.slurm_partition ? ", default partition " : "", d->cfg.slurm_partition);
+	} else {
+		struct exec_local_config xcfg = {
+			.trainer_path = trainer,
+			.server_url = url,
+			.max_running = (int)d->cfg.max_local_jobs,
+			.grace_s = (int)d->cfg.cancel_grace,
+			.report_flush_s = REPORT_FLUSH_S,
+		};
+		if (!(d->ex = exec_local_new(&xcfg, err, errlen)))
+			return -1;
+		say(what, sizeof what, "local executor: %u jobs at once", d->cfg.max_local_jobs);
+	}
 	if (svc_runner_start(d->runner, d->ex, err, errlen) != 0)
 		return -1;
 	svc_log(SVC_LOG_INFO, "larchd %s: listening on http://%s, state dir %s, %u threads, "
-	        "body limit %zu bytes, local executor: %u jobs at once, %s%s%s", api_version(),
+	        "body limit %zu bytes, %s, %s%s%s", api_version(),
 	        svc_server_address(d->srv), state, d->cfg.threads, d->cfg.body_limit,
-	        d->cfg.max_local_jobs, trainer, d->cfg.config_file ? ", config " : "",
+	        what, trainer, d->cfg.config_file ? ", config " : "",
 	        d->cfg.config_file ? d->cfg.config_file : "");
 	return 0;
 }

@@ -13,8 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/buf.h"
 #include "log.h"
 #include "runner_internal.h"
+#include "slurm_cmd.h"
 
 #define SCAN_MAX 64            /* PENDING jobs handed over per pass */
 #define RESCAN_MS 2000         /* look for PENDING jobs at least this often */
@@ -88,7 +90,38 @@ static long time_limit_s(json_t *v)
 	return 0;
 }
 
-/* The executor's view of job: its dir, ranks and time limit from the spec. */
+/* The spec's "mem" in MiB: an integer (MiB) or "<n>[K|M|G|T]"; 0 = unset. */
+static long long mem_mb(json_t *v)
+{
+	if (json_is_integer(v))
+		return json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+	if (!json_is_string(v))
+		return 0;
+	char unit = 'M';
+	long long n = 0;
+	if (sscanf(json_string_value(v), "%lld%c", &n, &unit) < 1 || n <= 0)
+		return 0;
+	switch (unit) {
+	case 'K': return (n + 1023) / 1024;
+	case 'G': return n * 1024;
+	case 'T': return n * 1024 * 1024;
+	default: return n;
+	}
+}
+
+static void copy_name(char *dst, size_t len, json_t *v)
+{
+	snprintf(dst, len, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+static int int_or(json_t *v, int def)
+{
+	return json_is_integer(v) && json_integer_value(v) >= 0 &&
+	       json_integer_value(v) <= 1 << 20 ? (int)json_integer_value(v) : def;
+}
+
+/* The executor's view of job: its dir, ranks, time limit and resources from
+ * the spec (validated at submit: names hold only A-Z a-z 0-9 _ . -). */
 static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct exec_job *ej)
 {
 	memset(ej, 0, sizeof *ej);
@@ -100,8 +133,17 @@ static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct e
 	json_t *ranks = json_object_get(json_object_get(spec, "parallel"), "ranks");
 	if (json_is_integer(ranks) && json_integer_value(ranks) >= 1)
 		ej->ranks = (int)json_integer_value(ranks);
-	ej->time_limit_s = time_limit_s(json_object_get(json_object_get(spec, "resources"),
-	                                                "time_limit"));
+	json_t *res = json_object_get(spec, "resources");
+	ej->time_limit_s = time_limit_s(json_object_get(res, "time_limit"));
+	copy_name(ej->partition, sizeof ej->partition, json_object_get(res, "partition"));
+	copy_name(ej->qos, sizeof ej->qos, json_object_get(res, "qos"));
+	copy_name(ej->account, sizeof ej->account, json_object_get(res, "account"));
+	if (job->partition && *job->partition)   /* an admin's PATCH wins over the spec */
+		snprintf(ej->partition, sizeof ej->partition, "%s", job->partition);
+	ej->nodes = int_or(json_object_get(res, "nodes"), 1);
+	ej->cpus_per_task = int_or(json_object_get(res, "cpus_per_task"), 1);
+	ej->gpus_per_node = int_or(json_object_get(res, "gpus_per_node"), 0);
+	ej->mem_mb = mem_mb(json_object_get(res, "mem"));
 	json_decref(spec);
 	return 0;
 }
@@ -174,6 +216,8 @@ static void hand_over(struct svc_runner *r, struct executor *ex, int64_t id)
 		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
 		return;
 	}
+	if (ex->ops->async_submit)
+		return;                        /* QUEUED when the executor says Slurm took it */
 	snprintf(why, sizeof why, "queued on the %s executor", ex->ops->name);
 	if (svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_QUEUED, "executor", why, 0, 0) != 0) {
 		/* cancelled meanwhile, or the db failed: take it back (the executor
@@ -198,10 +242,14 @@ static int scan_pending(struct svc_runner *r, struct executor *ex)
 		svc_log(SVC_LOG_WARN, "runner: listing pending jobs: %s", err.text);
 		return 0;                      /* again after RESCAN_MS */
 	}
-	size_t take = n < want ? n : want;
-	for (size_t i = 0; i < take; i++)
+	size_t take = n < want ? n : want, handed = 0;
+	for (size_t i = 0; i < take; i++) {
+		if (exec_has(ex, ids[i]))
+			continue;                  /* being handed over (async executors) */
 		hand_over(r, ex, ids[i]);
-	return take < n && (r->queue_max <= 0 || exec_count(ex) < r->queue_max);
+		handed++;
+	}
+	return handed && take < n && (r->queue_max <= 0 || exec_count(ex) < r->queue_max);
 }
 
 /* ---- adoption after a restart ------------------------------------------------ */
@@ -277,7 +325,8 @@ static void *runner_main(void *arg)
 	pthread_mutex_lock(&r->lock);
 	while (!r->stopping) {
 		r->begun++;
-		int scan = r->kicked || mono_ms() - last_scan >= RESCAN_MS;
+		int scan = r->kicked || mono_ms() - last_scan >= RESCAN_MS ||
+		           r->ex->ops->async_submit;   /* their PENDING jobs leave on events */
 		r->kicked = 0;
 		struct executor *ex = r->ex;
 		pthread_mutex_unlock(&r->lock);
@@ -330,6 +379,40 @@ static int hook_job_dir(void *arg, long long id, char *buf, size_t len)
 	return svc_runner_job_dir(arg, id, buf, len);
 }
 
+static struct executor *executor_of(struct svc_runner *r)
+{
+	pthread_mutex_lock(&r->lock);
+	struct executor *ex = r->ex;
+	pthread_mutex_unlock(&r->lock);
+	return ex;
+}
+
+static int hook_partition_ok(void *arg, const char *partition, char *err, size_t errlen)
+{
+	struct executor *ex = executor_of(arg);
+	return ex && exec_partition_ok(ex, partition, err, errlen) == 0 ? -1 : 0;
+}
+
+static int hook_health(void *arg, char *detail, size_t len)
+{
+	struct executor *ex = executor_of(arg);
+	if (!ex) {
+		snprintf(detail, len, "starting: adopting the jobs of the last run");
+		return 1;
+	}
+	return exec_health(ex, detail, len);
+}
+
+static void hook_metrics(void *arg, struct api_buf *b)
+{
+	(void)arg;
+	api_buf_adds(b, "# HELP larch_slurm_calls_total Slurm commands larchd ran, by command.\n"
+	                "# TYPE larch_slurm_calls_total counter\n");
+	for (int k = 0; k < SLURM_CMD_KINDS; k++)
+		api_buf_printf(b, "larch_slurm_calls_total{command=\"%s\"} %llu\n",
+		               slurm_cmd_kind_name(k), slurm_cmd_calls(k));
+}
+
 struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err, size_t errlen)
 {
 	if (!cfg->db || !cfg->state_dir || !*cfg->state_dir) {
@@ -337,7 +420,10 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 		return NULL;
 	}
 	struct svc_runner *r = calloc(1, sizeof *r);
-	if (!r || !(r->state_dir = strdup(cfg->state_dir))) {
+	if (!r || !(r->state_dir = strdup(cfg->state_dir)) ||
+	    !(r->executor_name = strdup(cfg->executor ? cfg->executor : "local"))) {
+		if (r)
+			free(r->state_dir);
 		free(r);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
@@ -347,7 +433,10 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 	r->queue_max = cfg->queue_max;
 	r->hooks = (struct api_jobs_hooks){ .submitted = hook_submitted,
 	                                    .cancel = svc_runner_cancel,
-	                                    .job_dir = hook_job_dir, .arg = r };
+	                                    .job_dir = hook_job_dir,
+	                                    .partition_ok = hook_partition_ok,
+	                                    .health = hook_health, .metrics = hook_metrics,
+	                                    .executor = r->executor_name, .arg = r };
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->wake, NULL);
 	pthread_cond_init(&r->passed, NULL);
@@ -427,6 +516,7 @@ void svc_runner_free(struct svc_runner *r)
 	}
 	free(r->retry);
 	free(r->state_dir);
+	free(r->executor_name);
 	pthread_cond_destroy(&r->passed);
 	pthread_cond_destroy(&r->wake);
 	pthread_mutex_destroy(&r->lock);

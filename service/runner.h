@@ -54,6 +54,7 @@ struct svc_runner_config {
 	int poll_ms;                   /* between passes when nothing wakes it; 0 = 200 */
 	int queue_max;                 /* jobs the executor may hold (queued + running);
 	                                  0 = unbounded */
+	const char *executor;          /* the executor's name for new jobs; NULL = "local" */
 };
 
 struct svc_runner;

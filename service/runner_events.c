@@ -13,12 +13,15 @@
 #include "log.h"
 #include "runner_internal.h"
 
-int svc_runner_move(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
-                    const char *by, const char *reason, int has_exit_code, int exit_code)
+int svc_runner_move_sid(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
+                        const char *by, const char *reason, int has_exit_code, int exit_code,
+                        const char *slurm_job_id)
 {
 	struct db_transition t = { .job = id, .from = from, .to = to, .by = by,
 	                           .reason = reason && *reason ? reason : NULL,
-	                           .has_exit_code = has_exit_code, .exit_code = exit_code };
+	                           .has_exit_code = has_exit_code, .exit_code = exit_code,
+	                           .slurm_job_id = slurm_job_id && *slurm_job_id ? slurm_job_id
+	                                                                         : NULL };
 	struct db_err err = { 0 };
 	int rc = db_jobs_transition(r->db, &t, NULL, &err);
 	char why[EXEC_REASON_MAX + 64];
@@ -36,6 +39,12 @@ int svc_runner_move(struct svc_runner *r, int64_t id, enum db_state from, enum d
 		svc_log(rc == DB_STALE ? SVC_LOG_INFO : SVC_LOG_WARN,
 		        "job j-%06lld: %s -> %s not recorded: %s", (long long)id, f, s, err.text);
 	return rc;
+}
+
+int svc_runner_move(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
+                    const char *by, const char *reason, int has_exit_code, int exit_code)
+{
+	return svc_runner_move_sid(r, id, from, to, by, reason, has_exit_code, exit_code, NULL);
 }
 
 /* ---- cancel requests ----------------------------------------------------------- */
@@ -219,7 +228,41 @@ static enum db_state final_state(enum exec_state s)
 	}
 }
 
-/* A final event for a job the database has as QUEUED or RUNNING. */
+/* Moves the job from *state towards QUEUED as the executor's event says it
+ * is with the executor again: PENDING (Slurm took it; its id recorded),
+ * HELD (released), REQUEUED/PREEMPTED (a new attempt). 0 when *state is
+ * QUEUED afterwards. */
+static int reach_queued(struct svc_runner *r, const struct exec_event *ev, enum db_state *state)
+{
+	if (*state == DB_STATE_QUEUED)
+		return 0;
+	if (*state == DB_STATE_RUNNING)
+		return -1;
+	if (*state == DB_STATE_PENDING && !ev->ext_id[0])
+		return -1;                   /* withdrawn (local); it is handed over again */
+	char why[EXEC_REASON_MAX + 64];
+	if (*state == DB_STATE_PENDING)
+		snprintf(why, sizeof why, "%s", ev->reason[0] ? ev->reason : "queued");
+	else if (*state == DB_STATE_HELD)
+		snprintf(why, sizeof why, "released%s%s", ev->reason[0] ? ": " : "", ev->reason);
+	else
+		snprintf(why, sizeof why, "queued again%s%s", ev->reason[0] ? ": " : "", ev->reason);
+	int rc = svc_runner_move_sid(r, ev->id, *state, DB_STATE_QUEUED, "executor", why, 0, 0,
+	                             ev->ext_id);
+	if (rc == 0)
+		*state = DB_STATE_QUEUED;
+	return rc;
+}
+
+static void running_reason(const struct exec_event *ev, char *why, size_t len)
+{
+	if (ev->pid > 0)
+		snprintf(why, len, "pid %d%s%s", (int)ev->pid, ev->reason[0] ? ", " : "", ev->reason);
+	else
+		snprintf(why, len, "%s", ev->reason);
+}
+
+/* A final event for a job the database has in a state that is not final. */
 static void finish(struct svc_runner *r, const struct exec_event *ev, enum db_state state)
 {
 	import_dir(r, ev->id);               /* first: the final state means "all there" */
@@ -233,17 +276,24 @@ static void finish(struct svc_runner *r, const struct exec_event *ev, enum db_st
 		snprintf(by, sizeof by, "executor");
 		snprintf(why, sizeof why, "%s", ev->reason);
 	}
+	int started = ev->started || to == DB_STATE_COMPLETED || to == DB_STATE_TIMEOUT;
 	int rc = 0;
-	if (state == DB_STATE_QUEUED && (ev->pid > 0 || to == DB_STATE_COMPLETED ||
-	                                 to == DB_STATE_TIMEOUT)) {
-		char pid[64];
-		snprintf(pid, sizeof pid, "pid %d", (int)ev->pid);
-		rc = svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", pid, 0, 0);
+	/* through the states it went through unseen: handed over (Slurm's id),
+	 * queued again, started */
+	if ((state == DB_STATE_PENDING && ev->ext_id[0]) ||
+	    ((state == DB_STATE_HELD || state == DB_STATE_REQUEUED ||
+	      state == DB_STATE_PREEMPTED) && started))
+		rc = reach_queued(r, ev, &state);
+	if (rc == 0 && state == DB_STATE_QUEUED && started) {
+		char run[EXEC_REASON_MAX + 64];
+		running_reason(ev, run, sizeof run);
+		rc = svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", run, 0, 0);
 		if (rc == 0)
 			state = DB_STATE_RUNNING;
 	}
 	if (rc == 0)
-		rc = svc_runner_move(r, ev->id, state, to, by, why, ev->exit_code >= 0, ev->exit_code);
+		rc = svc_runner_move_sid(r, ev->id, state, to, by, why, ev->exit_code >= 0,
+		                         ev->exit_code, ev->ext_id);
 	if (rc == DB_BUSY || rc == DB_ERROR)
 		push_retry(r, ev);           /* the executor has forgotten the job: keep its end */
 	else
@@ -253,9 +303,9 @@ static void finish(struct svc_runner *r, const struct exec_event *ev, enum db_st
 void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 {
 	struct svc_runner *r = ctx;
-	int final = ev->state != EXEC_QUEUED && ev->state != EXEC_RUNNING;
-	if (ev->state == EXEC_QUEUED)
-		return;
+	int final = exec_state_final(ev->state);
+	if (ev->state == EXEC_QUEUED && !ev->ext_id[0])
+		return;                      /* the local executor: QUEUED when submit returned */
 	struct db_job job = { 0 };
 	struct db_err err = { 0 };
 	int rc = db_jobs_get(r->db, ev->id, NULL, &job, &err);
@@ -268,15 +318,25 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 	}
 	enum db_state state = job.state;
 	db_job_release(&job);
-	if (state == DB_STATE_PENDING) {
+	if (db_state_final(state)) {
+		if (final) {
+			import_dir(r, ev->id);   /* idempotent; whatever ended it, keep its files' record */
+			return;
+		}
+		/* cancelled while it was being handed over: the executor has it now */
+		char xerr[EXEC_REASON_MAX];
+		pthread_mutex_lock(&r->lock);
+		struct executor *ex = r->ex;
+		pthread_mutex_unlock(&r->lock);
+		if (ex && exec_cancel(ex, ev->id, xerr, sizeof xerr) == 0)
+			svc_log(SVC_LOG_INFO, "job j-%06lld: %s, but the executor says %s: stopping it",
+			        ev->id, db_state_name(state), exec_state_name(ev->state));
+		return;
+	}
+	if (state == DB_STATE_PENDING && !ev->ext_id[0]) {
 		/* withdrawn after the QUEUED transition failed; it is handed over again */
 		svc_log(SVC_LOG_DEBUG, "job j-%06lld: PENDING, executor says %s: ignored", ev->id,
 		        exec_state_name(ev->state));
-		return;
-	}
-	if (db_state_final(state)) {
-		if (final)
-			import_dir(r, ev->id);   /* idempotent; whatever ended it, keep its files' record */
 		return;
 	}
 	if (final) {
@@ -284,9 +344,39 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 		return;
 	}
 	char why[EXEC_REASON_MAX + 64];
-	snprintf(why, sizeof why, "pid %d%s%s", (int)ev->pid, ev->reason[0] ? ", " : "", ev->reason);
-	if (state == DB_STATE_QUEUED)
-		svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", why, 0, 0);
-	else
-		svc_log(SVC_LOG_INFO, "job j-%06lld: %s (%s)", ev->id, db_state_name(state), why);
+	switch (ev->state) {
+	case EXEC_QUEUED:
+		if (state == DB_STATE_RUNNING &&   /* requeued while nobody watched */
+		    svc_runner_move(r, ev->id, state, DB_STATE_REQUEUED, "executor",
+		                    "requeued by Slurm", 0, 0) == 0)
+			state = DB_STATE_REQUEUED;
+		reach_queued(r, ev, &state);
+		break;
+	case EXEC_RUNNING:
+		running_reason(ev, why, sizeof why);
+		if (state == DB_STATE_RUNNING) {
+			svc_log(SVC_LOG_INFO, "job j-%06lld: RUNNING (%s)", ev->id, why);
+			break;
+		}
+		if (reach_queued(r, ev, &state) == 0)
+			svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", why, 0, 0);
+		break;
+	case EXEC_HELD:
+		if (state == DB_STATE_HELD)
+			break;
+		if (state == DB_STATE_PENDING && reach_queued(r, ev, &state) != 0)
+			break;
+		svc_runner_move_sid(r, ev->id, state, DB_STATE_HELD, "executor", ev->reason, 0, 0,
+		                    ev->ext_id);
+		break;
+	case EXEC_REQUEUED:
+	case EXEC_PREEMPTED:
+		if (state == DB_STATE_RUNNING)
+			svc_runner_move(r, ev->id, state, ev->state == EXEC_REQUEUED ? DB_STATE_REQUEUED
+			                                                              : DB_STATE_PREEMPTED,
+			                "executor", ev->reason, 0, 0);
+		break;
+	default:
+		break;
+	}
 }

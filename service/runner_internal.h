@@ -23,7 +23,7 @@ struct cancel_req {
 struct svc_runner {
 	struct api_jobs_hooks hooks;
 	struct db *db;
-	char *state_dir;
+	char *state_dir, *executor_name;
 	int poll_ms, queue_max;
 
 	pthread_mutex_t lock;          /* guards the fields below */
@@ -45,6 +45,11 @@ struct svc_runner {
  * the db code (logged). */
 int svc_runner_move(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
                     const char *by, const char *reason, int has_exit_code, int exit_code);
+
+/* svc_runner_move that also records the job's Slurm id (NULL/"" = unchanged). */
+int svc_runner_move_sid(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
+                        const char *by, const char *reason, int has_exit_code, int exit_code,
+                        const char *slurm_job_id);
 
 /* The executor event callback (exec_event_fn); ctx is the runner. */
 void svc_runner_on_event(void *ctx, const struct exec_event *ev);

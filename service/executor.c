@@ -1,0 +1,70 @@
+/* service/executor.c - what every executor shares: state names and the
+ * dispatch through struct executor_ops (executor.h). */
+#include "executor.h"
+
+#include <stdio.h>
+
+const char *exec_state_name(enum exec_state s)
+{
+	static const char *const names[] = {
+		[EXEC_QUEUED] = "QUEUED", [EXEC_RUNNING] = "RUNNING", [EXEC_COMPLETED] = "COMPLETED",
+		[EXEC_FAILED] = "FAILED", [EXEC_CANCELLED] = "CANCELLED", [EXEC_TIMEOUT] = "TIMEOUT",
+		[EXEC_HELD] = "HELD", [EXEC_REQUEUED] = "REQUEUED", [EXEC_PREEMPTED] = "PREEMPTED",
+	};
+	return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+int exec_state_final(enum exec_state s)
+{
+	return s == EXEC_COMPLETED || s == EXEC_FAILED || s == EXEC_CANCELLED || s == EXEC_TIMEOUT;
+}
+
+int exec_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
+{
+	return ex->ops->submit(ex, job, err, errlen);
+}
+
+int exec_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
+{
+	return ex->ops->adopt(ex, job, err, errlen);
+}
+
+int exec_cancel(struct executor *ex, long long id, char *err, size_t errlen)
+{
+	return ex->ops->cancel(ex, id, err, errlen);
+}
+
+void exec_poll(struct executor *ex, exec_event_fn fn, void *ctx)
+{
+	ex->ops->poll(ex, fn, ctx);
+}
+
+int exec_count(struct executor *ex)
+{
+	return ex->ops->count(ex);
+}
+
+int exec_has(struct executor *ex, long long id)
+{
+	return ex->ops->has ? ex->ops->has(ex, id) : 0;
+}
+
+int exec_health(struct executor *ex, char *detail, size_t len)
+{
+	if (ex->ops->health)
+		return ex->ops->health(ex, detail, len);
+	if (len)
+		snprintf(detail, len, "ok");
+	return 1;
+}
+
+int exec_partition_ok(struct executor *ex, const char *partition, char *err, size_t errlen)
+{
+	return ex->ops->partition_ok ? ex->ops->partition_ok(ex, partition, err, errlen) : 1;
+}
+
+void exec_free(struct executor *ex)
+{
+	if (ex)
+		ex->ops->free(ex);
+}

@@ -1,0 +1,1298 @@
+/* service/executor_slurm.c - the Slurm executor: jobs handed to a Slurm
+ * cluster with sbatch, followed with one squeue per poll interval for all of
+ * them, stopped with scancel.
+ *
+ * Every Slurm command runs on this executor's own thread (service/slurm_cmd.h:
+ * no shell, a timeout), never on the caller's: submit, adopt and cancel only
+ * record what is wanted and wake the thread, poll only hands over the events
+ * the thread observed. With slurmctld down the thread keeps retrying; larchd
+ * keeps serving from its database, jobs handed over meanwhile stay PENDING
+ * (this executor submits asynchronously, executor.h), and health() says
+ * degraded.
+ *
+ * Identity. Slurm's job ids restart on a clean cluster, and several larchd
+ * may share one cluster, so a job is known by its name:
+ * "larch-<instance>-j-000123", where the instance id is made once per state
+ * dir (STATE/instance-id). Once sbatch answered, the Slurm id is also kept in
+ * DIR/slurm-job-id (and in the database by the runner).
+ *
+ * Never submitted twice. A job whose sbatch failed in a way that may have
+ * reached slurmctld (a timeout, a lost connection), or whose submission
+ * larchd may have been killed in (adopted without DIR/slurm-job-id), is
+ * looked up by name in the next squeue that works before it is submitted
+ * again: found, it is followed; not found, it is submitted only if its batch
+ * script never started (DIR/slurm-attempt is written by the script's first
+ * line), else its end is taken from Slurm's accounting (sacct -c) or from
+ * DIR/result.json.
+ *
+ * The batch script (DIR/slurm.sh) is written from validated values only,
+ * each single-quoted; the user's strings (names in the spec) never reach it
+ * or a shell: Slurm's options are sbatch's argv. It reads the job token from
+ * DIR/job-token (0600) so the token is in no command line or Slurm record,
+ * forwards USR1 and TERM to the srun step (larch-train checkpoints on
+ * either), and exits with the trainer's status. sbatch gets --requeue and,
+ * with a time limit, --signal=B:USR1@grace.
+ *
+ * States (squeue's, edge-triggered: an event only when the larch-side state
+ * changes): PENDING -> QUEUED, or HELD when the reason is JobHeld*;
+ * CONFIGURING/RUNNING/COMPLETING/SUSPENDED/... -> RUNNING; REQUEUED,
+ * REQUEUE_HOLD and a restart count that grew -> REQUEUED; PREEMPTED ->
+ * PREEMPTED; COMPLETED, FAILED, CANCELLED, TIMEOUT/DEADLINE, NODE_FAIL,
+ * OUT_OF_MEMORY, BOOT_FAIL -> final, with the exit code (squeue's raw wait
+ * status) and Slurm's state and reason in the event's reason. A job squeue no
+ * longer lists (MinJobAge passed) is asked of scontrol, then sacct -c.
+ */
+#include "executor.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "slurm_cmd.h"
+
+#define SUBMIT_BATCH 256          /* sbatch calls per pass at most */
+#define PARTITIONS_MS 30000       /* sinfo at most this often */
+#define MISSING_POLLS 2           /* absent from this many squeues: ask scontrol */
+#define BACKOFF_MAX_MS 10000
+
+enum phase {
+	PH_SUBMIT,                    /* to sbatch (at next_try_ms) */
+	PH_SUBMITTING,                /* an sbatch runs for it now */
+	PH_LOOKUP,                    /* maybe in Slurm: look for its name first */
+	PH_FOLLOW,                    /* Slurm has it as sid */
+};
+
+struct sjob {
+	struct exec_job job;          /* token wiped */
+	enum phase phase;
+	char sid[32];
+	char name[64];                /* Slurm's job name */
+	int cancel, cancel_sent;
+	int last;                     /* last enum exec_state reported; -1 none */
+	int restarts;                 /* RestartCnt seen */
+	int seen_running, missing, tries;
+	long long next_try_ms;
+	char submit_err[EXEC_REASON_MAX];   /* a permanent sbatch failure, set by a worker */
+	struct sjob *next;
+};
+
+struct slurm_ex {
+	struct executor base;         /* first: a struct executor * is a struct slurm_ex * */
+	struct exec_slurm_config cfg;
+	char *trainer_path, *server_url, *partition, *account, *qos;
+	char prefix[48];              /* "larch-<instance>-j-" */
+
+	pthread_mutex_t lock;         /* guards all below */
+	pthread_cond_t wake;
+	pthread_t thread;
+	int started, stopping, kicked;
+	struct sjob *jobs;
+	int n_jobs;
+	struct exec_event *events;
+	int n_events, cap_events;
+	int healthy;                  /* the last Slurm call reached slurmctld */
+	long long unhealthy_since_ms;
+	char health_detail[256];
+	char **parts;                 /* partitions (sinfo), NULL until known */
+	int n_parts;
+	long long parts_ms;
+};
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- events, health ---------------------------------------------------------- */
+
+/* Records an event for the next poll; lock held. */
+static void emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state, int exit_code,
+                 int started, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state, int exit_code,
+                 int started, const char *fmt, ...)
+{
+	if (sx->n_events == sx->cap_events) {
+		int cap = sx->cap_events ? sx->cap_events * 2 : 64;
+		struct exec_event *grown = realloc(sx->events, sizeof *grown * (size_t)cap);
+		if (!grown) {
+			fprintf(stderr, "larchd: slurm executor: out of memory for an event of job %lld\n",
+			        j->job.id);
+			return;
+		}
+		sx->events = grown;
+		sx->cap_events = cap;
+	}
+	struct exec_event *ev = &sx->events[sx->n_events++];
+	memset(ev, 0, sizeof *ev);
+	ev->id = j->job.id;
+	ev->state = state;
+	ev->exit_code = exit_code;
+	ev->started = started;
+	snprintf(ev->ext_id, sizeof ev->ext_id, "%s", j->sid);
+	ev->time_ms = now_ms();
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ev->reason, sizeof ev->reason, fmt, ap);
+	va_end(ap);
+	j->last = (int)state;
+}
+
+/* Whether a failed call says slurmctld could not be reached (or answered
+ * nothing): worth retrying, and the job may or may not be in Slurm. */
+static int unreachable(const struct slurm_cmd_result *res)
+{
+	static const char *const signs[] = {
+		"Unable to contact slurm controller", "Socket timed out", "Connection refused",
+		"Zero Bytes were transmitted", "temporarily unavailable", "Slurm temporarily unable",
+		"Connection reset", "Transport endpoint", "Communication connection failure",
+	};
+	if (res->timed_out || res->status < 0)
+		return 1;
+	for (size_t i = 0; i < sizeof signs / sizeof signs[0]; i++)
+		if (strcasestr(res->err, signs[i]))
+			return 1;
+	return 0;
+}
+
+/* Notes how the last call to slurmctld went; lock held. */
+static void note_health(struct slurm_ex *sx, int ok, const char *what)
+{
+	if (ok) {
+		sx->healthy = 1;
+		sx->unhealthy_since_ms = 0;
+		snprintf(sx->health_detail, sizeof sx->health_detail, "ok");
+		return;
+	}
+	if (sx->healthy || !sx->unhealthy_since_ms) {
+		sx->unhealthy_since_ms = now_ms();
+		fprintf(stderr, "larchd: slurm executor: slurmctld unreachable: %s\n", what);
+	}
+	sx->healthy = 0;
+	snprintf(sx->health_detail, sizeof sx->health_detail, "slurmctld unreachable: %.200s", what);
+}
+
+/* ---- files in the job directory ------------------------------------------------ */
+
+/* Writes text to DIR/name through a temporary file and rename. */
+static int write_file(const char *dir, const char *name, const char *text, mode_t mode,
+                      char *err, size_t errlen)
+{
+	char path[EXEC_PATH_MAX + 64], tmp[EXEC_PATH_MAX + 80];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	size_t len = strlen(text);
+	if (fd < 0 || write(fd, text, len) != (ssize_t)len || fsync(fd) != 0 || close(fd) != 0 ||
+	    rename(tmp, path) != 0) {
+		snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+static int read_file(const char *dir, const char *name, char *buf, size_t len)
+{
+	char path[EXEC_PATH_MAX + 64];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	return 0;
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+	char path[EXEC_PATH_MAX + 64];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return access(path, F_OK) == 0;
+}
+
+/* s single-quoted for sh into out ('it'\''s'); -1 if it does not fit. */
+static int sh_quote(const char *s, char *out, size_t len)
+{
+	size_t o = 0;
+	if (len < 3)
+		return -1;
+	out[o++] = '\'';
+	for (; *s; s++) {
+		if (*s == '\'') {
+			if (o + 4 >= len)
+				return -1;
+			memcpy(out + o, "'\\''", 4);
+			o += 4;
+		} else {
+			if (o + 1 >= len)
+				return -1;
+			out[o++] = *s;
+		}
+	}
+	if (o + 2 > len)
+		return -1;
+	out[o++] = '\'';
+	out[o] = '\0';
+	return 0;
+}
+
+/* DIR/slurm.sh for job j (see the top of this file). */
+static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err, size_t errlen)
+{
+	char dir[2 * EXEC_PATH_MAX + 8], trainer[2 * EXEC_PATH_MAX + 8], url[1024] = "''";
+	if (sh_quote(j->dir, dir, sizeof dir) != 0 ||
+	    sh_quote(sx->trainer_path, trainer, sizeof trainer) != 0 ||
+	    (sx->server_url && sh_quote(sx->server_url, url, sizeof url) != 0)) {
+		snprintf(err, errlen, "a path is too long for the batch script");
+		return -1;
+	}
+	char flush[64] = "";
+	if (sx->cfg.report_flush_s > 0)
+		snprintf(flush, sizeof flush, "\texport LARCH_REPORT_FLUSH_S=%d\n",
+		         sx->cfg.report_flush_s);
+	char *text = NULL;
+	int n = asprintf(&text,
+		"#!/bin/bash\n"
+		"# larch job j-%06lld, generated by larchd. Every value below was validated\n"
+		"# and is single-quoted; Slurm's options are on sbatch's command line.\n"
+		"cd %s || exit 1\n"
+		"printf '%%s\\n' \"${SLURM_RESTART_COUNT:-0}\" > slurm-attempt\n"
+		"export LARCH_JOB_ID='j-%06lld'\n"
+		"if [ -n %s ] && [ -r job-token ]; then\n"
+		"\texport LARCH_SERVER_URL=%s\n"
+		"\tLARCH_JOB_TOKEN=$(cat job-token)\n"
+		"\texport LARCH_JOB_TOKEN\n"
+		"%s"
+		"fi\n"
+		"child=\n"
+		"forward() { [ -n \"$child\" ] && kill -\"$1\" \"$child\" 2>/dev/null; }\n"
+		"trap 'forward USR1' USR1\n"
+		"trap 'forward TERM' TERM\n"
+		"srun --ntasks=%d --kill-on-bad-exit=1 %s --spec spec.json --job-dir . "
+		"--threads %d &\n"
+		"child=$!\n"
+		"while :; do\n"
+		"\twait \"$child\"\n"
+		"\trc=$?\n"
+		"\tkill -0 \"$child\" 2>/dev/null || break\n"
+		"done\n"
+		"exit \"$rc\"\n",
+		j->id, dir, j->id, url, url, flush, j->ranks > 0 ? j->ranks : 1, trainer,
+		j->cpus_per_task > 0 ? j->cpus_per_task : 1);
+	if (n < 0) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	int rc = write_file(j->dir, "slurm.sh", text, 0750, err, errlen);
+	free(text);
+	return rc;
+}
+
+/* ---- sbatch -------------------------------------------------------------------- */
+
+struct argv_buf {
+	const char *argv[40];
+	char store[20][EXEC_PATH_MAX + 32];
+	int n, ns;
+};
+
+static void arg(struct argv_buf *a, const char *s)
+{
+	if (a->n < (int)(sizeof a->argv / sizeof a->argv[0]) - 1)
+		a->argv[a->n++] = s;
+	a->argv[a->n] = NULL;
+}
+
+static void argf(struct argv_buf *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void argf(struct argv_buf *a, const char *fmt, ...)
+{
+	if (a->ns >= (int)(sizeof a->store / sizeof a->store[0]))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(a->store[a->ns], sizeof a->store[0], fmt, ap);
+	va_end(ap);
+	arg(a, a->store[a->ns++]);
+}
+
+static void sbatch_argv(struct slurm_ex *sx, const struct sjob *sj, struct argv_buf *a)
+{
+	const struct exec_job *j = &sj->job;
+	memset(a, 0, sizeof *a);
+	arg(a, "sbatch");
+	arg(a, "--parsable");
+	argf(a, "--job-name=%s", sj->name);
+	argf(a, "--comment=larch j-%06lld", j->id);
+	argf(a, "--chdir=%s", j->dir);
+	argf(a, "--output=%s/stdout.log", j->dir);
+	argf(a, "--error=%s/stderr.log", j->dir);
+	arg(a, "--open-mode=append");
+	arg(a, "--requeue");
+	const char *part = j->partition[0] ? j->partition : sx->partition;
+	const char *qos = j->qos[0] ? j->qos : sx->qos;
+	const char *account = j->account[0] ? j->account : sx->account;
+	if (part && *part)
+		argf(a, "--partition=%s", part);
+	if (qos && *qos)
+		argf(a, "--qos=%s", qos);
+	if (account && *account)
+		argf(a, "--account=%s", account);
+	argf(a, "--nodes=%d", j->nodes > 0 ? j->nodes : 1);
+	argf(a, "--ntasks=%d", j->ranks > 0 ? j->ranks : 1);
+	argf(a, "--cpus-per-task=%d", j->cpus_per_task > 0 ? j->cpus_per_task : 1);
+	if (j->mem_mb > 0)
+		argf(a, "--mem=%lldM", j->mem_mb);
+	if (j->gpus_per_node > 0)
+		argf(a, "--gres=gpu:%d", j->gpus_per_node);
+	if (j->time_limit_s > 0) {
+		long t = j->time_limit_s;
+		argf(a, "--time=%ld-%02ld:%02ld:%02ld", t / 86400, t / 3600 % 24, t / 60 % 60, t % 60);
+		/* the checkpoint signal: grace seconds before the end, at most half the run */
+		long grace = sx->cfg.grace_s > 0 ? sx->cfg.grace_s : 60;
+		if (grace > t / 2)
+			grace = t / 2;
+		if (grace >= 1)
+			argf(a, "--signal=B:USR1@%ld", grace);
+	}
+	argf(a, "%s/slurm.sh", j->dir);
+}
+
+/* What a worker thread does for one job: sbatch, and the outcome in sj (the
+ * lock is not held: the job is PH_SUBMITTING, which nobody else touches but
+ * to set cancel). */
+struct outcome {
+	struct sjob *sj;
+	int ok, transient;
+	char sid[32];
+	char msg[EXEC_REASON_MAX];
+};
+
+struct submit_batch {
+	struct slurm_ex *sx;
+	struct outcome *out;
+	int n;
+	atomic_int next;
+};
+
+static void submit_one(struct slurm_ex *sx, struct outcome *o)
+{
+	struct argv_buf a;
+	sbatch_argv(sx, o->sj, &a);
+	struct slurm_cmd_result res;
+	int rc = slurm_cmd_run(a.argv, sx->cfg.timeout_s * 1000, &res);
+	if (rc == 0) {
+		/* "123" or "123;cluster" */
+		size_t k = 0;
+		while (k < sizeof o->sid - 1 && isdigit((unsigned char)res.out[k])) {
+			o->sid[k] = res.out[k];
+			k++;
+		}
+		o->sid[k] = '\0';
+		if (k > 0) {
+			o->ok = 1;
+			char err[256];
+			char line[40];
+			snprintf(line, sizeof line, "%s\n", o->sid);
+			if (write_file(o->sj->job.dir, "slurm-job-id", line, 0640, err, sizeof err) != 0)
+				fprintf(stderr, "larchd: job j-%06lld: %s\n", o->sj->job.id, err);
+		} else {
+			o->transient = 1;
+			snprintf(o->msg, sizeof o->msg, "sbatch printed no job id: %.100s", res.out);
+		}
+	} else {
+		o->transient = unreachable(&res);
+		slurm_cmd_describe(a.argv, &res, o->msg, sizeof o->msg);
+	}
+	slurm_cmd_release(&res);
+}
+
+static void *submit_worker(void *arg)
+{
+	struct submit_batch *b = arg;
+	for (int i; (i = atomic_fetch_add(&b->next, 1)) < b->n;)
+		submit_one(b->sx, &b->out[i]);
+	return NULL;
+}
+
+static long long backoff_ms(int tries)
+{
+	long long ms = 500LL << (tries < 5 ? tries : 5);
+	return ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS;
+}
+
+/* Hands over every job due, several sbatch at once. */
+static void submit_due(struct slurm_ex *sx)
+{
+	struct outcome *out = calloc(SUBMIT_BATCH, sizeof *out);
+	if (!out)
+		return;
+	int n = 0;
+	long long now = mono_ms();
+	pthread_mutex_lock(&sx->lock);
+	for (struct sjob *j = sx->jobs; j && n < SUBMIT_BATCH; j = j->next)
+		if (j->phase == PH_SUBMIT && !j->cancel && j->next_try_ms <= now) {
+			j->phase = PH_SUBMITTING;
+			out[n++].sj = j;
+		}
+	pthread_mutex_unlock(&sx->lock);
+	if (n == 0) {
+		free(out);
+		return;
+	}
+	struct submit_batch b = { .sx = sx, .out = out, .n = n };
+	atomic_init(&b.next, 0);
+	int workers = sx->cfg.submit_parallel < n ? sx->cfg.submit_parallel : n;
+	pthread_t tids[64];
+	int started = 0;
+	for (int i = 1; i < workers && i < 64; i++)
+		if (pthread_create(&tids[started], NULL, submit_worker, &b) == 0)
+			started++;
+	submit_worker(&b);
+	for (int i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+
+	pthread_mutex_lock(&sx->lock);
+	int reached = 0, lost = 0;
+	const char *lost_msg = "";
+	for (int i = 0; i < n; i++) {
+		struct outcome *o = &out[i];
+		struct sjob *j = o->sj;
+		if (o->ok) {
+			reached = 1;
+			snprintf(j->sid, sizeof j->sid, "%s", o->sid);
+			j->phase = PH_FOLLOW;
+			j->tries = 0;
+			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s", j->sid);
+		} else if (o->transient) {
+			lost = 1;
+			lost_msg = o->msg;
+			j->phase = PH_LOOKUP;      /* it may have reached slurmctld: look first */
+			j->tries++;
+			j->next_try_ms = mono_ms() + backoff_ms(j->tries);
+		} else {
+			reached = 1;               /* slurmctld answered: it refused the job */
+			snprintf(j->submit_err, sizeof j->submit_err, "%s", o->msg);
+		}
+	}
+	if (reached)
+		note_health(sx, 1, "");
+	else if (lost)
+		note_health(sx, 0, lost_msg);
+	/* refused jobs: reported and forgotten */
+	for (struct sjob **p = &sx->jobs; *p;) {
+		struct sjob *j = *p;
+		if (j->phase == PH_SUBMITTING && j->submit_err[0]) {
+			emit(sx, j, EXEC_FAILED, -1, 0, "Slurm refused the job: %s", j->submit_err);
+			*p = j->next;
+			sx->n_jobs--;
+			free(j);
+		} else {
+			p = &j->next;
+		}
+	}
+	pthread_mutex_unlock(&sx->lock);
+	free(out);
+}
+
+/* ---- squeue --------------------------------------------------------------------- */
+
+struct row {
+	long long id;                 /* larch id from the name */
+	char *sid, *state, *nodes, *partition, *reason;
+	int exit_raw, restarts;
+};
+
+static int row_cmp(const void *a, const void *b)
+{
+	const struct row *x = a, *y = b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Splits squeue's output (JobID|Name|State|exit_code|RestartCnt|NodeList|
+ * Partition|Reason|) into rows of our jobs, sorted by larch id; the strings
+ * point into out. */
+static struct row *parse_squeue(struct slurm_ex *sx, char *out, int *n_rows)
+{
+	size_t cap = 64;
+	int n = 0;
+	struct row *rows = malloc(cap * sizeof *rows);
+	size_t plen = strlen(sx->prefix);
+	for (char *line = out, *next; rows && line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		char *f[9];
+		int k = 0;
+		for (char *p = line; k < 9; k++) {
+			f[k] = p;
+			char *bar = strchr(p, '|');
+			if (!bar) {
+				k++;
+				break;
+			}
+			*bar = '\0';
+			p = bar + 1;
+		}
+		if (k < 8 || strncmp(f[1], sx->prefix, plen) != 0)
+			continue;
+		char *end;
+		long long id = strtoll(f[1] + plen, &end, 10);
+		if (*end || id <= 0)
+			continue;
+		if ((size_t)n == cap) {
+			struct row *grown = realloc(rows, 2 * cap * sizeof *rows);
+			if (!grown)
+				break;
+			rows = grown;
+			cap *= 2;
+		}
+		rows[n++] = (struct row){ .id = id, .sid = f[0], .state = f[2],
+		                          .exit_raw = atoi(f[3]), .restarts = atoi(f[4]),
+		                          .nodes = f[5], .partition = f[6], .reason = f[7] };
+	}
+	if (rows)
+		qsort(rows, (size_t)n, sizeof *rows, row_cmp);
+	*n_rows = rows ? n : 0;
+	return rows;
+}
+
+enum kind { K_WAIT, K_HELD, K_RUN, K_REQUEUE, K_PREEMPT, K_FINAL };
+
+struct slurm_state {
+	enum kind kind;
+	enum exec_state final;
+};
+
+static struct slurm_state map_state(const char *state, const char *reason)
+{
+	static const struct { const char *name; enum exec_state st; } finals[] = {
+		{ "COMPLETED", EXEC_COMPLETED }, { "FAILED", EXEC_FAILED },
+		{ "CANCELLED", EXEC_CANCELLED }, { "TIMEOUT", EXEC_TIMEOUT },
+		{ "DEADLINE", EXEC_TIMEOUT }, { "NODE_FAIL", EXEC_FAILED },
+		{ "OUT_OF_MEMORY", EXEC_FAILED }, { "BOOT_FAIL", EXEC_FAILED },
+		{ "SPECIAL_EXIT", EXEC_FAILED }, { "REVOKED", EXEC_FAILED },
+	};
+	for (size_t i = 0; i < sizeof finals / sizeof finals[0]; i++)
+		if (strcmp(state, finals[i].name) == 0)
+			return (struct slurm_state){ K_FINAL, finals[i].st };
+	if (strcmp(state, "PENDING") == 0)
+		return (struct slurm_state){ strncmp(reason, "JobHeld", 7) == 0 ? K_HELD : K_WAIT, 0 };
+	if (strcmp(state, "REQUEUED") == 0 || strcmp(state, "REQUEUE_FED") == 0)
+		return (struct slurm_state){ K_REQUEUE, 0 };
+	if (strcmp(state, "REQUEUE_HOLD") == 0)
+		return (struct slurm_state){ K_HELD, 0 };
+	if (strcmp(state, "PREEMPTED") == 0)
+		return (struct slurm_state){ K_PREEMPT, 0 };
+	return (struct slurm_state){ K_RUN, 0 };   /* RUNNING, CONFIGURING, COMPLETING, ... */
+}
+
+/* The end of a job: reason text and exit code from its final state. */
+static void emit_final(struct slurm_ex *sx, struct sjob *j, enum exec_state st,
+                       const char *state, const char *reason, int exit_code, int signo,
+                       int started)
+{
+	char how[64] = "";
+	if (signo > 0)
+		snprintf(how, sizeof how, ", killed by signal %d", signo);
+	else if (exit_code >= 0)
+		snprintf(how, sizeof how, ", exit %d", exit_code);
+	int has_reason = reason && *reason && strcmp(reason, "None") != 0;
+	emit(sx, j, st, signo > 0 ? -1 : exit_code, started, "slurm job %s %s%s%s%s", j->sid,
+	     state, has_reason ? " (" : "", has_reason ? reason : "", has_reason ? ")" : "");
+	size_t len = strlen(sx->events[sx->n_events - 1].reason);
+	snprintf(sx->events[sx->n_events - 1].reason + len,
+	         sizeof sx->events[0].reason - len, "%s", how);
+}
+
+/* Applies one squeue row to j; lock held. Returns 1 when the job ended. */
+static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
+{
+	struct slurm_state m = map_state(r->state, r->reason);
+	int restarted = r->restarts > j->restarts;
+	j->restarts = r->restarts;
+	if (restarted && j->last == EXEC_RUNNING && m.kind != K_PREEMPT && m.kind != K_REQUEUE)
+		emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued (restart %d)", j->sid,
+		     r->restarts);
+	switch (m.kind) {
+	case K_WAIT:
+		if (j->last == EXEC_RUNNING)
+			emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued", j->sid);
+		if (j->last != EXEC_QUEUED)
+			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s (%s)", j->sid, r->reason);
+		return 0;
+	case K_HELD:
+		if (j->last == EXEC_RUNNING)
+			emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued", j->sid);
+		if (j->last != EXEC_HELD)
+			emit(sx, j, EXEC_HELD, -1, 0, "slurm job %s held (%s)", j->sid, r->reason);
+		return 0;
+	case K_REQUEUE:
+		if (j->last == EXEC_RUNNING)
+			emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued", j->sid);
+		return 0;
+	case K_PREEMPT:
+		if (j->last == EXEC_RUNNING)
+			emit(sx, j, EXEC_PREEMPTED, -1, 1, "slurm job %s preempted", j->sid);
+		return 0;
+	case K_RUN:
+		j->seen_running = 1;
+		if (j->last != EXEC_RUNNING)
+			emit(sx, j, EXEC_RUNNING, -1, 1, "slurm job %s on %s", j->sid, r->nodes);
+		return 0;
+	case K_FINAL:
+		break;
+	}
+	int started = j->seen_running || m.final == EXEC_COMPLETED || m.final == EXEC_TIMEOUT ||
+	              (m.final != EXEC_CANCELLED && r->nodes[0]);
+	int code = WIFEXITED(r->exit_raw) ? WEXITSTATUS(r->exit_raw) : -1;
+	int signo = WIFSIGNALED(r->exit_raw) ? WTERMSIG(r->exit_raw) : 0;
+	emit_final(sx, j, m.final, r->state, r->reason, code, signo, started);
+	return 1;
+}
+
+/* "Key=value" from scontrol -o or "" */
+static void field(const char *line, const char *key, char *out, size_t len)
+{
+	out[0] = '\0';
+	size_t klen = strlen(key);
+	for (const char *p = line; (p = strstr(p, key)) != NULL; p += klen) {
+		if ((p == line || p[-1] == ' ') && p[klen] == '=') {
+			const char *v = p + klen + 1;
+			size_t n = strcspn(v, " \n");
+			snprintf(out, len, "%.*s", (int)n, v);
+			return;
+		}
+	}
+}
+
+/* Finds how a job squeue no longer lists ended: scontrol, sacct -c, then the
+ * job's result.json. Runs commands: called without the lock, on a copy. */
+struct resolved {
+	int found;
+	enum exec_state st;
+	char state[32], reason[128];
+	int exit_code, signo, started;
+};
+
+static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct resolved *out)
+{
+	memset(out, 0, sizeof *out);
+	out->exit_code = -1;
+	int timeout = sx->cfg.timeout_s * 1000;
+	struct slurm_cmd_result res;
+	const char *sc[] = { "scontrol", "-o", "show", "job", j->sid, NULL };
+	if (slurm_cmd_run(sc, timeout, &res) == 0) {
+		char name[96], ec[32];
+		field(res.out, "JobName", name, sizeof name);
+		if (strcmp(name, j->name) == 0) {
+			field(res.out, "JobState", out->state, sizeof out->state);
+			field(res.out, "Reason", out->reason, sizeof out->reason);
+			field(res.out, "ExitCode", ec, sizeof ec);
+			sscanf(ec, "%d:%d", &out->exit_code, &out->signo);
+			out->found = 1;
+		}
+	}
+	slurm_cmd_release(&res);
+	if (!out->found) {
+		const char *sa[] = { "sacct", "-c", "-n", "-P", "-j", j->sid, "-o",
+		                     "JobID,JobName,State,ExitCode", NULL };
+		if (slurm_cmd_run(sa, timeout, &res) == 0) {
+			for (char *line = res.out, *next; line && *line; line = next) {
+				next = strchr(line, '\n');
+				if (next)
+					*next++ = '\0';
+				char sid[32] = "", name[96] = "", state[32] = "";
+				int code = -1, sig = 0;
+				if (sscanf(line, "%31[^|]|%95[^|]|%31[^|]|%d:%d", sid, name, state, &code,
+				           &sig) >= 3 && strcmp(sid, j->sid) == 0 &&
+				    strcmp(name, j->name) == 0) {
+					snprintf(out->state, sizeof out->state, "%s", state);
+					out->exit_code = code;
+					out->signo = sig;
+					out->found = 1;  /* the last record wins (requeued jobs have several) */
+				}
+			}
+		}
+		slurm_cmd_release(&res);
+	}
+	if (out->found) {
+		struct slurm_state m = map_state(out->state, out->reason);
+		if (m.kind == K_FINAL) {
+			out->st = m.final;
+			out->started = j->seen_running || m.final != EXEC_CANCELLED;
+			return;
+		}
+		out->found = 0;                /* still alive (then squeue lists it again) */
+		return;
+	}
+	/* Slurm forgot it: what the trainer left says how it ended */
+	char status[64] = "";
+	char path[EXEC_PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/result.json", j->job.dir);
+	json_t *result = json_load_file(path, 0, NULL);
+	const char *st = json_string_value(json_object_get(result, "status"));
+	snprintf(status, sizeof status, "%s", st ? st : "");
+	json_decref(result);
+	out->found = 1;
+	out->started = file_exists(j->job.dir, "slurm-attempt");
+	if (strcmp(status, "completed") == 0) {
+		out->st = EXEC_COMPLETED;
+		out->exit_code = 0;
+		snprintf(out->state, sizeof out->state, "COMPLETED");
+		snprintf(out->reason, sizeof out->reason, "Slurm forgot it; result.json says completed");
+	} else {
+		out->st = EXEC_FAILED;
+		snprintf(out->state, sizeof out->state, "UNKNOWN");
+		snprintf(out->reason, sizeof out->reason, "Slurm no longer knows the job%s%s",
+		         status[0] ? "; result.json says " : "", status);
+	}
+}
+
+/* One squeue for every job; then the jobs it did not list. */
+static void poll_squeue(struct slurm_ex *sx)
+{
+	const char *argv[] = { "squeue", "--me", "-h", "-t", "all", "-O",
+	                       "JobID:|,Name:|,State:|,exit_code:|,RestartCnt:|,NodeList:|,"
+	                       "Partition:|,Reason:|", NULL };
+	struct slurm_cmd_result res;
+	int rc = slurm_cmd_run(argv, sx->cfg.timeout_s * 1000, &res);
+	if (rc != 0) {
+		char why[EXEC_REASON_MAX];
+		slurm_cmd_describe(argv, &res, why, sizeof why);
+		slurm_cmd_release(&res);
+		pthread_mutex_lock(&sx->lock);
+		note_health(sx, 0, why);
+		pthread_mutex_unlock(&sx->lock);
+		return;
+	}
+	int n_rows;
+	struct row *rows = parse_squeue(sx, res.out, &n_rows);
+
+	/* jobs to ask about, copied so the commands run without the lock */
+	struct sjob *gone = NULL;
+	int n_gone = 0, cap_gone = 0;
+	pthread_mutex_lock(&sx->lock);
+	note_health(sx, 1, "");
+	for (struct sjob **p = &sx->jobs; *p;) {
+		struct sjob *j = *p;
+		struct row key = { .id = j->job.id };
+		struct row *r = rows ? bsearch(&key, rows, (size_t)n_rows, sizeof *rows, row_cmp) : NULL;
+		/* several rows for one larch id cannot happen unless submitted twice: the
+		 * one with the recorded id wins */
+		if (r && j->sid[0]) {
+			struct row *first = r;
+			while (first > rows && first[-1].id == j->job.id)
+				first--;
+			for (r = first; r < rows + n_rows && r->id == j->job.id; r++)
+				if (strcmp(r->sid, j->sid) == 0)
+					break;
+			if (r == rows + n_rows || r->id != j->job.id)
+				r = NULL;
+		}
+		int ended = 0;
+		if (j->phase == PH_LOOKUP) {
+			if (r) {
+				snprintf(j->sid, sizeof j->sid, "%s", r->sid);
+				j->phase = PH_FOLLOW;
+				char line[40], err[256];
+				snprintf(line, sizeof line, "%s\n", j->sid);
+				if (write_file(j->job.dir, "slurm-job-id", line, 0640, err, sizeof err) != 0)
+					fprintf(stderr, "larchd: job j-%06lld: %s\n", j->job.id, err);
+			} else if (!file_exists(j->job.dir, "slurm-attempt")) {
+				j->phase = PH_SUBMIT;      /* Slurm never had it: submit (again) */
+			} else if (j->sid[0]) {
+				j->phase = PH_FOLLOW;      /* it ran; how it ended is asked below */
+				j->missing = MISSING_POLLS;
+			} else {
+				/* it ran and Slurm forgot it, id unknown: what it left says how */
+				snprintf(j->sid, sizeof j->sid, "?");
+				j->phase = PH_FOLLOW;
+				j->missing = MISSING_POLLS;
+			}
+		}
+		if (j->phase == PH_FOLLOW) {
+			if (r) {
+				j->missing = 0;
+				ended = apply_row(sx, j, r);
+			} else if (++j->missing >= MISSING_POLLS) {
+				if (n_gone == cap_gone) {
+					cap_gone = cap_gone ? 2 * cap_gone : 8;
+					struct sjob *grown = realloc(gone, (size_t)cap_gone * sizeof *gone);
+					if (!grown) {
+						p = &j->next;
+						continue;
+					}
+					gone = grown;
+				}
+				gone[n_gone++] = *j;
+			}
+		}
+		if (ended) {
+			*p = j->next;
+			sx->n_jobs--;
+			free(j);
+		} else {
+			p = &j->next;
+		}
+	}
+	pthread_mutex_unlock(&sx->lock);
+	free(rows);
+	slurm_cmd_release(&res);
+
+	for (int i = 0; i < n_gone; i++) {
+		struct resolved rv;
+		resolve_gone(sx, &gone[i], &rv);
+		if (!rv.found)
+			continue;
+		pthread_mutex_lock(&sx->lock);
+		for (struct sjob **p = &sx->jobs; *p; p = &(*p)->next) {
+			struct sjob *j = *p;
+			if (j->job.id != gone[i].job.id || j->phase != PH_FOLLOW)
+				continue;
+			emit_final(sx, j, rv.st, rv.state, rv.reason, rv.exit_code, rv.signo, rv.started);
+			*p = j->next;
+			sx->n_jobs--;
+			free(j);
+			break;
+		}
+		pthread_mutex_unlock(&sx->lock);
+	}
+	free(gone);
+}
+
+/* ---- cancels, partitions ------------------------------------------------------------ */
+
+static void send_cancels(struct slurm_ex *sx)
+{
+	struct argv_buf a;
+	memset(&a, 0, sizeof a);
+	arg(&a, "scancel");
+	int n = 0;
+	char sids[16][32];
+	pthread_mutex_lock(&sx->lock);
+	for (struct sjob **p = &sx->jobs; *p;) {
+		struct sjob *j = *p;
+		if (!j->cancel) {
+			p = &j->next;
+			continue;
+		}
+		if (j->phase == PH_SUBMIT) {
+			emit(sx, j, EXEC_CANCELLED, -1, 0, "cancelled before Slurm took it");
+			*p = j->next;
+			sx->n_jobs--;
+			free(j);
+			continue;
+		}
+		if (j->phase == PH_FOLLOW && !j->cancel_sent && j->sid[0] != '?' && n < 16) {
+			snprintf(sids[n], sizeof sids[n], "%s", j->sid);
+			arg(&a, sids[n++]);
+			j->cancel_sent = 1;
+		}
+		p = &j->next;
+	}
+	pthread_mutex_unlock(&sx->lock);
+	if (n == 0)
+		return;
+	struct slurm_cmd_result res;
+	if (slurm_cmd_run(a.argv, sx->cfg.timeout_s * 1000, &res) != 0) {
+		char why[EXEC_REASON_MAX];
+		slurm_cmd_describe(a.argv, &res, why, sizeof why);
+		fprintf(stderr, "larchd: slurm executor: %s\n", why);
+		if (unreachable(&res)) {           /* again at the next pass */
+			pthread_mutex_lock(&sx->lock);
+			for (struct sjob *j = sx->jobs; j; j = j->next)
+				for (int i = 0; i < n; i++)
+					if (j->cancel && strcmp(j->sid, sids[i]) == 0)
+						j->cancel_sent = 0;
+			note_health(sx, 0, why);
+			pthread_mutex_unlock(&sx->lock);
+		}
+	}
+	slurm_cmd_release(&res);
+}
+
+static void free_parts(char **parts, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(parts[i]);
+	free(parts);
+}
+
+static void refresh_partitions(struct slurm_ex *sx)
+{
+	long long now = mono_ms();
+	pthread_mutex_lock(&sx->lock);
+	int due = !sx->parts || now - sx->parts_ms >= PARTITIONS_MS;
+	pthread_mutex_unlock(&sx->lock);
+	if (!due)
+		return;
+	const char *argv[] = { "sinfo", "-h", "-o", "%R", NULL };
+	struct slurm_cmd_result res;
+	if (slurm_cmd_run(argv, sx->cfg.timeout_s * 1000, &res) != 0) {
+		slurm_cmd_release(&res);
+		return;
+	}
+	char **parts = NULL;
+	int n = 0;
+	for (char *line = res.out, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		char **grown = realloc(parts, (size_t)(n + 1) * sizeof *parts);
+		if (!grown)
+			break;
+		parts = grown;
+		if ((parts[n] = strdup(line)) != NULL)
+			n++;
+	}
+	slurm_cmd_release(&res);
+	pthread_mutex_lock(&sx->lock);
+	free_parts(sx->parts, sx->n_parts);
+	sx->parts = parts ? parts : calloc(1, sizeof *parts);
+	sx->n_parts = n;
+	sx->parts_ms = now;
+	pthread_mutex_unlock(&sx->lock);
+}
+
+/* ---- the thread ---------------------------------------------------------------------- */
+
+static void *slurm_main(void *arg)
+{
+	struct slurm_ex *sx = arg;
+	long long last_poll = 0;
+	pthread_mutex_lock(&sx->lock);
+	while (!sx->stopping) {
+		sx->kicked = 0;
+		int have_jobs = sx->n_jobs > 0;
+		pthread_mutex_unlock(&sx->lock);
+
+		refresh_partitions(sx);
+		send_cancels(sx);
+		submit_due(sx);
+		send_cancels(sx);                  /* cancelled while their sbatch ran */
+		if (have_jobs && mono_ms() - last_poll >= sx->cfg.poll_ms) {
+			last_poll = mono_ms();
+			poll_squeue(sx);
+		}
+
+		pthread_mutex_lock(&sx->lock);
+		if (sx->kicked || sx->stopping)
+			continue;
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		long long wait = sx->cfg.poll_ms - (mono_ms() - last_poll);
+		if (wait < 20)
+			wait = 20;
+		long long ns = until.tv_nsec + wait * 1000000;
+		until.tv_sec += ns / 1000000000;
+		until.tv_nsec = ns % 1000000000;
+		while (!sx->kicked && !sx->stopping &&
+		       pthread_cond_timedwait(&sx->wake, &sx->lock, &until) == 0)
+			;
+	}
+	pthread_mutex_unlock(&sx->lock);
+	return NULL;
+}
+
+static void kick(struct slurm_ex *sx)
+{
+	sx->kicked = 1;
+	pthread_cond_signal(&sx->wake);
+}
+
+/* ---- operations ----------------------------------------------------------------------- */
+
+static struct sjob *find(struct slurm_ex *sx, long long id)
+{
+	for (struct sjob *j = sx->jobs; j; j = j->next)
+		if (j->job.id == id)
+			return j;
+	return NULL;
+}
+
+/* A new tracked job in phase; writes its script and token file. */
+static int track(struct slurm_ex *sx, const struct exec_job *job, enum phase phase,
+                 const char *sid, char *err, size_t errlen)
+{
+	if (write_script(sx, job, err, errlen) != 0)
+		return -1;
+	char token[sizeof job->token + 2];
+	snprintf(token, sizeof token, "%s\n", job->token);
+	if (job->token[0] && write_file(job->dir, "job-token", token, 0600, err, errlen) != 0) {
+		explicit_bzero(token, sizeof token);
+		return -1;
+	}
+	explicit_bzero(token, sizeof token);
+	struct sjob *j = calloc(1, sizeof *j);
+	if (!j) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	j->job = *job;
+	explicit_bzero(j->job.token, sizeof j->job.token);
+	j->phase = phase;
+	j->last = -1;
+	j->restarts = -1;
+	snprintf(j->sid, sizeof j->sid, "%s", sid ? sid : "");
+	snprintf(j->name, sizeof j->name, "%s%06lld", sx->prefix, job->id);
+	pthread_mutex_lock(&sx->lock);
+	if (find(sx, job->id)) {
+		pthread_mutex_unlock(&sx->lock);
+		free(j);
+		snprintf(err, errlen, "job j-%06lld is already with the slurm executor", job->id);
+		return -1;
+	}
+	/* FIFO: appended */
+	struct sjob **p = &sx->jobs;
+	while (*p)
+		p = &(*p)->next;
+	*p = j;
+	sx->n_jobs++;
+	kick(sx);
+	pthread_mutex_unlock(&sx->lock);
+	return 0;
+}
+
+static int slurm_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
+{
+	return track((struct slurm_ex *)ex, job, PH_SUBMIT, NULL, err, errlen);
+}
+
+static int slurm_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
+{
+	char sid[32] = "";
+	if (read_file(job->dir, "slurm-job-id", sid, sizeof sid) == 0 && sid[0])
+		return track((struct slurm_ex *)ex, job, PH_FOLLOW, sid, err, errlen);
+	/* killed between sbatch and its answer, or before sbatch: look first */
+	return track((struct slurm_ex *)ex, job, PH_LOOKUP, NULL, err, errlen);
+}
+
+static int slurm_cancel(struct executor *ex, long long id, char *err, size_t errlen)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	pthread_mutex_lock(&sx->lock);
+	struct sjob *j = find(sx, id);
+	if (j) {
+		j->cancel = 1;
+		kick(sx);
+	}
+	pthread_mutex_unlock(&sx->lock);
+	if (!j)
+		snprintf(err, errlen, "job j-%06lld is not with the slurm executor", id);
+	return j ? 0 : -1;
+}
+
+static void slurm_poll(struct executor *ex, exec_event_fn fn, void *ctx)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	pthread_mutex_lock(&sx->lock);
+	struct exec_event *events = sx->events;
+	int n = sx->n_events;
+	sx->events = NULL;
+	sx->n_events = sx->cap_events = 0;
+	pthread_mutex_unlock(&sx->lock);
+	for (int i = 0; i < n; i++)
+		fn(ctx, &events[i]);
+	free(events);
+}
+
+static int slurm_count(struct executor *ex)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	pthread_mutex_lock(&sx->lock);
+	int n = sx->n_jobs;
+	pthread_mutex_unlock(&sx->lock);
+	return n;
+}
+
+static int slurm_has(struct executor *ex, long long id)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	pthread_mutex_lock(&sx->lock);
+	int found = find(sx, id) != NULL;
+	pthread_mutex_unlock(&sx->lock);
+	return found;
+}
+
+static int slurm_health(struct executor *ex, char *detail, size_t len)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	pthread_mutex_lock(&sx->lock);
+	int ok = sx->healthy;
+	if (ok) {
+		snprintf(detail, len, "ok");
+	} else {
+		time_t since = (time_t)(sx->unhealthy_since_ms / 1000);
+		struct tm tm;
+		char when[32] = "";
+		if (since && gmtime_r(&since, &tm))
+			strftime(when, sizeof when, " since %Y-%m-%dT%H:%M:%SZ", &tm);
+		snprintf(detail, len, "%s%s", sx->health_detail, when);
+	}
+	pthread_mutex_unlock(&sx->lock);
+	return ok;
+}
+
+static int slurm_partition_ok(struct executor *ex, const char *partition, char *err,
+                              size_t errlen)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	pthread_mutex_lock(&sx->lock);
+	int known = -1;
+	if (sx->parts && sx->n_parts > 0) {
+		known = 0;
+		for (int i = 0; i < sx->n_parts && !known; i++)
+			known = strcmp(sx->parts[i], partition) == 0;
+		if (!known) {
+			size_t o = 0;
+			o += (size_t)snprintf(err, errlen, "partition \"%s\" is not in the cluster (it has",
+			                      partition);
+			for (int i = 0; i < sx->n_parts && o < errlen; i++)
+				o += (size_t)snprintf(err + o, errlen - o, "%s %s", i ? "," : "",
+				                      sx->parts[i]);
+			if (o < errlen)
+				snprintf(err + o, errlen - o, ")");
+		}
+	}
+	pthread_mutex_unlock(&sx->lock);
+	return known;
+}
+
+static void slurm_free(struct executor *ex)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	pthread_mutex_lock(&sx->lock);
+	sx->stopping = 1;
+	kick(sx);
+	int started = sx->started;
+	pthread_mutex_unlock(&sx->lock);
+	if (started)
+		pthread_join(sx->thread, NULL);
+	for (struct sjob *j = sx->jobs, *next; j; j = next) {
+		next = j->next;
+		free(j);
+	}
+	free_parts(sx->parts, sx->n_parts);
+	free(sx->events);
+	free(sx->trainer_path);
+	free(sx->server_url);
+	free(sx->partition);
+	free(sx->account);
+	free(sx->qos);
+	pthread_cond_destroy(&sx->wake);
+	pthread_mutex_destroy(&sx->lock);
+	free(sx);
+}
+
+static const struct executor_ops slurm_ops = {
+	.name = "slurm",
+	.submit = slurm_submit,
+	.adopt = slurm_adopt,
+	.cancel = slurm_cancel,
+	.poll = slurm_poll,
+	.count = slurm_count,
+	.free = slurm_free,
+	.async_submit = 1,
+	.has = slurm_has,
+	.health = slurm_health,
+	.partition_ok = slurm_partition_ok,
+};
+
+/* STATE/instance-id: 16 hex digits made once, so that job names of two
+ * larchd sharing a cluster (or of one state dir and the next) never meet. */
+static int instance_id(const char *state_dir, char out[17], char *err, size_t errlen)
+{
+	if (read_file(state_dir, "instance-id", out, 17) == 0 && strlen(out) == 16 &&
+	    strspn(out, "0123456789abcdef") == 16)
+		return 0;
+	unsigned char raw[8];
+	if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+		snprintf(err, errlen, "getrandom: %s", strerror(errno));
+		return -1;
+	}
+	for (int i = 0; i < 8; i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+	char line[18];
+	snprintf(line, sizeof line, "%s\n", out);
+	return write_file(state_dir, "instance-id", line, 0640, err, errlen);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s && *s ? strdup(s) : NULL;
+}
+
+struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, size_t errlen)
+{
+	if (!cfg->trainer_path || !cfg->state_dir) {
+		snprintf(err, errlen, "slurm executor: needs the trainer's path and the state dir");
+		return NULL;
+	}
+	struct slurm_ex *sx = calloc(1, sizeof *sx);
+	if (!sx) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	sx->base.ops = &slurm_ops;
+	sx->cfg = *cfg;
+	if (sx->cfg.poll_ms < 100)
+		sx->cfg.poll_ms = 100;
+	if (sx->cfg.timeout_s < 1)
+		sx->cfg.timeout_s = 30;
+	if (sx->cfg.submit_parallel < 1)
+		sx->cfg.submit_parallel = 1;
+	if (sx->cfg.submit_parallel > 64)
+		sx->cfg.submit_parallel = 64;
+	sx->healthy = 1;
+	snprintf(sx->health_detail, sizeof sx->health_detail, "ok");
+	pthread_mutex_init(&sx->lock, NULL);
+	pthread_cond_init(&sx->wake, NULL);
+	char inst[17];
+	sx->trainer_path = strdup(cfg->trainer_path);
+	sx->server_url = dup_or_null(cfg->server_url);
+	sx->partition = dup_or_null(cfg->partition);
+	sx->account = dup_or_null(cfg->account);
+	sx->qos = dup_or_null(cfg->qos);
+	if (!sx->trainer_path || instance_id(cfg->state_dir, inst, err, errlen) != 0) {
+		if (!sx->trainer_path)
+			snprintf(err, errlen, "out of memory");
+		slurm_free(&sx->base);
+		return NULL;
+	}
+	snprintf(sx->prefix, sizeof sx->prefix, "larch-%s-j-", inst);
+	int rc = pthread_create(&sx->thread, NULL, slurm_main, sx);
+	if (rc != 0) {
+		snprintf(err, errlen, "slurm executor: thread: %s", strerror(rc));
+		slurm_free(&sx->base);
+		return NULL;
+	}
+	sx->started = 1;
+	return &sx->base;
+}
