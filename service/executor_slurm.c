@@ -29,9 +29,14 @@
  * each single-quoted; the user's strings (names in the spec) never reach it
  * or a shell: Slurm's options are sbatch's argv. It reads the job token from
  * DIR/job-token (0600) so the token is in no command line or Slurm record,
- * forwards USR1 and TERM to the srun step (larch-train checkpoints on
- * either), and exits with the trainer's status. sbatch gets --requeue and,
- * with a time limit, --signal=B:USR1@grace.
+ * and exits with the trainer's status. sbatch gets --requeue and, with a
+ * time limit, --signal=B:USR1@grace: the script forwards that USR1 to the
+ * step, larch-train writes a checkpoint and exits 3, and the script waits
+ * for the limit so that Slurm ends the job as TIMEOUT (resubmitting it
+ * resumes). On TERM (scancel, scontrol requeue, preemption) Slurm signals
+ * the step itself: larch-train checkpoints and exits, and a requeued job's
+ * next attempt resumes from that checkpoint (larch-train resumes from the
+ * newest checkpoint in its job directory by itself).
  *
  * States (squeue's, edge-triggered: an event only when the larch-side state
  * changes): PENDING -> QUEUED, or HELD when the reason is JobHeld*;
@@ -83,6 +88,8 @@ struct sjob {
 	int last;                     /* last enum exec_state reported; -1 none */
 	int restarts;                 /* RestartCnt seen */
 	int seen_running, missing, tries;
+	int await_restart;            /* requeued as restart N: RUNNING rows are the old
+	                                 attempt ending until its script starts again */
 	long long next_try_ms;
 	char submit_err[EXEC_REASON_MAX];   /* a permanent sbatch failure, set by a worker */
 	struct sjob *next;
@@ -292,9 +299,13 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		"%s"
 		"fi\n"
 		"child=\n"
-		"forward() { [ -n \"$child\" ] && kill -\"$1\" \"$child\" 2>/dev/null; }\n"
-		"trap 'forward USR1' USR1\n"
-		"trap 'forward TERM' TERM\n"
+		"warned=\n"
+		"terminated=\n"
+		"# USR1 (--signal, before the time limit): the trainer checkpoints and exits 3\n"
+		"trap 'warned=1; [ -n \"$child\" ] && kill -USR1 \"$child\" 2>/dev/null' USR1\n"
+		"# TERM (scancel, requeue, preemption, the limit): Slurm signals the step\n"
+		"# itself; this shell stays to collect the trainer's status\n"
+		"trap 'terminated=1' TERM\n"
 		"srun --ntasks=%d --kill-on-bad-exit=1 %s --spec spec.json --job-dir . "
 		"--threads %d &\n"
 		"child=$!\n"
@@ -303,6 +314,10 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		"\trc=$?\n"
 		"\tkill -0 \"$child\" 2>/dev/null || break\n"
 		"done\n"
+		"if [ -n \"$warned\" ] && [ -z \"$terminated\" ] && [ \"$rc\" = 3 ]; then\n"
+		"\t# checkpointed for the time limit: Slurm ends the job as TIMEOUT\n"
+		"\twhile [ -z \"$terminated\" ]; do sleep 1; done\n"
+		"fi\n"
 		"exit \"$rc\"\n",
 		j->id, dir, j->id, url, url, flush, j->ranks > 0 ? j->ranks : 1, trainer,
 		j->cpus_per_task > 0 ? j->cpus_per_task : 1);
@@ -351,8 +366,17 @@ static void sbatch_argv(struct slurm_ex *sx, const struct sjob *sj, struct argv_
 	argf(a, "--job-name=%s", sj->name);
 	argf(a, "--comment=larch j-%06lld", j->id);
 	argf(a, "--chdir=%s", j->dir);
-	argf(a, "--output=%s/stdout.log", j->dir);
-	argf(a, "--error=%s/stderr.log", j->dir);
+	/* Slurm expands %j and the like in these two: a literal % is %% */
+	char dir[2 * EXEC_PATH_MAX];
+	size_t o = 0;
+	for (const char *p = j->dir; *p && o + 2 < sizeof dir; p++) {
+		if (*p == '%')
+			dir[o++] = '%';
+		dir[o++] = *p;
+	}
+	dir[o] = '\0';
+	argf(a, "--output=%s/stdout.log", dir);
+	argf(a, "--error=%s/stderr.log", dir);
 	arg(a, "--open-mode=append");
 	arg(a, "--requeue");
 	const char *part = j->partition[0] ? j->partition : sx->partition;
@@ -637,17 +661,21 @@ static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 	struct slurm_state m = map_state(r->state, r->reason);
 	int restarted = r->restarts > j->restarts;
 	j->restarts = r->restarts;
-	if (restarted && j->last == EXEC_RUNNING && m.kind != K_PREEMPT && m.kind != K_REQUEUE)
+	if (restarted && j->last == EXEC_RUNNING && m.kind != K_PREEMPT && m.kind != K_REQUEUE) {
 		emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued (restart %d)", j->sid,
 		     r->restarts);
+		j->await_restart = r->restarts;
+	}
 	switch (m.kind) {
 	case K_WAIT:
+		j->await_restart = 0;
 		if (j->last == EXEC_RUNNING)
 			emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued", j->sid);
 		if (j->last != EXEC_QUEUED)
 			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s (%s)", j->sid, r->reason);
 		return 0;
 	case K_HELD:
+		j->await_restart = 0;
 		if (j->last == EXEC_RUNNING)
 			emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued", j->sid);
 		if (j->last != EXEC_HELD)
@@ -662,6 +690,13 @@ static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 			emit(sx, j, EXEC_PREEMPTED, -1, 1, "slurm job %s preempted", j->sid);
 		return 0;
 	case K_RUN:
+		if (j->await_restart > 0) {
+			char attempt[32] = "";
+			if (read_file(j->job.dir, "slurm-attempt", attempt, sizeof attempt) != 0 ||
+			    atoi(attempt) < j->await_restart)
+				return 0;          /* the requeued attempt is still being stopped */
+			j->await_restart = 0;
+		}
 		j->seen_running = 1;
 		if (j->last != EXEC_RUNNING)
 			emit(sx, j, EXEC_RUNNING, -1, 1, "slurm job %s on %s", j->sid, r->nodes);

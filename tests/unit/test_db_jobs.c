@@ -182,7 +182,7 @@ static void test_every_pair(void)
 			db_job_release(&after);
 		}
 	}
-	CHECK_INT_EQ(n_legal, 30);
+	CHECK_INT_EQ(n_legal, 28);
 	db_close(db);
 }
 

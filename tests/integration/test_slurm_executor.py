@@ -1,0 +1,333 @@
+"""larchd with `--executor slurm` against the real single-node dev cluster
+(tests/integration/slurm.py): submit -> COMPLETED with metrics, a failure at
+run time, cancels while Slurm holds the job pending and while it runs, the
+time limit, scontrol requeue with resume from the checkpoint, slurmctld down
+while jobs are submitted, larchd killed with -9 (also in the window between
+sbatch and the database), hostile names and paths, partitions checked at
+submit, and the Slurm calls counted in /metrics.
+
+Each test runs its own larchd (own state dir, so its own instance id in the
+Slurm job names); the cluster is the session's.
+"""
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import time
+
+import pytest
+import requests
+
+from larchd import Larchd
+from slurm import slurm_cluster  # noqa: F401  (the fixture)
+
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
+
+
+def spec(steps=30, name="sl", **extra):
+    s = {"name": name, "model": {"type": "mlp", "hidden": [16]},
+         "data": {"name": "fashion-mnist"}, "batch": {"global": 256},
+         "optimizer": {"type": "sgd", "lr": 0.1}, "steps": steps, "log_every": 5}
+    s.update(extra)
+    return s
+
+
+def start(tmp_path, cluster, args=(), state_dir=None):
+    env = dict(cluster.env)
+    return Larchd(tmp_path, args=["--executor", "slurm", "--slurm-poll-ms", "300",
+                                  "--cancel-grace", "10", *args],
+                  env=env, state_dir=state_dir).start()
+
+
+@pytest.fixture
+def servers():
+    started = []
+    yield started
+    for s in started:
+        if s.running():
+            s.proc.kill()
+            s.wait()
+
+
+def submit(server, body, status=201):
+    r = requests.post(server.url + "/v1/jobs", json=body, headers=server.auth(), timeout=30)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def job(server, jid):
+    r = requests.get(f"{server.url}/v1/jobs/{jid}", headers=server.auth(), timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_state(server, jid, states, timeout=60):
+    states = {states} if isinstance(states, str) else set(states)
+    deadline = time.monotonic() + timeout
+    while True:
+        j = job(server, jid)
+        if j["state"] in states:
+            return j
+        assert j["state"] not in FINAL - states, f"{jid} ended {j['state']}: {j['reason']}\n" \
+            f"{server.log()[-3000:]}"
+        assert time.monotonic() < deadline, \
+            f"{jid} is {j['state']} ({j['reason']}) after {timeout}s, not {states}\n" \
+            f"{server.log()[-3000:]}"
+        time.sleep(0.2)
+
+
+def wait_for(pred, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def events(server, jid):
+    r = requests.get(f"{server.url}/v1/jobs/{jid}/events", headers=server.auth(), timeout=30)
+    return [(e["from"], e["to"], e["by"], e["reason"]) for e in r.json()["events"]]
+
+
+def slurm_jobs_named(cluster, server, jid):
+    """Slurm job ids whose name is this larchd's name for jid (squeue and jobcomp)."""
+    inst = (server.state_dir / "instance-id").read_text().strip()
+    name = f"larch-{inst}-{jid}"
+    ids = set()
+    out = cluster.run("squeue", "-h", "-t", "all", "-O", "JobID:|,Name:|").stdout
+    for line in out.splitlines():
+        sid, n = line.split("|")[:2]
+        if n == name:
+            ids.add(sid)
+    out = cluster.run("sacct", "-c", "-n", "-P", "-o", "JobID,JobName", check=False).stdout
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 2 and parts[1] == name:
+            ids.add(parts[0])
+    return ids
+
+
+def node_cpus(cluster):
+    return int(cluster.run("sinfo", "-h", "-N", "-o", "%c").stdout.split()[0])
+
+
+def progress_step(server, jid):
+    p = job(server, jid).get("progress") or {}
+    return p.get("step", 0)
+
+
+def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    jid = submit(server, spec(30))["id"]
+    j = wait_state(server, jid, "COMPLETED")
+    assert j["executor"] == "slurm" and j["exit_code"] == 0
+    assert j["slurm_job_id"] and j["slurm_job_id"].isdigit()
+    assert slurm_jobs_named(slurm_cluster, server, jid) == {j["slurm_job_id"]}
+    r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
+                     headers=server.auth(), timeout=30)
+    points = r.json()["series"]["train/loss"]
+    assert [p[0] for p in points][-1] == 30 and len(points) >= 6, points
+    states = [e[1] for e in events(server, jid)]
+    assert states == ["PENDING", "QUEUED", "RUNNING", "RUNNING", "COMPLETED"], states
+    d = server.state_dir / "jobs" / jid
+    assert (d / "slurm-job-id").read_text().strip() == j["slurm_job_id"]
+    assert oct((d / "job-token").stat().st_mode & 0o777) == "0o600"
+    # the token is in no command line or script
+    assert "lt_" not in (d / "slurm.sh").read_text()
+    health = requests.get(server.url + "/healthz", timeout=10).json()
+    assert health["status"] == "ok" and health["executor"]["name"] == "slurm"
+    metrics = requests.get(server.url + "/metrics", headers=server.auth(), timeout=10).text
+    assert re.search(r'^larch_slurm_calls_total\{command="sbatch"\} [1-9]', metrics, re.M)
+
+
+def test_runtime_failure_is_failed_with_exit_code(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    bad = spec(10, data={"format": "text", "path": str(tmp_path / "missing.txt")},
+               model={"type": "gpt", "layers": 1, "heads": 1, "dim": 8, "seq": 8})
+    jid = submit(server, bad)["id"]
+    j = wait_state(server, jid, "FAILED")
+    assert j["exit_code"] == 1, j
+    assert "FAILED" in j["reason"] and "exit 1" in j["reason"], j["reason"]
+    log = (server.state_dir / "jobs" / jid / "stderr.log").read_text()
+    assert "missing.txt" in log
+
+
+def test_cancel_while_pending_in_slurm_and_while_running(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    cpus = node_cpus(slurm_cluster)
+    big = {"cpus_per_task": cpus}
+    first = submit(server, spec(10**6, name="hog", resources=big, checkpoint_every=50))["id"]
+    wait_state(server, first, "RUNNING")
+    second = submit(server, spec(30, name="waits", resources=big))["id"]
+    j = wait_state(server, second, "QUEUED")
+    sid = j["slurm_job_id"]
+    assert slurm_cluster.job(sid)["JobState"] == "PENDING"
+
+    r = requests.post(f"{server.url}/v1/jobs/{second}/cancel", headers=server.auth(), timeout=30)
+    assert r.status_code in (200, 202), r.text
+    j = wait_state(server, second, "CANCELLED", timeout=30)
+    assert j["reason"] == "cancelled by admin" and j["started_at"] is None, j
+    assert slurm_cluster.wait_job(sid)["JobState"] == "CANCELLED"
+
+    wait_for(lambda: progress_step(server, first) >= 50, "the first checkpoint", 60)
+    r = requests.post(f"{server.url}/v1/jobs/{first}/cancel", headers=server.auth(), timeout=30)
+    assert r.status_code in (200, 202), r.text
+    j = wait_state(server, first, "CANCELLED", timeout=60)
+    assert j["reason"] == "cancelled by admin", j
+    assert ("RUNNING", "CANCELLED", "admin", "cancelled by admin") in events(server, first)
+
+
+def test_time_limit_ends_timeout(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    jid = submit(server, spec(10**6, name="late", resources={"time_limit": "00:05"}))["id"]
+    j = wait_state(server, jid, "TIMEOUT", timeout=150)
+    assert "TIMEOUT" in j["reason"], j
+
+
+def test_requeue_resumes_from_checkpoint(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    steps = 3000
+    jid = submit(server, spec(steps, name="requeue", checkpoint_every=100))["id"]
+    j = wait_state(server, jid, "RUNNING")
+    sid = j["slurm_job_id"]
+    wait_for(lambda: progress_step(server, jid) >= 300, "step 300", 120)
+    slurm_cluster.run("scontrol", "requeue", sid)
+    j = wait_state(server, jid, {"REQUEUED", "QUEUED"}, timeout=60)
+    # Slurm holds a requeued job ~120 s (BeginTime); release it now
+    wait_for(lambda: slurm_cluster.job(sid)["JobState"] == "PENDING", "PENDING again", 60)
+    slurm_cluster.run("scontrol", "update", f"jobid={sid}", "StartTime=now")
+    j = wait_state(server, jid, "COMPLETED", timeout=240)
+    assert j["attempt"] == 2 and j["slurm_job_id"] == sid, j
+    states = [e[1] for e in events(server, jid)]
+    assert "REQUEUED" in states and states.count("RUNNING") >= 2, states
+    assert (server.state_dir / "jobs" / jid / "slurm-attempt").read_text().strip() == "1"
+    out = (server.state_dir / "jobs" / jid / "stdout.log").read_text()
+    assert re.search(r"resume: from .*\(step \d+\)", out), out[-2000:]
+    r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
+                     headers=server.auth(), timeout=30)
+    seen = [p[0] for p in r.json()["series"]["train/loss"]]
+    assert seen == sorted(set(seen)) and seen[-1] == steps, seen[-5:]
+    assert slurm_jobs_named(slurm_cluster, server, jid) == {sid}
+
+
+def test_slurmctld_down_submits_wait_pending_then_run_once(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster, args=["--slurm-timeout", "5"])
+    servers.append(server)
+    pid = slurm_cluster.pid("slurmctld")
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not slurm_cluster.running(), "slurmctld to stop", 30)
+    try:
+        ids = [submit(server, spec(20, name=f"outage{i}"))["id"] for i in range(3)]
+        t0 = time.monotonic()
+        for jid in ids:
+            assert job(server, jid)["state"] == "PENDING"
+        assert time.monotonic() - t0 < 2, "reads must not wait for Slurm"
+        wait_for(lambda: requests.get(server.url + "/healthz", timeout=10).json()["status"]
+                 == "degraded", "/healthz degraded", 40)
+        h = requests.get(server.url + "/healthz", timeout=10).json()
+        assert "unreachable" in h["executor"]["detail"], h
+        time.sleep(2)
+        assert all(job(server, jid)["state"] == "PENDING" for jid in ids)
+    finally:
+        slurm_cluster.start()
+    for jid in ids:
+        wait_state(server, jid, "COMPLETED", timeout=120)
+        assert len(slurm_jobs_named(slurm_cluster, server, jid)) == 1
+    wait_for(lambda: requests.get(server.url + "/healthz", timeout=10).json()["status"] == "ok",
+             "/healthz ok again", 30)
+
+
+def test_kill9_and_restart_adopts_without_duplicates(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    ids = [submit(server, spec(40, name=f"k{i}"))["id"] for i in range(6)]
+    server.signal(signal.SIGKILL)
+    server.wait()
+    again = start(tmp_path, slurm_cluster, state_dir=server.state_dir)
+    servers.append(again)
+    for jid in ids:
+        j = wait_state(again, jid, "COMPLETED", timeout=120)
+        assert slurm_jobs_named(slurm_cluster, again, jid) == {j["slurm_job_id"]}, jid
+
+
+def test_killed_between_sbatch_and_commit_is_found_by_name(tmp_path, slurm_cluster, servers):
+    """The window between sbatch answering and the database: made by hand
+    after a kill -9 (the job back to PENDING without its Slurm id, the id
+    file gone); the restarted larchd finds the Slurm job by its name."""
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    jid = submit(server, spec(400, name="window", checkpoint_every=100))["id"]
+    sid = wait_state(server, jid, {"QUEUED", "RUNNING"})["slurm_job_id"]
+    server.signal(signal.SIGKILL)
+    server.wait()
+    db = sqlite3.connect(server.state_dir / "larch.db")
+    with db:
+        db.execute("UPDATE jobs SET state = 'PENDING', slurm_job_id = NULL WHERE id = ?",
+                   (int(jid[2:]),))
+    db.close()
+    (server.state_dir / "jobs" / jid / "slurm-job-id").unlink()
+    again = start(tmp_path, slurm_cluster, state_dir=server.state_dir)
+    servers.append(again)
+    j = wait_state(again, jid, "COMPLETED", timeout=120)
+    assert j["slurm_job_id"] == sid
+    assert slurm_jobs_named(slurm_cluster, again, jid) == {sid}
+
+
+def test_hostile_names_and_paths_stay_inert(tmp_path, slurm_cluster, servers):
+    pwned = tmp_path / "pwned"
+    server = start(tmp_path, slurm_cluster,
+                   state_dir=tmp_path / f"st $(touch {pwned}1) ;`touch {pwned}2`; 'q' \"dq\" 50%j")
+    servers.append(server)
+    for name in (f"$(touch {pwned}3)", f"`touch {pwned}4`", "a;b", "a\nb", "q'uote", 'd"q'):
+        r = requests.post(server.url + "/v1/jobs", json=spec(5, name=name),
+                          headers=server.auth(), timeout=30)
+        assert r.status_code == 400 and "name" in r.text, r.text
+    jid = submit(server, spec(10, name="inert"))["id"]
+    wait_state(server, jid, "COMPLETED")
+    assert (server.state_dir / "jobs" / jid / "stdout.log").exists()
+    assert not list(tmp_path.glob("pwned*")) and not os.path.exists("/tmp/pwned")
+
+
+def test_partition_checked_at_submit(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    # the executor learns the partitions on its first pass
+    wait_for(lambda: requests.post(server.url + "/v1/jobs", json=spec(5, resources={
+        "partition": "nope"}), headers=server.auth(), timeout=30).status_code == 400,
+        "partition check", 15)
+    r = requests.post(server.url + "/v1/jobs", json=spec(5, resources={"partition": "nope"}),
+                      headers=server.auth(), timeout=30)
+    assert r.status_code == 400 and "nope" in r.json()["error"]["message"], r.text
+    jid = submit(server, spec(10, resources={"partition": "batch"}))["id"]
+    j = wait_state(server, jid, "COMPLETED")
+    assert slurm_cluster.job(j["slurm_job_id"])["Partition"] == "batch"
+    assert j["spec"]["resources"]["partition"] == "batch"
+
+
+def test_polling_reads_cause_no_slurm_calls(tmp_path, slurm_cluster, servers):
+    server = start(tmp_path, slurm_cluster, args=["--slurm-poll-ms", "1000"])
+    servers.append(server)
+    jid = submit(server, spec(10**6, name="followed"))["id"]
+    wait_state(server, jid, "RUNNING")
+
+    def squeues():
+        text = requests.get(server.url + "/metrics", headers=server.auth(), timeout=10).text
+        return int(re.search(r'larch_slurm_calls_total\{command="squeue"\} (\d+)', text).group(1))
+
+    before, t0 = squeues(), time.monotonic()
+    session = requests.Session()
+    n = 0
+    while time.monotonic() - t0 < 3:
+        assert session.get(server.url + "/v1/jobs", headers=server.auth(), timeout=10).ok
+        n += 1
+    calls = squeues() - before
+    window = time.monotonic() - t0
+    assert n > 100
+    assert calls <= window / 1.0 + 2, (calls, window)
+    requests.post(f"{server.url}/v1/jobs/{jid}/cancel", headers=server.auth(), timeout=30)
+    wait_state(server, jid, "CANCELLED", timeout=60)
