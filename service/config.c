@@ -394,7 +394,8 @@ static void usage(void)
 		for (int j = 2; j < n && flag[j] != ' '; j++)
 			if (flag[j] == '_')
 				flag[j] = '-';
-		printf("  %-28s %s (default %s)\n", flag, keys[i].help, keys[i].def);
+		printf("  %-28s %s (default %s)\n", flag, keys[i].help,
+		       *keys[i].def ? keys[i].def : "none");
 	}
 	printf("  %-28s %s\n", "--help, --version", "print this or the version and exit");
 	printf("\n"
