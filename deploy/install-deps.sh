@@ -25,6 +25,8 @@ packages=(
 	# the single-node Slurm cluster for development and CI: deploy/slurm/start.sh
 	# runs these daemons with its own config, key and sockets
 	slurmctld slurmd slurm-client munge
+	# tests/bench/bench_slurm.sh compares larchd with slurmrestd (JWT auth over TCP)
+	slurmrestd slurm-wlm-jwt-plugin
 )
 schemathesis_version=4.32.5
 

@@ -201,17 +201,18 @@ static void note_health(struct slurm_ex *sx, int ok, const char *what)
 
 /* ---- files in the job directory ------------------------------------------------ */
 
-/* Writes text to DIR/name through a temporary file and rename. */
-static int write_file(const char *dir, const char *name, const char *text, mode_t mode,
-                      char *err, size_t errlen)
+/* Writes text to DIR/name through a temporary file and rename; synced
+ * unless the file is remade on every adoption (the script, the token). */
+static int write_file_sync(const char *dir, const char *name, const char *text, mode_t mode,
+                           int sync, char *err, size_t errlen)
 {
 	char path[EXEC_PATH_MAX + 64], tmp[EXEC_PATH_MAX + 80];
 	snprintf(path, sizeof path, "%s/%s", dir, name);
 	snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
 	size_t len = strlen(text);
-	if (fd < 0 || write(fd, text, len) != (ssize_t)len || fsync(fd) != 0 || close(fd) != 0 ||
-	    rename(tmp, path) != 0) {
+	if (fd < 0 || write(fd, text, len) != (ssize_t)len || (sync && fsync(fd) != 0) ||
+	    close(fd) != 0 || rename(tmp, path) != 0) {
 		snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -219,6 +220,12 @@ static int write_file(const char *dir, const char *name, const char *text, mode_
 		return -1;
 	}
 	return 0;
+}
+
+static int write_file(const char *dir, const char *name, const char *text, mode_t mode,
+                      char *err, size_t errlen)
+{
+	return write_file_sync(dir, name, text, mode, 1, err, errlen);
 }
 
 static int read_file(const char *dir, const char *name, char *buf, size_t len)
@@ -325,7 +332,7 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	int rc = write_file(j->dir, "slurm.sh", text, 0750, err, errlen);
+	int rc = write_file_sync(j->dir, "slurm.sh", text, 0750, 0, err, errlen);
 	free(text);
 	return rc;
 }
@@ -1080,7 +1087,8 @@ static int track(struct slurm_ex *sx, const struct exec_job *job, enum phase pha
 		return -1;
 	char token[sizeof job->token + 2];
 	snprintf(token, sizeof token, "%s\n", job->token);
-	if (job->token[0] && write_file(job->dir, "job-token", token, 0600, err, errlen) != 0) {
+	if (job->token[0] &&
+	    write_file_sync(job->dir, "job-token", token, 0600, 0, err, errlen) != 0) {
 		explicit_bzero(token, sizeof token);
 		return -1;
 	}
