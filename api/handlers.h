@@ -24,4 +24,15 @@ enum MHD_Result api_jobs_metrics_get(struct api_request *req);     /* GET .../{i
 enum MHD_Result api_jobs_metrics_post(struct api_request *req);    /* POST .../{id}/metrics */
 enum MHD_Result api_jobs_result_post(struct api_request *req);     /* POST .../{id}/result */
 
+/* admin (api/admin_*.c; api/admin_hooks.h is what they ask of the service) */
+enum MHD_Result api_admin_queues_get(struct api_request *req);     /* GET /v1/queues */
+enum MHD_Result api_admin_nodes_get(struct api_request *req);      /* GET /v1/nodes */
+enum MHD_Result api_admin_nodes_drain(struct api_request *req);    /* POST .../{name}/drain */
+enum MHD_Result api_admin_nodes_resume(struct api_request *req);   /* POST .../{name}/resume */
+enum MHD_Result api_admin_jobs_hold(struct api_request *req);      /* POST /v1/jobs/{id}/hold */
+enum MHD_Result api_admin_jobs_release(struct api_request *req);   /* POST .../{id}/release */
+enum MHD_Result api_admin_jobs_requeue(struct api_request *req);   /* POST .../{id}/requeue */
+enum MHD_Result api_admin_jobs_patch(struct api_request *req);     /* PATCH /v1/jobs/{id} */
+enum MHD_Result api_admin_audit_get(struct api_request *req);      /* GET /v1/audit */
+
 #endif

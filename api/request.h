@@ -70,6 +70,7 @@ typedef int (*api_auth_lookup_fn)(void *cls, const char *token,
                                   struct api_principal *who);
 struct db;
 struct api_jobs_hooks;
+struct api_admin_hooks;
 struct api_job_cache;
 
 struct api_ctx {
@@ -77,6 +78,8 @@ struct api_ctx {
 	void *auth_cls;
 	struct db *db;                    /* the job store (db/db.h); NULL in tests without one */
 	const struct api_jobs_hooks *jobs;/* the service's side of the job endpoints */
+	const struct api_admin_hooks *admin; /* ... and of the admin endpoints (api/admin_hooks.h);
+	                                        NULL: they answer 503 */
 	struct api_job_cache *job_cache;  /* GET /v1/jobs/{id} answers (api/job_cache.h); may be NULL */
 	void *svc;                        /* the service's state, for handlers */
 };

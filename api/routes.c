@@ -32,6 +32,26 @@ const struct api_route api_routes[] = {
 	  .role = API_ROLE_JOB },
 	{ .method = "POST", .path = "/v1/jobs/{id}/result", .handler = api_jobs_result_post,
 	  .role = API_ROLE_JOB },
+
+	/* admin: queues, nodes, jobs (api/admin_*.c) */
+	{ .method = "PATCH", .path = "/v1/jobs/{id}", .handler = api_admin_jobs_patch,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "POST", .path = "/v1/jobs/{id}/hold", .handler = api_admin_jobs_hold,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "POST", .path = "/v1/jobs/{id}/release", .handler = api_admin_jobs_release,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "POST", .path = "/v1/jobs/{id}/requeue", .handler = api_admin_jobs_requeue,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "GET", .path = "/v1/queues", .handler = api_admin_queues_get,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "GET", .path = "/v1/nodes", .handler = api_admin_nodes_get,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "POST", .path = "/v1/nodes/{name}/drain", .handler = api_admin_nodes_drain,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "POST", .path = "/v1/nodes/{name}/resume", .handler = api_admin_nodes_resume,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "GET", .path = "/v1/audit", .handler = api_admin_audit_get,
+	  .role = API_ROLE_ADMIN },
 };
 
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

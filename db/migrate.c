@@ -101,6 +101,25 @@ static const char *const migrations[] = {
 	"ALTER TABLE jobs ADD COLUMN progress_total INTEGER NOT NULL DEFAULT 0;\n"
 	"ALTER TABLE jobs ADD COLUMN last_loss REAL;\n"
 	"CREATE INDEX jobs_name ON jobs (name, id);\n",
+
+	/* 4: the audit log of admin actions (db/audit.h), append-only */
+	"CREATE TABLE audit (\n"
+	"	id INTEGER PRIMARY KEY AUTOINCREMENT,\n"   /* never reused: the cursor */
+	"	time INTEGER NOT NULL,\n"
+	"	actor TEXT NOT NULL CHECK (length(actor) BETWEEN 1 AND 64),\n"
+	"	action TEXT NOT NULL CHECK (length(action) BETWEEN 1 AND 64),\n"
+	"	target TEXT NOT NULL CHECK (length(target) BETWEEN 1 AND 512),\n"
+	"	args TEXT CHECK (args IS NULL OR json_valid(args)),\n"
+	"	status INTEGER NOT NULL CHECK (status BETWEEN 100 AND 599),\n"
+	"	message TEXT\n"
+	") STRICT;\n"
+	"CREATE INDEX audit_actor ON audit (actor, id);\n"
+	"CREATE INDEX audit_action ON audit (action, id);\n"
+	"CREATE INDEX audit_target ON audit (target, id);\n"
+	"CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit\n"
+	"	BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;\n"
+	"CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit\n"
+	"	BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))

@@ -25,6 +25,7 @@
 #include "api/request.h"
 #include "api/routes.h"
 #include "auth_db.h"
+#include "cluster.h"
 #include "config.h"
 #include "db/db.h"
 #include "executor.h"
@@ -128,6 +129,7 @@ struct larchd {
 	struct svc_auth *auth;
 	struct svc_runner *runner;
 	struct executor *ex;
+	struct svc_cluster *cluster;       /* the admin endpoints' Slurm side (cluster.h) */
 	struct svc_server *srv;
 	struct api_ctx ctx;
 };
@@ -136,6 +138,7 @@ static void stop(struct larchd *d, int clean)
 {
 	svc_server_free(d->srv);           /* first: no request uses what follows */
 	svc_runner_free(d->runner);        /* jobs keep running: the next start adopts them */
+	svc_cluster_free(d->cluster);
 	exec_free(d->ex);
 	svc_auth_free(d->auth);
 	api_job_cache_free(d->ctx.job_cache);
@@ -190,8 +193,12 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	                                  .executor = d->cfg.executor };
 	if (!(d->runner = svc_runner_new(&rcfg, err, errlen)))
 		return -1;
+	if (!(d->cluster = svc_cluster_new(d->db, d->cfg.executor, d->cfg.max_local_jobs,
+	                                   d->cfg.slurm_timeout, err, errlen)))
+		return -1;
 	d->ctx = (struct api_ctx){ .auth_lookup = svc_auth_lookup, .auth_cls = d->auth, .db = d->db,
 	                           .jobs = svc_runner_hooks(d->runner), .svc = d->runner,
+	                           .admin = svc_cluster_hooks(d->cluster),
 	                           .job_cache = api_job_cache_new() };
 	struct svc_server_config scfg = {
 		.addr = (const struct sockaddr *)&d->cfg.addr,

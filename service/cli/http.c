@@ -200,8 +200,10 @@ static CURLcode perform(struct cli_http *h, const struct cli_request *rq, struct
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &out->body);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, hs);
-	if (strcmp(rq->method, "POST") == 0) {
+	if (strcmp(rq->method, "POST") == 0 || strcmp(rq->method, "PATCH") == 0) {
 		curl_easy_setopt(c, CURLOPT_POST, 1L);
+		if (strcmp(rq->method, "PATCH") == 0)
+			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PATCH");
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, rq->body ? rq->body : "");
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
 		                 (curl_off_t)(rq->body ? rq->body_len : 0));

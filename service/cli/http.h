@@ -29,7 +29,7 @@ struct cli_http {
 };
 
 struct cli_request {
-	const char *method;          /* "GET" or "POST" */
+	const char *method;          /* "GET", "POST" or "PATCH" */
 	const char *path;            /* "/v1/jobs?..." already escaped (cli_http_path) */
 	const char *body;            /* JSON text, or NULL for none */
 	size_t body_len;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "cli.h"
 
 static const struct cli_command commands[] = {
@@ -73,6 +74,10 @@ static const struct cli_command commands[] = {
 	  "ETA) on one line, redrawn in place on a terminal, one line per change\n"
 	  "otherwise, until the job ends. Exit status 0 when it COMPLETED, 1 when not.\n\n"
 	  "  --interval S  seconds between polls (default 1)\n" },
+	{ .name = "admin", .run = cli_cmd_admin,
+	  .args = CLI_ADMIN_ARGS,
+	  .summary = "queues, nodes, hold/release/requeue, priorities, the audit log (admins)",
+	  .help = CLI_ADMIN_HELP },
 };
 
 static const char common_help[] =
