@@ -9,55 +9,6 @@
 
 #include "db/internal.h"
 
-/* ---- cursors ---------------------------------------------------------------- */
-
-static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* base64url(0x02, the last id as 8 bytes big-endian): 12 characters. The
- * first byte tells an audit cursor from a job list's (0x01). */
-#define CURSOR_TAG 2
-
-static void cursor_encode(int64_t id, char out[DB_CURSOR_MAX])
-{
-	unsigned char b[9] = { CURSOR_TAG };
-	for (int i = 0; i < 8; i++)
-		b[1 + i] = (unsigned char)((uint64_t)id >> (56 - 8 * i));
-	for (int g = 0; g < 3; g++) {
-		uint32_t v = (uint32_t)b[3 * g] << 16 | (uint32_t)b[3 * g + 1] << 8 | b[3 * g + 2];
-		for (int k = 0; k < 4; k++)
-			out[4 * g + k] = b64url[(v >> (18 - 6 * k)) & 63];
-	}
-	out[12] = '\0';
-}
-
-static int cursor_decode(const char *s, int64_t *id, struct db_err *err)
-{
-	unsigned char b[9];
-	if (strlen(s) != 12)
-		goto bad;
-	for (int g = 0; g < 3; g++) {
-		uint32_t v = 0;
-		for (int k = 0; k < 4; k++) {
-			const char *p = memchr(b64url, s[4 * g + k], 64);
-			if (!p)
-				goto bad;
-			v = v << 6 | (uint32_t)(p - b64url);
-		}
-		b[3 * g] = (unsigned char)(v >> 16);
-		b[3 * g + 1] = (unsigned char)(v >> 8);
-		b[3 * g + 2] = (unsigned char)v;
-	}
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | b[1 + i];
-	if (b[0] != CURSOR_TAG || v == 0 || v > INT64_MAX)
-		goto bad;
-	*id = (int64_t)v;
-	return 0;
-bad:
-	return DB_FAIL(err, DB_INVALID, "list audit: cursor: not a cursor from this server");
-}
-
 /* ---- insert ----------------------------------------------------------------- */
 
 static const char sql_insert[] =
@@ -203,7 +154,7 @@ static int list_fn(struct db_conn *c, void *arg, struct db_err *err)
 	if (a->out->n > (size_t)a->limit) {
 		entry_release(&a->out->entries[a->limit]);
 		a->out->n = (size_t)a->limit;
-		cursor_encode(a->out->entries[a->limit - 1].id, a->out->next_cursor);
+		db_cursor_encode(DB_CURSOR_AUDIT, a->out->entries[a->limit - 1].id, a->out->next_cursor);
 	}
 	return 0;
 }
@@ -216,7 +167,7 @@ int db_audit_list(struct db *db, const struct db_audit_filter *f, struct db_audi
 	if (a.limit < 1 || a.limit > DB_LIST_MAX)
 		return DB_FAIL(err, DB_INVALID, "list audit: limit must be 1..%d (got %d)", DB_LIST_MAX,
 		               f->limit);
-	if (f->cursor && *f->cursor && cursor_decode(f->cursor, &a.before, err))
+	if (f->cursor && *f->cursor && db_cursor_decode(DB_CURSOR_AUDIT, "list audit", f->cursor, &a.before, err))
 		return DB_INVALID;
 	pthread_once(&list_once, list_sql_init);
 	int rc = db_read(db, list_fn, &a, err);

@@ -109,4 +109,12 @@ int db_migrate_open(struct db *db, struct db_err *err);
 int db_group_start(struct db *db, struct db_err *err);
 void db_group_stop(struct db *db);
 
+/* List cursors (db/cursor.c): 12 characters (and the NUL) naming the last row of a page;
+ * the tag keeps one list's cursors out of another. decode fails with
+ * DB_INVALID, the message starting with what ("list jobs"). */
+enum { DB_CURSOR_JOBS = 1, DB_CURSOR_AUDIT = 2 };
+void db_cursor_encode(unsigned char tag, int64_t id, char out[13]);
+int db_cursor_decode(unsigned char tag, const char *what, const char *s, int64_t *id,
+                     struct db_err *err);
+
 #endif

@@ -34,50 +34,6 @@ int db_job_id_parse(const char *s, int64_t *id)
 	return 0;
 }
 
-static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* A cursor is base64url(0x01, the last id as 8 bytes big-endian): 12 chars. */
-static void cursor_encode(int64_t id, char out[DB_CURSOR_MAX])
-{
-	unsigned char b[9] = { 1 };
-	for (int i = 0; i < 8; i++)
-		b[1 + i] = (unsigned char)((uint64_t)id >> (56 - 8 * i));
-	for (int g = 0; g < 3; g++) {
-		uint32_t v = (uint32_t)b[3 * g] << 16 | (uint32_t)b[3 * g + 1] << 8 | b[3 * g + 2];
-		for (int k = 0; k < 4; k++)
-			out[4 * g + k] = b64url[(v >> (18 - 6 * k)) & 63];
-	}
-	out[12] = '\0';
-}
-
-static int cursor_decode(const char *s, int64_t *id, struct db_err *err)
-{
-	unsigned char b[9];
-	if (strlen(s) != 12)
-		goto bad;
-	for (int g = 0; g < 3; g++) {
-		uint32_t v = 0;
-		for (int k = 0; k < 4; k++) {
-			const char *p = memchr(b64url, s[4 * g + k], 64);
-			if (!p || !s[4 * g + k])
-				goto bad;
-			v = v << 6 | (uint32_t)(p - b64url);
-		}
-		b[3 * g] = (unsigned char)(v >> 16);
-		b[3 * g + 1] = (unsigned char)(v >> 8);
-		b[3 * g + 2] = (unsigned char)v;
-	}
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | b[1 + i];
-	if (b[0] != 1 || v == 0 || v > INT64_MAX)
-		goto bad;
-	*id = (int64_t)v;
-	return 0;
-bad:
-	return DB_FAIL(err, DB_INVALID, "list jobs: cursor: not a cursor from this server");
-}
-
 /* ---- reading a job row ------------------------------------------------------ */
 
 #define JOB_COLUMNS "id, owner, name, spec, state, executor, slurm_job_id, priority, partition, " \
@@ -255,7 +211,7 @@ static int list_fn(struct db_conn *c, void *arg, struct db_err *err)
 	if (a->out->n > (size_t)a->limit) {
 		db_job_release(&a->out->jobs[a->limit]);
 		a->out->n = (size_t)a->limit;
-		cursor_encode(a->out->jobs[a->limit - 1].id, a->out->next_cursor);
+		db_cursor_encode(DB_CURSOR_JOBS, a->out->jobs[a->limit - 1].id, a->out->next_cursor);
 	}
 	return 0;
 }
@@ -270,7 +226,7 @@ int db_jobs_list(struct db *db, const struct db_job_filter *f, struct db_job_lis
 		               f->limit);
 	if (f->has_state && !db_state_name(f->state))
 		return DB_FAIL(err, DB_INVALID, "list jobs: no such state");
-	if (f->cursor && *f->cursor && cursor_decode(f->cursor, &a.before, err))
+	if (f->cursor && *f->cursor && db_cursor_decode(DB_CURSOR_JOBS, "list jobs", f->cursor, &a.before, err))
 		return DB_INVALID;
 	pthread_once(&list_once, list_sql_init);
 	int rc = db_read(db, list_fn, &a, err);

@@ -327,7 +327,7 @@ def test_polling_reads_cause_no_slurm_calls(tmp_path, slurm_cluster, servers):
         n += 1
     calls = squeues() - before
     window = time.monotonic() - t0
-    assert n > 100
+    assert n >= 30            # many reads in the window (not a speed check)
     assert calls <= window / 1.0 + 2, (calls, window)
     requests.post(f"{server.url}/v1/jobs/{jid}/cancel", headers=server.auth(), timeout=30)
     wait_state(server, jid, "CANCELLED", timeout=60)

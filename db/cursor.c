@@ -1,0 +1,51 @@
+/* db/cursor.c - list cursors: base64url(tag, the page's last id as 8 bytes
+ * big-endian), 12 characters. The tag tells one list's cursors from
+ * another's (1 jobs, 2 audit); see internal.h. */
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+void db_cursor_encode(unsigned char tag, int64_t id, char out[13])
+{
+	unsigned char b[9] = { tag };
+	for (int i = 0; i < 8; i++)
+		b[1 + i] = (unsigned char)((uint64_t)id >> (56 - 8 * i));
+	for (int g = 0; g < 3; g++) {
+		uint32_t v = (uint32_t)b[3 * g] << 16 | (uint32_t)b[3 * g + 1] << 8 | b[3 * g + 2];
+		for (int k = 0; k < 4; k++)
+			out[4 * g + k] = b64url[(v >> (18 - 6 * k)) & 63];
+	}
+	out[12] = '\0';
+}
+
+int db_cursor_decode(unsigned char tag, const char *what, const char *s, int64_t *id,
+                     struct db_err *err)
+{
+	unsigned char b[9];
+	if (strlen(s) != 12)
+		goto bad;
+	for (int g = 0; g < 3; g++) {
+		uint32_t v = 0;
+		for (int k = 0; k < 4; k++) {
+			const char *p = memchr(b64url, s[4 * g + k], 64);
+			if (!p || !s[4 * g + k])
+				goto bad;
+			v = v << 6 | (uint32_t)(p - b64url);
+		}
+		b[3 * g] = (unsigned char)(v >> 16);
+		b[3 * g + 1] = (unsigned char)(v >> 8);
+		b[3 * g + 2] = (unsigned char)v;
+	}
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | b[1 + i];
+	if (b[0] != tag || v == 0 || v > INT64_MAX)
+		goto bad;
+	*id = (int64_t)v;
+	return 0;
+bad:
+	return DB_FAIL(err, DB_INVALID, "%s: cursor: not a cursor from this server", what);
+}
