@@ -5,8 +5,10 @@
  * as the executor has done its part; the executor's next look at Slurm
  * then agrees (it moves a job only when Slurm's state differs):
  *
- *   hold     PENDING (not yet handed over)  -> HELD; the runner hands over
- *                                              no HELD job
+ *   hold     PENDING (no Slurm id yet)      -> HELD; the runner hands over
+ *                                              no HELD job, and one on its
+ *                                              way to Slurm is withdrawn or
+ *                                              held there once Slurm has it
  *            QUEUED/REQUEUED/PREEMPTED (or PENDING) with a Slurm id: scontrol
  *                                              hold, -> HELD
  *   release  HELD without a Slurm id        -> PENDING, and the runner is
@@ -67,11 +69,11 @@ static enum MHD_Result move(struct api_request *req, enum verb v)
 	}
 	if (rc)
 		return admin_fail_db(req, rc, &err);
-	if (v == RELEASE && !in_slurm) {
-		const struct api_jobs_hooks *jobs = req->ctx->jobs;
-		if (jobs && jobs->submitted)
-			jobs->submitted(jobs->arg, s->job);
-	}
+	const struct api_jobs_hooks *jobs = req->ctx->jobs;
+	if (v == RELEASE && !in_slurm && jobs && jobs->submitted)
+		jobs->submitted(jobs->arg, s->job);
+	if (v == HOLD && !in_slurm && jobs && jobs->held)
+		jobs->held(jobs->arg, s->job);   /* it may be on its way to Slurm */
 	return admin_ok_job(req, s->job, "%s -> %s%s%s%s", db_state_name(s->from),
 	                    db_state_name(to), note, s->call.message[0] ? "; " : "",
 	                    s->call.message);

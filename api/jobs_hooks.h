@@ -22,6 +22,10 @@ struct api_jobs_hooks {
 	 * when its process ends. Returns 0, 1 when the job is already final (the
 	 * API answers 409), or -1 with err filled (500). */
 	int (*cancel)(void *arg, long long id, const char *by, char *err, size_t errlen);
+	/* Optional. An admin held job id, which was PENDING with no Slurm id:
+	 * keep the executor from starting it if it has it (withdrawn, or held in
+	 * Slurm once Slurm answers). 0, or -1. Returns at once. */
+	int (*held)(void *arg, long long id);
 	/* The job's directory ("<state>/jobs/j-000123") into buf; 0, or -1. */
 	int (*job_dir)(void *arg, long long id, char *buf, size_t len);
 	/* Optional. Whether a job may ask for this partition: 0 yes (or cannot

@@ -182,7 +182,8 @@ int db_jobs_transition(struct db *db, const struct db_transition *t, struct db_j
 
 static const char sql_update[] =
 	"UPDATE jobs SET priority = CASE WHEN ?2 THEN ?3 ELSE priority END,\n"
-	"	partition = coalesce(?4, partition) WHERE id = ?1";
+	"	partition = coalesce(?4, partition), slurm_job_id = coalesce(?5, slurm_job_id)\n"
+	"	WHERE id = ?1";
 static const char sql_current[] = "SELECT state, priority, partition FROM jobs WHERE id = ?1";
 
 struct update_arg {
@@ -223,8 +224,10 @@ static int update_fn(struct db_conn *c, void *arg, struct db_err *err)
 		else if (u->has_priority)
 			snprintf(why, sizeof why, "priority %lld -> %lld",
 			         (long long)sqlite3_column_int64(st, 1), (long long)u->priority);
-		else
+		else if (u->partition)
 			snprintf(why, sizeof why, "partition %s -> %s", part ? part : "(none)", u->partition);
+		else
+			snprintf(why, sizeof why, "slurm job %s", u->slurm_job_id);
 		reason = why;
 	}
 	st = DB_STMT(c, sql_update, "update job", err);
@@ -234,6 +237,7 @@ static int update_fn(struct db_conn *c, void *arg, struct db_err *err)
 	sqlite3_bind_int(st, 2, u->has_priority);
 	sqlite3_bind_int64(st, 3, u->priority);
 	db_bind_text(st, 4, u->partition);
+	db_bind_text(st, 5, u->slurm_job_id);
 	if (DB_STEP_DONE(c, st, "update job", err))
 		return DB_RC(err);
 	if (db_job_event_insert(c, u->job, a->now, state_names[state], state_names[state], u->by,
@@ -249,8 +253,10 @@ int db_jobs_update(struct db *db, const struct db_job_update *u, struct db_job *
 		memset(out, 0, sizeof *out);
 	if (!u->by || !*u->by)
 		return DB_FAIL(err, DB_INVALID, "update job: who made the change is required");
-	if (!u->has_priority && !u->partition)
+	if (!u->has_priority && !u->partition && !u->slurm_job_id)
 		return DB_FAIL(err, DB_INVALID, "update job: nothing to change");
+	if (u->slurm_job_id && !*u->slurm_job_id)
+		return DB_FAIL(err, DB_INVALID, "update job: slurm_job_id must not be empty");
 	if (u->partition && !*u->partition)
 		return DB_FAIL(err, DB_INVALID, "update job: partition must not be empty");
 	struct update_arg a = { u, db_now_ms(), out };

@@ -154,6 +154,7 @@ struct db_job_update {
 	int has_priority;
 	int64_t priority;
 	const char *partition;   /* NULL = unchanged */
+	const char *slurm_job_id;/* NULL = unchanged (a job held while Slurm took it) */
 };
 
 /* DB_NOT_FOUND, DB_ILLEGAL for a job in a final state, DB_INVALID when it

@@ -25,6 +25,8 @@ packages=(
 	# the single-node Slurm cluster for development and CI: deploy/slurm/start.sh
 	# runs these daemons with its own config, key and sockets
 	slurmctld slurmd slurm-client munge
+	# larchd submits through libslurm (in-process, no sbatch per job)
+	libslurm-dev
 	# tests/bench/bench_slurm.sh compares larchd with slurmrestd (JWT auth over TCP)
 	slurmrestd slurm-wlm-jwt-plugin
 )

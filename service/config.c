@@ -18,7 +18,7 @@
 #define LARCH_VERSION "0.0.0"
 #endif
 
-enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_EXECUTOR,
+enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_CHOICE,
 		K_NAME };
 
 struct key {
@@ -28,6 +28,7 @@ struct key {
 	const char *def;             /* the embedded default, parsed like any value */
 	unsigned long long min, max; /* K_UINT, K_SIZE */
 	int allow_auto;              /* K_UINT: "auto" means the CPU count */
+	const char *const *choices;  /* K_CHOICE: the values allowed, NULL-terminated */
 	const char *metavar, *help;
 };
 
@@ -41,8 +42,9 @@ static const struct key keys[] = {
 	{ .name = "max_local_jobs", .kind = K_UINT, .offset = FIELD(max_local_jobs), .def = "auto",
 	  .min = 1, .max = 4096, .allow_auto = 1, .metavar = "N",
 	  .help = "jobs the local executor runs at once (auto: the CPUs)" },
-	{ .name = "executor", .kind = K_EXECUTOR, .offset = FIELD(executor), .def = "local",
-	  .metavar = "NAME", .help = "where jobs run: local (child processes) or slurm (sbatch)" },
+	{ .name = "executor", .kind = K_CHOICE, .offset = FIELD(executor), .def = "local",
+	  .choices = (const char *const[]){ "local", "slurm", NULL },
+	  .metavar = "NAME", .help = "where jobs run: local (child processes) or slurm (a Slurm cluster)" },
 	{ .name = "slurm_partition", .kind = K_NAME, .offset = FIELD(slurm_partition), .def = "",
 	  .metavar = "NAME", .help = "partition for jobs that name none (empty: the cluster's default)" },
 	{ .name = "slurm_account", .kind = K_NAME, .offset = FIELD(slurm_account), .def = "",
@@ -57,7 +59,11 @@ static const struct key keys[] = {
 	  .help = "a Slurm command running longer is killed (slurmctld down: ~9 s each)" },
 	{ .name = "slurm_submit_parallel", .kind = K_UINT, .offset = FIELD(slurm_submit_parallel),
 	  .def = "8", .min = 1, .max = 64, .metavar = "N",
-	  .help = "sbatch calls at once when many jobs wait to be handed over" },
+	  .help = "submissions at once when many jobs wait to be handed over" },
+	{ .name = "slurm_submit", .kind = K_CHOICE, .offset = FIELD(slurm_submit), .def = "auto",
+	  .choices = (const char *const[]){ "auto", "libslurm", "sbatch", NULL },
+	  .metavar = "HOW", .help = "hand jobs to Slurm through libslurm (in-process) or an sbatch "
+	  "process each; auto: libslurm when built with it and slurm.conf is readable" },
 	{ .name = "trainer_path", .kind = K_AUTO_PATH, .offset = FIELD(trainer_path),
 	  .def = "auto", .metavar = "FILE",
 	  .help = "the larch-train jobs run (auto: beside larchd, or the build tree's)" },
@@ -253,12 +259,19 @@ static int set_key(struct svc_config *cfg, const struct key *k, const char *valu
 		}
 		*(unsigned *)(base + k->offset) = (unsigned)v;
 		return 0;
-	case K_EXECUTOR:
-		if (strcmp(value, "local") != 0 && strcmp(value, "slurm") != 0) {
-			snprintf(err, err_size, "%s: must be local or slurm (got \"%s\")", where, value);
-			return -1;
+	case K_CHOICE:
+		for (const char *const *c = k->choices; *c; c++)
+			if (strcmp(value, *c) == 0)
+				return set_string((char **)(base + k->offset), value, err, err_size);
+		{
+			size_t o = (size_t)snprintf(err, err_size, "%s: must be ", where);
+			for (const char *const *c = k->choices; *c && o < err_size; c++)
+				o += (size_t)snprintf(err + o, err_size - o, "%s%s",
+				                      c == k->choices ? "" : c[1] ? ", " : " or ", *c);
+			if (o < err_size)
+				snprintf(err + o, err_size - o, " (got \"%s\")", value);
 		}
-		return set_string((char **)(base + k->offset), value, err, err_size);
+		return -1;
 	case K_NAME:
 		if (!valid_name(value)) {
 			snprintf(err, err_size, "%s: must be empty or 1 to 64 characters of A-Z a-z "
@@ -512,5 +525,6 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->slurm_partition);
 	free(cfg->slurm_account);
 	free(cfg->slurm_qos);
+	free(cfg->slurm_submit);
 	memset(cfg, 0, sizeof *cfg);
 }

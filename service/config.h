@@ -29,7 +29,8 @@ struct svc_config {
 	char *slurm_account, *slurm_qos; /* "" = Slurm's default */
 	unsigned slurm_poll_ms;          /* between squeue calls */
 	unsigned slurm_timeout;          /* seconds a Slurm command may take */
-	unsigned slurm_submit_parallel;  /* sbatch calls at once */
+	unsigned slurm_submit_parallel;  /* submissions at once */
+	char *slurm_submit;              /* "auto", "libslurm" or "sbatch" */
 	unsigned max_local_jobs;         /* the local executor's concurrent jobs */
 	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
 	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */

@@ -63,6 +63,15 @@ int exec_partition_ok(struct executor *ex, const char *partition, char *err, siz
 	return ex->ops->partition_ok ? ex->ops->partition_ok(ex, partition, err, errlen) : 1;
 }
 
+int exec_hold(struct executor *ex, long long id, char *err, size_t errlen)
+{
+	if (!ex->ops->hold) {
+		snprintf(err, errlen, "the %s executor cannot hold a job", ex->ops->name);
+		return -1;
+	}
+	return ex->ops->hold(ex, id, err, errlen);
+}
+
 void exec_free(struct executor *ex)
 {
 	if (ex)

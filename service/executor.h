@@ -100,6 +100,12 @@ struct executor_ops {
 	/* Optional. Whether a job may ask for this partition: 1 yes, 0 no (err
 	 * says why), -1 cannot tell now (accepted; the executor decides later). */
 	int (*partition_ok)(struct executor *ex, const char *partition, char *err, size_t errlen);
+	/* Optional. Job id, handed over but not yet QUEUED, was held by larch:
+	 * one Slurm has not been asked about is withdrawn (exec_has says 0
+	 * after; released, it is handed over again); one whose submission is
+	 * under way is submitted held or held once Slurm answers (its EXEC_QUEUED
+	 * event then finds it HELD). 0, or -1 with err when the job is unknown. */
+	int (*hold)(struct executor *ex, long long id, char *err, size_t errlen);
 };
 
 struct executor {
@@ -121,6 +127,12 @@ struct exec_local_config {
  * err filled. The config's strings are copied. */
 struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, size_t errlen);
 
+enum exec_slurm_submit {
+	EXEC_SLURM_SUBMIT_AUTO,        /* libslurm when built with it and slurm.conf is readable */
+	EXEC_SLURM_SUBMIT_LIBSLURM,    /* libslurm or fail */
+	EXEC_SLURM_SUBMIT_SBATCH,      /* an sbatch process per job */
+};
+
 struct exec_slurm_config {
 	const char *trainer_path;      /* larch-train, as the compute node sees it */
 	const char *server_url;        /* LARCH_SERVER_URL for the jobs; NULL = no reporting */
@@ -128,7 +140,8 @@ struct exec_slurm_config {
 	const char *partition, *account, *qos;   /* defaults; NULL/"" = Slurm's */
 	int poll_ms;                   /* between squeue calls (>= 100) */
 	int timeout_s;                 /* a Slurm command running longer is killed */
-	int submit_parallel;           /* sbatch calls at once */
+	int submit_parallel;           /* submissions at once */
+	enum exec_slurm_submit submit_via;
 	int grace_s;                   /* --signal=B:USR1@grace before the time limit */
 	int report_flush_s;            /* as for the local executor */
 };
@@ -137,6 +150,8 @@ struct exec_slurm_config {
  * see executor_slurm.c. It runs Slurm's commands on its own thread. Returns
  * NULL with err filled. */
 struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, size_t errlen);
+/* "libslurm" or "sbatch": how a Slurm executor hands jobs over. */
+const char *exec_slurm_submits_with(const struct executor *ex);
 
 /* dispatch helpers */
 int exec_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen);
@@ -147,6 +162,7 @@ int exec_count(struct executor *ex);
 int exec_has(struct executor *ex, long long id);
 int exec_health(struct executor *ex, char *detail, size_t len);
 int exec_partition_ok(struct executor *ex, const char *partition, char *err, size_t errlen);
+int exec_hold(struct executor *ex, long long id, char *err, size_t errlen);
 void exec_free(struct executor *ex);   /* accepts NULL; running jobs keep running */
 
 #endif

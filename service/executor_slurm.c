@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "slurm_cmd.h"
+#include "slurm_submit.h"
 
 #define SUBMIT_BATCH 256          /* sbatch calls per pass at most */
 #define PARTITIONS_MS 30000       /* sinfo at most this often */
@@ -85,6 +86,8 @@ struct sjob {
 	char sid[32];
 	char name[64];                /* Slurm's job name */
 	int cancel, cancel_sent;
+	int hold, hold_sent;          /* held by larch before Slurm took it: submitted held,
+	                                 or scontrol hold once Slurm answered */
 	int last;                     /* last enum exec_state reported; -1 none */
 	int restarts;                 /* RestartCnt seen */
 	int seen_running, missing, tries;
@@ -100,6 +103,7 @@ struct slurm_ex {
 	struct exec_slurm_config cfg;
 	char *trainer_path, *server_url, *partition, *account, *qos;
 	char prefix[48];              /* "larch-<instance>-j-" */
+	int use_api;                  /* submit through libslurm, not sbatch */
 
 	pthread_mutex_t lock;         /* guards all below */
 	pthread_cond_t wake;
@@ -364,55 +368,73 @@ static void argf(struct argv_buf *a, const char *fmt, ...)
 	arg(a, a->store[a->ns++]);
 }
 
-static void sbatch_argv(struct slurm_ex *sx, const struct sjob *sj, struct argv_buf *a)
+/* What Slurm gets for a job (both ways of submitting it). */
+static void describe(struct slurm_ex *sx, const struct sjob *sj, char *comment, size_t len,
+                     struct slurm_submit *r)
 {
 	const struct exec_job *j = &sj->job;
+	snprintf(comment, len, "larch j-%06lld", j->id);
+	*r = (struct slurm_submit){
+		.name = sj->name,
+		.comment = comment,
+		.dir = j->dir,
+		.partition = j->partition[0] ? j->partition : sx->partition,
+		.qos = j->qos[0] ? j->qos : sx->qos,
+		.account = j->account[0] ? j->account : sx->account,
+		.nodes = j->nodes > 0 ? j->nodes : 1,
+		.ntasks = j->ranks > 0 ? j->ranks : 1,
+		.cpus_per_task = j->cpus_per_task > 0 ? j->cpus_per_task : 1,
+		.gpus_per_node = j->gpus_per_node,
+		.mem_mb = j->mem_mb,
+		.time_s = j->time_limit_s,
+		.hold = sj->hold,
+	};
+	if (j->time_limit_s > 0) {
+		/* the checkpoint signal: grace seconds before the end, at most half the run */
+		long grace = sx->cfg.grace_s > 0 ? sx->cfg.grace_s : 60;
+		if (grace > j->time_limit_s / 2)
+			grace = j->time_limit_s / 2;
+		r->grace_s = grace >= 1 ? grace : 0;
+	}
+}
+
+static void sbatch_argv(const struct slurm_submit *r, struct argv_buf *a)
+{
 	memset(a, 0, sizeof *a);
 	arg(a, "sbatch");
 	arg(a, "--parsable");
-	argf(a, "--job-name=%s", sj->name);
-	argf(a, "--comment=larch j-%06lld", j->id);
-	argf(a, "--chdir=%s", j->dir);
-	/* Slurm expands %j and the like in these two: a literal % is %% */
-	char dir[2 * EXEC_PATH_MAX];
-	size_t o = 0;
-	for (const char *p = j->dir; *p && o + 2 < sizeof dir; p++) {
-		if (*p == '%')
-			dir[o++] = '%';
-		dir[o++] = *p;
-	}
-	dir[o] = '\0';
-	argf(a, "--output=%s/stdout.log", dir);
-	argf(a, "--error=%s/stderr.log", dir);
+	argf(a, "--job-name=%s", r->name);
+	argf(a, "--comment=%s", r->comment);
+	argf(a, "--chdir=%s", r->dir);
+	char path[2 * EXEC_PATH_MAX + 16];
+	if (slurm_submit_log_path(r->dir, "stdout.log", path, sizeof path) == 0)
+		argf(a, "--output=%s", path);
+	if (slurm_submit_log_path(r->dir, "stderr.log", path, sizeof path) == 0)
+		argf(a, "--error=%s", path);
 	arg(a, "--open-mode=append");
 	arg(a, "--requeue");
-	const char *part = j->partition[0] ? j->partition : sx->partition;
-	const char *qos = j->qos[0] ? j->qos : sx->qos;
-	const char *account = j->account[0] ? j->account : sx->account;
-	if (part && *part)
-		argf(a, "--partition=%s", part);
-	if (qos && *qos)
-		argf(a, "--qos=%s", qos);
-	if (account && *account)
-		argf(a, "--account=%s", account);
-	argf(a, "--nodes=%d", j->nodes > 0 ? j->nodes : 1);
-	argf(a, "--ntasks=%d", j->ranks > 0 ? j->ranks : 1);
-	argf(a, "--cpus-per-task=%d", j->cpus_per_task > 0 ? j->cpus_per_task : 1);
-	if (j->mem_mb > 0)
-		argf(a, "--mem=%lldM", j->mem_mb);
-	if (j->gpus_per_node > 0)
-		argf(a, "--gres=gpu:%d", j->gpus_per_node);
-	if (j->time_limit_s > 0) {
-		long t = j->time_limit_s;
+	if (r->partition && *r->partition)
+		argf(a, "--partition=%s", r->partition);
+	if (r->qos && *r->qos)
+		argf(a, "--qos=%s", r->qos);
+	if (r->account && *r->account)
+		argf(a, "--account=%s", r->account);
+	argf(a, "--nodes=%d", r->nodes);
+	argf(a, "--ntasks=%d", r->ntasks);
+	argf(a, "--cpus-per-task=%d", r->cpus_per_task);
+	if (r->mem_mb > 0)
+		argf(a, "--mem=%lldM", r->mem_mb);
+	if (r->gpus_per_node > 0)
+		argf(a, "--gres=gpu:%d", r->gpus_per_node);
+	if (r->time_s > 0) {
+		long t = r->time_s;
 		argf(a, "--time=%ld-%02ld:%02ld:%02ld", t / 86400, t / 3600 % 24, t / 60 % 60, t % 60);
-		/* the checkpoint signal: grace seconds before the end, at most half the run */
-		long grace = sx->cfg.grace_s > 0 ? sx->cfg.grace_s : 60;
-		if (grace > t / 2)
-			grace = t / 2;
-		if (grace >= 1)
-			argf(a, "--signal=B:USR1@%ld", grace);
+		if (r->grace_s > 0)
+			argf(a, "--signal=B:USR1@%ld", r->grace_s);
 	}
-	argf(a, "%s/slurm.sh", j->dir);
+	if (r->hold)
+		arg(a, "--hold");
+	argf(a, "%s/slurm.sh", r->dir);
 }
 
 /* What a worker thread does for one job: sbatch, and the outcome in sj (the
@@ -420,7 +442,7 @@ static void sbatch_argv(struct slurm_ex *sx, const struct sjob *sj, struct argv_
  * to set cancel). */
 struct outcome {
 	struct sjob *sj;
-	int ok, transient;
+	int ok, transient, held;
 	char sid[32];
 	char msg[EXEC_REASON_MAX];
 };
@@ -432,10 +454,32 @@ struct submit_batch {
 	atomic_int next;
 };
 
+/* The job's Slurm id, once Slurm has it: DIR/slurm-job-id, for a larchd
+ * restarted after this. */
+static void took(struct outcome *o)
+{
+	o->ok = 1;
+	char err[256], line[40];
+	snprintf(line, sizeof line, "%s\n", o->sid);
+	if (write_file(o->sj->job.dir, "slurm-job-id", line, 0640, err, sizeof err) != 0)
+		fprintf(stderr, "larchd: job j-%06lld: %s\n", o->sj->job.id, err);
+}
+
 static void submit_one(struct slurm_ex *sx, struct outcome *o)
 {
+	struct slurm_submit r;
+	char comment[64];
+	describe(sx, o->sj, comment, sizeof comment, &r);
+	o->held = r.hold;
+	if (sx->use_api) {
+		slurm_cmd_count(SLURM_CMD_API_SUBMIT);
+		if (slurm_api_submit(&r, o->sid, sizeof o->sid, o->msg, sizeof o->msg,
+		                     &o->transient) == 0)
+			took(o);
+		return;
+	}
 	struct argv_buf a;
-	sbatch_argv(sx, o->sj, &a);
+	sbatch_argv(&r, &a);
 	struct slurm_cmd_result res;
 	int rc = slurm_cmd_run(a.argv, sx->cfg.timeout_s * 1000, &res);
 	if (rc == 0) {
@@ -447,12 +491,7 @@ static void submit_one(struct slurm_ex *sx, struct outcome *o)
 		}
 		o->sid[k] = '\0';
 		if (k > 0) {
-			o->ok = 1;
-			char err[256];
-			char line[40];
-			snprintf(line, sizeof line, "%s\n", o->sid);
-			if (write_file(o->sj->job.dir, "slurm-job-id", line, 0640, err, sizeof err) != 0)
-				fprintf(stderr, "larchd: job j-%06lld: %s\n", o->sj->job.id, err);
+			took(o);
 		} else {
 			o->transient = 1;
 			snprintf(o->msg, sizeof o->msg, "sbatch printed no job id: %.100s", res.out);
@@ -520,7 +559,10 @@ static void submit_due(struct slurm_ex *sx)
 			snprintf(j->sid, sizeof j->sid, "%s", o->sid);
 			j->phase = PH_FOLLOW;
 			j->tries = 0;
-			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s", j->sid);
+			if (o->held)
+				j->hold_sent = 1;
+			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s%s", j->sid,
+			     o->held ? " (submitted held)" : "");
 		} else if (o->transient) {
 			lost = 1;
 			lost_msg = o->msg;
@@ -980,6 +1022,46 @@ static void send_cancels(struct slurm_ex *sx)
 	slurm_cmd_release(&res);
 }
 
+/* scontrol hold for the jobs larch held while their submission was under
+ * way. A job that has started meanwhile cannot be held: it runs (the runner
+ * records that the hold came too late). */
+static void send_holds(struct slurm_ex *sx)
+{
+	struct argv_buf a;
+	memset(&a, 0, sizeof a);
+	arg(&a, "scontrol");
+	arg(&a, "hold");
+	int n = 0;
+	char sids[16][32];
+	pthread_mutex_lock(&sx->lock);
+	for (struct sjob *j = sx->jobs; j && n < 16; j = j->next)
+		if (j->hold && !j->hold_sent && !j->cancel && j->phase == PH_FOLLOW &&
+		    j->sid[0] != '?') {
+			snprintf(sids[n], sizeof sids[n], "%s", j->sid);
+			arg(&a, sids[n++]);
+			j->hold_sent = 1;
+		}
+	pthread_mutex_unlock(&sx->lock);
+	if (n == 0)
+		return;
+	struct slurm_cmd_result res;
+	if (slurm_cmd_run(a.argv, sx->cfg.timeout_s * 1000, &res) != 0) {
+		char why[EXEC_REASON_MAX];
+		slurm_cmd_describe(a.argv, &res, why, sizeof why);
+		fprintf(stderr, "larchd: slurm executor: %s\n", why);
+		if (unreachable(&res)) {           /* again at the next pass */
+			pthread_mutex_lock(&sx->lock);
+			for (struct sjob *j = sx->jobs; j; j = j->next)
+				for (int i = 0; i < n; i++)
+					if (j->hold && strcmp(j->sid, sids[i]) == 0)
+						j->hold_sent = 0;
+			note_health(sx, 0, why);
+			pthread_mutex_unlock(&sx->lock);
+		}
+	}
+	slurm_cmd_release(&res);
+}
+
 static void free_parts(char **parts, int n)
 {
 	for (int i = 0; i < n; i++)
@@ -1039,6 +1121,7 @@ static void *slurm_main(void *arg)
 		send_cancels(sx);
 		submit_due(sx);
 		send_cancels(sx);                  /* cancelled while their sbatch ran */
+		send_holds(sx);
 		if (have_jobs && mono_ms() - last_poll >= sx->cfg.poll_ms) {
 			last_poll = mono_ms();
 			poll_squeue(sx);
@@ -1144,6 +1227,29 @@ static int slurm_cancel(struct executor *ex, long long id, char *err, size_t err
 	struct sjob *j = find(sx, id);
 	if (j) {
 		j->cancel = 1;
+		kick(sx);
+	}
+	pthread_mutex_unlock(&sx->lock);
+	if (!j)
+		snprintf(err, errlen, "job j-%06lld is not with the slurm executor", id);
+	return j ? 0 : -1;
+}
+
+static int slurm_hold(struct executor *ex, long long id, char *err, size_t errlen)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	pthread_mutex_lock(&sx->lock);
+	struct sjob **p = &sx->jobs;
+	while (*p && (*p)->job.id != id)
+		p = &(*p)->next;
+	struct sjob *j = *p;
+	if (j && j->phase == PH_SUBMIT) {
+		/* Slurm never had it: withdrawn (released, it is handed over again) */
+		*p = j->next;
+		sx->n_jobs--;
+		free(j);
+	} else if (j) {
+		j->hold = 1;
 		kick(sx);
 	}
 	pthread_mutex_unlock(&sx->lock);
@@ -1266,7 +1372,13 @@ static const struct executor_ops slurm_ops = {
 	.has = slurm_has,
 	.health = slurm_health,
 	.partition_ok = slurm_partition_ok,
+	.hold = slurm_hold,
 };
+
+const char *exec_slurm_submits_with(const struct executor *ex)
+{
+	return ((const struct slurm_ex *)ex)->use_api ? "libslurm" : "sbatch";
+}
 
 /* STATE/instance-id: 16 hex digits made once, so that job names of two
  * larchd sharing a cluster (or of one state dir and the next) never meet. */
@@ -1330,6 +1442,16 @@ struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, 
 		return NULL;
 	}
 	snprintf(sx->prefix, sizeof sx->prefix, "larch-%s-j-", inst);
+	if (cfg->submit_via != EXEC_SLURM_SUBMIT_SBATCH) {
+		char why[256];
+		if (slurm_api_init(why, sizeof why) == 0) {
+			sx->use_api = 1;
+		} else if (cfg->submit_via == EXEC_SLURM_SUBMIT_LIBSLURM) {
+			snprintf(err, errlen, "slurm executor: %s", why);
+			slurm_free(&sx->base);
+			return NULL;
+		}
+	}
 	int rc = pthread_create(&sx->thread, NULL, slurm_main, sx);
 	if (rc != 0) {
 		snprintf(err, errlen, "slurm executor: thread: %s", strerror(rc));

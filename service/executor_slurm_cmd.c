@@ -21,7 +21,8 @@ static atomic_ullong calls[SLURM_CMD_KINDS];
 static const char *const kind_names[SLURM_CMD_KINDS] = {
 	[SLURM_CMD_SBATCH] = "sbatch", [SLURM_CMD_SQUEUE] = "squeue",
 	[SLURM_CMD_SCONTROL] = "scontrol", [SLURM_CMD_SCANCEL] = "scancel",
-	[SLURM_CMD_SINFO] = "sinfo", [SLURM_CMD_SACCT] = "sacct", [SLURM_CMD_OTHER] = "other",
+	[SLURM_CMD_SINFO] = "sinfo", [SLURM_CMD_SACCT] = "sacct",
+	[SLURM_CMD_API_SUBMIT] = "slurm_submit_batch_job", [SLURM_CMD_OTHER] = "other",
 };
 
 const char *slurm_cmd_kind_name(enum slurm_cmd_kind k)
@@ -32,6 +33,12 @@ const char *slurm_cmd_kind_name(enum slurm_cmd_kind k)
 unsigned long long slurm_cmd_calls(enum slurm_cmd_kind k)
 {
 	return (unsigned)k < SLURM_CMD_KINDS ? atomic_load(&calls[k]) : 0;
+}
+
+void slurm_cmd_count(enum slurm_cmd_kind k)
+{
+	if ((unsigned)k < SLURM_CMD_KINDS)
+		atomic_fetch_add(&calls[k], 1);
 }
 
 static enum slurm_cmd_kind kind_of(const char *prog)

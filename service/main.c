@@ -230,12 +230,16 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 			.poll_ms = (int)d->cfg.slurm_poll_ms,
 			.timeout_s = (int)d->cfg.slurm_timeout,
 			.submit_parallel = (int)d->cfg.slurm_submit_parallel,
+			.submit_via = strcmp(d->cfg.slurm_submit, "sbatch") == 0 ? EXEC_SLURM_SUBMIT_SBATCH
+			              : strcmp(d->cfg.slurm_submit, "libslurm") == 0
+			                  ? EXEC_SLURM_SUBMIT_LIBSLURM : EXEC_SLURM_SUBMIT_AUTO,
 			.grace_s = (int)d->cfg.cancel_grace,
 			.report_flush_s = REPORT_FLUSH_S,
 		};
 		if (!(d->ex = exec_slurm_new(&xcfg, err, errlen)))
 			return -1;
-		say(what, sizeof what, "slurm executor (squeue every %u ms%s%s)", d->cfg.slurm_poll_ms,
+		say(what, sizeof what, "slurm executor (submits with %s, squeue every %u ms%s%s)",
+		    exec_slurm_submits_with(d->ex), d->cfg.slurm_poll_ms,
 		    *d->cfg.slurm_partition ? ", default partition " : "", d->cfg.slurm_partition);
 	} else {
 		struct exec_local_config xcfg = {

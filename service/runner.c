@@ -216,8 +216,16 @@ static void hand_over(struct svc_runner *r, struct executor *ex, int64_t id)
 		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
 		return;
 	}
-	if (ex->ops->async_submit)
-		return;                        /* QUEUED when the executor says Slurm took it */
+	if (ex->ops->async_submit) {
+		/* QUEUED when the executor says Slurm took it; held meanwhile, the
+		 * hold reaches Slurm too */
+		if (db_jobs_get(r->db, id, NULL, &job, &dberr) == 0 && job.state == DB_STATE_HELD &&
+		    exec_hold(ex, id, err, sizeof err) != 0)
+			svc_log(SVC_LOG_WARN, "job j-%06lld: held while handed over: %s", (long long)id,
+			        err);
+		db_job_release(&job);
+		return;
+	}
 	snprintf(why, sizeof why, "queued on the %s executor", ex->ops->name);
 	if (svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_QUEUED, "executor", why, 0, 0) != 0) {
 		/* cancelled meanwhile, or the db failed: take it back (the executor
@@ -374,6 +382,18 @@ static void hook_submitted(void *arg, long long id)
 	pthread_mutex_unlock(&r->lock);
 }
 
+static int hook_held(void *arg, long long id)
+{
+	struct svc_runner *r = arg;
+	pthread_mutex_lock(&r->lock);
+	struct executor *ex = r->ex;
+	pthread_mutex_unlock(&r->lock);
+	char err[EXEC_REASON_MAX];
+	if (ex && exec_has(ex, id))
+		return exec_hold(ex, id, err, sizeof err);
+	return 0;                          /* not handed over: the runner skips HELD jobs */
+}
+
 static int hook_job_dir(void *arg, long long id, char *buf, size_t len)
 {
 	return svc_runner_job_dir(arg, id, buf, len);
@@ -433,6 +453,7 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 	r->queue_max = cfg->queue_max;
 	r->hooks = (struct api_jobs_hooks){ .submitted = hook_submitted,
 	                                    .cancel = svc_runner_cancel,
+	                                    .held = hook_held,
 	                                    .job_dir = hook_job_dir,
 	                                    .partition_ok = hook_partition_ok,
 	                                    .health = hook_health, .metrics = hook_metrics,

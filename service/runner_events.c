@@ -300,6 +300,32 @@ static void finish(struct svc_runner *r, const struct exec_event *ev, enum db_st
 		svc_runner_cancel_by(r, ev->id, by, 1);
 }
 
+/* An event with Slurm's id for a job an admin held while it was being
+ * handed over (HELD, no Slurm id recorded). Not yet started: it stays HELD
+ * with the id recorded, and the executor holds it in Slurm too (0). Started
+ * before the hold reached Slurm: -1, the event moves it on (it runs). */
+static int held_after_handover(struct svc_runner *r, const struct exec_event *ev)
+{
+	if (ev->state == EXEC_RUNNING || ev->started)
+		return -1;
+	char why[EXEC_REASON_MAX + 96], xerr[EXEC_REASON_MAX];
+	snprintf(why, sizeof why, "handed to Slurm as job %s while held: held there too",
+	         ev->ext_id);
+	struct db_job_update u = { .job = ev->id, .by = "executor", .reason = why,
+	                           .slurm_job_id = ev->ext_id };
+	struct db_err err = { 0 };
+	if (db_jobs_update(r->db, &u, NULL, &err) != 0)
+		svc_log(SVC_LOG_WARN, "job j-%06lld: recording Slurm job %s: %s", ev->id, ev->ext_id,
+		        err.text);
+	pthread_mutex_lock(&r->lock);
+	struct executor *ex = r->ex;
+	pthread_mutex_unlock(&r->lock);
+	if (ex && exec_hold(ex, ev->id, xerr, sizeof xerr) != 0)
+		svc_log(SVC_LOG_WARN, "job j-%06lld: holding Slurm job %s: %s", ev->id, ev->ext_id,
+		        xerr);
+	return 0;
+}
+
 void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 {
 	struct svc_runner *r = ctx;
@@ -317,6 +343,9 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 		return;
 	}
 	enum db_state state = job.state;
+	/* held by an admin while it was being handed over: Slurm has it now */
+	int held_in_handover = state == DB_STATE_HELD && ev->ext_id[0] &&
+	                       !(job.slurm_job_id && job.slurm_job_id[0]);
 	db_job_release(&job);
 	if (db_state_final(state)) {
 		if (final) {
@@ -343,6 +372,8 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 		finish(r, ev, state);
 		return;
 	}
+	if (held_in_handover && held_after_handover(r, ev) == 0)
+		return;
 	char why[EXEC_REASON_MAX + 64];
 	switch (ev->state) {
 	case EXEC_QUEUED:
@@ -357,6 +388,15 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 		if (state == DB_STATE_RUNNING) {
 			svc_log(SVC_LOG_INFO, "job j-%06lld: RUNNING (%s)", ev->id, why);
 			break;
+		}
+		if (held_in_handover) {
+			char late[EXEC_REASON_MAX + 96];
+			snprintf(late, sizeof late, "the hold came too late: Slurm had started job %s",
+			         ev->ext_id);
+			svc_log(SVC_LOG_WARN, "job j-%06lld: %s", ev->id, late);
+			if (svc_runner_move_sid(r, ev->id, state, DB_STATE_QUEUED, "executor", late, 0, 0,
+			                        ev->ext_id) == 0)
+				state = DB_STATE_QUEUED;
 		}
 		if (reach_queued(r, ev, &state) == 0)
 			svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", why, 0, 0);

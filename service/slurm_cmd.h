@@ -41,12 +41,15 @@ void slurm_cmd_release(struct slurm_cmd_result *res);
 void slurm_cmd_describe(const char *const argv[], const struct slurm_cmd_result *res,
                         char *buf, size_t len);
 
-/* Calls made so far, by command. */
+/* Calls made so far, by command; libslurm's submissions (slurm_submit.h)
+ * count as "slurm_submit_batch_job". */
 enum slurm_cmd_kind {
 	SLURM_CMD_SBATCH, SLURM_CMD_SQUEUE, SLURM_CMD_SCONTROL, SLURM_CMD_SCANCEL,
-	SLURM_CMD_SINFO, SLURM_CMD_SACCT, SLURM_CMD_OTHER, SLURM_CMD_KINDS
+	SLURM_CMD_SINFO, SLURM_CMD_SACCT, SLURM_CMD_API_SUBMIT, SLURM_CMD_OTHER, SLURM_CMD_KINDS
 };
 const char *slurm_cmd_kind_name(enum slurm_cmd_kind k);
 unsigned long long slurm_cmd_calls(enum slurm_cmd_kind k);
+/* Counts a call made otherwise than by slurm_cmd_run. */
+void slurm_cmd_count(enum slurm_cmd_kind k);
 
 #endif

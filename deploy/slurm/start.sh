@@ -15,7 +15,10 @@
 # SLURM_CONF, and slurm.conf's AuthInfo names munge's socket.
 #
 # The node is this machine with its real CPUs and memory (`slurmd -C`), in
-# two partitions: debug (the default, MaxTime 30 min) and batch (no limit).
+# three partitions: debug (the default, MaxTime 30 min), batch (no limit) and
+# urgent (MaxTime 30 min, PriorityTier 10 against 1: with
+# PreemptType=preempt/partition_prio and PreemptMode=REQUEUE its jobs preempt
+# the other partitions' running jobs, which Slurm requeues).
 #
 # Idempotent: with the cluster up it changes nothing and exits 0; a daemon
 # that died is started again (with the config it had). Then it waits until
@@ -98,8 +101,11 @@ MinJobAge=300
 ReturnToService=2
 MailProg=/bin/true
 $hw NodeAddr=127.0.0.1 State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=30 State=UP
-PartitionName=batch Nodes=$node MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes=$node Default=YES MaxTime=30 PriorityTier=1 State=UP
+PartitionName=batch Nodes=$node MaxTime=INFINITE PriorityTier=1 State=UP
+PartitionName=urgent Nodes=$node MaxTime=30 PriorityTier=10 State=UP
 EOF
 	mv "$slurm_conf.tmp" "$slurm_conf"
 }

@@ -143,7 +143,7 @@ def cmd_submit(a):
         print("post_error_kinds " + ",".join(f"{k}x{v}" for k, v in state["bad"].items()))
     print(f"post_s {post_s:.3f}")
     print(f"post_rate {posted / post_s if post_s > 0 else 0:.1f}")
-    for cmd in ("sbatch", "squeue"):
+    for cmd in ("sbatch", "slurm_submit_batch_job", "squeue"):
         key = 'larch_slurm_calls_total{command="%s"}' % cmd
         print(f"{cmd}_calls {m1.get(key, 0) - m0.get(key, 0):.0f}")
     if done_at is None:

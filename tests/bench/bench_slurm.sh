@@ -5,15 +5,16 @@
 #   tests/bench/bench_slurm.sh [BUILD] [--build DIR] [--jobs N] [--list-jobs L]
 #                              [--clients C] [--rounds R] [--pollers P]
 #                              [--poll-seconds S] [--poll-ms MS] [--seconds W]
-#                              [--connections K] [--list-connections K2] [--keep]
+#                              [--connections K] [--list-connections K2]
+#                              [--slurm-submit auto|libslurm|sbatch] [--keep]
 #
 # BUILD (or --build, or $LARCH_BUILD; default build) is a release tree with
 # service/larchd. Must run as root (deploy/slurm/start.sh does); needs
 # python3 with requests, and wrk and slurmrestd for part 3.
 #
 # Starts its own cluster (deploy/slurm/start.sh in a new /tmp/bsl.* directory,
-# free ports), larchd with --executor slurm --slurm-poll-ms MS (1000) on its own
-# state dir, and holds the node (State=DRAIN): every job stays PENDING in Slurm,
+# free ports), larchd with --executor slurm --slurm-poll-ms MS (1000) and
+# --slurm-submit (auto: libslurm where larchd has it) on its own state dir, and holds the node (State=DRAIN): every job stays PENDING in Slurm,
 # so nothing runs and slurmctld only queues. Everything is stopped (stop.sh)
 # and removed at exit (--keep keeps the directory: logs, slurm.conf).
 #
@@ -49,7 +50,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 
 build=${LARCH_BUILD:-build} jobs=500 list_jobs=1600 clients=16 rounds=3 pollers=100
-poll_seconds=20 poll_ms=1000 seconds=5 connections=32 list_connections=8 keep=0
+poll_seconds=20 poll_ms=1000 seconds=5 connections=32 list_connections=8 keep=0 submit_via=auto
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--build) build=$2; shift 2 ;;
@@ -63,8 +64,9 @@ while [ $# -gt 0 ]; do
 	--seconds) seconds=$2; shift 2 ;;
 	--connections) connections=$2; shift 2 ;;
 	--list-connections) list_connections=$2; shift 2 ;;
+	--slurm-submit) submit_via=$2; shift 2 ;;
 	--keep) keep=1; shift ;;
-	-h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "bench_slurm: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	*) build=$1; shift ;;
 	esac
@@ -187,7 +189,7 @@ cancel_all() {
 # ---- larchd ------------------------------------------------------------------------
 state=$dir/larchd
 "$larchd" --executor slurm --listen 127.0.0.1:0 --state-dir "$state" --slurm-poll-ms "$poll_ms" \
-	--log-file "$dir/larchd.log" >"$dir/larchd.out" 2>"$dir/larchd.err" &
+	--slurm-submit "$submit_via" --log-file "$dir/larchd.log" >"$dir/larchd.out" 2>"$dir/larchd.err" &
 larchd_pid=$!
 url=''
 for _ in $(seq 100); do
@@ -209,8 +211,9 @@ larchd_settle() {
 	echo "bench_slurm: larchd still has QUEUED jobs after the scancel" >&2
 }
 
+via=$(grep -ho 'submits with [a-z]*' "$dir/larchd.log" "$dir/larchd.out" "$dir/larchd.err" | head -n1)
 echo "bench_slurm: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start; cluster in $LARCH_SLURM_DIR (slurmctld port $port, node $node drained);" \
-     "MaxJobCount $max_job_count, MinJobAge $min_job_age, at most $need jobs kept; larchd $url," \
+     "MaxJobCount $max_job_count, MinJobAge $min_job_age, at most $need jobs kept; larchd $url (${via:-?})," \
      "squeue every $poll_ms ms; $rounds rounds"
 
 # ---- 3a. L jobs through larchd ---------------------------------------------------------
@@ -369,7 +372,7 @@ for r in $(seq "$rounds"); do
 	            "    $(printf '%9s' '') larchd: $larchd_cpu ($(awk -v t="$(kv "$k" handover_s)" -v n="$jobs" 'BEGIN { printf "%.1f", t * 1000 / n }') ms wall, x $(nproc) CPUs)")
 done
 printf '%s\n' "${cpu_lines[@]}"
-echo "    larchd's sbatch calls per round: $(kv "$dir/hand-1.kv" sbatch_calls), squeue calls: $(kv "$dir/hand-1.kv" squeue_calls);" \
+echo "    larchd's submissions in round 1: sbatch $(kv "$dir/hand-1.kv" sbatch_calls), libslurm $(kv "$dir/hand-1.kv" slurm_submit_batch_job_calls); squeue calls: $(kv "$dir/hand-1.kv" squeue_calls);" \
      "round 1's QUEUED bursts at (s after the first POST): $(kv "$dir/hand-1.kv" burst_spans)"
 
 # ---- the table ------------------------------------------------------------------------------

@@ -424,7 +424,7 @@ def test_slurm_views(slurm_admin, slurm_cluster, tmp_path):
         q = slurm_admin.ok("GET", "/v1/queues")
         assert q["executor"] == "slurm" and q["stale"] is False
         by_name = {x["name"]: x for x in q["queues"]}
-        assert set(by_name) == {"debug", "batch"}
+        assert set(by_name) == {"debug", "batch", "urgent"}
         debug, batch = by_name["debug"], by_name["batch"]
         assert debug["default"] is True and batch["default"] is False
         assert debug["state"] == "up" and debug["max_time"] == "30:00"
@@ -440,7 +440,7 @@ def test_slurm_views(slurm_admin, slurm_cluster, tmp_path):
         mine = [x for x in n["nodes"] if x["name"] == node]
         assert len(mine) == 1
         x = mine[0]
-        assert sorted(x["partitions"]) == ["batch", "debug"]
+        assert sorted(x["partitions"]) == ["batch", "debug", "urgent"]
         assert x["cpus"]["total"] == cpus and x["memory_mb"]["total"] > 0
         assert x["state"] in {"idle", "mixed", "alloc"} and x["slurm_state"]
 

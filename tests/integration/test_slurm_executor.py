@@ -4,7 +4,11 @@ run time, cancels while Slurm holds the job pending and while it runs, the
 time limit, scontrol requeue with resume from the checkpoint, slurmctld down
 while jobs are submitted, larchd killed with -9 (also in the window between
 sbatch and the database), hostile names and paths, partitions checked at
-submit, and the Slurm calls counted in /metrics.
+submit, the Slurm calls counted in /metrics, and a job held while it is
+being handed over (sbatch slowed by a wrapper in PATH that sleeps, then runs
+the real sbatch; and slurmctld down) staying held in Slurm too. Submission
+goes through libslurm unless a test asks for sbatch; the ones that matter
+for both run both ways.
 
 Each test runs its own larchd (own state dir, so its own instance id in the
 Slurm job names); the cluster is the session's.
@@ -33,10 +37,13 @@ def spec(steps=30, name="sl", **extra):
     return s
 
 
-def start(tmp_path, cluster, args=(), state_dir=None):
-    env = dict(cluster.env)
+SUBMIT_WAYS = ["libslurm", "sbatch"]
+
+
+def start(tmp_path, cluster, args=(), state_dir=None, via="libslurm", env=None):
+    env = dict(cluster.env, **(env or {}))
     return Larchd(tmp_path, args=["--executor", "slurm", "--slurm-poll-ms", "300",
-                                  "--cancel-grace", "10", *args],
+                                  "--cancel-grace", "10", "--slurm-submit", via, *args],
                   env=env, state_dir=state_dir).start()
 
 
@@ -116,8 +123,9 @@ def progress_step(server, jid):
     return p.get("step", 0)
 
 
-def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers):
-    server = start(tmp_path, slurm_cluster)
+@pytest.mark.parametrize("via", SUBMIT_WAYS)
+def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers, via):
+    server = start(tmp_path, slurm_cluster, via=via)
     servers.append(server)
     jid = submit(server, spec(30))["id"]
     j = wait_state(server, jid, "COMPLETED")
@@ -138,7 +146,18 @@ def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers):
     health = requests.get(server.url + "/healthz", timeout=10).json()
     assert health["status"] == "ok" and health["executor"]["name"] == "slurm"
     metrics = requests.get(server.url + "/metrics", headers=server.auth(), timeout=10).text
-    assert re.search(r'^larch_slurm_calls_total\{command="sbatch"\} [1-9]', metrics, re.M)
+    counted = {m[0]: int(m[1]) for m in
+               re.findall(r'^larch_slurm_calls_total\{command="([a-z_]+)"\} (\d+)', metrics, re.M)}
+    used = "sbatch" if via == "sbatch" else "slurm_submit_batch_job"
+    other = "slurm_submit_batch_job" if via == "sbatch" else "sbatch"
+    assert counted[used] >= 1 and counted[other] == 0, counted
+    assert f"submits with {via}" in server.log()
+    # what Slurm recorded for it, whichever way it was submitted
+    show = slurm_cluster.run("scontrol", "-o", "show", "job", j["slurm_job_id"],
+                             check=False).stdout
+    if show:
+        assert f"Comment=larch {jid}" in show and "Requeue=1" in show, show
+        assert f"StdOut={d}/stdout.log" in show and f"WorkDir={d}" in show, show
 
 
 def test_runtime_failure_is_failed_with_exit_code(tmp_path, slurm_cluster, servers):
@@ -278,9 +297,10 @@ def test_killed_between_sbatch_and_commit_is_found_by_name(tmp_path, slurm_clust
     assert slurm_jobs_named(slurm_cluster, again, jid) == {sid}
 
 
-def test_hostile_names_and_paths_stay_inert(tmp_path, slurm_cluster, servers):
+@pytest.mark.parametrize("via", SUBMIT_WAYS)
+def test_hostile_names_and_paths_stay_inert(tmp_path, slurm_cluster, servers, via):
     pwned = tmp_path / "pwned"
-    server = start(tmp_path, slurm_cluster,
+    server = start(tmp_path, slurm_cluster, via=via,
                    state_dir=tmp_path / f"st $(touch {pwned}1) ;`touch {pwned}2`; 'q' \"dq\" 50%j")
     servers.append(server)
     for name in (f"$(touch {pwned}3)", f"`touch {pwned}4`", "a;b", "a\nb", "q'uote", 'd"q'):
@@ -331,3 +351,78 @@ def test_polling_reads_cause_no_slurm_calls(tmp_path, slurm_cluster, servers):
     assert calls <= window / 1.0 + 2, (calls, window)
     requests.post(f"{server.url}/v1/jobs/{jid}/cancel", headers=server.auth(), timeout=30)
     wait_state(server, jid, "CANCELLED", timeout=60)
+
+
+def admin(server, method, path, **kw):
+    r = requests.request(method, server.url + path, headers=server.auth(), timeout=60, **kw)
+    return r
+
+
+def slurm_reason(cluster, sid):
+    out = cluster.run("squeue", "-h", "-j", sid, "-O", "State:|,Reason:|", check=False).stdout
+    return out.strip()
+
+
+def test_hold_while_sbatch_runs_keeps_it_held_in_slurm(tmp_path, slurm_cluster, servers):
+    """Held while its sbatch is under way (slowed by a wrapper that sleeps
+    and then runs the real sbatch): the job stays HELD when Slurm answers,
+    with its Slurm id recorded and the hold sent to Slurm; released, it runs."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    real = subprocess.run(["sh", "-c", "command -v sbatch"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    wrapper = bindir / "sbatch"
+    wrapper.write_text(f"#!/bin/sh\nsleep 3\nexec {real} \"$@\"\n")
+    wrapper.chmod(0o755)
+    server = start(tmp_path, slurm_cluster, via="sbatch",
+                   env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    servers.append(server)
+    jid = submit(server, spec(20, name="held-in-flight"))["id"]
+    time.sleep(1)                       # its sbatch sleeps now
+    assert job(server, jid)["state"] == "PENDING"
+    r = admin(server, "POST", f"/v1/jobs/{jid}/hold")
+    assert r.status_code == 200 and r.json()["state"] == "HELD", r.text
+    wait_for(lambda: job(server, jid).get("slurm_job_id"), "the Slurm id recorded", 30)
+    j = job(server, jid)
+    assert j["state"] == "HELD", j
+    sid = j["slurm_job_id"]
+    wait_for(lambda: "JobHeld" in slurm_reason(slurm_cluster, sid), "the hold in Slurm", 30)
+    time.sleep(1.5)                     # several polls: still held on both sides
+    assert job(server, jid)["state"] == "HELD"
+    assert "PENDING|JobHeld" in slurm_reason(slurm_cluster, sid)
+    assert any("held there too" in e[3] for e in events(server, jid)), events(server, jid)
+    r = admin(server, "POST", f"/v1/jobs/{jid}/release")
+    assert r.status_code == 200, r.text
+    j = wait_state(server, jid, "COMPLETED", timeout=120)
+    assert j["slurm_job_id"] == sid
+    assert slurm_jobs_named(slurm_cluster, server, jid) == {sid}
+
+
+@pytest.mark.parametrize("via", SUBMIT_WAYS)
+def test_hold_during_outage_is_submitted_held(tmp_path, slurm_cluster, servers, via):
+    """slurmctld down: the job waits PENDING with the executor; held then, it
+    is handed over held when Slurm is back (never runs), then released."""
+    server = start(tmp_path, slurm_cluster, args=["--slurm-timeout", "5"], via=via)
+    servers.append(server)
+    wait_for(lambda: requests.get(server.url + "/healthz", timeout=10).json()["status"] == "ok",
+             "larchd up", 30)
+    os.kill(slurm_cluster.pid("slurmctld"), signal.SIGTERM)
+    wait_for(lambda: not slurm_cluster.running(), "slurmctld to stop", 30)
+    try:
+        jid = submit(server, spec(20, name="held-outage"))["id"]
+        wait_for(lambda: requests.get(server.url + "/healthz", timeout=10).json()["status"]
+                 == "degraded", "/healthz degraded", 40)
+        r = admin(server, "POST", f"/v1/jobs/{jid}/hold")
+        assert r.status_code == 200 and r.json()["state"] == "HELD", r.text
+    finally:
+        slurm_cluster.start()
+    wait_for(lambda: job(server, jid).get("slurm_job_id"), "the Slurm id recorded", 60)
+    sid = job(server, jid)["slurm_job_id"]
+    wait_for(lambda: "JobHeld" in slurm_reason(slurm_cluster, sid), "the hold in Slurm", 30)
+    time.sleep(1.5)
+    j = job(server, jid)
+    assert j["state"] == "HELD" and j["started_at"] is None, j
+    r = admin(server, "POST", f"/v1/jobs/{jid}/release")
+    assert r.status_code == 200, r.text
+    wait_state(server, jid, "COMPLETED", timeout=120)
+    assert slurm_jobs_named(slurm_cluster, server, jid) == {sid}

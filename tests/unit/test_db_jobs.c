@@ -503,16 +503,31 @@ static void test_admin_update(void)
 		CHECK_STR_EQ(ev.events[2].reason, "moved");
 	}
 	db_event_list_release(&ev);
+	/* the Slurm id of a job held while Slurm took it: recorded, state kept */
+	CHECK_INT_EQ(move(db, id, DB_STATE_PENDING, DB_STATE_HELD, NULL), 0);
+	u = (struct db_job_update){ .job = id, .by = "executor", .slurm_job_id = "4242" };
+	CHECK_INT_EQ(db_jobs_update(db, &u, &after, NULL), 0);
+	CHECK_STR_EQ(after.slurm_job_id, "4242");
+	CHECK_INT_EQ(after.state, DB_STATE_HELD);
+	CHECK_STR_EQ(after.partition, "gpu");
+	db_job_release(&after);
+	CHECK_INT_EQ(db_jobs_events(db, id, NULL, &ev, NULL), 0);
+	CHECK_INT_EQ(ev.n, 5);
+	if (ev.n == 5)
+		CHECK_STR_EQ(ev.events[4].reason, "slurm job 4242");
+	db_event_list_release(&ev);
 	u = (struct db_job_update){ .job = id, .by = "root" };
 	CHECK_INT_EQ(db_jobs_update(db, &u, NULL, NULL), DB_INVALID);
 	u.partition = "";
+	CHECK_INT_EQ(db_jobs_update(db, &u, NULL, NULL), DB_INVALID);
+	u = (struct db_job_update){ .job = id, .by = "root", .slurm_job_id = "" };
 	CHECK_INT_EQ(db_jobs_update(db, &u, NULL, NULL), DB_INVALID);
 	u = (struct db_job_update){ .job = id + 50, .by = "root", .has_priority = 1 };
 	CHECK_INT_EQ(db_jobs_update(db, &u, NULL, NULL), DB_NOT_FOUND);
 	CHECK_INT_EQ(move(db, id, DB_STATE_ANY, DB_STATE_CANCELLED, NULL), 0);
 	u.job = id;
 	CHECK_INT_EQ(db_jobs_update(db, &u, NULL, &err), DB_ILLEGAL);
-	CHECK_INT_EQ(n_events(db, id), 4);
+	CHECK_INT_EQ(n_events(db, id), 6);
 	db_close(db);
 }
 
