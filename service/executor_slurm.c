@@ -41,10 +41,12 @@
  * States (squeue's, edge-triggered: an event only when the larch-side state
  * changes): PENDING -> QUEUED, or HELD when the reason is JobHeld*;
  * CONFIGURING/RUNNING/COMPLETING/SUSPENDED/... -> RUNNING; REQUEUED,
- * REQUEUE_HOLD and a restart count that grew -> REQUEUED; PREEMPTED ->
- * PREEMPTED; COMPLETED, FAILED, CANCELLED, TIMEOUT/DEADLINE, NODE_FAIL,
- * OUT_OF_MEMORY, BOOT_FAIL -> final, with the exit code (squeue's raw wait
- * status) and Slurm's state and reason in the event's reason. A job squeue no
+ * REQUEUE_HOLD and a restart count that grew -> REQUEUED, or PREEMPTED when
+ * slurmstepd wrote that preemption ended the attempt (attempt_preempted);
+ * COMPLETED, FAILED, CANCELLED, TIMEOUT/DEADLINE, NODE_FAIL, OUT_OF_MEMORY,
+ * BOOT_FAIL, and PREEMPTED (ended by preemption, not requeued) -> final, with
+ * the exit code (squeue's raw wait status) and Slurm's state and reason in
+ * the event's reason. A job squeue no
  * longer lists (MinJobAge passed) is asked of scontrol, then sacct -c.
  */
 #include "executor.h"
@@ -656,7 +658,7 @@ static struct row *parse_squeue(struct slurm_ex *sx, char *out, int *n_rows)
 	return rows;
 }
 
-enum kind { K_WAIT, K_HELD, K_RUN, K_REQUEUE, K_PREEMPT, K_FINAL };
+enum kind { K_WAIT, K_HELD, K_RUN, K_REQUEUE, K_FINAL };
 
 struct slurm_state {
 	enum kind kind;
@@ -671,6 +673,9 @@ static struct slurm_state map_state(const char *state, const char *reason)
 		{ "DEADLINE", EXEC_TIMEOUT }, { "NODE_FAIL", EXEC_FAILED },
 		{ "OUT_OF_MEMORY", EXEC_FAILED }, { "BOOT_FAIL", EXEC_FAILED },
 		{ "SPECIAL_EXIT", EXEC_FAILED }, { "REVOKED", EXEC_FAILED },
+		/* ended by preemption and not requeued (PreemptMode=CANCEL, or a job
+		 * without --requeue); a requeued one is PENDING again instead */
+		{ "PREEMPTED", EXEC_FAILED },
 	};
 	for (size_t i = 0; i < sizeof finals / sizeof finals[0]; i++)
 		if (strcmp(state, finals[i].name) == 0)
@@ -681,8 +686,6 @@ static struct slurm_state map_state(const char *state, const char *reason)
 		return (struct slurm_state){ K_REQUEUE, 0 };
 	if (strcmp(state, "REQUEUE_HOLD") == 0)
 		return (struct slurm_state){ K_HELD, 0 };
-	if (strcmp(state, "PREEMPTED") == 0)
-		return (struct slurm_state){ K_PREEMPT, 0 };
 	return (struct slurm_state){ K_RUN, 0 };   /* RUNNING, CONFIGURING, COMPLETING, ... */
 }
 
@@ -705,38 +708,79 @@ static void emit_final(struct slurm_ex *sx, struct sjob *j, enum exec_state st,
 }
 
 /* Applies one squeue row to j; lock held. Returns 1 when the job ended. */
+/* Whether the attempt that just ended was preempted. Slurm requeues a
+ * preempted job (PreemptMode=REQUEUE) as PENDING with its restart count up,
+ * as it does for scontrol requeue, and keeps no trace of why in squeue or
+ * scontrol; slurmstepd does write it into the job's stderr: "*** JOB 12 ON
+ * node CANCELLED AT <time> DUE TO PREEMPTION ***". The last such line for
+ * this Slurm job in DIR/stderr.log decides. */
+static int attempt_preempted(const struct sjob *j)
+{
+	char path[EXEC_PATH_MAX + 16], tail[8192 + 1], mark[48];
+	snprintf(path, sizeof path, "%s/stderr.log", j->job.dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct stat st;
+	off_t from = fstat(fd, &st) == 0 && st.st_size > 8192 ? st.st_size - 8192 : 0;
+	ssize_t n = pread(fd, tail, sizeof tail - 1, from);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	tail[n] = '\0';
+	for (ssize_t i = 0; i < n; i++)
+		if (tail[i] == '\0')
+			tail[i] = ' ';
+	snprintf(mark, sizeof mark, "*** JOB %s ON ", j->sid);
+	const char *last = NULL;
+	for (const char *p = tail; (p = strstr(p, mark)) != NULL; p++)
+		last = p;
+	if (!last)
+		return 0;
+	const char *eol = strchr(last, '\n');
+	const char *pre = strstr(last, "DUE TO PREEMPTION");
+	return pre && (!eol || pre < eol);
+}
+
+/* The running attempt ended and Slurm queued the job again: REQUEUED, or
+ * PREEMPTED when preemption ended it. */
+static void emit_requeued(struct slurm_ex *sx, struct sjob *j, int restarts)
+{
+	if (attempt_preempted(j))
+		emit(sx, j, EXEC_PREEMPTED, -1, 1, "slurm job %s preempted, requeued (restart %d)",
+		     j->sid, restarts);
+	else
+		emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued (restart %d)", j->sid,
+		     restarts);
+}
+
 static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 {
 	struct slurm_state m = map_state(r->state, r->reason);
 	int restarted = r->restarts > j->restarts;
 	j->restarts = r->restarts;
-	if (restarted && j->last == EXEC_RUNNING && m.kind != K_PREEMPT && m.kind != K_REQUEUE) {
-		emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued (restart %d)", j->sid,
-		     r->restarts);
+	if (restarted && j->last == EXEC_RUNNING && m.kind != K_REQUEUE) {
+		emit_requeued(sx, j, r->restarts);
 		j->await_restart = r->restarts;
 	}
 	switch (m.kind) {
 	case K_WAIT:
 		j->await_restart = 0;
 		if (j->last == EXEC_RUNNING)
-			emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued", j->sid);
+			emit_requeued(sx, j, r->restarts);
 		if (j->last != EXEC_QUEUED)
 			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s (%s)", j->sid, r->reason);
 		return 0;
 	case K_HELD:
 		j->await_restart = 0;
 		if (j->last == EXEC_RUNNING)
-			emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued", j->sid);
+			emit_requeued(sx, j, r->restarts);
 		if (j->last != EXEC_HELD)
 			emit(sx, j, EXEC_HELD, -1, 0, "slurm job %s held (%s)", j->sid, r->reason);
 		return 0;
 	case K_REQUEUE:
 		if (j->last == EXEC_RUNNING)
-			emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued", j->sid);
-		return 0;
-	case K_PREEMPT:
-		if (j->last == EXEC_RUNNING)
-			emit(sx, j, EXEC_PREEMPTED, -1, 1, "slurm job %s preempted", j->sid);
+			emit_requeued(sx, j, r->restarts);
 		return 0;
 	case K_RUN:
 		if (j->await_restart > 0) {

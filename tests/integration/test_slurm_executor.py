@@ -1,7 +1,8 @@
 """larchd with `--executor slurm` against the real single-node dev cluster
 (tests/integration/slurm.py): submit -> COMPLETED with metrics, a failure at
 run time, cancels while Slurm holds the job pending and while it runs, the
-time limit, scontrol requeue with resume from the checkpoint, slurmctld down
+time limit, scontrol requeue and preemption by the urgent partition with
+resume from the checkpoint, slurmctld down
 while jobs are submitted, larchd killed with -9 (also in the window between
 sbatch and the database), hostile names and paths, partitions checked at
 submit, the Slurm calls counted in /metrics, and a job held while it is
@@ -226,6 +227,48 @@ def test_requeue_resumes_from_checkpoint(tmp_path, slurm_cluster, servers):
     assert "REQUEUED" in states and states.count("RUNNING") >= 2, states
     assert (server.state_dir / "jobs" / jid / "slurm-attempt").read_text().strip() == "1"
     out = (server.state_dir / "jobs" / jid / "stdout.log").read_text()
+    assert re.search(r"resume: from .*\(step \d+\)", out), out[-2000:]
+    r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
+                     headers=server.auth(), timeout=30)
+    seen = [p[0] for p in r.json()["series"]["train/loss"]]
+    assert seen == sorted(set(seen)) and seen[-1] == steps, seen[-5:]
+    assert slurm_jobs_named(slurm_cluster, server, jid) == {sid}
+
+
+def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers):
+    """A job of the urgent partition (a higher PriorityTier, PreemptMode=REQUEUE)
+    preempts a running larch job: larch shows PREEMPTED, Slurm requeues it,
+    and it resumes from its checkpoint as attempt 2 with its metrics history
+    continued without duplicates."""
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    cpus = node_cpus(slurm_cluster)
+    steps = 3000
+    jid = submit(server, spec(steps, name="preempted", checkpoint_every=100,
+                              resources={"partition": "debug", "cpus_per_task": cpus}))["id"]
+    sid = wait_state(server, jid, "RUNNING")["slurm_job_id"]
+    wait_for(lambda: progress_step(server, jid) >= 300, "step 300", 120)
+    script = tmp_path / "urgent.sh"
+    script.write_text("#!/bin/sh\nsleep 2\n")
+    urgent = slurm_cluster.submit(script, "-p", "urgent", "-n", "1", "-c", str(cpus),
+                                  "-o", "/dev/null")
+    wait_for(lambda: any(e[1] == "PREEMPTED" for e in events(server, jid)), "PREEMPTED", 60)
+    ev = [e for e in events(server, jid) if e[1] == "PREEMPTED"]
+    assert ev[0][0] == "RUNNING" and "preempted" in ev[0][3], ev
+    assert not any(e[1] == "REQUEUED" for e in events(server, jid)), events(server, jid)
+    wait_for(lambda: slurm_cluster.job(urgent)["JobState"] in ("RUNNING", "COMPLETED"),
+             "the urgent job to run", 60)
+    # Slurm holds a requeued job ~120 s (BeginTime); release it now
+    wait_for(lambda: slurm_cluster.job(sid)["JobState"] == "PENDING", "PENDING again", 60)
+    slurm_cluster.run("scontrol", "update", f"jobid={sid}", "StartTime=now")
+    j = wait_state(server, jid, "COMPLETED", timeout=240)
+    assert j["attempt"] == 2 and j["slurm_job_id"] == sid, j
+    states = [e[1] for e in events(server, jid)]
+    i = states.index("PREEMPTED")
+    assert states[i + 1] == "QUEUED" and "RUNNING" in states[i + 1:], states
+    d = server.state_dir / "jobs" / jid
+    assert "DUE TO PREEMPTION" in (d / "stderr.log").read_text()
+    out = (d / "stdout.log").read_text()
     assert re.search(r"resume: from .*\(step \d+\)", out), out[-2000:]
     r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
                      headers=server.auth(), timeout=30)
