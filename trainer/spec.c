@@ -105,16 +105,22 @@ static int parse_model(struct trn_fields *root, struct trn_spec_model *m)
 
 static int parse_parallel(struct trn_fields *root, struct trn_spec_parallel *p)
 {
-	static const char *const keys[] = { "ranks", "zero_stage", NULL };
+	static const char *const keys[] = { "ranks", "zero_stage", "bucket_mb", NULL };
 	struct trn_fields f;
 	long long ranks, zero;
+	double bucket_mb;
 	if (trn_fields_object(&f, root, "parallel", TRN_OPTIONAL) < 0 ||
 	    trn_fields_known(&f, keys, NULL, NULL) < 0 ||
 	    trn_fields_int(&f, "ranks", 1, 4096, 0, 1, &ranks) < 0 ||
-	    trn_fields_int(&f, "zero_stage", 0, 2, 0, 0, &zero) < 0)
+	    trn_fields_int(&f, "zero_stage", 0, 2, 0, 0, &zero) < 0 ||
+	    trn_fields_num(&f, "bucket_mb", (struct trn_range){ 0, 1024, 1, 0 }, 0, 25,
+	                   &bucket_mb) < 0)
 		return -1;
 	p->ranks = (int)ranks;
 	p->zero_stage = (int)zero;
+	p->bucket_bytes = (long)(bucket_mb * 1024 * 1024);
+	if (p->bucket_bytes < (long)sizeof(float))
+		p->bucket_bytes = sizeof(float);
 	return 0;
 }
 

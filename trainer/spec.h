@@ -121,6 +121,7 @@ struct trn_spec_offload {
 struct trn_spec_parallel {
 	int ranks;                     /* default 1 */
 	int zero_stage;                /* 0 | 1 | 2 */
+	long bucket_bytes;             /* "bucket_mb": gradient allreduce buckets; default 25 MiB */
 };
 
 struct trn_spec_resources {

@@ -11,7 +11,9 @@
 #include <time.h>
 
 #include "ckpt.h"
+#include "comm.h"
 #include "data.h"
+#include "dp.h"
 #include "kernels/blas.h"
 #include "kernels/parallel.h"
 #include "model.h"
@@ -30,6 +32,9 @@ void trn_train_request_stop(int signo)
 struct run {
 	const struct trn_spec *spec;
 	const struct trn_train_opts *opts;
+	struct trn_comm *comm;         /* the ranks; rank 0 writes, prints and reports */
+	int lead;                      /* this is rank 0 */
+	struct trn_dp dp;
 	struct trn_dataset ds;
 	struct trn_model *model;
 	struct trn_optim opt;
@@ -67,9 +72,6 @@ static int check_supported(const struct trn_spec *s, struct trn_err *err)
 	    s->offload.activations != TRN_OFFLOAD_NONE)
 		return trn_err_set(err, "offload: offloading is not supported by this larch-train yet "
 		                   "(all of offload.* must be \"none\")");
-	if (s->parallel.ranks != 1)
-		return trn_err_set(err, "parallel.ranks: data parallel training is not supported by this "
-		                   "larch-train yet (got %d, only 1)", s->parallel.ranks);
 	if (s->parallel.zero_stage != 0)
 		return trn_err_set(err, "parallel.zero_stage: ZeRO is not supported by this larch-train "
 		                   "yet (got %d, only 0)", s->parallel.zero_stage);
@@ -151,14 +153,20 @@ static void print_plan(const struct run *r)
 
 	printf("larch-train: %s: %s model, %ld parameters in %d tensors\n", s->name,
 	       s->model.type == TRN_MODEL_MLP ? "mlp" : "gpt", m->n_floats, m->n_params);
-	printf("data: %ld train / %ld val samples; batch %ld = micro %ld x %d rank x %ld accum; "
+	printf("data: %ld train / %ld val samples; batch %ld = micro %ld x %d rank%s x %ld accum; "
 	       "%ld steps/epoch, %ld steps\n", r->ds.train.n, r->ds.val.n, s->batch.global,
-	       s->batch.micro, s->parallel.ranks, s->batch.accum, r->steps_per_epoch, r->total_steps);
+	       s->batch.micro, s->parallel.ranks, s->parallel.ranks > 1 ? "s" : "", s->batch.accum,
+	       r->steps_per_epoch, r->total_steps);
+	if (r->comm->size > 1)
+		printf("parallel: %d ranks over %s, gradients averaged in %d buckets of up to %.0f MiB\n",
+		       r->comm->size, r->comm->ops->name, r->dp.n_buckets,
+		       mib((double)s->parallel.bucket_bytes));
 	printf("optimizer: %s, lr %.4g x %.4g = %.4g, warmup %ld steps from %.4g\n",
 	       trn_opt_name(s->optimizer.type), r->sched.base_lr, r->sched.scale, r->sched.peak_lr,
 	       r->sched.warmup_steps, r->sched.start_lr);
-	printf("memory: params %.1f MiB, grads %.1f MiB, optimizer state %.1f MiB, activations "
-	       "%.1f MiB at micro-batch %ld, total %.1f MiB\n", mib(param_b), mib(param_b),
+	printf("memory%s: params %.1f MiB, grads %.1f MiB, optimizer state %.1f MiB, activations "
+	       "%.1f MiB at micro-batch %ld, total %.1f MiB\n", r->comm->size > 1 ? " per rank" : "",
+	       mib(param_b), mib(param_b),
 	       mib(param_b * n_state), mib((double)m->act_bytes), s->batch.micro, mib(total));
 	printf("blas: %s\n", kern_blas_describe());
 	fflush(stdout);
@@ -171,20 +179,23 @@ static int setup(struct run *r, struct trn_err *err)
 	const char *dir = r->opts->job_dir;
 	char blas_err[1024];
 
-	if (trn_report_connect(&r->rep, err) != 0)
-		return TRN_EXIT_USAGE;
 	if (check_supported(s, err) != 0)
+		return TRN_EXIT_USAGE;
+	if (!(r->comm = trn_comm_open(s->parallel.ranks, err)))
+		return TRN_EXIT_USAGE;
+	r->lead = r->comm->rank == 0;
+	if (r->lead && trn_report_connect(&r->rep, err) != 0)
 		return TRN_EXIT_USAGE;
 	if (kern_blas_init(blas_err, sizeof blas_err) != 0)
 		return trn_err_set(err, "%s", blas_err), TRN_EXIT_FAILED;
 	if (r->opts->threads > 0)
 		kern_set_threads(r->opts->threads);
-	if (make_dir(dir, err) != 0 || write_spec(dir, s, err) != 0)
+	if (make_dir(dir, err) != 0 || (r->lead && write_spec(dir, s, err) != 0))
 		return TRN_EXIT_FAILED;
 	if (trn_dataset_load(&r->ds, s, err) != 0)
 		return TRN_EXIT_FAILED;
-	if (trn_loader_init(&r->loader, &r->ds, &r->ds.train, s->seed, s->data.shuffle, 0,
-	                    s->parallel.ranks, s->batch.global, s->batch.micro, err) != 0)
+	if (trn_loader_init(&r->loader, &r->ds, &r->ds.train, s->seed, s->data.shuffle,
+	                    r->comm->rank, s->parallel.ranks, s->batch.global, s->batch.micro, err) != 0)
 		return TRN_EXIT_FAILED;
 	r->steps_per_epoch = trn_loader_steps_per_epoch(&r->loader);
 	r->total_steps = s->length.in_epochs ? trn_period_steps(&s->length, r->steps_per_epoch)
@@ -199,6 +210,8 @@ static int setup(struct run *r, struct trn_err *err)
 		return trn_err_set(err, "batch: out of memory"), TRN_EXIT_FAILED;
 	if (trn_optim_init(&r->opt, &s->optimizer, r->model->params, r->model->n_params,
 	                   r->model->n_floats, err) != 0)
+		return TRN_EXIT_FAILED;
+	if (trn_dp_init(&r->dp, r->comm, r->model, s->parallel.bucket_bytes, err) != 0)
 		return TRN_EXIT_FAILED;
 
 	r->state = (struct trn_state){ .model = r->model, .opt = &r->opt, .loader = &r->loader,
@@ -219,7 +232,7 @@ static int setup(struct run *r, struct trn_err *err)
 		} else {
 			trn_model_init_weights(r->model, s->seed);
 		}
-		if (trn_report_open(&r->rep, dir, -1, err) != 0)
+		if (r->lead && trn_report_open(&r->rep, dir, -1, err) != 0)
 			return TRN_EXIT_FAILED;
 	} else {
 		char path[TRN_PATH_MAX + 64];
@@ -228,16 +241,24 @@ static int setup(struct run *r, struct trn_err *err)
 		int rc = trn_state_load(path, &r->state, err);
 		if (rc != 0)
 			return strstr(err->text, "different spec") ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
-		if (trn_report_open(&r->rep, dir, r->state.step, err) != 0)
+		if (r->lead && trn_report_open(&r->rep, dir, r->state.step, err) != 0)
 			return TRN_EXIT_FAILED;
-		printf("resume: from %s (step %ld)\n", path, r->state.step);
+		if (r->lead)
+			printf("resume: from %s (step %ld)\n", path, r->state.step);
 	}
-	r->rep.quiet = r->opts->quiet;
+	/* every rank starts from rank 0's weights (the same seed makes the same
+	 * ones; this makes sure) */
+	if (trn_comm_bcast(r->comm, r->model->w, r->model->n_floats * (long)sizeof(float), 0,
+	                   err) != 0)
+		return TRN_EXIT_FAILED;
+	r->rep.quiet = r->opts->quiet || !r->lead;
 	return TRN_EXIT_OK;
 }
 
 static int save(struct run *r, struct trn_err *err)
 {
+	if (!r->lead)
+		return 0;                  /* the ranks' states are the same: rank 0's is the run's */
 	return trn_state_save(r->opts->job_dir, &r->state, r->spec->keep_checkpoints, err);
 }
 
@@ -275,9 +296,21 @@ static int train_loop(struct run *r, struct trn_err *err)
 		for (long a = 0; a < accum; a++) {
 			trn_loader_micro(&r->loader, a, &r->batch);
 			loss += trn_model_forward(m, &r->batch, NULL);
+			if (a == accum - 1)
+				trn_dp_arm(&r->dp);
 			trn_model_backward(m, &r->batch, 1.0f / (float)accum);
 		}
 		loss /= (double)accum;
+		if (r->comm->size > 1) {
+			/* the gradients, then the loss and whether any rank was asked to stop */
+			double shared[2] = { loss, stop_signal ? 1.0 : 0.0 };
+			if (trn_dp_finish(&r->dp, err) != 0 ||
+			    trn_comm_allreduce_f64(r->comm, shared, 2, err) != 0)
+				return TRN_EXIT_FAILED;
+			loss = shared[0] / (double)r->comm->size;
+			if (shared[1] > 0 && !stop_signal)
+				stop_signal = SIGTERM;
+		}
 		if (!isfinite(loss)) {
 			trn_err_set(err, "step %ld: the loss is %f (lr %.4g): training diverged", step + 1,
 			            loss, lr);
@@ -307,7 +340,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 				                  rate * (double)m->tokens_per_sample);
 			trn_report_metric(&r->rep, step, "train/epoch",
 			                  (double)step / (double)r->steps_per_epoch);
-			if (!r->opts->quiet)
+			if (!r->opts->quiet && r->lead)
 				progress(r, step, loss, lr, rate);
 			trn_report_flush(&r->rep);
 			interval_t = 0;
@@ -315,7 +348,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 		}
 		if (step == r->total_steps)
 			break;
-		if (s->eval_every && step % s->eval_every == 0)
+		if (s->eval_every && step % s->eval_every == 0 && r->lead)
 			evaluate(r, step);
 		int saved = 0;
 		if (s->checkpoint_every && step % s->checkpoint_every == 0) {
@@ -332,16 +365,24 @@ static int train_loop(struct run *r, struct trn_err *err)
 			return TRN_EXIT_INTERRUPTED;
 		}
 	}
-	evaluate(r, r->state.step);
+	if (r->lead)
+		evaluate(r, r->state.step);
 	if (save(r, err) != 0)
 		return TRN_EXIT_FAILED;
 	trn_report_flush(&r->rep);
 
 	long done = r->state.step - start_step;
-	if (done > 0 && !r->opts->quiet) {
+	if (done > 0 && !r->opts->quiet && r->lead) {
 		double sps = (double)(done * s->batch.global) / total_train_t;
 		printf("done: %ld steps in %.1fs of training, %.0f samples/s, %.1f GFLOP/s in GEMMs\n",
 		       done, total_train_t, sps, sps * m->flops_per_sample * 1e-9);
+		if (r->comm->size > 1)
+			printf("parallel: %d ranks, %.1f MiB allreduced per step, %.3f s per step in "
+			       "communication of which %.3f s waited (%.0f%% hidden)\n", r->comm->size,
+			       mib(r->dp.bytes / (double)(r->dp.steps ? r->dp.steps : 1)),
+			       r->dp.comm_s / (double)(r->dp.steps ? r->dp.steps : 1),
+			       r->dp.wait_s / (double)(r->dp.steps ? r->dp.steps : 1),
+			       100.0 * trn_dp_overlap(&r->dp));
 	}
 	return TRN_EXIT_OK;
 }
@@ -352,15 +393,19 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	struct trn_err err = { 0 };
 	int code = setup(&r, &err);
 	if (code == TRN_EXIT_OK) {
-		print_plan(&r);
+		if (r.lead)
+			print_plan(&r);
 		code = train_loop(&r, &err);
 	}
+	int ranks = r.comm ? r.comm->size : 1;
 	static const char *const status[] = {
 		[TRN_EXIT_OK] = "completed", [TRN_EXIT_FAILED] = "failed",
 		[TRN_EXIT_USAGE] = "failed", [TRN_EXIT_INTERRUPTED] = "interrupted",
 		[TRN_EXIT_DIVERGED] = "failed",
 	};
-	if (err.set)
+	if (err.set && ranks > 1 && (r.lead || code != TRN_EXIT_INTERRUPTED))
+		fprintf(stderr, "larch-train: rank %d of %d: %s\n", r.comm->rank, ranks, err.text);
+	else if (err.set && ranks == 1)
 		fprintf(stderr, "larch-train: %s\n", err.text);
 	struct trn_err rerr = { 0 };
 	/* a job dir that could not be made has nowhere to put result.json (larchd
@@ -369,9 +414,16 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	struct trn_result res = { .status = status[code], .steps = r.state.step, .final = r.final,
 	                          .wall_s = now() - r.t_start, .exit_code = code,
 	                          .reason = err.set ? err.text : NULL };
-	if (trn_report_finish(&r.rep, stat(opts->job_dir, &st) == 0 ? opts->job_dir : NULL, &res,
+	if ((!r.comm || r.lead) &&
+	    trn_report_finish(&r.rep, stat(opts->job_dir, &st) == 0 ? opts->job_dir : NULL, &res,
 	                      &rerr) != 0)
 		fprintf(stderr, "larch-train: %s\n", rerr.text);
+	/* a rank that failed alone would leave the others waiting in a collective:
+	 * end them all (an interrupted run stopped on every rank together) */
+	if (ranks > 1 && code != TRN_EXIT_OK && code != TRN_EXIT_INTERRUPTED) {
+		fflush(NULL);
+		trn_comm_abort(r.comm, code);
+	}
 
 	json_decref(r.final);
 	trn_report_close(&r.rep);
@@ -380,5 +432,7 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	trn_model_free(r.model);
 	trn_loader_release(&r.loader);
 	trn_dataset_release(&r.ds);
+	trn_dp_release(&r.dp);
+	trn_comm_close(r.comm);
 	return code;
 }

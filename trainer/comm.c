@@ -1,0 +1,129 @@
+/* trainer/comm.c - the single-process communicator, and choosing one; see
+ * comm.h. */
+#include "comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- one process: every collective is the identity ------------------------------ */
+
+static int single_allreduce_f32(struct trn_comm *c, float *buf, long n, struct trn_err *err)
+{
+	(void)c, (void)buf, (void)n, (void)err;
+	return 0;
+}
+
+static int single_allreduce_f64(struct trn_comm *c, double *buf, long n, struct trn_err *err)
+{
+	(void)c, (void)buf, (void)n, (void)err;
+	return 0;
+}
+
+static int single_iallreduce_f32(struct trn_comm *c, float *buf, long n,
+                                 struct trn_comm_req **req, struct trn_err *err)
+{
+	(void)c, (void)buf, (void)n, (void)err;
+	*req = NULL;
+	return 0;
+}
+
+static int single_wait(struct trn_comm *c, struct trn_comm_req *req, struct trn_err *err)
+{
+	(void)c, (void)req, (void)err;
+	return 0;
+}
+
+static void single_progress(struct trn_comm *c)
+{
+	(void)c;
+}
+
+static int single_bcast(struct trn_comm *c, void *buf, long bytes, int root, struct trn_err *err)
+{
+	(void)c, (void)buf, (void)bytes, (void)root, (void)err;
+	return 0;
+}
+
+static int single_barrier(struct trn_comm *c, struct trn_err *err)
+{
+	(void)c, (void)err;
+	return 0;
+}
+
+static void single_abort(struct trn_comm *c, int code)
+{
+	(void)c, (void)code;
+}
+
+static void single_close(struct trn_comm *c)
+{
+	free(c);
+}
+
+static const struct trn_comm_ops single_ops = {
+	.name = "single",
+	.allreduce_f32 = single_allreduce_f32,
+	.allreduce_f64 = single_allreduce_f64,
+	.iallreduce_f32 = single_iallreduce_f32,
+	.wait = single_wait,
+	.progress = single_progress,
+	.bcast = single_bcast,
+	.barrier = single_barrier,
+	.abort = single_abort,
+	.close = single_close,
+};
+
+/* ---- choosing -------------------------------------------------------------------- */
+
+int trn_comm_have_mpi(void)
+{
+#ifdef LARCH_HAVE_MPI
+	return 1;
+#else
+	return 0;
+#endif
+}
+
+int trn_comm_launched_size(void)
+{
+	/* mpirun (Open MPI), then PMIx and PMI as srun --mpi=... sets them */
+	static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE" };
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v)
+			return atoi(v);
+	}
+	return 0;
+}
+
+struct trn_comm *trn_comm_open(int ranks, struct trn_err *err)
+{
+	int launched = trn_comm_launched_size();
+	if (launched > 0 && trn_comm_have_mpi()) {
+#ifdef LARCH_HAVE_MPI
+		return trn_comm_mpi_open(ranks, err);
+#endif
+	}
+	if (ranks > 1) {
+		if (!trn_comm_have_mpi())
+			trn_err_set(err, "parallel.ranks: %d ranks need MPI, and this larch-train was built "
+			            "without it (install libopenmpi-dev and rebuild)", ranks);
+		else
+			trn_err_set(err, "parallel.ranks: the spec asks for %d ranks but larch-train runs "
+			            "as one process: start it with mpirun -n %d", ranks, ranks);
+		return NULL;
+	}
+	struct trn_comm *c = calloc(1, sizeof *c);
+	if (!c) {
+		trn_err_set(err, "communicator: out of memory");
+		return NULL;
+	}
+	*c = (struct trn_comm){ .ops = &single_ops, .rank = 0, .size = 1 };
+	return c;
+}
+
+void trn_comm_close(struct trn_comm *c)
+{
+	if (c)
+		c->ops->close(c);
+}

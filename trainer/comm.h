@@ -1,0 +1,111 @@
+/* trainer/comm.h - the communicator data parallel training runs on.
+ *
+ * One interface, two implementations: a single process (rank 0 of 1; every
+ * collective is the identity) and MPI (comm_mpi.c, Open MPI from Debian;
+ * ranks from the launcher: `mpirun -n N larch-train ...`, or mpirun inside a
+ * Slurm allocation). NCCL is to be a third, behind the same calls. Sums are
+ * in place on fp32 or fp64 buffers; a non-blocking allreduce returns a
+ * request that trn_comm_wait completes (and frees), and trn_comm_progress
+ * lets the library move outstanding ones along between compute.
+ *
+ * Failure: a collective that fails returns -1 with err; the caller stops
+ * the run, and trn_comm_abort ends every rank (MPI_Abort), so that no rank
+ * waits forever on one that is gone. A rank killed outright is noticed by
+ * the launcher (mpirun ends the others).
+ */
+#ifndef LARCH_TRAINER_COMM_H
+#define LARCH_TRAINER_COMM_H
+
+#include "err.h"
+
+struct trn_comm;
+struct trn_comm_req;
+
+struct trn_comm_ops {
+	const char *name;                  /* "single", "mpi" */
+	int (*allreduce_f32)(struct trn_comm *c, float *buf, long n, struct trn_err *err);
+	int (*allreduce_f64)(struct trn_comm *c, double *buf, long n, struct trn_err *err);
+	int (*iallreduce_f32)(struct trn_comm *c, float *buf, long n, struct trn_comm_req **req,
+	                      struct trn_err *err);
+	int (*wait)(struct trn_comm *c, struct trn_comm_req *req, struct trn_err *err);
+	void (*progress)(struct trn_comm *c);
+	int (*bcast)(struct trn_comm *c, void *buf, long bytes, int root, struct trn_err *err);
+	int (*barrier)(struct trn_comm *c, struct trn_err *err);
+	void (*abort)(struct trn_comm *c, int code);
+	void (*close)(struct trn_comm *c);
+};
+
+struct trn_comm {
+	const struct trn_comm_ops *ops;
+	int rank, size;
+};
+
+/* The communicator for a run of `ranks` processes. Under a launcher (mpirun
+ * sets OMPI_COMM_WORLD_SIZE; PMI/PMIx variables likewise) with larch-train
+ * built with MPI: MPI's world, which must have exactly `ranks` processes.
+ * Otherwise, for ranks = 1: a single process. Returns NULL with err naming
+ * what to do (launch with mpirun -n N, build with MPI). */
+struct trn_comm *trn_comm_open(int ranks, struct trn_err *err);
+void trn_comm_close(struct trn_comm *c);     /* accepts NULL */
+
+/* MPI's world, for trn_comm_open (comm_mpi.c; built with MPI only). */
+struct trn_comm *trn_comm_mpi_open(int ranks, struct trn_err *err);
+
+/* Whether this process was started by an MPI launcher, and how many
+ * processes it says there are (0: none). */
+int trn_comm_launched_size(void);
+
+/* Whether this build has MPI. */
+int trn_comm_have_mpi(void);
+
+/* Sums buf over all ranks, in place. 0, or -1 with err. */
+static inline int trn_comm_allreduce_f32(struct trn_comm *c, float *buf, long n,
+                                         struct trn_err *err)
+{
+	return c->ops->allreduce_f32(c, buf, n, err);
+}
+
+static inline int trn_comm_allreduce_f64(struct trn_comm *c, double *buf, long n,
+                                         struct trn_err *err)
+{
+	return c->ops->allreduce_f64(c, buf, n, err);
+}
+
+/* Starts summing buf over all ranks; buf must stay untouched until
+ * trn_comm_wait(*req) returns. */
+static inline int trn_comm_iallreduce_f32(struct trn_comm *c, float *buf, long n,
+                                          struct trn_comm_req **req, struct trn_err *err)
+{
+	return c->ops->iallreduce_f32(c, buf, n, req, err);
+}
+
+static inline int trn_comm_wait(struct trn_comm *c, struct trn_comm_req *req,
+                                struct trn_err *err)
+{
+	return c->ops->wait(c, req, err);
+}
+
+static inline void trn_comm_progress(struct trn_comm *c)
+{
+	c->ops->progress(c);
+}
+
+static inline int trn_comm_bcast(struct trn_comm *c, void *buf, long bytes, int root,
+                                 struct trn_err *err)
+{
+	return c->ops->bcast(c, buf, bytes, root, err);
+}
+
+static inline int trn_comm_barrier(struct trn_comm *c, struct trn_err *err)
+{
+	return c->ops->barrier(c, err);
+}
+
+/* Ends every rank of the run with code (this one included); does not return
+ * for MPI. */
+static inline void trn_comm_abort(struct trn_comm *c, int code)
+{
+	c->ops->abort(c, code);
+}
+
+#endif
