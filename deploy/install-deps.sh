@@ -18,6 +18,8 @@ packages=(
 	# BLAS: the OpenMP build of OpenBLAS is what larch loads first (it shares
 	# the OpenMP thread pool with our kernels); the pthread build backs numpy
 	libopenblas0-openmp libopenblas0-pthread
+	# data parallel training over MPI (larch-train, mpirun)
+	openmpi-bin libopenmpi-dev
 	# data: Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
 	dataset-fashion-mnist
 	# tests and benchmarks
