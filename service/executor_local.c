@@ -55,6 +55,7 @@ struct local {
 	struct executor base;          /* first: a struct executor * is a struct local * */
 	struct exec_local_config cfg;
 	char *trainer_path, *server_url;
+	char *mpirun_path;             /* for jobs of several ranks; NULL: none in PATH */
 	pthread_mutex_t lock;
 	struct local_job *jobs;        /* submission order, so queued jobs start FIFO */
 	struct exec_event *events;     /* observed, not yet reported */
@@ -135,12 +136,12 @@ static int format_long(char *buf, long v)
 /* Everything the child needs, prepared before fork: after fork only
  * async-signal-safe calls are allowed (larchd has other threads). */
 struct launch {
-	char *argv[8];
+	char *argv[20];
 	char **envp;
 	char spec[EXEC_PATH_MAX + 16], out[EXEC_PATH_MAX + 16], errlog[EXEC_PATH_MAX + 16];
 	char rec[EXEC_PATH_MAX + 16], rec_tmp[EXEC_PATH_MAX + 16];
 	int lock_fd;                       /* DIR/lock, flocked; the child's fd 3 */
-	char threads[16], env_url[4200], env_id[64], env_token[160], env_flush[48];
+	char threads[16], ranks[16], env_url[4200], env_id[64], env_token[160], env_flush[48];
 };
 
 static int build_env(struct launch *l, const struct local *lx, const struct exec_job *job)
@@ -227,6 +228,23 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 	snprintf(l.rec, sizeof l.rec, "%s/launch", dir);
 	snprintf(l.rec_tmp, sizeof l.rec_tmp, "%s/launch.tmp", dir);
 	int a = 0;
+	if (j->job.ranks > 1) {
+		/* data parallel: mpirun starts the ranks (larch-train's comm.h) */
+		if (!lx->mpirun_path) {
+			snprintf(reason, len, "parallel.ranks is %d: that needs mpirun (Open MPI) on larchd's "
+			         "PATH, and there is none", j->job.ranks);
+			return -1;
+		}
+		snprintf(l.ranks, sizeof l.ranks, "%d", j->job.ranks);
+		l.argv[a++] = lx->mpirun_path;
+		l.argv[a++] = "-n";
+		l.argv[a++] = l.ranks;
+		l.argv[a++] = "--oversubscribe";        /* more ranks than cores still runs */
+		l.argv[a++] = "--bind-to";              /* each rank's OpenMP threads spread */
+		l.argv[a++] = "none";
+		if (geteuid() == 0)
+			l.argv[a++] = "--allow-run-as-root";
+	}
 	l.argv[a++] = lx->trainer_path;
 	l.argv[a++] = "--spec";
 	l.argv[a++] = l.spec;
@@ -608,6 +626,7 @@ static void local_free(struct executor *ex)
 	}
 	free(lx->events);
 	free(lx->trainer_path);
+	free(lx->mpirun_path);
 	free(lx->server_url);
 	pthread_mutex_destroy(&lx->lock);
 	free(lx);
@@ -633,6 +652,27 @@ static const struct executor_ops local_ops = {
 	.has = local_has,
 };
 
+/* The absolute path of an executable called name in PATH (malloc'd), or NULL. */
+static char *find_in_path(const char *name)
+{
+	const char *path = getenv("PATH");
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	for (const char *p = path; *p;) {
+		size_t n = strcspn(p, ":");
+		char buf[EXEC_PATH_MAX + 64];
+		if (n > 0 && n < EXEC_PATH_MAX) {
+			snprintf(buf, sizeof buf, "%.*s/%s", (int)n, p, name);
+			if (access(buf, X_OK) == 0)
+				return strdup(buf);
+		}
+		p += n;
+		if (*p == ':')
+			p++;
+	}
+	return NULL;
+}
+
 struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, size_t errlen)
 {
 	if (!cfg->trainer_path || access(cfg->trainer_path, X_OK) != 0) {
@@ -653,6 +693,7 @@ struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, 
 		lx->cfg.grace_s = 30;
 	lx->trainer_path = strdup(cfg->trainer_path);
 	lx->server_url = cfg->server_url ? strdup(cfg->server_url) : NULL;
+	lx->mpirun_path = find_in_path("mpirun");
 	pthread_mutex_init(&lx->lock, NULL);
 	if (!lx->trainer_path || (cfg->server_url && !lx->server_url)) {
 		local_free(&lx->base);

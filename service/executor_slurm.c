@@ -297,6 +297,14 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 	if (sx->cfg.report_flush_s > 0)
 		snprintf(flush, sizeof flush, "\texport LARCH_REPORT_FLUSH_S=%d\n",
 		         sx->cfg.report_flush_s);
+	/* one rank: a step of its own; several: Open MPI's mpirun, which reads the
+	 * allocation and wires the ranks up (larch-train's comm.h) */
+	char launcher[128];
+	if (j->ranks > 1)
+		snprintf(launcher, sizeof launcher, "mpirun -n %d --bind-to none "
+		         "$([ \"$(id -u)\" = 0 ] && echo --allow-run-as-root)", j->ranks);
+	else
+		snprintf(launcher, sizeof launcher, "srun --ntasks=1 --kill-on-bad-exit=1");
 	char *text = NULL;
 	int n = asprintf(&text,
 		"#!/bin/bash\n"
@@ -319,8 +327,7 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		"# TERM (scancel, requeue, preemption, the limit): Slurm signals the step\n"
 		"# itself; this shell stays to collect the trainer's status\n"
 		"trap 'terminated=1' TERM\n"
-		"srun --ntasks=%d --kill-on-bad-exit=1 %s --spec spec.json --job-dir . "
-		"--threads %d &\n"
+		"%s %s --spec spec.json --job-dir . --threads %d &\n"
 		"child=$!\n"
 		"while :; do\n"
 		"\twait \"$child\"\n"
@@ -332,7 +339,7 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		"\twhile [ -z \"$terminated\" ]; do sleep 1; done\n"
 		"fi\n"
 		"exit \"$rc\"\n",
-		j->id, dir, j->id, url, url, flush, j->ranks > 0 ? j->ranks : 1, trainer,
+		j->id, dir, j->id, url, url, flush, launcher, trainer,
 		j->cpus_per_task > 0 ? j->cpus_per_task : 1);
 	if (n < 0) {
 		snprintf(err, errlen, "out of memory");

@@ -178,3 +178,35 @@ def _comm(pid):
             return f.read()
     except OSError:
         return ""
+
+
+def test_larchd_local_executor_runs_ranks_with_mpirun(tmp_path):
+    """End to end: a spec with parallel.ranks 2 submitted to larchd runs as two
+    processes under mpirun (the local executor) and completes with one metric
+    series."""
+    import requests
+    from larchd import Larchd
+
+    server = Larchd(tmp_path, env=mpi_env()).start()
+    try:
+        s = spec(2, steps=40)
+        r = requests.post(server.url + "/v1/jobs", json=s, headers=server.auth(), timeout=30)
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        deadline = time.monotonic() + 120
+        while True:
+            j = requests.get(f"{server.url}/v1/jobs/{jid}", headers=server.auth(), timeout=30).json()
+            if j["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
+                break
+            assert time.monotonic() < deadline, j
+            time.sleep(0.2)
+        job = server.state_dir / "jobs" / jid
+        assert j["state"] == "COMPLETED", (j, (job / "stderr.log").read_text()[-2000:])
+        out = (job / "stdout.log").read_text()
+        assert "parallel: 2 ranks over mpi" in out and out.count("step 40/40") == 1
+        r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
+                         headers=server.auth(), timeout=30)
+        steps = [p[0] for p in r.json()["series"]["train/loss"]]
+        assert steps == sorted(set(steps)) and steps[-1] == 40
+    finally:
+        server.stop()

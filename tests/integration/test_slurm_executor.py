@@ -277,6 +277,24 @@ def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers
     assert slurm_jobs_named(slurm_cluster, server, jid) == {sid}
 
 
+def test_two_ranks_run_under_mpirun_in_the_allocation(tmp_path, slurm_cluster, servers):
+    """parallel.ranks 2: sbatch --ntasks=2, and the batch script starts the
+    ranks with Open MPI's mpirun inside the allocation."""
+    env = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+    server = start(tmp_path, slurm_cluster, env=env)
+    servers.append(server)
+    jid = submit(server, spec(40, name="ranks2", parallel={"ranks": 2}))["id"]
+    j = wait_state(server, jid, "COMPLETED", timeout=120)
+    d = server.state_dir / "jobs" / jid
+    assert "mpirun -n 2" in (d / "slurm.sh").read_text()
+    show = slurm_cluster.job(j["slurm_job_id"]) if slurm_cluster.run(
+        "scontrol", "-o", "show", "job", j["slurm_job_id"], check=False).returncode == 0 else {}
+    if show:
+        assert show["NumTasks"] == "2", show
+    out = (d / "stdout.log").read_text()
+    assert "parallel: 2 ranks over mpi" in out and out.count("step 40/40") == 1, out[-2000:]
+
+
 def test_slurmctld_down_submits_wait_pending_then_run_once(tmp_path, slurm_cluster, servers):
     server = start(tmp_path, slurm_cluster, args=["--slurm-timeout", "5"])
     servers.append(server)
