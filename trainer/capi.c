@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/precision.h"
+#include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
 #include "schedule.h"
@@ -21,6 +23,10 @@ struct trn_capi_optim {
 	struct trn_spec spec;
 	struct trn_param *params;
 	struct trn_optim opt;
+};
+
+struct trn_capi_loss_scale {
+	struct trn_loss_scale ls;
 };
 
 static int parse(struct trn_spec *spec, const char *json, char *err, int errlen)
@@ -165,4 +171,67 @@ double trn_capi_schedule_lr(const char *spec_json, long steps_per_epoch, long to
 	trn_schedule_init(&s, &spec, steps_per_epoch, total_steps);
 	trn_spec_release(&spec);
 	return trn_schedule_lr(&s, step);
+}
+
+void trn_capi_fp32_to_fp16(uint16_t *out, const float *inp, long n)
+{
+	kern_fp32_to_fp16_cpu(out, inp, n);
+}
+
+void trn_capi_fp16_to_fp32(float *out, const uint16_t *inp, long n)
+{
+	kern_fp16_to_fp32_cpu(out, inp, n);
+}
+
+void trn_capi_fp32_to_bf16(uint16_t *out, const float *inp, long n)
+{
+	kern_fp32_to_bf16_cpu(out, inp, n);
+}
+
+void trn_capi_bf16_to_fp32(float *out, const uint16_t *inp, long n)
+{
+	kern_bf16_to_fp32_cpu(out, inp, n);
+}
+
+void trn_capi_round_fp16(float *x, long n) { kern_round_fp16_cpu(x, n); }
+void trn_capi_round_bf16(float *x, long n) { kern_round_bf16_cpu(x, n); }
+int trn_capi_nonfinite(const float *x, long n) { return kern_nonfinite_cpu(x, n); }
+
+struct trn_capi_loss_scale *trn_capi_loss_scale_new(const char *spec_json, char *err, int errlen)
+{
+	struct trn_spec spec;
+	if (parse(&spec, spec_json, err, errlen) != 0)
+		return NULL;
+	struct trn_capi_loss_scale *h = calloc(1, sizeof *h);
+	if (!h)
+		snprintf(err, (size_t)errlen, "out of memory");
+	else
+		trn_loss_scale_init(&h->ls, &spec.precision);
+	trn_spec_release(&spec);
+	return h;
+}
+
+void trn_capi_loss_scale_free(struct trn_capi_loss_scale *h)
+{
+	free(h);
+}
+
+int trn_capi_loss_scale_update(struct trn_capi_loss_scale *h, int found_nonfinite)
+{
+	return trn_loss_scale_update(&h->ls, found_nonfinite);
+}
+
+double trn_capi_loss_scale_state(const struct trn_capi_loss_scale *h, long *clean_steps,
+                                 long *skipped)
+{
+	if (clean_steps)
+		*clean_steps = h->ls.clean_steps;
+	if (skipped)
+		*skipped = h->ls.skipped;
+	return h->ls.scale;
+}
+
+const char *trn_capi_loss_scale_mode(const struct trn_capi_loss_scale *h)
+{
+	return trn_loss_scale_mode_name(h->ls.mode);
 }

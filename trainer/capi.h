@@ -1,12 +1,16 @@
-/* trainer/capi.h - a flat C API over the trainer's model, optimizer and
- * schedule code, for tools and the numeric tests (Python ctypes): plain
- * types only, opaque handles, errors as text in a caller's buffer.
+/* trainer/capi.h - a flat C API over the trainer's model, optimizer,
+ * schedule and mixed-precision code, for tools and the numeric tests (Python
+ * ctypes): plain types only, opaque handles, errors as text in a caller's
+ * buffer.
  */
 #ifndef LARCH_TRAINER_CAPI_H
 #define LARCH_TRAINER_CAPI_H
 
+#include <stdint.h>
+
 struct trn_capi_model;
 struct trn_capi_optim;
+struct trn_capi_loss_scale;
 
 /* A model for spec_json's "model" with data of the given shape: in_dim and
  * n_classes for the mlp, vocab for gpt (the data's; the spec may ask for
@@ -39,5 +43,28 @@ float *trn_capi_optim_state(struct trn_capi_optim *h, int which);
  * epoch and total steps; NaN with err filled for a bad spec. */
 double trn_capi_schedule_lr(const char *spec_json, long steps_per_epoch, long total_steps,
                             long step, char *err, int errlen);
+
+/* The 16-bit conversions of kernels/precision.h over n elements (fp16 and
+ * bf16 as uint16_t bit patterns), the in-place rounding through fp16 or bf16,
+ * and the inf/NaN check (1 if any). */
+void trn_capi_fp32_to_fp16(uint16_t *out, const float *inp, long n);
+void trn_capi_fp16_to_fp32(float *out, const uint16_t *inp, long n);
+void trn_capi_fp32_to_bf16(uint16_t *out, const float *inp, long n);
+void trn_capi_bf16_to_fp32(float *out, const uint16_t *inp, long n);
+void trn_capi_round_fp16(float *x, long n);
+void trn_capi_round_bf16(float *x, long n);
+int trn_capi_nonfinite(const float *x, long n);
+
+/* The loss scaler (trainer/loss_scale.h) for spec_json's "precision".
+ * Returns NULL with err filled for a bad spec. */
+struct trn_capi_loss_scale *trn_capi_loss_scale_new(const char *spec_json, char *err, int errlen);
+void trn_capi_loss_scale_free(struct trn_capi_loss_scale *h);
+/* One step: 1 to apply it, 0 to skip it (its gradients had an inf or NaN). */
+int trn_capi_loss_scale_update(struct trn_capi_loss_scale *h, int found_nonfinite);
+/* The current scale, and the counters where the pointers are not NULL. */
+double trn_capi_loss_scale_state(const struct trn_capi_loss_scale *h, long *clean_steps,
+                                 long *skipped);
+/* "none", "static" or "dynamic" (static storage). */
+const char *trn_capi_loss_scale_mode(const struct trn_capi_loss_scale *h);
 
 #endif

@@ -3,8 +3,8 @@
 Every function of capi.h gets its argtypes and restype here. Errors the C
 side reports (a NULL handle or NaN with text in the caller's buffer) become
 CapiError with the C message. Arrays cross as ndarray.ctypes.data_as
-pointers: inputs are converted to C-contiguous float32/int32 first, arrays the
-C code writes into must already be C-contiguous float32.
+pointers: inputs are converted to C-contiguous float32/int32/uint16 first,
+arrays the C code writes into must already be C-contiguous float32.
 
 Arrays returned by Model.weights(), Model.grads() and Optim.state() are views
 of memory the C handle owns: they are valid until the handle is closed.
@@ -19,6 +19,7 @@ _ERRLEN = 1024
 _f32p = ctypes.POINTER(ctypes.c_float)
 _i32p = ctypes.POINTER(ctypes.c_int)
 _longp = ctypes.POINTER(ctypes.c_long)
+_u16p = ctypes.POINTER(ctypes.c_uint16)
 
 
 class CapiError(RuntimeError):
@@ -44,6 +45,18 @@ def _declare(lib):
         "trn_capi_optim_state": (_f32p, [v, ctypes.c_int]),
         "trn_capi_schedule_lr": (ctypes.c_double, [ctypes.c_char_p, ctypes.c_long, ctypes.c_long,
                                                    ctypes.c_long, ctypes.c_char_p, ctypes.c_int]),
+        "trn_capi_fp32_to_fp16": (None, [_u16p, _f32p, ctypes.c_long]),
+        "trn_capi_fp16_to_fp32": (None, [_f32p, _u16p, ctypes.c_long]),
+        "trn_capi_fp32_to_bf16": (None, [_u16p, _f32p, ctypes.c_long]),
+        "trn_capi_bf16_to_fp32": (None, [_f32p, _u16p, ctypes.c_long]),
+        "trn_capi_round_fp16": (None, [_f32p, ctypes.c_long]),
+        "trn_capi_round_bf16": (None, [_f32p, ctypes.c_long]),
+        "trn_capi_nonfinite": (ctypes.c_int, [_f32p, ctypes.c_long]),
+        "trn_capi_loss_scale_new": (v, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]),
+        "trn_capi_loss_scale_free": (None, [v]),
+        "trn_capi_loss_scale_update": (ctypes.c_int, [v, ctypes.c_int]),
+        "trn_capi_loss_scale_state": (ctypes.c_double, [v, _longp, _longp]),
+        "trn_capi_loss_scale_mode": (ctypes.c_char_p, [v]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -196,3 +209,91 @@ def schedule_lr(lib, spec, steps_per_epoch, total_steps, step):
     if math.isnan(lr):
         raise CapiError(err.value.decode())
     return lr
+
+
+def _in_u16(a):
+    return np.ascontiguousarray(a, dtype=np.uint16)
+
+
+def fp32_to_fp16(lib, x):
+    """trn_capi_fp32_to_fp16: the fp16 bit patterns of x, as uint16."""
+    x = _in_f32(x)
+    out = np.empty(x.shape, np.uint16)
+    lib.trn_capi_fp32_to_fp16(out.ctypes.data_as(_u16p), x.ctypes.data_as(_f32p), x.size)
+    return out
+
+
+def fp16_to_fp32(lib, h):
+    """trn_capi_fp16_to_fp32: float32 values of the fp16 bit patterns h."""
+    h = _in_u16(h)
+    out = np.empty(h.shape, np.float32)
+    lib.trn_capi_fp16_to_fp32(out.ctypes.data_as(_f32p), h.ctypes.data_as(_u16p), h.size)
+    return out
+
+
+def fp32_to_bf16(lib, x):
+    """trn_capi_fp32_to_bf16: the bf16 bit patterns of x, as uint16."""
+    x = _in_f32(x)
+    out = np.empty(x.shape, np.uint16)
+    lib.trn_capi_fp32_to_bf16(out.ctypes.data_as(_u16p), x.ctypes.data_as(_f32p), x.size)
+    return out
+
+
+def bf16_to_fp32(lib, h):
+    """trn_capi_bf16_to_fp32: float32 values of the bf16 bit patterns h."""
+    h = _in_u16(h)
+    out = np.empty(h.shape, np.float32)
+    lib.trn_capi_bf16_to_fp32(out.ctypes.data_as(_f32p), h.ctypes.data_as(_u16p), h.size)
+    return out
+
+
+def round_fp16(lib, x):
+    """trn_capi_round_fp16 in place on x (writable C-contiguous float32)."""
+    _out_f32(x, "x")
+    lib.trn_capi_round_fp16(x.ctypes.data_as(_f32p), x.size)
+
+
+def round_bf16(lib, x):
+    """trn_capi_round_bf16 in place on x (writable C-contiguous float32)."""
+    _out_f32(x, "x")
+    lib.trn_capi_round_bf16(x.ctypes.data_as(_f32p), x.size)
+
+
+def nonfinite(lib, x):
+    """trn_capi_nonfinite: whether x holds an inf or NaN."""
+    x = _in_f32(x)
+    return bool(lib.trn_capi_nonfinite(x.ctypes.data_as(_f32p), x.size))
+
+
+class LossScale:
+    """trn_capi_loss_scale_*: the loss scaler of a spec's "precision"."""
+
+    def __init__(self, lib, spec):
+        self._lib = lib
+        err = ctypes.create_string_buffer(_ERRLEN)
+        self._h = lib.trn_capi_loss_scale_new(_spec_bytes(spec), err, _ERRLEN)
+        if not self._h:
+            raise CapiError(err.value.decode())
+        self.mode = lib.trn_capi_loss_scale_mode(self._h).decode()
+
+    def close(self):
+        if self._h:
+            self._lib.trn_capi_loss_scale_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def update(self, found_nonfinite):
+        """One step; True to apply it, False to skip it."""
+        return bool(self._lib.trn_capi_loss_scale_update(self._h, int(bool(found_nonfinite))))
+
+    def state(self):
+        """(scale, clean_steps, skipped)."""
+        clean, skipped = ctypes.c_long(), ctypes.c_long()
+        scale = self._lib.trn_capi_loss_scale_state(self._h, ctypes.byref(clean),
+                                                    ctypes.byref(skipped))
+        return scale, clean.value, skipped.value
