@@ -18,6 +18,7 @@ int trn_dp_init(struct trn_dp *dp, struct trn_comm *comm, struct trn_model *m, l
 	memset(dp, 0, sizeof *dp);
 	dp->comm = comm;
 	dp->g = m->g;
+	dp->n_floats = m->n_floats;
 	if (comm->size == 1)
 		return 0;
 	long cap = bucket_bytes / (long)sizeof(float);
@@ -70,8 +71,6 @@ void trn_dp_arm(struct trn_dp *dp)
 	dp->armed = dp->comm->size > 1;
 }
 
-static double first_start;
-
 /* Starts buckets from dp->next on while they are complete (or all, with force). */
 static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 {
@@ -80,7 +79,7 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 		if (!force && b->ready < b->n_params)
 			break;
 		if (dp->next == 0)
-			first_start = now();
+			dp->t_first = now();
 		if (trn_comm_iallreduce_f32(dp->comm, dp->g + b->offset, b->numel, &b->req, err) != 0)
 			return -1;
 		b->started = 1;
@@ -90,15 +89,16 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 	return 0;
 }
 
-int trn_dp_grad_ready(struct trn_dp *dp, int p, struct trn_err *err)
+void trn_dp_grad_ready(void *ctx, int p)
 {
-	if (!dp->armed)
-		return 0;
+	struct trn_dp *dp = ctx;
+	if (!dp->armed || dp->failed)
+		return;
 	dp->buckets[dp->bucket_of[p]].ready++;
-	if (start_ready(dp, 0, err) != 0)
-		return -1;
-	trn_comm_progress(dp->comm);
-	return 0;
+	if (start_ready(dp, 0, &dp->err) != 0)
+		dp->failed = 1;
+	else
+		trn_comm_progress(dp->comm);
 }
 
 int trn_dp_finish(struct trn_dp *dp, struct trn_err *err)
@@ -106,7 +106,7 @@ int trn_dp_finish(struct trn_dp *dp, struct trn_err *err)
 	if (dp->comm->size == 1)
 		return 0;
 	double t0 = now();
-	int rc = start_ready(dp, 1, err);
+	int rc = dp->failed ? trn_err_set(err, "%s", dp->err.text) : start_ready(dp, 1, err);
 	for (int i = 0; i < dp->n_buckets; i++) {
 		struct trn_dp_bucket *b = &dp->buckets[i];
 		if (b->started && trn_comm_wait(dp->comm, b->req, rc ? NULL : err) != 0)
@@ -121,10 +121,10 @@ int trn_dp_finish(struct trn_dp *dp, struct trn_err *err)
 	if (rc != 0)
 		return -1;
 	dp->wait_s += t1 - t0;
-	dp->comm_s += t1 - first_start;
+	dp->comm_s += t1 - dp->t_first;
 	dp->steps++;
 	float inv = 1.0f / (float)dp->comm->size;
-	long n = dp->buckets[0].offset + dp->buckets[0].numel;
+	long n = dp->n_floats;
 	for (long i = 0; i < n; i++)
 		dp->g[i] *= inv;
 	return 0;

@@ -29,11 +29,15 @@ struct trn_dp_bucket {
 struct trn_dp {
 	struct trn_comm *comm;
 	float *g;                      /* the model's gradient buffer */
+	long n_floats;
 	struct trn_dp_bucket *buckets;
 	int n_buckets;
 	int *bucket_of;                /* param index -> bucket */
 	int next;                      /* the next bucket to start */
 	int armed;                     /* grad_ready counts (the last micro-batch's backward) */
+	int failed;                    /* a start failed in grad_ready: err says why */
+	struct trn_err err;
+	double t_first;                /* when this step's first bucket started */
 	/* figures, summed over steps */
 	double comm_s;                 /* time with requests outstanding, from first start to done */
 	double wait_s;                 /* of which spent waiting in trn_dp_finish (not hidden) */
@@ -51,8 +55,9 @@ void trn_dp_release(struct trn_dp *dp);
 void trn_dp_arm(struct trn_dp *dp);
 
 /* Backward has finished parameter p's gradient (for this step, when armed).
- * Safe to call from the training thread only. 0, or -1 with err. */
-int trn_dp_grad_ready(struct trn_dp *dp, int p, struct trn_err *err);
+ * From the training thread only. A failure is kept for trn_dp_finish. Its
+ * signature is struct trn_model's grad_ready hook's (dp as ctx). */
+void trn_dp_grad_ready(void *dp, int p);
 
 /* Every bucket summed over the ranks and divided by their count. 0, or -1
  * with err (a collective failed: stop the run). */

@@ -56,7 +56,18 @@ struct trn_model {
 	long act_bytes;                /* activations and their gradients at max_batch */
 	double flops_per_sample;       /* forward + backward FLOPs of one sample, GEMMs only */
 	long tokens_per_sample;        /* 1 for the mlp, seq for gpt */
+	/* Optional: called by backward as soon as a parameter's gradient is
+	 * final for this micro-batch (data parallel starts reducing it while
+	 * backward goes on; trainer/dp.h). Every parameter once per backward. */
+	void (*grad_ready)(void *ctx, int param);
+	void *grad_ready_ctx;
 };
+
+static inline void trn_model_grad_ready(struct trn_model *m, int param)
+{
+	if (m->grad_ready)
+		m->grad_ready(m->grad_ready_ctx, param);
+}
 
 /* Builds the model of spec->model for the data in ds with buffers for
  * micro-batches of max_batch samples. Weights are not initialised: call

@@ -110,32 +110,51 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 	const float *top = g->L ? g->layers[g->L - 1].res3 : g->encoded;
 	kern_layernorm_bwd_set_cpu(g->dres, gp(g, lf), gp(g, lf + 1), g->dln, top, wp(g, lf),
 	                           g->lnf_mean, g->lnf_rstd, BT, C);
+	trn_model_grad_ready(base, lf + 1);
+	trn_model_grad_ready(base, lf);
 
 	for (int l = g->L - 1; l >= 0; l--) {
 		struct gpt_layer_acts *a = &g->layers[l];
 		const float *x = l ? g->layers[l - 1].res3 : g->encoded;
 #define W(which) wp(g, block_param(l, which))
 #define G(which) gp(g, block_param(l, which))
+#define READY(which) trn_model_grad_ready(base, block_param(l, which))
 		/* res3 = res2 + fcproj: dres flows to both unchanged */
 		kern_matmul_bwd_set_cpu(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
 		                        BT, 4 * C, C);
+		READY(P_FCPB);
+		READY(P_FCPW);
 		kern_gelu_bwd_set_cpu(g->dbig, a->fch, g->dbig, btc * 4);
 		kern_matmul_bwd_set_cpu(g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW), BT, C,
 		                        4 * C);
+		READY(P_FCB);
+		READY(P_FCW);
 		kern_layernorm_bwd_cpu(g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2, W(P_LN2W),
 		                       a->ln2_mean, a->ln2_rstd, BT, C);
+		READY(P_LN2B);
+		READY(P_LN2W);
 		/* res2 = x + attproj */
 		kern_matmul_bwd_set_cpu(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW),
 		                        BT, C, C);
+		READY(P_PROJB);
+		READY(P_PROJW);
 		kern_attention_bwd_set_cpu(g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att, B, T, C, NH);
 		kern_matmul_bwd_set_cpu(g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1, W(P_QKVW), BT, C,
 		                        3 * C);
+		READY(P_QKVB);
+		READY(P_QKVW);
 		kern_layernorm_bwd_cpu(g->dres, G(P_LN1W), G(P_LN1B), g->dln, x, W(P_LN1W),
 		                       a->ln1_mean, a->ln1_rstd, BT, C);
+		READY(P_LN1B);
+		READY(P_LN1W);
 #undef W
 #undef G
+#undef READY
 	}
 	kern_embedding_bwd_cpu(gp(g, 0), gp(g, 1), g->dres, b->tokens, B, T, C, V);
+	/* the tied embedding also took the head's gradient above: final only now */
+	trn_model_grad_ready(base, 1);
+	trn_model_grad_ready(base, 0);
 }
 
 /* GPT-2's initialisation: N(0, 0.02) for embeddings and linear weights, the

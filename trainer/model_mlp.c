@@ -77,6 +77,8 @@ static void mlp_backward(struct trn_model *base, const struct trn_batch *b, floa
 		kern_matmul_bwd_set_cpu(i > 0 ? dinp : NULL, base->g + w->offset,
 		                        base->g + bias->offset, dout, layer_input(m, b, i),
 		                        base->w + w->offset, n, m->dims[i], m->dims[i + 1]);
+		trn_model_grad_ready(base, 2 * i + 1);
+		trn_model_grad_ready(base, 2 * i);
 		if (i > 0) {
 			long len = (long)n * m->dims[i];
 			if (m->act == TRN_ACT_GELU)

@@ -213,6 +213,11 @@ static int setup(struct run *r, struct trn_err *err)
 		return TRN_EXIT_FAILED;
 	if (trn_dp_init(&r->dp, r->comm, r->model, s->parallel.bucket_bytes, err) != 0)
 		return TRN_EXIT_FAILED;
+	if (r->comm->size > 1) {
+		/* buckets start reducing while backward goes on */
+		r->model->grad_ready = trn_dp_grad_ready;
+		r->model->grad_ready_ctx = &r->dp;
+	}
 
 	r->state = (struct trn_state){ .model = r->model, .opt = &r->opt, .loader = &r->loader,
 	                               .seed = s->seed };
