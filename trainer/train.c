@@ -306,15 +306,18 @@ static int train_loop(struct run *r, struct trn_err *err)
 			trn_model_backward(m, &r->batch, 1.0f / (float)accum);
 		}
 		loss /= (double)accum;
+		/* whether to stop after this step: with several ranks, what they
+		 * agreed on here (a signal arriving later on one rank waits for the
+		 * next step's agreement, or the ranks would part ways) */
+		int stop = stop_signal != 0;
 		if (r->comm->size > 1) {
 			/* the gradients, then the loss and whether any rank was asked to stop */
-			double shared[2] = { loss, stop_signal ? 1.0 : 0.0 };
+			double shared[2] = { loss, stop ? 1.0 : 0.0 };
 			if (trn_dp_finish(&r->dp, err) != 0 ||
 			    trn_comm_allreduce_f64(r->comm, shared, 2, err) != 0)
 				return TRN_EXIT_FAILED;
 			loss = shared[0] / (double)r->comm->size;
-			if (shared[1] > 0 && !stop_signal)
-				stop_signal = SIGTERM;
+			stop = shared[1] > 0;
 		}
 		if (!isfinite(loss)) {
 			trn_err_set(err, "step %ld: the loss is %f (lr %.4g): training diverged", step + 1,
@@ -361,12 +364,12 @@ static int train_loop(struct run *r, struct trn_err *err)
 				return TRN_EXIT_FAILED;
 			saved = 1;
 		}
-		if (stop_signal) {
+		if (stop) {
 			if (!saved && save(r, err) != 0)
 				return TRN_EXIT_FAILED;
 			trn_report_flush(&r->rep);
 			trn_err_set(err, "stopped by signal %d at step %ld; checkpoint written, rerun to "
-			            "resume", (int)stop_signal, step);
+			            "resume", stop_signal ? (int)stop_signal : SIGTERM, step);
 			return TRN_EXIT_INTERRUPTED;
 		}
 	}

@@ -91,7 +91,7 @@ def test_batch_divisibility_names_both_fields(trainer, image_data, tmp_path):
 @pytest.mark.parametrize("section, value, message", [
     ("precision", {"compute": "fp16"}, "precision.compute: fp16 is not supported by this larch-train yet"),
     ("offload", {"optimizer": "cpu"}, "offload: offloading is not supported"),
-    ("parallel", {"ranks": 2}, "parallel.ranks: data parallel training is not supported"),
+    ("parallel", {"zero_stage": 1}, "parallel.zero_stage: ZeRO is not supported"),
 ])
 def test_features_of_later_issues_are_refused_up_front(trainer, image_data, tmp_path, section, value, message):
     spec = small_spec(image_data, batch={"global": 32, "micro": 16})

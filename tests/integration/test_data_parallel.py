@@ -100,11 +100,29 @@ def test_ranks_the_launcher_did_not_start_are_refused(trainer, mpirun, tmp_path)
     assert "started 1 processes" in fewer.stderr, fewer.stderr
 
 
-def start(trainer, mpirun, s, job):
+@pytest.fixture
+def started():
+    """mpirun runs started by a test: their whole session is killed at the
+    end, so that no rank outlives a failed test."""
+    procs = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def start(trainer, mpirun, s, job, started):
     path = trainer.write_spec(s, name=f"{job.name}.json")
-    return subprocess.Popen([mpirun, "-n", str(s["parallel"]["ranks"]), str(trainer.exe), "--spec",
+    proc = subprocess.Popen([mpirun, "-n", str(s["parallel"]["ranks"]), str(trainer.exe), "--spec",
                              str(path), "--job-dir", str(job), "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(),
+                            start_new_session=True)
+    started.append(proc)
+    return proc
 
 
 def wait_step(proc, at_least):
@@ -114,7 +132,7 @@ def wait_step(proc, at_least):
     raise AssertionError("the run ended before step %d: %s" % (at_least, proc.stderr.read()))
 
 
-def test_signal_stops_all_ranks_and_resume_is_bit_exact(trainer, mpirun, tmp_path):
+def test_signal_stops_all_ranks_and_resume_is_bit_exact(trainer, mpirun, tmp_path, started):
     """SIGUSR1 (Slurm's warning; mpirun forwards it, and exits with the ranks'
     status 3): every rank stops at the same step, rank 0 checkpoints."""
     s = spec(2, steps=600, hidden=(256,), log_every=10, checkpoint_every=200)
@@ -123,7 +141,7 @@ def test_signal_stops_all_ranks_and_resume_is_bit_exact(trainer, mpirun, tmp_pat
     assert out.returncode == EXIT_OK, out.stderr
 
     resumed = tmp_path / "resumed"
-    proc = start(trainer, mpirun, s, resumed)
+    proc = start(trainer, mpirun, s, resumed, started)
     wait_step(proc, 100)
     proc.send_signal(signal.SIGUSR1)
     _, stderr = proc.communicate(timeout=120)
@@ -142,10 +160,10 @@ def test_signal_stops_all_ranks_and_resume_is_bit_exact(trainer, mpirun, tmp_pat
     assert max(seen.values()) == 1
 
 
-def test_a_rank_killed_ends_the_run_then_it_resumes(trainer, mpirun, tmp_path):
+def test_a_rank_killed_ends_the_run_then_it_resumes(trainer, mpirun, tmp_path, started):
     s = spec(2, steps=4000, hidden=(256,), log_every=10, checkpoint_every=100)
     job = tmp_path / "job"
-    proc = start(trainer, mpirun, s, job)
+    proc = start(trainer, mpirun, s, job, started)
     wait_step(proc, 150)
     ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and
              _ppid(int(p)) == proc.pid and "larch-train" in _comm(int(p))]

@@ -28,15 +28,16 @@ def test_start_again_changes_nothing(slurm_cluster):
     assert slurm_cluster.conf.stat().st_mtime_ns == mtime
 
 
-def test_sinfo_shows_two_partitions_with_the_node_idle(slurm_cluster):
+def test_sinfo_shows_three_partitions_with_the_node_idle(slurm_cluster):
     r = slurm_cluster.run("sinfo", "-h", "-o", "%P|%a|%l|%T|%N")
     rows = {line.split("|")[0]: line.split("|")[1:] for line in r.stdout.splitlines()}
     node = socket.gethostname().split(".")[0]
     assert rows == {"debug*": ["up", "30:00", "idle", node],
-                    "batch": ["up", "infinite", "idle", node]}, r.stdout
+                    "batch": ["up", "infinite", "idle", node],
+                    "urgent": ["up", "30:00", "idle", node]}, r.stdout
 
 
-@pytest.mark.parametrize("partition", ["debug", "batch"])
+@pytest.mark.parametrize("partition", ["debug", "batch", "urgent"])
 def test_batch_job_completes(slurm_cluster, tmp_path, partition):
     out_dir = tmp_path / "out"
     out_dir.mkdir()      # a missing --output directory fails the launch
@@ -73,7 +74,8 @@ def test_stop_leaves_nothing_running_and_stopping_again_is_a_noop(tmp_path):
     try:
         pids = {d: cluster.pid(d) for d in DAEMONS}
         assert set(pids.values()) <= set(cluster.processes()), (pids, cluster.processes())
-        assert cluster.run("sinfo", "-h", "-o", "%P %T").stdout.split() == ["debug*", "idle", "batch", "idle"]
+        assert cluster.run("sinfo", "-h", "-o", "%P %T").stdout.split() == ["debug*", "idle", "batch", "idle",
+                                                                   "urgent", "idle"]
         # a job still running when the cluster stops is cancelled, its processes gone
         script = tmp_path / "long.sh"
         script.write_text("#!/bin/sh\nsleep 300\n")
