@@ -1024,6 +1024,40 @@ static void poll_squeue(struct slurm_ex *sx)
 
 /* ---- cancels, partitions ------------------------------------------------------------ */
 
+enum order { ORDER_CANCEL, ORDER_HOLD };
+
+/* The flag that says the order was sent for j. */
+static int *order_sent(struct sjob *j, enum order o)
+{
+	return o == ORDER_CANCEL ? &j->cancel_sent : &j->hold_sent;
+}
+
+/* Runs a (scancel or scontrol hold over the n Slurm ids in sids, each job
+ * already marked sent); when slurmctld could not be reached, the jobs are
+ * marked unsent again so that the next pass repeats the order. */
+static void order_jobs(struct slurm_ex *sx, struct argv_buf *a, char sids[][32], int n,
+                       enum order o)
+{
+	if (n == 0)
+		return;
+	struct slurm_cmd_result res;
+	if (slurm_cmd_run(a->argv, sx->cfg.timeout_s * 1000, &res) != 0) {
+		char why[EXEC_REASON_MAX];
+		slurm_cmd_describe(a->argv, &res, why, sizeof why);
+		fprintf(stderr, "larchd: slurm executor: %s\n", why);
+		if (unreachable(&res)) {           /* again at the next pass */
+			pthread_mutex_lock(&sx->lock);
+			for (struct sjob *j = sx->jobs; j; j = j->next)
+				for (int i = 0; i < n; i++)
+					if (strcmp(j->sid, sids[i]) == 0)
+						*order_sent(j, o) = 0;
+			note_health(sx, 0, why);
+			pthread_mutex_unlock(&sx->lock);
+		}
+	}
+	slurm_cmd_release(&res);
+}
+
 static void send_cancels(struct slurm_ex *sx)
 {
 	struct argv_buf a;
@@ -1053,24 +1087,7 @@ static void send_cancels(struct slurm_ex *sx)
 		p = &j->next;
 	}
 	pthread_mutex_unlock(&sx->lock);
-	if (n == 0)
-		return;
-	struct slurm_cmd_result res;
-	if (slurm_cmd_run(a.argv, sx->cfg.timeout_s * 1000, &res) != 0) {
-		char why[EXEC_REASON_MAX];
-		slurm_cmd_describe(a.argv, &res, why, sizeof why);
-		fprintf(stderr, "larchd: slurm executor: %s\n", why);
-		if (unreachable(&res)) {           /* again at the next pass */
-			pthread_mutex_lock(&sx->lock);
-			for (struct sjob *j = sx->jobs; j; j = j->next)
-				for (int i = 0; i < n; i++)
-					if (j->cancel && strcmp(j->sid, sids[i]) == 0)
-						j->cancel_sent = 0;
-			note_health(sx, 0, why);
-			pthread_mutex_unlock(&sx->lock);
-		}
-	}
-	slurm_cmd_release(&res);
+	order_jobs(sx, &a, sids, n, ORDER_CANCEL);
 }
 
 /* scontrol hold for the jobs larch held while their submission was under
@@ -1093,24 +1110,7 @@ static void send_holds(struct slurm_ex *sx)
 			j->hold_sent = 1;
 		}
 	pthread_mutex_unlock(&sx->lock);
-	if (n == 0)
-		return;
-	struct slurm_cmd_result res;
-	if (slurm_cmd_run(a.argv, sx->cfg.timeout_s * 1000, &res) != 0) {
-		char why[EXEC_REASON_MAX];
-		slurm_cmd_describe(a.argv, &res, why, sizeof why);
-		fprintf(stderr, "larchd: slurm executor: %s\n", why);
-		if (unreachable(&res)) {           /* again at the next pass */
-			pthread_mutex_lock(&sx->lock);
-			for (struct sjob *j = sx->jobs; j; j = j->next)
-				for (int i = 0; i < n; i++)
-					if (j->hold && strcmp(j->sid, sids[i]) == 0)
-						j->hold_sent = 0;
-			note_health(sx, 0, why);
-			pthread_mutex_unlock(&sx->lock);
-		}
-	}
-	slurm_cmd_release(&res);
+	order_jobs(sx, &a, sids, n, ORDER_HOLD);
 }
 
 static void free_parts(char **parts, int n)

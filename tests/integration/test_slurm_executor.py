@@ -124,6 +124,18 @@ def progress_step(server, jid):
     return p.get("step", 0)
 
 
+def assert_resumed_once(server, cluster, jid, sid, steps):
+    """The job's second attempt resumed from a checkpoint, its loss series has
+    every step once up to the last, and Slurm knows one job by its name."""
+    out = (server.state_dir / "jobs" / jid / "stdout.log").read_text()
+    assert re.search(r"resume: from .*\(step \d+\)", out), out[-2000:]
+    r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
+                     headers=server.auth(), timeout=30)
+    seen = [p[0] for p in r.json()["series"]["train/loss"]]
+    assert seen == sorted(set(seen)) and seen[-1] == steps, seen[-5:]
+    assert slurm_jobs_named(cluster, server, jid) == {sid}
+
+
 @pytest.mark.parametrize("via", SUBMIT_WAYS)
 def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers, via):
     server = start(tmp_path, slurm_cluster, via=via)
@@ -226,13 +238,7 @@ def test_requeue_resumes_from_checkpoint(tmp_path, slurm_cluster, servers):
     states = [e[1] for e in events(server, jid)]
     assert "REQUEUED" in states and states.count("RUNNING") >= 2, states
     assert (server.state_dir / "jobs" / jid / "slurm-attempt").read_text().strip() == "1"
-    out = (server.state_dir / "jobs" / jid / "stdout.log").read_text()
-    assert re.search(r"resume: from .*\(step \d+\)", out), out[-2000:]
-    r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
-                     headers=server.auth(), timeout=30)
-    seen = [p[0] for p in r.json()["series"]["train/loss"]]
-    assert seen == sorted(set(seen)) and seen[-1] == steps, seen[-5:]
-    assert slurm_jobs_named(slurm_cluster, server, jid) == {sid}
+    assert_resumed_once(server, slurm_cluster, jid, sid, steps)
 
 
 def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers):
@@ -268,13 +274,7 @@ def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers
     assert states[i + 1] == "QUEUED" and "RUNNING" in states[i + 1:], states
     d = server.state_dir / "jobs" / jid
     assert "DUE TO PREEMPTION" in (d / "stderr.log").read_text()
-    out = (d / "stdout.log").read_text()
-    assert re.search(r"resume: from .*\(step \d+\)", out), out[-2000:]
-    r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
-                     headers=server.auth(), timeout=30)
-    seen = [p[0] for p in r.json()["series"]["train/loss"]]
-    assert seen == sorted(set(seen)) and seen[-1] == steps, seen[-5:]
-    assert slurm_jobs_named(slurm_cluster, server, jid) == {sid}
+    assert_resumed_once(server, slurm_cluster, jid, sid, steps)
 
 
 def test_two_ranks_run_under_mpirun_in_the_allocation(tmp_path, slurm_cluster, servers):
