@@ -179,6 +179,29 @@ int admin_no_body_or_reply(struct api_request *req, enum MHD_Result *ret)
 	return 0;
 }
 
+int admin_job_or_reply(struct api_request *req, int64_t *id, struct db_job *job,
+                       enum MHD_Result *ret)
+{
+	const char *text = api_param(req, "id");
+	char canonical[DB_JOB_ID_MAX];
+	if (!text || db_job_id_parse(text, id) != 0 ||
+	    (db_job_id_format(*id, canonical), strcmp(text, canonical) != 0)) {
+		*ret = admin_fail(req, 404, API_ERR_NOT_FOUND, NULL, "no job %s", text ? text : "");
+		return -1;
+	}
+	if (!req->ctx->db) {
+		*ret = admin_fail(req, 503, API_ERR_UNAVAILABLE, NULL, "no job store");
+		return -1;
+	}
+	struct db_err err = { 0 };
+	int rc = db_jobs_get(req->ctx->db, *id, NULL, job, &err);
+	if (rc) {
+		*ret = admin_fail_db(req, rc, &err);
+		return -1;
+	}
+	return 0;
+}
+
 int admin_known_fields_or_reply(struct api_request *req, json_t *obj,
                                 const char *const *allowed, enum MHD_Result *ret)
 {

@@ -76,6 +76,12 @@ int admin_no_body_or_reply(struct api_request *req, enum MHD_Result *ret);
 int admin_known_fields_or_reply(struct api_request *req, json_t *obj,
                                 const char *const *allowed, enum MHD_Result *ret);
 
+/* The job the path's {id} names (canonical "j-000123"), read from the
+ * database into *job (release it), or a reply (audited): 404 for a bad or
+ * unknown id, 503 without a job store, the database's error. */
+int admin_job_or_reply(struct api_request *req, int64_t *id, struct db_job *job,
+                       enum MHD_Result *ret);
+
 /* The service's hooks, or 503 (audited) when larchd has none. */
 int admin_hooks_or_reply(struct api_request *req, const struct api_admin_hooks **hooks,
                          enum MHD_Result *ret);

@@ -154,18 +154,9 @@ static enum MHD_Result job_verb(struct api_request *req, enum verb v, const char
 	if (api_query_known_or_reply(req, params, &ret) || admin_no_body_or_reply(req, &ret))
 		return ret;
 	int64_t id;
-	char canonical[DB_JOB_ID_MAX];
-	if (!text || db_job_id_parse(text, &id) != 0 ||
-	    (db_job_id_format(id, canonical), strcmp(text, canonical) != 0))
-		return admin_fail(req, 404, API_ERR_NOT_FOUND, NULL, "no job %s", text ? text : "");
-	if (!req->ctx->db)
-		return admin_fail(req, 503, API_ERR_UNAVAILABLE, NULL, "no job store");
-
 	struct db_job job;
-	struct db_err err = { 0 };
-	int rc = db_jobs_get(req->ctx->db, id, NULL, &job, &err);
-	if (rc)
-		return admin_fail_db(req, rc, &err);
+	if (admin_job_or_reply(req, &id, &job, &ret))
+		return ret;
 	int slurm = plan_or_reply(req, v, &job, &ret);
 	s->job = id;
 	s->from = job.state;

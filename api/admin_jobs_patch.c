@@ -181,18 +181,9 @@ enum MHD_Result api_admin_jobs_patch(struct api_request *req)
 	if (bad)
 		return ret;
 	int64_t id;
-	char sid[DB_JOB_ID_MAX];
-	if (!text || db_job_id_parse(text, &id) != 0 ||
-	    (db_job_id_format(id, sid), strcmp(text, sid) != 0))
-		return admin_fail(req, 404, API_ERR_NOT_FOUND, NULL, "no job %s", text ? text : "");
-	if (!req->ctx->db)
-		return admin_fail(req, 503, API_ERR_UNAVAILABLE, NULL, "no job store");
-
 	struct db_job job;
-	struct db_err err = { 0 };
-	int rc = db_jobs_get(req->ctx->db, id, NULL, &job, &err);
-	if (rc)
-		return admin_fail_db(req, rc, &err);
+	if (admin_job_or_reply(req, &id, &job, &ret))
+		return ret;
 	enum db_state st = job.state;
 	int in_slurm = job.slurm_job_id && job.slurm_job_id[0];
 	s->job = id;
@@ -205,15 +196,15 @@ enum MHD_Result api_admin_jobs_patch(struct api_request *req)
 	const struct api_admin_update *u = &s->call.update;
 	json_t *state = json_pack("{s:s}", "state", db_state_name(st));
 	if (db_state_final(st))
-		return admin_fail(req, 409, API_ERR_CONFLICT, state, "%s has already ended (%s)", sid,
+		return admin_fail(req, 409, API_ERR_CONFLICT, state, "%s has already ended (%s)", text,
 		                  db_state_name(st));
 	if (st == DB_STATE_RUNNING && (u->time_limit_s || u->partition))
 		return admin_fail(req, 409, API_ERR_CONFLICT, state, "%s is RUNNING: time_limit and "
-		                  "partition change only before it starts", sid);
+		                  "partition change only before it starts", text);
 	if (!in_slurm && (u->has_nice || u->time_limit_s))
 		return admin_fail(req, 409, API_ERR_CONFLICT, state, "%s is %s and not in Slurm: only "
 		                  "priority and partition can change (nice and time_limit apply to a "
-		                  "job Slurm has)", sid, db_state_name(st));
+		                  "job Slurm has)", text, db_state_name(st));
 	json_decref(state);
 	if (!in_slurm)
 		return store(req);

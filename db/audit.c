@@ -86,18 +86,9 @@ static void list_sql_init(void)
 {
 	static const char *const conds[4] = { "actor = ?1", "action = ?2", "target = ?3",
 	                                      "id < ?4" };
-	for (int m = 0; m < 16; m++) {
-		int n = snprintf(list_sql[m], sizeof list_sql[m], "SELECT " AUDIT_COLUMNS " FROM audit");
-		const char *sep = " WHERE ";
-		for (int b = 0; b < 4; b++) {
-			if (m & (1 << b)) {
-				n += snprintf(list_sql[m] + n, sizeof list_sql[m] - (size_t)n, "%s%s", sep,
-				              conds[b]);
-				sep = " AND ";
-			}
-		}
-		snprintf(list_sql[m] + n, sizeof list_sql[m] - (size_t)n, " ORDER BY id DESC LIMIT ?5");
-	}
+	for (int m = 0; m < 16; m++)
+		db_list_sql(list_sql[m], sizeof list_sql[m], "SELECT " AUDIT_COLUMNS " FROM audit", conds,
+		            m);
 }
 
 static void entry_release(struct db_audit_entry *e)

@@ -1,7 +1,8 @@
-/* db/cursor.c - list cursors: base64url(tag, the page's last id as 8 bytes
- * big-endian), 12 characters. The tag tells one list's cursors from
- * another's (1 jobs, 2 audit); see internal.h. */
+/* db/cursor.c - keyset-paged lists: their cursors, base64url(tag, the page's
+ * last id as 8 bytes big-endian), 12 characters (the tag tells one list's
+ * cursors from another's: 1 jobs, 2 audit), and their SQL; see internal.h. */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -48,4 +49,17 @@ int db_cursor_decode(unsigned char tag, const char *what, const char *s, int64_t
 	return 0;
 bad:
 	return DB_FAIL(err, DB_INVALID, "%s: cursor: not a cursor from this server", what);
+}
+
+void db_list_sql(char *out, size_t len, const char *select_from, const char *const conds[4],
+                 int mask)
+{
+	int n = snprintf(out, len, "%s", select_from);
+	const char *sep = " WHERE ";
+	for (int b = 0; b < 4; b++)
+		if (mask & (1 << b)) {
+			n += snprintf(out + n, len - (size_t)n, "%s%s", sep, conds[b]);
+			sep = " AND ";
+		}
+	snprintf(out + n, len - (size_t)n, " ORDER BY id DESC LIMIT ?5");
 }

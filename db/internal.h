@@ -117,4 +117,12 @@ void db_cursor_encode(unsigned char tag, int64_t id, char out[13]);
 int db_cursor_decode(unsigned char tag, const char *what, const char *s, int64_t *id,
                      struct db_err *err);
 
+/* A keyset-paged list's SQL for one combination of its filters: select_from
+ * ("SELECT ... FROM t"), then " WHERE " the conds[b] whose bit b is set in
+ * mask, joined by " AND ", then " ORDER BY id DESC LIMIT ?5". The four
+ * conds bind ?1 to ?4, the last being the cursor ("id < ?4"); one text per
+ * mask lets each use its index. Writes at most len bytes into out. */
+void db_list_sql(char *out, size_t len, const char *select_from, const char *const conds[4],
+                 int mask);
+
 #endif
