@@ -250,33 +250,15 @@ static int audit(struct cli *cli, const struct admin_args *a)
 {
 	json_t *entries = json_array(), *page = NULL;
 	char *cursor = NULL;
-	int rc;
-	do {
-		struct cli_buf path = { 0 };
-		cli_buf_adds(&path, "/v1/audit");
-		cli_http_param(&path, "limit", a->limit ? a->limit : a->all ? "500" : NULL);
-		cli_http_param(&path, "actor", a->actor);
-		cli_http_param(&path, "action", a->action);
-		cli_http_param(&path, "target", a->target);
-		cli_http_param(&path, "cursor", cursor);
-		json_decref(page);
-		page = NULL;
-		rc = cli_http_get_json(&cli->http, cli_buf_str(&path), NULL, &page);
-		cli_buf_release(&path);
-		free(cursor);
-		cursor = NULL;
-		if (rc != CLI_OK)
-			break;
-		json_t *list = json_object_get(page, "entries");
-		if (!json_is_array(list)) {
-			fputs("larch: larchd's audit log has no \"entries\" array\n", stderr);
-			rc = CLI_REFUSED;
-			break;
-		}
-		json_array_extend(entries, list);
-		const char *next = cli_job_str(page, "next_cursor");
-		cursor = next ? strdup(next) : NULL;
-	} while (a->all && cursor);
+	struct cli_buf path = { 0 };
+	cli_buf_adds(&path, "/v1/audit");
+	cli_http_param(&path, "limit", a->limit ? a->limit : a->all ? "500" : NULL);
+	cli_http_param(&path, "actor", a->actor);
+	cli_http_param(&path, "action", a->action);
+	cli_http_param(&path, "target", a->target);
+	int rc = cli_http_get_list(&cli->http, cli_buf_str(&path), "entries", a->all, entries, &page,
+	                           &cursor);
+	cli_buf_release(&path);
 
 	if (rc == CLI_OK && cli->json) {
 		if (a->all)

@@ -325,3 +325,34 @@ int cli_http_get_json(struct cli_http *h, const char *path, const char *job, jso
 	cli_reply_release(&r);
 	return rc;
 }
+
+int cli_http_get_list(struct cli_http *h, const char *path, const char *key, int all,
+                      json_t *items, json_t **page, char **cursor)
+{
+	int rc;
+	*page = NULL;
+	*cursor = NULL;
+	do {
+		struct cli_buf p = { 0 };
+		cli_buf_adds(&p, path);
+		cli_http_param(&p, "cursor", *cursor);
+		json_decref(*page);
+		*page = NULL;
+		rc = cli_http_get_json(h, cli_buf_str(&p), NULL, page);
+		cli_buf_release(&p);
+		free(*cursor);
+		*cursor = NULL;
+		if (rc != CLI_OK)
+			break;
+		json_t *list = json_object_get(*page, key);
+		if (!json_is_array(list)) {
+			fprintf(stderr, "larch: larchd's answer to %s has no \"%s\" array\n", path, key);
+			rc = CLI_REFUSED;
+			break;
+		}
+		json_array_extend(items, list);
+		const char *next = json_string_value(json_object_get(*page, "next_cursor"));
+		*cursor = next ? strdup(next) : NULL;
+	} while (all && *cursor);
+	return rc;
+}

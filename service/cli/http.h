@@ -74,4 +74,12 @@ void cli_http_escape(struct cli_buf *b, const char *s);
  * nothing when value is NULL. */
 void cli_http_param(struct cli_buf *b, const char *key, const char *value);
 
+/* GETs a keyset-paged list: path (with its filters and limit) and then, with
+ * all, the pages after it by their next_cursor. The items under key of every
+ * page are appended to items; *page is the last page (to be released),
+ * *cursor the next page's cursor when there is one not fetched (to be
+ * freed), else NULL. A page without the key's array is CLI_REFUSED. */
+int cli_http_get_list(struct cli_http *h, const char *path, const char *key, int all,
+                      json_t *items, json_t **page, char **cursor);
+
 #endif

@@ -255,32 +255,14 @@ int cli_cmd_ls(struct cli *cli, int argc, char **argv)
 
 	json_t *jobs = json_array(), *page = NULL;
 	char *cursor = NULL;
-	do {
-		struct cli_buf path = { 0 };
-		cli_buf_adds(&path, "/v1/jobs");
-		cli_http_param(&path, "limit", limit_arg ? limit_arg : all ? "500" : NULL);
-		cli_http_param(&path, "state", state[0] ? state : NULL);
-		cli_http_param(&path, "name", name);
-		cli_http_param(&path, "owner", owner);
-		cli_http_param(&path, "cursor", cursor);
-		json_decref(page);
-		page = NULL;
-		rc = cli_http_get_json(&cli->http, cli_buf_str(&path), NULL, &page);
-		cli_buf_release(&path);
-		free(cursor);
-		cursor = NULL;
-		if (rc != CLI_OK)
-			break;
-		json_t *list = json_object_get(page, "jobs");
-		if (!json_is_array(list)) {
-			fputs("larch: larchd's job list has no \"jobs\" array\n", stderr);
-			rc = CLI_REFUSED;
-			break;
-		}
-		json_array_extend(jobs, list);
-		const char *next = cli_job_str(page, "next_cursor");
-		cursor = next ? strdup(next) : NULL;
-	} while (all && cursor);
+	struct cli_buf path = { 0 };
+	cli_buf_adds(&path, "/v1/jobs");
+	cli_http_param(&path, "limit", limit_arg ? limit_arg : all ? "500" : NULL);
+	cli_http_param(&path, "state", state[0] ? state : NULL);
+	cli_http_param(&path, "name", name);
+	cli_http_param(&path, "owner", owner);
+	rc = cli_http_get_list(&cli->http, cli_buf_str(&path), "jobs", all, jobs, &page, &cursor);
+	cli_buf_release(&path);
 
 	if (rc == CLI_OK && cli->json) {
 		if (all)
