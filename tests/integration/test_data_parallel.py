@@ -76,8 +76,6 @@ def test_ranks_and_accumulation_match_one_rank(trainer, mpirun, tmp_path):
         for k, v in base.items():
             scale = float(np.abs(v).max()) or 1.0
             assert np.abs(t[k] - v).max() <= 2e-5 * scale, (name, k, float(np.abs(t[k] - v).max()))
-    out = (tmp_path / "2x2x64").parent
-    assert out.exists()
 
 
 def test_only_rank0_writes_and_prints(trainer, mpirun, tmp_path):

@@ -215,36 +215,32 @@ def _in_u16(a):
     return np.ascontiguousarray(a, dtype=np.uint16)
 
 
+def _convert(fn, src, src_in, src_p, dst_dtype, dst_p):
+    """fn(out, inp, n) over src converted by src_in; out is a new dst_dtype array."""
+    src = src_in(src)
+    out = np.empty(src.shape, dst_dtype)
+    fn(out.ctypes.data_as(dst_p), src.ctypes.data_as(src_p), src.size)
+    return out
+
+
 def fp32_to_fp16(lib, x):
     """trn_capi_fp32_to_fp16: the fp16 bit patterns of x, as uint16."""
-    x = _in_f32(x)
-    out = np.empty(x.shape, np.uint16)
-    lib.trn_capi_fp32_to_fp16(out.ctypes.data_as(_u16p), x.ctypes.data_as(_f32p), x.size)
-    return out
+    return _convert(lib.trn_capi_fp32_to_fp16, x, _in_f32, _f32p, np.uint16, _u16p)
 
 
 def fp16_to_fp32(lib, h):
     """trn_capi_fp16_to_fp32: float32 values of the fp16 bit patterns h."""
-    h = _in_u16(h)
-    out = np.empty(h.shape, np.float32)
-    lib.trn_capi_fp16_to_fp32(out.ctypes.data_as(_f32p), h.ctypes.data_as(_u16p), h.size)
-    return out
+    return _convert(lib.trn_capi_fp16_to_fp32, h, _in_u16, _u16p, np.float32, _f32p)
 
 
 def fp32_to_bf16(lib, x):
     """trn_capi_fp32_to_bf16: the bf16 bit patterns of x, as uint16."""
-    x = _in_f32(x)
-    out = np.empty(x.shape, np.uint16)
-    lib.trn_capi_fp32_to_bf16(out.ctypes.data_as(_u16p), x.ctypes.data_as(_f32p), x.size)
-    return out
+    return _convert(lib.trn_capi_fp32_to_bf16, x, _in_f32, _f32p, np.uint16, _u16p)
 
 
 def bf16_to_fp32(lib, h):
     """trn_capi_bf16_to_fp32: float32 values of the bf16 bit patterns h."""
-    h = _in_u16(h)
-    out = np.empty(h.shape, np.float32)
-    lib.trn_capi_bf16_to_fp32(out.ctypes.data_as(_f32p), h.ctypes.data_as(_u16p), h.size)
-    return out
+    return _convert(lib.trn_capi_bf16_to_fp32, h, _in_u16, _u16p, np.float32, _f32p)
 
 
 def round_fp16(lib, x):
