@@ -22,6 +22,7 @@ static const struct trn_range NONNEG = { 0, INFINITY, 0, 0 };
 static const struct trn_range UNIT_OPEN = { 0, 1, 0, 1 };      /* [0, 1) */
 static const struct trn_range UNIT_POS = { 0, 1, 1, 0 };       /* (0, 1] */
 static const struct trn_range SCALE = { 0, 4294967296.0, 1, 0 };
+static const struct trn_range ANY = { -INFINITY, INFINITY, 0, 0 };   /* finite */
 
 /* ---- model ----------------------------------------------------------------- */
 
@@ -414,6 +415,28 @@ static int parse_offload(struct trn_fields *root, struct trn_spec_offload *o)
 	return 0;
 }
 
+/* ---- watchdog ------------------------------------------------------------------- */
+
+static int parse_watchdog(struct trn_fields *root, struct trn_spec_watchdog *w)
+{
+	static const char *const keys[] = { "max_rollbacks", "spike_factor", "window", NULL };
+	struct trn_fields f;
+	long long rollbacks, window;
+	char got[48];
+	if (trn_fields_object(&f, root, "watchdog", TRN_OPTIONAL) < 0 ||
+	    trn_fields_known(&f, keys, NULL, NULL) < 0 ||
+	    trn_fields_int(&f, "max_rollbacks", 0, TRN_WATCHDOG_ROLLBACKS_MAX, 0, 0, &rollbacks) < 0 ||
+	    trn_fields_num(&f, "spike_factor", ANY, 0, 0, &w->spike_factor) < 0 ||
+	    trn_fields_int(&f, "window", 1, TRN_WATCHDOG_WINDOW_MAX, 0, 100, &window) < 0)
+		return -1;
+	if (!(w->spike_factor == 0 || w->spike_factor > 1))
+		return trn_fields_fail(&f, "spike_factor", "must be 0 (no spike detection) or a "
+		                       "number > 1 (got %s)", trn_fmt_num(w->spike_factor, got, sizeof got));
+	w->max_rollbacks = (int)rollbacks;
+	w->window = (long)window;
+	return 0;
+}
+
 /* ---- the root ------------------------------------------------------------------- */
 
 static int parse_run(struct trn_fields *root, struct trn_spec *s)
@@ -482,7 +505,8 @@ static int parse_spec(struct trn_fields *root, struct trn_spec *s)
 	static const char *const keys[] = { "name", "model", "data", "batch", "optimizer", "schedule",
 	                                    "precision", "offload", "parallel", "resources", "steps",
 	                                    "epochs", "eval_every", "checkpoint_every",
-	                                    "keep_checkpoints", "log_every", "seed", "init", NULL };
+	                                    "keep_checkpoints", "log_every", "seed", "init",
+	                                    "watchdog", NULL };
 	int has_reference = 0, has_name;
 	if (trn_fields_known(root, keys, NULL, NULL) < 0 ||
 	    (has_name = trn_fields_name(root, "name", 0, 0, s->name)) < 0)
@@ -496,7 +520,8 @@ static int parse_spec(struct trn_fields *root, struct trn_spec *s)
 	    parse_parallel(root, &s->parallel) < 0 || parse_batch(root, s, &has_reference) < 0 ||
 	    parse_optimizer(root, &s->optimizer) < 0 || parse_schedule(root, s) < 0 ||
 	    parse_precision(root, &s->precision) < 0 || parse_offload(root, &s->offload) < 0 ||
-	    trn_spec_parse_resources(root, &s->resources) < 0 || parse_run(root, s) < 0)
+	    trn_spec_parse_resources(root, &s->resources) < 0 || parse_run(root, s) < 0 ||
+	    parse_watchdog(root, &s->watchdog) < 0)
 		return -1;
 	return check_across(root, s, has_reference);
 }

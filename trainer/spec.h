@@ -124,6 +124,17 @@ struct trn_spec_parallel {
 	long bucket_bytes;             /* "bucket_mb": gradient allreduce buckets; default 25 MiB */
 };
 
+/* "watchdog": a nan/inf loss or a loss spike rolls back to the last
+ * checkpoint instead of failing the run (watchdog.h). */
+#define TRN_WATCHDOG_ROLLBACKS_MAX 1000
+#define TRN_WATCHDOG_WINDOW_MAX 100000
+
+struct trn_spec_watchdog {
+	int max_rollbacks;             /* default 0: the first event fails the run */
+	double spike_factor;           /* 0 (default) = no spike detection; else > 1 */
+	long window;                   /* losses in the moving average; default 100 */
+};
+
 struct trn_spec_resources {
 	int nodes, gpus_per_node, cpus_per_task;
 	long long mem_bytes;           /* "mem": "4G"; 0 = unset */
@@ -142,6 +153,7 @@ struct trn_spec {
 	struct trn_spec_precision precision;
 	struct trn_spec_offload offload;
 	struct trn_spec_parallel parallel;
+	struct trn_spec_watchdog watchdog;
 	struct trn_spec_resources resources;
 	struct trn_period length;      /* exactly one of "steps" or "epochs" */
 	long eval_every;               /* steps; 0 = at the end only */

@@ -2,7 +2,8 @@
  * specs/invalid/ gives exactly the message in its .error file; every spec
  * under specs/valid/ loads, with its defaults and derived values checked; the
  * canonical JSON reparses to itself and hashes the same whatever the key
- * order, whitespace or spelled-out defaults. */
+ * order, whitespace or spelled-out defaults; the watchdog section's accepted
+ * edges. */
 #include <dirent.h>
 #include <limits.h>
 #include <math.h>
@@ -206,6 +207,9 @@ static void test_minimal_defaults(void)
 	CHECK_INT_EQ(s.log_every, 10);
 	CHECK_INT_EQ(s.seed, 0);
 	CHECK_STR_EQ(s.init_from, "");
+	CHECK_INT_EQ(s.watchdog.max_rollbacks, 0);
+	CHECK(s.watchdog.spike_factor == 0);
+	CHECK_INT_EQ(s.watchdog.window, 100);
 	/* the canonical JSON keeps the dataset's name, not the resolved paths */
 	json_t *data = json_object_get(s.json, "data");
 	CHECK_STR_EQ(json_string_value(json_object_get(data, "name")), "fashion-mnist");
@@ -214,6 +218,15 @@ static void test_minimal_defaults(void)
 	             256);
 	CHECK_STR_EQ(json_string_value(json_object_get(s.json, "name")), "job");
 	CHECK(json_object_get(s.json, "init") == NULL);
+	/* the watchdog's defaults are spelled out like every other section's */
+	json_t *wd = json_object_get(s.json, "watchdog");
+	CHECK_INT_EQ(json_object_size(wd), 3);
+	CHECK(json_is_integer(json_object_get(wd, "max_rollbacks")) &&
+	      json_integer_value(json_object_get(wd, "max_rollbacks")) == 0);
+	CHECK(json_is_real(json_object_get(wd, "spike_factor")) &&
+	      json_real_value(json_object_get(wd, "spike_factor")) == 0);
+	CHECK(json_is_integer(json_object_get(wd, "window")) &&
+	      json_integer_value(json_object_get(wd, "window")) == 100);
 	trn_spec_release(&s);
 }
 
@@ -272,6 +285,9 @@ static void test_full(void)
 	CHECK_INT_EQ(s.log_every, 20);
 	CHECK_INT_EQ(s.seed, 42);
 	CHECK_STR_EQ(s.init_from, "/data/init/mlp.safetensors");
+	CHECK_INT_EQ(s.watchdog.max_rollbacks, 3);
+	CHECK(s.watchdog.spike_factor == 4.5);
+	CHECK_INT_EQ(s.watchdog.window, 50);
 	CHECK_INT_EQ(s.resources.nodes, 2);
 	CHECK_INT_EQ(s.resources.gpus_per_node, 2);
 	CHECK_INT_EQ(s.resources.cpus_per_task, 8);
@@ -416,7 +432,8 @@ static void test_hash(void)
 	        "{\"global\": 256, \"micro\": 256, \"reference\": 256}, \"optimizer\": {\"type\": "
 	        "\"sgd\", \"lr\": 0.1, \"momentum\": 0.9}, \"parallel\": {\"ranks\": 1}, \"schedule\": "
 	        "{\"lr_scaling\": \"none\"}, \"precision\": {\"loss_scale\": \"dynamic\"}, "
-	        "\"epochs\": 3, \"seed\": 0, \"keep_checkpoints\": 3, \"resources\": {\"qos\": null}}", c);
+	        "\"epochs\": 3, \"seed\": 0, \"keep_checkpoints\": 3, \"resources\": {\"qos\": null}, "
+	        "\"watchdog\": {\"max_rollbacks\": 0, \"spike_factor\": 0, \"window\": 100}}", c);
 	/* one value changed */
 	hash_of("{\"model\": {\"type\": \"mlp\", \"hidden\": [128]}, \"data\": {\"name\": "
 	        "\"fashion-mnist\"}, \"batch\": {\"global\": 256}, \"optimizer\": {\"type\": \"sgd\", "
@@ -439,6 +456,51 @@ static void test_hash(void)
 	        "\"fashion-mnist\"}, \"batch\": {\"global\": 256}, \"optimizer\": {\"type\": \"sgd\", "
 	        "\"lr\": 0.1}, \"epochs\": 3, \"resources\": {\"mem\": \"2048m\"}}", b);
 	CHECK_STR_EQ(b, f);
+	hash_of("{\"model\": {\"type\": \"mlp\", \"hidden\": [128]}, \"data\": {\"name\": "
+	        "\"fashion-mnist\"}, \"batch\": {\"global\": 256}, \"optimizer\": {\"type\": \"sgd\", "
+	        "\"lr\": 0.1}, \"epochs\": 3, \"watchdog\": {\"max_rollbacks\": 2}}", b);
+	CHECK(strcmp(b, a) != 0);
+}
+
+/* The watchdog's edges that are accepted, and what they become. */
+static void test_watchdog_edges(void)
+{
+	static const struct {
+		const char *json;
+		int max_rollbacks;
+		double spike_factor;
+		long window;
+	} cases[] = {
+		{ "{}", 0, 0, 100 },
+		{ "{\"max_rollbacks\": 1000}", 1000, 0, 100 },
+		{ "{\"spike_factor\": 0.0}", 0, 0, 100 },
+		{ "{\"spike_factor\": 1.0000001}", 0, 1.0000001, 100 },
+		{ "{\"spike_factor\": 3}", 0, 3, 100 },
+		{ "{\"spike_factor\": 1e6, \"window\": 1}", 0, 1e6, 1 },
+		{ "{\"max_rollbacks\": 5, \"spike_factor\": 2.5, \"window\": 100000}", 5, 2.5, 100000 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char text[1024];
+		struct trn_spec s;
+		struct trn_err err = { 0 };
+		snprintf(text, sizeof text, "{\"model\": {\"type\": \"mlp\", \"hidden\": [8]}, \"data\": "
+		         "{\"name\": \"fashion-mnist\"}, \"batch\": {\"global\": 8}, \"optimizer\": "
+		         "{\"type\": \"sgd\", \"lr\": 0.1}, \"steps\": 1, \"watchdog\": %s}",
+		         cases[i].json);
+		if (!CHECK_MSG(trn_spec_from_string(&s, text, &err) == 0, "%s: %s", cases[i].json,
+		               err.text))
+			continue;
+		CHECK_INT_EQ(s.watchdog.max_rollbacks, cases[i].max_rollbacks);
+		CHECK_MSG(s.watchdog.spike_factor == cases[i].spike_factor, "%s: spike_factor %g",
+		          cases[i].json, s.watchdog.spike_factor);
+		CHECK_INT_EQ(s.watchdog.window, cases[i].window);
+		json_t *wd = json_object_get(s.json, "watchdog");
+		CHECK_INT_EQ(json_integer_value(json_object_get(wd, "max_rollbacks")),
+		             cases[i].max_rollbacks);
+		CHECK(json_real_value(json_object_get(wd, "spike_factor")) == cases[i].spike_factor);
+		CHECK_INT_EQ(json_integer_value(json_object_get(wd, "window")), cases[i].window);
+		trn_spec_release(&s);
+	}
 }
 
 static void test_period_steps(void)
@@ -606,6 +668,7 @@ int main(void)
 	CHECK_RUN(test_period_steps);
 	CHECK_RUN(test_resources_formats);
 	CHECK_RUN(test_warmup_start_default);
+	CHECK_RUN(test_watchdog_edges);
 	CHECK_RUN(test_api_edges);
 	CHECK_RUN(test_short_reals);
 	return check_finish();
