@@ -17,6 +17,8 @@ struct trn_capi_model {
 	struct trn_spec spec;
 	struct trn_model *m;
 	int seq;
+	int in_dim;
+	float *x16;                    /* the mlp's input rounded to a 16-bit dtype, owned */
 };
 
 struct trn_capi_optim {
@@ -58,6 +60,7 @@ struct trn_capi_model *trn_capi_model_new(const char *spec_json, int in_dim, int
 	ds.vocab = vocab;
 	ds.seq = h->spec.model.seq;
 	h->seq = h->spec.model.seq;
+	h->in_dim = in_dim;
 	struct trn_err e = { 0 };
 	h->m = trn_model_new(&h->spec, &ds, max_batch, &e);
 	if (!h->m) {
@@ -76,6 +79,7 @@ void trn_capi_model_free(struct trn_capi_model *h)
 		return;
 	trn_model_free(h->m);
 	trn_spec_release(&h->spec);
+	free(h->x16);
 	free(h);
 }
 
@@ -96,16 +100,39 @@ const char *trn_capi_model_param(const struct trn_capi_model *h, int i, long *of
 double trn_capi_model_step(struct trn_capi_model *h, const float *x, const int *tokens,
                            const int *targets, int n)
 {
+	return trn_capi_model_step_scaled(h, x, tokens, targets, n, 1.0f);
+}
+
+/* x rounded to the model's 16-bit dtype in h's own buffer, or x itself for
+ * fp32 (and gpt, x NULL); NULL when the buffer cannot be had. */
+static const float *model_input(struct trn_capi_model *h, const float *x, int n)
+{
+	if (!x || h->m->dtype == TRN_DTYPE_FP32)
+		return x;
+	size_t len = (size_t)h->m->max_batch * (size_t)h->in_dim;
+	if (!h->x16 && !(h->x16 = malloc(sizeof(float) * len)))
+		return NULL;
+	memcpy(h->x16, x, sizeof(float) * (size_t)n * (size_t)h->in_dim);
+	trn_model_round(h->m, h->x16, (long)n * h->in_dim);
+	return h->x16;
+}
+
+double trn_capi_model_step_scaled(struct trn_capi_model *h, const float *x, const int *tokens,
+                                  const int *targets, int n, float scale)
+{
 	if (n < 1 || n > h->m->max_batch)
 		return NAN;
-	/* the model only reads the batch: the casts lend it the caller's arrays */
+	const float *inp = model_input(h, x, n);
+	if (x && !inp)
+		return NAN;
+	/* the model only reads the batch: the casts lend it arrays it may not write */
 	struct trn_batch b = {
-		.n = n, .cap = n, .seq = h->seq, .x = (float *)x,
+		.n = n, .cap = n, .seq = h->seq, .x = (float *)inp,
 		.tokens = (int32_t *)tokens, .targets = (int32_t *)targets,
 	};
 	trn_model_zero_grad(h->m);
 	double loss = trn_model_forward(h->m, &b, NULL);
-	trn_model_backward(h->m, &b, 1.0f);
+	trn_model_backward(h->m, &b, scale);
 	return loss;
 }
 
@@ -153,7 +180,7 @@ void trn_capi_optim_free(struct trn_capi_optim *h)
 
 void trn_capi_optim_step(struct trn_capi_optim *h, float *w, const float *g, double lr)
 {
-	trn_optim_step(&h->opt, w, g, lr);
+	trn_optim_step(&h->opt, w, g, lr, NULL);
 }
 
 float *trn_capi_optim_state(struct trn_capi_optim *h, int which)

@@ -26,9 +26,18 @@ float *trn_capi_model_weights(struct trn_capi_model *h);   /* [n_floats], writab
 float *trn_capi_model_grads(struct trn_capi_model *h);     /* [n_floats] */
 /* Zeroes the gradients, runs forward and backward on n samples (x [n, in_dim]
  * for the mlp; tokens and targets [n, seq] for gpt, x NULL) and returns the
- * mean loss. */
+ * mean loss; NaN for n outside [1, max_batch] or out of memory. For a model
+ * whose precision.compute is fp16 or bf16 the mlp's x is rounded to it first
+ * (into a copy; the caller's array is not written), as the trainer does with
+ * its input features; the weights are used as they are, so a caller that
+ * wants the trainer's behaviour rounds them too. */
 double trn_capi_model_step(struct trn_capi_model *h, const float *x, const int *tokens,
                            const int *targets, int n);
+/* The same with backward's scale: the gradients are scale * d(mean loss)/dw
+ * (the loss scale of fp16 training, applied before the 16-bit gradients are
+ * stored, so they can underflow or overflow). trn_capi_model_step is scale 1. */
+double trn_capi_model_step_scaled(struct trn_capi_model *h, const float *x, const int *tokens,
+                                  const int *targets, int n, float scale);
 
 /* An optimizer from spec_json's "optimizer" over n tensors named names[i]
  * with numels[i] elements laid out back to back. */

@@ -27,6 +27,34 @@ static int single_iallreduce_f32(struct trn_comm *c, float *buf, long n,
 	return 0;
 }
 
+static int single_ireduce_scatter_f32(struct trn_comm *c, const float *send, float *recv,
+                                      const int *counts, struct trn_comm_req **req,
+                                      struct trn_err *err)
+{
+	(void)c, (void)err;
+	*req = NULL;
+	if (recv != send)
+		memcpy(recv, send, sizeof(float) * (size_t)counts[0]);
+	return 0;
+}
+
+static int single_allgather_f32(struct trn_comm *c, float *buf, const long *counts,
+                                const long *displs, struct trn_err *err)
+{
+	(void)c, (void)buf, (void)counts, (void)displs, (void)err;
+	return 0;
+}
+
+static int single_gather_f32(struct trn_comm *c, const float *send, float *recv,
+                             const long *counts, const long *displs, int root,
+                             struct trn_err *err)
+{
+	(void)c, (void)root, (void)err;
+	if (recv + displs[0] != send)
+		memmove(recv + displs[0], send, sizeof(float) * (size_t)counts[0]);
+	return 0;
+}
+
 static int single_wait(struct trn_comm *c, struct trn_comm_req *req, struct trn_err *err)
 {
 	(void)c, (void)req, (void)err;
@@ -65,6 +93,9 @@ static const struct trn_comm_ops single_ops = {
 	.allreduce_f32 = single_allreduce_f32,
 	.allreduce_f64 = single_allreduce_f64,
 	.iallreduce_f32 = single_iallreduce_f32,
+	.ireduce_scatter_f32 = single_ireduce_scatter_f32,
+	.allgather_f32 = single_allgather_f32,
+	.gather_f32 = single_gather_f32,
 	.wait = single_wait,
 	.progress = single_progress,
 	.bcast = single_bcast,

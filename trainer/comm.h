@@ -27,6 +27,12 @@ struct trn_comm_ops {
 	int (*allreduce_f64)(struct trn_comm *c, double *buf, long n, struct trn_err *err);
 	int (*iallreduce_f32)(struct trn_comm *c, float *buf, long n, struct trn_comm_req **req,
 	                      struct trn_err *err);
+	int (*ireduce_scatter_f32)(struct trn_comm *c, const float *send, float *recv,
+	                           const int *counts, struct trn_comm_req **req, struct trn_err *err);
+	int (*allgather_f32)(struct trn_comm *c, float *buf, const long *counts, const long *displs,
+	                     struct trn_err *err);
+	int (*gather_f32)(struct trn_comm *c, const float *send, float *recv, const long *counts,
+	                  const long *displs, int root, struct trn_err *err);
 	int (*wait)(struct trn_comm *c, struct trn_comm_req *req, struct trn_err *err);
 	void (*progress)(struct trn_comm *c);
 	int (*bcast)(struct trn_comm *c, void *buf, long bytes, int root, struct trn_err *err);
@@ -77,6 +83,35 @@ static inline int trn_comm_iallreduce_f32(struct trn_comm *c, float *buf, long n
                                           struct trn_comm_req **req, struct trn_err *err)
 {
 	return c->ops->iallreduce_f32(c, buf, n, req, err);
+}
+
+/* Starts summing send[0 .. sum of counts) over all ranks and leaves this
+ * rank's range, send[displ .. displ + counts[rank]) summed, in
+ * recv[0 .. counts[rank]). send, recv and counts (int: MPI's, each range
+ * below 2^31 elements) must stay untouched until trn_comm_wait(*req);
+ * recv must not overlap send. */
+static inline int trn_comm_ireduce_scatter_f32(struct trn_comm *c, const float *send,
+                                               float *recv, const int *counts,
+                                               struct trn_comm_req **req, struct trn_err *err)
+{
+	return c->ops->ireduce_scatter_f32(c, send, recv, counts, req, err);
+}
+
+/* In place: every rank's range of buf (as it holds it) is copied to all
+ * ranks, so that every buf ends up whole. */
+static inline int trn_comm_allgather_f32(struct trn_comm *c, float *buf, const long *counts,
+                                         const long *displs, struct trn_err *err)
+{
+	return c->ops->allgather_f32(c, buf, counts, displs, err);
+}
+
+/* send[0 .. counts[rank]) of every rank into recv[displs[r] ..] on root;
+ * recv is only used on root (may be NULL elsewhere). */
+static inline int trn_comm_gather_f32(struct trn_comm *c, const float *send, float *recv,
+                                      const long *counts, const long *displs, int root,
+                                      struct trn_err *err)
+{
+	return c->ops->gather_f32(c, send, recv, counts, displs, root, err);
 }
 
 static inline int trn_comm_wait(struct trn_comm *c, struct trn_comm_req *req,

@@ -72,6 +72,70 @@ static int mpi_iallreduce_f32(struct trn_comm *c, float *buf, long n, struct trn
 	return 0;
 }
 
+static int mpi_ireduce_scatter_f32(struct trn_comm *c, const float *send, float *recv,
+                                   const int *counts, struct trn_comm_req **req,
+                                   struct trn_err *err)
+{
+	(void)c;
+	*req = NULL;
+	struct trn_comm_req *q = malloc(sizeof *q);
+	if (!q)
+		return trn_err_set(err, "reduce-scatter: out of memory");
+	int rc = MPI_Ireduce_scatter(send, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q->r);
+	if (rc != MPI_SUCCESS) {
+		free(q);
+		return mpi_fail(err, "reduce-scatter", rc);
+	}
+	*req = q;
+	return 0;
+}
+
+/* counts and displacements as MPI's ints; -1 with err when one does not fit */
+static int int_layout(const struct trn_comm *c, const long *counts, const long *displs,
+                      int **ic, int **id, const char *what, struct trn_err *err)
+{
+	*ic = malloc(sizeof(int) * (size_t)c->size);
+	*id = malloc(sizeof(int) * (size_t)c->size);
+	if (!*ic || !*id) {
+		free(*ic), free(*id);
+		return trn_err_set(err, "%s: out of memory", what);
+	}
+	for (int r = 0; r < c->size; r++) {
+		if (counts[r] > INT_MAX || displs[r] > INT_MAX) {
+			free(*ic), free(*id);
+			return trn_err_set(err, "%s: a buffer of more than 2^31 floats", what);
+		}
+		(*ic)[r] = (int)counts[r];
+		(*id)[r] = (int)displs[r];
+	}
+	return 0;
+}
+
+static int mpi_allgather_f32(struct trn_comm *c, float *buf, const long *counts,
+                             const long *displs, struct trn_err *err)
+{
+	int *ic, *id;
+	if (int_layout(c, counts, displs, &ic, &id, "all-gather", err) != 0)
+		return -1;
+	int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, id, MPI_FLOAT,
+	                        MPI_COMM_WORLD);
+	free(ic), free(id);
+	return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "all-gather", rc);
+}
+
+static int mpi_gather_f32(struct trn_comm *c, const float *send, float *recv,
+                          const long *counts, const long *displs, int root,
+                          struct trn_err *err)
+{
+	int *ic, *id;
+	if (int_layout(c, counts, displs, &ic, &id, "gather", err) != 0)
+		return -1;
+	int rc = MPI_Gatherv(send, ic[c->rank], MPI_FLOAT, recv, ic, id, MPI_FLOAT, root,
+	                     MPI_COMM_WORLD);
+	free(ic), free(id);
+	return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "gather", rc);
+}
+
 static int mpi_wait(struct trn_comm *c, struct trn_comm_req *req, struct trn_err *err)
 {
 	(void)c;
@@ -79,7 +143,7 @@ static int mpi_wait(struct trn_comm *c, struct trn_comm_req *req, struct trn_err
 		return 0;
 	int rc = MPI_Wait(&req->r, MPI_STATUS_IGNORE);
 	free(req);
-	return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "allreduce", rc);
+	return rc == MPI_SUCCESS ? 0 : mpi_fail(err, "collective", rc);
 }
 
 static void mpi_progress(struct trn_comm *c)
@@ -129,6 +193,9 @@ static const struct trn_comm_ops mpi_ops = {
 	.allreduce_f32 = mpi_allreduce_f32,
 	.allreduce_f64 = mpi_allreduce_f64,
 	.iallreduce_f32 = mpi_iallreduce_f32,
+	.ireduce_scatter_f32 = mpi_ireduce_scatter_f32,
+	.allgather_f32 = mpi_allgather_f32,
+	.gather_f32 = mpi_gather_f32,
 	.wait = mpi_wait,
 	.progress = mpi_progress,
 	.bcast = mpi_bcast,

@@ -1,9 +1,12 @@
 /* trainer/dp.c - bucketed gradient averaging; see dp.h. */
 #include "dp.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "kernels/optimizer.h"
 
 static double now(void)
 {
@@ -12,15 +15,71 @@ static double now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Equal ranges, rank order; the first n % size ranks one float longer. */
+static int partition(struct trn_dp *dp, struct trn_err *err)
+{
+	int size = dp->comm->size;
+	dp->counts = calloc((size_t)size, sizeof *dp->counts);
+	dp->displs = calloc((size_t)size, sizeof *dp->displs);
+	if (!dp->counts || !dp->displs)
+		return trn_err_set(err, "ZeRO partition: out of memory");
+	long base = dp->n_floats / size, extra = dp->n_floats % size, at = 0;
+	for (int r = 0; r < size; r++) {
+		dp->displs[r] = at;
+		dp->counts[r] = base + (r < extra);
+		at += dp->counts[r];
+	}
+	dp->lo = dp->displs[dp->comm->rank];
+	dp->hi = dp->lo + dp->counts[dp->comm->rank];
+	if (dp->zero && size > 1 && !(dp->gs = malloc(sizeof(float) * (size_t)(dp->hi - dp->lo + 1))))
+		return trn_err_set(err, "ZeRO gradient shard: out of memory");
+	if (!dp->gs)
+		dp->gs = dp->g + dp->lo;
+	return 0;
+}
+
+/* A bucket's floats in each rank's range, for its reduce-scatter. */
+static int bucket_counts(struct trn_dp *dp, struct trn_dp_bucket *b, struct trn_err *err)
+{
+	if (!(b->counts = calloc((size_t)dp->comm->size, sizeof *b->counts)))
+		return trn_err_set(err, "gradient buckets: out of memory");
+	for (int r = 0; r < dp->comm->size; r++) {
+		long a = dp->displs[r] > b->offset ? dp->displs[r] : b->offset;
+		long e = dp->displs[r] + dp->counts[r];
+		if (e > b->offset + b->numel)
+			e = b->offset + b->numel;
+		b->counts[r] = e > a ? (int)(e - a) : 0;
+	}
+	return 0;
+}
+
 int trn_dp_init(struct trn_dp *dp, struct trn_comm *comm, struct trn_model *m, long bucket_bytes,
-                struct trn_err *err)
+                int zero, struct trn_err *err)
 {
 	memset(dp, 0, sizeof *dp);
 	dp->comm = comm;
 	dp->g = m->g;
 	dp->n_floats = m->n_floats;
+	dp->zero = zero && comm->size > 1;
+	if (!dp->zero) {
+		/* the whole buffer is every rank's */
+		if (!(dp->counts = calloc((size_t)comm->size, sizeof *dp->counts)) ||
+		    !(dp->displs = calloc((size_t)comm->size, sizeof *dp->displs))) {
+			trn_dp_release(dp);
+			return trn_err_set(err, "gradient buckets: out of memory");
+		}
+		dp->counts[comm->rank] = dp->n_floats;
+		dp->lo = 0;
+		dp->hi = dp->n_floats;
+		dp->gs = dp->g;
+	} else if (partition(dp, err) != 0) {
+		trn_dp_release(dp);
+		return -1;
+	}
 	if (comm->size == 1)
 		return 0;
+	if (bucket_bytes > (long)INT_MAX * (long)sizeof(float))
+		bucket_bytes = (long)INT_MAX * (long)sizeof(float);
 	long cap = bucket_bytes / (long)sizeof(float);
 	if (cap < 1)
 		cap = 1;
@@ -51,14 +110,27 @@ int trn_dp_init(struct trn_dp *dp, struct trn_comm *comm, struct trn_model *m, l
 		b->n_params++;
 		dp->bucket_of[p] = dp->n_buckets - 1;
 	}
+	for (int i = 0; dp->zero && i < dp->n_buckets; i++)
+		if (bucket_counts(dp, &dp->buckets[i], err) != 0) {
+			trn_dp_release(dp);
+			return -1;
+		}
 	return 0;
 }
 
 void trn_dp_release(struct trn_dp *dp)
 {
 	if (dp->buckets)
-		for (int i = 0; i < dp->n_buckets; i++)
+		for (int i = 0; i < dp->n_buckets; i++) {
 			free(dp->buckets[i].req);   /* only after a failed step */
+			free(dp->buckets[i].counts);
+		}
+	if (dp->zero)
+		free(dp->gs);
+	dp->gs = NULL;
+	free(dp->counts);
+	free(dp->displs);
+	dp->counts = dp->displs = NULL;
 	free(dp->buckets);
 	free(dp->bucket_of);
 	dp->buckets = NULL;
@@ -80,7 +152,16 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 			break;
 		if (dp->next == 0)
 			dp->t_first = now();
-		if (trn_comm_iallreduce_f32(dp->comm, dp->g + b->offset, b->numel, &b->req, err) != 0)
+		int rc;
+		if (dp->zero) {
+			/* this rank's part of the bucket lands at its place in gs */
+			long at = b->offset > dp->lo ? b->offset : dp->lo;
+			rc = trn_comm_ireduce_scatter_f32(dp->comm, dp->g + b->offset, dp->gs + (at - dp->lo),
+			                                  b->counts, &b->req, err);
+		} else {
+			rc = trn_comm_iallreduce_f32(dp->comm, dp->g + b->offset, b->numel, &b->req, err);
+		}
+		if (rc != 0)
 			return -1;
 		b->started = 1;
 		dp->bytes += (double)b->numel * sizeof(float);
@@ -101,10 +182,13 @@ void trn_dp_grad_ready(void *ctx, int p)
 		trn_comm_progress(dp->comm);
 }
 
-int trn_dp_finish(struct trn_dp *dp, struct trn_err *err)
+int trn_dp_finish(struct trn_dp *dp, float scale, struct trn_err *err)
 {
-	if (dp->comm->size == 1)
+	if (dp->comm->size == 1) {
+		if (scale != 1.0f)
+			kern_scale_cpu(dp->gs, dp->hi - dp->lo, scale);
 		return 0;
+	}
 	double t0 = now();
 	int rc = dp->failed ? trn_err_set(err, "%s", dp->err.text) : start_ready(dp, 1, err);
 	for (int i = 0; i < dp->n_buckets; i++) {
@@ -123,11 +207,27 @@ int trn_dp_finish(struct trn_dp *dp, struct trn_err *err)
 	dp->wait_s += t1 - t0;
 	dp->comm_s += t1 - dp->t_first;
 	dp->steps++;
-	float inv = 1.0f / (float)dp->comm->size;
-	long n = dp->n_floats;
-	for (long i = 0; i < n; i++)
-		dp->g[i] *= inv;
+	/* the reciprocal, then one product: for a power-of-two rank count and
+	 * scale, exactly the division */
+	kern_scale_cpu(dp->gs, dp->hi - dp->lo, scale / (float)dp->comm->size);
 	return 0;
+}
+
+int trn_dp_allgather(struct trn_dp *dp, float *buf, struct trn_err *err)
+{
+	if (!dp->zero)
+		return 0;
+	return trn_comm_allgather_f32(dp->comm, buf, dp->counts, dp->displs, err);
+}
+
+int trn_dp_gather(struct trn_dp *dp, const float *shard, float *full, struct trn_err *err)
+{
+	if (!dp->zero) {
+		if (full && full != shard)
+			memcpy(full, shard, sizeof(float) * (size_t)dp->n_floats);
+		return 0;
+	}
+	return trn_comm_gather_f32(dp->comm, shard, full, dp->counts, dp->displs, 0, err);
 }
 
 double trn_dp_overlap(const struct trn_dp *dp)

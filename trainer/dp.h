@@ -10,7 +10,15 @@
  * every rank (an MPI collective must be issued in the same order
  * everywhere), a later ready bucket waiting for an earlier one.
  *
- * With one rank there is nothing to do and every call returns at once.
+ * ZeRO-1 (zero != 0): the buffer is partitioned into one contiguous range
+ * per rank ([lo, hi) here; the optimizer's shard). A bucket is then
+ * reduce-scattered instead of allreduced: each rank receives the sums of the
+ * bucket's part inside its own range, into gs (its shard of the averaged
+ * gradients), and the optimizer updates only that range; after the update
+ * trn_dp_allgather brings every rank's updated range to all.
+ *
+ * With one rank there is nothing to reduce: the shard is the whole buffer
+ * and gs is g.
  */
 #ifndef LARCH_TRAINER_DP_H
 #define LARCH_TRAINER_DP_H
@@ -24,12 +32,17 @@ struct trn_dp_bucket {
 	int ready;                     /* params reported ready this step */
 	int started;
 	struct trn_comm_req *req;
+	int *counts;                   /* ZeRO: the bucket's floats in each rank's range */
 };
 
 struct trn_dp {
 	struct trn_comm *comm;
 	float *g;                      /* the model's gradient buffer */
 	long n_floats;
+	int zero;                      /* ZeRO-1: reduce-scatter into gs */
+	long lo, hi;                   /* this rank's range of the buffer (all of it without ZeRO) */
+	long *counts, *displs;         /* every rank's range: hi - lo and lo, [size] */
+	float *gs;                     /* averaged gradients of [lo, hi): g + lo, or owned (ZeRO) */
 	struct trn_dp_bucket *buckets;
 	int n_buckets;
 	int *bucket_of;                /* param index -> bucket */
@@ -45,9 +58,10 @@ struct trn_dp {
 	long steps;
 };
 
-/* Buckets over m's parameters. 0, or -1 with err. */
+/* Buckets over m's parameters; with zero, the partition and gs. 0, or -1
+ * with err. */
 int trn_dp_init(struct trn_dp *dp, struct trn_comm *comm, struct trn_model *m, long bucket_bytes,
-                struct trn_err *err);
+                int zero, struct trn_err *err);
 void trn_dp_release(struct trn_dp *dp);
 
 /* The next backward is the step's last: its parameters' readiness starts
@@ -59,9 +73,19 @@ void trn_dp_arm(struct trn_dp *dp);
  * signature is struct trn_model's grad_ready hook's (dp as ctx). */
 void trn_dp_grad_ready(void *dp, int p);
 
-/* Every bucket summed over the ranks and divided by their count. 0, or -1
- * with err (a collective failed: stop the run). */
-int trn_dp_finish(struct trn_dp *dp, struct trn_err *err);
+/* Every bucket summed over the ranks and multiplied by scale / ranks (scale
+ * undoes a loss scale), into gs[0 .. hi - lo). 0, or -1 with err (a
+ * collective failed: stop the run). */
+int trn_dp_finish(struct trn_dp *dp, float scale, struct trn_err *err);
+
+/* ZeRO: every rank's range of buf (the parameters, once each rank has
+ * updated its own) to all ranks, in place. Nothing without ZeRO. */
+int trn_dp_allgather(struct trn_dp *dp, float *buf, struct trn_err *err);
+
+/* A buffer laid out like this rank's range (shard, hi - lo floats) from
+ * every rank into full (n_floats) on rank 0; without ZeRO, shard is already
+ * whole and is copied. full may be NULL on other ranks. */
+int trn_dp_gather(struct trn_dp *dp, const float *shard, float *full, struct trn_err *err);
 
 /* Buckets in the layout, and the hidden fraction of communication so far
  * (1 - wait / comm; 0 when nothing was reduced). */

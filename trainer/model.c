@@ -12,22 +12,29 @@ struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_da
 		trn_err_set(err, "model: micro-batch must be at least 1 (got %d)", max_batch);
 		return NULL;
 	}
+	struct trn_model *m = NULL;
 	switch (spec->model.type) {
 	case TRN_MODEL_MLP:
 		if (ds->task != TRN_TASK_CLASSIFY) {
 			trn_err_set(err, "model.type: mlp needs image data (data.format idx)");
 			return NULL;
 		}
-		return trn_mlp_new(spec, ds, max_batch, err);
+		m = trn_mlp_new(spec, ds, max_batch, err);
+		break;
 	case TRN_MODEL_GPT:
 		if (ds->task != TRN_TASK_TOKENS) {
 			trn_err_set(err, "model.type: gpt needs token data (data.format tokens_u16 or text)");
 			return NULL;
 		}
-		return trn_gpt_new(spec, ds, max_batch, err);
+		m = trn_gpt_new(spec, ds, max_batch, err);
+		break;
+	default:
+		trn_err_set(err, "model.type: unknown model type");
+		return NULL;
 	}
-	trn_err_set(err, "model.type: unknown model type");
-	return NULL;
+	if (m)
+		m->dtype = spec->precision.compute;
+	return m;
 }
 
 void trn_model_free(struct trn_model *m)

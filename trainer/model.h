@@ -14,6 +14,7 @@
 
 #include "data.h"
 #include "err.h"
+#include "kernels/precision.h"
 #include "spec.h"
 
 #define TRN_PARAM_NAME 64
@@ -61,10 +62,33 @@ struct trn_model {
 	 * backward goes on; trainer/dp.h). Every parameter once per backward. */
 	void (*grad_ready)(void *ctx, int param);
 	void *grad_ready_ctx;
+	/* Mixed precision (precision.compute): the dtype that parameters,
+	 * activations and all gradients are stored in during forward and
+	 * backward. On the CPU they stay in float buffers holding values rounded
+	 * to it (trn_model_round after every op that writes one), which is
+	 * numerically what 16-bit storage with fp32 GEMM accumulation does on a
+	 * GPU; the fp32 master weights live with the optimizer (trainer/train.c). */
+	enum trn_dtype dtype;
 };
 
+/* Rounds x[0..n) to the model's compute dtype in place (nothing for fp32). */
+static inline void trn_model_round(const struct trn_model *m, float *x, long n)
+{
+	if (m->dtype == TRN_DTYPE_FP16)
+		kern_round_fp16_cpu(x, n);
+	else if (m->dtype == TRN_DTYPE_BF16)
+		kern_round_bf16_cpu(x, n);
+}
+
+/* Backward calls this once per parameter per backward pass, as soon as the
+ * parameter's gradient for this micro-batch has been added: the gradient is
+ * rounded to the compute dtype (the 16-bit gradient buffer of mixed
+ * precision, where a too-small gradient flushes to zero and a too-large one
+ * becomes inf) and handed to the grad_ready hook. */
 static inline void trn_model_grad_ready(struct trn_model *m, int param)
 {
+	if (m->dtype != TRN_DTYPE_FP32)
+		trn_model_round(m, m->g + m->params[param].offset, m->params[param].numel);
 	if (m->grad_ready)
 		m->grad_ready(m->grad_ready_ctx, param);
 }

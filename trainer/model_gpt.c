@@ -5,6 +5,19 @@
  * Activations of every layer are kept for backward; gradients of activations
  * need only one layer's worth of scratch, reused from the top layer down, plus
  * the residual stream's gradient, which each block adds into in place.
+ *
+ * With a 16-bit compute dtype (base.dtype) every activation buffer and every
+ * activation-gradient buffer is rounded to it right after the op that writes
+ * it, as a GPU would store it, while GEMMs, LayerNorm statistics and softmax
+ * sums accumulate in fp32. Forward: the embedding output, LayerNorm outputs
+ * (their mean and rstd stay fp32), qkv, the attention probabilities and
+ * output, both projections' outputs, the residual sums, the MLP's hidden
+ * layer before and after GELU, and the logits. The attention kernel forms
+ * its output from the probabilities before they are stored, as a fused
+ * kernel does, and its backward's score gradient (datt) is internal scratch.
+ * Backward: dlogits (they carry the loss scale) and every gradient buffer an
+ * op writes or adds into (dln, dres, dbig, datty, dqkv). The per-token losses
+ * and lse stay fp32 (reductions).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -60,29 +73,45 @@ static double gpt_forward(struct trn_model *base, const struct trn_batch *b, str
 {
 	struct gpt *g = (struct gpt *)base;
 	int B = b->n, T = g->T, C = g->C, NH = g->NH, V = g->V, BT = B * g->T;
+	long btc = (long)BT * C;
 	g->B = B;
 	int lf = 2 + g->L * P_PER_BLOCK;   /* index of norm_f.weight */
 
+	/* each op is followed by the rounding of what it wrote (16-bit storage) */
 	kern_embedding_fwd_cpu(g->encoded, b->tokens, wp(g, 0), wp(g, 1), B, T, C);
+	trn_model_round(base, g->encoded, btc);
 	const float *x = g->encoded;
 	for (int l = 0; l < g->L; l++) {
 		struct gpt_layer_acts *a = &g->layers[l];
 #define W(which) wp(g, block_param(l, which))
 		kern_layernorm_fwd_cpu(a->ln1, a->ln1_mean, a->ln1_rstd, x, W(P_LN1W), W(P_LN1B), BT, C);
+		trn_model_round(base, a->ln1, btc);
 		kern_matmul_fwd_cpu(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
+		trn_model_round(base, a->qkv, btc * 3);
 		kern_attention_fwd_cpu(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
+		trn_model_round(base, a->atty, btc);
+		trn_model_round(base, a->att, (long)B * NH * T * T);
 		kern_matmul_fwd_cpu(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
-		kern_residual_fwd_cpu(a->res2, x, g->tmp_c, (long)BT * C);
+		trn_model_round(base, g->tmp_c, btc);
+		kern_residual_fwd_cpu(a->res2, x, g->tmp_c, btc);
+		trn_model_round(base, a->res2, btc);
 		kern_layernorm_fwd_cpu(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W), W(P_LN2B), BT, C);
+		trn_model_round(base, a->ln2, btc);
 		kern_matmul_fwd_cpu(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
-		kern_gelu_fwd_cpu(a->fch_gelu, a->fch, (long)BT * 4 * C);
+		trn_model_round(base, a->fch, btc * 4);
+		kern_gelu_fwd_cpu(a->fch_gelu, a->fch, btc * 4);
+		trn_model_round(base, a->fch_gelu, btc * 4);
 		kern_matmul_fwd_cpu(g->tmp_c, a->fch_gelu, W(P_FCPW), W(P_FCPB), BT, 4 * C, C);
-		kern_residual_fwd_cpu(a->res3, a->res2, g->tmp_c, (long)BT * C);
+		trn_model_round(base, g->tmp_c, btc);
+		kern_residual_fwd_cpu(a->res3, a->res2, g->tmp_c, btc);
+		trn_model_round(base, a->res3, btc);
 #undef W
 		x = a->res3;
 	}
 	kern_layernorm_fwd_cpu(g->lnf, g->lnf_mean, g->lnf_rstd, x, wp(g, lf), wp(g, lf + 1), BT, C);
+	trn_model_round(base, g->lnf, btc);
 	kern_matmul_fwd_cpu(g->logits, g->lnf, wp(g, 0), NULL, BT, C, V);
+	trn_model_round(base, g->logits, (long)BT * V);
 	kern_softmax_xent_fwd_cpu(g->losses, g->lse, g->logits, b->targets, BT, V);
 
 	return trn_model_score(g->logits, g->losses, b->targets, BT, V, st);
@@ -101,15 +130,25 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 	long counted = 0;
 	for (long r = 0; r < BT; r++)
 		counted += b->targets[r] >= 0;
-	if (!counted)
+	if (!counted) {
+		/* nothing to learn from, but every parameter is still final for this
+		 * backward: data parallel waits for all of them */
+		for (int p = base->n_params - 1; p >= 0; p--)
+			trn_model_grad_ready(base, p);
 		return;
+	}
 
+	/* as in forward, each op is followed by the rounding of the activation
+	 * gradient it wrote; parameter gradients are rounded by grad_ready */
 	kern_softmax_xent_bwd_set_cpu(g->dlogits, scale / (float)counted, g->logits, g->lse,
 	                              b->targets, BT, V);
+	trn_model_round(base, g->dlogits, (long)BT * V);
 	kern_matmul_bwd_set_cpu(g->dln, gp(g, 0), NULL, g->dlogits, g->lnf, wp(g, 0), BT, C, V);
+	trn_model_round(base, g->dln, btc);
 	const float *top = g->L ? g->layers[g->L - 1].res3 : g->encoded;
 	kern_layernorm_bwd_set_cpu(g->dres, gp(g, lf), gp(g, lf + 1), g->dln, top, wp(g, lf),
 	                           g->lnf_mean, g->lnf_rstd, BT, C);
+	trn_model_round(base, g->dres, btc);
 	trn_model_grad_ready(base, lf + 1);
 	trn_model_grad_ready(base, lf);
 
@@ -122,29 +161,37 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 		/* res3 = res2 + fcproj: dres flows to both unchanged */
 		kern_matmul_bwd_set_cpu(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
 		                        BT, 4 * C, C);
+		trn_model_round(base, g->dbig, btc * 4);
 		READY(P_FCPB);
 		READY(P_FCPW);
 		kern_gelu_bwd_set_cpu(g->dbig, a->fch, g->dbig, btc * 4);
+		trn_model_round(base, g->dbig, btc * 4);
 		kern_matmul_bwd_set_cpu(g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW), BT, C,
 		                        4 * C);
+		trn_model_round(base, g->dln, btc);
 		READY(P_FCB);
 		READY(P_FCW);
 		kern_layernorm_bwd_cpu(g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2, W(P_LN2W),
 		                       a->ln2_mean, a->ln2_rstd, BT, C);
+		trn_model_round(base, g->dres, btc);
 		READY(P_LN2B);
 		READY(P_LN2W);
 		/* res2 = x + attproj */
 		kern_matmul_bwd_set_cpu(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW),
 		                        BT, C, C);
+		trn_model_round(base, g->datty, btc);
 		READY(P_PROJB);
 		READY(P_PROJW);
 		kern_attention_bwd_set_cpu(g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att, B, T, C, NH);
+		trn_model_round(base, g->dqkv, btc * 3);
 		kern_matmul_bwd_set_cpu(g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1, W(P_QKVW), BT, C,
 		                        3 * C);
+		trn_model_round(base, g->dln, btc);
 		READY(P_QKVB);
 		READY(P_QKVW);
 		kern_layernorm_bwd_cpu(g->dres, G(P_LN1W), G(P_LN1B), g->dln, x, W(P_LN1W),
 		                       a->ln1_mean, a->ln1_rstd, BT, C);
+		trn_model_round(base, g->dres, btc);
 		READY(P_LN1B);
 		READY(P_LN1W);
 #undef W

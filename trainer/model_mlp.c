@@ -3,6 +3,16 @@
  * fc1 -> act -> fc2 -> act -> ... -> fcL -> softmax cross-entropy, with
  * layers fc<i>.weight [out, in] and fc<i>.bias [out]. The input is the
  * batch's standardised feature rows; the output size is the data's class count.
+ *
+ * With a 16-bit compute dtype (base.dtype) every activation and activation
+ * gradient is rounded to it as soon as its op has written it, as a GPU would
+ * store it, while GEMMs and softmax sums accumulate in fp32: forward, each
+ * layer's output after the bias (the last one is the logits) and GELU's
+ * output; backward, dlogits (which carry the loss scale) and each layer's
+ * input gradient before and after the activation's backward. ReLU needs no
+ * rounding either way: it passes rounded values or zeros. The per-sample
+ * losses and lse stay fp32 (reductions), and the input rows arrive already
+ * rounded (trainer/train.c; capi.c for the tests).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -42,14 +52,17 @@ static double mlp_forward(struct trn_model *base, const struct trn_batch *b, str
 	m->n = n;
 	for (int i = 0; i < m->n_layers; i++) {
 		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
+		long len = (long)n * m->dims[i + 1];
 		kern_matmul_fwd_cpu(m->pre[i], layer_input(m, b, i), base->w + w->offset,
 		                    base->w + bias->offset, n, m->dims[i], m->dims[i + 1]);
+		trn_model_round(base, m->pre[i], len);
 		if (i + 1 < m->n_layers) {
-			long len = (long)n * m->dims[i + 1];
-			if (m->act == TRN_ACT_GELU)
+			if (m->act == TRN_ACT_GELU) {
 				kern_gelu_fwd_cpu(m->post[i], m->pre[i], len);
-			else
+				trn_model_round(base, m->post[i], len);
+			} else {
 				kern_relu_fwd_cpu(m->post[i], m->pre[i], len);
+			}
 		}
 	}
 	int classes = m->dims[m->n_layers];
@@ -72,6 +85,7 @@ static void mlp_backward(struct trn_model *base, const struct trn_batch *b, floa
 
 	kern_softmax_xent_bwd_set_cpu(dout, scale / (float)n, m->pre[last], m->lse, b->targets, n,
 	                              m->dims[last + 1]);
+	trn_model_round(base, dout, (long)n * m->dims[last + 1]);
 	for (int i = last; i >= 0; i--) {
 		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
 		kern_matmul_bwd_set_cpu(i > 0 ? dinp : NULL, base->g + w->offset,
@@ -81,11 +95,14 @@ static void mlp_backward(struct trn_model *base, const struct trn_batch *b, floa
 		trn_model_grad_ready(base, 2 * i);
 		if (i > 0) {
 			long len = (long)n * m->dims[i];
-			if (m->act == TRN_ACT_GELU)
+			trn_model_round(base, dinp, len);
+			if (m->act == TRN_ACT_GELU) {
 				kern_gelu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
-			else
+				trn_model_round(base, dinp, len);
+			} else {
 				/* pre[i - 1] holds relu's output: > 0 exactly where its input was */
 				kern_relu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
+			}
 			float *t = dout;
 			dout = dinp;
 			dinp = t;

@@ -19,24 +19,37 @@ int trn_optim_init(struct trn_optim *o, const struct trn_spec_optimizer *cfg,
                    const struct trn_param *params, int n_params, long n_floats,
                    struct trn_err *err)
 {
+	return trn_optim_init_shard(o, cfg, params, n_params, n_floats, 0, n_floats, NULL, err);
+}
+
+int trn_optim_init_shard(struct trn_optim *o, const struct trn_spec_optimizer *cfg,
+                         const struct trn_param *params, int n_params, long n_floats,
+                         long lo, long hi, struct trn_comm *comm, struct trn_err *err)
+{
 	memset(o, 0, sizeof *o);
 	o->cfg = *cfg;
 	o->params = params;
 	o->n_params = n_params;
 	o->n_floats = n_floats;
+	o->lo = lo;
+	o->hi = hi;
+	o->comm = comm && comm->size > 1 ? comm : NULL;
+	long len = hi - lo;
 
 	int want_m = cfg->type != TRN_OPT_SGD || cfg->momentum > 0;
 	int want_v = cfg->type == TRN_OPT_ADAMW || cfg->type == TRN_OPT_LAMB;
 	int layerwise = cfg->type == TRN_OPT_LARS || cfg->type == TRN_OPT_LAMB;
 
-	if (want_m && !(o->m = calloc((size_t)n_floats, sizeof(float))))
+	/* +1: a rank's range may be empty, and calloc(0) may give NULL */
+	if (want_m && !(o->m = calloc((size_t)len + 1, sizeof(float))))
 		goto oom;
-	if (want_v && !(o->v = calloc((size_t)n_floats, sizeof(float))))
+	if (want_v && !(o->v = calloc((size_t)len + 1, sizeof(float))))
 		goto oom;
 	o->decay = calloc((size_t)n_params, 1);
 	o->adapt = calloc((size_t)n_params, 1);
 	o->trust = calloc((size_t)n_params, sizeof(float));
-	if (!o->decay || !o->adapt || !o->trust)
+	o->norms = calloc(2 * (size_t)n_params, sizeof(double));
+	if (!o->decay || !o->adapt || !o->trust || !o->norms)
 		goto oom;
 	for (int i = 0; i < n_params; i++) {
 		const char *name = params[i].name;
@@ -51,7 +64,7 @@ int trn_optim_init(struct trn_optim *o, const struct trn_spec_optimizer *cfg,
 	return 0;
 oom:
 	trn_optim_release(o);
-	return trn_err_set(err, "optimizer: out of memory for the state of %ld parameters", n_floats);
+	return trn_err_set(err, "optimizer: out of memory for the state of %ld parameters", len);
 }
 
 void trn_optim_release(struct trn_optim *o)
@@ -61,6 +74,8 @@ void trn_optim_release(struct trn_optim *o)
 	free(o->decay);
 	free(o->adapt);
 	free(o->trust);
+	free(o->norms);
+	o->norms = NULL;
 	o->m = o->v = NULL;
 	o->decay = o->adapt = NULL;
 	o->trust = NULL;
@@ -75,9 +90,20 @@ static double lars_ratio(double trust, double wn, double gn, double wd)
 	return trust * wn / (gn + wd * wn);
 }
 
+/* Tensor i's part of the range: [*a, *a + return) in range coordinates
+ * (0 = flat offset lo); 0 when the tensor lies outside it. */
+static long piece(const struct trn_optim *o, int i, long *a)
+{
+	const struct trn_param *p = &o->params[i];
+	long s = p->offset > o->lo ? p->offset : o->lo;
+	long e = p->offset + p->numel < o->hi ? p->offset + p->numel : o->hi;
+	*a = s - o->lo;
+	return e > s ? e - s : 0;
+}
+
 /* SGD and AdamW treat every element alike but for the weight decay, so they
  * run as one pass over each run of adjacent tensors that share it: one pass
- * over the whole buffer when no tensor is excluded from decay. The kernels
+ * over the whole range when no tensor is excluded from decay. The kernels
  * apply the same per-element formula however the buffer is cut, so the
  * result is the same as tensor by tensor. */
 static void step_elementwise(struct trn_optim *o, float *w, const float *g, double lr,
@@ -89,23 +115,43 @@ static void step_elementwise(struct trn_optim *o, float *w, const float *g, doub
 		while (j < o->n_params && o->decay[j] == o->decay[i] &&
 		       o->params[j].offset == o->params[j - 1].offset + o->params[j - 1].numel)
 			j++;
-		long off = o->params[i].offset;
-		long n = o->params[j - 1].offset + o->params[j - 1].numel - off;
-		float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
-		float *mp = o->m ? o->m + off : NULL, *vp = o->v ? o->v + off : NULL;
-		if (c->type == TRN_OPT_SGD)
-			kern_sgd_update_cpu(w + off, mp, g + off, n, (float)lr, (float)c->momentum, wd,
-			                    c->nesterov);
-		else
-			kern_adamw_update_cpu(w + off, mp, vp, g + off, n, (float)lr, (float)c->beta1,
-			                      (float)c->beta2, (float)c->eps, wd, (float)bc1, (float)bc2);
-		for (int k = i; k < j; k++)
+		long first, last, n = 0;
+		for (int k = i; k < j; k++) {
+			long a, len = piece(o, k, &a);
+			if (!len)
+				continue;
+			if (!n)
+				first = a;
+			last = a + len;
+			n = last - first;
 			o->trust[k] = 1.0f;
+		}
+		if (n) {
+			float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
+			float *mp = o->m ? o->m + first : NULL, *vp = o->v ? o->v + first : NULL;
+			if (c->type == TRN_OPT_SGD)
+				kern_sgd_update_cpu(w + first, mp, g + first, n, (float)lr,
+				                    (float)c->momentum, wd, c->nesterov);
+			else
+				kern_adamw_update_cpu(w + first, mp, vp, g + first, n, (float)lr,
+				                      (float)c->beta1, (float)c->beta2, (float)c->eps, wd,
+				                      (float)bc1, (float)bc2);
+		}
 		i = j;
 	}
 }
 
-void trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr)
+/* The per-tensor partial norms summed over the ranks (nothing to do when
+ * this optimizer has the whole buffer). */
+static int sum_norms(struct trn_optim *o, struct trn_err *err)
+{
+	if (!o->comm)
+		return 0;
+	return trn_comm_allreduce_f64(o->comm, o->norms, 2L * o->n_params, err);
+}
+
+int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
+                   struct trn_err *err)
 {
 	const struct trn_spec_optimizer *c = &o->cfg;
 	o->t++;
@@ -115,43 +161,50 @@ void trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr)
 
 	if (c->type == TRN_OPT_SGD || c->type == TRN_OPT_ADAMW) {
 		step_elementwise(o, w, g, lr, bc1, bc2);
-		return;
+		return 0;
 	}
+	/* pass 1: what the trust ratios need, over this range's part of each
+	 * tensor: ||w||^2 and ||g||^2 (LARS) or ||w||^2 and ||u||^2 after the
+	 * moment update (LAMB) */
 	for (int i = 0; i < o->n_params; i++) {
-		const struct trn_param *p = &o->params[i];
-		float *wp = w + p->offset;
-		const float *gp = g + p->offset;
-		float *mp = o->m ? o->m + p->offset : NULL;
-		float *vp = o->v ? o->v + p->offset : NULL;
+		long a, n = piece(o, i, &a);
+		double *nw = &o->norms[2 * i], *ng = nw + 1;
 		float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
+		*nw = *ng = 0;
+		if (c->type == TRN_OPT_LAMB && n)
+			*ng = kern_lamb_moments_cpu(o->m + a, o->v + a, g + a, w + a, n, (float)c->beta1,
+			                            (float)c->beta2, (float)c->eps, wd, (float)bc1,
+			                            (float)bc2);
+		if (!o->adapt[i] || !n)
+			continue;
+		*nw = kern_sumsq_cpu(w + a, n);
+		if (c->type == TRN_OPT_LARS)
+			*ng = kern_sumsq_cpu(g + a, n);
+	}
+	if (sum_norms(o, err) != 0)
+		return -1;
+	/* pass 2: the updates with whole-tensor ratios */
+	for (int i = 0; i < o->n_params; i++) {
+		long a, n = piece(o, i, &a);
+		float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
+		double wn = sqrt(o->norms[2 * i]), gn = sqrt(o->norms[2 * i + 1]);
 		double ratio = 1.0;
-
-		switch (c->type) {
-		case TRN_OPT_SGD:
-		case TRN_OPT_ADAMW:
-			break;                 /* step_elementwise */
-		case TRN_OPT_LARS:
+		if (c->type == TRN_OPT_LARS) {
 			if (o->adapt[i])
-				ratio = lars_ratio(c->trust_coef, sqrt(kern_sumsq_cpu(wp, p->numel)),
-				                   sqrt(kern_sumsq_cpu(gp, p->numel)), wd);
-			kern_lars_update_cpu(wp, mp, gp, p->numel, (float)(lr * ratio),
-			                     (float)c->momentum, wd);
-			break;
-		case TRN_OPT_LAMB: {
-			double un2 = kern_lamb_moments_cpu(mp, vp, gp, wp, p->numel, (float)c->beta1,
-			                                   (float)c->beta2, (float)c->eps, wd,
-			                                   (float)bc1, (float)bc2);
-			if (o->adapt[i]) {
-				double wn = sqrt(kern_sumsq_cpu(wp, p->numel)), un = sqrt(un2);
-				ratio = wn > 0 && un > 0 ? wn / un : 1.0;
-			}
-			kern_lamb_apply_cpu(wp, mp, vp, p->numel, (float)(lr * ratio), (float)c->eps, wd,
-			                    (float)bc1, (float)bc2);
-			break;
-		}
+				ratio = lars_ratio(c->trust_coef, wn, gn, wd);
+			if (n)
+				kern_lars_update_cpu(w + a, o->m ? o->m + a : NULL, g + a, n,
+				                     (float)(lr * ratio), (float)c->momentum, wd);
+		} else {
+			if (o->adapt[i])
+				ratio = wn > 0 && gn > 0 ? wn / gn : 1.0;
+			if (n)
+				kern_lamb_apply_cpu(w + a, o->m + a, o->v + a, n, (float)(lr * ratio),
+				                    (float)c->eps, wd, (float)bc1, (float)bc2);
 		}
 		o->trust[i] = (float)ratio;
 	}
+	return 0;
 }
 
 double trn_grad_norm(const float *g, long n)

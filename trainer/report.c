@@ -99,10 +99,15 @@ void trn_report_metric(struct trn_report *r, long step, const char *name, double
 		return;
 	double t = unix_time();
 	/* JSON has no inf or NaN: a non-finite value is written as null; the
-	 * reporter posts the same text (reporter_queue.c) */
-	if (isfinite(value))
-		fprintf(r->metrics, "{\"step\":%ld,\"time\":%.3f,\"name\":\"%s\",\"value\":%.9g}\n",
-		        step, t, name, value);
+	 * reporter posts the same text (reporter_queue.c). Values in the
+	 * fewest digits that read back the same (up to 17): a loss scale of 2^32
+	 * is 4294967296, not 4.2949673e+09 */
+	if (isfinite(value)) {
+		char num[32];
+		trn_format_value(num, sizeof num, value);
+		fprintf(r->metrics, "{\"step\":%ld,\"time\":%.3f,\"name\":\"%s\",\"value\":%s}\n",
+		        step, t, name, num);
+	}
 	else
 		fprintf(r->metrics, "{\"step\":%ld,\"time\":%.3f,\"name\":\"%s\",\"value\":null}\n",
 		        step, t, name);

@@ -92,6 +92,10 @@ size_t trn_mqueue_clear(struct trn_mqueue *q);
 /* Writes {"metrics":[...]} for pts, each point exactly as its metrics.jsonl
  * line, into *buf (grown with realloc; *buf may start NULL with *cap 0; the
  * caller frees it). Returns the length, or -1 when out of memory. */
+/* A finite metric value in the fewest digits (9 to 17) that read back as
+ * the same double: 0.25, 4294967296, 0.123456789. size >= 32. */
+void trn_format_value(char *buf, size_t size, double v);
+
 long trn_mqueue_format(const struct trn_mqueue *q, const struct trn_mpoint *pts, size_t n,
                        char **buf, size_t *cap);
 

@@ -141,6 +141,15 @@ static void put_escaped(struct out *o, const char *s)
 	}
 }
 
+void trn_format_value(char *buf, size_t size, double v)
+{
+	for (int digits = 9; digits <= 17; digits++) {
+		snprintf(buf, size, "%.*g", digits, v);
+		if (strtod(buf, NULL) == v)
+			return;
+	}
+}
+
 long trn_mqueue_format(const struct trn_mqueue *q, const struct trn_mpoint *pts, size_t n,
                        char **buf, size_t *cap)
 {
@@ -148,15 +157,17 @@ long trn_mqueue_format(const struct trn_mqueue *q, const struct trn_mpoint *pts,
 	put(&o, "{\"metrics\":[", 12);
 	for (size_t i = 0; i < n; i++) {
 		const struct trn_mpoint *p = &pts[i];
-		char num[96];
+		char num[128];
 		/* the same text as the point's line in metrics.jsonl (report.c) */
 		int len = snprintf(num, sizeof num, "%s{\"step\":%ld,\"time\":%.3f,\"name\":\"",
 		                   i ? "," : "", p->step, p->time);
 		put(&o, num, (size_t)len);
 		put_escaped(&o, q->names[p->name]);
-		if (isfinite(p->value))
-			len = snprintf(num, sizeof num, "\",\"value\":%.9g}", p->value);
-		else
+		if (isfinite(p->value)) {
+			char v[32];
+			trn_format_value(v, sizeof v, p->value);
+			len = snprintf(num, sizeof num, "\",\"value\":%s}", v);
+		} else
 			len = snprintf(num, sizeof num, "\",\"value\":null}");
 		put(&o, num, (size_t)len);
 	}

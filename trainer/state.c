@@ -49,7 +49,7 @@ int trn_state_save(const char *job_dir, const struct trn_state *s, int keep, str
 {
 	const struct trn_model *m = s->model;
 	const struct trn_optim *o = s->opt;
-	int per = 1 + (o->m != NULL) + (o->v != NULL);
+	int per = 1 + (s->m != NULL) + (s->v != NULL);
 	int n = m->n_params * per;
 	struct trn_ckpt_entry *entries = calloc((size_t)n, sizeof *entries);
 	char (*names)[TRN_PARAM_NAME + 16] = calloc((size_t)n, sizeof *names);
@@ -61,14 +61,14 @@ int trn_state_save(const char *job_dir, const struct trn_state *s, int keep, str
 	}
 	int k = 0;
 	for (int i = 0; i < m->n_params; i++) {
-		fill_entry(&entries[k], names[k], sizeof names[k], "param.", &m->params[i], m->w);
+		fill_entry(&entries[k], names[k], sizeof names[k], "param.", &m->params[i], s->w);
 		k++;
-		if (o->m) {
-			fill_entry(&entries[k], names[k], sizeof names[k], "optim.m.", &m->params[i], o->m);
+		if (s->m) {
+			fill_entry(&entries[k], names[k], sizeof names[k], "optim.m.", &m->params[i], s->m);
 			k++;
 		}
-		if (o->v) {
-			fill_entry(&entries[k], names[k], sizeof names[k], "optim.v.", &m->params[i], o->v);
+		if (s->v) {
+			fill_entry(&entries[k], names[k], sizeof names[k], "optim.v.", &m->params[i], s->v);
 			k++;
 		}
 	}
@@ -82,6 +82,13 @@ int trn_state_save(const char *job_dir, const struct trn_state *s, int keep, str
 	json_object_set_new(meta, "seed", json_string(seed));
 	json_object_set_new(meta, "optimizer", json_string(trn_opt_name(o->cfg.type)));
 	json_object_set_new(meta, "spec_hash", json_string(s->spec_hash));
+	if (s->ls && s->ls->mode != TRN_LOSS_SCALE_NONE) {
+		char scale[40];
+		snprintf(scale, sizeof scale, "%.17g", s->ls->scale);
+		json_object_set_new(meta, "loss_scale", json_string(scale));
+		set_meta_long(meta, "loss_scale_clean_steps", s->ls->clean_steps);
+		set_meta_long(meta, "skipped_steps", s->ls->skipped);
+	}
 
 	char dir[4200], path[4200];
 	snprintf(dir, sizeof dir, "%s/checkpoints", job_dir);
@@ -138,12 +145,27 @@ int trn_state_load(const char *path, struct trn_state *s, struct trn_err *err)
 	if (get_meta_long(&c, path, "step", &step, err) || get_meta_long(&c, path, "epoch", &epoch, err) ||
 	    get_meta_long(&c, path, "pos", &pos, err) || get_meta_long(&c, path, "t", &t, err))
 		goto out;
-	if (read_tensors(&c, path, s->model, "param.", s->model->w, err) != 0)
+	if (read_tensors(&c, path, s->model, "param.", s->w, err) != 0)
 		goto out;
-	if (s->opt->m && read_tensors(&c, path, s->model, "optim.m.", s->opt->m, err) != 0)
+	if (s->m && read_tensors(&c, path, s->model, "optim.m.", s->m, err) != 0)
 		goto out;
-	if (s->opt->v && read_tensors(&c, path, s->model, "optim.v.", s->opt->v, err) != 0)
+	if (s->v && read_tensors(&c, path, s->model, "optim.v.", s->v, err) != 0)
 		goto out;
+	if (s->ls && s->ls->mode != TRN_LOSS_SCALE_NONE && trn_ckpt_meta(&c, "loss_scale")) {
+		long long clean, skipped;
+		char *end;
+		double scale = strtod(trn_ckpt_meta(&c, "loss_scale"), &end);
+		if (*end || !(scale > 0)) {
+			trn_err_set(err, "%s: metadata \"loss_scale\" is not a positive number", path);
+			goto out;
+		}
+		if (get_meta_long(&c, path, "loss_scale_clean_steps", &clean, err) ||
+		    get_meta_long(&c, path, "skipped_steps", &skipped, err))
+			goto out;
+		s->ls->scale = scale;
+		s->ls->clean_steps = clean;
+		s->ls->skipped = skipped;
+	}
 	s->opt->t = t;
 	s->step = step;
 	trn_loader_seek(s->loader, epoch, pos);

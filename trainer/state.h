@@ -3,21 +3,35 @@
  * A training checkpoint holds param.<name>, optim.m.<name> and optim.v.<name>
  * (where the optimizer has them) as F32 tensors, and the metadata format,
  * step, epoch, pos (the data loader's place), t (optimizer updates), seed,
- * optimizer and spec_hash. Resuming restores all of it, so the continued run
- * is bit-identical to one that never stopped (on the same thread count).
+ * optimizer and spec_hash; with fp16 compute also loss_scale,
+ * loss_scale_clean_steps and skipped_steps. Resuming restores all of it, so
+ * the continued run is bit-identical to one that never stopped (on the same
+ * thread and rank count).
+ *
+ * The parameters saved are the fp32 master weights, whatever the compute
+ * dtype (the 16-bit ones are their rounding). A run of several ranks writes
+ * one consolidated checkpoint from rank 0: with ZeRO-1 the ranks' shards of
+ * the master weights and optimizer state are gathered there first, and every
+ * rank reads the whole file on resume and keeps its shard (so a checkpoint
+ * also resumes on another rank count, though not bit-exactly).
  */
 #ifndef LARCH_TRAINER_STATE_H
 #define LARCH_TRAINER_STATE_H
 
 #include "data.h"
 #include "err.h"
+#include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
 
 struct trn_state {
-	struct trn_model *model;
-	struct trn_optim *opt;
+	const struct trn_model *model; /* the parameter table */
+	struct trn_optim *opt;         /* its type and update count t */
 	struct trn_loader *loader;
+	/* whole-buffer (model layout) fp32 buffers: what a save writes and where
+	 * a load reads to; m and v NULL when the optimizer has none */
+	float *w, *m, *v;
+	struct trn_loss_scale *ls;     /* saved and restored when not mode none; may be NULL */
 	long step;                     /* completed steps */
 	uint64_t seed;
 	char spec_hash[65];

@@ -15,7 +15,10 @@
 #include "data.h"
 #include "dp.h"
 #include "kernels/blas.h"
+#include "kernels/optimizer.h"
 #include "kernels/parallel.h"
+#include "kernels/precision.h"
+#include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
 #include "report.h"
@@ -37,7 +40,11 @@ struct run {
 	struct trn_dp dp;
 	struct trn_dataset ds;
 	struct trn_model *model;
-	struct trn_optim opt;
+	struct trn_optim opt;          /* over the dp's range [lo, hi) of the buffer */
+	float *master;                 /* fp32 master weights of [lo, hi): the model's own w + lo
+	                                  with fp32 compute, else master_owned */
+	float *master_owned;
+	struct trn_loss_scale ls;
 	struct trn_loader loader;
 	struct trn_schedule sched;
 	struct trn_batch batch;
@@ -65,16 +72,13 @@ static double mib(double bytes)
  * front with the field's name rather than train something else. */
 static int check_supported(const struct trn_spec *s, struct trn_err *err)
 {
-	if (s->precision.compute != TRN_DTYPE_FP32)
-		return trn_err_set(err, "precision.compute: %s is not supported by this larch-train yet "
-		                   "(fp32 only)", trn_dtype_name(s->precision.compute));
 	if (s->offload.optimizer != TRN_OFFLOAD_NONE || s->offload.params != TRN_OFFLOAD_NONE ||
 	    s->offload.activations != TRN_OFFLOAD_NONE)
 		return trn_err_set(err, "offload: offloading is not supported by this larch-train yet "
 		                   "(all of offload.* must be \"none\")");
-	if (s->parallel.zero_stage != 0)
-		return trn_err_set(err, "parallel.zero_stage: ZeRO is not supported by this larch-train "
-		                   "yet (got %d, only 0)", s->parallel.zero_stage);
+	if (s->parallel.zero_stage > 1)
+		return trn_err_set(err, "parallel.zero_stage: ZeRO stage %d is not supported by this "
+		                   "larch-train yet (0 or 1)", s->parallel.zero_stage);
 	if (s->optimizer.state_dtype != TRN_DTYPE_FP32)
 		return trn_err_set(err, "optimizer.state_dtype: %s optimizer state is not supported by "
 		                   "this larch-train yet (fp32 only)",
@@ -143,13 +147,58 @@ static int evaluate(struct run *r, long step)
 	return 0;
 }
 
+/* One line of the memory report: elements stored as dtype (a 16-bit
+ * dtype is held in floats on the CPU: that is said too). */
+static double mem_line(const char *what, enum trn_dtype dtype, double elems, const char *note)
+{
+	int bytes = dtype == TRN_DTYPE_FP32 ? 4 : 2;
+	printf("  %-12s %-5s %9.2f MiB", what, trn_dtype_name(dtype), mib(elems * bytes));
+	if (bytes != 4)
+		printf("  (as fp32 on the CPU: %.2f MiB)", mib(elems * 4));
+	printf("%s%s\n", note[0] ? "  " : "", note);
+	return elems * bytes;
+}
+
+/* What each rank holds, by dtype, as a GPU would store it: the ranks differ
+ * by at most one float of shard. */
+static void print_memory(const struct run *r)
+{
+	const struct trn_model *m = r->model;
+	enum trn_dtype dt = m->dtype;
+	double n = (double)m->n_floats, shard = (double)(r->dp.hi - r->dp.lo);
+	double n_state = (r->opt.m ? 1 : 0) + (r->opt.v ? 1 : 0);
+	int size = r->comm->size, zero = r->dp.zero;
+	char note[96] = "";
+	double total = 0;
+
+	printf("memory per rank (%d rank%s%s):\n", size, size > 1 ? "s" : "",
+	       zero ? ", ZeRO-1: master weights, optimizer state and averaged gradients sharded" : "");
+	total += mem_line("params", dt, n, "");
+	total += mem_line("grads", dt, n, "");
+	if (zero) {
+		snprintf(note, sizeof note, "1/%d of %.2f MiB", size, mib(n * 4));
+		total += mem_line("grad shard", TRN_DTYPE_FP32, shard, note);
+	}
+	if (dt != TRN_DTYPE_FP32 || zero) {
+		snprintf(note, sizeof note, "%s", dt == TRN_DTYPE_FP32 ? "the params' own shard" : "");
+		if (zero && dt != TRN_DTYPE_FP32)
+			snprintf(note, sizeof note, "1/%d of %.2f MiB", size, mib(n * 4));
+		double add = mem_line("master", TRN_DTYPE_FP32, shard, note);
+		if (dt != TRN_DTYPE_FP32)
+			total += add;
+	}
+	snprintf(note, sizeof note, "%s%s", r->opt.m && r->opt.v ? "m and v" : r->opt.m ? "m" : "none",
+	         zero ? ", sharded" : "");
+	total += mem_line("optimizer", TRN_DTYPE_FP32, shard * n_state, note);
+	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
+	total += mem_line("activations", dt, (double)m->act_bytes / 4, note);
+	printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
+}
+
 static void print_plan(const struct run *r)
 {
 	const struct trn_spec *s = r->spec;
 	const struct trn_model *m = r->model;
-	long n_state = (r->opt.m ? 1 : 0) + (r->opt.v ? 1 : 0);
-	double param_b = (double)m->n_floats * 4;
-	double total = param_b * (2 + n_state) + (double)m->act_bytes;
 
 	printf("larch-train: %s: %s model, %ld parameters in %d tensors\n", s->name,
 	       s->model.type == TRN_MODEL_MLP ? "mlp" : "gpt", m->n_floats, m->n_params);
@@ -158,18 +207,93 @@ static void print_plan(const struct run *r)
 	       s->batch.micro, s->parallel.ranks, s->parallel.ranks > 1 ? "s" : "", s->batch.accum,
 	       r->steps_per_epoch, r->total_steps);
 	if (r->comm->size > 1)
-		printf("parallel: %d ranks over %s, gradients averaged in %d buckets of up to %.0f MiB\n",
-		       r->comm->size, r->comm->ops->name, r->dp.n_buckets,
+		printf("parallel: %d ranks over %s, gradients %s in %d buckets of up to %.0f MiB\n",
+		       r->comm->size, r->comm->ops->name,
+		       r->dp.zero ? "reduce-scattered (ZeRO-1)" : "averaged", r->dp.n_buckets,
 		       mib((double)s->parallel.bucket_bytes));
 	printf("optimizer: %s, lr %.4g x %.4g = %.4g, warmup %ld steps from %.4g\n",
 	       trn_opt_name(s->optimizer.type), r->sched.base_lr, r->sched.scale, r->sched.peak_lr,
 	       r->sched.warmup_steps, r->sched.start_lr);
-	printf("memory%s: params %.1f MiB, grads %.1f MiB, optimizer state %.1f MiB, activations "
-	       "%.1f MiB at micro-batch %ld, total %.1f MiB\n", r->comm->size > 1 ? " per rank" : "",
-	       mib(param_b), mib(param_b),
-	       mib(param_b * n_state), mib((double)m->act_bytes), s->batch.micro, mib(total));
+	if (r->ls.mode == TRN_LOSS_SCALE_DYNAMIC)
+		printf("precision: %s compute, fp32 master weights; dynamic loss scale from %.0f, x2 "
+		       "after %ld clean steps\n", trn_dtype_name(m->dtype), r->ls.scale,
+		       r->ls.growth_interval);
+	else if (r->ls.mode == TRN_LOSS_SCALE_STATIC)
+		printf("precision: %s compute, fp32 master weights; static loss scale %g\n",
+		       trn_dtype_name(m->dtype), r->ls.scale);
+	else if (m->dtype != TRN_DTYPE_FP32)
+		printf("precision: %s compute, fp32 master weights; no loss scale\n",
+		       trn_dtype_name(m->dtype));
+	print_memory(r);
 	printf("blas: %s\n", kern_blas_describe());
 	fflush(stdout);
+}
+
+/* The model's parameters from the master weights: rounded to the compute
+ * dtype, and with ZeRO every rank's updated range to all. */
+static int publish_params(struct run *r, struct trn_err *err)
+{
+	struct trn_model *m = r->model;
+	if (r->master_owned) {
+		long n = r->dp.hi - r->dp.lo;
+		memcpy(m->w + r->dp.lo, r->master_owned, sizeof(float) * (size_t)n);
+		trn_model_round(m, m->w + r->dp.lo, n);
+	}
+	return trn_dp_allgather(&r->dp, m->w, err);
+}
+
+/* Whole-buffer optimizer state for a checkpoint (save: gathered on rank 0;
+ * load: read whole, then cut to this rank's range). With the whole buffer
+ * in one optimizer, its own state. */
+struct whole_state {
+	float *m, *v;
+	int owned;
+};
+
+static int whole_state_alloc(struct run *r, struct whole_state *ws, struct trn_err *err)
+{
+	*ws = (struct whole_state){ .m = r->opt.m, .v = r->opt.v };
+	if (!r->dp.zero)
+		return 0;
+	ws->owned = 1;
+	ws->m = ws->v = NULL;
+	size_t n = (size_t)r->model->n_floats;
+	if ((r->opt.m && !(ws->m = malloc(sizeof(float) * n))) ||
+	    (r->opt.v && !(ws->v = malloc(sizeof(float) * n)))) {
+		free(ws->m);
+		return trn_err_set(err, "checkpoint: out of memory for the whole optimizer state");
+	}
+	return 0;
+}
+
+static void whole_state_free(struct whole_state *ws)
+{
+	if (ws->owned) {
+		free(ws->m);
+		free(ws->v);
+	}
+}
+
+/* Restores the newest checkpoint (every rank reads it). */
+static int load_state(struct run *r, const char *path, struct trn_err *err)
+{
+	struct whole_state ws;
+	if (whole_state_alloc(r, &ws, err) != 0)
+		return -1;
+	r->state.w = r->model->w;
+	r->state.m = ws.m;
+	r->state.v = ws.v;
+	int rc = trn_state_load(path, &r->state, err);
+	long lo = r->dp.lo, n = r->dp.hi - r->dp.lo;
+	if (rc == 0 && ws.owned) {
+		if (ws.m)
+			memcpy(r->opt.m, ws.m + lo, sizeof(float) * (size_t)n);
+		if (ws.v)
+			memcpy(r->opt.v, ws.v + lo, sizeof(float) * (size_t)n);
+	}
+	whole_state_free(&ws);
+	r->state.m = r->state.v = NULL;
+	return rc;
 }
 
 /* Sets everything up; on resume restores the newest checkpoint. */
@@ -208,11 +332,21 @@ static int setup(struct run *r, struct trn_err *err)
 		return TRN_EXIT_FAILED;
 	if (trn_batch_alloc(&r->batch, &r->ds, (int)s->batch.micro) != 0)
 		return trn_err_set(err, "batch: out of memory"), TRN_EXIT_FAILED;
-	if (trn_optim_init(&r->opt, &s->optimizer, r->model->params, r->model->n_params,
-	                   r->model->n_floats, err) != 0)
+	if (trn_dp_init(&r->dp, r->comm, r->model, s->parallel.bucket_bytes,
+	                s->parallel.zero_stage >= 1, err) != 0)
 		return TRN_EXIT_FAILED;
-	if (trn_dp_init(&r->dp, r->comm, r->model, s->parallel.bucket_bytes, err) != 0)
+	if (trn_optim_init_shard(&r->opt, &s->optimizer, r->model->params, r->model->n_params,
+	                         r->model->n_floats, r->dp.lo, r->dp.hi, r->comm, err) != 0)
 		return TRN_EXIT_FAILED;
+	trn_loss_scale_init(&r->ls, &s->precision);
+	if (r->model->dtype == TRN_DTYPE_FP32) {
+		r->master = r->model->w + r->dp.lo;
+	} else {
+		long n = r->dp.hi - r->dp.lo;
+		if (!(r->master_owned = malloc(sizeof(float) * (size_t)(n + 1))))
+			return trn_err_set(err, "master weights: out of memory"), TRN_EXIT_FAILED;
+		r->master = r->master_owned;
+	}
 	if (r->comm->size > 1) {
 		/* buckets start reducing while backward goes on */
 		r->model->grad_ready = trn_dp_grad_ready;
@@ -220,7 +354,7 @@ static int setup(struct run *r, struct trn_err *err)
 	}
 
 	r->state = (struct trn_state){ .model = r->model, .opt = &r->opt, .loader = &r->loader,
-	                               .seed = s->seed };
+	                               .ls = &r->ls, .seed = s->seed };
 	trn_spec_hash(s, r->state.spec_hash);
 
 	long *steps = NULL;
@@ -243,7 +377,7 @@ static int setup(struct run *r, struct trn_err *err)
 		char path[TRN_PATH_MAX + 64];
 		trn_ckpt_path(path, sizeof path, dir, steps[0]);
 		free(steps);
-		int rc = trn_state_load(path, &r->state, err);
+		int rc = load_state(r, path, err);
 		if (rc != 0)
 			return strstr(err->text, "different spec") ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
 		if (r->lead && trn_report_open(&r->rep, dir, r->state.step, err) != 0)
@@ -256,15 +390,48 @@ static int setup(struct run *r, struct trn_err *err)
 	if (trn_comm_bcast(r->comm, r->model->w, r->model->n_floats * (long)sizeof(float), 0,
 	                   err) != 0)
 		return TRN_EXIT_FAILED;
+	/* the fp32 weights are the master weights; the model computes with
+	 * their rounding */
+	if (r->master_owned) {
+		memcpy(r->master_owned, r->model->w + r->dp.lo,
+		       sizeof(float) * (size_t)(r->dp.hi - r->dp.lo));
+		trn_model_round(r->model, r->model->w, r->model->n_floats);
+	}
 	r->rep.quiet = r->opts->quiet || !r->lead;
 	return TRN_EXIT_OK;
 }
 
+/* Rank 0 writes the run's checkpoint; with ZeRO every rank first sends it
+ * its shards (every rank calls this, at the same step). */
 static int save(struct run *r, struct trn_err *err)
 {
-	if (!r->lead)
-		return 0;                  /* the ranks' states are the same: rank 0's is the run's */
-	return trn_state_save(r->opts->job_dir, &r->state, r->spec->keep_checkpoints, err);
+	long n = r->model->n_floats;
+	float *master = NULL;
+	struct whole_state ws = { 0 };
+	int rc = -1;
+	if (r->master_owned && !(master = malloc(sizeof(float) * (size_t)n))) {
+		trn_err_set(err, "checkpoint: out of memory for the master weights");
+		goto out;
+	}
+	if (whole_state_alloc(r, &ws, err) != 0)
+		goto out;
+	/* without ZeRO the ranks' states are the same, rank 0's is the run's */
+	if ((master && trn_dp_gather(&r->dp, r->master_owned, master, err) != 0) ||
+	    (ws.owned && ws.m && trn_dp_gather(&r->dp, r->opt.m, ws.m, err) != 0) ||
+	    (ws.owned && ws.v && trn_dp_gather(&r->dp, r->opt.v, ws.v, err) != 0))
+		goto out;
+	rc = 0;
+	if (r->lead) {
+		r->state.w = master ? master : r->model->w;
+		r->state.m = ws.m;
+		r->state.v = ws.v;
+		rc = trn_state_save(r->opts->job_dir, &r->state, r->spec->keep_checkpoints, err);
+		r->state.m = r->state.v = NULL;
+	}
+out:
+	free(master);
+	whole_state_free(&ws);
+	return rc;
 }
 
 static void progress(struct run *r, long step, double loss, double lr, double rate)
@@ -296,38 +463,58 @@ static int train_loop(struct run *r, struct trn_err *err)
 		double t0 = now();
 		double lr = trn_schedule_lr(&r->sched, step);
 
+		double scale = r->ls.scale;   /* the loss scale of this step */
 		trn_model_zero_grad(m);
 		double loss = 0;
 		for (long a = 0; a < accum; a++) {
 			trn_loader_micro(&r->loader, a, &r->batch);
+			if (r->batch.x)           /* the input as the model stores it */
+				trn_model_round(m, r->batch.x, (long)r->batch.n * r->ds.dim);
 			loss += trn_model_forward(m, &r->batch, NULL);
 			if (a == accum - 1)
 				trn_dp_arm(&r->dp);
-			trn_model_backward(m, &r->batch, 1.0f / (float)accum);
+			trn_model_backward(m, &r->batch, (float)(scale / (double)accum));
 		}
 		loss /= (double)accum;
+		/* the gradients of this rank's range, summed over the ranks, averaged
+		 * and unscaled in fp32 */
+		if (trn_dp_finish(&r->dp, (float)(1.0 / scale), err) != 0)
+			return TRN_EXIT_FAILED;
+		long ns = r->dp.hi - r->dp.lo;
+		double gsq = kern_sumsq_cpu(r->dp.gs, ns);
+		int nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && kern_nonfinite_cpu(r->dp.gs, ns);
 		/* whether to stop after this step: with several ranks, what they
 		 * agreed on here (a signal arriving later on one rank waits for the
 		 * next step's agreement, or the ranks would part ways) */
 		int stop = stop_signal != 0;
 		if (r->comm->size > 1) {
-			/* the gradients, then the loss and whether any rank was asked to stop */
-			double shared[2] = { loss, stop ? 1.0 : 0.0 };
-			if (trn_dp_finish(&r->dp, err) != 0 ||
-			    trn_comm_allreduce_f64(r->comm, shared, 2, err) != 0)
+			/* the loss, whether any rank was asked to stop or saw an inf or
+			 * NaN gradient, and (ZeRO) the squared gradient norm of the shards */
+			double shared[4] = { loss, stop, nonfinite, r->dp.zero ? gsq : 0 };
+			if (trn_comm_allreduce_f64(r->comm, shared, 4, err) != 0)
 				return TRN_EXIT_FAILED;
 			loss = shared[0] / (double)r->comm->size;
 			stop = shared[1] > 0;
+			nonfinite = shared[2] > 0;
+			if (r->dp.zero)
+				gsq = shared[3];
 		}
 		if (!isfinite(loss)) {
 			trn_err_set(err, "step %ld: the loss is %f (lr %.4g): training diverged", step + 1,
 			            loss, lr);
 			return TRN_EXIT_DIVERGED;
 		}
-		double gnorm = s->optimizer.clip_grad_norm > 0
-			? trn_clip_grad_norm(m->g, m->n_floats, s->optimizer.clip_grad_norm)
-			: trn_grad_norm(m->g, m->n_floats);
-		trn_optim_step(&r->opt, m->w, m->g, lr);
+		double gnorm = sqrt(gsq);
+		/* fp16: an inf or NaN gradient skips the step and lowers the scale */
+		int apply = trn_loss_scale_update(&r->ls, nonfinite);
+		if (apply) {
+			double clip = s->optimizer.clip_grad_norm;
+			if (clip > 0 && gnorm > clip)
+				kern_scale_cpu(r->dp.gs, ns, (float)(clip / (gnorm + 1e-6)));
+			if (trn_optim_step(&r->opt, r->master, r->dp.gs, lr, err) != 0 ||
+			    publish_params(r, err) != 0)
+				return TRN_EXIT_FAILED;
+		}
 		trn_loader_advance(&r->loader);
 		r->state.step = ++step;
 		r->last_loss = loss;
@@ -338,7 +525,12 @@ static int train_loop(struct run *r, struct trn_err *err)
 		interval_steps++;
 		trn_report_metric(&r->rep, step, "train/loss", loss);
 		trn_report_metric(&r->rep, step, "train/lr", lr);
-		trn_report_metric(&r->rep, step, "train/grad_norm", gnorm);
+		if (apply)
+			trn_report_metric(&r->rep, step, "train/grad_norm", gnorm);
+		if (r->ls.mode != TRN_LOSS_SCALE_NONE) {
+			trn_report_metric(&r->rep, step, "train/loss_scale", scale);
+			trn_report_metric(&r->rep, step, "train/skipped_steps", (double)r->ls.skipped);
+		}
 
 		if (step % s->log_every == 0 || step == r->total_steps) {
 			double rate = (double)(interval_steps * s->batch.global) / interval_t;
@@ -436,6 +628,7 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	json_decref(r.final);
 	trn_report_close(&r.rep);
 	trn_optim_release(&r.opt);
+	free(r.master_owned);
 	trn_batch_release(&r.batch);
 	trn_model_free(r.model);
 	trn_loader_release(&r.loader);

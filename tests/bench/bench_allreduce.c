@@ -73,7 +73,7 @@ int main(int argc, char **argv)
 		return 1;
 	struct trn_model m = { .params = params, .n_params = NP, .n_floats = n, .g = g };
 	struct trn_dp dp;
-	if (trn_dp_init(&dp, comm, &m, (long)(bucket_mib * 1024 * 1024), &err) != 0) {
+	if (trn_dp_init(&dp, comm, &m, (long)(bucket_mib * 1024 * 1024), 0, &err) != 0) {
 		fprintf(stderr, "bench_allreduce: %s\n", err.text);
 		return 1;
 	}
@@ -100,7 +100,7 @@ int main(int argc, char **argv)
 					trn_dp_arm(&dp);
 					for (int p = NP - 1; p >= 0; p--)
 						trn_dp_grad_ready(&dp, p);
-					if (trn_dp_finish(&dp, &err) != 0) {
+					if (trn_dp_finish(&dp, 1.0f, &err) != 0) {
 						fprintf(stderr, "bench_allreduce: %s\n", err.text);
 						trn_comm_abort(comm, 1);
 					}

@@ -18,12 +18,16 @@ LARS 0.883):
                 every layer adapted (no exclusions)
   b8192-lamb    LAMB, lr 0.002 x sqrt(32), 5-epoch warmup from the base lr,
                 cosine, wd 0.01 (biases excluded from decay and adaptation)
+  b256-fp16     b256 with fp16 compute (dynamic loss scale), fp32 master weights
+  b256-bf16     b256 with bf16 compute
+  b8192-lars-2r b8192-lars over 2 ranks (mpirun, one thread each), ZeRO-1
 Accuracy is the test split's (t10k) at the end of the run. Not a pass/fail test.
 """
 import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +36,15 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 SGD = {"type": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}
+LARS = {"type": "lars", "lr": 10.0, "momentum": 0.9, "weight_decay": 5e-4, "trust_coef": 0.001,
+        "exclude_from_weight_decay": [], "exclude_from_adaptation": []}
+B256 = {"lr_scaling": "linear", "warmup": {"epochs": 1}, "decay": "cosine"}
+# rows beyond the batch-size ones: name -> (base row, what the spec adds)
+VARIANTS = {
+    "b256-fp16": ("b256", {"precision": {"compute": "fp16"}}),
+    "b256-bf16": ("b256", {"precision": {"compute": "bf16"}}),
+    "b8192-lars-2r": ("b8192-lars", {"parallel": {"ranks": 2, "zero_stage": 1}}),
+}
 CONFIGS = [
     ("b256", 256, 256, SGD, {"lr_scaling": "linear", "warmup": {"epochs": 1}, "decay": "cosine"}),
     ("b2048-linear", 2048, 2048, SGD,
@@ -49,7 +62,11 @@ CONFIGS = [
 ]
 
 
-def run(exe, workdir, name, batch, micro, optimizer, schedule, epochs, seed, threads):
+def run(exe, workdir, name, batch, micro, optimizer, schedule, epochs, seed, threads, extra=None):
+    extra = extra or {}
+    ranks = extra.get("parallel", {}).get("ranks", 1)
+    if ranks > 1:
+        micro = min(micro, batch // ranks)
     spec = {
         "name": name,
         "model": {"type": "mlp", "hidden": [1024, 1024], "activation": "relu"},
@@ -60,13 +77,21 @@ def run(exe, workdir, name, batch, micro, optimizer, schedule, epochs, seed, thr
         "epochs": epochs,
         "seed": seed,
         "log_every": 1000,
+        **extra,
     }
     spec_path = workdir / f"{name}-{seed}.json"
     spec_path.write_text(json.dumps(spec))
     job = workdir / f"{name}-{seed}"
     cmd = [str(exe), "--spec", str(spec_path), "--job-dir", str(job), "--quiet"]
-    if threads:
-        cmd += ["--threads", str(threads)]
+    if threads or ranks > 1:
+        cmd += ["--threads", str(threads or 1)]
+    if ranks > 1:
+        mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(ranks)]
+        if os.geteuid() == 0:
+            mpirun.append("--allow-run-as-root")
+        cmd = mpirun + cmd
+        if not shutil.which("mpirun"):
+            raise SystemExit("bench_large_batch: mpirun is missing (deploy/install-deps.sh)")
     t0 = time.time()
     out = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0
@@ -96,16 +121,19 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
     exe = pathlib.Path(args.build) / "trainer" / "larch-train"
-    configs = [c for c in CONFIGS if not args.only or c[0] == "b256" or c[0] in args.only]
+    rows = {c[0]: (c, {}) for c in CONFIGS}
+    for name, (base, extra) in VARIANTS.items():
+        rows[name] = ((name,) + rows[base][0][1:], extra)
+    configs = [v for k, v in rows.items() if not args.only or k == "b256" or k in args.only]
 
     print(f"# Fashion-MNIST, MLP 784-1024-1024-10, {args.epochs:g} epochs, seeds {args.seeds}")
-    print(f"{'run':14s} {'batch':>6s} {'optimizer':>9s} {'peak lr':>8s} {'steps':>6s} "
+    print(f"{'run':14s} {'batch':>6s} {'optimizer':>9s} {'prec':>5s} {'ranks':>5s} {'peak lr':>8s} {'steps':>6s} "
           f"{'test acc':>9s} {'vs b256':>8s} {'val loss':>9s} {'samples/s':>10s} {'wall':>7s}")
     base = None
     with tempfile.TemporaryDirectory(prefix="larch-bench-") as tmp:
-        for name, batch, micro, opt, sched in configs:
+        for (name, batch, micro, opt, sched), extra in configs:
             rows = [run(exe, pathlib.Path(tmp), name, batch, micro, opt, sched, args.epochs, s,
-                        args.threads) for s in args.seeds]
+                        args.threads, extra) for s in args.seeds]
             accs = [r["acc"] for r in rows if r["acc"] is not None and r["status"] == "completed"]
             acc = sum(accs) / len(accs) if len(accs) == len(rows) else None
             if name == "b256":
@@ -114,7 +142,9 @@ def main():
             delta = f"{(acc - base) * 100:+.2f} pt" if acc is not None and base is not None else "-"
             acc_s = f"{acc:.4f}" if acc is not None else r["status"]
             loss_s = f"{r['loss']:.4f}" if r["loss"] is not None else "-"
-            print(f"{name:14s} {batch:6d} {opt['type']:>9s} {r['peak_lr']:8.4g} {r['steps']:6d} "
+            prec = extra.get("precision", {}).get("compute", "fp32")
+            nranks = extra.get("parallel", {}).get("ranks", 1)
+            print(f"{name:14s} {batch:6d} {opt['type']:>9s} {prec:>5s} {nranks:5d} {r['peak_lr']:8.4g} {r['steps']:6d} "
                   f"{acc_s:>9s} {delta:>8s} {loss_s:>9s} {r['sps']:10.0f} {r['wall']:6.0f}s",
                   flush=True)
             if len(args.seeds) > 1:

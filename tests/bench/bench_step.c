@@ -114,7 +114,7 @@ static void step(struct bench *b)
 	b->gnorm = s->optimizer.clip_grad_norm > 0
 		? trn_clip_grad_norm(m->g, m->n_floats, s->optimizer.clip_grad_norm)
 		: trn_grad_norm(m->g, m->n_floats);
-	trn_optim_step(&b->opt, m->w, m->g, s->optimizer.lr);
+	trn_optim_step(&b->opt, m->w, m->g, s->optimizer.lr, NULL);
 }
 
 /* Random inputs of the data's shape: standard normal features and uniform

@@ -38,6 +38,8 @@ def _declare(lib):
         "trn_capi_model_weights": (_f32p, [v]),
         "trn_capi_model_grads": (_f32p, [v]),
         "trn_capi_model_step": (ctypes.c_double, [v, _f32p, _i32p, _i32p, ctypes.c_int]),
+        "trn_capi_model_step_scaled": (ctypes.c_double, [v, _f32p, _i32p, _i32p, ctypes.c_int,
+                                                         ctypes.c_float]),
         "trn_capi_optim_new": (v, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), _longp,
                                    ctypes.c_int, ctypes.c_char_p, ctypes.c_int]),
         "trn_capi_optim_free": (None, [v]),
@@ -142,8 +144,13 @@ class Model:
         off, numel = self.params[name]
         return flat[off:off + numel]
 
-    def step(self, n, x=None, tokens=None, targets=None):
-        """Zero grads, forward and backward on n samples; returns the mean loss."""
+    def step(self, n, x=None, tokens=None, targets=None, scale=None):
+        """Zero grads, forward and backward on n samples; returns the mean loss.
+
+        With scale, trn_capi_model_step_scaled: the gradients are scale times
+        those of the mean loss (float32 scale). Without, trn_capi_model_step.
+        For an fp16/bf16 model the C side rounds x to the dtype first.
+        """
         keep = []
 
         def ptr(a, conv, ctype):
@@ -153,9 +160,12 @@ class Model:
             keep.append(a)
             return a.ctypes.data_as(ctype)
 
-        loss = self._lib.trn_capi_model_step(self._h, ptr(x, _in_f32, _f32p),
-                                             ptr(tokens, _in_i32, _i32p),
-                                             ptr(targets, _in_i32, _i32p), n)
+        args = (self._h, ptr(x, _in_f32, _f32p), ptr(tokens, _in_i32, _i32p),
+                ptr(targets, _in_i32, _i32p), n)
+        if scale is None:
+            loss = self._lib.trn_capi_model_step(*args)
+        else:
+            loss = self._lib.trn_capi_model_step_scaled(*args, float(scale))
         if math.isnan(loss):
             raise CapiError(f"trn_capi_model_step: NaN loss (n = {n})")
         return loss
