@@ -24,6 +24,7 @@
 #include "report.h"
 #include "schedule.h"
 #include "state.h"
+#include "watchdog.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -45,6 +46,7 @@ struct run {
 	                                  with fp32 compute, else master_owned */
 	float *master_owned;
 	struct trn_loss_scale ls;
+	struct trn_watchdog wd;
 	struct trn_loader loader;
 	struct trn_schedule sched;
 	struct trn_batch batch;
@@ -296,6 +298,38 @@ static int load_state(struct run *r, const char *path, struct trn_err *err)
 	return rc;
 }
 
+/* The model's fp32 weights (just initialised or loaded, the same on every
+ * rank) become the master weights; the model computes with their rounding. */
+static void adopt_weights(struct run *r)
+{
+	if (!r->master_owned)
+		return;
+	memcpy(r->master_owned, r->model->w + r->dp.lo, sizeof(float) * (size_t)(r->dp.hi - r->dp.lo));
+	trn_model_round(r->model, r->model->w, r->model->n_floats);
+}
+
+/* Weights from the spec (init.from or the seed's initialisation) and a
+ * fresh optimizer and loss scaler: a run's start, or a rollback with no
+ * checkpoint yet. */
+static int fresh_start(struct run *r, struct trn_err *err)
+{
+	const struct trn_spec *s = r->spec;
+	if (s->init_from[0]) {
+		if (trn_params_load(r->model, s->init_from, err) != 0)
+			return -1;
+	} else {
+		trn_model_init_weights(r->model, s->seed);
+	}
+	size_t n = (size_t)(r->dp.hi - r->dp.lo);
+	if (r->opt.m)
+		memset(r->opt.m, 0, sizeof(float) * n);
+	if (r->opt.v)
+		memset(r->opt.v, 0, sizeof(float) * n);
+	r->opt.t = 0;
+	trn_loss_scale_init(&r->ls, &s->precision);
+	return 0;
+}
+
 /* Sets everything up; on resume restores the newest checkpoint. */
 static int setup(struct run *r, struct trn_err *err)
 {
@@ -365,12 +399,8 @@ static int setup(struct run *r, struct trn_err *err)
 		free(steps);
 		if (r->opts->resume == TRN_RESUME_REQUIRE)
 			return trn_err_set(err, "--resume: no checkpoint in %s/checkpoints", dir), TRN_EXIT_USAGE;
-		if (s->init_from[0]) {
-			if (trn_params_load(r->model, s->init_from, err) != 0)
-				return TRN_EXIT_FAILED;
-		} else {
-			trn_model_init_weights(r->model, s->seed);
-		}
+		if (fresh_start(r, err) != 0)
+			return TRN_EXIT_FAILED;
 		if (r->lead && trn_report_open(&r->rep, dir, -1, err) != 0)
 			return TRN_EXIT_FAILED;
 	} else {
@@ -390,13 +420,9 @@ static int setup(struct run *r, struct trn_err *err)
 	if (trn_comm_bcast(r->comm, r->model->w, r->model->n_floats * (long)sizeof(float), 0,
 	                   err) != 0)
 		return TRN_EXIT_FAILED;
-	/* the fp32 weights are the master weights; the model computes with
-	 * their rounding */
-	if (r->master_owned) {
-		memcpy(r->master_owned, r->model->w + r->dp.lo,
-		       sizeof(float) * (size_t)(r->dp.hi - r->dp.lo));
-		trn_model_round(r->model, r->model->w, r->model->n_floats);
-	}
+	adopt_weights(r);
+	if (trn_watchdog_init(&r->wd, &s->watchdog, err) != 0)
+		return TRN_EXIT_FAILED;
 	r->rep.quiet = r->opts->quiet || !r->lead;
 	return TRN_EXIT_OK;
 }
@@ -446,6 +472,43 @@ static void progress(struct run *r, long step, double loss, double lr, double ra
 	printf("step %ld/%ld | epoch %.2f | loss %.4f | lr %.4e | %.0f %s | elapsed %s | eta %s\n",
 	       step, r->total_steps, (double)step / (double)r->steps_per_epoch, loss, lr, shown,
 	       unit, elapsed, eta);
+}
+
+/* The watchdog saw step's loss go bad: back to the newest checkpoint's
+ * weights, optimizer state and loss scale (or to the start when there is
+ * none), every rank alike, while the step count, the schedule and the data
+ * go on from past the offending batch: the batches since the checkpoint are
+ * skipped, and metrics and checkpoints keep one series. */
+static int rollback(struct run *r, long step, const char *why, struct trn_err *err)
+{
+	long steps_now = step, epoch, pos, *ckpts = NULL;
+	trn_loader_advance(&r->loader);
+	epoch = r->loader.epoch;
+	pos = r->loader.pos;
+	int n = trn_ckpt_list(r->opts->job_dir, &ckpts, err);
+	if (n < 0)
+		return -1;
+	char path[TRN_PATH_MAX + 64] = "the initial weights";
+	long from = 0;
+	if (n > 0) {
+		from = ckpts[0];
+		trn_ckpt_path(path, sizeof path, r->opts->job_dir, from);
+	}
+	free(ckpts);
+	if ((n > 0 ? load_state(r, path, err) : fresh_start(r, err)) != 0)
+		return -1;
+	adopt_weights(r);
+	r->state.step = steps_now;
+	trn_loader_seek(&r->loader, epoch, pos);
+	trn_watchdog_rolled_back(&r->wd);
+	trn_report_metric(&r->rep, steps_now, "train/rollbacks", r->wd.rollbacks);
+	trn_report_flush(&r->rep);
+	if (r->lead)
+		printf("watchdog: %s: rolled back to step %ld (%s), skipping the %ld batches after it "
+		       "(rollback %d of %d)\n", why, from, path, steps_now - from, r->wd.rollbacks,
+		       r->spec->watchdog.max_rollbacks);
+	fflush(stdout);
+	return 0;
 }
 
 static int train_loop(struct run *r, struct trn_err *err)
@@ -498,6 +561,20 @@ static int train_loop(struct run *r, struct trn_err *err)
 			nonfinite = shared[2] > 0;
 			if (r->dp.zero)
 				gsq = shared[3];
+		}
+		if (s->watchdog.max_rollbacks > 0 || s->watchdog.spike_factor > 0) {
+			char why[256];
+			switch (trn_watchdog_check(&r->wd, step + 1, loss, why, sizeof why)) {
+			case TRN_WATCH_OK:
+				break;
+			case TRN_WATCH_ROLLBACK:
+				if (rollback(r, step + 1, why, err) != 0)
+					return TRN_EXIT_FAILED;
+				continue;
+			case TRN_WATCH_FAIL:
+				trn_err_set(err, "%s", why);
+				return TRN_EXIT_DIVERGED;
+			}
 		}
 		if (!isfinite(loss)) {
 			trn_err_set(err, "step %ld: the loss is %f (lr %.4g): training diverged", step + 1,
@@ -629,6 +706,7 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	trn_report_close(&r.rep);
 	trn_optim_release(&r.opt);
 	free(r.master_owned);
+	trn_watchdog_release(&r.wd);
 	trn_batch_release(&r.batch);
 	trn_model_free(r.model);
 	trn_loader_release(&r.loader);
