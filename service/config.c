@@ -41,7 +41,7 @@ static const struct key keys[] = {
 	  .metavar = "DIR", .help = "database, job directories, admin token (created 0700)" },
 	{ .name = "max_local_jobs", .kind = K_UINT, .offset = FIELD(max_local_jobs), .def = "auto",
 	  .min = 1, .max = 4096, .allow_auto = 1, .metavar = "N",
-	  .help = "jobs the local executor runs at once (auto: the CPUs)" },
+	  .help = "job slots of the local executor, one per rank of a running job (auto: the CPUs)" },
 	{ .name = "executor", .kind = K_CHOICE, .offset = FIELD(executor), .def = "local",
 	  .choices = (const char *const[]){ "local", "slurm", NULL },
 	  .metavar = "NAME", .help = "where jobs run: local (child processes) or slurm (a Slurm cluster)" },

@@ -115,7 +115,7 @@ struct executor {
 struct exec_local_config {
 	const char *trainer_path;      /* larch-train */
 	const char *server_url;        /* LARCH_SERVER_URL for the jobs; NULL = no reporting */
-	int max_running;               /* jobs at once (>= 1) */
+	int max_running;               /* slots (>= 1): a job takes one per rank */
 	int grace_s;                   /* SIGTERM -> SIGKILL (default 30) */
 	int threads_per_job;           /* --threads for each job; 0 = the trainer's default */
 	int report_flush_s;            /* LARCH_REPORT_FLUSH_S for jobs that report (the seconds

@@ -547,6 +547,13 @@ static int local_cancel(struct executor *ex, long long id, char *err, size_t err
 	return 0;
 }
 
+/* Job slots a job takes: one per rank (each rank is a process with its
+ * threads). */
+static int job_slots(const struct local_job *j)
+{
+	return j->job.ranks > 1 ? j->job.ranks : 1;
+}
+
 static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 {
 	struct local *lx = (struct local *)ex;
@@ -569,7 +576,7 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 			finish_adopted(lx, j);
 			continue;
 		}
-		running++;
+		running += job_slots(j);
 		if (j->job.time_limit_s > 0 && !j->term_sent_ms &&
 		    now - j->started_ms >= j->job.time_limit_s * 1000LL) {
 			j->timed_out = 1;
@@ -585,10 +592,16 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 		next = j->next;
 		if (j->state != EXEC_QUEUED)
 			continue;
+		/* first come, first served: a job of more ranks than the free slots
+		 * waits, and the jobs behind it with it (a stream of small jobs
+		 * would starve it otherwise); one larger than the whole machine runs
+		 * alone, oversubscribed */
+		if (running > 0 && running + job_slots(j) > lx->cfg.max_running)
+			break;
 		char reason[EXEC_REASON_MAX];
 		if (start(lx, j, reason, sizeof reason) == 0) {
 			emit(lx, j, EXEC_RUNNING, -1, NULL);
-			running++;
+			running += job_slots(j);
 		} else {
 			emit(lx, j, EXEC_FAILED, -1, reason);
 			unlink_job(lx, j);

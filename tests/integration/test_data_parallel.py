@@ -349,3 +349,32 @@ def test_larchd_local_executor_runs_ranks_with_mpirun(tmp_path):
         assert steps == sorted(set(steps)) and steps[-1] == 40
     finally:
         server.stop()
+
+
+def test_local_executor_gives_a_job_one_slot_per_rank(tmp_path):
+    """larchd with 2 local slots: a 2-rank job fills both, so a 1-rank job
+    submitted after it starts only once it has ended."""
+    import requests
+    from larchd import Larchd
+
+    server = Larchd(tmp_path, args=["--max-local-jobs", "2"], env=mpi_env()).start()
+    try:
+        ids = []
+        for ranks, steps in ((2, 150), (1, 5)):
+            s = spec(ranks, steps=steps, hidden=(128,))
+            r = requests.post(server.url + "/v1/jobs", json=s, headers=server.auth(), timeout=30)
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+        deadline = time.monotonic() + 180
+        while True:
+            jobs = [requests.get(f"{server.url}/v1/jobs/{i}", headers=server.auth(), timeout=30).json()
+                    for i in ids]
+            if all(j["state"] in ("COMPLETED", "FAILED", "CANCELLED") for j in jobs):
+                break
+            assert not (jobs[0]["state"] == "RUNNING" and jobs[1]["state"] == "RUNNING"), jobs
+            assert time.monotonic() < deadline, jobs
+            time.sleep(0.05)
+        assert [j["state"] for j in jobs] == ["COMPLETED", "COMPLETED"], jobs
+        assert jobs[1]["started_at"] >= jobs[0]["ended_at"], jobs
+    finally:
+        server.stop()
