@@ -217,7 +217,10 @@ int trn_dp_allgather(struct trn_dp *dp, float *buf, struct trn_err *err)
 {
 	if (!dp->zero)
 		return 0;
-	return trn_comm_allgather_f32(dp->comm, buf, dp->counts, dp->displs, err);
+	double t0 = now();
+	int rc = trn_comm_allgather_f32(dp->comm, buf, dp->counts, dp->displs, err);
+	dp->gather_s += now() - t0;
+	return rc;
 }
 
 int trn_dp_gather(struct trn_dp *dp, const float *shard, float *full, struct trn_err *err)

@@ -55,6 +55,7 @@ struct trn_dp {
 	double comm_s;                 /* time with requests outstanding, from first start to done */
 	double wait_s;                 /* of which spent waiting in trn_dp_finish (not hidden) */
 	double bytes;                  /* reduced */
+	double gather_s;               /* ZeRO: in trn_dp_allgather (after the update, not hidden) */
 	long steps;
 };
 

@@ -653,13 +653,16 @@ static int train_loop(struct run *r, struct trn_err *err)
 		double sps = (double)(done * s->batch.global) / total_train_t;
 		printf("done: %ld steps in %.1fs of training, %.0f samples/s, %.1f GFLOP/s in GEMMs\n",
 		       done, total_train_t, sps, sps * m->flops_per_sample * 1e-9);
-		if (r->comm->size > 1)
-			printf("parallel: %d ranks, %.1f MiB allreduced per step, %.3f s per step in "
-			       "communication of which %.3f s waited (%.0f%% hidden)\n", r->comm->size,
-			       mib(r->dp.bytes / (double)(r->dp.steps ? r->dp.steps : 1)),
-			       r->dp.comm_s / (double)(r->dp.steps ? r->dp.steps : 1),
-			       r->dp.wait_s / (double)(r->dp.steps ? r->dp.steps : 1),
-			       100.0 * trn_dp_overlap(&r->dp));
+		if (r->comm->size > 1) {
+			double per = 1.0 / (double)(r->dp.steps ? r->dp.steps : 1);
+			printf("parallel: %d ranks, %.1f MiB %s per step, %.3f s per step in "
+			       "communication of which %.3f s waited (%.0f%% hidden)", r->comm->size,
+			       mib(r->dp.bytes * per), r->dp.zero ? "reduce-scattered" : "allreduced",
+			       r->dp.comm_s * per, r->dp.wait_s * per, 100.0 * trn_dp_overlap(&r->dp));
+			if (r->dp.zero)
+				printf("; parameter all-gather %.3f s per step", r->dp.gather_s * per);
+			printf("\n");
+		}
 	}
 	return TRN_EXIT_OK;
 }

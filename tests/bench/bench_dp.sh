@@ -5,6 +5,7 @@
 #
 #   tests/bench/bench_dp.sh [BUILD] [--ranks N] [--rounds R] [--steps S]
 #                           [--hidden 2048,2048] [--batch 512] [--bucket-mb 25]
+#                           [--zero 0|1] [--precision fp32|fp16|bf16]
 #
 # BUILD (default build) holds trainer/larch-train and tests/bench/bench_allreduce.
 # The model is a Fashion-MNIST MLP large enough for its GEMMs to dominate a
@@ -14,10 +15,11 @@
 # rate(N) / (N x rate(1)), and the share of the gradient communication hidden
 # behind the backward pass (the "parallel:" line), then medians; and last the
 # allreduce throughput of the bucketed path against one plain MPI_Allreduce of
-# the same bytes (bench_allreduce). Never fails on timing.
+# the same bytes (bench_allreduce). --zero 1: the N ranks run ZeRO-1;
+# --precision: both runs compute in that dtype. Never fails on timing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build=build ranks=2 rounds=3 steps=30 hidden=2048,2048 batch=512 bucket_mb=25
+build=build ranks=2 rounds=3 steps=30 hidden=2048,2048 batch=512 bucket_mb=25 zero=0 precision=fp32
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--ranks) ranks=$2; shift 2 ;;
@@ -26,7 +28,9 @@ while [ $# -gt 0 ]; do
 	--hidden) hidden=$2; shift 2 ;;
 	--batch) batch=$2; shift 2 ;;
 	--bucket-mb) bucket_mb=$2; shift 2 ;;
-	-h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--zero) zero=$2; shift 2 ;;
+	--precision) precision=$2; shift 2 ;;
+	-h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "bench_dp: unknown argument $1" >&2; exit 2 ;;
 	*) build=$1; shift ;;
 	esac
@@ -39,21 +43,22 @@ mpi=(mpirun --oversubscribe --bind-to none)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-spec() { # RANKS
+spec() { # RANKS ZERO
 	cat <<JSON
 {"name": "dp-bench", "model": {"type": "mlp", "hidden": [$hidden]}, "data": {"name": "fashion-mnist"},
  "batch": {"global": $batch}, "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9},
  "steps": $steps, "log_every": $steps, "eval_every": 0, "seed": 1,
- "parallel": {"ranks": $1, "bucket_mb": $bucket_mb}}
+ "precision": {"compute": "$precision"},
+ "parallel": {"ranks": $1, "bucket_mb": $bucket_mb, "zero_stage": $2}}
 JSON
 }
-spec 1 >"$dir/one.json"
-spec "$ranks" >"$dir/many.json"
+spec 1 0 >"$dir/one.json"
+spec "$ranks" "$zero" >"$dir/many.json"
 rate() { sed -n 's/^done: .* \([0-9.]*\) samples\/s.*/\1/p' "$1"; }
 hidden_pct() { sed -n 's/^parallel: .*(\([0-9-]*\)% hidden).*/\1/p' "$1"; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "bench_dp: $(nproc) CPUs; mlp hidden [$hidden], global batch $batch, $steps steps; 1 rank vs $ranks ranks, 1 thread each; $rounds rounds"
+echo "bench_dp: $(nproc) CPUs; mlp hidden [$hidden], global batch $batch, $steps steps, $precision; 1 rank vs $ranks ranks (ZeRO stage $zero), 1 thread each; $rounds rounds"
 printf '%-6s %14s %14s %11s %8s\n' round "1 rank /s" "$ranks ranks /s" efficiency hidden
 ones='' manys='' effs='' hids=''
 for r in $(seq "$rounds"); do
