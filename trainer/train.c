@@ -209,10 +209,10 @@ static void print_plan(const struct run *r)
 	       s->batch.micro, s->parallel.ranks, s->parallel.ranks > 1 ? "s" : "", s->batch.accum,
 	       r->steps_per_epoch, r->total_steps);
 	if (r->comm->size > 1)
-		printf("parallel: %d ranks over %s, gradients %s in %d buckets of up to %.0f MiB\n",
+		printf("parallel: %d ranks over %s, gradients %s in %d bucket%s of up to %.0f MiB\n",
 		       r->comm->size, r->comm->ops->name,
 		       r->dp.zero ? "reduce-scattered (ZeRO-1)" : "averaged", r->dp.n_buckets,
-		       mib((double)s->parallel.bucket_bytes));
+		       r->dp.n_buckets == 1 ? "" : "s", mib((double)s->parallel.bucket_bytes));
 	printf("optimizer: %s, lr %.4g x %.4g = %.4g, warmup %ld steps from %.4g\n",
 	       trn_opt_name(s->optimizer.type), r->sched.base_lr, r->sched.scale, r->sched.peak_lr,
 	       r->sched.warmup_steps, r->sched.start_lr);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/parallel.h"
 #include "trainer/comm.h"
 #include "trainer/dp.h"
 #include "trainer/model.h"
@@ -50,6 +51,10 @@ int main(int argc, char **argv)
 	}
 	struct trn_err err = { 0 };
 	int launched = trn_comm_launched_size();
+	/* one thread per rank, as larch-train --threads 1 runs in bench_dp.sh:
+	 * the averaging pass's OpenMP team would otherwise spin on the core the
+	 * other rank needs */
+	kern_set_threads(1);
 	struct trn_comm *comm = trn_comm_open(launched > 0 ? launched : 1, &err);
 	if (!comm) {
 		fprintf(stderr, "bench_allreduce: %s\n", err.text);
