@@ -20,16 +20,9 @@ import pytest
 
 from datasets import read_safetensors
 from jobdir import metrics, result
+from mpi import mpi_env
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 3
-
-
-def mpi_env():
-    env = dict(os.environ)
-    # root in CI containers; shared memory without ptrace (CMA) in containers
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_rmaps_base_oversubscribe="1")
-    return env
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ spike rolls the run back to its last checkpoint and skips the batches since
 that keeps diverging rolls back to its initial weights max_rollbacks times
 and then fails with the reason."""
 import collections
-import os
 import shutil
 import subprocess
 
@@ -13,15 +12,9 @@ import pytest
 
 from datasets import write_idx
 from jobdir import metrics, result
+from mpi import mpi_env
 
 EXIT_OK, EXIT_DIVERGED = 0, 4
-
-
-def mpi_env():
-    env = dict(os.environ)
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMPI_MCA_rmaps_base_oversubscribe="1")
-    return env
 
 
 def poisoned_set(directory, bad_step, n=4096, batch=256, side=12, seed=3):

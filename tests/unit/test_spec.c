@@ -462,6 +462,18 @@ static void test_hash(void)
 	CHECK(strcmp(b, a) != 0);
 }
 
+/* Parses a minimal valid spec with extra ("\"key\": value") added at its top
+ * level into s; 1 when it parsed (release s), 0 after a failed check. */
+static int parse_minimal(struct trn_spec *s, const char *extra)
+{
+	char text[1024];
+	struct trn_err err = { 0 };
+	snprintf(text, sizeof text, "{\"model\": {\"type\": \"mlp\", \"hidden\": [8]}, \"data\": "
+	         "{\"name\": \"fashion-mnist\"}, \"batch\": {\"global\": 8}, \"optimizer\": "
+	         "{\"type\": \"sgd\", \"lr\": 0.1}, \"steps\": 1, %s}", extra);
+	return CHECK_MSG(trn_spec_from_string(s, text, &err) == 0, "%s: %s", extra, err.text);
+}
+
 /* The watchdog's edges that are accepted, and what they become. */
 static void test_watchdog_edges(void)
 {
@@ -480,15 +492,10 @@ static void test_watchdog_edges(void)
 		{ "{\"max_rollbacks\": 5, \"spike_factor\": 2.5, \"window\": 100000}", 5, 2.5, 100000 },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		char text[1024];
+		char extra[512];
 		struct trn_spec s;
-		struct trn_err err = { 0 };
-		snprintf(text, sizeof text, "{\"model\": {\"type\": \"mlp\", \"hidden\": [8]}, \"data\": "
-		         "{\"name\": \"fashion-mnist\"}, \"batch\": {\"global\": 8}, \"optimizer\": "
-		         "{\"type\": \"sgd\", \"lr\": 0.1}, \"steps\": 1, \"watchdog\": %s}",
-		         cases[i].json);
-		if (!CHECK_MSG(trn_spec_from_string(&s, text, &err) == 0, "%s: %s", cases[i].json,
-		               err.text))
+		snprintf(extra, sizeof extra, "\"watchdog\": %s", cases[i].json);
+		if (!parse_minimal(&s, extra))
 			continue;
 		CHECK_INT_EQ(s.watchdog.max_rollbacks, cases[i].max_rollbacks);
 		CHECK_MSG(s.watchdog.spike_factor == cases[i].spike_factor, "%s: spike_factor %g",
@@ -543,15 +550,10 @@ static void test_resources_formats(void)
 		{ "\"mem\": \"4g\", \"time_limit\": \"0:1\"", 4LL << 30, 1, "4G", "00:00:01" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		char text[1024];
+		char extra[512];
 		struct trn_spec s;
-		struct trn_err err = { 0 };
-		snprintf(text, sizeof text, "{\"model\": {\"type\": \"mlp\", \"hidden\": [8]}, \"data\": "
-		         "{\"name\": \"fashion-mnist\"}, \"batch\": {\"global\": 8}, \"optimizer\": "
-		         "{\"type\": \"sgd\", \"lr\": 0.1}, \"steps\": 1, \"resources\": {%s}}",
-		         cases[i].json);
-		if (!CHECK_MSG(trn_spec_from_string(&s, text, &err) == 0, "%s: %s", cases[i].json,
-		               err.text))
+		snprintf(extra, sizeof extra, "\"resources\": {%s}", cases[i].json);
+		if (!parse_minimal(&s, extra))
 			continue;
 		json_t *r = json_object_get(s.json, "resources");
 		CHECK_INT_EQ(s.resources.mem_bytes, cases[i].mem);
