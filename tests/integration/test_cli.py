@@ -89,9 +89,8 @@ def test_batch_divisibility_names_both_fields(trainer, image_data, tmp_path):
 
 
 @pytest.mark.parametrize("section, value, message", [
-    ("precision", {"compute": "fp16"}, "precision.compute: fp16 is not supported by this larch-train yet"),
     ("offload", {"optimizer": "cpu"}, "offload: offloading is not supported"),
-    ("parallel", {"zero_stage": 1}, "parallel.zero_stage: ZeRO is not supported"),
+    ("parallel", {"zero_stage": 2}, "parallel.zero_stage: ZeRO stage 2 is not supported"),
 ])
 def test_features_of_later_issues_are_refused_up_front(trainer, image_data, tmp_path, section, value, message):
     spec = small_spec(image_data, batch={"global": 32, "micro": 16})
@@ -142,7 +141,7 @@ def test_completed_run_writes_its_contract(trainer, image_data, tmp_path):
     job = tmp_path / "job"
     out = trainer.run(small_spec(image_data, log_every=2), job)
     assert out.returncode == EXIT_OK, out.stderr
-    assert "memory: params" in out.stdout
+    assert "memory per rank (1 rank):" in out.stdout and "\n  params       fp32" in out.stdout
     assert "step 4/4 | epoch" in out.stdout and "samples/s" in out.stdout
     res = result(job)
     assert res["status"] == "completed" and res["steps"] == 4 and res["exit_code"] == 0
