@@ -15,7 +15,8 @@ static double now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Equal ranges, rank order; the first n % size ranks one float longer. */
+/* ZeRO's partition: equal ranges, rank order, the first n % size ranks one
+ * float longer; and this rank's gradient shard. */
 static int partition(struct trn_dp *dp, struct trn_err *err)
 {
 	int size = dp->comm->size;
@@ -31,10 +32,9 @@ static int partition(struct trn_dp *dp, struct trn_err *err)
 	}
 	dp->lo = dp->displs[dp->comm->rank];
 	dp->hi = dp->lo + dp->counts[dp->comm->rank];
-	if (dp->zero && size > 1 && !(dp->gs = malloc(sizeof(float) * (size_t)(dp->hi - dp->lo + 1))))
+	/* + 1: a range may be empty, and malloc(0) may give NULL */
+	if (!(dp->gs = malloc(sizeof(float) * (size_t)(dp->hi - dp->lo + 1))))
 		return trn_err_set(err, "ZeRO gradient shard: out of memory");
-	if (!dp->gs)
-		dp->gs = dp->g + dp->lo;
 	return 0;
 }
 
@@ -62,13 +62,7 @@ int trn_dp_init(struct trn_dp *dp, struct trn_comm *comm, struct trn_model *m, l
 	dp->n_floats = m->n_floats;
 	dp->zero = zero && comm->size > 1;
 	if (!dp->zero) {
-		/* the whole buffer is every rank's */
-		if (!(dp->counts = calloc((size_t)comm->size, sizeof *dp->counts)) ||
-		    !(dp->displs = calloc((size_t)comm->size, sizeof *dp->displs))) {
-			trn_dp_release(dp);
-			return trn_err_set(err, "gradient buckets: out of memory");
-		}
-		dp->counts[comm->rank] = dp->n_floats;
+		/* the whole buffer is every rank's: no partition */
 		dp->lo = 0;
 		dp->hi = dp->n_floats;
 		dp->gs = dp->g;

@@ -41,7 +41,7 @@ struct trn_dp {
 	long n_floats;
 	int zero;                      /* ZeRO-1: reduce-scatter into gs */
 	long lo, hi;                   /* this rank's range of the buffer (all of it without ZeRO) */
-	long *counts, *displs;         /* every rank's range: hi - lo and lo, [size] */
+	long *counts, *displs;         /* ZeRO: every rank's range, hi - lo and lo, [size] */
 	float *gs;                     /* averaged gradients of [lo, hi): g + lo, or owned (ZeRO) */
 	struct trn_dp_bucket *buckets;
 	int n_buckets;

@@ -330,6 +330,22 @@ static int fresh_start(struct run *r, struct trn_err *err)
 	return 0;
 }
 
+/* Restores the newest checkpoint in the job dir into path's name (1), or,
+ * with none, starts afresh (0; path is left alone). -1 with err. */
+static int restore_newest(struct run *r, char *path, size_t size, struct trn_err *err)
+{
+	long *steps = NULL;
+	int n = trn_ckpt_list(r->opts->job_dir, &steps, err);
+	if (n > 0)
+		trn_ckpt_path(path, size, r->opts->job_dir, steps[0]);
+	free(steps);
+	if (n < 0)
+		return -1;
+	if (n == 0)
+		return fresh_start(r, err) == 0 ? 0 : -1;
+	return load_state(r, path, err) == 0 ? 1 : -1;
+}
+
 /* Sets everything up; on resume restores the newest checkpoint. */
 static int setup(struct run *r, struct trn_err *err)
 {
@@ -391,25 +407,16 @@ static int setup(struct run *r, struct trn_err *err)
 	                               .ls = &r->ls, .seed = s->seed };
 	trn_spec_hash(s, r->state.spec_hash);
 
-	long *steps = NULL;
-	int n_ckpt = trn_ckpt_list(dir, &steps, err);
-	if (n_ckpt < 0)
-		return TRN_EXIT_FAILED;
-	if (n_ckpt == 0) {
-		free(steps);
+	char path[TRN_PATH_MAX + 64];
+	int restored = restore_newest(r, path, sizeof path, err);
+	if (restored < 0)
+		return strstr(err->text, "different spec") ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
+	if (!restored) {
 		if (r->opts->resume == TRN_RESUME_REQUIRE)
 			return trn_err_set(err, "--resume: no checkpoint in %s/checkpoints", dir), TRN_EXIT_USAGE;
-		if (fresh_start(r, err) != 0)
-			return TRN_EXIT_FAILED;
 		if (r->lead && trn_report_open(&r->rep, dir, -1, err) != 0)
 			return TRN_EXIT_FAILED;
 	} else {
-		char path[TRN_PATH_MAX + 64];
-		trn_ckpt_path(path, sizeof path, dir, steps[0]);
-		free(steps);
-		int rc = load_state(r, path, err);
-		if (rc != 0)
-			return strstr(err->text, "different spec") ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
 		if (r->lead && trn_report_open(&r->rep, dir, r->state.step, err) != 0)
 			return TRN_EXIT_FAILED;
 		if (r->lead)
@@ -481,22 +488,15 @@ static void progress(struct run *r, long step, double loss, double lr, double ra
  * skipped, and metrics and checkpoints keep one series. */
 static int rollback(struct run *r, long step, const char *why, struct trn_err *err)
 {
-	long steps_now = step, epoch, pos, *ckpts = NULL;
+	long steps_now = step, epoch, pos;
 	trn_loader_advance(&r->loader);
 	epoch = r->loader.epoch;
 	pos = r->loader.pos;
-	int n = trn_ckpt_list(r->opts->job_dir, &ckpts, err);
-	if (n < 0)
-		return -1;
 	char path[TRN_PATH_MAX + 64] = "the initial weights";
-	long from = 0;
-	if (n > 0) {
-		from = ckpts[0];
-		trn_ckpt_path(path, sizeof path, r->opts->job_dir, from);
-	}
-	free(ckpts);
-	if ((n > 0 ? load_state(r, path, err) : fresh_start(r, err)) != 0)
+	int restored = restore_newest(r, path, sizeof path, err);
+	if (restored < 0)
 		return -1;
+	long from = restored ? r->state.step : 0;
 	adopt_weights(r);
 	r->state.step = steps_now;
 	trn_loader_seek(&r->loader, epoch, pos);
