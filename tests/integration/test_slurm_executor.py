@@ -124,6 +124,28 @@ def progress_step(server, jid):
     return p.get("step", 0)
 
 
+# Long enough that a requeue or preemption a second after step 400 finds the
+# first attempt still running on a fast machine (hidden [16] and 3000 steps
+# took 0.45 s on one), short enough to finish in well under a minute here.
+LONG_STEPS = 20000
+
+
+def long_spec(name, **extra):
+    return spec(LONG_STEPS, name=name, model={"type": "mlp", "hidden": [64]},
+                checkpoint_every=200, **extra)
+
+
+def assert_interrupted_midway(server, jid):
+    """The first attempt was stopped before its last step: had it finished
+    first, the test would prove nothing about resuming."""
+    r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
+                     headers=server.auth(), timeout=30)
+    seen = [p[0] for p in r.json()["series"].get("train/loss", [])]
+    assert seen and seen[-1] < LONG_STEPS, \
+        f"the first attempt reached step {seen[-1] if seen else 0} of {LONG_STEPS} " \
+        "before it was interrupted: make LONG_STEPS larger"
+
+
 def assert_resumed_once(server, cluster, jid, sid, steps):
     """The job's second attempt resumed from a checkpoint, its loss series has
     every step once up to the last, and Slurm knows one job by its name."""
@@ -223,15 +245,16 @@ def test_time_limit_ends_timeout(tmp_path, slurm_cluster, servers):
 def test_requeue_resumes_from_checkpoint(tmp_path, slurm_cluster, servers):
     server = start(tmp_path, slurm_cluster)
     servers.append(server)
-    steps = 3000
-    jid = submit(server, spec(steps, name="requeue", checkpoint_every=100))["id"]
+    steps = LONG_STEPS
+    jid = submit(server, long_spec("requeue"))["id"]
     j = wait_state(server, jid, "RUNNING")
     sid = j["slurm_job_id"]
-    wait_for(lambda: progress_step(server, jid) >= 300, "step 300", 120)
+    wait_for(lambda: progress_step(server, jid) >= 400, "step 400", 120)
     slurm_cluster.run("scontrol", "requeue", sid)
     j = wait_state(server, jid, {"REQUEUED", "QUEUED"}, timeout=60)
     # Slurm holds a requeued job ~120 s (BeginTime); release it now
     wait_for(lambda: slurm_cluster.job(sid)["JobState"] == "PENDING", "PENDING again", 60)
+    assert_interrupted_midway(server, jid)
     slurm_cluster.run("scontrol", "update", f"jobid={sid}", "StartTime=now")
     j = wait_state(server, jid, "COMPLETED", timeout=240)
     assert j["attempt"] == 2 and j["slurm_job_id"] == sid, j
@@ -249,11 +272,11 @@ def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers
     server = start(tmp_path, slurm_cluster)
     servers.append(server)
     cpus = node_cpus(slurm_cluster)
-    steps = 3000
-    jid = submit(server, spec(steps, name="preempted", checkpoint_every=100,
-                              resources={"partition": "debug", "cpus_per_task": cpus}))["id"]
+    steps = LONG_STEPS
+    jid = submit(server, long_spec("preempted", resources={"partition": "debug",
+                                                           "cpus_per_task": cpus}))["id"]
     sid = wait_state(server, jid, "RUNNING")["slurm_job_id"]
-    wait_for(lambda: progress_step(server, jid) >= 300, "step 300", 120)
+    wait_for(lambda: progress_step(server, jid) >= 400, "step 400", 120)
     script = tmp_path / "urgent.sh"
     script.write_text("#!/bin/sh\nsleep 2\n")
     urgent = slurm_cluster.submit(script, "-p", "urgent", "-n", "1", "-c", str(cpus),
@@ -266,6 +289,7 @@ def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers
              "the urgent job to run", 60)
     # Slurm holds a requeued job ~120 s (BeginTime); release it now
     wait_for(lambda: slurm_cluster.job(sid)["JobState"] == "PENDING", "PENDING again", 60)
+    assert_interrupted_midway(server, jid)
     slurm_cluster.run("scontrol", "update", f"jobid={sid}", "StartTime=now")
     j = wait_state(server, jid, "COMPLETED", timeout=240)
     assert j["attempt"] == 2 and j["slurm_job_id"] == sid, j
