@@ -18,8 +18,9 @@ packages=(
 	# BLAS: the OpenMP build of OpenBLAS is what larch loads first (it shares
 	# the OpenMP thread pool with our kernels); the pthread build backs numpy
 	libopenblas0-openmp libopenblas0-pthread
-	# data parallel training over MPI (larch-train, mpirun)
-	openmpi-bin libopenmpi-dev
+	# data parallel training over MPI (larch-train, mpirun); libpmix-dev has the
+	# libpmix.so that Slurm's PMIx plugin loads (srun --mpi=pmix under Slurm)
+	openmpi-bin libopenmpi-dev libpmix-dev
 	# data: Fashion-MNIST (IDX files under /usr/share/datasets/fashion-mnist)
 	dataset-fashion-mnist
 	# tests and benchmarks

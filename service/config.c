@@ -64,6 +64,10 @@ static const struct key keys[] = {
 	  .choices = (const char *const[]){ "auto", "libslurm", "sbatch", NULL },
 	  .metavar = "HOW", .help = "hand jobs to Slurm through libslurm (in-process) or an sbatch "
 	  "process each; auto: libslurm when built with it and slurm.conf is readable" },
+	{ .name = "slurm_mpi", .kind = K_CHOICE, .offset = FIELD(slurm_mpi), .def = "auto",
+	  .choices = (const char *const[]){ "auto", "pmix", "mpirun", NULL },
+	  .metavar = "HOW", .help = "how a job of several ranks starts them in its allocation: "
+	  "srun --mpi=pmix, or Open MPI's mpirun; auto: pmix where the node's srun has it" },
 	{ .name = "trainer_path", .kind = K_AUTO_PATH, .offset = FIELD(trainer_path),
 	  .def = "auto", .metavar = "FILE",
 	  .help = "the larch-train jobs run (auto: beside larchd, or the build tree's)" },
@@ -526,5 +530,6 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->slurm_account);
 	free(cfg->slurm_qos);
 	free(cfg->slurm_submit);
+	free(cfg->slurm_mpi);
 	memset(cfg, 0, sizeof *cfg);
 }

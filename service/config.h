@@ -31,6 +31,7 @@ struct svc_config {
 	unsigned slurm_timeout;          /* seconds a Slurm command may take */
 	unsigned slurm_submit_parallel;  /* submissions at once */
 	char *slurm_submit;              /* "auto", "libslurm" or "sbatch" */
+	char *slurm_mpi;                 /* "auto", "pmix" or "mpirun" */
 	unsigned max_local_jobs;         /* the local executor's concurrent jobs */
 	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
 	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */

@@ -133,6 +133,13 @@ enum exec_slurm_submit {
 	EXEC_SLURM_SUBMIT_SBATCH,      /* an sbatch process per job */
 };
 
+/* How the batch script starts a job of several ranks. */
+enum exec_slurm_mpi {
+	EXEC_SLURM_MPI_AUTO,           /* pmix when the node's srun lists it, else mpirun */
+	EXEC_SLURM_MPI_PMIX,           /* srun --mpi=pmix */
+	EXEC_SLURM_MPI_MPIRUN,         /* Open MPI's mpirun inside the allocation */
+};
+
 struct exec_slurm_config {
 	const char *trainer_path;      /* larch-train, as the compute node sees it */
 	const char *server_url;        /* LARCH_SERVER_URL for the jobs; NULL = no reporting */
@@ -142,6 +149,7 @@ struct exec_slurm_config {
 	int timeout_s;                 /* a Slurm command running longer is killed */
 	int submit_parallel;           /* submissions at once */
 	enum exec_slurm_submit submit_via;
+	enum exec_slurm_mpi mpi;
 	int grace_s;                   /* --signal=B:USR1@grace before the time limit */
 	int report_flush_s;            /* as for the local executor */
 };

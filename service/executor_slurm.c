@@ -297,14 +297,27 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 	if (sx->cfg.report_flush_s > 0)
 		snprintf(flush, sizeof flush, "\texport LARCH_REPORT_FLUSH_S=%d\n",
 		         sx->cfg.report_flush_s);
-	/* one rank: a step of its own; several: Open MPI's mpirun, which reads the
-	 * allocation and wires the ranks up (larch-train's comm.h) */
-	char launcher[128];
-	if (j->ranks > 1)
-		snprintf(launcher, sizeof launcher, "mpirun -n %d --bind-to none "
-		         "$([ \"$(id -u)\" = 0 ] && echo --allow-run-as-root)", j->ranks);
+	/* One rank: a step of its own. Several: a step of N tasks wired up by
+	 * Slurm's PMIx plugin, or Open MPI's mpirun, which reads the allocation
+	 * and wires the ranks up itself (larch-train's comm.h takes either);
+	 * auto asks the node's srun which MPI plugins it has. */
+	char pmix[96], mpirun[128], launcher[384];
+	snprintf(pmix, sizeof pmix, "srun --mpi=pmix --ntasks=%d --kill-on-bad-exit=1", j->ranks);
+	snprintf(mpirun, sizeof mpirun, "mpirun -n %d --bind-to none "
+	         "$([ \"$(id -u)\" = 0 ] && echo --allow-run-as-root)", j->ranks);
+	if (j->ranks <= 1)
+		snprintf(launcher, sizeof launcher, "launch='srun --ntasks=1 --kill-on-bad-exit=1'\n");
+	else if (sx->cfg.mpi == EXEC_SLURM_MPI_PMIX)
+		snprintf(launcher, sizeof launcher, "launch='%s'\n", pmix);
+	else if (sx->cfg.mpi == EXEC_SLURM_MPI_MPIRUN)
+		snprintf(launcher, sizeof launcher, "launch=\"%s\"\n", mpirun);
 	else
-		snprintf(launcher, sizeof launcher, "srun --ntasks=1 --kill-on-bad-exit=1");
+		snprintf(launcher, sizeof launcher,
+		         "if srun --mpi=list 2>&1 | grep -qw pmix; then\n"
+		         "\tlaunch='%s'\n"
+		         "else\n"
+		         "\tlaunch=\"%s\"\n"
+		         "fi\n", pmix, mpirun);
 	char *text = NULL;
 	int n = asprintf(&text,
 		"#!/bin/bash\n"
@@ -327,7 +340,8 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		"# TERM (scancel, requeue, preemption, the limit): Slurm signals the step\n"
 		"# itself; this shell stays to collect the trainer's status\n"
 		"trap 'terminated=1' TERM\n"
-		"%s %s --spec spec.json --job-dir . --threads %d &\n"
+		"%s"
+		"$launch %s --spec spec.json --job-dir . --threads %d &\n"
 		"child=$!\n"
 		"while :; do\n"
 		"\twait \"$child\"\n"

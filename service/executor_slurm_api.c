@@ -166,6 +166,13 @@ int slurm_api_submit(const struct slurm_submit *r, char *sid, size_t sid_len, ch
 	d.min_nodes = d.max_nodes = (uint32_t)(r->nodes > 0 ? r->nodes : 1);
 	d.num_tasks = (uint32_t)(r->ntasks > 0 ? r->ntasks : 1);
 	d.cpus_per_task = (uint16_t)(r->cpus_per_task > 0 ? r->cpus_per_task : 1);
+	/* what sbatch derives from -n and -c: without min_cpus slurmctld
+	 * allocates one CPU whatever num_tasks says, and an srun of N tasks
+	 * inside the allocation is refused ("More processors requested than
+	 * permitted"); without the marks the batch environment lacks
+	 * SLURM_CPUS_PER_TASK */
+	d.min_cpus = d.num_tasks * d.cpus_per_task;
+	d.bitflags |= JOB_NTASKS_SET | JOB_CPUS_SET;
 	if (r->mem_mb > 0)
 		d.pn_min_memory = (uint64_t)r->mem_mb;
 	char gres[32];

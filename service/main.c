@@ -233,6 +233,9 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 			.submit_via = strcmp(d->cfg.slurm_submit, "sbatch") == 0 ? EXEC_SLURM_SUBMIT_SBATCH
 			              : strcmp(d->cfg.slurm_submit, "libslurm") == 0
 			                  ? EXEC_SLURM_SUBMIT_LIBSLURM : EXEC_SLURM_SUBMIT_AUTO,
+			.mpi = strcmp(d->cfg.slurm_mpi, "pmix") == 0 ? EXEC_SLURM_MPI_PMIX
+			       : strcmp(d->cfg.slurm_mpi, "mpirun") == 0 ? EXEC_SLURM_MPI_MPIRUN
+			                                                 : EXEC_SLURM_MPI_AUTO,
 			.grace_s = (int)d->cfg.cancel_grace,
 			.report_flush_s = REPORT_FLUSH_S,
 		};

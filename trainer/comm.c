@@ -124,7 +124,24 @@ int trn_comm_launched_size(void)
 		if (v && *v)
 			return atoi(v);
 	}
+	/* srun --mpi=pmix gives each task its PMIx rank but leaves the size in
+	 * the PMIx server's job data; the step's task count is the same number */
+	const char *rank = getenv("PMIX_RANK"), *tasks = getenv("SLURM_STEP_NUM_TASKS");
+	if (rank && *rank && tasks && *tasks)
+		return atoi(tasks);
 	return 0;
+}
+
+const char *trn_comm_launcher(void)
+{
+	const char *mpi = getenv("SLURM_MPI_TYPE");
+	if (getenv("OMPI_COMM_WORLD_SIZE"))
+		return "mpirun";
+	if (getenv("PMIX_RANK"))
+		return mpi && strncmp(mpi, "pmix", 4) == 0 ? "srun --mpi=pmix" : "PMIx";
+	if (getenv("PMI_SIZE"))
+		return "PMI";
+	return "none";
 }
 
 struct trn_comm *trn_comm_open(int ranks, struct trn_err *err)

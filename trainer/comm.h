@@ -61,6 +61,10 @@ struct trn_comm *trn_comm_mpi_open(int ranks, struct trn_err *err);
  * processes it says there are (0: none). */
 int trn_comm_launched_size(void);
 
+/* Which launcher started this process, as its environment shows: "mpirun",
+ * "srun --mpi=pmix", "PMIx", "PMI", or "none". */
+const char *trn_comm_launcher(void);
+
 /* Whether this build has MPI. */
 int trn_comm_have_mpi(void);
 

@@ -209,8 +209,8 @@ static void print_plan(const struct run *r)
 	       s->batch.micro, s->parallel.ranks, s->parallel.ranks > 1 ? "s" : "", s->batch.accum,
 	       r->steps_per_epoch, r->total_steps);
 	if (r->comm->size > 1)
-		printf("parallel: %d ranks over %s, gradients %s in %d bucket%s of up to %.0f MiB\n",
-		       r->comm->size, r->comm->ops->name,
+		printf("parallel: %d ranks over %s (started by %s), gradients %s in %d bucket%s of "
+		       "up to %.0f MiB\n", r->comm->size, r->comm->ops->name, trn_comm_launcher(),
 		       r->dp.zero ? "reduce-scattered (ZeRO-1)" : "averaged", r->dp.n_buckets,
 		       r->dp.n_buckets == 1 ? "" : "s", mib((double)s->parallel.bucket_bytes));
 	printf("optimizer: %s, lr %.4g x %.4g = %.4g, warmup %ld steps from %.4g\n",

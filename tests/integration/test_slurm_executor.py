@@ -162,7 +162,7 @@ def assert_resumed_once(server, cluster, jid, sid, steps):
 def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers, via):
     server = start(tmp_path, slurm_cluster, via=via)
     servers.append(server)
-    jid = submit(server, spec(30))["id"]
+    jid = submit(server, spec(30, resources={"cpus_per_task": 2}))["id"]
     j = wait_state(server, jid, "COMPLETED")
     assert j["executor"] == "slurm" and j["exit_code"] == 0
     assert j["slurm_job_id"] and j["slurm_job_id"].isdigit()
@@ -193,6 +193,7 @@ def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers, via):
     if show:
         assert f"Comment=larch {jid}" in show and "Requeue=1" in show, show
         assert f"StdOut={d}/stdout.log" in show and f"WorkDir={d}" in show, show
+        assert "NumCPUs=2" in show and "CPUs/Task=2" in show, show
 
 
 def test_runtime_failure_is_failed_with_exit_code(tmp_path, slurm_cluster, servers):
@@ -301,22 +302,29 @@ def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers
     assert_resumed_once(server, slurm_cluster, jid, sid, steps)
 
 
-def test_two_ranks_run_under_mpirun_in_the_allocation(tmp_path, slurm_cluster, servers):
+@pytest.mark.parametrize("how", ["auto", "mpirun"])
+def test_two_ranks_run_as_one_slurm_job(tmp_path, slurm_cluster, servers, how):
     """parallel.ranks 2: sbatch --ntasks=2, and the batch script starts the
-    ranks with Open MPI's mpirun inside the allocation."""
+    ranks as a job step of 2 tasks with srun --mpi=pmix (auto: the dev
+    cluster's srun has Slurm's PMIx plugin), or with Open MPI's mpirun
+    inside the allocation."""
     env = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
-    server = start(tmp_path, slurm_cluster, env=env)
+    server = start(tmp_path, slurm_cluster, args=["--slurm-mpi", how], env=env)
     servers.append(server)
     jid = submit(server, spec(40, name="ranks2", parallel={"ranks": 2}))["id"]
     j = wait_state(server, jid, "COMPLETED", timeout=120)
     d = server.state_dir / "jobs" / jid
-    assert "mpirun -n 2" in (d / "slurm.sh").read_text()
+    script = (d / "slurm.sh").read_text()
+    assert "mpirun -n 2" in script
+    assert ("srun --mpi=pmix --ntasks=2" in script) == (how == "auto"), script
     show = slurm_cluster.job(j["slurm_job_id"]) if slurm_cluster.run(
         "scontrol", "-o", "show", "job", j["slurm_job_id"], check=False).returncode == 0 else {}
     if show:
-        assert show["NumTasks"] == "2", show
+        assert show["NumTasks"] == "2" and show["NumCPUs"] == "2", show
     out = (d / "stdout.log").read_text()
-    assert "parallel: 2 ranks over mpi" in out and out.count("step 40/40") == 1, out[-2000:]
+    launcher = "srun --mpi=pmix" if how == "auto" else "mpirun"
+    assert f"parallel: 2 ranks over mpi (started by {launcher})" in out, out[-2000:]
+    assert out.count("step 40/40") == 1, out[-2000:]
 
 
 def test_slurmctld_down_submits_wait_pending_then_run_once(tmp_path, slurm_cluster, servers):
