@@ -9,6 +9,10 @@
  * bc1 = 1 - beta1^t and bc2 = 1 - beta2^t are Adam's bias corrections for
  * step t (t >= 1), computed by the caller in double precision from the
  * float-rounded betas the kernels use (0.999f is 0.99900001).
+ *
+ * The _cpu versions run on the OpenMP threads and the widest vector unit the
+ * CPU has (optimizer_simd.h; LARCH_CPU_ISA=avx512|avx2|scalar forces one),
+ * and give the _ref versions' bits for the updates on every one.
  */
 #ifndef LARCH_KERNELS_OPTIMIZER_H
 #define LARCH_KERNELS_OPTIMIZER_H

@@ -1,34 +1,44 @@
 /* kernels/optimizer_cpu.c - parameter updates and norms (see optimizer.h).
  *
- * Each update's per-element formula is written once, as an inline function
- * that follows the header literally in float; the reference runs it in a
- * plain loop, the optimised version in a threaded one, so the two agree bit
- * for bit (ISO C mode: no FMA contraction). lamb_apply recomputes u with the
- * same function lamb_moments uses.
+ * Each update's per-element formula is written once here, as an inline
+ * function that follows the header literally in float; the reference runs it
+ * in a plain loop. The optimised versions split a tensor among the OpenMP
+ * threads and run each piece through one instruction set's loops
+ * (optimizer_simd.h): AVX-512 or AVX2 vectors (optimizer_simd.c, the same
+ * formulas on vectors) or the plain loops below, chosen at run time. All of
+ * them give the reference's bits: the same float operations in the same
+ * order, no FMA contraction (-ffp-contract=off), exact division and a
+ * correctly rounded square root. lamb_apply recomputes u with the function
+ * lamb_moments uses.
  *
- * Norms are summed in double over chunks whose layout depends only on n; the
- * chunk sums are combined in chunk order, so the result is the same for any
- * thread count. Loops with sqrtf stay scalar (errno handling stops GCC from
- * vectorising them); these passes are bound by memory traffic anyway.
+ * Updates are elementwise: the same bits for any thread count. Norms are
+ * summed in double over chunks whose layout depends only on n, the chunk
+ * sums combined in chunk order: the same bits for any thread count and
+ * instruction set too.
  */
 #include "optimizer.h"
+#include "optimizer_simd.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-/* Below this many elements a pass runs on one thread; above it, threads
- * take blocks of OPT_BLOCK elements. */
+/* Below this many elements a pass runs on one thread (a parallel region
+ * costs a few microseconds, about what one thread takes for 32 Ki elements
+ * of AdamW); above it, threads take OPT_BLOCK-element blocks, a contiguous
+ * run of them each (static schedule). */
 #define OPT_PAR_MIN 32768L
 #define OPT_BLOCK 8192L
 /* Norm chunks: at least CHUNK_MIN elements, at most MAX_CHUNKS of them (the
  * partial sums live on the stack). */
 #define CHUNK_MIN 8192L
 #define MAX_CHUNKS 1024L
-/* Independent double accumulators per chunk, which lets the loop vectorise
- * without reordering any sum. */
-#define LANES 8
 
-/* ---- per-element formulas, shared by _ref and _cpu ---------------------- */
+/* ---- per-element formulas: the reference and the plain loops -------------- *
+ * (optimizer_simd.c has the same on vectors) */
 
 static inline void sgd_step(float *w, float *m, float g, float lr, float mu, float wd,
                             int nesterov)
@@ -132,76 +142,37 @@ void kern_lamb_apply_ref(float *w, const float *m, const float *v, long n, float
 		w[i] -= step * lamb_u(m[i], v[i], w[i], eps, wd, bc1, bc2);
 }
 
-/* ---- optimised ------------------------------------------------------------ */
+/* ---- plain loops: any CPU -------------------------------------------------- */
 
-/* Chunk length for the norms of an n-element tensor: a function of n alone,
- * a multiple of LANES, and at most MAX_CHUNKS chunks. */
-static long chunk_len(long n)
-{
-	long len = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;
-	if (len < CHUNK_MIN)
-		len = CHUNK_MIN;
-	return (len + LANES - 1) / LANES * LANES;
-}
-
-static double lanes_total(const double acc[LANES])
+static double lanes_total(const double acc[OPT_LANES])
 {
 	double s = 0;
-	for (int j = 0; j < LANES; j++)
+	for (int j = 0; j < OPT_LANES; j++)
 		s += acc[j];
 	return s;
 }
 
-/* The streaming loops for CPUs with wider vector units, picked at load
- * time; every variant runs the same per-element float code (no FMA
- * contraction in ISO C) and the same lanes, so they give the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OPT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define OPT_CLONES
-#endif
-
-/* Sum of squares of one chunk: element i goes to lane i % LANES. */
-OPT_CLONES
-static double chunk_sumsq(const float *x, long n)
+/* element i goes to lane i % OPT_LANES, as in the vector loops */
+static double sumsq_plain(const float *x, long n)
 {
-	double acc[LANES] = { 0 };
+	double acc[OPT_LANES] = { 0 };
 	long i = 0;
-	for (; i + LANES <= n; i += LANES)
-		for (int j = 0; j < LANES; j++)
+	for (; i + OPT_LANES <= n; i += OPT_LANES)
+		for (int j = 0; j < OPT_LANES; j++)
 			acc[j] += (double)x[i + j] * x[i + j];
 	for (int j = 0; i < n; i++, j++)
 		acc[j] += (double)x[i] * x[i];
 	return lanes_total(acc);
 }
 
-double kern_sumsq_cpu(const float *x, long n)
+static void scale_plain(float *x, long n, float s)
 {
-	if (n <= 0)
-		return 0;
-	long len = chunk_len(n), nchunks = (n + len - 1) / len;
-	double part[MAX_CHUNKS];
-#pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
-	for (long k = 0; k < nchunks; k++) {
-		long lo = k * len;
-		part[k] = chunk_sumsq(x + lo, n - lo < len ? n - lo : len);
-	}
-	double s = 0;
-	for (long k = 0; k < nchunks; k++)
-		s += part[k];
-	return s;
-}
-
-void kern_scale_cpu(float *x, long n, float s)
-{
-#pragma omp parallel for simd schedule(static) if (n > OPT_PAR_MIN)
 	for (long i = 0; i < n; i++)
 		x[i] *= s;
 }
 
-OPT_CLONES
-static void sgd_span(float *w, float *m, const float *g, long n, float lr, float mu, float wd,
-                     int nesterov)
+static void sgd_plain(float *w, float *m, const float *g, long n, float lr, float mu, float wd,
+                      int nesterov)
 {
 	if (mu == 0) {
 		for (long i = 0; i < n; i++)
@@ -215,16 +186,206 @@ static void sgd_span(float *w, float *m, const float *g, long n, float lr, float
 	}
 }
 
-/* Each thread updates one contiguous range of the buffer (a static split of
- * OPT_BLOCK-element blocks). */
+static void adamw_plain(float *w, float *m, float *v, const float *g, long n,
+                        const struct opt_adam *a)
+{
+	const float lr = a->lr, b1 = a->b1, b2 = a->b2, eps = a->eps, wd = a->wd;
+	const float bc1 = a->bc1, bc2 = a->bc2;
+	for (long i = 0; i < n; i++)
+		adamw_step(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, bc1, bc2);
+}
+
+static void lars_plain(float *w, float *m, const float *g, long n, float step, float mu,
+                       float wd)
+{
+	for (long i = 0; i < n; i++)
+		lars_step(&w[i], &m[i], g[i], step, mu, wd);
+}
+
+static double lamb_moments_plain(float *m, float *v, const float *g, const float *w, long n,
+                                 const struct opt_adam *a)
+{
+	const float b1 = a->b1, b2 = a->b2, eps = a->eps, wd = a->wd, bc1 = a->bc1, bc2 = a->bc2;
+	double acc[OPT_LANES] = { 0 };
+	for (long i = 0; i < n; i++) {
+		lamb_moments_step(&m[i], &v[i], g[i], b1, b2);
+		float u = lamb_u(m[i], v[i], w[i], eps, wd, bc1, bc2);
+		acc[i % OPT_LANES] += (double)u * u;
+	}
+	return lanes_total(acc);
+}
+
+static void lamb_apply_plain(float *w, const float *m, const float *v, long n, float step,
+                             const struct opt_adam *a)
+{
+	const float eps = a->eps, wd = a->wd, bc1 = a->bc1, bc2 = a->bc2;
+	for (long i = 0; i < n; i++)
+		w[i] -= step * lamb_u(m[i], v[i], w[i], eps, wd, bc1, bc2);
+}
+
+static const struct opt_loops opt_loops_plain = {
+	.sumsq = sumsq_plain,
+	.scale = scale_plain,
+	.sgd = sgd_plain,
+	.adamw = adamw_plain,
+	.lars = lars_plain,
+	.lamb_moments = lamb_moments_plain,
+	.lamb_apply = lamb_apply_plain,
+};
+
+/* ---- the instruction set ---------------------------------------------------- */
+
+static const char *const isa_names[KERN_ISA_COUNT] = {
+	[KERN_ISA_SCALAR] = "scalar",
+	[KERN_ISA_AVX2] = "avx2",
+	[KERN_ISA_AVX512] = "avx512",
+};
+
+static const struct opt_loops *const isa_loops[KERN_ISA_COUNT] = {
+	[KERN_ISA_SCALAR] = &opt_loops_plain,
+#ifdef LARCH_OPT_SIMD
+	[KERN_ISA_AVX2] = &kern_optim_loops_avx2,
+	[KERN_ISA_AVX512] = &kern_optim_loops_avx512,
+#endif
+};
+
+/* the set in force, -1 until the first call decides */
+static atomic_int isa_now = -1;
+
+const char *kern_isa_name(enum kern_isa isa)
+{
+	return (int)isa >= 0 && isa < KERN_ISA_COUNT ? isa_names[isa] : "?";
+}
+
+int kern_isa_parse(const char *name)
+{
+	for (int i = 0; i < KERN_ISA_COUNT; i++)
+		if (strcmp(name, isa_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+int kern_isa_supported(enum kern_isa isa)
+{
+	if ((int)isa < 0 || isa >= KERN_ISA_COUNT || !isa_loops[isa])
+		return 0;
+#ifdef LARCH_OPT_SIMD
+	__builtin_cpu_init();
+	if (isa == KERN_ISA_AVX512)
+		return __builtin_cpu_supports("avx512f");
+	if (isa == KERN_ISA_AVX2)
+		return __builtin_cpu_supports("avx2");
+#endif
+	return 1;
+}
+
+/* The widest set this CPU runs, unless LARCH_CPU_ISA names another it
+ * runs ("auto": the widest); another name is reported and ignored. */
+static enum kern_isa isa_default(void)
+{
+	enum kern_isa best = KERN_ISA_SCALAR;
+	for (int i = KERN_ISA_COUNT - 1; i > KERN_ISA_SCALAR; i--)
+		if (kern_isa_supported((enum kern_isa)i)) {
+			best = (enum kern_isa)i;
+			break;
+		}
+	const char *env = getenv("LARCH_CPU_ISA");
+	if (!env || !*env || strcmp(env, "auto") == 0)
+		return best;
+	int want = kern_isa_parse(env);
+	if (want >= 0 && kern_isa_supported((enum kern_isa)want))
+		return (enum kern_isa)want;
+	fprintf(stderr, "larch: LARCH_CPU_ISA=%s: %s; the optimizer runs on %s\n", env,
+	        want < 0 ? "not one of auto, avx512, avx2, scalar" : "this CPU or build lacks it",
+	        isa_names[best]);
+	return best;
+}
+
+enum kern_isa kern_optim_isa(void)
+{
+	int isa = atomic_load_explicit(&isa_now, memory_order_relaxed);
+	if (isa < 0) {
+		int first = -1;
+		isa = isa_default();
+		/* two threads may both decide: the first one's answer stands */
+		if (!atomic_compare_exchange_strong(&isa_now, &first, isa))
+			isa = first;
+	}
+	return (enum kern_isa)isa;
+}
+
+int kern_optim_set_isa(enum kern_isa isa)
+{
+	if (!kern_isa_supported(isa))
+		return -1;
+	atomic_store(&isa_now, (int)isa);
+	return 0;
+}
+
+static const struct opt_loops *loops(void)
+{
+	return isa_loops[kern_optim_isa()];
+}
+
+/* ---- optimised: threads over the loops ---------------------------------------- */
+
+/* Chunk length for the norms of an n-element tensor: a function of n alone,
+ * a multiple of 16 (whole vectors of either width), and at most MAX_CHUNKS
+ * chunks. */
+static long chunk_len(long n)
+{
+	long len = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;
+	if (len < CHUNK_MIN)
+		len = CHUNK_MIN;
+	return (len + 15) / 16 * 16;
+}
+
+/* elements of the block or chunk at lo: len, or what is left of n */
+static long part_len(long n, long lo, long len)
+{
+	return n - lo < len ? n - lo : len;
+}
+
+static long n_blocks(long n)
+{
+	return (n + OPT_BLOCK - 1) / OPT_BLOCK;
+}
+
+double kern_sumsq_cpu(const float *x, long n)
+{
+	if (n <= 0)
+		return 0;
+	const struct opt_loops *L = loops();
+	long len = chunk_len(n), nchunks = (n + len - 1) / len;
+	double part[MAX_CHUNKS];
+#pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
+	for (long k = 0; k < nchunks; k++)
+		part[k] = L->sumsq(x + k * len, part_len(n, k * len, len));
+	double s = 0;
+	for (long k = 0; k < nchunks; k++)
+		s += part[k];
+	return s;
+}
+
+void kern_scale_cpu(float *x, long n, float s)
+{
+	const struct opt_loops *L = loops();
+	long nblk = n_blocks(n);
+#pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
+	for (long b = 0; b < nblk; b++)
+		L->scale(x + b * OPT_BLOCK, part_len(n, b * OPT_BLOCK, OPT_BLOCK), s);
+}
+
 void kern_sgd_update_cpu(float *w, float *m, const float *g, long n,
                          float lr, float mu, float wd, int nesterov)
 {
-	long nblk = (n + OPT_BLOCK - 1) / OPT_BLOCK;
+	const struct opt_loops *L = loops();
+	long nblk = n_blocks(n);
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
 	for (long b = 0; b < nblk; b++) {
-		long lo = b * OPT_BLOCK, len = n - lo < OPT_BLOCK ? n - lo : OPT_BLOCK;
-		sgd_span(w + lo, m ? m + lo : NULL, g + lo, len, lr, mu, wd, nesterov);
+		long lo = b * OPT_BLOCK;
+		L->sgd(w + lo, m ? m + lo : NULL, g + lo, part_len(n, lo, OPT_BLOCK), lr, mu, wd,
+		       nesterov);
 	}
 }
 
@@ -232,37 +393,42 @@ void kern_adamw_update_cpu(float *w, float *m, float *v, const float *g, long n,
                            float lr, float b1, float b2, float eps, float wd,
                            float bc1, float bc2)
 {
+	const struct opt_loops *L = loops();
+	const struct opt_adam a = { lr, b1, b2, eps, wd, bc1, bc2 };
+	long nblk = n_blocks(n);
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
-	for (long i = 0; i < n; i++)
-		adamw_step(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, bc1, bc2);
+	for (long b = 0; b < nblk; b++) {
+		long lo = b * OPT_BLOCK;
+		L->adamw(w + lo, m + lo, v + lo, g + lo, part_len(n, lo, OPT_BLOCK), &a);
+	}
 }
 
 void kern_lars_update_cpu(float *w, float *m, const float *g, long n,
                           float step, float mu, float wd)
 {
-#pragma omp parallel for simd schedule(static) if (n > OPT_PAR_MIN)
-	for (long i = 0; i < n; i++)
-		lars_step(&w[i], &m[i], g[i], step, mu, wd);
+	const struct opt_loops *L = loops();
+	long nblk = n_blocks(n);
+#pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
+	for (long b = 0; b < nblk; b++) {
+		long lo = b * OPT_BLOCK;
+		L->lars(w + lo, m + lo, g + lo, part_len(n, lo, OPT_BLOCK), step, mu, wd);
+	}
 }
 
+/* one pass: update the moments and sum u^2, chunked as kern_sumsq_cpu */
 double kern_lamb_moments_cpu(float *m, float *v, const float *g, const float *w, long n,
                              float b1, float b2, float eps, float wd, float bc1, float bc2)
 {
 	if (n <= 0)
 		return 0;
+	const struct opt_loops *L = loops();
+	const struct opt_adam a = { 0, b1, b2, eps, wd, bc1, bc2 };
 	long len = chunk_len(n), nchunks = (n + len - 1) / len;
 	double part[MAX_CHUNKS];
-	/* one pass: update the moments and sum u^2, chunked as kern_sumsq_cpu */
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
 	for (long k = 0; k < nchunks; k++) {
-		long lo = k * len, hi = n - lo < len ? n : lo + len;
-		double acc[LANES] = { 0 };
-		for (long i = lo; i < hi; i++) {
-			lamb_moments_step(&m[i], &v[i], g[i], b1, b2);
-			float u = lamb_u(m[i], v[i], w[i], eps, wd, bc1, bc2);
-			acc[(i - lo) % LANES] += (double)u * u;
-		}
-		part[k] = lanes_total(acc);
+		long lo = k * len;
+		part[k] = L->lamb_moments(m + lo, v + lo, g + lo, w + lo, part_len(n, lo, len), &a);
 	}
 	double s = 0;
 	for (long k = 0; k < nchunks; k++)
@@ -273,7 +439,12 @@ double kern_lamb_moments_cpu(float *m, float *v, const float *g, const float *w,
 void kern_lamb_apply_cpu(float *w, const float *m, const float *v, long n, float step,
                          float eps, float wd, float bc1, float bc2)
 {
+	const struct opt_loops *L = loops();
+	const struct opt_adam a = { 0, 0, 0, eps, wd, bc1, bc2 };
+	long nblk = n_blocks(n);
 #pragma omp parallel for schedule(static) if (n > OPT_PAR_MIN)
-	for (long i = 0; i < n; i++)
-		w[i] -= step * lamb_u(m[i], v[i], w[i], eps, wd, bc1, bc2);
+	for (long b = 0; b < nblk; b++) {
+		long lo = b * OPT_BLOCK;
+		L->lamb_apply(w + lo, m + lo, v + lo, part_len(n, lo, OPT_BLOCK), step, &a);
+	}
 }

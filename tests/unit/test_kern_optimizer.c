@@ -1,15 +1,20 @@
 /* tests/unit/test_kern_optimizer.c - kernels/optimizer_cpu.c: hand-computed
  * steps of SGD, AdamW and LARS; LAMB's two passes against a direct
- * computation; the threaded versions against the reference; determinism.
+ * computation; the threaded versions against the reference on each
+ * instruction set (optimizer_simd.h: plain loops, AVX2, AVX-512, as far as
+ * this CPU has them), at sizes around the vector widths, the block and the
+ * threading threshold, on misaligned buffers; determinism.
  *
  * Tolerances:
  *   hand-computed steps (exact decimal arithmetic) vs fp32 kernels: atol 1e-6
  *     (AdamW's v: rtol 2e-5, see test_adamw_by_hand).
  *   LAMB against a direct computation in double from the same fp32 inputs:
  *     norms rtol 1e-5, weights atol 1e-6 (fp32 rounding of m, v, u).
- *   _cpu vs _ref, updates: exact, since both run the same per-element
- *     function. Norms: rtol 2.2e-16 * n, the worst-case error of summing n
- *     positive doubles in a different order.
+ *   _cpu vs _ref, updates: exact on every instruction set, since all run the
+ *     reference's float operations in its order (no FMA, exact division and
+ *     square root). Norms: rtol 2.2e-16 * n, the worst-case error of summing
+ *     n positive doubles in a different order; and the same bits on every
+ *     instruction set and thread count.
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +23,7 @@
 
 #include "check.h"
 #include "kernels/optimizer.h"
+#include "kernels/optimizer_simd.h"
 #include "kernels/parallel.h"
 
 static uint64_t rng = 11;
@@ -197,74 +203,204 @@ static void test_lamb_direct(void)
 	lamb_direct(100003, 1);
 }
 
-/* ---- _cpu against _ref ------------------------------------------------------ */
+/* ---- _cpu against _ref, on each instruction set ------------------------------ */
 
-static const long sizes[] = { 1, 7, 33, 257, 40000 /* crosses the threading threshold */, 100003 };
+/* Sizes: vectors of 8 and 16 and partial ones (1 to 33), the norms' lane
+ * groups of 32 and partial ones (47 to 65), a block (8192) and the threading
+ * threshold (32768) and either side of them, and sizes that leave partial
+ * vectors after many blocks over many threads. */
+static const long sizes[] = { 1,    7,    8,     15,    16,    17,    31,    32,    33,    47,
+                              63,   64,   65,    257,   8191,  8192,  8193,  32767, 32768, 32769,
+                              40000, 100003 };
 
-static void bits_equal(const char *what, long n, const float *a, const float *b)
+static void bits_equal(const char *what, enum kern_isa isa, long n, const float *a,
+                       const float *b)
 {
-	CHECK_MSG(memcmp(a, b, sizeof(float) * (size_t)n) == 0, "%s n=%ld: _cpu differs from _ref",
-	          what, n);
+	CHECK_MSG(memcmp(a, b, sizeof(float) * (size_t)n) == 0,
+	          "%s n=%ld isa=%s: _cpu differs from _ref", what, n, kern_isa_name(isa));
 }
 
-static void compare_one(long n)
+/* Buffers of n floats at offset floats past a malloc'd block (misaligned
+ * for offset 1), filled from the same stream whatever the offset. */
+struct bufs {
+	float *base[7];
+	float *w, *g, *m, *v, *w1, *m1, *v1;
+};
+
+static void bufs_init(struct bufs *b, long n, int offset)
 {
-	float *w = rnd(n, -1, 1), *g = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
-	float *w1 = copy(w, n), *m1 = copy(m, n), *v1 = copy(v, n);
+	float **p[] = { &b->w, &b->g, &b->m, &b->v, &b->w1, &b->m1, &b->v1 };
+	for (int i = 0; i < 7; i++) {
+		b->base[i] = malloc(sizeof(float) * (size_t)(n + offset));
+		*p[i] = b->base[i] + offset;
+	}
+	check_fill(b->w, n, -1, 1, &rng);
+	check_fill(b->g, n, -1, 1, &rng);
+	check_fill(b->m, n, -0.1f, 0.1f, &rng);
+	check_fill(b->v, n, 0, 0.01f, &rng);
+}
+
+static void bufs_release(struct bufs *b)
+{
+	for (int i = 0; i < 7; i++)
+		free(b->base[i]);
+}
+
+static void compare_one(enum kern_isa isa, long n, int offset)
+{
+	struct bufs b;
+	bufs_init(&b, n, offset);
+	float *w = b.w, *g = b.g, *m = b.m, *v = b.v;
+	float *w1 = b.w1, *m1 = b.m1, *v1 = b.v1;
 	float *w2 = copy(w, n), *m2 = copy(m, n), *v2 = copy(v, n);
 	const float bc1 = 1 - 0.9f * 0.9f, bc2 = 1 - 0.999f * 0.999f;
+	const size_t bytes = sizeof(float) * (size_t)n;
+#define RESET(x1, x2, x) memcpy(x1, x, bytes), memcpy(x2, x, bytes)
 
 	double r = kern_sumsq_ref(g, n), c = kern_sumsq_cpu(g, n);
-	CHECK_MSG(close_rel(c, r, 2.2e-16 * n), "sumsq n=%ld: %.17g vs %.17g", n, c, r);
+	CHECK_MSG(close_rel(c, r, 2.2e-16 * n), "sumsq n=%ld isa=%s: %.17g vs %.17g", n,
+	          kern_isa_name(isa), c, r);
 
+	RESET(w1, w2, w);
 	kern_scale_ref(w1, n, 0.37f);
 	kern_scale_cpu(w2, n, 0.37f);
-	bits_equal("scale", n, w1, w2);
+	bits_equal("scale", isa, n, w1, w2);
 
-	for (int variant = 0; variant < 3; variant++) {
-		/* nesterov, plain momentum, no momentum */
-		float mu = variant == 2 ? 0.0f : 0.9f;
-		memcpy(w1, w, sizeof(float) * n), memcpy(m1, m, sizeof(float) * n);
-		memcpy(w2, w, sizeof(float) * n), memcpy(m2, m, sizeof(float) * n);
-		kern_sgd_update_ref(w1, m1, g, n, 0.1f, mu, 1e-4f, variant == 0);
-		kern_sgd_update_cpu(w2, m2, g, n, 0.1f, mu, 1e-4f, variant == 0);
-		bits_equal("sgd w", n, w1, w2);
-		bits_equal("sgd m", n, m1, m2);
+	for (int variant = 0; variant < 4; variant++) {
+		/* nesterov, plain momentum, no momentum, no momentum and no m */
+		float mu = variant >= 2 ? 0.0f : 0.9f;
+		RESET(w1, w2, w), RESET(m1, m2, m);
+		kern_sgd_update_ref(w1, variant == 3 ? NULL : m1, g, n, 0.1f, mu, 1e-4f, variant == 0);
+		kern_sgd_update_cpu(w2, variant == 3 ? NULL : m2, g, n, 0.1f, mu, 1e-4f, variant == 0);
+		bits_equal("sgd w", isa, n, w1, w2);
+		bits_equal("sgd m", isa, n, m1, m2);
 	}
 
-	memcpy(w1, w, sizeof(float) * n), memcpy(m1, m, sizeof(float) * n);
-	memcpy(w2, w, sizeof(float) * n), memcpy(m2, m, sizeof(float) * n);
+	RESET(w1, w2, w), RESET(m1, m2, m), RESET(v1, v2, v);
 	kern_adamw_update_ref(w1, m1, v1, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, bc1, bc2);
 	kern_adamw_update_cpu(w2, m2, v2, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, bc1, bc2);
-	bits_equal("adamw w", n, w1, w2);
-	bits_equal("adamw m", n, m1, m2);
-	bits_equal("adamw v", n, v1, v2);
+	bits_equal("adamw w", isa, n, w1, w2);
+	bits_equal("adamw m", isa, n, m1, m2);
+	bits_equal("adamw v", isa, n, v1, v2);
 
-	memcpy(w1, w, sizeof(float) * n), memcpy(m1, m, sizeof(float) * n);
-	memcpy(w2, w, sizeof(float) * n), memcpy(m2, m, sizeof(float) * n);
+	RESET(w1, w2, w), RESET(m1, m2, m);
 	kern_lars_update_ref(w1, m1, g, n, 0.02f, 0.9f, 1e-4f);
 	kern_lars_update_cpu(w2, m2, g, n, 0.02f, 0.9f, 1e-4f);
-	bits_equal("lars w", n, w1, w2);
-	bits_equal("lars m", n, m1, m2);
+	bits_equal("lars w", isa, n, w1, w2);
+	bits_equal("lars m", isa, n, m1, m2);
 
-	memcpy(w1, w, sizeof(float) * n), memcpy(m1, m, sizeof(float) * n), memcpy(v1, v, sizeof(float) * n);
-	memcpy(w2, w, sizeof(float) * n), memcpy(m2, m, sizeof(float) * n), memcpy(v2, v, sizeof(float) * n);
-	r = kern_lamb_moments_ref(m1, v1, g, w1, n, 0.9f, 0.999f, 1e-6f, 0.01f, bc1, bc2);
-	c = kern_lamb_moments_cpu(m2, v2, g, w2, n, 0.9f, 0.999f, 1e-6f, 0.01f, bc1, bc2);
-	CHECK_MSG(close_rel(c, r, 2.2e-16 * n), "lamb ||u||^2 n=%ld: %.17g vs %.17g", n, c, r);
-	bits_equal("lamb m", n, m1, m2);
-	bits_equal("lamb v", n, v1, v2);
-	kern_lamb_apply_ref(w1, m1, v1, n, 0.003f, 1e-6f, 0.01f, bc1, bc2);
-	kern_lamb_apply_cpu(w2, m2, v2, n, 0.003f, 1e-6f, 0.01f, bc1, bc2);
-	bits_equal("lamb w", n, w1, w2);
+	/* LAMB twice: with eps = 0 the lanes past n of a partial vector compute
+	 * 0/0, which must not reach the norm */
+	for (int e = 0; e < 2; e++) {
+		float eps = e ? 0.0f : 1e-6f;
+		RESET(w1, w2, w), RESET(m1, m2, m), RESET(v1, v2, v);
+		r = kern_lamb_moments_ref(m1, v1, g, w1, n, 0.9f, 0.999f, eps, 0.01f, bc1, bc2);
+		c = kern_lamb_moments_cpu(m2, v2, g, w2, n, 0.9f, 0.999f, eps, 0.01f, bc1, bc2);
+		CHECK_MSG(close_rel(c, r, 2.2e-16 * n), "lamb ||u||^2 n=%ld isa=%s eps=%g: %.17g vs %.17g",
+		          n, kern_isa_name(isa), eps, c, r);
+		bits_equal("lamb m", isa, n, m1, m2);
+		bits_equal("lamb v", isa, n, v1, v2);
+		kern_lamb_apply_ref(w1, m1, v1, n, 0.003f, eps, 0.01f, bc1, bc2);
+		kern_lamb_apply_cpu(w2, m2, v2, n, 0.003f, eps, 0.01f, bc1, bc2);
+		bits_equal("lamb w", isa, n, w1, w2);
+	}
+#undef RESET
+	bufs_release(&b);
+	free(w2), free(m2), free(v2);
+}
 
-	free(w), free(g), free(m), free(v), free(w1), free(m1), free(v1), free(w2), free(m2), free(v2);
+/* Runs fn on each instruction set this CPU has, then restores the default. */
+static void for_each_isa(void (*fn)(enum kern_isa isa))
+{
+	enum kern_isa dflt = kern_optim_isa();
+	int ran = 0;
+	for (int i = 0; i < KERN_ISA_COUNT; i++) {
+		if (kern_optim_set_isa((enum kern_isa)i) != 0) {
+			fprintf(stderr, "  (no %s on this CPU or build)\n", kern_isa_name((enum kern_isa)i));
+			continue;
+		}
+		CHECK(kern_optim_isa() == (enum kern_isa)i);
+		fn((enum kern_isa)i);
+		ran++;
+	}
+	CHECK(ran >= 1);
+	CHECK(kern_optim_set_isa(dflt) == 0);
+}
+
+static void cpu_vs_ref(enum kern_isa isa)
+{
+	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+		compare_one(isa, sizes[s], 0);
+		compare_one(isa, sizes[s], 1);
+	}
 }
 
 static void test_cpu_vs_ref(void)
 {
-	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-		compare_one(sizes[s]);
+	for_each_isa(cpu_vs_ref);
+}
+
+/* The norms and updates of one input on every instruction set, at 1 and 3
+ * threads: all the same bits. */
+static void test_isa_same_bits(void)
+{
+	const long n = 100003;
+	float *w = rnd(n, -1, 1), *g = rnd(n, -1, 1), *m = rnd(n, -0.1f, 0.1f), *v = rnd(n, 0, 0.01f);
+	float *w0 = NULL, *m0 = NULL, *v0 = NULL;
+	double s0 = 0, u0 = 0;
+	enum kern_isa dflt = kern_optim_isa();
+	int threads = kern_threads();
+	for (int i = 0; i < KERN_ISA_COUNT; i++) {
+		if (kern_optim_set_isa((enum kern_isa)i) != 0)
+			continue;
+		for (int t = 1; t <= 3; t += 2) {
+			kern_set_threads(t);
+			float *w1 = copy(w, n), *m1 = copy(m, n), *v1 = copy(v, n);
+			double s = kern_sumsq_cpu(g, n);
+			kern_adamw_update_cpu(w1, m1, v1, g, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.1f, 0.001f);
+			double u = kern_lamb_moments_cpu(m1, v1, g, w1, n, 0.9f, 0.999f, 1e-6f, 0.01f, 0.19f, 0.002f);
+			kern_lamb_apply_cpu(w1, m1, v1, n, 0.003f, 1e-6f, 0.01f, 0.19f, 0.002f);
+			kern_sgd_update_cpu(w1, m1, g, n, 0.1f, 0.9f, 1e-4f, 1);
+			kern_lars_update_cpu(w1, m1, g, n, 0.02f, 0.9f, 1e-4f);
+			kern_scale_cpu(w1, n, 0.37f);
+			if (!w0) {
+				w0 = w1, m0 = m1, v0 = v1, s0 = s, u0 = u;
+				continue;
+			}
+			CHECK_MSG(memcmp(&s, &s0, sizeof s) == 0 && memcmp(&u, &u0, sizeof u) == 0,
+			          "isa=%s threads=%d: norms %.17g %.17g vs %.17g %.17g",
+			          kern_isa_name((enum kern_isa)i), t, s, u, s0, u0);
+			CHECK_MSG(memcmp(w1, w0, sizeof(float) * n) == 0 &&
+			          memcmp(m1, m0, sizeof(float) * n) == 0 &&
+			          memcmp(v1, v0, sizeof(float) * n) == 0,
+			          "isa=%s threads=%d: updates differ", kern_isa_name((enum kern_isa)i), t);
+			free(w1), free(m1), free(v1);
+		}
+	}
+	kern_set_threads(threads);
+	CHECK(kern_optim_set_isa(dflt) == 0);
+	free(w), free(g), free(m), free(v), free(w0), free(m0), free(v0);
+}
+
+/* LARCH_CPU_ISA picks the set when first needed; kern_optim_set_isa refuses
+ * what it does not know. Runs first, before any optimizer call. */
+static void test_isa_choice(void)
+{
+	setenv("LARCH_CPU_ISA", "scalar", 1);
+	CHECK_INT_EQ(kern_optim_isa(), KERN_ISA_SCALAR);
+	unsetenv("LARCH_CPU_ISA");
+	CHECK_INT_EQ(kern_isa_parse("avx512"), KERN_ISA_AVX512);
+	CHECK_INT_EQ(kern_isa_parse("avx2"), KERN_ISA_AVX2);
+	CHECK_INT_EQ(kern_isa_parse("scalar"), KERN_ISA_SCALAR);
+	CHECK_INT_EQ(kern_isa_parse("sse2"), -1);
+	CHECK(kern_isa_supported(KERN_ISA_SCALAR));
+	CHECK(kern_optim_set_isa(KERN_ISA_COUNT) == -1);
+	CHECK_INT_EQ(kern_optim_isa(), KERN_ISA_SCALAR);
+	/* the rest of the tests start from the widest set this CPU has */
+	for (int i = KERN_ISA_COUNT - 1; i >= 0; i--)
+		if (kern_optim_set_isa((enum kern_isa)i) == 0)
+			break;
+	fprintf(stderr, "  optimizer loops: %s\n", kern_isa_name(kern_optim_isa()));
 }
 
 /* ---- determinism ------------------------------------------------------- */
@@ -318,12 +454,14 @@ static void test_updates_deterministic(void)
 
 int main(void)
 {
+	CHECK_RUN(test_isa_choice);
 	CHECK_RUN(test_sgd_by_hand);
 	CHECK_RUN(test_adamw_by_hand);
 	CHECK_RUN(test_lars_by_hand);
 	CHECK_RUN(test_sumsq_known);
 	CHECK_RUN(test_lamb_direct);
 	CHECK_RUN(test_cpu_vs_ref);
+	CHECK_RUN(test_isa_same_bits);
 	CHECK_RUN(test_norms_deterministic);
 	CHECK_RUN(test_updates_deterministic);
 	return check_finish();
