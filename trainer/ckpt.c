@@ -27,15 +27,15 @@
 /* a header larger than this is not one of ours (safetensors uses 100 MB) */
 #define CKPT_HEADER_MAX (100u << 20)
 
-/* safetensors dtype names and element sizes; the first three are the ones
+/* safetensors dtype names and element sizes; the first four are the ones
  * larch writes (enum trn_ckpt_dtype order), the rest are accepted on open so
  * that files from other tools can be inspected */
 static const struct {
 	const char *name;
 	size_t size;
 } dtypes[] = {
-	{ "F32", 4 }, { "I64", 8 }, { "U8", 1 },
-	{ "F64", 8 }, { "F16", 2 }, { "BF16", 2 }, { "I32", 4 }, { "I16", 2 }, { "I8", 1 },
+	{ "F32", 4 }, { "I64", 8 }, { "U8", 1 }, { "I8", 1 },
+	{ "F64", 8 }, { "F16", 2 }, { "BF16", 2 }, { "I32", 4 }, { "I16", 2 },
 	{ "U16", 2 }, { "U32", 4 }, { "U64", 8 }, { "BOOL", 1 }, { "F8_E4M3", 1 },
 	{ "F8_E5M2", 1 },
 };
@@ -78,7 +78,7 @@ static int write_all(struct writer *w, const void *buf, size_t len)
 /* bytes of an entry's data, or -1 when the shape is invalid or too large */
 static int entry_bytes(const struct trn_ckpt_entry *e, size_t *bytes, struct trn_err *err)
 {
-	if ((unsigned)e->dtype > TRN_CKPT_U8)
+	if ((unsigned)e->dtype > TRN_CKPT_I8)
 		return trn_err_set(err, "checkpoint: tensor %s: unknown dtype %d", e->name, (int)e->dtype);
 	if (e->ndim < 0 || e->ndim > 4)
 		return trn_err_set(err, "checkpoint: tensor %s: ndim %d outside 0..4", e->name, e->ndim);
@@ -413,7 +413,7 @@ int trn_ckpt_read(const struct trn_ckpt *c, const char *name, enum trn_ckpt_dtyp
 {
 	if (!trn_ckpt_has(c, name))
 		return trn_err_set(err, "checkpoint: no tensor %s", name);
-	if ((unsigned)dtype > TRN_CKPT_U8)
+	if ((unsigned)dtype > TRN_CKPT_I8)
 		return trn_err_set(err, "checkpoint: tensor %s: unknown dtype %d", name, (int)dtype);
 	json_t *t = json_object_get(c->header, name);
 	const char *have = json_string_value(json_object_get(t, "dtype"));

@@ -20,7 +20,7 @@
 
 #include "err.h"
 
-enum trn_ckpt_dtype { TRN_CKPT_F32, TRN_CKPT_I64, TRN_CKPT_U8 };
+enum trn_ckpt_dtype { TRN_CKPT_F32, TRN_CKPT_I64, TRN_CKPT_U8, TRN_CKPT_I8 };
 
 struct trn_ckpt_entry {
 	const char *name;

@@ -1,5 +1,5 @@
 /* trainer/optim.c - see optim.h. */
-#include "optim.h"
+#include "optim_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,12 +39,20 @@ int trn_optim_init_shard(struct trn_optim *o, const struct trn_spec_optimizer *c
 	int want_m = cfg->type != TRN_OPT_SGD || cfg->momentum > 0;
 	int want_v = cfg->type == TRN_OPT_ADAMW || cfg->type == TRN_OPT_LAMB;
 	int layerwise = cfg->type == TRN_OPT_LARS || cfg->type == TRN_OPT_LAMB;
+	o->n_state = want_m + want_v;
 
-	/* +1: a rank's range may be empty, and calloc(0) may give NULL */
-	if (want_m && !(o->m = calloc((size_t)len + 1, sizeof(float))))
-		goto oom;
-	if (want_v && !(o->v = calloc((size_t)len + 1, sizeof(float))))
-		goto oom;
+	if (cfg->state_dtype == TRN_DTYPE_INT8 && o->n_state) {
+		if (trn_optim_q8_init(o, want_m, want_v, err) != 0) {
+			trn_optim_release(o);
+			return -1;
+		}
+	} else {
+		/* +1: a rank's range may be empty, and calloc(0) may give NULL */
+		if (want_m && !(o->m = calloc((size_t)len + 1, sizeof(float))))
+			goto oom;
+		if (want_v && !(o->v = calloc((size_t)len + 1, sizeof(float))))
+			goto oom;
+	}
 	o->decay = calloc((size_t)n_params, 1);
 	o->adapt = calloc((size_t)n_params, 1);
 	o->trust = calloc((size_t)n_params, sizeof(float));
@@ -75,6 +83,8 @@ void trn_optim_release(struct trn_optim *o)
 	free(o->adapt);
 	free(o->trust);
 	free(o->norms);
+	trn_optim_q8_free(o->q8);
+	o->q8 = NULL;
 	o->norms = NULL;
 	o->m = o->v = NULL;
 	o->decay = o->adapt = NULL;
@@ -90,9 +100,34 @@ static double lars_ratio(double trust, double wn, double gn, double wd)
 	return trust * wn / (gn + wd * wn);
 }
 
-/* Tensor i's part of the range: [*a, *a + return) in range coordinates
- * (0 = flat offset lo); 0 when the tensor lies outside it. */
-static long piece(const struct trn_optim *o, int i, long *a)
+void trn_optim_reset(struct trn_optim *o)
+{
+	size_t len = (size_t)(o->hi - o->lo);
+	struct trn_optim_q8 *q = o->q8;
+	if (o->m)
+		memset(o->m, 0, sizeof(float) * len);
+	if (o->v)
+		memset(o->v, 0, sizeof(float) * len);
+	if (q && q->m) {
+		memset(q->m, 0, len);
+		memset(q->ms, 0, sizeof(float) * (size_t)q->n_blocks);
+	}
+	if (q && q->v) {
+		memset(q->v, 0, len);
+		memset(q->vs, 0, sizeof(float) * (size_t)q->n_blocks);
+	}
+	o->t = 0;
+}
+
+double trn_optim_state_bytes(const struct trn_optim *o)
+{
+	double len = (double)(o->hi - o->lo);
+	if (o->q8)
+		return o->n_state * (len + 4.0 * (double)o->q8->n_blocks);
+	return o->n_state * 4.0 * len;
+}
+
+long trn_optim_piece(const struct trn_optim *o, int i, long *a)
 {
 	const struct trn_param *p = &o->params[i];
 	long s = p->offset > o->lo ? p->offset : o->lo;
@@ -117,7 +152,7 @@ static void step_elementwise(struct trn_optim *o, float *w, const float *g, doub
 			j++;
 		long first, last, n = 0;
 		for (int k = i; k < j; k++) {
-			long a, len = piece(o, k, &a);
+			long a, len = trn_optim_piece(o, k, &a);
 			if (!len)
 				continue;
 			if (!n)
@@ -159,19 +194,32 @@ int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
 	double bc1 = 1.0 - pow((double)(float)c->beta1, (double)o->t);
 	double bc2 = 1.0 - pow((double)(float)c->beta2, (double)o->t);
 
+	if (o->q8)
+		trn_optim_q8_begin(o);
 	if (c->type == TRN_OPT_SGD || c->type == TRN_OPT_ADAMW) {
-		step_elementwise(o, w, g, lr, bc1, bc2);
-		return 0;
+		if (!o->q8) {
+			step_elementwise(o, w, g, lr, bc1, bc2);
+			return 0;
+		}
+		/* int8 blocks are cut per tensor: tensor by tensor */
+		for (int i = 0; i < o->n_params; i++) {
+			float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
+			trn_optim_q8_update(o, i, w, g, (float)lr, wd, (float)bc1, (float)bc2);
+			o->trust[i] = 1.0f;
+		}
+		return trn_optim_q8_finish(o, err);
 	}
 	/* pass 1: what the trust ratios need, over this range's part of each
 	 * tensor: ||w||^2 and ||g||^2 (LARS) or ||w||^2 and ||u||^2 after the
 	 * moment update (LAMB) */
 	for (int i = 0; i < o->n_params; i++) {
-		long a, n = piece(o, i, &a);
+		long a, n = trn_optim_piece(o, i, &a);
 		double *nw = &o->norms[2 * i], *ng = nw + 1;
 		float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
 		*nw = *ng = 0;
-		if (c->type == TRN_OPT_LAMB && n)
+		if (c->type == TRN_OPT_LAMB && n && o->q8)
+			*ng = trn_optim_q8_lamb_norm(o, i, w, g, wd, (float)bc1, (float)bc2);
+		else if (c->type == TRN_OPT_LAMB && n)
 			*ng = kern_lamb_moments_cpu(o->m + a, o->v + a, g + a, w + a, n, (float)c->beta1,
 			                            (float)c->beta2, (float)c->eps, wd, (float)bc1,
 			                            (float)bc2);
@@ -185,26 +233,31 @@ int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
 		return -1;
 	/* pass 2: the updates with whole-tensor ratios */
 	for (int i = 0; i < o->n_params; i++) {
-		long a, n = piece(o, i, &a);
+		long a, n = trn_optim_piece(o, i, &a);
 		float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
 		double wn = sqrt(o->norms[2 * i]), gn = sqrt(o->norms[2 * i + 1]);
 		double ratio = 1.0;
 		if (c->type == TRN_OPT_LARS) {
 			if (o->adapt[i])
 				ratio = lars_ratio(c->trust_coef, wn, gn, wd);
-			if (n)
+			if (n && o->q8)
+				trn_optim_q8_update(o, i, w, g, (float)(lr * ratio), wd, 0, 0);
+			else if (n)
 				kern_lars_update_cpu(w + a, o->m ? o->m + a : NULL, g + a, n,
 				                     (float)(lr * ratio), (float)c->momentum, wd);
 		} else {
 			if (o->adapt[i])
 				ratio = wn > 0 && gn > 0 ? wn / gn : 1.0;
-			if (n)
+			if (n && o->q8)
+				trn_optim_q8_update(o, i, w, g, (float)(lr * ratio), wd, (float)bc1,
+				                    (float)bc2);
+			else if (n)
 				kern_lamb_apply_cpu(w + a, o->m + a, o->v + a, n, (float)(lr * ratio),
 				                    (float)c->eps, wd, (float)bc1, (float)bc2);
 		}
 		o->trust[i] = (float)ratio;
 	}
-	return 0;
+	return o->q8 ? trn_optim_q8_finish(o, err) : 0;
 }
 
 double trn_grad_norm(const float *g, long n)

@@ -13,14 +13,30 @@
  * ends is updated in part; the norms behind LARS and LAMB trust ratios are
  * summed over the ranks' parts (one allreduce of two doubles per tensor per
  * step), so the ratios are those of whole tensors.
+ *
+ * int8 state (state_dtype int8, kernels/quant8.h): m and v as 8-bit codes
+ * with one fp32 scale per block of KERN_Q8_BLOCK values. Blocks are cut
+ * per tensor from its first element (a tensor's last block may be shorter)
+ * and numbered over the whole buffer in tensor order: they do not depend on
+ * how the ranks cut the buffer, and neither do a checkpoint's state nor the
+ * numerics. A block that a range boundary cuts is held in part by two (or
+ * more) ranks with one shared scale: each updates its part in fp32, the
+ * ranks take the largest absmax (one small allreduce per step) and
+ * requantize at it, so the codes are those one rank would store. The code
+ * map is dynamic (optim_q8.c says why); LARCH_INT8_CODE=linear picks the
+ * affine one, for measurements only.
  */
 #ifndef LARCH_TRAINER_OPTIM_H
 #define LARCH_TRAINER_OPTIM_H
+
+#include <stdint.h>
 
 #include "comm.h"
 #include "err.h"
 #include "model.h"
 #include "spec.h"
+
+struct trn_dp;
 
 struct trn_optim {
 	struct trn_spec_optimizer cfg;
@@ -36,6 +52,41 @@ struct trn_optim {
 	unsigned char *decay;          /* per tensor: weight decay applies */
 	unsigned char *adapt;          /* per tensor: trust ratio applies (lars, lamb) */
 	float *trust;                  /* per tensor: last trust ratio (1 when not adapted) */
+	int n_state;                   /* 0, 1 (m) or 2 (m and v) */
+	struct trn_optim_q8 *q8;       /* int8 state; NULL with fp32 state or none */
+};
+
+/* A block of int8 state that this range holds in part (optim_q8.c). */
+struct trn_optim_q8_cut {
+	int param;                     /* the tensor */
+	long a, n;                     /* range coordinates of the part */
+	long blk;                      /* index into the range's scales */
+	float *m, *v;                  /* its fp32 values during a step [KERN_Q8_BLOCK] */
+};
+
+/* int8 state of a range (optim_q8.c). */
+struct trn_optim_q8 {
+	int map;                       /* enum kern_q8_map */
+	int8_t *m;                     /* codes [hi - lo], or NULL */
+	uint8_t *v;
+	float *ms, *vs;                /* scales of the blocks the range touches [n_blocks] */
+	long *first;                   /* per tensor: the number of its first block [n_params + 1] */
+	long blk0, n_blocks;           /* the range's first block and block count */
+	struct trn_optim_q8_cut cut[2];
+	int n_cut;
+	double *amax;                  /* the cut blocks' absmax of every rank [6 * ranks] */
+};
+
+/* An optimizer's state over the whole buffer, in the model's layout: what
+ * a checkpoint holds (state.h). Either fp32 (m, v) or int8 (codes and the
+ * scales of all the buffer's blocks, q8->first[n_params] of them). */
+struct trn_optim_state {
+	float *m, *v;                  /* fp32 [n_floats], or NULL */
+	int8_t *mq;                    /* int8 codes [n_floats], or NULL */
+	uint8_t *vq;
+	float *ms, *vs;                /* int8 scales [n_blocks], or NULL */
+	long n_blocks;
+	int owned;                     /* the buffers are this struct's (else the optimizer's) */
 };
 
 int trn_optim_init(struct trn_optim *o, const struct trn_spec_optimizer *cfg,
@@ -53,6 +104,26 @@ void trn_optim_release(struct trn_optim *o);
  * may be NULL for a whole-buffer optimizer, which cannot fail). */
 int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
                    struct trn_err *err);
+
+/* Zero state and t = 0: a fresh start. */
+void trn_optim_reset(struct trn_optim *o);
+
+/* Bytes of state this optimizer holds (codes and scales for int8). */
+double trn_optim_state_bytes(const struct trn_optim *o);
+
+/* The whole-buffer state of o: for an optimizer of the whole buffer its
+ * own buffers (borrowed), else new ones. 0, or -1 with err. */
+int trn_optim_state_init(struct trn_optim_state *s, const struct trn_optim *o,
+                         struct trn_err *err);
+void trn_optim_state_release(struct trn_optim_state *s);
+
+/* Saving: every rank's range of the state into s on rank 0 of dp's ranks
+ * (all ranks call it; dp's partition is o's). 0, or -1 with err. */
+int trn_optim_state_gather(struct trn_optim_state *s, const struct trn_optim *o,
+                           struct trn_dp *dp, struct trn_err *err);
+
+/* Loading: o's range of the whole state s. */
+void trn_optim_state_take(struct trn_optim *o, const struct trn_optim_state *s);
 
 /* Global L2 norm of g over all tensors. */
 double trn_grad_norm(const float *g, long n);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "ckpt.h"
+#include "kernels/quant8.h"
 
 #define STATE_FORMAT "larch-ckpt-1"
 
@@ -33,24 +34,36 @@ static int get_meta_long(const struct trn_ckpt *c, const char *path, const char 
 	return 0;
 }
 
+/* prefix<name>: data in p's shape, or with nblk > 0 p's block scales. */
 static void fill_entry(struct trn_ckpt_entry *e, char *name, size_t len, const char *prefix,
-                       const struct trn_param *p, const float *base)
+                       const struct trn_param *p, enum trn_ckpt_dtype dtype, const void *data,
+                       long nblk)
 {
 	snprintf(name, len, "%s%s", prefix, p->name);
 	e->name = name;
-	e->dtype = TRN_CKPT_F32;
-	e->data = base + p->offset;
-	e->ndim = p->ndim;
-	for (int d = 0; d < p->ndim; d++)
+	e->dtype = dtype;
+	e->data = data;
+	e->ndim = nblk ? 1 : p->ndim;
+	e->shape[0] = nblk;
+	for (int d = 0; !nblk && d < p->ndim; d++)
 		e->shape[d] = p->shape[d];
+}
+
+/* "int8-dynamic-2048" for int8 state (code map and block), else "". */
+static void state_code(const struct trn_optim *o, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	if (o->q8)
+		snprintf(buf, len, "int8-%s-%ld", kern_q8_map_name(o->q8->map), KERN_Q8_BLOCK);
 }
 
 int trn_state_save(const char *job_dir, const struct trn_state *s, int keep, struct trn_err *err)
 {
 	const struct trn_model *m = s->model;
 	const struct trn_optim *o = s->opt;
-	int per = 1 + (s->m != NULL) + (s->v != NULL);
-	int n = m->n_params * per;
+	const struct trn_optim_state *os = s->os;
+	const long *first = o->q8 ? o->q8->first : NULL;
+	int n = m->n_params * 5;
 	struct trn_ckpt_entry *entries = calloc((size_t)n, sizeof *entries);
 	char (*names)[TRN_PARAM_NAME + 16] = calloc((size_t)n, sizeof *names);
 	json_t *meta = json_object();
@@ -60,18 +73,27 @@ int trn_state_save(const char *job_dir, const struct trn_state *s, int keep, str
 		goto out;
 	}
 	int k = 0;
+#define ENTRY(prefix, dtype, data, nblk) \
+	(fill_entry(&entries[k], names[k], sizeof names[k], prefix, p, dtype, data, nblk), k++)
 	for (int i = 0; i < m->n_params; i++) {
-		fill_entry(&entries[k], names[k], sizeof names[k], "param.", &m->params[i], s->w);
-		k++;
-		if (s->m) {
-			fill_entry(&entries[k], names[k], sizeof names[k], "optim.m.", &m->params[i], s->m);
-			k++;
+		const struct trn_param *p = &m->params[i];
+		long b0 = first ? first[i] : 0, nb = first ? first[i + 1] - b0 : 0;
+		ENTRY("param.", TRN_CKPT_F32, s->w + p->offset, 0);
+		if (os && os->m)
+			ENTRY("optim.m.", TRN_CKPT_F32, os->m + p->offset, 0);
+		if (os && os->mq) {
+			ENTRY("optim.m.", TRN_CKPT_I8, os->mq + p->offset, 0);
+			ENTRY("optim.m_scale.", TRN_CKPT_F32, os->ms + b0, nb);
 		}
-		if (s->v) {
-			fill_entry(&entries[k], names[k], sizeof names[k], "optim.v.", &m->params[i], s->v);
-			k++;
+		if (os && os->v)
+			ENTRY("optim.v.", TRN_CKPT_F32, os->v + p->offset, 0);
+		if (os && os->vq) {
+			ENTRY("optim.v.", TRN_CKPT_U8, os->vq + p->offset, 0);
+			ENTRY("optim.v_scale.", TRN_CKPT_F32, os->vs + b0, nb);
 		}
 	}
+#undef ENTRY
+	n = k;
 	json_object_set_new(meta, "format", json_string(STATE_FORMAT));
 	set_meta_long(meta, "step", s->step);
 	set_meta_long(meta, "epoch", s->loader->epoch);
@@ -82,6 +104,10 @@ int trn_state_save(const char *job_dir, const struct trn_state *s, int keep, str
 	json_object_set_new(meta, "seed", json_string(seed));
 	json_object_set_new(meta, "optimizer", json_string(trn_opt_name(o->cfg.type)));
 	json_object_set_new(meta, "spec_hash", json_string(s->spec_hash));
+	char code[64];
+	state_code(o, code, sizeof code);
+	if (code[0])
+		json_object_set_new(meta, "optim_state", json_string(code));
 	if (s->ls && s->ls->mode != TRN_LOSS_SCALE_NONE) {
 		char scale[40];
 		snprintf(scale, sizeof scale, "%.17g", s->ls->scale);
@@ -107,18 +133,48 @@ out:
 	return rc;
 }
 
+/* prefix<name> of every parameter into base, elements of size bytes, at
+ * the parameter's offset; or with first, its block scales at first[i]. */
 static int read_tensors(const struct trn_ckpt *c, const char *path, const struct trn_model *m,
-                        const char *prefix, float *base, struct trn_err *err)
+                        const char *prefix, enum trn_ckpt_dtype dtype, void *base, size_t size,
+                        const long *first, struct trn_err *err)
 {
 	for (int i = 0; i < m->n_params; i++) {
 		const struct trn_param *p = &m->params[i];
 		char name[TRN_PARAM_NAME + 16];
+		long at = first ? first[i] : p->offset, n = first ? first[i + 1] - first[i] : p->numel;
 		snprintf(name, sizeof name, "%s%s", prefix, p->name);
 		if (!trn_ckpt_has(c, name))
 			return trn_err_set(err, "%s: tensor %s is missing", path, name);
-		if (trn_ckpt_read(c, name, TRN_CKPT_F32, base + p->offset, p->numel, err) != 0)
+		if (trn_ckpt_read(c, name, dtype, (char *)base + (size_t)at * size, n, err) != 0)
 			return -1;
 	}
+	return 0;
+}
+
+static int read_state(const struct trn_ckpt *c, const char *path, const struct trn_state *s,
+                      struct trn_err *err)
+{
+	const struct trn_model *m = s->model;
+	struct trn_optim_state *os = s->os;
+	const long *first = s->opt->q8 ? s->opt->q8->first : NULL;
+	char want[64];
+	const char *have = trn_ckpt_meta(c, "optim_state");
+	state_code(s->opt, want, sizeof want);
+	if (strcmp(have ? have : "", want) != 0)
+		return trn_err_set(err, "%s: optimizer state written as \"%s\", this run keeps \"%s\"",
+		                   path, have ? have : "fp32", want[0] ? want : "fp32");
+	if (!os)
+		return 0;
+	if ((os->m && read_tensors(c, path, m, "optim.m.", TRN_CKPT_F32, os->m, 4, NULL, err)) ||
+	    (os->v && read_tensors(c, path, m, "optim.v.", TRN_CKPT_F32, os->v, 4, NULL, err)) ||
+	    (os->mq && read_tensors(c, path, m, "optim.m.", TRN_CKPT_I8, os->mq, 1, NULL, err)) ||
+	    (os->mq && read_tensors(c, path, m, "optim.m_scale.", TRN_CKPT_F32, os->ms, 4, first,
+	                            err)) ||
+	    (os->vq && read_tensors(c, path, m, "optim.v.", TRN_CKPT_U8, os->vq, 1, NULL, err)) ||
+	    (os->vq && read_tensors(c, path, m, "optim.v_scale.", TRN_CKPT_F32, os->vs, 4, first,
+	                            err)))
+		return -1;
 	return 0;
 }
 
@@ -145,11 +201,8 @@ int trn_state_load(const char *path, struct trn_state *s, struct trn_err *err)
 	if (get_meta_long(&c, path, "step", &step, err) || get_meta_long(&c, path, "epoch", &epoch, err) ||
 	    get_meta_long(&c, path, "pos", &pos, err) || get_meta_long(&c, path, "t", &t, err))
 		goto out;
-	if (read_tensors(&c, path, s->model, "param.", s->w, err) != 0)
-		goto out;
-	if (s->m && read_tensors(&c, path, s->model, "optim.m.", s->m, err) != 0)
-		goto out;
-	if (s->v && read_tensors(&c, path, s->model, "optim.v.", s->v, err) != 0)
+	if (read_tensors(&c, path, s->model, "param.", TRN_CKPT_F32, s->w, 4, NULL, err) != 0 ||
+	    read_state(&c, path, s, err) != 0)
 		goto out;
 	if (s->ls && s->ls->mode != TRN_LOSS_SCALE_NONE && trn_ckpt_meta(&c, "loss_scale")) {
 		long long clean, skipped;

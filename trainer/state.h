@@ -1,7 +1,11 @@
 /* trainer/state.h - a run's state in a checkpoint, and parameters from a file.
  *
  * A training checkpoint holds param.<name>, optim.m.<name> and optim.v.<name>
- * (where the optimizer has them) as F32 tensors, and the metadata format,
+ * (where the optimizer has them) as F32 tensors, or with int8 optimizer
+ * state optim.m.<name> as I8 and optim.v.<name> as U8 codes in the
+ * parameter's shape, with their block scales optim.m_scale.<name> and
+ * optim.v_scale.<name> (F32, one per block of the tensor) and the metadata
+ * optim_state ("int8-dynamic-2048": code map and block); and the metadata format,
  * step, epoch, pos (the data loader's place), t (optimizer updates), seed,
  * optimizer and spec_hash; with fp16 compute also loss_scale,
  * loss_scale_clean_steps and skipped_steps. Resuming restores all of it, so
@@ -13,7 +17,9 @@
  * one consolidated checkpoint from rank 0: with ZeRO-1 the ranks' shards of
  * the master weights and optimizer state are gathered there first, and every
  * rank reads the whole file on resume and keeps its shard (so a checkpoint
- * also resumes on another rank count, though not bit-exactly).
+ * also resumes on another rank count, though not bit-exactly). int8 blocks
+ * are cut per tensor, whatever the ranks: their state is the same in a
+ * consolidated file whatever the rank count.
  */
 #ifndef LARCH_TRAINER_STATE_H
 #define LARCH_TRAINER_STATE_H
@@ -28,9 +34,10 @@ struct trn_state {
 	const struct trn_model *model; /* the parameter table */
 	struct trn_optim *opt;         /* its type and update count t */
 	struct trn_loader *loader;
-	/* whole-buffer (model layout) fp32 buffers: what a save writes and where
-	 * a load reads to; m and v NULL when the optimizer has none */
-	float *w, *m, *v;
+	/* whole-buffer (model layout) buffers: what a save writes and where a
+	 * load reads to; os NULL, or without m and v, when the optimizer has none */
+	float *w;
+	struct trn_optim_state *os;
 	struct trn_loss_scale *ls;     /* saved and restored when not mode none; may be NULL */
 	long step;                     /* completed steps */
 	uint64_t seed;

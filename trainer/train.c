@@ -18,6 +18,7 @@
 #include "kernels/optimizer.h"
 #include "kernels/parallel.h"
 #include "kernels/precision.h"
+#include "kernels/quant8.h"
 #include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
@@ -74,17 +75,15 @@ static double mib(double bytes)
  * front with the field's name rather than train something else. */
 static int check_supported(const struct trn_spec *s, struct trn_err *err)
 {
-	if (s->offload.optimizer != TRN_OFFLOAD_NONE || s->offload.params != TRN_OFFLOAD_NONE ||
-	    s->offload.activations != TRN_OFFLOAD_NONE)
-		return trn_err_set(err, "offload: offloading is not supported by this larch-train yet "
-		                   "(all of offload.* must be \"none\")");
+	if (s->offload.optimizer != TRN_OFFLOAD_NONE)
+		return trn_err_set(err, "offload.optimizer: offloading the optimizer state is not "
+		                   "supported by this larch-train yet (\"none\" only)");
+	if (s->offload.params != TRN_OFFLOAD_NONE)
+		return trn_err_set(err, "offload.params: offloading the parameters is not supported "
+		                   "by this larch-train yet (\"none\" only)");
 	if (s->parallel.zero_stage > 1)
 		return trn_err_set(err, "parallel.zero_stage: ZeRO stage %d is not supported by this "
 		                   "larch-train yet (0 or 1)", s->parallel.zero_stage);
-	if (s->optimizer.state_dtype != TRN_DTYPE_FP32)
-		return trn_err_set(err, "optimizer.state_dtype: %s optimizer state is not supported by "
-		                   "this larch-train yet (fp32 only)",
-		                   trn_dtype_name(s->optimizer.state_dtype));
 	return 0;
 }
 
@@ -150,12 +149,12 @@ static int evaluate(struct run *r, long step)
 }
 
 /* One line of the memory report: elements stored as dtype (a 16-bit
- * dtype is held in floats on the CPU: that is said too). */
+ * dtype is held in floats on the CPU: that is said too; int8 is int8). */
 static double mem_line(const char *what, enum trn_dtype dtype, double elems, const char *note)
 {
-	int bytes = dtype == TRN_DTYPE_FP32 ? 4 : 2;
+	int bytes = dtype == TRN_DTYPE_FP32 ? 4 : dtype == TRN_DTYPE_INT8 ? 1 : 2;
 	printf("  %-12s %-5s %9.2f MiB", what, trn_dtype_name(dtype), mib(elems * bytes));
-	if (bytes != 4)
+	if (bytes == 2)
 		printf("  (as fp32 on the CPU: %.2f MiB)", mib(elems * 4));
 	printf("%s%s\n", note[0] ? "  " : "", note);
 	return elems * bytes;
@@ -168,7 +167,7 @@ static void print_memory(const struct run *r)
 	const struct trn_model *m = r->model;
 	enum trn_dtype dt = m->dtype;
 	double n = (double)m->n_floats, shard = (double)(r->dp.hi - r->dp.lo);
-	double n_state = (r->opt.m ? 1 : 0) + (r->opt.v ? 1 : 0);
+	double n_state = r->opt.n_state;
 	int size = r->comm->size, zero = r->dp.zero;
 	char note[96] = "";
 	double total = 0;
@@ -189,11 +188,25 @@ static void print_memory(const struct run *r)
 		if (dt != TRN_DTYPE_FP32)
 			total += add;
 	}
-	snprintf(note, sizeof note, "%s%s", r->opt.m && r->opt.v ? "m and v" : r->opt.m ? "m" : "none",
+	snprintf(note, sizeof note, "%s%s", n_state == 2 ? "m and v" : n_state ? "m" : "none",
 	         zero ? ", sharded" : "");
-	total += mem_line("optimizer", TRN_DTYPE_FP32, shard * n_state, note);
+	if (r->opt.q8) {
+		/* codes and a scale per block: bytes, as 1-byte elements */
+		double bytes = trn_optim_state_bytes(&r->opt);
+		snprintf(note + strlen(note), sizeof note - strlen(note),
+		         ", a scale per %ld: 1/%.2f of fp32", KERN_Q8_BLOCK, shard * n_state * 4 / bytes);
+		total += mem_line("optimizer", TRN_DTYPE_INT8, bytes, note);
+	} else {
+		total += mem_line("optimizer", TRN_DTYPE_FP32, shard * n_state, note);
+	}
 	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
+	if (m->act_offload != TRN_OFFLOAD_NONE)
+		snprintf(note, sizeof note, "at micro-batch %ld, offload.activations %s (none: %.2f MiB)",
+		         r->spec->batch.micro, m->act_offload == TRN_OFFLOAD_CPU ? "cpu" : "recompute",
+		         mib((double)m->act_bytes_none / 4 * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
 	total += mem_line("activations", dt, (double)m->act_bytes / 4, note);
+	if (m->act_offload == TRN_OFFLOAD_CPU)
+		mem_line("act offload", dt, (double)m->act_host_bytes / 4, "host memory, not in the total");
 	printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
 }
 
@@ -244,57 +257,19 @@ static int publish_params(struct run *r, struct trn_err *err)
 	return trn_dp_allgather(&r->dp, m->w, err);
 }
 
-/* Whole-buffer optimizer state for a checkpoint (save: gathered on rank 0;
- * load: read whole, then cut to this rank's range). With the whole buffer
- * in one optimizer, its own state. */
-struct whole_state {
-	float *m, *v;
-	int owned;
-};
-
-static int whole_state_alloc(struct run *r, struct whole_state *ws, struct trn_err *err)
-{
-	*ws = (struct whole_state){ .m = r->opt.m, .v = r->opt.v };
-	if (!r->dp.zero)
-		return 0;
-	ws->owned = 1;
-	ws->m = ws->v = NULL;
-	size_t n = (size_t)r->model->n_floats;
-	if ((r->opt.m && !(ws->m = malloc(sizeof(float) * n))) ||
-	    (r->opt.v && !(ws->v = malloc(sizeof(float) * n)))) {
-		free(ws->m);
-		return trn_err_set(err, "checkpoint: out of memory for the whole optimizer state");
-	}
-	return 0;
-}
-
-static void whole_state_free(struct whole_state *ws)
-{
-	if (ws->owned) {
-		free(ws->m);
-		free(ws->v);
-	}
-}
-
 /* Restores the newest checkpoint (every rank reads it). */
 static int load_state(struct run *r, const char *path, struct trn_err *err)
 {
-	struct whole_state ws;
-	if (whole_state_alloc(r, &ws, err) != 0)
+	struct trn_optim_state os;
+	if (trn_optim_state_init(&os, &r->opt, err) != 0)
 		return -1;
 	r->state.w = r->model->w;
-	r->state.m = ws.m;
-	r->state.v = ws.v;
+	r->state.os = &os;
 	int rc = trn_state_load(path, &r->state, err);
-	long lo = r->dp.lo, n = r->dp.hi - r->dp.lo;
-	if (rc == 0 && ws.owned) {
-		if (ws.m)
-			memcpy(r->opt.m, ws.m + lo, sizeof(float) * (size_t)n);
-		if (ws.v)
-			memcpy(r->opt.v, ws.v + lo, sizeof(float) * (size_t)n);
-	}
-	whole_state_free(&ws);
-	r->state.m = r->state.v = NULL;
+	if (rc == 0)
+		trn_optim_state_take(&r->opt, &os);
+	trn_optim_state_release(&os);
+	r->state.os = NULL;
 	return rc;
 }
 
@@ -320,12 +295,7 @@ static int fresh_start(struct run *r, struct trn_err *err)
 	} else {
 		trn_model_init_weights(r->model, s->seed);
 	}
-	size_t n = (size_t)(r->dp.hi - r->dp.lo);
-	if (r->opt.m)
-		memset(r->opt.m, 0, sizeof(float) * n);
-	if (r->opt.v)
-		memset(r->opt.v, 0, sizeof(float) * n);
-	r->opt.t = 0;
+	trn_optim_reset(&r->opt);
 	trn_loss_scale_init(&r->ls, &s->precision);
 	return 0;
 }
@@ -440,30 +410,28 @@ static int save(struct run *r, struct trn_err *err)
 {
 	long n = r->model->n_floats;
 	float *master = NULL;
-	struct whole_state ws = { 0 };
+	struct trn_optim_state os = { 0 };
 	int rc = -1;
 	if (r->master_owned && !(master = malloc(sizeof(float) * (size_t)n))) {
 		trn_err_set(err, "checkpoint: out of memory for the master weights");
 		goto out;
 	}
-	if (whole_state_alloc(r, &ws, err) != 0)
+	if (trn_optim_state_init(&os, &r->opt, err) != 0)
 		goto out;
 	/* without ZeRO the ranks' states are the same, rank 0's is the run's */
 	if ((master && trn_dp_gather(&r->dp, r->master_owned, master, err) != 0) ||
-	    (ws.owned && ws.m && trn_dp_gather(&r->dp, r->opt.m, ws.m, err) != 0) ||
-	    (ws.owned && ws.v && trn_dp_gather(&r->dp, r->opt.v, ws.v, err) != 0))
+	    trn_optim_state_gather(&os, &r->opt, &r->dp, err) != 0)
 		goto out;
 	rc = 0;
 	if (r->lead) {
 		r->state.w = master ? master : r->model->w;
-		r->state.m = ws.m;
-		r->state.v = ws.v;
+		r->state.os = &os;
 		rc = trn_state_save(r->opts->job_dir, &r->state, r->spec->keep_checkpoints, err);
-		r->state.m = r->state.v = NULL;
+		r->state.os = NULL;
 	}
 out:
 	free(master);
-	whole_state_free(&ws);
+	trn_optim_state_release(&os);
 	return rc;
 }
 

@@ -54,7 +54,7 @@ def read_safetensors(path):
     header = json.loads(buf[8:8 + n])
     data = buf[8 + n:]
     meta = header.pop("__metadata__", {})
-    dtypes = {"F32": "<f4", "I64": "<i8", "U8": "u1"}
+    dtypes = {"F32": "<f4", "I64": "<i8", "U8": "u1", "I8": "i1"}
     tensors = {name: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], dtypes[v["dtype"]])
                .reshape(v["shape"]) for name, v in header.items()}
     return tensors, meta

@@ -10,7 +10,7 @@ import struct
 
 import numpy as np
 
-_DTYPES = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8", "U8": "u1"}
+_DTYPES = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8", "U8": "u1", "I8": "i1"}
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
