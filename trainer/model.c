@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                                int max_batch, struct trn_err *err)
+static struct trn_model *build(const struct trn_spec *spec, const struct trn_dataset *ds,
+                               int max_batch, int layout_only, struct trn_err *err)
 {
 	if (max_batch < 1) {
 		trn_err_set(err, "model: micro-batch must be at least 1 (got %d)", max_batch);
@@ -19,14 +19,14 @@ struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_da
 			trn_err_set(err, "model.type: mlp needs image data (data.format idx)");
 			return NULL;
 		}
-		m = trn_mlp_new(spec, ds, max_batch, err);
+		m = trn_mlp_new(spec, ds, max_batch, layout_only, err);
 		break;
 	case TRN_MODEL_GPT:
 		if (ds->task != TRN_TASK_TOKENS) {
 			trn_err_set(err, "model.type: gpt needs token data (data.format tokens_u16 or text)");
 			return NULL;
 		}
-		m = trn_gpt_new(spec, ds, max_batch, err);
+		m = trn_gpt_new(spec, ds, max_batch, layout_only, err);
 		break;
 	default:
 		trn_err_set(err, "model.type: unknown model type");
@@ -35,6 +35,18 @@ struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_da
 	if (m)
 		m->dtype = spec->precision.compute;
 	return m;
+}
+
+struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                int max_batch, struct trn_err *err)
+{
+	return build(spec, ds, max_batch, 0, err);
+}
+
+struct trn_model *trn_model_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                   int max_batch, struct trn_err *err)
+{
+	return build(spec, ds, max_batch, 1, err);
 }
 
 void trn_model_free(struct trn_model *m)

@@ -54,7 +54,15 @@ struct trn_model {
 	float *w;                      /* parameters [n_floats], owned */
 	float *g;                      /* gradients [n_floats], owned */
 	int max_batch;                 /* micro-batch the activations are sized for */
-	long act_bytes;                /* activations and their gradients at max_batch */
+	/* offload.activations: "none" keeps every activation backward needs;
+	 * "recompute" keeps each block's (layer's) input and recomputes the rest
+	 * of the block just before its backward, in one block's scratch; "cpu"
+	 * keeps them in a host store (trainer/act_offload.h) and works in two
+	 * blocks' staging. The gradients are bit-identical in all three. */
+	enum trn_offload act_offload;
+	long act_bytes;                /* activations and their gradients at max_batch, as held */
+	long act_bytes_none;           /* the same with offload.activations "none" */
+	long act_host_bytes;           /* "cpu": the host store (not model memory), else 0 */
 	double flops_per_sample;       /* forward + backward FLOPs of one sample, GEMMs only */
 	long tokens_per_sample;        /* 1 for the mlp, seq for gpt */
 	/* Optional: called by backward as soon as a parameter's gradient is
@@ -111,6 +119,14 @@ const struct trn_param *trn_model_param(const struct trn_model *m, const char *n
 /* Adds a parameter to the table under construction (model files use it):
  * grows m->params and m->n_floats; returns its index, or -1 on allocation failure. */
 int trn_model_add_param(struct trn_model *m, const char *name, int ndim, const int *shape);
+/* The model of trn_model_new without its memory: the parameter table,
+ * n_floats, flops and the activation sizes (act_bytes, act_bytes_none,
+ * act_host_bytes) at max_batch, computed by the walks that lay the real
+ * buffers out, with w, g and the activations unallocated. For memory plans
+ * (plan.h); only trn_model_free may be called on it. ds needs only the
+ * shape fields (task, dim, n_classes, vocab). */
+struct trn_model *trn_model_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                   int max_batch, struct trn_err *err);
 /* Allocates w and g once the table is complete; 0 or -1. */
 int trn_model_alloc(struct trn_model *m);
 /* Frees what trn_model_add_param and trn_model_alloc made (model files call
@@ -123,10 +139,10 @@ void trn_model_release(struct trn_model *m);
 double trn_model_score(const float *logits, const float *losses, const int32_t *targets,
                        long rows, int classes, struct trn_fwd_stats *st);
 
-/* constructors, one per model file */
+/* constructors, one per model file; layout_only: see trn_model_layout */
 struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                              int max_batch, struct trn_err *err);
+                              int max_batch, int layout_only, struct trn_err *err);
 struct trn_model *trn_gpt_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                              int max_batch, struct trn_err *err);
+                              int max_batch, int layout_only, struct trn_err *err);
 
 #endif

@@ -2,9 +2,17 @@
  * blocks (causal self-attention, GELU MLP, residuals), final LayerNorm and a
  * language-model head tied to the token embedding.
  *
- * Activations of every layer are kept for backward; gradients of activations
- * need only one layer's worth of scratch, reused from the top layer down, plus
- * the residual stream's gradient, which each block adds into in place.
+ * Gradients of activations need only one layer's worth of scratch, reused
+ * from the top layer down, plus the residual stream's gradient, which each
+ * block adds into in place. What backward needs of the forward depends on
+ * offload.activations (model.h): "none" keeps every block's activations;
+ * "recompute" keeps each block's input (the residual stream entering it)
+ * and, right before the block's backward, runs its forward again from there
+ * into one block's scratch, shared by all blocks (as far as backward needs:
+ * not the MLP's projection and the residual sum); "cpu" computes each block
+ * in one of two staging slots and keeps its activations in a host store
+ * (trainer/act_offload.h). The recompute runs the same code on the same
+ * inputs, roundings included, so all three give the same bits.
  *
  * With a 16-bit compute dtype (base.dtype) every activation buffer and every
  * activation-gradient buffer is rounded to it right after the op that writes
@@ -30,6 +38,7 @@
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 #include "kernels/softmax_xent.h"
+#include "act_offload.h"
 #include "model.h"
 #include "rng.h"
 
@@ -37,7 +46,10 @@
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB,
        P_FCPW, P_FCPB, P_PER_BLOCK };
 
-struct gpt_layer_acts {
+/* What backward needs of one block: its input and what it computes from
+ * it. The block's output is the next block's input (gpt.top for the last). */
+struct gpt_block_acts {
+	float *x;                          /* [B,T,C] the block's input */
 	float *ln1, *ln1_mean, *ln1_rstd;  /* [B,T,C], [B,T], [B,T] */
 	float *qkv;                        /* [B,T,3C] */
 	float *atty;                       /* [B,T,C] attention output before the projection */
@@ -45,7 +57,6 @@ struct gpt_layer_acts {
 	float *res2;                       /* [B,T,C] residual after attention */
 	float *ln2, *ln2_mean, *ln2_rstd;
 	float *fch, *fch_gelu;             /* [B,T,4C] */
-	float *res3;                       /* [B,T,C] residual after the MLP: the block's output */
 };
 
 struct gpt {
@@ -53,8 +64,12 @@ struct gpt {
 	int L, NH, C, T, V;
 	int B;                             /* rows (samples) in the last forward */
 	float *arena;                      /* every activation and scratch buffer */
-	float *encoded;                    /* [B,T,C] */
-	struct gpt_layer_acts *layers;
+	/* none: one per block; recompute: one, the scratch, whose x points into
+	 * inputs; cpu: two, the staging slots */
+	struct gpt_block_acts *blocks;
+	float *inputs;                     /* recompute: [L][B,T,C] every block's input */
+	struct trn_act_offload off;        /* cpu */
+	float *top;                        /* [B,T,C] the last block's output */
 	float *lnf, *lnf_mean, *lnf_rstd;
 	float *logits;                     /* [B,T,V] */
 	float *losses, *lse;               /* [B,T] */
@@ -69,44 +84,91 @@ static float *wp(struct gpt *g, int idx) { return g->base.w + g->base.params[idx
 static float *gp(struct gpt *g, int idx) { return g->base.g + g->base.params[idx].offset; }
 static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + which; }
 
+/* Where block l's input goes in forward (the embedding's output for block
+ * 0, block l - 1's output otherwise; gpt.top for l = L). With "cpu" this
+ * claims block l's staging slot, once the copy of block l - 2 out of it is
+ * done. */
+static float *fwd_input(struct gpt *g, int l)
+{
+	long btc = (long)g->base.max_batch * g->T * g->C;
+	if (l == g->L)
+		return g->top;
+	switch (g->base.act_offload) {
+	case TRN_OFFLOAD_RECOMPUTE:
+		return g->inputs + l * btc;
+	case TRN_OFFLOAD_CPU:
+		return g->blocks[trn_act_offload_fwd_begin(&g->off, l)].x;
+	default:
+		return g->blocks[l].x;
+	}
+}
+
+/* The buffers block l's forward writes to, its input in place. */
+static struct gpt_block_acts *fwd_acts(struct gpt *g, int l)
+{
+	long btc = (long)g->base.max_batch * g->T * g->C;
+	switch (g->base.act_offload) {
+	case TRN_OFFLOAD_RECOMPUTE:
+		g->blocks[0].x = g->inputs + l * btc;
+		return &g->blocks[0];
+	case TRN_OFFLOAD_CPU:
+		return &g->blocks[l % 2];
+	default:
+		return &g->blocks[l];
+	}
+}
+
+/* Block l's forward from a->x as far as backward needs it: everything in a.
+ * Each op is followed by the rounding of what it wrote (16-bit storage). */
+static void block_fwd(struct gpt *g, int l, struct gpt_block_acts *a)
+{
+	struct trn_model *base = &g->base;
+	int B = g->B, T = g->T, C = g->C, NH = g->NH, BT = B * g->T;
+	long btc = (long)BT * C;
+#define W(which) wp(g, block_param(l, which))
+	kern_layernorm_fwd_cpu(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B), BT, C);
+	trn_model_round(base, a->ln1, btc);
+	kern_matmul_fwd_cpu(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
+	trn_model_round(base, a->qkv, btc * 3);
+	kern_attention_fwd_cpu(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
+	trn_model_round(base, a->atty, btc);
+	trn_model_round(base, a->att, (long)B * NH * T * T);
+	kern_matmul_fwd_cpu(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
+	trn_model_round(base, g->tmp_c, btc);
+	kern_residual_fwd_cpu(a->res2, a->x, g->tmp_c, btc);
+	trn_model_round(base, a->res2, btc);
+	kern_layernorm_fwd_cpu(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W), W(P_LN2B), BT, C);
+	trn_model_round(base, a->ln2, btc);
+	kern_matmul_fwd_cpu(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
+	trn_model_round(base, a->fch, btc * 4);
+	kern_gelu_fwd_cpu(a->fch_gelu, a->fch, btc * 4);
+	trn_model_round(base, a->fch_gelu, btc * 4);
+#undef W
+}
+
 static double gpt_forward(struct trn_model *base, const struct trn_batch *b, struct trn_fwd_stats *st)
 {
 	struct gpt *g = (struct gpt *)base;
-	int B = b->n, T = g->T, C = g->C, NH = g->NH, V = g->V, BT = B * g->T;
+	int B = b->n, T = g->T, C = g->C, V = g->V, BT = B * g->T;
 	long btc = (long)BT * C;
 	g->B = B;
 	int lf = 2 + g->L * P_PER_BLOCK;   /* index of norm_f.weight */
 
 	/* each op is followed by the rounding of what it wrote (16-bit storage) */
-	kern_embedding_fwd_cpu(g->encoded, b->tokens, wp(g, 0), wp(g, 1), B, T, C);
-	trn_model_round(base, g->encoded, btc);
-	const float *x = g->encoded;
+	float *x = fwd_input(g, 0);
+	kern_embedding_fwd_cpu(x, b->tokens, wp(g, 0), wp(g, 1), B, T, C);
+	trn_model_round(base, x, btc);
 	for (int l = 0; l < g->L; l++) {
-		struct gpt_layer_acts *a = &g->layers[l];
-#define W(which) wp(g, block_param(l, which))
-		kern_layernorm_fwd_cpu(a->ln1, a->ln1_mean, a->ln1_rstd, x, W(P_LN1W), W(P_LN1B), BT, C);
-		trn_model_round(base, a->ln1, btc);
-		kern_matmul_fwd_cpu(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
-		trn_model_round(base, a->qkv, btc * 3);
-		kern_attention_fwd_cpu(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
-		trn_model_round(base, a->atty, btc);
-		trn_model_round(base, a->att, (long)B * NH * T * T);
-		kern_matmul_fwd_cpu(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
+		struct gpt_block_acts *a = fwd_acts(g, l);
+		block_fwd(g, l, a);
+		kern_matmul_fwd_cpu(g->tmp_c, a->fch_gelu, wp(g, block_param(l, P_FCPW)),
+		                    wp(g, block_param(l, P_FCPB)), BT, 4 * C, C);
 		trn_model_round(base, g->tmp_c, btc);
-		kern_residual_fwd_cpu(a->res2, x, g->tmp_c, btc);
-		trn_model_round(base, a->res2, btc);
-		kern_layernorm_fwd_cpu(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W), W(P_LN2B), BT, C);
-		trn_model_round(base, a->ln2, btc);
-		kern_matmul_fwd_cpu(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
-		trn_model_round(base, a->fch, btc * 4);
-		kern_gelu_fwd_cpu(a->fch_gelu, a->fch, btc * 4);
-		trn_model_round(base, a->fch_gelu, btc * 4);
-		kern_matmul_fwd_cpu(g->tmp_c, a->fch_gelu, W(P_FCPW), W(P_FCPB), BT, 4 * C, C);
-		trn_model_round(base, g->tmp_c, btc);
-		kern_residual_fwd_cpu(a->res3, a->res2, g->tmp_c, btc);
-		trn_model_round(base, a->res3, btc);
-#undef W
-		x = a->res3;
+		x = fwd_input(g, l + 1);
+		kern_residual_fwd_cpu(x, a->res2, g->tmp_c, btc);
+		trn_model_round(base, x, btc);
+		if (base->act_offload == TRN_OFFLOAD_CPU)
+			trn_act_offload_fwd_end(&g->off, l);
 	}
 	kern_layernorm_fwd_cpu(g->lnf, g->lnf_mean, g->lnf_rstd, x, wp(g, lf), wp(g, lf + 1), BT, C);
 	trn_model_round(base, g->lnf, btc);
@@ -115,6 +177,24 @@ static double gpt_forward(struct trn_model *base, const struct trn_batch *b, str
 	kern_softmax_xent_fwd_cpu(g->losses, g->lse, g->logits, b->targets, BT, V);
 
 	return trn_model_score(g->logits, g->losses, b->targets, BT, V, st);
+}
+
+/* Block l's activations for its backward: with "recompute" its forward
+ * runs again from its saved input; with "cpu" they come back from the host
+ * store (and block l - 1's start to). */
+static struct gpt_block_acts *bwd_acts(struct gpt *g, int l)
+{
+	struct gpt_block_acts *a;
+	switch (g->base.act_offload) {
+	case TRN_OFFLOAD_RECOMPUTE:
+		a = fwd_acts(g, l);
+		block_fwd(g, l, a);
+		return a;
+	case TRN_OFFLOAD_CPU:
+		return &g->blocks[trn_act_offload_bwd_begin(&g->off, l)];
+	default:
+		return &g->blocks[l];
+	}
 }
 
 /* Gradients of activations overwrite their buffers (the _set kernels) where
@@ -145,20 +225,18 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 	trn_model_round(base, g->dlogits, (long)BT * V);
 	kern_matmul_bwd_set_cpu(g->dln, gp(g, 0), NULL, g->dlogits, g->lnf, wp(g, 0), BT, C, V);
 	trn_model_round(base, g->dln, btc);
-	const float *top = g->L ? g->layers[g->L - 1].res3 : g->encoded;
-	kern_layernorm_bwd_set_cpu(g->dres, gp(g, lf), gp(g, lf + 1), g->dln, top, wp(g, lf),
+	kern_layernorm_bwd_set_cpu(g->dres, gp(g, lf), gp(g, lf + 1), g->dln, g->top, wp(g, lf),
 	                           g->lnf_mean, g->lnf_rstd, BT, C);
 	trn_model_round(base, g->dres, btc);
 	trn_model_grad_ready(base, lf + 1);
 	trn_model_grad_ready(base, lf);
 
 	for (int l = g->L - 1; l >= 0; l--) {
-		struct gpt_layer_acts *a = &g->layers[l];
-		const float *x = l ? g->layers[l - 1].res3 : g->encoded;
+		struct gpt_block_acts *a = bwd_acts(g, l);
 #define W(which) wp(g, block_param(l, which))
 #define G(which) gp(g, block_param(l, which))
 #define READY(which) trn_model_grad_ready(base, block_param(l, which))
-		/* res3 = res2 + fcproj: dres flows to both unchanged */
+		/* output = res2 + fcproj: dres flows to both unchanged */
 		kern_matmul_bwd_set_cpu(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
 		                        BT, 4 * C, C);
 		trn_model_round(base, g->dbig, btc * 4);
@@ -189,7 +267,7 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 		trn_model_round(base, g->dln, btc);
 		READY(P_QKVB);
 		READY(P_QKVW);
-		kern_layernorm_bwd_cpu(g->dres, G(P_LN1W), G(P_LN1B), g->dln, x, W(P_LN1W),
+		kern_layernorm_bwd_cpu(g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
 		                       a->ln1_mean, a->ln1_rstd, BT, C);
 		trn_model_round(base, g->dres, btc);
 		READY(P_LN1B);
@@ -236,8 +314,9 @@ static void gpt_init_weights(struct trn_model *base, uint64_t seed)
 static void gpt_free(struct trn_model *base)
 {
 	struct gpt *g = (struct gpt *)base;
+	trn_act_offload_release(&g->off);
 	free(g->arena);
-	free(g->layers);
+	free(g->blocks);
 	trn_model_release(base);
 	free(g);
 }
@@ -279,49 +358,96 @@ static int add_params(struct gpt *g)
 	return 0;
 }
 
-/* Lays every activation buffer out in one arena. With arena NULL it only
- * counts; the same walk then hands out the pointers, so the two cannot disagree. */
-static long carve(struct gpt *g, long B, float *arena)
+/* Lays one block's activations out from base (with x when with_x), or with
+ * base NULL only counts them; returns their floats. */
+static long carve_block(const struct gpt *g, long B, struct gpt_block_acts *a, float *base,
+                        int with_x)
+{
+	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
+	long used = 0;
+#define TAKE(ptr, n) do { if (base) (ptr) = base + used; used += (n); } while (0)
+	if (with_x)
+		TAKE(a->x, BT * C);
+	TAKE(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
+	TAKE(a->qkv, BT * 3 * C); TAKE(a->atty, BT * C); TAKE(a->att, att);
+	TAKE(a->res2, BT * C);
+	TAKE(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
+	TAKE(a->fch, BT * 4 * C); TAKE(a->fch_gelu, BT * 4 * C);
+#undef TAKE
+	return used;
+}
+
+/* Lays every activation buffer of mode out in one arena. With arena NULL it
+ * only counts; the same walk then hands out the pointers, so the two cannot
+ * disagree. */
+static long carve(struct gpt *g, enum trn_offload mode, long B, float *arena)
 {
 	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
 	long used = 0;
 #define TAKE(ptr, n) do { if (arena) (ptr) = arena + used; used += (n); } while (0)
-	TAKE(g->encoded, BT * C);
-	for (int l = 0; l < g->L; l++) {
-		struct gpt_layer_acts *a = &g->layers[l];
-		TAKE(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
-		TAKE(a->qkv, BT * 3 * C); TAKE(a->atty, BT * C); TAKE(a->att, att);
-		TAKE(a->res2, BT * C);
-		TAKE(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
-		TAKE(a->fch, BT * 4 * C); TAKE(a->fch_gelu, BT * 4 * C);
-		TAKE(a->res3, BT * C);
+#define BLOCK(i, with_x) (used += carve_block(g, B, arena ? &g->blocks[i] : NULL, \
+                                              arena ? arena + used : NULL, with_x))
+	switch (mode) {
+	case TRN_OFFLOAD_RECOMPUTE:
+		TAKE(g->inputs, g->L * BT * C);
+		BLOCK(0, 0);
+		break;
+	case TRN_OFFLOAD_CPU:
+		BLOCK(0, 1);
+		BLOCK(1, 1);
+		break;
+	default:
+		for (int l = 0; l < g->L; l++)
+			BLOCK(l, 1);
 	}
+	TAKE(g->top, BT * C);
 	TAKE(g->lnf, BT * C); TAKE(g->lnf_mean, BT); TAKE(g->lnf_rstd, BT);
 	TAKE(g->logits, BT * g->V); TAKE(g->losses, BT); TAKE(g->lse, BT);
 	TAKE(g->tmp_c, BT * C);
 	TAKE(g->dres, BT * C); TAKE(g->dln, BT * C); TAKE(g->datty, BT * C);
 	TAKE(g->dbig, BT * 4 * C); TAKE(g->dqkv, BT * 3 * C);
 	TAKE(g->datt, att); TAKE(g->dlogits, BT * g->V);
+#undef BLOCK
 #undef TAKE
 	return used;
 }
 
-static int alloc_acts(struct gpt *g, int B)
+/* Sizes the activations of mode (act_bytes, act_bytes_none, act_host_bytes)
+ * and, unless layout_only, allocates and lays them out. */
+static int alloc_acts(struct gpt *g, enum trn_offload mode, int B, int layout_only)
 {
-	g->layers = calloc((size_t)g->L, sizeof *g->layers);
-	if (!g->layers)
+	int n_blocks = mode == TRN_OFFLOAD_CPU ? 2 : mode == TRN_OFFLOAD_RECOMPUTE ? 1 : g->L;
+	g->base.act_offload = mode;
+	g->blocks = calloc((size_t)n_blocks, sizeof *g->blocks);
+	if (!g->blocks)
 		return -1;
-	long total = carve(g, B, NULL);
-	g->arena = malloc(sizeof(float) * (size_t)total);
-	if (!g->arena)
-		return -1;
-	carve(g, B, g->arena);
+	long total = carve(g, mode, B, NULL);
 	g->base.act_bytes = total * (long)sizeof(float);
-	return 0;
+	g->base.act_bytes_none = carve(g, TRN_OFFLOAD_NONE, B, NULL) * (long)sizeof(float);
+	long *floats = NULL;
+	if (mode == TRN_OFFLOAD_CPU) {
+		if (!(floats = malloc(sizeof *floats * (size_t)g->L)))
+			return -1;
+		for (int l = 0; l < g->L; l++)
+			floats[l] = carve_block(g, B, NULL, NULL, 1);
+		g->base.act_host_bytes = trn_act_offload_host_floats(g->L, floats) * (long)sizeof(float);
+	}
+	int rc = 0;
+	if (!layout_only) {
+		g->arena = malloc(sizeof(float) * (size_t)total);
+		if (!g->arena)
+			rc = -1;
+		else
+			carve(g, mode, B, g->arena);
+		if (rc == 0 && floats)
+			rc = trn_act_offload_init(&g->off, g->L, floats, g->blocks[0].x, g->blocks[1].x);
+	}
+	free(floats);
+	return rc;
 }
 
 struct trn_model *trn_gpt_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                              int max_batch, struct trn_err *err)
+                              int max_batch, int layout_only, struct trn_err *err)
 {
 	const struct trn_spec_model *ms = &spec->model;
 	int vocab = ms->vocab ? ms->vocab : (spec->data.format == TRN_DATA_TEXT ? 256 : 50257);
@@ -344,7 +470,8 @@ struct trn_model *trn_gpt_new(const struct trn_spec *spec, const struct trn_data
 	base->ops = &gpt_ops;
 	base->max_batch = max_batch;
 	base->tokens_per_sample = g->T;
-	if (add_params(g) < 0 || trn_model_alloc(base) < 0 || alloc_acts(g, max_batch) < 0) {
+	if (add_params(g) < 0 || (!layout_only && trn_model_alloc(base) < 0) ||
+	    alloc_acts(g, spec->offload.activations, max_batch, layout_only) < 0) {
 		gpt_free(base);
 		trn_err_set(err, "model: out of memory for %d layers of dim %d at micro-batch %d x %d",
 		            ms->layers, ms->dim, max_batch, ms->seq);

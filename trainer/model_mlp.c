@@ -13,6 +13,15 @@
  * rounding either way: it passes rounded values or zeros. The per-sample
  * losses and lse stay fp32 (reductions), and the input rows arrive already
  * rounded (trainer/train.c; capi.c for the tests).
+ *
+ * A hidden layer is a block for offload.activations (model.h): what backward
+ * needs of it is its output after the activation (the next layer's input)
+ * and, for GELU, before it. "recompute" keeps the former and recomputes the
+ * latter (the layer's matmul from its saved input, into one scratch shared
+ * by all layers) just before the activation's backward; ReLU, applied in
+ * place, keeps nothing else, so there it changes nothing. "cpu" works in two
+ * staging slots and keeps the hidden layers' outputs in a host store
+ * (trainer/act_offload.h). The logits stay in the model's memory.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +31,7 @@
 #include "kernels/matmul.h"
 #include "kernels/relu.h"
 #include "kernels/softmax_xent.h"
+#include "act_offload.h"
 #include "model.h"
 #include "rng.h"
 
@@ -32,13 +42,40 @@ struct mlp {
 	int n_layers;
 	int dims[MLP_MAX_LAYERS + 1];  /* dims[0] input, dims[i + 1] output of layer i */
 	enum trn_act act;
+	float *arena;                  /* every activation and scratch buffer */
 	float *pre[MLP_MAX_LAYERS];    /* layer outputs before the activation [B, dims[i+1]] */
 	float *post[MLP_MAX_LAYERS];   /* after the activation (hidden layers only); for ReLU
 	                                  the same buffer as pre[i], applied in place */
+	float *slot[2];                /* "cpu": staging, where pre and post of hidden layers point */
+	struct trn_act_offload off;    /* "cpu" */
 	float *dpre, *dpost;           /* gradient scratch, sized for the widest layer */
 	float *losses, *lse;           /* [B] */
 	int n;                         /* rows in the last forward */
 };
+
+/* floats of hidden layer j's saved activations at max_batch rows */
+static long block_floats(const struct mlp *m, int j)
+{
+	return (m->act == TRN_ACT_GELU ? 2L : 1L) * m->base.max_batch * m->dims[j + 1];
+}
+
+/* "cpu": points hidden layer j's pre and post into staging slot s */
+static void map_block(struct mlp *m, int j, int s)
+{
+	m->post[j] = m->slot[s];
+	m->pre[j] = m->act == TRN_ACT_GELU ? m->slot[s] + (long)m->base.max_batch * m->dims[j + 1]
+	                                   : m->slot[s];
+}
+
+/* Layer i's output before the activation into pre[i], rounded. */
+static void layer_fwd(struct mlp *m, const float *inp, int i, int n)
+{
+	struct trn_model *base = &m->base;
+	const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
+	kern_matmul_fwd_cpu(m->pre[i], inp, base->w + w->offset, base->w + bias->offset, n,
+	                    m->dims[i], m->dims[i + 1]);
+	trn_model_round(base, m->pre[i], (long)n * m->dims[i + 1]);
+}
 
 static const float *layer_input(const struct mlp *m, const struct trn_batch *b, int i)
 {
@@ -50,19 +87,22 @@ static double mlp_forward(struct trn_model *base, const struct trn_batch *b, str
 	struct mlp *m = (struct mlp *)base;
 	int n = b->n;
 	m->n = n;
+	int cpu = base->act_offload == TRN_OFFLOAD_CPU;
 	for (int i = 0; i < m->n_layers; i++) {
-		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
 		long len = (long)n * m->dims[i + 1];
-		kern_matmul_fwd_cpu(m->pre[i], layer_input(m, b, i), base->w + w->offset,
-		                    base->w + bias->offset, n, m->dims[i], m->dims[i + 1]);
-		trn_model_round(base, m->pre[i], len);
-		if (i + 1 < m->n_layers) {
+		int hidden = i + 1 < m->n_layers;
+		if (cpu && hidden)
+			map_block(m, i, trn_act_offload_fwd_begin(&m->off, i));
+		layer_fwd(m, layer_input(m, b, i), i, n);
+		if (hidden) {
 			if (m->act == TRN_ACT_GELU) {
 				kern_gelu_fwd_cpu(m->post[i], m->pre[i], len);
 				trn_model_round(base, m->post[i], len);
 			} else {
 				kern_relu_fwd_cpu(m->post[i], m->pre[i], len);
 			}
+			if (cpu)
+				trn_act_offload_fwd_end(&m->off, i);
 		}
 	}
 	int classes = m->dims[m->n_layers];
@@ -88,6 +128,9 @@ static void mlp_backward(struct trn_model *base, const struct trn_batch *b, floa
 	trn_model_round(base, dout, (long)n * m->dims[last + 1]);
 	for (int i = last; i >= 0; i--) {
 		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
+		/* layer i's input and the activation's backward below need hidden layer i - 1 */
+		if (i > 0 && base->act_offload == TRN_OFFLOAD_CPU)
+			map_block(m, i - 1, trn_act_offload_bwd_begin(&m->off, i - 1));
 		kern_matmul_bwd_set_cpu(i > 0 ? dinp : NULL, base->g + w->offset,
 		                        base->g + bias->offset, dout, layer_input(m, b, i),
 		                        base->w + w->offset, n, m->dims[i], m->dims[i + 1]);
@@ -97,6 +140,8 @@ static void mlp_backward(struct trn_model *base, const struct trn_batch *b, floa
 			long len = (long)n * m->dims[i];
 			trn_model_round(base, dinp, len);
 			if (m->act == TRN_ACT_GELU) {
+				if (base->act_offload == TRN_OFFLOAD_RECOMPUTE)
+					layer_fwd(m, layer_input(m, b, i - 1), i - 1, n);
 				kern_gelu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
 				trn_model_round(base, dinp, len);
 			} else {
@@ -129,15 +174,8 @@ static void mlp_init_weights(struct trn_model *base, uint64_t seed)
 static void mlp_free(struct trn_model *base)
 {
 	struct mlp *m = (struct mlp *)base;
-	for (int i = 0; i < MLP_MAX_LAYERS; i++) {
-		if (m->post[i] != m->pre[i])
-			free(m->post[i]);
-		free(m->pre[i]);
-	}
-	free(m->dpre);
-	free(m->dpost);
-	free(m->losses);
-	free(m->lse);
+	trn_act_offload_release(&m->off);
+	free(m->arena);
 	trn_model_release(base);
 	free(m);
 }
@@ -149,8 +187,84 @@ static const struct trn_model_ops mlp_ops = {
 	.free = mlp_free,
 };
 
+/* Lays every activation buffer of mode out in one arena for B rows. With
+ * arena NULL it only counts; the same walk then hands out the pointers, so
+ * the two cannot disagree. */
+static long carve(struct mlp *m, enum trn_offload mode, long B, int widest, float *arena)
+{
+	int last = m->n_layers - 1, gelu = m->act == TRN_ACT_GELU;
+	long used = 0;
+#define TAKE(ptr, n) do { if (arena) (ptr) = arena + used; used += (n); } while (0)
+	if (mode == TRN_OFFLOAD_RECOMPUTE && gelu && last > 0) {
+		/* one pre for all hidden layers, recomputed for backward */
+		long wide = 0;
+		for (int j = 0; j < last; j++)
+			wide = m->dims[j + 1] > wide ? m->dims[j + 1] : wide;
+		float *scratch = NULL;
+		TAKE(scratch, B * wide);
+		for (int j = 0; j < last; j++) {
+			if (arena)
+				m->pre[j] = scratch;
+			TAKE(m->post[j], B * m->dims[j + 1]);
+		}
+	} else if (mode == TRN_OFFLOAD_CPU && last > 0) {
+		long slot = 0;
+		for (int j = 0; j < last; j++)
+			slot = block_floats(m, j) > slot ? block_floats(m, j) : slot;
+		TAKE(m->slot[0], slot);
+		TAKE(m->slot[1], slot);
+	} else {
+		for (int j = 0; j < last; j++) {
+			TAKE(m->pre[j], B * m->dims[j + 1]);
+			if (gelu)
+				TAKE(m->post[j], B * m->dims[j + 1]);
+			else if (arena)
+				m->post[j] = m->pre[j];
+		}
+	}
+	TAKE(m->pre[last], B * m->dims[last + 1]);
+	TAKE(m->dpre, B * widest);
+	TAKE(m->dpost, B * widest);
+	TAKE(m->losses, B);
+	TAKE(m->lse, B);
+#undef TAKE
+	return used;
+}
+
+/* Sizes the activations of mode (act_bytes, act_bytes_none, act_host_bytes)
+ * and, unless layout_only, allocates and lays them out. */
+static int alloc_acts(struct mlp *m, enum trn_offload mode, int widest, int layout_only)
+{
+	struct trn_model *base = &m->base;
+	long B = base->max_batch;
+	base->act_offload = mode;
+	long total = carve(m, mode, B, widest, NULL);
+	base->act_bytes = total * (long)sizeof(float);
+	base->act_bytes_none = carve(m, TRN_OFFLOAD_NONE, B, widest, NULL) * (long)sizeof(float);
+	if (mode == TRN_OFFLOAD_CPU) {
+		long floats[MLP_MAX_LAYERS];
+		int n_blocks = m->n_layers - 1;
+		for (int j = 0; j < n_blocks; j++)
+			floats[j] = block_floats(m, j);
+		base->act_host_bytes = trn_act_offload_host_floats(n_blocks, floats) *
+		                       (long)sizeof(float);
+		if (layout_only)
+			return 0;
+		if (!(m->arena = malloc(sizeof(float) * (size_t)total)))
+			return -1;
+		carve(m, mode, B, widest, m->arena);
+		return trn_act_offload_init(&m->off, n_blocks, floats, m->slot[0], m->slot[1]);
+	}
+	if (layout_only)
+		return 0;
+	if (!(m->arena = malloc(sizeof(float) * (size_t)total)))
+		return -1;
+	carve(m, mode, B, widest, m->arena);
+	return 0;
+}
+
 struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                              int max_batch, struct trn_err *err)
+                              int max_batch, int layout_only, struct trn_err *err)
 {
 	struct mlp *m = calloc(1, sizeof *m);
 	if (!m) {
@@ -170,7 +284,6 @@ struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_data
 
 	int widest = 0;
 	double flops = 0;
-	long act_floats = 0;
 	for (int i = 0; i < m->n_layers; i++) {
 		char name[TRN_PARAM_NAME];
 		int wshape[2] = { m->dims[i + 1], m->dims[i] }, bshape[1] = { m->dims[i + 1] };
@@ -186,27 +299,10 @@ struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_data
 			widest = m->dims[i];
 		/* forward 2, weight gradient 2, input gradient 2 (not for the first layer) */
 		flops += (i == 0 ? 4.0 : 6.0) * m->dims[i] * m->dims[i + 1];
-
-		size_t rows = (size_t)max_batch * m->dims[i + 1];
-		if (!(m->pre[i] = malloc(sizeof(float) * rows)))
-			goto oom;
-		act_floats += (long)rows;
-		if (i + 1 < m->n_layers && m->act == TRN_ACT_RELU) {
-			m->post[i] = m->pre[i];
-		} else if (i + 1 < m->n_layers) {
-			if (!(m->post[i] = malloc(sizeof(float) * rows)))
-				goto oom;
-			act_floats += (long)rows;
-		}
 	}
-	m->dpre = malloc(sizeof(float) * (size_t)max_batch * widest);
-	m->dpost = malloc(sizeof(float) * (size_t)max_batch * widest);
-	m->losses = malloc(sizeof(float) * (size_t)max_batch);
-	m->lse = malloc(sizeof(float) * (size_t)max_batch);
-	if (!m->dpre || !m->dpost || !m->losses || !m->lse || trn_model_alloc(base) < 0)
+	if ((!layout_only && trn_model_alloc(base) < 0) ||
+	    alloc_acts(m, spec->offload.activations, widest, layout_only) < 0)
 		goto oom;
-	act_floats += 2L * max_batch * widest + 2L * max_batch;
-	base->act_bytes = act_floats * (long)sizeof(float);
 	base->flops_per_sample = flops;
 	return base;
 oom:

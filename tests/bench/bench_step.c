@@ -2,7 +2,7 @@
  * time of its GEMMs alone.
  *
  *   bench_step SPEC [--rounds R] [--seconds S] [--warmup W] [--threads N]
- *              [--clock wall|cpu] [--json]
+ *              [--clock wall|cpu] [--activations none|recompute|cpu] [--json]
  *   bench_step --blas     (prints the BLAS line and exits)
  *
  * Builds the model of SPEC with a synthetic micro-batch of the right shape
@@ -16,7 +16,9 @@
  * tests/bench/bench_speed.py. --clock cpu times with the process's CPU time
  * instead of the wall clock: with --threads 1 that is robust to other
  * processes on a busy machine (with more threads it counts OpenMP's
- * spin-waiting too). Not a test: it never fails on a figure.
+ * spin-waiting too). --activations overrides the spec's
+ * offload.activations; the activation memory the model holds is printed
+ * (and the host store's with cpu). Not a test: it never fails on a figure.
  */
 #include <jansson.h>
 #include <math.h>
@@ -46,6 +48,7 @@ struct opts {
 	int warmup;                    /* steps */
 	int threads;
 	int json;
+	int activations;               /* enum trn_offload, or -1: the spec's */
 };
 
 struct bench {
@@ -151,6 +154,8 @@ static int setup(struct bench *b, const struct opts *o)
 	}
 	if (o->threads > 0)
 		kern_set_threads(o->threads);
+	if (o->activations >= 0)
+		b->spec.offload.activations = (enum trn_offload)o->activations;
 	const struct trn_spec *s = &b->spec;
 	int is_tokens = s->model.type == TRN_MODEL_GPT;
 	if (!is_tokens) {
@@ -204,12 +209,13 @@ static void release(struct bench *b)
 static void usage(FILE *out)
 {
 	fputs("usage: bench_step SPEC [--rounds R] [--seconds S] [--warmup W] [--threads N] "
-	      "[--clock wall|cpu] [--json]\n       bench_step --blas\n", out);
+	      "[--clock wall|cpu] [--activations none|recompute|cpu] [--json]\n"
+	      "       bench_step --blas\n", out);
 }
 
 static int parse_args(struct opts *o, int argc, char **argv)
 {
-	*o = (struct opts){ .rounds = 7, .seconds = 0.5, .warmup = 5 };
+	*o = (struct opts){ .rounds = 7, .seconds = 0.5, .warmup = 5, .activations = -1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -238,6 +244,19 @@ static int parse_args(struct opts *o, int argc, char **argv)
 				return -1;
 			}
 			clock_id = strcmp(v, "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
+			i++;
+		} else if (v && strcmp(a, "--activations") == 0) {
+			static const char *const names[] = { [TRN_OFFLOAD_NONE] = "none",
+			                                      [TRN_OFFLOAD_CPU] = "cpu",
+			                                      [TRN_OFFLOAD_RECOMPUTE] = "recompute" };
+			for (int k = 0; k < 3; k++)
+				if (strcmp(v, names[k]) == 0)
+					o->activations = k;
+			if (o->activations < 0) {
+				fprintf(stderr, "bench_step: --activations: none, recompute or cpu "
+				        "(got \"%s\")\n", v);
+				return -1;
+			}
 			i++;
 		} else if (v && strcmp(a, "--threads") == 0) {
 			o->threads = atoi(v), i++;
@@ -324,6 +343,12 @@ int main(int argc, char **argv)
 	       clock_id == CLOCK_MONOTONIC ? "wall" : "process CPU time");
 	printf("gemm trace: %ld calls, %.3f GFLOP per step (model's count %.3f)\n", calls,
 	       flops * 1e-9, m->flops_per_sample * per_step * 1e-9);
+	static const char *const act_names[] = { [TRN_OFFLOAD_NONE] = "none",
+	                                         [TRN_OFFLOAD_CPU] = "cpu",
+	                                         [TRN_OFFLOAD_RECOMPUTE] = "recompute" };
+	printf("activations: %s, %.2f MiB (none: %.2f MiB), host store %.2f MiB\n",
+	       act_names[m->act_offload], m->act_bytes / 1048576.0, m->act_bytes_none / 1048576.0,
+	       m->act_host_bytes / 1048576.0);
 	printf("rounds: %d x %d steps, then %d replays; last loss %.4f, grad norm %.4g\n",
 	       o.rounds, n, n, b.loss, b.gnorm);
 	printf("%-6s %10s %10s %12s %9s %8s\n", "round", "step ms", "gemm ms", unit, "GFLOP/s",
@@ -340,7 +365,7 @@ int main(int argc, char **argv)
 
 	if (o.json) {
 		json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-		                      "s:f, s:o, s:o, s:I, s:I}",
+		                      "s:f, s:o, s:o, s:I, s:I, s:s, s:I, s:I, s:I}",
 		                      "name", s->name, "model", is_gpt ? "gpt" : "mlp",
 		                      "blas", kern_blas_describe(), "threads", kern_threads(),
 		                      "rounds", o.rounds, "step_ms", med_step, "gemm_ms", med_gemm,
@@ -350,7 +375,11 @@ int main(int argc, char **argv)
 		                      "tokens_per_step", tokens, "gflop_per_step", flops * 1e-9,
 		                      "loss", json_number(b.loss), "grad_norm", json_number(b.gnorm),
 		                      "gemm_calls", (json_int_t)calls,
-		                      "steps_per_round", (json_int_t)n);
+		                      "steps_per_round", (json_int_t)n,
+		                      "activations", act_names[m->act_offload],
+		                      "act_bytes", (json_int_t)m->act_bytes,
+		                      "act_bytes_none", (json_int_t)m->act_bytes_none,
+		                      "act_host_bytes", (json_int_t)m->act_host_bytes);
 		char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 		printf("json: %s\n", text ? text : "{}");
 		free(text);
