@@ -31,6 +31,10 @@ struct api_jobs_hooks {
 	/* Optional. Whether a job may ask for this partition: 0 yes (or cannot
 	 * tell now), -1 no with err naming it (the API answers 400). */
 	int (*partition_ok)(void *arg, const char *partition, char *err, size_t errlen);
+	/* Optional. The memory a job's rank may use: host bytes per node of
+	 * partition (NULL: the default one; 0 = unknown) and bytes per GPU (0 =
+	 * unknown), for the submit-time memory plan. */
+	void (*memory_limits)(void *arg, const char *partition, double *host, double *gpu);
 	/* Optional. The executor's health for /healthz: 1 ok, 0 degraded (detail
 	 * says why). */
 	int (*health)(void *arg, char *detail, size_t len);

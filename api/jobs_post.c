@@ -21,6 +21,7 @@
 #include "jobs_common.h"
 #include "jobs_hooks.h"
 #include "reply.h"
+#include "trainer/plan.h"
 #include "trainer/spec.h"
 
 #define IDEM_KEY_MAX 128
@@ -58,6 +59,62 @@ static const char *bad_key(const char *key)
 
 /* 400 invalid_spec; detail.field is the path the validator's message starts
  * with ("batch.global: must be ..." -> "batch.global"). */
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The memory preflight (trainer/plan.h): a spec whose plan needs more than a
+ * node of its partition has (or its resources.mem), or more than a GPU has,
+ * is answered 422 with the plan, the limits and the largest micro-batch that
+ * fits. A plan that cannot be made here (the data files are not readable
+ * from larchd's host) does not stop the submit. Returns 0 to go on, or 1
+ * with the reply in *ret. */
+static int check_memory(struct api_request *req, const struct api_jobs_hooks *hooks,
+                        const struct trn_spec *spec, enum MHD_Result *ret)
+{
+	const int go_on = 0;
+	double host = 0, gpu = 0;
+	hooks->memory_limits(hooks->arg, spec->resources.partition, &host, &gpu);
+	double mem = (double)spec->resources.mem_bytes;
+	const char *host_what = "a node of the partition has";
+	if (mem > 0 && (host <= 0 || mem < host)) {
+		host = mem;
+		host_what = "resources.mem gives";
+	}
+	if (spec->resources.gpus_per_node <= 0)
+		gpu = 0;
+	if (host <= 0 && gpu <= 0)
+		return go_on;
+	struct trn_plan p;
+	struct trn_err err = { 0 };
+	if (trn_plan_make(&p, spec, 0, &err) != 0)
+		return go_on;
+	double node = p.host_bytes * p.ranks_per_node;
+	int host_ok = host <= 0 || node <= host, gpu_ok = gpu <= 0 || p.device_bytes <= gpu;
+	if (host_ok && gpu_ok)
+		return go_on;
+	long best = trn_plan_max_micro(spec, host, gpu, &err);
+	char micro[96];
+	if (best > 0)
+		snprintf(micro, sizeof micro, "the largest micro-batch that fits is %ld", best);
+	else
+		snprintf(micro, sizeof micro, "it does not fit even at micro-batch 1");
+	json_t *detail = json_pack("{s:o, s:f, s:f, s:I}", "plan", trn_plan_json(&p),
+	                           "host_limit_bytes", host, "gpu_limit_bytes", gpu,
+	                           "largest_micro", (json_int_t)(best > 0 ? best : 0));
+	if (!host_ok)
+		*ret = api_reply_error_detail(req, 422, API_ERR_INFEASIBLE, detail,
+		                              "memory: the job needs %.2f GiB of host memory per node "
+		                              "(%d rank%s x %.2f GiB at micro-batch %ld), %s %.2f GiB; %s",
+		                              node / GIB, p.ranks_per_node,
+		                              p.ranks_per_node > 1 ? "s" : "", p.host_bytes / GIB,
+		                              p.micro, host_what, host / GIB, micro);
+	else
+		*ret = api_reply_error_detail(req, 422, API_ERR_INFEASIBLE, detail,
+		                              "memory: the job needs %.2f GiB per GPU at micro-batch "
+		                              "%ld, a GPU has %.2f GiB (gpu_memory); %s",
+		                              p.device_bytes / GIB, p.micro, gpu / GIB, micro);
+	return 1;
+}
+
 static enum MHD_Result reply_invalid(struct api_request *req, const char *message)
 {
 	const char *colon = strstr(message, ": ");
@@ -146,6 +203,8 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 		ret = reply_invalid(req, perr);
 		goto out;
 	}
+	if (hooks && hooks->memory_limits && check_memory(req, hooks, spec, &ret))
+		goto out;
 	s->in = (struct db_job_new){
 		.owner = req->principal.user,
 		.name = s->name,

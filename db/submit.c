@@ -43,6 +43,7 @@ struct db_group {
 	struct req *head, **tail;      /* the queue */
 	int stop;
 	uint64_t groups, submits;      /* committed groups and submits in them */
+	int64_t last_now;              /* the newest submit time handed out */
 };
 
 /* ---- one submit, inside a transaction ---------------------------------------- */
@@ -301,6 +302,12 @@ static int enqueue(struct db_group *g, struct req *r, struct db_err *err)
 {
 	if (g->stop)
 		return DB_FAIL(err, DB_BUSY, "submit: the database is closing");
+	/* ids follow the queue's order: stamp the submit time here, under the
+	 * lock, so that a newer job never reads as submitted before an older */
+	if (!r->in->time_ms) {
+		int64_t now = db_now_ms();
+		r->now = g->last_now = now > g->last_now ? now : g->last_now;
+	}
 	*g->tail = r;
 	g->tail = &r->next;
 	pthread_cond_signal(&g->wake);

@@ -74,6 +74,10 @@ static const struct key keys[] = {
 	{ .name = "cancel_grace", .kind = K_UINT, .offset = FIELD(cancel_grace), .def = "30",
 	  .min = 1, .max = 86400, .metavar = "SECONDS",
 	  .help = "a cancelled job's time to checkpoint after SIGTERM, then SIGKILL" },
+	{ .name = "gpu_memory", .kind = K_SIZE, .offset = FIELD(gpu_memory), .def = "80G",
+	  .min = 1 << 20, .max = 1ULL << 44, .metavar = "SIZE",
+	  .help = "memory of one GPU: a job asking for GPUs whose memory plan needs more per "
+	  "GPU is refused at submit (422)" },
 	{ .name = "body_limit", .kind = K_SIZE, .offset = FIELD(body_limit), .def = "1M",
 	  .min = 1024, .max = 1ULL << 30, .metavar = "SIZE",
 	  .help = "largest request body: bytes, or with K, M, G (binary)" },
@@ -135,6 +139,7 @@ static int parse_size(const char *s, unsigned long long *out)
 	case 'K': shift = 10; end++; break;
 	case 'M': shift = 20; end++; break;
 	case 'G': shift = 30; end++; break;
+	case 'T': shift = 40; end++; break;
 	default: return -1;
 	}
 	if (shift && (strcmp(end, "") == 0 || strcasecmp(end, "B") == 0 || strcmp(end, "iB") == 0))
@@ -143,6 +148,22 @@ static int parse_size(const char *s, unsigned long long *out)
 		return -1;
 	*out = v << shift;
 	return 0;
+}
+
+/* v as the largest binary unit that divides it: "1K", "16T", "65537". */
+static const char *size_text(unsigned long long v, char *buf, size_t len)
+{
+	static const char units[] = "KMGT";
+	int u = -1;
+	while (u < 3 && v && v % 1024 == 0) {
+		v /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, len, "%llu", v);
+	else
+		snprintf(buf, len, "%llu%c", v, units[u]);
+	return buf;
 }
 
 /* Checks HOST:PORT (HOST may be [v6]); resolution waits for resolve_listen. */
@@ -285,8 +306,10 @@ static int set_key(struct svc_config *cfg, const struct key *k, const char *valu
 		return set_string((char **)(base + k->offset), value, err, err_size);
 	case K_SIZE:
 		if (parse_size(value, &v) != 0 || v < k->min || v > k->max) {
-			snprintf(err, err_size, "%s: must be a size in [1K, 1G] such as 65536, 512K or "
-			         "2M (got \"%s\")", where, value);
+			char lo[32], hi[32];
+			snprintf(err, err_size, "%s: must be a size in [%s, %s] such as 65536, 512K, 2M "
+			         "or 80G (got \"%s\")", where, size_text(k->min, lo, sizeof lo),
+			         size_text(k->max, hi, sizeof hi), value);
 			return -1;
 		}
 		*(size_t *)(base + k->offset) = (size_t)v;

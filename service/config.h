@@ -36,6 +36,7 @@ struct svc_config {
 	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
 	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */
 	size_t body_limit;               /* request body bytes */
+	size_t gpu_memory;               /* bytes per GPU for submit-time memory plans */
 	enum svc_log_level log_level;
 	char *log_file;                  /* NULL: stderr */
 	unsigned threads;                /* HTTP threads */

@@ -58,6 +58,11 @@ int exec_health(struct executor *ex, char *detail, size_t len)
 	return 1;
 }
 
+int exec_host_memory(struct executor *ex, const char *partition, double *bytes)
+{
+	return ex->ops->host_memory ? ex->ops->host_memory(ex, partition, bytes) : -1;
+}
+
 int exec_partition_ok(struct executor *ex, const char *partition, char *err, size_t errlen)
 {
 	return ex->ops->partition_ok ? ex->ops->partition_ok(ex, partition, err, errlen) : 1;

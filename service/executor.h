@@ -100,6 +100,10 @@ struct executor_ops {
 	/* Optional. Whether a job may ask for this partition: 1 yes, 0 no (err
 	 * says why), -1 cannot tell now (accepted; the executor decides later). */
 	int (*partition_ok)(struct executor *ex, const char *partition, char *err, size_t errlen);
+	/* Optional. Host memory of one node of partition (NULL or "": the
+	 * default one), the smallest where nodes differ: 0 with *bytes, or -1
+	 * when not known (yet). */
+	int (*host_memory)(struct executor *ex, const char *partition, double *bytes);
 	/* Optional. Job id, handed over but not yet QUEUED, was held by larch:
 	 * one Slurm has not been asked about is withdrawn (exec_has says 0
 	 * after; released, it is handed over again); one whose submission is
@@ -170,6 +174,7 @@ int exec_count(struct executor *ex);
 int exec_has(struct executor *ex, long long id);
 int exec_health(struct executor *ex, char *detail, size_t len);
 int exec_partition_ok(struct executor *ex, const char *partition, char *err, size_t errlen);
+int exec_host_memory(struct executor *ex, const char *partition, double *bytes);
 int exec_hold(struct executor *ex, long long id, char *err, size_t errlen);
 void exec_free(struct executor *ex);   /* accepts NULL; running jobs keep running */
 

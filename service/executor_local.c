@@ -654,6 +654,18 @@ static int local_has(struct executor *ex, long long id)
 	return found;
 }
 
+/* The jobs run on this machine: its physical memory. */
+static int local_host_memory(struct executor *ex, const char *partition, double *bytes)
+{
+	(void)ex;
+	(void)partition;
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+	if (pages <= 0 || size <= 0)
+		return -1;
+	*bytes = (double)pages * (double)size;
+	return 0;
+}
+
 static const struct executor_ops local_ops = {
 	.name = "local",
 	.submit = local_submit,
@@ -663,6 +675,7 @@ static const struct executor_ops local_ops = {
 	.count = local_count,
 	.free = local_free,
 	.has = local_has,
+	.host_memory = local_host_memory,
 };
 
 /* The absolute path of an executable called name in PATH (malloc'd), or NULL. */

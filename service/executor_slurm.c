@@ -119,7 +119,9 @@ struct slurm_ex {
 	long long unhealthy_since_ms;
 	char health_detail[256];
 	char **parts;                 /* partitions (sinfo), NULL until known */
+	double *part_mem;             /* [n_parts] smallest node memory, bytes (0: unknown) */
 	int n_parts;
+	int default_part;             /* index of Slurm's default partition, -1: none */
 	long long parts_ms;
 };
 
@@ -1134,6 +1136,9 @@ static void free_parts(char **parts, int n)
 	free(parts);
 }
 
+/* sinfo's partitions, each with the memory of its smallest node: a line per
+ * partition and node configuration, "debug* 3907" (the default partition
+ * marked, memory in MB, "+" after it where nodes differ). */
 static void refresh_partitions(struct slurm_ex *sx)
 {
 	long long now = mono_ms();
@@ -1142,30 +1147,56 @@ static void refresh_partitions(struct slurm_ex *sx)
 	pthread_mutex_unlock(&sx->lock);
 	if (!due)
 		return;
-	const char *argv[] = { "sinfo", "-h", "-o", "%R", NULL };
+	const char *argv[] = { "sinfo", "-h", "-o", "%P %m", NULL };
 	struct slurm_cmd_result res;
 	if (slurm_cmd_run(argv, sx->cfg.timeout_s * 1000, &res) != 0) {
 		slurm_cmd_release(&res);
 		return;
 	}
 	char **parts = NULL;
-	int n = 0;
+	double *mem = NULL;
+	int n = 0, def = -1;
 	for (char *line = res.out, *next; line && *line; line = next) {
 		next = strchr(line, '\n');
 		if (next)
 			*next++ = '\0';
-		char **grown = realloc(parts, (size_t)(n + 1) * sizeof *parts);
-		if (!grown)
-			break;
-		parts = grown;
-		if ((parts[n] = strdup(line)) != NULL)
-			n++;
+		char *sp = strchr(line, ' ');
+		double mb = sp ? strtod(sp + 1, NULL) : 0;
+		if (sp)
+			*sp = '\0';
+		size_t len = strlen(line);
+		int is_default = len > 0 && line[len - 1] == '*';
+		if (is_default)
+			line[--len] = '\0';
+		if (!len)
+			continue;
+		int i = 0;
+		while (i < n && strcmp(parts[i], line) != 0)
+			i++;
+		if (i == n) {
+			char **grown = realloc(parts, (size_t)(n + 1) * sizeof *parts);
+			if (grown)
+				parts = grown;
+			double *grown_mem = realloc(mem, (size_t)(n + 1) * sizeof *mem);
+			if (grown_mem)
+				mem = grown_mem;
+			if (!grown || !grown_mem || !(parts[n] = strdup(line)))
+				break;
+			mem[n++] = 0;
+		}
+		if (mb > 0 && (mem[i] == 0 || mb * 1048576.0 < mem[i]))
+			mem[i] = mb * 1048576.0;
+		if (is_default)
+			def = i;
 	}
 	slurm_cmd_release(&res);
 	pthread_mutex_lock(&sx->lock);
 	free_parts(sx->parts, sx->n_parts);
+	free(sx->part_mem);
 	sx->parts = parts ? parts : calloc(1, sizeof *parts);
+	sx->part_mem = mem;
 	sx->n_parts = n;
+	sx->default_part = def;
 	sx->parts_ms = now;
 	pthread_mutex_unlock(&sx->lock);
 }
@@ -1374,6 +1405,23 @@ static int slurm_health(struct executor *ex, char *detail, size_t len)
 	return ok;
 }
 
+static int slurm_host_memory(struct executor *ex, const char *partition, double *bytes)
+{
+	struct slurm_ex *sx = (struct slurm_ex *)ex;
+	int rc = -1;
+	pthread_mutex_lock(&sx->lock);
+	int i = partition && *partition ? 0 : sx->default_part;
+	if (partition && *partition)
+		while (i < sx->n_parts && strcmp(sx->parts[i], partition) != 0)
+			i++;
+	if (sx->part_mem && i >= 0 && i < sx->n_parts && sx->part_mem[i] > 0) {
+		*bytes = sx->part_mem[i];
+		rc = 0;
+	}
+	pthread_mutex_unlock(&sx->lock);
+	return rc;
+}
+
 static int slurm_partition_ok(struct executor *ex, const char *partition, char *err,
                               size_t errlen)
 {
@@ -1414,6 +1462,7 @@ static void slurm_free(struct executor *ex)
 		free(j);
 	}
 	free_parts(sx->parts, sx->n_parts);
+	free(sx->part_mem);
 	free(sx->events);
 	free(sx->trainer_path);
 	free(sx->server_url);
@@ -1437,6 +1486,7 @@ static const struct executor_ops slurm_ops = {
 	.has = slurm_has,
 	.health = slurm_health,
 	.partition_ok = slurm_partition_ok,
+	.host_memory = slurm_host_memory,
 	.hold = slurm_hold,
 };
 
@@ -1493,6 +1543,7 @@ struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, 
 	sx->healthy = 1;
 	snprintf(sx->health_detail, sizeof sx->health_detail, "ok");
 	pthread_mutex_init(&sx->lock, NULL);
+	sx->default_part = -1;
 	pthread_cond_init(&sx->wake, NULL);
 	char inst[17];
 	sx->trainer_path = strdup(cfg->trainer_path);

@@ -190,7 +190,8 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	struct svc_runner_config rcfg = { .db = d->db, .state_dir = state,
 	                                  .queue_max = slurm ? 0 : (int)d->cfg.max_local_jobs +
 	                                                           QUEUE_EXTRA,
-	                                  .executor = d->cfg.executor };
+	                                  .executor = d->cfg.executor,
+	                                  .gpu_memory = (double)d->cfg.gpu_memory };
 	if (!(d->runner = svc_runner_new(&rcfg, err, errlen)))
 		return -1;
 	if (!(d->cluster = svc_cluster_new(d->db, d->cfg.executor, d->cfg.max_local_jobs,

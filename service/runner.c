@@ -413,6 +413,16 @@ static int hook_partition_ok(void *arg, const char *partition, char *err, size_t
 	return ex && exec_partition_ok(ex, partition, err, errlen) == 0 ? -1 : 0;
 }
 
+static void hook_memory_limits(void *arg, const char *partition, double *host, double *gpu)
+{
+	struct svc_runner *r = arg;
+	struct executor *ex = executor_of(r);
+	*host = 0;
+	*gpu = r->gpu_memory;
+	if (ex && exec_host_memory(ex, partition, host) != 0)
+		*host = 0;
+}
+
 static int hook_health(void *arg, char *detail, size_t len)
 {
 	struct executor *ex = executor_of(arg);
@@ -451,11 +461,13 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 	r->db = cfg->db;
 	r->poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 200;
 	r->queue_max = cfg->queue_max;
+	r->gpu_memory = cfg->gpu_memory;
 	r->hooks = (struct api_jobs_hooks){ .submitted = hook_submitted,
 	                                    .cancel = svc_runner_cancel,
 	                                    .held = hook_held,
 	                                    .job_dir = hook_job_dir,
 	                                    .partition_ok = hook_partition_ok,
+	                                    .memory_limits = hook_memory_limits,
 	                                    .health = hook_health, .metrics = hook_metrics,
 	                                    .executor = r->executor_name, .arg = r };
 	pthread_mutex_init(&r->lock, NULL);

@@ -55,6 +55,7 @@ struct svc_runner_config {
 	int queue_max;                 /* jobs the executor may hold (queued + running);
 	                                  0 = unbounded */
 	const char *executor;          /* the executor's name for new jobs; NULL = "local" */
+	double gpu_memory;             /* bytes per GPU for memory plans; 0 = unknown */
 };
 
 struct svc_runner;

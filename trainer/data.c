@@ -3,9 +3,11 @@
  */
 #include "data_int.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "rng.h"
 
@@ -38,6 +40,46 @@ int trn_dataset_load(struct trn_dataset *ds, const struct trn_spec *spec, struct
 	if (rc != 0)
 		trn_dataset_release(ds);
 	return rc;
+}
+
+/* Tokens in a tokens_u16 (header and uint16s) or text (one per byte) file. */
+static int token_count(const struct trn_spec *spec, const char *what, const char *path,
+                       long *n, struct trn_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return trn_err_set(err, "%s: %s: %s", what, path, strerror(errno));
+	long long size = st.st_size;
+	if (spec->data.format == TRN_DATA_TOKENS_U16)
+		size = size > 1024 ? (size - 1024) / 2 : 0;
+	*n = (long)size;
+	return 0;
+}
+
+int trn_dataset_shape(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err)
+{
+	memset(ds, 0, sizeof *ds);
+	if (spec->data.format == TRN_DATA_IDX)
+		return trn_data_idx_shape(ds, spec, err);
+	ds->task = TRN_TASK_TOKENS;
+	ds->seq = spec->model.seq;
+	if (token_count(spec, "data.train", spec->data.train, &ds->train.n_tokens, err) != 0 ||
+	    (spec->data.val[0] &&
+	     token_count(spec, "data.val", spec->data.val, &ds->val.n_tokens, err) != 0))
+		return -1;
+	if (!spec->data.val[0] && spec->data.val_fraction > 0) {
+		ds->val.n_tokens = trn_data_holdout(ds->train.n_tokens, spec->data.val_fraction);
+		ds->train.n_tokens -= ds->val.n_tokens;
+	}
+	return 0;
+}
+
+double trn_dataset_bytes(const struct trn_dataset *ds)
+{
+	if (ds->task == TRN_TASK_CLASSIFY)
+		return (double)(ds->train.n + ds->val.n) * ((double)ds->dim * sizeof(float) +
+		                                             sizeof(int32_t));
+	return (double)(ds->train.n_tokens + ds->val.n_tokens) * sizeof(uint16_t);
 }
 
 static void split_release(struct trn_split *s)

@@ -48,6 +48,13 @@ struct trn_dataset {
  * or -1 with err naming the file and what is wrong with it. */
 int trn_dataset_load(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err);
 void trn_dataset_release(struct trn_dataset *ds);
+/* The shape of spec->data without loading it, for memory plans: task, dim,
+ * n_classes (idx: from the label files), and the splits' sample counts
+ * (idx) or token counts (tokens, from the file sizes); no buffers. 0, or -1
+ * with err naming the file that cannot be read. */
+int trn_dataset_shape(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err);
+/* Bytes the loaded data of a shape takes in memory. */
+double trn_dataset_bytes(const struct trn_dataset *ds);
 
 /* One micro-batch; buffers are owned by whoever set up the batch
  * (trn_batch_alloc) and sized for `cap` samples. */

@@ -53,9 +53,10 @@ static int gz_fail(gzFile f, const char *what, const char *path, struct trn_err 
 	return trn_err_set(err, "%s: %s: %s", what, path, msg);
 }
 
-/* Reads one IDX file; images selects the expected magic. */
-static int idx_read(struct idx *x, const char *what, const char *path, int images,
-                    struct trn_err *err)
+/* Reads one IDX file; images selects the expected magic. header_only: the
+ * dims without the data (x->data stays NULL). */
+static int idx_read_part(struct idx *x, const char *what, const char *path, int images,
+                         int header_only, struct trn_err *err)
 {
 	memset(x, 0, sizeof *x);
 	const char *kind = images ? "image" : "label";
@@ -101,6 +102,10 @@ static int idx_read(struct idx *x, const char *what, const char *path, int image
 		goto fail;
 	}
 	bytes *= x->cols;
+	if (header_only) {
+		gzclose(f);
+		return 0;
+	}
 	x->data = malloc(bytes);
 	if (!x->data) {
 		trn_err_set(err, "%s: %s: out of memory for %llu bytes", what, path, bytes);
@@ -132,6 +137,12 @@ fail:
 	free(x->data);
 	x->data = NULL;
 	return -1;
+}
+
+static int idx_read(struct idx *x, const char *what, const char *path, int images,
+                    struct trn_err *err)
+{
+	return idx_read_part(x, what, path, images, 0, err);
 }
 
 /* Images and their labels; the counts must agree. what is "data.train" or
@@ -255,6 +266,43 @@ out:
 	free(ti.data);
 	free(tl.data);
 	free(vi.data);
+	free(vl.data);
+	return rc;
+}
+
+int trn_data_idx_shape(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err)
+{
+	const struct trn_spec_data *d = &spec->data;
+	struct idx ti, tl = { 0 }, vi = { 0 }, vl = { 0 };
+	int rc = -1;
+	if (idx_read_part(&ti, "data.train.images", d->train, 1, 1, err) != 0)
+		return -1;
+	if (!d->train_labels[0] || idx_read(&tl, "data.train.labels", d->train_labels, 0, err) != 0) {
+		if (!d->train_labels[0])
+			trn_err_set(err, "data.train.labels: required with data.train.images");
+		return -1;
+	}
+	long n_train = ti.n, n_val = 0;
+	int classes = max_label(&tl) + 1;
+	if (d->val[0]) {
+		if (idx_read_part(&vi, "data.val.images", d->val, 1, 1, err) != 0 ||
+		    (d->val_labels[0] && idx_read(&vl, "data.val.labels", d->val_labels, 0, err) != 0))
+			goto out;
+		n_val = vi.n;
+		if (vl.data && max_label(&vl) + 1 > classes)
+			classes = max_label(&vl) + 1;
+	} else if (d->val_fraction > 0) {
+		n_val = trn_data_holdout(n_train, d->val_fraction);
+		n_train -= n_val;
+	}
+	ds->task = TRN_TASK_CLASSIFY;
+	ds->dim = (int)(ti.rows * ti.cols);
+	ds->n_classes = classes;
+	ds->train.n = n_train;
+	ds->val.n = n_val;
+	rc = 0;
+out:
+	free(tl.data);
 	free(vl.data);
 	return rc;
 }

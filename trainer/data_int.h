@@ -13,6 +13,8 @@
 
 int trn_data_idx_load(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err);
 int trn_data_tokens_load(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err);
+/* The shape of the idx data (trn_dataset_shape): headers and labels only. */
+int trn_data_idx_shape(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err);
 
 /* How many of n units (samples or tokens) the fraction holds out: rounded,
  * at least one when fraction > 0. The caller checks what remains. */

@@ -74,6 +74,17 @@ static const struct cli_command commands[] = {
 	  "ETA) on one line, redrawn in place on a terminal, one line per change\n"
 	  "otherwise, until the job ends. Exit status 0 when it COMPLETED, 1 when not.\n\n"
 	  "  --interval S  seconds between polls (default 1)\n" },
+	{ .name = "plan", .run = cli_cmd_plan,
+	  .args = "SPEC.json|- [--host-mem GIB] [--gpu-mem GIB]",
+	  .summary = "the memory a spec needs per rank (computed here, no server)",
+	  .help =
+	  "Prints what each rank of the job in SPEC.json holds in memory: parameters,\n"
+	  "gradients, master weights, optimizer state, activations at the micro-batch,\n"
+	  "offload stores, checkpoint buffers and the data, and where (host or GPU).\n"
+	  "The data files are read for their shape. With limits, says whether the job\n"
+	  "fits and, when not, the largest micro-batch that does (exit status 1).\n\n"
+	  "  --host-mem GIB  host memory per node\n"
+	  "  --gpu-mem GIB   memory per GPU\n" },
 	{ .name = "admin", .run = cli_cmd_admin,
 	  .args = CLI_ADMIN_ARGS,
 	  .summary = "queues, nodes, hold/release/requeue, priorities, the audit log (admins)",

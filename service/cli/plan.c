@@ -1,0 +1,98 @@
+/* service/cli/plan.c - larch plan: the memory preflight of a spec, computed
+ * here with the trainer's own planner (trainer/plan.h), no server needed.
+ * larchd applies the same plan at submit time against its nodes. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "trainer/plan.h"
+#include "trainer/spec.h"
+
+#define MAX_SPEC_FILE (16u << 20)
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+int cli_cmd_plan(struct cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "host-mem", required_argument, NULL, 'm' },
+		{ "gpu-mem", required_argument, NULL, 'g' },
+		CLI_COMMON_OPTIONS, { 0 },
+	};
+	double host = 0, gpu = 0;
+	int c, rc;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c == 'm' || c == 'g') {
+			if ((rc = cli_parse_double(cli, c == 'm' ? "--host-mem" : "--gpu-mem", optarg,
+			                           1e-3, 1e6, c == 'm' ? &host : &gpu)) != CLI_OK)
+				return rc;
+		} else if ((rc = cli_common_option(cli, c, optarg)) != CLI_CONTINUE) {
+			return rc;
+		}
+	}
+	if (argc - optind != 1)
+		return cli_usage_error(cli, "one spec file (or - for standard input) is required");
+	const char *file = argv[optind];
+	const char *shown = strcmp(file, "-") == 0 ? "standard input" : file;
+	size_t len;
+	char *text = cli_read_file(file, MAX_SPEC_FILE, &len);
+	if (!text) {
+		fprintf(stderr, "larch: %s: %s\n", shown,
+		        errno == EFBIG ? "larger than 16 MiB" : strerror(errno));
+		return CLI_USAGE;
+	}
+	json_error_t jerr;
+	json_t *root = json_loadb(text, len, 0, &jerr);
+	free(text);
+	if (!root) {
+		fprintf(stderr, "larch: %s: invalid JSON at line %d column %d: %s\n", shown,
+		        jerr.line, jerr.column, jerr.text);
+		return CLI_USAGE;
+	}
+	struct trn_spec spec;
+	struct trn_err err = { 0 };
+	struct trn_plan p;
+	rc = CLI_USAGE;
+	if (trn_spec_from_json(&spec, root, &err) != 0) {
+		json_decref(root);
+		fprintf(stderr, "larch: %s: %s\n", shown, err.text);
+		return CLI_USAGE;
+	}
+	json_decref(root);
+	if (trn_plan_make(&p, &spec, 0, &err) != 0) {
+		fprintf(stderr, "larch: %s: %s\n", shown, err.text);
+		goto out;
+	}
+	int fits = (host <= 0 || p.host_bytes * p.ranks_per_node <= host * GIB) &&
+	           (gpu <= 0 || p.device_bytes <= gpu * GIB);
+	long best = fits ? p.micro : trn_plan_max_micro(&spec, host * GIB, gpu * GIB, &err);
+	if (cli->json) {
+		json_t *j = trn_plan_json(&p);
+		if (j && (host > 0 || gpu > 0)) {
+			json_object_set_new(j, "fits", json_boolean(fits));
+			json_object_set_new(j, "largest_micro", json_integer(best));
+		}
+		char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+		if (s)
+			puts(s);
+		free(s);
+		json_decref(j);
+	} else {
+		trn_plan_print(stdout, &p);
+		if (host > 0 || gpu > 0) {
+			if (fits)
+				printf("fits in %s%.4g GiB of host memory per node%s%.4g GiB per GPU\n",
+				       "", host, gpu > 0 ? " and " : "", gpu);
+			else if (best > 0)
+				printf("does not fit; the largest micro-batch that fits is %ld\n", best);
+			else
+				printf("does not fit, not even at micro-batch 1\n");
+		}
+	}
+	rc = fits ? CLI_OK : CLI_REFUSED;
+out:
+	trn_spec_release(&spec);
+	return rc;
+}

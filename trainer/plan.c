@@ -1,0 +1,211 @@
+/* trainer/plan.c - see plan.h. The items follow what train.c, dp.c and
+ * optim.c allocate; tests/integration/test_plan.py holds a run's measured
+ * peak against the plan. */
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "kernels/quant8.h"
+#include "model.h"
+
+static const char *const item_names[TRN_PLAN_N] = {
+	[TRN_PLAN_PARAMS] = "params",
+	[TRN_PLAN_GRADS] = "grads",
+	[TRN_PLAN_GRAD_SHARD] = "grad_shard",
+	[TRN_PLAN_MASTER] = "master",
+	[TRN_PLAN_OPTIMIZER] = "optimizer",
+	[TRN_PLAN_ACTIVATIONS] = "activations",
+	[TRN_PLAN_ACT_OFFLOAD] = "act_offload",
+	[TRN_PLAN_CHECKPOINT] = "checkpoint",
+	[TRN_PLAN_DATA] = "data",
+};
+
+const char *trn_plan_item_name(enum trn_plan_item item)
+{
+	return item >= 0 && item < TRN_PLAN_N ? item_names[item] : "?";
+}
+
+/* Bytes of one stored element of dtype: 16-bit values take 2 on a GPU, and
+ * are held in floats on the CPU. */
+static double elem_bytes(enum trn_dtype dt, int gpus)
+{
+	return dt == TRN_DTYPE_FP32 || !gpus ? 4.0 : 2.0;
+}
+
+/* The optimizer's state over a range of len floats: m and/or v, fp32 or
+ * int8 codes with one fp32 scale per block of each tensor (optim_q8.c). */
+static double optimizer_bytes(const struct trn_spec_optimizer *o, const struct trn_model *m,
+                              long lo, long hi)
+{
+	int n_state = (o->type != TRN_OPT_SGD || o->momentum > 0) +
+	              (o->type == TRN_OPT_ADAMW || o->type == TRN_OPT_LAMB);
+	double len = (double)(hi - lo);
+	if (o->state_dtype != TRN_DTYPE_INT8)
+		return n_state * 4.0 * len;
+	long blocks = 0;
+	for (int i = 0; i < m->n_params; i++) {
+		long a = m->params[i].offset, b = a + m->params[i].numel;
+		a = a > lo ? a : lo;
+		b = b < hi ? b : hi;
+		if (b > a)
+			blocks += (b - a + KERN_Q8_BLOCK - 1) / KERN_Q8_BLOCK;
+	}
+	return n_state * (len + 4.0 * (double)blocks);
+}
+
+static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct trn_dataset *ds,
+                     long micro, struct trn_err *err)
+{
+	memset(p, 0, sizeof *p);
+	if (micro < 1)
+		micro = s->batch.micro;
+	if (micro > 1L << 30)
+		return trn_err_set(err, "batch.micro: %ld is too large to plan", micro);
+	struct trn_model *m = trn_model_layout(s, ds, (int)micro, err);
+	if (!m)
+		return -1;
+	int ranks = s->parallel.ranks, gpus = s->resources.gpus_per_node;
+	int nodes = s->resources.nodes > 0 ? s->resources.nodes : 1;
+	enum trn_dtype dt = s->precision.compute;
+	long n = m->n_floats;
+	p->ranks = ranks;
+	p->zero = s->parallel.zero_stage >= 1 && ranks > 1;
+	p->gpus = gpus;
+	p->ranks_per_node = (ranks + nodes - 1) / nodes;
+	p->micro = micro;
+	p->n_params = n;
+	/* rank 0's range, the largest (dp.c cuts n into ranks parts, the first
+	 * n % ranks of them one float longer) */
+	p->shard = p->zero ? (n + ranks - 1) / ranks : n;
+
+	double eb = elem_bytes(dt, gpus);
+	p->bytes[TRN_PLAN_PARAMS] = eb * (double)n;
+	p->bytes[TRN_PLAN_GRADS] = eb * (double)n;
+	if (p->zero)
+		p->bytes[TRN_PLAN_GRAD_SHARD] = 4.0 * (double)p->shard;
+	if (dt != TRN_DTYPE_FP32)
+		p->bytes[TRN_PLAN_MASTER] = 4.0 * (double)p->shard;
+	p->bytes[TRN_PLAN_OPTIMIZER] = optimizer_bytes(&s->optimizer, m, 0, p->shard);
+	/* activations as the model holds them: floats on the CPU, the dtype on a GPU */
+	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
+	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
+	/* checkpoints: rank 0 gathers the master weights it does not hold as
+	 * parameters, and with ZeRO the whole optimizer state */
+	double ckpt = dt != TRN_DTYPE_FP32 ? 4.0 * (double)n : 0;
+	if (p->zero)
+		ckpt += optimizer_bytes(&s->optimizer, m, 0, n);
+	p->bytes[TRN_PLAN_CHECKPOINT] = ckpt;
+	double sample = ds->task == TRN_TASK_CLASSIFY ? (double)ds->dim * 4 + 4
+	                                              : (double)s->model.seq * 8;
+	p->bytes[TRN_PLAN_DATA] = trn_dataset_bytes(ds) + sample * (double)micro;
+	trn_model_free(m);
+
+	for (int i = 0; i < TRN_PLAN_N; i++) {
+		int host = !gpus || i == TRN_PLAN_DATA || i == TRN_PLAN_ACT_OFFLOAD ||
+		           i == TRN_PLAN_CHECKPOINT;
+		if (gpus && s->offload.optimizer == TRN_OFFLOAD_CPU &&
+		    (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER || i == TRN_PLAN_GRAD_SHARD))
+			host = 1;
+		p->on_host[i] = host;
+		if (host)
+			p->host_bytes += p->bytes[i];
+		else
+			p->device_bytes += p->bytes[i];
+	}
+	return 0;
+}
+
+int trn_plan_make(struct trn_plan *p, const struct trn_spec *spec, long micro,
+                  struct trn_err *err)
+{
+	struct trn_dataset ds;
+	if (trn_dataset_shape(&ds, spec, err) != 0)
+		return -1;
+	return plan_with(p, spec, &ds, micro, err);
+}
+
+static int fits(const struct trn_plan *p, double host_limit, double device_limit)
+{
+	return (host_limit <= 0 || p->host_bytes * p->ranks_per_node <= host_limit) &&
+	       (device_limit <= 0 || p->device_bytes <= device_limit);
+}
+
+long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double device_limit,
+                        struct trn_err *err)
+{
+	struct trn_dataset ds;
+	struct trn_plan p;
+	if (trn_dataset_shape(&ds, spec, err) != 0)
+		return -1;
+	/* memory grows with the micro-batch: the largest that fits by bisection */
+	long lo = 0, hi = spec->batch.micro;
+	while (lo < hi) {
+		long mid = lo + (hi - lo + 1) / 2;
+		if (plan_with(&p, spec, &ds, mid, err) != 0)
+			return -1;
+		if (fits(&p, host_limit, device_limit))
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+static double mib(double bytes)
+{
+	return bytes / (1024.0 * 1024.0);
+}
+
+void trn_plan_print(FILE *f, const struct trn_plan *p)
+{
+	fprintf(f, "memory plan per rank: %ld parameters, micro-batch %ld, %d rank%s%s, %s\n",
+	        p->n_params, p->micro, p->ranks, p->ranks > 1 ? "s" : "",
+	        p->zero ? " (ZeRO-1)" : "", p->gpus ? "GPU" : "CPU");
+	fprintf(f, "  %-12s %12s  %s\n", "item", "MiB", "where");
+	for (int i = 0; i < TRN_PLAN_N; i++)
+		if (p->bytes[i] > 0)
+			fprintf(f, "  %-12s %12.2f  %s%s\n", item_names[i], mib(p->bytes[i]),
+			        p->on_host[i] ? "host" : "device",
+			        i == TRN_PLAN_CHECKPOINT ? " (rank 0, while writing)" : "");
+	fprintf(f, "  %-12s %12.2f\n", "host", mib(p->host_bytes));
+	if (p->gpus)
+		fprintf(f, "  %-12s %12.2f  per GPU\n", "device", mib(p->device_bytes));
+	if (p->ranks_per_node > 1)
+		fprintf(f, "  %-12s %12.2f  host, %d ranks per node\n", "node",
+		        mib(p->host_bytes * p->ranks_per_node), p->ranks_per_node);
+}
+
+json_t *trn_plan_json(const struct trn_plan *p)
+{
+	json_t *items = json_object();
+	if (!items)
+		return NULL;
+	for (int i = 0; i < TRN_PLAN_N; i++)
+		if (p->bytes[i] > 0)
+			json_object_set_new(items, item_names[i], json_integer((json_int_t)p->bytes[i]));
+	return json_pack("{s:i, s:i, s:I, s:I, s:b, s:o, s:I, s:I, s:I}",
+	                 "ranks", p->ranks, "ranks_per_node", p->ranks_per_node,
+	                 "micro", (json_int_t)p->micro, "params", (json_int_t)p->n_params,
+	                 "zero", p->zero, "items", items,
+	                 "host_bytes_per_rank", (json_int_t)p->host_bytes,
+	                 "host_bytes_per_node", (json_int_t)(p->host_bytes * p->ranks_per_node),
+	                 "device_bytes_per_gpu", (json_int_t)p->device_bytes);
+}
+
+double trn_plan_peak_rss(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	if (!f)
+		return 0;
+	char line[256];
+	double kib = 0;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, "VmHWM:", 6) == 0) {
+			kib = strtod(line + 6, NULL);
+			break;
+		}
+	fclose(f);
+	return kib * 1024.0;
+}

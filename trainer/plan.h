@@ -1,0 +1,75 @@
+/* trainer/plan.h - the memory preflight: what one rank of a spec holds,
+ * item by item, computed from the spec and the data's shape without
+ * allocating the model or loading the data.
+ *
+ * One function for everyone who needs the numbers: `larch plan` prints the
+ * table, larchd refuses (422) a job whose plan does not fit the partition's
+ * nodes, and larch-train compares its measured peak with the plan at the end
+ * of a run. The model sizes come from trn_model_layout, i.e. from the same
+ * walks that lay the real buffers out.
+ *
+ * Where items live. On the CPU backend (resources.gpus_per_node 0) every
+ * item is host memory, and 16-bit values are held in floats (4 bytes). With
+ * GPUs the device holds parameters, gradients, master weights, optimizer
+ * state and activations in their own dtypes, except what offload.* moves to
+ * the host; the data and offload stores are host memory.
+ */
+#ifndef LARCH_TRAINER_PLAN_H
+#define LARCH_TRAINER_PLAN_H
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "err.h"
+#include "spec.h"
+
+enum trn_plan_item {
+	TRN_PLAN_PARAMS,
+	TRN_PLAN_GRADS,
+	TRN_PLAN_GRAD_SHARD,          /* ZeRO-1: this rank's averaged fp32 gradients */
+	TRN_PLAN_MASTER,              /* fp32 master weights, when not the parameters themselves */
+	TRN_PLAN_OPTIMIZER,           /* m, v (momentum): fp32, or int8 codes and block scales */
+	TRN_PLAN_ACTIVATIONS,         /* at the micro-batch, as offload.activations keeps them */
+	TRN_PLAN_ACT_OFFLOAD,         /* offload.activations "cpu": the host store */
+	TRN_PLAN_CHECKPOINT,          /* ZeRO-1 rank 0: the gathered state while it writes */
+	TRN_PLAN_DATA,                /* the loaded data set and a micro-batch */
+	TRN_PLAN_N
+};
+
+struct trn_plan {
+	int ranks, zero, gpus;        /* gpus: per node (0: the CPU backend) */
+	int ranks_per_node;
+	long micro;
+	long n_params;                /* floats in the model */
+	long shard;                   /* floats this rank's optimizer owns */
+	double bytes[TRN_PLAN_N];     /* per rank (rank 0 where ranks differ) */
+	int on_host[TRN_PLAN_N];      /* 1: host memory; 0: the device's */
+	double host_bytes;            /* per rank */
+	double device_bytes;          /* per rank (per GPU); 0 on the CPU backend */
+};
+
+/* The plan of spec at micro-batch micro (0: the spec's). 0, or -1 with err
+ * (the data's shape could not be read, or the model is invalid). */
+int trn_plan_make(struct trn_plan *p, const struct trn_spec *spec, long micro,
+                  struct trn_err *err);
+
+/* The largest micro-batch up to the spec's whose plan has host bytes per
+ * node <= host_limit and device bytes <= device_limit (a limit 0: none);
+ * 0 when not even 1 fits, -1 with err when planning failed. */
+long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double device_limit,
+                        struct trn_err *err);
+
+const char *trn_plan_item_name(enum trn_plan_item item);
+
+/* The table, one line per item that is not 0, and the totals. */
+void trn_plan_print(FILE *f, const struct trn_plan *p);
+
+/* {"ranks", "micro", "params", "items": {name: bytes}, "host_bytes_per_rank",
+ * "host_bytes_per_node", "device_bytes_per_gpu"}; NULL when out of memory. */
+json_t *trn_plan_json(const struct trn_plan *p);
+
+/* The peak resident memory of this process so far (VmHWM), in bytes; 0 when
+ * it cannot be read. */
+double trn_plan_peak_rss(void);
+
+#endif
