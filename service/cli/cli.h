@@ -78,6 +78,10 @@ void cli_release(struct cli *cli);
 /* Reads the whole of path ("-": stdin), at most max bytes, NUL-terminated.
  * Returns a new buffer (free), or NULL with errno set (EFBIG: too large). */
 char *cli_read_file(const char *path, size_t max, size_t *len);
+/* Reads the job spec in file ("-": stdin, at most 16 MiB) and checks that it
+ * is a JSON object: returns its text (free), and the parsed object in *spec
+ * when spec is not NULL (json_decref); NULL after saying why on stderr. */
+char *cli_read_spec(const char *file, size_t *len, json_t **spec);
 
 /* The commands (jobs.c, logs.c, metrics.c, watch.c). */
 int cli_cmd_submit(struct cli *cli, int argc, char **argv);

@@ -99,6 +99,34 @@ static int valid_key(const char *key)
 	return n >= 1 && n <= 128;
 }
 
+char *cli_read_spec(const char *file, size_t *len, json_t **spec)
+{
+	const char *shown = strcmp(file, "-") == 0 ? "standard input" : file;
+	char *text = cli_read_file(file, MAX_SPEC_FILE, len);
+	if (!text) {
+		fprintf(stderr, "larch: %s: %s\n", shown,
+		        errno == EFBIG ? "larger than 16 MiB" : strerror(errno));
+		return NULL;
+	}
+	json_error_t jerr;
+	json_t *root = json_loadb(text, *len, 0, &jerr);
+	if (!json_is_object(root)) {
+		if (root)
+			fprintf(stderr, "larch: %s: a job spec is a JSON object\n", shown);
+		else
+			fprintf(stderr, "larch: %s: invalid JSON at line %d column %d: %s\n", shown,
+			        jerr.line, jerr.column, jerr.text);
+		json_decref(root);
+		free(text);
+		return NULL;
+	}
+	if (spec)
+		*spec = root;
+	else
+		json_decref(root);
+	return text;
+}
+
 int cli_cmd_submit(struct cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -117,28 +145,10 @@ int cli_cmd_submit(struct cli *cli, int argc, char **argv)
 	if (key && !valid_key(key))
 		return cli_usage_error(cli, "--idempotency-key: 1 to 128 printable characters, "
 		                       "no spaces");
-	const char *file = argv[optind];
-	const char *shown = strcmp(file, "-") == 0 ? "standard input" : file;
 	size_t len;
-	char *text = cli_read_file(file, MAX_SPEC_FILE, &len);
-	if (!text) {
-		fprintf(stderr, "larch: %s: %s\n", shown,
-		        errno == EFBIG ? "larger than 16 MiB" : strerror(errno));
+	char *text = cli_read_spec(argv[optind], &len, NULL);
+	if (!text)
 		return CLI_USAGE;
-	}
-	json_error_t jerr;
-	json_t *spec = json_loadb(text, len, 0, &jerr);
-	if (!json_is_object(spec)) {
-		if (spec)
-			fprintf(stderr, "larch: %s: a job spec is a JSON object\n", shown);
-		else
-			fprintf(stderr, "larch: %s: invalid JSON at line %d column %d: %s\n", shown,
-			        jerr.line, jerr.column, jerr.text);
-		json_decref(spec);
-		free(text);
-		return CLI_USAGE;
-	}
-	json_decref(spec);
 
 	char own_key[64];
 	if (!key) {

@@ -1,7 +1,6 @@
 /* service/cli/plan.c - larch plan: the memory preflight of a spec, computed
  * here with the trainer's own planner (trainer/plan.h), no server needed.
  * larchd applies the same plan at submit time against its nodes. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +10,6 @@
 #include "trainer/plan.h"
 #include "trainer/spec.h"
 
-#define MAX_SPEC_FILE (16u << 20)
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 int cli_cmd_plan(struct cli *cli, int argc, char **argv)
@@ -37,20 +35,11 @@ int cli_cmd_plan(struct cli *cli, int argc, char **argv)
 	const char *file = argv[optind];
 	const char *shown = strcmp(file, "-") == 0 ? "standard input" : file;
 	size_t len;
-	char *text = cli_read_file(file, MAX_SPEC_FILE, &len);
-	if (!text) {
-		fprintf(stderr, "larch: %s: %s\n", shown,
-		        errno == EFBIG ? "larger than 16 MiB" : strerror(errno));
+	json_t *root = NULL;
+	char *text = cli_read_spec(file, &len, &root);
+	if (!text)
 		return CLI_USAGE;
-	}
-	json_error_t jerr;
-	json_t *root = json_loadb(text, len, 0, &jerr);
 	free(text);
-	if (!root) {
-		fprintf(stderr, "larch: %s: invalid JSON at line %d column %d: %s\n", shown,
-		        jerr.line, jerr.column, jerr.text);
-		return CLI_USAGE;
-	}
 	struct trn_spec spec;
 	struct trn_err err = { 0 };
 	struct trn_plan p;
