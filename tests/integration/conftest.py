@@ -1,5 +1,6 @@
 """Fixtures for the integration tests: run larch-train on specs written by the test."""
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -27,3 +28,12 @@ class Trainer:
 @pytest.fixture
 def trainer(larch_train, tmp_path):
     return Trainer(larch_train, tmp_path)
+
+
+@pytest.fixture
+def mpirun():
+    """Open MPI's launcher, for the multi-rank tests (mpi.py has its environment)."""
+    path = shutil.which("mpirun")
+    if path is None:
+        pytest.fail("mpirun is missing: run deploy/install-deps.sh (openmpi-bin)")
+    return path

@@ -10,7 +10,6 @@ bit-identical to a straight one, and a rank killed with -9 ends the run
 within seconds (and the job resumes from its last checkpoint)."""
 import collections
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -23,14 +22,6 @@ from jobdir import metrics, result
 from mpi import mpi_env
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 3
-
-
-@pytest.fixture
-def mpirun():
-    path = shutil.which("mpirun")
-    if path is None:
-        pytest.fail("mpirun is missing: run deploy/install-deps.sh (openmpi-bin)")
-    return path
 
 
 def spec(ranks=1, steps=20, micro=None, hidden=(64,), **extra):

@@ -93,14 +93,6 @@ def test_every_mode_trains_the_same_bits(trainer, image_data, tmp_path, model, d
         assert_same_run(jobs["none"], jobs[mode], f"{model} {dtype} {mode}")
 
 
-@pytest.fixture
-def mpirun():
-    path = shutil.which("mpirun")
-    if path is None:
-        pytest.fail("mpirun is missing: run deploy/install-deps.sh (openmpi-bin)")
-    return path
-
-
 @pytest.mark.parametrize("model,dtype", [("gpt", "fp32"), ("gpt", "bf16"), ("mlp-gelu", "fp32")])
 def test_two_ranks_zero1_train_the_same_bits(trainer, image_data, tmp_path, mpirun, model, dtype):
     """Small buckets: many reductions start during backward, in the order

@@ -7,7 +7,6 @@ one rank does and where plain data parallel does, with a consolidated
 checkpoint of the same layout."""
 import os
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -136,14 +135,6 @@ def test_a_checkpoint_of_another_code_map_is_refused(trainer, tmp_path):
     assert out.returncode == EXIT_FAILED
     assert 'optimizer state written as "int8-dynamic-2048", this run keeps "int8-linear-2048"' \
         in out.stderr, out.stderr
-
-
-@pytest.fixture
-def mpirun():
-    path = shutil.which("mpirun")
-    if path is None:
-        pytest.fail("mpirun is missing: run deploy/install-deps.sh (openmpi-bin)")
-    return path
 
 
 def run_ranks(trainer, mpirun, s, job):
