@@ -70,8 +70,7 @@ int trn_dp_init(struct trn_dp *dp, struct trn_comm *comm, struct trn_model *m, l
 		trn_dp_release(dp);
 		return -1;
 	}
-	if (comm->size == 1)
-		return 0;
+	/* buckets on one rank too: for a bucket_started hook */
 	if (bucket_bytes > (long)INT_MAX * (long)sizeof(float))
 		bucket_bytes = (long)INT_MAX * (long)sizeof(float);
 	long cap = bucket_bytes / (long)sizeof(float);
@@ -134,7 +133,7 @@ void trn_dp_release(struct trn_dp *dp)
 
 void trn_dp_arm(struct trn_dp *dp)
 {
-	dp->armed = dp->comm->size > 1;
+	dp->armed = dp->comm->size > 1 || dp->bucket_started;
 }
 
 /* Starts buckets from dp->next on while they are complete (or all, with force). */
@@ -146,8 +145,10 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 			break;
 		if (dp->next == 0)
 			dp->t_first = now();
-		int rc;
-		if (dp->zero) {
+		int rc = 0;
+		if (dp->comm->size == 1) {
+			/* nothing to reduce: the bucket is final */
+		} else if (dp->zero) {
 			/* this rank's part of the bucket lands at its place in gs */
 			long at = b->offset > dp->lo ? b->offset : dp->lo;
 			rc = trn_comm_ireduce_scatter_f32(dp->comm, dp->g + b->offset, dp->gs + (at - dp->lo),
@@ -158,7 +159,10 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 		if (rc != 0)
 			return -1;
 		b->started = 1;
-		dp->bytes += (double)b->numel * sizeof(float);
+		if (dp->comm->size > 1)
+			dp->bytes += (double)b->numel * sizeof(float);
+		if (dp->bucket_started)
+			dp->bucket_started(dp->bucket_ctx, dp->next);
 		dp->next++;
 	}
 	return 0;
@@ -178,11 +182,25 @@ void trn_dp_grad_ready(void *ctx, int p)
 
 int trn_dp_finish(struct trn_dp *dp, float scale, struct trn_err *err)
 {
-	if (dp->comm->size == 1) {
-		if (scale != 1.0f)
-			kern_scale_cpu(dp->gs, dp->hi - dp->lo, scale);
+	if (trn_dp_wait(dp, err) != 0)
+		return -1;
+	trn_dp_unscale(dp, dp->gs, scale);
+	return 0;
+}
+
+void trn_dp_unscale(const struct trn_dp *dp, float *x, float scale)
+{
+	/* the reciprocal, then one product: for a power-of-two rank count and
+	 * scale, exactly the division (and nothing to do for a factor of 1) */
+	float f = scale / (float)dp->comm->size;
+	if (f != 1.0f)
+		kern_scale_cpu(x, dp->hi - dp->lo, f);
+}
+
+int trn_dp_wait(struct trn_dp *dp, struct trn_err *err)
+{
+	if (dp->comm->size == 1 && !dp->bucket_started)
 		return 0;
-	}
 	double t0 = now();
 	int rc = dp->failed ? trn_err_set(err, "%s", dp->err.text) : start_ready(dp, 1, err);
 	for (int i = 0; i < dp->n_buckets; i++) {
@@ -201,10 +219,16 @@ int trn_dp_finish(struct trn_dp *dp, float scale, struct trn_err *err)
 	dp->wait_s += t1 - t0;
 	dp->comm_s += t1 - dp->t_first;
 	dp->steps++;
-	/* the reciprocal, then one product: for a power-of-two rank count and
-	 * scale, exactly the division */
-	kern_scale_cpu(dp->gs, dp->hi - dp->lo, scale / (float)dp->comm->size);
 	return 0;
+}
+
+long trn_dp_bucket_part(const struct trn_dp *dp, int i, long *a)
+{
+	const struct trn_dp_bucket *b = &dp->buckets[i];
+	long s = b->offset > dp->lo ? b->offset : dp->lo;
+	long e = b->offset + b->numel < dp->hi ? b->offset + b->numel : dp->hi;
+	*a = s - dp->lo;
+	return e > s ? e - s : 0;
 }
 
 int trn_dp_allgather(struct trn_dp *dp, float *buf, struct trn_err *err)

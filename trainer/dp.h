@@ -18,7 +18,10 @@
  * trn_dp_allgather brings every rank's updated range to all.
  *
  * With one rank there is nothing to reduce: the shard is the whole buffer
- * and gs is g.
+ * and gs is g. The buckets are laid out all the same, and with a
+ * bucket_started hook (optimizer offload, trainer/opt_offload.h) they are
+ * "started" as they become final, so that the hook sees each bucket once
+ * per step on any rank count.
  */
 #ifndef LARCH_TRAINER_DP_H
 #define LARCH_TRAINER_DP_H
@@ -50,6 +53,11 @@ struct trn_dp {
 	int armed;                     /* grad_ready counts (the last micro-batch's backward) */
 	int failed;                    /* a start failed in grad_ready: err says why */
 	struct trn_err err;
+	/* Optional: called as bucket i's reduction is issued (one rank: as it is
+	 * final), every bucket once per step; what it starts must be ordered
+	 * after the reduction (its result is there once trn_dp_wait returns) */
+	void (*bucket_started)(void *ctx, int i);
+	void *bucket_ctx;
 	double t_first;                /* when this step's first bucket started */
 	/* figures, summed over steps */
 	double comm_s;                 /* time with requests outstanding, from first start to done */
@@ -76,8 +84,21 @@ void trn_dp_grad_ready(void *dp, int p);
 
 /* Every bucket summed over the ranks and multiplied by scale / ranks (scale
  * undoes a loss scale), into gs[0 .. hi - lo). 0, or -1 with err (a
- * collective failed: stop the run). */
+ * collective failed: stop the run). trn_dp_wait and then trn_dp_unscale
+ * of gs. */
 int trn_dp_finish(struct trn_dp *dp, float scale, struct trn_err *err);
+
+/* Every bucket summed over the ranks into gs, not yet divided: starts what
+ * has not started and waits for all. 0, or -1 with err. */
+int trn_dp_wait(struct trn_dp *dp, struct trn_err *err);
+
+/* Multiplies x[0 .. hi - lo) (gs, or a copy of it) by scale / ranks: the
+ * division of trn_dp_finish. */
+void trn_dp_unscale(const struct trn_dp *dp, float *x, float scale);
+
+/* Bucket i's part of this rank's range: [*a, *a + return) in range
+ * coordinates (0 = flat offset lo); 0 when none of it is in the range. */
+long trn_dp_bucket_part(const struct trn_dp *dp, int i, long *a);
 
 /* ZeRO: every rank's range of buf (the parameters, once each rank has
  * updated its own) to all ranks, in place. Nothing without ZeRO. */

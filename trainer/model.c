@@ -1,9 +1,123 @@
-/* trainer/model.c - the parameter table shared by the models, and dispatch. */
+/* trainer/model.c - the parameter table shared by the models, their
+ * blocks' weights and gradients (staged with offload.params "cpu"), and
+ * dispatch. */
 #include "model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "param_offload.h"
+
+/* ---- blocks and offload.params ---------------------------------------------------- */
+
+static int block_param(const struct trn_model *m, int b)
+{
+	return m->block_first + b * m->block_params;
+}
+
+/* first float of block b in w and g */
+static long block_off(const struct trn_model *m, int b)
+{
+	return m->params[block_param(m, b)].offset;
+}
+
+static long block_floats(const struct trn_model *m, int b)
+{
+	const struct trn_param *last = &m->params[block_param(m, b) + m->block_params - 1];
+	return last->offset + last->numel - block_off(m, b);
+}
+
+void trn_model_set_blocks(struct trn_model *m, int n_blocks, int first_param, int block_params)
+{
+	m->n_blocks = n_blocks;
+	m->block_first = first_param;
+	m->block_params = block_params;
+}
+
+/* Sizes the staging of mode and, unless layout_only, sets the engine up. */
+static int setup_param_offload(struct trn_model *m, enum trn_offload mode, int layout_only)
+{
+	long *off = malloc(sizeof *off * (size_t)(m->n_blocks + 1));
+	long *floats = malloc(sizeof *floats * (size_t)(m->n_blocks + 1));
+	int rc = off && floats ? 0 : -1;
+	long in_blocks = 0;
+	for (int b = 0; rc == 0 && b < m->n_blocks; b++) {
+		off[b] = block_off(m, b);
+		floats[b] = block_floats(m, b);
+		in_blocks += floats[b];
+	}
+	m->param_offload = mode;
+	m->param_resident_floats = m->n_floats - in_blocks;
+	if (rc == 0 && mode == TRN_OFFLOAD_CPU) {
+		m->param_stage_floats = 2 * trn_param_offload_slot_floats(m->n_blocks, floats);
+		if (!layout_only) {
+			m->param_off = calloc(1, sizeof *m->param_off);
+			rc = m->param_off ? trn_param_offload_init(m->param_off, m->n_blocks, off, floats,
+			                                           m->w, m->g) : -1;
+		}
+	}
+	free(off);
+	free(floats);
+	return rc;
+}
+
+void trn_model_fwd_start(struct trn_model *m)
+{
+	if (m->param_off)
+		trn_param_offload_fwd_start(m->param_off);
+}
+
+const float *trn_model_block_fwd(struct trn_model *m, int b)
+{
+	if (m->param_off)
+		return trn_param_offload_fwd(m->param_off, b);
+	return m->w + block_off(m, b);
+}
+
+const float *trn_model_block_bwd(struct trn_model *m, int b, float **grads)
+{
+	if (m->param_off)
+		return trn_param_offload_bwd_begin(m->param_off, b, grads);
+	*grads = m->g + block_off(m, b);
+	return m->w + block_off(m, b);
+}
+
+/* Hands block b's parameters, whose gradients have reached g, to the hook
+ * in the order backward finished them (the reverse of the table's). */
+static void block_landed(struct trn_model *m, int b)
+{
+	if (b < 0 || !m->grad_ready)
+		return;
+	for (int p = block_param(m, b) + m->block_params - 1; p >= block_param(m, b); p--)
+		m->grad_ready(m->grad_ready_ctx, p);
+}
+
+void trn_model_block_grad_ready(struct trn_model *m, int b, int param)
+{
+	if (!m->param_off) {
+		trn_model_grad_ready(m, param);
+		return;
+	}
+	/* rounded in the staging, which the copy out takes to g as it is */
+	float *grads = m->param_off->gslot[b % 2];
+	trn_model_round(m, grads + (m->params[param].offset - block_off(m, b)),
+	                m->params[param].numel);
+}
+
+void trn_model_block_bwd_end(struct trn_model *m, int b)
+{
+	if (m->param_off)
+		block_landed(m, trn_param_offload_bwd_end(m->param_off, b));
+}
+
+void trn_model_blocks_bwd_done(struct trn_model *m)
+{
+	if (m->param_off)
+		block_landed(m, trn_param_offload_bwd_finish(m->param_off));
+}
+
+/* ---- construction and dispatch ------------------------------------------------------ */
 
 static struct trn_model *build(const struct trn_spec *spec, const struct trn_dataset *ds,
                                int max_batch, int layout_only, struct trn_err *err)
@@ -32,8 +146,14 @@ static struct trn_model *build(const struct trn_spec *spec, const struct trn_dat
 		trn_err_set(err, "model.type: unknown model type");
 		return NULL;
 	}
-	if (m)
-		m->dtype = spec->precision.compute;
+	if (!m)
+		return NULL;
+	m->dtype = spec->precision.compute;
+	if (setup_param_offload(m, spec->offload.params, layout_only) != 0) {
+		trn_model_free(m);
+		trn_err_set(err, "model: out of memory for the parameter staging");
+		return NULL;
+	}
 	return m;
 }
 
@@ -73,6 +193,8 @@ void trn_model_init_weights(struct trn_model *m, uint64_t seed)
 void trn_model_zero_grad(struct trn_model *m)
 {
 	memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
+	if (m->param_off)
+		trn_param_offload_grads_zeroed(m->param_off);
 }
 
 const struct trn_param *trn_model_param(const struct trn_model *m, const char *name)
@@ -112,6 +234,10 @@ int trn_model_alloc(struct trn_model *m)
 
 void trn_model_release(struct trn_model *m)
 {
+	if (m->param_off)
+		trn_param_offload_release(m->param_off);
+	free(m->param_off);
+	m->param_off = NULL;
 	free(m->params);
 	free(m->w);
 	free(m->g);

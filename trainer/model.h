@@ -34,6 +34,7 @@ struct trn_fwd_stats {
 };
 
 struct trn_model;
+struct trn_param_offload;
 
 struct trn_model_ops {
 	/* Runs the forward pass on b (b->n <= max_batch) and keeps what backward
@@ -77,6 +78,22 @@ struct trn_model {
 	 * numerically what 16-bit storage with fp32 GEMM accumulation does on a
 	 * GPU; the fp32 master weights live with the optimizer (trainer/train.c). */
 	enum trn_dtype dtype;
+	/* Blocks: runs of parameters the model computes one at a time (gpt's
+	 * transformer blocks, the mlp's layers), block b being params
+	 * [block_first + b * block_params, + block_params); the others (gpt's
+	 * embeddings, tied head and final LayerNorm) are resident. With
+	 * offload.params "cpu" w and g are the host copies, a block's weights
+	 * are staged for its compute and its gradients staged until copied out
+	 * (trainer/param_offload.h), and the resident tensors are used in place:
+	 * on a GPU they would be device copies. Model files reach a block's
+	 * weights and gradients only through trn_model_block_* below, which
+	 * hand out the staged copies, or w and g without offload. */
+	int n_blocks, block_first, block_params;
+	enum trn_offload param_offload;
+	struct trn_param_offload *param_off;  /* "cpu": owned */
+	long param_resident_floats;    /* floats outside every block */
+	long param_stage_floats;       /* "cpu": two blocks' staging of weights (as much
+	                                  again for gradients), else 0 */
 };
 
 /* Rounds x[0..n) to the model's compute dtype in place (nothing for fp32). */
@@ -101,6 +118,27 @@ static inline void trn_model_grad_ready(struct trn_model *m, int param)
 		m->grad_ready(m->grad_ready_ctx, param);
 }
 
+/* Model files: their blocks, once the parameter table is complete. */
+void trn_model_set_blocks(struct trn_model *m, int n_blocks, int first_param, int block_params);
+/* Forward starts (before any block's trn_model_block_fwd). */
+void trn_model_fwd_start(struct trn_model *m);
+/* Block b's weights for its forward (the block's first parameter's; the
+ * others follow at their offsets relative to it). */
+const float *trn_model_block_fwd(struct trn_model *m, int b);
+/* Backward reaches block b (blocks in reverse order): its weights, and in
+ * *grads its gradients, laid out as for trn_model_block_fwd; they hold
+ * what g holds, and the block's backward adds into them. */
+const float *trn_model_block_bwd(struct trn_model *m, int b, float **grads);
+/* Parameter param of block b has its gradient for this backward (in the
+ * block's gradients): rounds it to the compute dtype, and hands it to the
+ * grad_ready hook, at once or, offloaded, once the block's gradients have
+ * reached g. In place of trn_model_grad_ready for block parameters. */
+void trn_model_block_grad_ready(struct trn_model *m, int b, int param);
+/* Block b's backward is done; then, after the last block, backward's end
+ * of the blocks (before the resident tensors' gradients are ready). */
+void trn_model_block_bwd_end(struct trn_model *m, int b);
+void trn_model_blocks_bwd_done(struct trn_model *m);
+
 /* Builds the model of spec->model for the data in ds with buffers for
  * micro-batches of max_batch samples. Weights are not initialised: call
  * trn_model_init_weights or load them. Returns NULL with err set. */
@@ -120,17 +158,18 @@ const struct trn_param *trn_model_param(const struct trn_model *m, const char *n
  * grows m->params and m->n_floats; returns its index, or -1 on allocation failure. */
 int trn_model_add_param(struct trn_model *m, const char *name, int ndim, const int *shape);
 /* The model of trn_model_new without its memory: the parameter table,
- * n_floats, flops and the activation sizes (act_bytes, act_bytes_none,
- * act_host_bytes) at max_batch, computed by the walks that lay the real
- * buffers out, with w, g and the activations unallocated. For memory plans
+ * n_floats, flops, the activation sizes (act_bytes, act_bytes_none,
+ * act_host_bytes) at max_batch and the parameter staging sizes, computed
+ * by the walks that lay the real buffers out, with w, g, the activations
+ * and the staging unallocated. For memory plans
  * (plan.h); only trn_model_free may be called on it. ds needs only the
  * shape fields (task, dim, n_classes, vocab). */
 struct trn_model *trn_model_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
                                    int max_batch, struct trn_err *err);
 /* Allocates w and g once the table is complete; 0 or -1. */
 int trn_model_alloc(struct trn_model *m);
-/* Frees what trn_model_add_param and trn_model_alloc made (model files call
- * it from their free). */
+/* Frees what trn_model_add_param and trn_model_alloc made, and the
+ * parameter staging (model files call it from their free). */
 void trn_model_release(struct trn_model *m);
 
 /* Scores rows of logits [rows, classes] with their per-row losses against

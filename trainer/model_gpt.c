@@ -14,6 +14,12 @@
  * (trainer/act_offload.h). The recompute runs the same code on the same
  * inputs, roundings included, so all three give the same bits.
  *
+ * The parameters of a block are reached only through trn_model_block_*
+ * (model.h): with offload.params "cpu" a block computes with its staged
+ * weights and into its staged gradients (trainer/param_offload.h), also
+ * when "recompute" runs its forward again in backward. The embeddings, the
+ * tied head and the final LayerNorm stay resident.
+ *
  * With a 16-bit compute dtype (base.dtype) every activation buffer and every
  * activation-gradient buffer is rounded to it right after the op that writes
  * it, as a GPU would store it, while GEMMs, LayerNorm statistics and softmax
@@ -78,6 +84,7 @@ struct gpt {
 	float *dres, *dln, *dbig, *dqkv, *datty;
 	float *datt;                       /* [B,NH,T,T] */
 	float *dlogits;                    /* [B,T,V] */
+	long rel[P_PER_BLOCK];             /* a block's parameters from its first, in floats */
 };
 
 static float *wp(struct gpt *g, int idx) { return g->base.w + g->base.params[idx].offset; }
@@ -118,14 +125,15 @@ static struct gpt_block_acts *fwd_acts(struct gpt *g, int l)
 	}
 }
 
-/* Block l's forward from a->x as far as backward needs it: everything in a.
- * Each op is followed by the rounding of what it wrote (16-bit storage). */
-static void block_fwd(struct gpt *g, int l, struct gpt_block_acts *a)
+/* Block l's forward from a->x with its weights bw as far as backward needs
+ * it: everything in a. Each op is followed by the rounding of what it wrote
+ * (16-bit storage). */
+static void block_fwd(struct gpt *g, const float *bw, struct gpt_block_acts *a)
 {
 	struct trn_model *base = &g->base;
 	int B = g->B, T = g->T, C = g->C, NH = g->NH, BT = B * g->T;
 	long btc = (long)BT * C;
-#define W(which) wp(g, block_param(l, which))
+#define W(which) (bw + g->rel[which])
 	kern_layernorm_fwd_cpu(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B), BT, C);
 	trn_model_round(base, a->ln1, btc);
 	kern_matmul_fwd_cpu(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
@@ -155,14 +163,16 @@ static double gpt_forward(struct trn_model *base, const struct trn_batch *b, str
 	int lf = 2 + g->L * P_PER_BLOCK;   /* index of norm_f.weight */
 
 	/* each op is followed by the rounding of what it wrote (16-bit storage) */
+	trn_model_fwd_start(base);
 	float *x = fwd_input(g, 0);
 	kern_embedding_fwd_cpu(x, b->tokens, wp(g, 0), wp(g, 1), B, T, C);
 	trn_model_round(base, x, btc);
 	for (int l = 0; l < g->L; l++) {
+		const float *bw = trn_model_block_fwd(base, l);
 		struct gpt_block_acts *a = fwd_acts(g, l);
-		block_fwd(g, l, a);
-		kern_matmul_fwd_cpu(g->tmp_c, a->fch_gelu, wp(g, block_param(l, P_FCPW)),
-		                    wp(g, block_param(l, P_FCPB)), BT, 4 * C, C);
+		block_fwd(g, bw, a);
+		kern_matmul_fwd_cpu(g->tmp_c, a->fch_gelu, bw + g->rel[P_FCPW], bw + g->rel[P_FCPB],
+		                    BT, 4 * C, C);
 		trn_model_round(base, g->tmp_c, btc);
 		x = fwd_input(g, l + 1);
 		kern_residual_fwd_cpu(x, a->res2, g->tmp_c, btc);
@@ -180,15 +190,15 @@ static double gpt_forward(struct trn_model *base, const struct trn_batch *b, str
 }
 
 /* Block l's activations for its backward: with "recompute" its forward
- * runs again from its saved input; with "cpu" they come back from the host
- * store (and block l - 1's start to). */
-static struct gpt_block_acts *bwd_acts(struct gpt *g, int l)
+ * runs again from its saved input, with its weights bw; with "cpu" they
+ * come back from the host store (and block l - 1's start to). */
+static struct gpt_block_acts *bwd_acts(struct gpt *g, int l, const float *bw)
 {
 	struct gpt_block_acts *a;
 	switch (g->base.act_offload) {
 	case TRN_OFFLOAD_RECOMPUTE:
 		a = fwd_acts(g, l);
-		block_fwd(g, l, a);
+		block_fwd(g, bw, a);
 		return a;
 	case TRN_OFFLOAD_CPU:
 		return &g->blocks[trn_act_offload_bwd_begin(&g->off, l)];
@@ -232,10 +242,12 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 	trn_model_grad_ready(base, lf);
 
 	for (int l = g->L - 1; l >= 0; l--) {
-		struct gpt_block_acts *a = bwd_acts(g, l);
-#define W(which) wp(g, block_param(l, which))
-#define G(which) gp(g, block_param(l, which))
-#define READY(which) trn_model_grad_ready(base, block_param(l, which))
+		float *bg;
+		const float *bw = trn_model_block_bwd(base, l, &bg);
+		struct gpt_block_acts *a = bwd_acts(g, l, bw);
+#define W(which) (bw + g->rel[which])
+#define G(which) (bg + g->rel[which])
+#define READY(which) trn_model_block_grad_ready(base, l, block_param(l, which))
 		/* output = res2 + fcproj: dres flows to both unchanged */
 		kern_matmul_bwd_set_cpu(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
 		                        BT, 4 * C, C);
@@ -272,10 +284,12 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 		trn_model_round(base, g->dres, btc);
 		READY(P_LN1B);
 		READY(P_LN1W);
+		trn_model_block_bwd_end(base, l);
 #undef W
 #undef G
 #undef READY
 	}
+	trn_model_blocks_bwd_done(base);
 	kern_embedding_bwd_cpu(gp(g, 0), gp(g, 1), g->dres, b->tokens, B, T, C, V);
 	/* the tied embedding also took the head's gradient above: final only now */
 	trn_model_grad_ready(base, 1);
@@ -355,6 +369,9 @@ static int add_params(struct gpt *g)
 	if (trn_model_add_param(base, "norm_f.weight", 1, vec) < 0 ||
 	    trn_model_add_param(base, "norm_f.bias", 1, vec) < 0)
 		return -1;
+	trn_model_set_blocks(base, g->L, 2, P_PER_BLOCK);
+	for (int k = 0; k < P_PER_BLOCK && g->L > 0; k++)
+		g->rel[k] = base->params[block_param(0, k)].offset - base->params[block_param(0, 0)].offset;
 	return 0;
 }
 

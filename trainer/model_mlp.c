@@ -22,6 +22,12 @@
  * place, keeps nothing else, so there it changes nothing. "cpu" works in two
  * staging slots and keeps the hidden layers' outputs in a host store
  * (trainer/act_offload.h). The logits stay in the model's memory.
+ *
+ * Each layer is a block for offload.params too (model.h): its weight and
+ * bias are reached only through trn_model_block_*, staged with "cpu"
+ * (trainer/param_offload.h). Backward takes a hidden layer's activation
+ * backward (and its "recompute") at the start of that layer's block, the
+ * weights it needs being the layer's own.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -67,13 +73,13 @@ static void map_block(struct mlp *m, int j, int s)
 	                                   : m->slot[s];
 }
 
-/* Layer i's output before the activation into pre[i], rounded. */
-static void layer_fwd(struct mlp *m, const float *inp, int i, int n)
+/* Layer i's output before the activation into pre[i], rounded; bw is the
+ * layer's weight, its bias follows. */
+static void layer_fwd(struct mlp *m, const float *bw, const float *inp, int i, int n)
 {
 	struct trn_model *base = &m->base;
-	const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
-	kern_matmul_fwd_cpu(m->pre[i], inp, base->w + w->offset, base->w + bias->offset, n,
-	                    m->dims[i], m->dims[i + 1]);
+	kern_matmul_fwd_cpu(m->pre[i], inp, bw, bw + base->params[2 * i].numel, n, m->dims[i],
+	                    m->dims[i + 1]);
 	trn_model_round(base, m->pre[i], (long)n * m->dims[i + 1]);
 }
 
@@ -88,12 +94,14 @@ static double mlp_forward(struct trn_model *base, const struct trn_batch *b, str
 	int n = b->n;
 	m->n = n;
 	int cpu = base->act_offload == TRN_OFFLOAD_CPU;
+	trn_model_fwd_start(base);
 	for (int i = 0; i < m->n_layers; i++) {
 		long len = (long)n * m->dims[i + 1];
 		int hidden = i + 1 < m->n_layers;
+		const float *bw = trn_model_block_fwd(base, i);
 		if (cpu && hidden)
 			map_block(m, i, trn_act_offload_fwd_begin(&m->off, i));
-		layer_fwd(m, layer_input(m, b, i), i, n);
+		layer_fwd(m, bw, layer_input(m, b, i), i, n);
 		if (hidden) {
 			if (m->act == TRN_ACT_GELU) {
 				kern_gelu_fwd_cpu(m->post[i], m->pre[i], len);
@@ -114,8 +122,9 @@ static double mlp_forward(struct trn_model *base, const struct trn_batch *b, str
 
 /* Gradients of the activations overwrite their buffers (the _set kernels)
  * rather than being added into zeroed ones: layer i's input gradient goes to
- * one scratch buffer, the activation's backward turns it in place into the
- * gradient of layer i - 1's output, and the two buffers swap roles. */
+ * one scratch buffer, the two buffers swap roles, and at layer i - 1 the
+ * activation's backward turns it in place into the gradient of that layer's
+ * output before the activation. */
 static void mlp_backward(struct trn_model *base, const struct trn_batch *b, float scale)
 {
 	struct mlp *m = (struct mlp *)base;
@@ -127,32 +136,38 @@ static void mlp_backward(struct trn_model *base, const struct trn_batch *b, floa
 	                              m->dims[last + 1]);
 	trn_model_round(base, dout, (long)n * m->dims[last + 1]);
 	for (int i = last; i >= 0; i--) {
-		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
-		/* layer i's input and the activation's backward below need hidden layer i - 1 */
-		if (i > 0 && base->act_offload == TRN_OFFLOAD_CPU)
-			map_block(m, i - 1, trn_act_offload_bwd_begin(&m->off, i - 1));
-		kern_matmul_bwd_set_cpu(i > 0 ? dinp : NULL, base->g + w->offset,
-		                        base->g + bias->offset, dout, layer_input(m, b, i),
-		                        base->w + w->offset, n, m->dims[i], m->dims[i + 1]);
-		trn_model_grad_ready(base, 2 * i + 1);
-		trn_model_grad_ready(base, 2 * i);
-		if (i > 0) {
-			long len = (long)n * m->dims[i];
-			trn_model_round(base, dinp, len);
+		float *bg;
+		const float *bw = trn_model_block_bwd(base, i, &bg);
+		long wn = base->params[2 * i].numel;
+		if (i < last) {
+			/* dout: the gradient of hidden layer i's output after the activation */
+			long len = (long)n * m->dims[i + 1];
 			if (m->act == TRN_ACT_GELU) {
 				if (base->act_offload == TRN_OFFLOAD_RECOMPUTE)
-					layer_fwd(m, layer_input(m, b, i - 1), i - 1, n);
-				kern_gelu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
-				trn_model_round(base, dinp, len);
+					layer_fwd(m, bw, layer_input(m, b, i), i, n);
+				kern_gelu_bwd_set_cpu(dout, m->pre[i], dout, len);
+				trn_model_round(base, dout, len);
 			} else {
-				/* pre[i - 1] holds relu's output: > 0 exactly where its input was */
-				kern_relu_bwd_set_cpu(dinp, m->pre[i - 1], dinp, len);
+				/* pre[i] holds relu's output: > 0 exactly where its input was */
+				kern_relu_bwd_set_cpu(dout, m->pre[i], dout, len);
 			}
+		}
+		/* layer i's input is hidden layer i - 1's output */
+		if (i > 0 && base->act_offload == TRN_OFFLOAD_CPU)
+			map_block(m, i - 1, trn_act_offload_bwd_begin(&m->off, i - 1));
+		kern_matmul_bwd_set_cpu(i > 0 ? dinp : NULL, bg, bg + wn, dout, layer_input(m, b, i),
+		                        bw, n, m->dims[i], m->dims[i + 1]);
+		trn_model_block_grad_ready(base, i, 2 * i + 1);
+		trn_model_block_grad_ready(base, i, 2 * i);
+		trn_model_block_bwd_end(base, i);
+		if (i > 0) {
+			trn_model_round(base, dinp, (long)n * m->dims[i]);
 			float *t = dout;
 			dout = dinp;
 			dinp = t;
 		}
 	}
+	trn_model_blocks_bwd_done(base);
 }
 
 /* He (Kaiming) normal init for the weights, std = sqrt(2 / fan_in), which
@@ -300,6 +315,7 @@ struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_data
 		/* forward 2, weight gradient 2, input gradient 2 (not for the first layer) */
 		flops += (i == 0 ? 4.0 : 6.0) * m->dims[i] * m->dims[i + 1];
 	}
+	trn_model_set_blocks(base, m->n_layers, 0, 2);
 	if ((!layout_only && trn_model_alloc(base) < 0) ||
 	    alloc_acts(m, spec->offload.activations, widest, layout_only) < 0)
 		goto oom;

@@ -9,6 +9,7 @@
 #include "data.h"
 #include "kernels/quant8.h"
 #include "model.h"
+#include "opt_offload.h"
 
 static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_PARAMS] = "params",
@@ -16,8 +17,11 @@ static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_GRAD_SHARD] = "grad_shard",
 	[TRN_PLAN_MASTER] = "master",
 	[TRN_PLAN_OPTIMIZER] = "optimizer",
+	[TRN_PLAN_GRAD_HOST] = "grad_host",
+	[TRN_PLAN_PARAM_STAGING] = "param_stage",
 	[TRN_PLAN_ACTIVATIONS] = "activations",
 	[TRN_PLAN_ACT_OFFLOAD] = "act_offload",
+	[TRN_PLAN_PARAM_OFFLOAD] = "param_offload",
 	[TRN_PLAN_CHECKPOINT] = "checkpoint",
 	[TRN_PLAN_DATA] = "data",
 };
@@ -81,19 +85,34 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	p->shard = p->zero ? (n + ranks - 1) / ranks : n;
 
 	double eb = elem_bytes(dt, gpus);
-	p->bytes[TRN_PLAN_PARAMS] = eb * (double)n;
-	p->bytes[TRN_PLAN_GRADS] = eb * (double)n;
+	/* offload.params cpu: each a working copy of two blocks' staging, plus
+	 * the resident tensors on a GPU, and the host copies of both */
+	double held = (double)n;
+	if (m->param_offload == TRN_OFFLOAD_CPU) {
+		held = (double)(m->param_stage_floats + (gpus ? m->param_resident_floats : 0));
+		p->bytes[TRN_PLAN_PARAM_OFFLOAD] = eb * 2.0 * (double)n;
+	}
+	p->bytes[TRN_PLAN_PARAMS] = eb * held;
+	p->bytes[TRN_PLAN_GRADS] = eb * held;
 	if (p->zero)
 		p->bytes[TRN_PLAN_GRAD_SHARD] = 4.0 * (double)p->shard;
-	if (dt != TRN_DTYPE_FP32)
+	/* offload.optimizer cpu: the host's master weights whatever the dtype, its
+	 * copy of the gradients, and two staging buffers of parallel.bucket_mb */
+	int opt_off = s->offload.optimizer == TRN_OFFLOAD_CPU;
+	if (dt != TRN_DTYPE_FP32 || opt_off)
 		p->bytes[TRN_PLAN_MASTER] = 4.0 * (double)p->shard;
+	if (opt_off) {
+		p->bytes[TRN_PLAN_GRAD_HOST] = 4.0 * (double)p->shard;
+		p->bytes[TRN_PLAN_PARAM_STAGING] = 2.0 * eb * (double)trn_opt_offload_stage_floats(
+			p->shard, s->parallel.bucket_bytes / (long)sizeof(float));
+	}
 	p->bytes[TRN_PLAN_OPTIMIZER] = optimizer_bytes(&s->optimizer, m, 0, p->shard);
 	/* activations as the model holds them: floats on the CPU, the dtype on a GPU */
 	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
 	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
 	/* checkpoints: rank 0 gathers the master weights it does not hold as
 	 * parameters, and with ZeRO the whole optimizer state */
-	double ckpt = dt != TRN_DTYPE_FP32 ? 4.0 * (double)n : 0;
+	double ckpt = dt != TRN_DTYPE_FP32 || opt_off ? 4.0 * (double)n : 0;
 	if (p->zero)
 		ckpt += optimizer_bytes(&s->optimizer, m, 0, n);
 	p->bytes[TRN_PLAN_CHECKPOINT] = ckpt;
@@ -104,9 +123,9 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 
 	for (int i = 0; i < TRN_PLAN_N; i++) {
 		int host = !gpus || i == TRN_PLAN_DATA || i == TRN_PLAN_ACT_OFFLOAD ||
-		           i == TRN_PLAN_CHECKPOINT;
-		if (gpus && s->offload.optimizer == TRN_OFFLOAD_CPU &&
-		    (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER || i == TRN_PLAN_GRAD_SHARD))
+		           i == TRN_PLAN_PARAM_OFFLOAD || i == TRN_PLAN_CHECKPOINT;
+		if (gpus && opt_off && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER ||
+		                        i == TRN_PLAN_GRAD_HOST || i == TRN_PLAN_PARAM_STAGING))
 			host = 1;
 		p->on_host[i] = host;
 		if (host)

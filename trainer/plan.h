@@ -12,7 +12,14 @@
  * item is host memory, and 16-bit values are held in floats (4 bytes). With
  * GPUs the device holds parameters, gradients, master weights, optimizer
  * state and activations in their own dtypes, except what offload.* moves to
- * the host; the data and offload stores are host memory.
+ * the host; the data and offload stores are host memory. offload.optimizer
+ * "cpu" (opt_offload.h) moves the master weights (fp32 whatever the
+ * compute dtype) and the optimizer state there, and adds the host's copy of
+ * the range's gradients and the parameters' two staging buffers; the
+ * device keeps the gradients and, with ZeRO-1, the reduce-scatter's shard. With
+ * offload.params "cpu" the params and grads items are their working copies:
+ * two blocks' staging and, on a GPU, the resident tensors (on the CPU those
+ * are used in place in the host copies, the param_offload item).
  */
 #ifndef LARCH_TRAINER_PLAN_H
 #define LARCH_TRAINER_PLAN_H
@@ -29,8 +36,11 @@ enum trn_plan_item {
 	TRN_PLAN_GRAD_SHARD,          /* ZeRO-1: this rank's averaged fp32 gradients */
 	TRN_PLAN_MASTER,              /* fp32 master weights, when not the parameters themselves */
 	TRN_PLAN_OPTIMIZER,           /* m, v (momentum): fp32, or int8 codes and block scales */
+	TRN_PLAN_GRAD_HOST,           /* offload.optimizer "cpu": the host's fp32 gradients of the range */
+	TRN_PLAN_PARAM_STAGING,       /* offload.optimizer "cpu": two host buffers for the params */
 	TRN_PLAN_ACTIVATIONS,         /* at the micro-batch, as offload.activations keeps them */
 	TRN_PLAN_ACT_OFFLOAD,         /* offload.activations "cpu": the host store */
+	TRN_PLAN_PARAM_OFFLOAD,       /* offload.params "cpu": the host params and grads */
 	TRN_PLAN_CHECKPOINT,          /* ZeRO-1 rank 0: the gathered state while it writes */
 	TRN_PLAN_DATA,                /* the loaded data set and a micro-batch */
 	TRN_PLAN_N

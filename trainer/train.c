@@ -22,6 +22,7 @@
 #include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
+#include "opt_offload.h"
 #include "report.h"
 #include "schedule.h"
 #include "state.h"
@@ -45,7 +46,9 @@ struct run {
 	struct trn_optim opt;          /* over the dp's range [lo, hi) of the buffer */
 	float *master;                 /* fp32 master weights of [lo, hi): the model's own w + lo
 	                                  with fp32 compute, else master_owned */
-	float *master_owned;
+	float *master_owned;           /* with offload.optimizer "cpu" always, in host memory */
+	int offload;                   /* offload.optimizer "cpu": off moves grads and params */
+	struct trn_opt_offload off;
 	struct trn_loss_scale ls;
 	struct trn_watchdog wd;
 	struct trn_loader loader;
@@ -75,12 +78,6 @@ static double mib(double bytes)
  * front with the field's name rather than train something else. */
 static int check_supported(const struct trn_spec *s, struct trn_err *err)
 {
-	if (s->offload.optimizer != TRN_OFFLOAD_NONE)
-		return trn_err_set(err, "offload.optimizer: offloading the optimizer state is not "
-		                   "supported by this larch-train yet (\"none\" only)");
-	if (s->offload.params != TRN_OFFLOAD_NONE)
-		return trn_err_set(err, "offload.params: offloading the parameters is not supported "
-		                   "by this larch-train yet (\"none\" only)");
 	if (s->parallel.zero_stage > 1)
 		return trn_err_set(err, "parallel.zero_stage: ZeRO stage %d is not supported by this "
 		                   "larch-train yet (0 or 1)", s->parallel.zero_stage);
@@ -149,11 +146,16 @@ static int evaluate(struct run *r, long step)
 }
 
 /* One line of the memory report: elements stored as dtype (a 16-bit
- * dtype is held in floats on the CPU: that is said too; int8 is int8). */
-static double mem_line(const char *what, enum trn_dtype dtype, double elems, const char *note)
+ * dtype is held in floats on the CPU: that is said too; int8 is int8);
+ * where: "device" or "host" with offload.optimizer or offload.params "cpu",
+ * else NULL. */
+static double mem_line(const char *what, enum trn_dtype dtype, double elems, const char *where,
+                       const char *note)
 {
 	int bytes = dtype == TRN_DTYPE_FP32 ? 4 : dtype == TRN_DTYPE_INT8 ? 1 : 2;
 	printf("  %-12s %-5s %9.2f MiB", what, trn_dtype_name(dtype), mib(elems * bytes));
+	if (where)
+		printf("  %-*s", bytes == 2 || note[0] ? 6 : 0, where);
 	if (bytes == 2)
 		printf("  (as fp32 on the CPU: %.2f MiB)", mib(elems * 4));
 	printf("%s%s\n", note[0] ? "  " : "", note);
@@ -161,53 +163,88 @@ static double mem_line(const char *what, enum trn_dtype dtype, double elems, con
 }
 
 /* What each rank holds, by dtype, as a GPU would store it: the ranks differ
- * by at most one float of shard. */
+ * by at most one float of shard. With offload.optimizer or offload.params
+ * "cpu" each line says where it lives; the total is the device's, and the
+ * host's follows. */
 static void print_memory(const struct run *r)
 {
 	const struct trn_model *m = r->model;
 	enum trn_dtype dt = m->dtype;
 	double n = (double)m->n_floats, shard = (double)(r->dp.hi - r->dp.lo);
 	double n_state = r->opt.n_state;
-	int size = r->comm->size, zero = r->dp.zero;
+	int size = r->comm->size, zero = r->dp.zero, off = r->offload;
+	const char *dev = off ? "device" : NULL, *host = off ? "host" : NULL;
 	char note[96] = "";
-	double total = 0;
+	double total = 0, host_total = 0;
+	/* offload.params cpu: the device holds two blocks' staging and the
+	 * resident tensors of the params and of the grads, the host all of both */
+	int poff = m->param_offload == TRN_OFFLOAD_CPU;
+	double held = poff ? (double)(m->param_resident_floats + m->param_stage_floats) : n;
+	if (poff) {
+		dev = "device";
+		host = off ? host : dev;   /* where the optimizer's items are */
+		snprintf(note, sizeof note, "offload.params cpu: 2 blocks + resident (all: %.2f MiB)",
+		         mib(n * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
+	}
 
-	printf("memory per rank (%d rank%s%s):\n", size, size > 1 ? "s" : "",
-	       zero ? ", ZeRO-1: master weights, optimizer state and averaged gradients sharded" : "");
-	total += mem_line("params", dt, n, "");
-	total += mem_line("grads", dt, n, "");
+	printf("memory per rank (%d rank%s%s%s):\n", size, size > 1 ? "s" : "",
+	       zero ? ", ZeRO-1: master weights, optimizer state and averaged gradients sharded" : "",
+	       off ? ", offload.optimizer cpu: master weights, optimizer state and the update on "
+	             "the host" : "");
+	total += mem_line("params", dt, held, dev, note);
+	total += mem_line("grads", dt, held, dev, note);
 	if (zero) {
 		snprintf(note, sizeof note, "1/%d of %.2f MiB", size, mib(n * 4));
-		total += mem_line("grad shard", TRN_DTYPE_FP32, shard, note);
+		total += mem_line("grad shard", TRN_DTYPE_FP32, shard, dev, note);
 	}
-	if (dt != TRN_DTYPE_FP32 || zero) {
-		snprintf(note, sizeof note, "%s", dt == TRN_DTYPE_FP32 ? "the params' own shard" : "");
-		if (zero && dt != TRN_DTYPE_FP32)
+	if (dt != TRN_DTYPE_FP32 || zero || off) {
+		snprintf(note, sizeof note, "%s", dt == TRN_DTYPE_FP32 && !off ? "the params' own shard" : "");
+		if (zero && (dt != TRN_DTYPE_FP32 || off))
 			snprintf(note, sizeof note, "1/%d of %.2f MiB", size, mib(n * 4));
-		double add = mem_line("master", TRN_DTYPE_FP32, shard, note);
-		if (dt != TRN_DTYPE_FP32)
+		double add = mem_line("master", TRN_DTYPE_FP32, shard, host, note);
+		if (off)
+			host_total += add;
+		else if (dt != TRN_DTYPE_FP32)
 			total += add;
 	}
 	snprintf(note, sizeof note, "%s%s", n_state == 2 ? "m and v" : n_state ? "m" : "none",
 	         zero ? ", sharded" : "");
+	double state;
 	if (r->opt.q8) {
 		/* codes and a scale per block: bytes, as 1-byte elements */
 		double bytes = trn_optim_state_bytes(&r->opt);
 		snprintf(note + strlen(note), sizeof note - strlen(note),
 		         ", a scale per %ld: 1/%.2f of fp32", KERN_Q8_BLOCK, shard * n_state * 4 / bytes);
-		total += mem_line("optimizer", TRN_DTYPE_INT8, bytes, note);
+		state = mem_line("optimizer", TRN_DTYPE_INT8, bytes, host, note);
 	} else {
-		total += mem_line("optimizer", TRN_DTYPE_FP32, shard * n_state, note);
+		state = mem_line("optimizer", TRN_DTYPE_FP32, shard * n_state, host, note);
+	}
+	*(off ? &host_total : &total) += state;
+	if (off) {
+		host_total += mem_line("host grads", TRN_DTYPE_FP32, shard, host,
+		                       "copied from the device bucket by bucket");
+		host_total += mem_line("param stage", dt, 2.0 * (double)r->off.chunk, host,
+		                       "two staging buffers for the copies to the device");
 	}
 	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
 	if (m->act_offload != TRN_OFFLOAD_NONE)
 		snprintf(note, sizeof note, "at micro-batch %ld, offload.activations %s (none: %.2f MiB)",
 		         r->spec->batch.micro, m->act_offload == TRN_OFFLOAD_CPU ? "cpu" : "recompute",
 		         mib((double)m->act_bytes_none / 4 * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
-	total += mem_line("activations", dt, (double)m->act_bytes / 4, note);
+	total += mem_line("activations", dt, (double)m->act_bytes / 4, dev, note);
 	if (m->act_offload == TRN_OFFLOAD_CPU)
-		mem_line("act offload", dt, (double)m->act_host_bytes / 4, "host memory, not in the total");
-	printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
+		host_total += mem_line("act offload", dt, (double)m->act_host_bytes / 4,
+		                       dev ? "host" : NULL, dev ? "" : "host memory, not in the total");
+	if (poff) {
+		host_total += mem_line("params host", dt, n, "host", "the params' home");
+		host_total += mem_line("grads host", dt, n, "host", "each block's copied out in backward");
+	}
+	if (!dev) {
+		printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
+		return;
+	}
+	printf("  %-12s %-5s %9.2f MiB  device\n", "total", "", mib(total));
+	printf("  %-12s %-5s %9.2f MiB  host\n", "total", "", mib(host_total));
 }
 
 static void print_plan(const struct run *r)
@@ -249,7 +286,11 @@ static void print_plan(const struct run *r)
 static int publish_params(struct run *r, struct trn_err *err)
 {
 	struct trn_model *m = r->model;
-	if (r->master_owned) {
+	if (r->offload) {
+		/* host -> device; whole before it is gathered or computed with */
+		trn_opt_offload_params_in(&r->off);
+		trn_opt_offload_params_wait(&r->off);
+	} else if (r->master_owned) {
 		long n = r->dp.hi - r->dp.lo;
 		memcpy(m->w + r->dp.lo, r->master_owned, sizeof(float) * (size_t)n);
 		trn_model_round(m, m->w + r->dp.lo, n);
@@ -316,6 +357,33 @@ static int restore_newest(struct run *r, char *path, size_t size, struct trn_err
 	return load_state(r, path, err) == 0 ? 1 : -1;
 }
 
+/* dp issued bucket i's reduction (one rank: its gradients are final): its
+ * part of this rank's range starts for the host, after the reduction. */
+static void offload_bucket(void *ctx, int i)
+{
+	struct run *r = ctx;
+	long a, n = trn_dp_bucket_part(&r->dp, i, &a);
+	if (n)
+		trn_opt_offload_grads_out(&r->off, i, a, n);
+}
+
+/* offload.optimizer "cpu": the master weights (master_owned) and the
+ * optimizer state are the host's; the gradients come to it bucket by
+ * bucket, the parameters go back in chunks of parallel.bucket_mb. */
+static int setup_offload(struct run *r, struct trn_err *err)
+{
+	long n = r->dp.hi - r->dp.lo;
+	if (trn_opt_offload_init(&r->off, n, r->dp.n_buckets,
+	                         r->spec->parallel.bucket_bytes / (long)sizeof(float), r->model->dtype,
+	                         r->master_owned, r->dp.gs, r->model->w + r->dp.lo) != 0)
+		return trn_err_set(err, "offload.optimizer: out of memory for the host gradients and "
+		                   "staging of %ld parameters", n);
+	r->offload = 1;
+	r->dp.bucket_started = offload_bucket;
+	r->dp.bucket_ctx = r;
+	return 0;
+}
+
 /* Sets everything up; on resume restores the newest checkpoint. */
 static int setup(struct run *r, struct trn_err *err)
 {
@@ -359,7 +427,7 @@ static int setup(struct run *r, struct trn_err *err)
 	                         r->model->n_floats, r->dp.lo, r->dp.hi, r->comm, err) != 0)
 		return TRN_EXIT_FAILED;
 	trn_loss_scale_init(&r->ls, &s->precision);
-	if (r->model->dtype == TRN_DTYPE_FP32) {
+	if (r->model->dtype == TRN_DTYPE_FP32 && s->offload.optimizer == TRN_OFFLOAD_NONE) {
 		r->master = r->model->w + r->dp.lo;
 	} else {
 		long n = r->dp.hi - r->dp.lo;
@@ -367,8 +435,10 @@ static int setup(struct run *r, struct trn_err *err)
 			return trn_err_set(err, "master weights: out of memory"), TRN_EXIT_FAILED;
 		r->master = r->master_owned;
 	}
-	if (r->comm->size > 1) {
-		/* buckets start reducing while backward goes on */
+	if (s->offload.optimizer == TRN_OFFLOAD_CPU && setup_offload(r, err) != 0)
+		return TRN_EXIT_FAILED;
+	if (r->comm->size > 1 || r->offload) {
+		/* buckets start reducing (and for the host) while backward goes on */
 		r->model->grad_ready = trn_dp_grad_ready;
 		r->model->grad_ready_ctx = &r->dp;
 	}
@@ -479,6 +549,22 @@ static int rollback(struct run *r, long step, const char *why, struct trn_err *e
 	return 0;
 }
 
+/* The gradients of this rank's range, summed over the ranks, averaged and
+ * unscaled in fp32: the dp's, or with offload the host's copy of them (the
+ * device's went as the reduction left them, and are unscaled there). NULL
+ * with err when a collective failed. */
+static float *step_grads(struct run *r, double scale, struct trn_err *err)
+{
+	float inv = (float)(1.0 / scale);
+	if (!r->offload)
+		return trn_dp_finish(&r->dp, inv, err) == 0 ? r->dp.gs : NULL;
+	if (trn_dp_wait(&r->dp, err) != 0)
+		return NULL;
+	trn_opt_offload_grads_wait(&r->off);
+	trn_dp_unscale(&r->dp, r->off.grads, inv);
+	return r->off.grads;
+}
+
 static int train_loop(struct run *r, struct trn_err *err)
 {
 	const struct trn_spec *s = r->spec;
@@ -507,13 +593,12 @@ static int train_loop(struct run *r, struct trn_err *err)
 			trn_model_backward(m, &r->batch, (float)(scale / (double)accum));
 		}
 		loss /= (double)accum;
-		/* the gradients of this rank's range, summed over the ranks, averaged
-		 * and unscaled in fp32 */
-		if (trn_dp_finish(&r->dp, (float)(1.0 / scale), err) != 0)
+		float *gs = step_grads(r, scale, err);
+		if (!gs)
 			return TRN_EXIT_FAILED;
 		long ns = r->dp.hi - r->dp.lo;
-		double gsq = kern_sumsq_cpu(r->dp.gs, ns);
-		int nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && kern_nonfinite_cpu(r->dp.gs, ns);
+		double gsq = kern_sumsq_cpu(gs, ns);
+		int nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && kern_nonfinite_cpu(gs, ns);
 		/* whether to stop after this step: with several ranks, what they
 		 * agreed on here (a signal arriving later on one rank waits for the
 		 * next step's agreement, or the ranks would part ways) */
@@ -555,8 +640,8 @@ static int train_loop(struct run *r, struct trn_err *err)
 		if (apply) {
 			double clip = s->optimizer.clip_grad_norm;
 			if (clip > 0 && gnorm > clip)
-				kern_scale_cpu(r->dp.gs, ns, (float)(clip / (gnorm + 1e-6)));
-			if (trn_optim_step(&r->opt, r->master, r->dp.gs, lr, err) != 0 ||
+				kern_scale_cpu(gs, ns, (float)(clip / (gnorm + 1e-6)));
+			if (trn_optim_step(&r->opt, r->master, gs, lr, err) != 0 ||
 			    publish_params(r, err) != 0)
 				return TRN_EXIT_FAILED;
 		}
@@ -676,6 +761,7 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	json_decref(r.final);
 	trn_report_close(&r.rep);
 	trn_optim_release(&r.opt);
+	trn_opt_offload_release(&r.off);
 	free(r.master_owned);
 	trn_watchdog_release(&r.wd);
 	trn_batch_release(&r.batch);

@@ -89,8 +89,6 @@ def test_batch_divisibility_names_both_fields(trainer, image_data, tmp_path):
 
 
 @pytest.mark.parametrize("section, value, message", [
-    ("offload", {"optimizer": "cpu"}, "offload.optimizer: offloading the optimizer state is not supported"),
-    ("offload", {"params": "cpu"}, "offload.params: offloading the parameters is not supported"),
     ("parallel", {"zero_stage": 2}, "parallel.zero_stage: ZeRO stage 2 is not supported"),
 ])
 def test_features_of_later_issues_are_refused_up_front(trainer, image_data, tmp_path, section, value, message):

@@ -4,7 +4,10 @@ of "none" bit for bit, on the same weights and batch, in fp32, bf16 and
 fp16 (the recompute must repeat every rounding to the 16-bit dtype), for a
 full micro-batch and then a smaller one through the same buffers. gpt has 5
 blocks and the mlp 4 hidden layers, so that "cpu" really sends blocks to
-its host store and brings them back (the last two stay in staging)."""
+its host store and brings them back (the last two stay in staging).
+offload.params "cpu" (trainer/param_offload.h) with each of them gives the
+same bits again: blocks compute with staged weights into staged gradients
+that are copied out to the host's."""
 import numpy as np
 import pytest
 
@@ -28,7 +31,7 @@ def mlp_spec(mode, dtype, activation):
             "precision": {"compute": dtype}, "offload": {"activations": mode}}
 
 
-def run_mode(lib, model, mode, dtype, w0):
+def run_mode(lib, model, mode, dtype, w0, params="none"):
     """Loss and gradients of a full batch then a smaller one, from weights w0
     (None: from the seed's initialisation, returned for the next modes)."""
     rng = np.random.default_rng(8)
@@ -44,6 +47,7 @@ def run_mode(lib, model, mode, dtype, w0):
         x = rng.standard_normal((n, 20)).astype(np.float32)
         y = rng.integers(0, 10, n).astype(np.int32)
         batches = [dict(x=x, targets=y), dict(x=x[:5], targets=y[:5])]
+    spec["offload"]["params"] = params
     with capi.Model(lib, spec, **kw) as m:
         w = m.weights()
         if w0 is None:
@@ -69,3 +73,16 @@ def test_gradients_are_bit_identical_in_every_mode(libtrainer_path, model, dtype
             assert loss == wloss, (mode, i)
             assert g.tobytes() == wg.tobytes(), \
                 f"{mode} batch {i}: max diff {np.max(np.abs(g - wg))}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model", ["gpt", "mlp-gelu", "mlp-relu"])
+def test_params_cpu_gradients_are_bit_identical(libtrainer_path, model, dtype):
+    lib = capi.load(libtrainer_path)
+    want, w0 = run_mode(lib, model, "none", dtype, None)
+    for mode in MODES:
+        got, _ = run_mode(lib, model, mode, dtype, w0, params="cpu")
+        for i, ((loss, g), (wloss, wg)) in enumerate(zip(got, want)):
+            assert loss == wloss, (mode, i)
+            assert g.tobytes() == wg.tobytes(), \
+                f"params cpu, activations {mode}, batch {i}: max diff {np.max(np.abs(g - wg))}"

@@ -1,0 +1,185 @@
+"""offload.params "cpu" (trainer/model.h, trainer/param_offload.h): the
+parameters live in host memory, each block's weights are staged for its
+compute and its gradients copied out as its backward ends. It trains bit for
+bit what "none" trains, for gpt and the mlp, in fp32 and bf16, alone and with
+offload.activations "recompute" and "cpu", with gradient accumulation
+(fp16 too), on two ranks with and without ZeRO-1 (gradient buckets started
+from the copied-out gradients while backward goes on), and across a resume;
+the start-up report and `larch plan` show the smaller working memory and the
+host copies."""
+import json
+import re
+import subprocess
+
+import pytest
+
+from datasets import read_safetensors, write_image_set
+from larchd import BUILD
+from test_offload_activations import (assert_same_run, final_checkpoint, gpt_spec, mlp_spec,
+                                      train)
+
+# (params, activations): every combination against "none", "none"
+COMBOS = [("cpu", "none"), ("cpu", "recompute"), ("cpu", "cpu")]
+MIB = 1024 * 1024
+
+
+def with_offload(spec, params, activations):
+    spec["offload"] = {"params": params, "activations": activations}
+    return spec
+
+
+def make_spec(model, image_data, params, activations, dtype="fp32", **extra):
+    if model == "gpt":
+        s = gpt_spec(activations, dtype, **extra)
+    else:
+        s = mlp_spec(image_data, activations, dtype, activation=model.split("-")[1], **extra)
+    return with_offload(s, params, activations)
+
+
+@pytest.fixture
+def image_data(tmp_path):
+    return write_image_set(tmp_path, n_train=512, n_val=64, side=8)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("model", ["gpt", "mlp-gelu", "mlp-relu"])
+def test_params_cpu_trains_the_same_bits(trainer, image_data, tmp_path, model, dtype):
+    """batch 16 = micro 8 x 2 (gpt), 64 = 32 x 2 (mlp): every step accumulates."""
+    base = tmp_path / "none"
+    train(trainer, make_spec(model, image_data, "none", "none", dtype), base)
+    for params, act in COMBOS:
+        job = tmp_path / f"{params}-{act}"
+        out = train(trainer, make_spec(model, image_data, params, act, dtype), job)
+        assert "offload.params cpu" in out.stdout
+        assert_same_run(base, job, f"{model} {dtype} params {params} activations {act}")
+
+
+@pytest.mark.parametrize("micro,dtype", [(16, "fp32"), (4, "fp32"), (4, "bf16"), (2, "fp16")])
+def test_accumulation_adds_into_the_host_gradients(trainer, tmp_path, micro, dtype):
+    """Accumulating 1, 4 and 8 micro-batches per step: the first one's staged
+    gradients start from zero, the later ones from the host's sum so far;
+    fp16 with its dynamic loss scale."""
+    extra = {"batch": {"global": 16, "micro": micro}}
+    base, job = tmp_path / "none", tmp_path / "cpu"
+    train(trainer, with_offload(gpt_spec("none", dtype, **extra), "none", "none"), base)
+    train(trainer, with_offload(gpt_spec("none", dtype, **extra), "cpu", "none"), job)
+    assert_same_run(base, job, f"micro {micro} {dtype}")
+
+
+@pytest.mark.parametrize("model,dtype,zero", [("gpt", "fp32", 1), ("gpt", "bf16", 1),
+                                              ("mlp-gelu", "fp32", 1), ("gpt", "fp32", 0)])
+def test_two_ranks_train_the_same_bits(trainer, image_data, tmp_path, mpirun, model, dtype, zero):
+    """Small buckets: many reductions start during backward, each once the
+    copies of all its parameters' gradients to the host were waited for, in
+    the same order as without offload (the ranks must agree on it). Without
+    ZeRO the buckets are allreduced in place in the host gradients."""
+    parallel = {"ranks": 2, "zero_stage": zero, "bucket_mb": 0.01}
+    base = tmp_path / "none"
+    train(trainer, make_spec(model, image_data, "none", "none", dtype, parallel=parallel), base,
+          mpirun=mpirun)
+    for params, act in [("cpu", "none"), ("cpu", "cpu")]:
+        job = tmp_path / f"{params}-{act}"
+        out = train(trainer, make_spec(model, image_data, params, act, dtype, parallel=parallel),
+                    job, mpirun=mpirun)
+        assert "buckets" in out.stdout and ("ZeRO-1" in out.stdout) == bool(zero)
+        assert_same_run(base, job, f"2 ranks zero {zero} {model} {dtype} {params} {act}")
+
+
+def test_resumes_bit_exactly(trainer, tmp_path):
+    """A params-cpu run resumed from its step-2 checkpoint ends where the
+    straight one does, and both where "none" does."""
+    s = with_offload(gpt_spec("recompute", "bf16", checkpoint_every=2), "cpu", "recompute")
+    straight, resumed, plain = tmp_path / "straight", tmp_path / "resumed", tmp_path / "plain"
+    train(trainer, s, straight)
+    (resumed / "checkpoints").mkdir(parents=True)
+    (resumed / "checkpoints" / "step-00000002.safetensors").write_bytes(
+        (straight / "checkpoints" / "step-00000002.safetensors").read_bytes())
+    out = train(trainer, s, resumed, "--resume")
+    assert "(step 2)" in out.stdout
+    ta, _ = read_safetensors(final_checkpoint(straight))
+    tb, _ = read_safetensors(final_checkpoint(resumed))
+    for name in ta:
+        assert ta[name].tobytes() == tb[name].tobytes(), f"{name} differs after resume"
+    train(trainer, with_offload(gpt_spec("none", "bf16", checkpoint_every=2), "none", "none"),
+          plain)
+    tc, _ = read_safetensors(final_checkpoint(plain))
+    for name in ta:
+        assert ta[name].tobytes() == tc[name].tobytes(), f"{name}: params cpu != none"
+
+
+def gpt_floats(dim, seq, vocab=256):
+    """(resident, one block) floats of model_gpt.c's table."""
+    resident = vocab * dim + seq * dim + 2 * dim
+    block = 12 * dim * dim + 13 * dim
+    return resident, block
+
+
+def report_mib(stdout, item):
+    """(MiB, "device"/"host"/None) of the report's line for item, or None."""
+    m = re.search(rf"^  {item} +\S+ +([\d.]+) MiB(?: +(device|host)\b)?", stdout, re.M)
+    return (float(m.group(1)), m.group(2)) if m else None
+
+
+def test_memory_report_shows_the_staging_and_the_host_copies(trainer, tmp_path):
+    got = {}
+    for layers in (4, 8):
+        for params in ("none", "cpu"):
+            s = with_offload(gpt_spec("none", layers=layers, steps=1), params, "none")
+            s["model"].update(dim=64, seq=64, heads=4)
+            out = train(trainer, s, tmp_path / f"{params}-{layers}")
+            got[params, layers] = {item: report_mib(out.stdout, item)
+                                   for item in ("params", "grads", "params host", "grads host")}
+    for layers in (4, 8):
+        resident, block = gpt_floats(64, 64)
+        n = resident + layers * block
+        none, cpu = got["none", layers], got["cpu", layers]
+        assert none["params"][0] == pytest.approx(4 * n / MIB, abs=0.006)
+        assert none["params host"] is None
+        # the device: the resident tensors and two blocks, whatever the depth
+        assert cpu["params"] == (pytest.approx(4 * (resident + 2 * block) / MIB, abs=0.006),
+                                 "device"), cpu
+        assert cpu["grads"] == cpu["params"]
+        # the host: all of both
+        assert cpu["params host"] == (none["params"][0], "host"), cpu
+        assert cpu["grads host"] == (none["grads"][0], "host"), cpu
+    assert got["cpu", 8]["params"] == got["cpu", 4]["params"]
+
+
+def larch_plan(tmp_path, spec):
+    path = tmp_path / f"{spec['name']}.json"
+    path.write_text(json.dumps(spec))
+    out = subprocess.run([str(BUILD / "service" / "larch"), "plan", str(path), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_plan_moves_the_params_and_grads_to_the_host(tmp_path, gpus):
+    layers, dim, seq = 8, 64, 64
+    resident, block = gpt_floats(dim, seq)
+    n = resident + layers * block
+    plans = {}
+    for params in ("none", "cpu"):
+        s = with_offload(gpt_spec("none", "bf16", layers=layers), params, "none")
+        s["name"] = f"plan-{params}-{gpus}"
+        s["model"].update(dim=dim, seq=seq, heads=4)
+        s["resources"] = {"gpus_per_node": gpus}
+        plans[params] = larch_plan(tmp_path, s)
+    none, cpu = plans["none"]["items"], plans["cpu"]["items"]
+    eb = 2 if gpus else 4              # bf16 on a GPU, floats on the CPU
+    assert plans["cpu"]["params"] == n and none["params"] == eb * n
+    assert "param_offload" not in none
+    assert cpu["param_offload"] == eb * 2 * n
+    # a GPU holds the resident tensors beside the staging; the CPU uses them in place
+    held = 2 * block + (resident if gpus else 0)
+    assert cpu["params"] == eb * held and cpu["grads"] == eb * held
+    if gpus:
+        drop = plans["none"]["device_bytes_per_gpu"] - plans["cpu"]["device_bytes_per_gpu"]
+        assert drop == 2 * eb * (n - held)
+        assert plans["cpu"]["host_bytes_per_rank"] - plans["none"]["host_bytes_per_rank"] == \
+            eb * 2 * n
+    else:
+        # params and grads: two blocks' staging each beside the host copies
+        assert plans["cpu"]["host_bytes_per_rank"] - plans["none"]["host_bytes_per_rank"] == \
+            eb * 2 * held

@@ -1,0 +1,109 @@
+/* trainer/opt_offload.c - see opt_offload.h. */
+#include "opt_offload.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/precision.h"
+
+long trn_opt_offload_stage_floats(long n, long chunk)
+{
+	if (chunk < 1)
+		chunk = 1;
+	return n < chunk ? n : chunk;
+}
+
+int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long chunk,
+                         enum trn_dtype dtype, float *master, const float *dev_grads,
+                         float *dev_params)
+{
+	memset(o, 0, sizeof *o);
+	o->n = n;
+	o->dtype = dtype;
+	o->master = master;
+	o->dev_grads = dev_grads;
+	o->dev_params = dev_params;
+	o->chunk = trn_opt_offload_stage_floats(n, chunk);
+	o->n_down = n_buckets;
+	/* + 1: a rank's range may be empty, and malloc(0) may give NULL */
+	o->grads = malloc(sizeof(float) * (size_t)(n + 1));
+	o->down = calloc((size_t)n_buckets + 1, sizeof *o->down);
+	o->stage[0] = malloc(sizeof(float) * (size_t)(o->chunk + 1));
+	o->stage[1] = malloc(sizeof(float) * (size_t)(o->chunk + 1));
+	if (!o->grads || !o->down || !o->stage[0] || !o->stage[1])
+		return -1;
+	return 0;
+}
+
+void trn_opt_offload_release(struct trn_opt_offload *o)
+{
+	free(o->grads);
+	free(o->down);
+	free(o->stage[0]);
+	free(o->stage[1]);
+	memset(o, 0, sizeof *o);
+}
+
+/* ---- the copy engine: issue a copy, wait for it ------------------------------------ */
+
+/* Waits for the copy c, if any: here it is done now. */
+static long wait_copy(struct trn_opt_copy *c)
+{
+	long n = c->n;
+	if (n)
+		memcpy(c->dst, c->src, sizeof(float) * (size_t)n);
+	c->n = 0;
+	return n;
+}
+
+/* Starts copy c (none must be in flight through it): neither its source
+ * may be written nor its destination read until wait_copy. */
+static void start_copy(struct trn_opt_copy *c, float *dst, const float *src, long n)
+{
+	*c = (struct trn_opt_copy){ .dst = dst, .src = src, .n = n };
+}
+
+/* ---- device -> host: the gradients ---------------------------------------------- */
+
+void trn_opt_offload_grads_out(struct trn_opt_offload *o, int i, long a, long n)
+{
+	struct trn_opt_copy *c = &o->down[i];
+	o->floats_down += wait_copy(c);
+	start_copy(c, o->grads + a, o->dev_grads + a, n);
+}
+
+void trn_opt_offload_grads_wait(struct trn_opt_offload *o)
+{
+	for (int i = 0; i < o->n_down; i++)
+		o->floats_down += wait_copy(&o->down[i]);
+}
+
+/* ---- host -> device: the parameters ---------------------------------------------- */
+
+static void round_to(enum trn_dtype dtype, float *x, long n)
+{
+	if (dtype == TRN_DTYPE_FP16)
+		kern_round_fp16_cpu(x, n);
+	else if (dtype == TRN_DTYPE_BF16)
+		kern_round_bf16_cpu(x, n);
+}
+
+void trn_opt_offload_params_in(struct trn_opt_offload *o)
+{
+	for (long a = 0, k = 0; a < o->n; a += o->chunk, k++) {
+		long n = o->n - a < o->chunk ? o->n - a : o->chunk;
+		int s = (int)(k % 2);
+		/* the copy out of this staging buffer (chunk k - 2) before it is
+		 * written again */
+		o->floats_up += wait_copy(&o->up[s]);
+		memcpy(o->stage[s], o->master + a, sizeof(float) * (size_t)n);
+		round_to(o->dtype, o->stage[s], n);
+		start_copy(&o->up[s], o->dev_params + a, o->stage[s], n);
+	}
+}
+
+void trn_opt_offload_params_wait(struct trn_opt_offload *o)
+{
+	o->floats_up += wait_copy(&o->up[0]);
+	o->floats_up += wait_copy(&o->up[1]);
+}
