@@ -23,6 +23,7 @@
 #include "model.h"
 #include "optim.h"
 #include "opt_offload.h"
+#include "plan.h"
 #include "report.h"
 #include "schedule.h"
 #include "state.h"
@@ -245,6 +246,20 @@ static void print_memory(const struct run *r)
 	}
 	printf("  %-12s %-5s %9.2f MiB  device\n", "total", "", mib(total));
 	printf("  %-12s %-5s %9.2f MiB  host\n", "total", "", mib(host_total));
+}
+
+/* This process's peak resident memory beside its plan (plan.h): on the CPU
+ * everything the plan counts is resident memory. */
+static void print_peak(const struct run *r)
+{
+	struct trn_plan p;
+	struct trn_err err = { 0 };
+	double peak = trn_plan_peak_rss();
+	if (peak <= 0 || r->spec->resources.gpus_per_node > 0 ||
+	    trn_plan_make(&p, r->spec, 0, &err) != 0 || p.host_bytes <= 0)
+		return;
+	printf("memory: peak resident %.1f MiB, planned %.1f MiB (%+.1f%%)\n", mib(peak),
+	       mib(p.host_bytes), 100.0 * (peak - p.host_bytes) / p.host_bytes);
 }
 
 static void print_plan(const struct run *r)
@@ -716,6 +731,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 				printf("; parameter all-gather %.3f s per step", r->dp.gather_s * per);
 			printf("\n");
 		}
+		print_peak(r);
 	}
 	return TRN_EXIT_OK;
 }

@@ -144,8 +144,9 @@ def test_measured_peak_is_within_10_percent_of_the_plan(tmp_path, larch_train, s
     path = tmp_path / "run.json"
     path.write_text(json.dumps(s))
     proc = subprocess.Popen([str(larch_train), "--spec", str(path), "--job-dir",
-                             str(tmp_path / "job"), "--quiet"],
+                             str(tmp_path / "job")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout = proc.stdout.read().decode()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     stderr = proc.stderr.read().decode()
@@ -156,6 +157,11 @@ def test_measured_peak_is_within_10_percent_of_the_plan(tmp_path, larch_train, s
     planned = p["host_bytes_per_rank"]
     print(f"{spec}: plan {planned / MIB:.1f} MiB, peak resident {peak / MIB:.1f} MiB "
           f"({100 * (peak - planned) / planned:+.1f}%)")
+    # the trainer says the same at the end of its run
+    said = re.search(r"^memory: peak resident ([\d.]+) MiB, planned ([\d.]+) MiB", stdout, re.M)
+    assert said, stdout[-2000:]
+    assert abs(float(said.group(2)) - planned / MIB) < 0.1
+    assert abs(float(said.group(1)) - peak / MIB) <= 0.02 * peak / MIB
     assert abs(peak - planned) <= 0.10 * planned, \
         f"peak {peak / MIB:.1f} MiB vs plan {planned / MIB:.1f} MiB ({p['items']})"
 
