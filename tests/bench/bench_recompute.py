@@ -24,41 +24,20 @@ count time spent waiting for memory bandwidth others use, nor is it wall time.
 Prints figures; never fails on them.
 """
 import argparse
-import json
 import os
 import pathlib
-import resource
 import statistics
-import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import stepbench  # noqa: E402  (beside this script)
 ROOT = HERE.parent.parent
 MODES = ("none", "recompute", "cpu")
 
 
-def cpu_ticks():
-    """(busy, total) CPU time of the whole machine, in clock ticks, from /proc/stat."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v[:8]) - v[3] - v[4], sum(v[:8])
-
-
 def run(cmd):
-    """bench_step's json line, and the share of the CPU time others took meanwhile."""
-    hz = os.sysconf("SC_CLK_TCK")
-    b0, t0 = cpu_ticks()
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    b1, t1 = cpu_ticks()
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout + p.stderr)
-        raise SystemExit("bench_recompute: %s failed (exit %d)" % (cmd[0], p.returncode))
-    ours = (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * hz
-    foreign = max(0.0, (b1 - b0) - ours) / max(1, t1 - t0)
-    line = next(l for l in p.stdout.splitlines() if l.startswith("json: "))
-    return json.loads(line[len("json: "):]), foreign, p.stdout
+    return stepbench.run(cmd, "bench_recompute")
 
 
 def main():
