@@ -14,8 +14,8 @@ LARS 0.883):
                 5 epochs from the base lr (Goyal et al.)
   b8192-linear  SGD, lr x32 = 1.6: the rule that breaks down past ~8k
   b8192-sqrt    SGD, lr x sqrt(32)
-  b8192-lars    LARS (trust 0.001), global lr 10, 5-epoch warmup, poly decay;
-                every layer adapted (no exclusions)
+  b8192-lars    LARS (trust 0.001), global lr 10, 5-epoch warmup, poly decay,
+                wd 1e-4 (the best of a sweep, README.md); every layer adapted
   b8192-lamb    LAMB, lr 0.002 x sqrt(32), 5-epoch warmup from the base lr,
                 cosine, wd 0.01 (biases excluded from decay and adaptation)
   b256-fp16     b256 with fp16 compute (dynamic loss scale), fp32 master weights
@@ -54,7 +54,7 @@ CONFIGS = [
     ("b8192-sqrt", 8192, 2048, SGD,
      {"lr_scaling": "sqrt", "warmup": {"epochs": 5}, "decay": "cosine"}),
     ("b8192-lars", 8192, 2048,
-     {"type": "lars", "lr": 10.0, "momentum": 0.9, "weight_decay": 5e-4, "trust_coef": 0.001,
+     {"type": "lars", "lr": 10.0, "momentum": 0.9, "weight_decay": 1e-4, "trust_coef": 0.001,
       "exclude_from_weight_decay": [], "exclude_from_adaptation": []},
      {"lr_scaling": "none", "warmup": {"epochs": 5}, "decay": "poly"}),
     ("b8192-lamb", 8192, 2048, {"type": "lamb", "lr": 0.002, "weight_decay": 0.01},
