@@ -85,7 +85,12 @@ static int check_memory(struct api_request *req, const struct api_jobs_hooks *ho
 		return go_on;
 	struct trn_plan p;
 	struct trn_err err = { 0 };
-	if (trn_plan_make(&p, spec, 0, &err) != 0)
+	int rc = trn_plan_make(&p, spec, 0, &err);
+	if (rc == TRN_PLAN_TOO_LARGE) {
+		*ret = api_reply_error(req, 422, API_ERR_INFEASIBLE, "%s", err.text);
+		return 1;
+	}
+	if (rc != 0)
 		return go_on;
 	double node = p.host_bytes * p.ranks_per_node;
 	int host_ok = host <= 0 || node <= host, gpu_ok = gpu <= 0 || p.device_bytes <= gpu;

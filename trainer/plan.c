@@ -65,8 +65,29 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	memset(p, 0, sizeof *p);
 	if (micro < 1)
 		micro = s->batch.micro;
-	if (micro > 1L << 30)
-		return trn_err_set(err, "batch.micro: %ld is too large to plan", micro);
+	if (micro > 1L << 30) {
+		trn_err_set(err, "memory: a micro-batch of %ld is too large to plan", micro);
+		return TRN_PLAN_TOO_LARGE;
+	}
+	/* the model's layout counts floats in longs: keep its largest buffers
+	 * (attention's B x heads x T x T, the logits, the widest layer) and
+	 * their sums far from overflowing, for any spec the validator takes */
+	const struct trn_spec_model *ms = &s->model;
+	double widest = ds->dim > ds->n_classes ? ds->dim : ds->n_classes;
+	if (ms->type == TRN_MODEL_GPT) {
+		double v = ms->vocab ? ms->vocab : 65536.0, t = ms->seq;
+		widest = t * (4.0 * ms->dim > v ? 4.0 * ms->dim : v);
+		if ((double)ms->heads * t * t > widest)
+			widest = (double)ms->heads * t * t;
+	} else {
+		for (int i = 0; i < ms->n_hidden; i++)
+			widest = ms->hidden[i] > widest ? ms->hidden[i] : widest;
+	}
+	if ((double)micro * widest > 0x1p48) {
+		trn_err_set(err, "memory: a micro-batch of %ld needs buffers of %.3g floats: far "
+		            "more than any machine has", micro, (double)micro * widest);
+		return TRN_PLAN_TOO_LARGE;
+	}
 	struct trn_model *m = trn_model_layout(s, ds, (int)micro, err);
 	if (!m)
 		return -1;
@@ -162,7 +183,12 @@ long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double d
 	long lo = 0, hi = spec->batch.micro;
 	while (lo < hi) {
 		long mid = lo + (hi - lo + 1) / 2;
-		if (plan_with(&p, spec, &ds, mid, err) != 0)
+		int rc = plan_with(&p, spec, &ds, mid, err);
+		if (rc == TRN_PLAN_TOO_LARGE) {
+			hi = mid - 1;
+			continue;
+		}
+		if (rc != 0)
 			return -1;
 		if (fits(&p, host_limit, device_limit))
 			lo = mid;

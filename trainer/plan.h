@@ -58,8 +58,13 @@ struct trn_plan {
 	double device_bytes;          /* per rank (per GPU); 0 on the CPU backend */
 };
 
-/* The plan of spec at micro-batch micro (0: the spec's). 0, or -1 with err
- * (the data's shape could not be read, or the model is invalid). */
+/* trn_plan_make's answer for a model whose buffers at the micro-batch would
+ * be petabytes: no plan (its sizes would overflow), and nothing can fit. */
+#define TRN_PLAN_TOO_LARGE (-2)
+
+/* The plan of spec at micro-batch micro (0: the spec's). 0, -1 with err (the
+ * data's shape could not be read, or the model is invalid), or
+ * TRN_PLAN_TOO_LARGE with err. */
 int trn_plan_make(struct trn_plan *p, const struct trn_spec *spec, long micro,
                   struct trn_err *err);
 

@@ -50,8 +50,11 @@ int cli_cmd_plan(struct cli *cli, int argc, char **argv)
 		return CLI_USAGE;
 	}
 	json_decref(root);
-	if (trn_plan_make(&p, &spec, 0, &err) != 0) {
+	int made = trn_plan_make(&p, &spec, 0, &err);
+	if (made != 0) {
 		fprintf(stderr, "larch: %s: %s\n", shown, err.text);
+		if (made == TRN_PLAN_TOO_LARGE)
+			rc = CLI_REFUSED;
 		goto out;
 	}
 	int fits = (host <= 0 || p.host_bytes * p.ranks_per_node <= host * GIB) &&

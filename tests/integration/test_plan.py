@@ -210,6 +210,17 @@ def test_larchd_refuses_what_no_node_of_this_machine_holds(tmp_path, server):
     assert "a node of the partition has" in e["message"], e["message"]
     assert "does not fit even at micro-batch 1" in e["message"]
     assert e["detail"]["largest_micro"] == 0
+    # a model whose buffers would overflow any count: refused, no plan made
+    absurd = dict(huge, name="absurd", model={"type": "gpt", "layers": 256, "heads": 1024,
+                                              "dim": 65536, "seq": 65536},
+                  batch={"global": 1 << 24, "micro": 1 << 24})
+    r = submit(server, absurd)
+    assert r.status_code == 422, r.text
+    assert "far more than any machine has" in r.json()["error"]["message"], r.text
+    path = tmp_path / "absurd.json"
+    path.write_text(json.dumps(absurd))
+    out = larch("plan", path)
+    assert out.returncode == EXIT_REFUSED and "far more than any machine" in out.stderr, out
     # and a GPU job is held against gpu_memory (80G by default)
     gpu = dict(huge, name="huge-gpu", resources={"gpus_per_node": 1, "mem": "1024T"})
     r = submit(server, gpu)
