@@ -19,7 +19,7 @@
 #endif
 
 enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_CHOICE,
-		K_NAME };
+		K_NAME, K_GPU_MEMORY };
 
 struct key {
 	const char *name;            /* file key; flag --name-with-dashes; env LARCHD_NAME */
@@ -74,10 +74,10 @@ static const struct key keys[] = {
 	{ .name = "cancel_grace", .kind = K_UINT, .offset = FIELD(cancel_grace), .def = "30",
 	  .min = 1, .max = 86400, .metavar = "SECONDS",
 	  .help = "a cancelled job's time to checkpoint after SIGTERM, then SIGKILL" },
-	{ .name = "gpu_memory", .kind = K_SIZE, .offset = FIELD(gpu_memory), .def = "80G",
-	  .min = 1 << 20, .max = 1ULL << 44, .metavar = "SIZE",
-	  .help = "memory of one GPU: a job asking for GPUs whose memory plan needs more per "
-	  "GPU is refused at submit (422)" },
+	{ .name = "gpu_memory", .kind = K_GPU_MEMORY, .offset = FIELD(gpu_memory), .def = "80G",
+	  .min = 1 << 20, .max = 1ULL << 44, .metavar = "SIZE[,PART=SIZE...]",
+	  .help = "memory of one GPU, and of partition PART's where it differs: a job asking "
+	  "for GPUs whose memory plan needs more per GPU is refused at submit (422)" },
 	{ .name = "body_limit", .kind = K_SIZE, .offset = FIELD(body_limit), .def = "1M",
 	  .min = 1024, .max = 1ULL << 30, .metavar = "SIZE",
 	  .help = "largest request body: bytes, or with K, M, G (binary)" },
@@ -164,6 +164,55 @@ static const char *size_text(unsigned long long v, char *buf, size_t len)
 	else
 		snprintf(buf, len, "%llu%c", v, units[u]);
 	return buf;
+}
+
+static int valid_name(const char *s);
+
+/* "SIZE" or "SIZE,PART=SIZE,...": the first size is every other partition's. */
+static int parse_gpu_memory(const struct key *k, const char *value, struct svc_gpu_memory *out,
+                            const char *where, char *err, size_t err_size)
+{
+	struct svc_gpu_memory g = { 0 };
+	char buf[1024], lo[32], hi[32];
+	if (strlen(value) >= sizeof buf)
+		goto bad;
+	snprintf(buf, sizeof buf, "%s", value);
+	int first = 1;
+	for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
+	     item = strtok_r(NULL, ",", &save), first = 0) {
+		char *eq = strchr(item, '=');
+		unsigned long long v;
+		if ((first != !eq) || parse_size(eq ? eq + 1 : item, &v) != 0 || v < k->min ||
+		    v > k->max)
+			goto bad;
+		if (first) {
+			g.bytes = (size_t)v;
+			continue;
+		}
+		*eq = '\0';
+		if (!valid_name(item) || !*item || g.n == SVC_GPU_MEMORY_PARTS)
+			goto bad;
+		snprintf(g.part[g.n].partition, sizeof g.part[g.n].partition, "%s", item);
+		g.part[g.n++].bytes = (size_t)v;
+	}
+	if (!g.bytes)
+		goto bad;
+	*out = g;
+	return 0;
+bad:
+	snprintf(err, err_size, "%s: must be a size in [%s, %s] such as 80G, then up to %d "
+	         "PART=SIZE for partitions whose GPUs differ, comma-separated, e.g. "
+	         "\"80G,small=40G\" (got \"%s\")", where, size_text(k->min, lo, sizeof lo),
+	         size_text(k->max, hi, sizeof hi), SVC_GPU_MEMORY_PARTS, value);
+	return -1;
+}
+
+size_t svc_gpu_memory_of(const struct svc_gpu_memory *g, const char *partition)
+{
+	for (int i = 0; partition && *partition && i < g->n; i++)
+		if (strcmp(g->part[i].partition, partition) == 0)
+			return g->part[i].bytes;
+	return g->bytes;
 }
 
 /* Checks HOST:PORT (HOST may be [v6]); resolution waits for resolve_listen. */
@@ -304,6 +353,9 @@ static int set_key(struct svc_config *cfg, const struct key *k, const char *valu
 			return -1;
 		}
 		return set_string((char **)(base + k->offset), value, err, err_size);
+	case K_GPU_MEMORY:
+		return parse_gpu_memory(k, value, (struct svc_gpu_memory *)(base + k->offset), where,
+		                        err, err_size);
 	case K_SIZE:
 		if (parse_size(value, &v) != 0 || v < k->min || v > k->max) {
 			char lo[32], hi[32];

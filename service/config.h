@@ -19,6 +19,20 @@
 
 #include "log.h"
 
+/* Memory of one GPU, by partition: "80G" or "80G,small=40G,big=141G". */
+#define SVC_GPU_MEMORY_PARTS 16
+struct svc_gpu_memory {
+	size_t bytes;                    /* the other partitions' (and the default's) */
+	int n;
+	struct {
+		char partition[65];
+		size_t bytes;
+	} part[SVC_GPU_MEMORY_PARTS];
+};
+
+/* The GPU memory of partition (NULL or "": the default partition). */
+size_t svc_gpu_memory_of(const struct svc_gpu_memory *g, const char *partition);
+
 struct svc_config {
 	char *listen;                    /* "127.0.0.1:8080" */
 	struct sockaddr_storage addr;    /* listen, resolved */
@@ -36,7 +50,7 @@ struct svc_config {
 	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
 	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */
 	size_t body_limit;               /* request body bytes */
-	size_t gpu_memory;               /* bytes per GPU for submit-time memory plans */
+	struct svc_gpu_memory gpu_memory; /* bytes per GPU for submit-time memory plans */
 	enum svc_log_level log_level;
 	char *log_file;                  /* NULL: stderr */
 	unsigned threads;                /* HTTP threads */

@@ -191,7 +191,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	                                  .queue_max = slurm ? 0 : (int)d->cfg.max_local_jobs +
 	                                                           QUEUE_EXTRA,
 	                                  .executor = d->cfg.executor,
-	                                  .gpu_memory = (double)d->cfg.gpu_memory };
+	                                  .gpu_memory = &d->cfg.gpu_memory };
 	if (!(d->runner = svc_runner_new(&rcfg, err, errlen)))
 		return -1;
 	if (!(d->cluster = svc_cluster_new(d->db, d->cfg.executor, d->cfg.max_local_jobs,

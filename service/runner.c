@@ -418,7 +418,7 @@ static void hook_memory_limits(void *arg, const char *partition, double *host, d
 	struct svc_runner *r = arg;
 	struct executor *ex = executor_of(r);
 	*host = 0;
-	*gpu = r->gpu_memory;
+	*gpu = (double)svc_gpu_memory_of(&r->gpu_memory, partition);
 	if (ex && exec_host_memory(ex, partition, host) != 0)
 		*host = 0;
 }
@@ -461,7 +461,8 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 	r->db = cfg->db;
 	r->poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 200;
 	r->queue_max = cfg->queue_max;
-	r->gpu_memory = cfg->gpu_memory;
+	if (cfg->gpu_memory)
+		r->gpu_memory = *cfg->gpu_memory;
 	r->hooks = (struct api_jobs_hooks){ .submitted = hook_submitted,
 	                                    .cancel = svc_runner_cancel,
 	                                    .held = hook_held,

@@ -44,6 +44,7 @@
 #include <stddef.h>
 
 #include "api/jobs_hooks.h"
+#include "config.h"
 
 struct db;
 struct executor;
@@ -55,7 +56,8 @@ struct svc_runner_config {
 	int queue_max;                 /* jobs the executor may hold (queued + running);
 	                                  0 = unbounded */
 	const char *executor;          /* the executor's name for new jobs; NULL = "local" */
-	double gpu_memory;             /* bytes per GPU for memory plans; 0 = unknown */
+	const struct svc_gpu_memory *gpu_memory;   /* per GPU, for memory plans; NULL = unknown
+	                                              (copied) */
 };
 
 struct svc_runner;

@@ -25,7 +25,7 @@ struct svc_runner {
 	struct db *db;
 	char *state_dir, *executor_name;
 	int poll_ms, queue_max;
-	double gpu_memory;             /* bytes per GPU, for memory plans */
+	struct svc_gpu_memory gpu_memory;   /* per GPU, for memory plans */
 
 	pthread_mutex_t lock;          /* guards the fields below */
 	pthread_cond_t wake;           /* kicks the thread */

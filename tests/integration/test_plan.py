@@ -198,6 +198,27 @@ def test_larchd_refuses_a_spec_that_cannot_fit_with_the_plan(tmp_path, server):
     assert r.status_code == 201, r.text
 
 
+def test_gpu_memory_per_partition(tmp_path):
+    """gpu_memory = 80G,small=64M: a GPU job that needs ~300 MiB per GPU fits
+    the default partition's GPUs and not those of partition small."""
+    d = Larchd(tmp_path, args=["--gpu-memory", "80G,small=64M"]).start()
+    try:
+        gpu = dict(BIG_MLP, name="gpu-job", resources={"gpus_per_node": 1, "partition": "small"})
+        r = submit(d, gpu)
+        assert r.status_code == 422, r.text
+        e = r.json()["error"]
+        assert "per GPU" in e["message"] and "a GPU has 0.06 GiB" in e["message"], e
+        assert e["detail"]["gpu_limit_bytes"] == 64 * MIB
+        r = submit(d, dict(gpu, name="cpu-job", resources={"partition": "small"}))
+        assert r.status_code == 201, r.text              # no GPUs asked: not held to it
+        r = submit(d, dict(gpu, resources={"gpus_per_node": 1}))
+        assert r.status_code == 201, r.text
+        for j in requests.get(d.url + "/v1/jobs", headers=d.auth(), timeout=30).json()["jobs"]:
+            requests.post(f"{d.url}/v1/jobs/{j['id']}/cancel", headers=d.auth(), timeout=30)
+    finally:
+        d.stop()
+
+
 def test_larchd_refuses_what_no_node_of_this_machine_holds(tmp_path, server):
     huge = {"name": "huge", "model": {"type": "gpt", "layers": 48, "heads": 32, "dim": 8192,
                                       "seq": 1024},
