@@ -327,6 +327,38 @@ def test_two_ranks_run_as_one_slurm_job(tmp_path, slurm_cluster, servers, how):
     assert out.count("step 40/40") == 1, out[-2000:]
 
 
+def test_a_rank_killed_under_srun_fails_the_job_without_a_hang(tmp_path, slurm_cluster,
+                                                               servers):
+    """srun --mpi=pmix --kill-on-bad-exit: kill -9 of one rank ends the step,
+    the other rank with it, and the job is FAILED, not left waiting in an
+    allreduce."""
+    env = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+    server = start(tmp_path, slurm_cluster, env=env)
+    servers.append(server)
+    jid = submit(server, spec(10**6, name="ranks2-kill", parallel={"ranks": 2}))["id"]
+    wait_state(server, jid, "RUNNING", timeout=60)
+    wait_for(lambda: progress_step(server, jid) >= 20, "step 20", 120)
+    d = str(server.state_dir / "jobs" / jid)
+    ranks = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            cwd = os.readlink(f"/proc/{p}/cwd")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"larch-train") and cwd == d:
+            ranks.append(int(p))
+    assert len(ranks) == 2, ranks
+    t0 = time.monotonic()
+    os.kill(ranks[1], signal.SIGKILL)
+    j = wait_state(server, jid, {"FAILED"}, timeout=90)
+    assert time.monotonic() - t0 < 60, "the other rank must not wait forever"
+    assert "FAILED" in j["reason"], j
+
+
 def test_slurmctld_down_submits_wait_pending_then_run_once(tmp_path, slurm_cluster, servers):
     server = start(tmp_path, slurm_cluster, args=["--slurm-timeout", "5"])
     servers.append(server)
