@@ -3,8 +3,10 @@
  * peak against the plan. */
 #include "plan.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data.h"
 #include "kernels/quant8.h"
@@ -157,11 +159,65 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	return 0;
 }
 
+/* The data's shape, remembered for the files it was read from as long as
+ * they are unchanged (size and mtime): larchd plans every submit, and most
+ * name the same data set, whose label files would be read each time. */
+static pthread_mutex_t shape_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	int valid;
+	struct trn_spec_data data;
+	int seq;
+	struct stat st[4];
+	struct trn_dataset ds;
+} shape_cache;
+
+static void stat_or_zero(const char *path, struct stat *st)
+{
+	memset(st, 0, sizeof *st);
+	if (*path)
+		stat(path, st);
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_ino == b->st_ino && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+static int data_shape(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err)
+{
+	const struct trn_spec_data *d = &spec->data;
+	const char *paths[4] = { d->train, d->train_labels, d->val, d->val_labels };
+	struct stat st[4];
+	for (int i = 0; i < 4; i++)
+		stat_or_zero(paths[i], &st[i]);
+	pthread_mutex_lock(&shape_lock);
+	int hit = shape_cache.valid && shape_cache.seq == spec->model.seq &&
+	          memcmp(&shape_cache.data, d, sizeof *d) == 0;
+	for (int i = 0; hit && i < 4; i++)
+		hit = same_file(&shape_cache.st[i], &st[i]);
+	if (hit)
+		*ds = shape_cache.ds;
+	pthread_mutex_unlock(&shape_lock);
+	if (hit)
+		return 0;
+	if (trn_dataset_shape(ds, spec, err) != 0)
+		return -1;
+	pthread_mutex_lock(&shape_lock);
+	shape_cache.valid = 1;
+	shape_cache.data = spec->data;
+	shape_cache.seq = spec->model.seq;
+	memcpy(shape_cache.st, st, sizeof st);
+	shape_cache.ds = *ds;
+	pthread_mutex_unlock(&shape_lock);
+	return 0;
+}
+
 int trn_plan_make(struct trn_plan *p, const struct trn_spec *spec, long micro,
                   struct trn_err *err)
 {
 	struct trn_dataset ds;
-	if (trn_dataset_shape(&ds, spec, err) != 0)
+	if (data_shape(&ds, spec, err) != 0)
 		return -1;
 	return plan_with(p, spec, &ds, micro, err);
 }
@@ -177,7 +233,7 @@ long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double d
 {
 	struct trn_dataset ds;
 	struct trn_plan p;
-	if (trn_dataset_shape(&ds, spec, err) != 0)
+	if (data_shape(&ds, spec, err) != 0)
 		return -1;
 	/* memory grows with the micro-batch: the largest that fits by bisection */
 	long lo = 0, hi = spec->batch.micro;

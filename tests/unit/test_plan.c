@@ -102,6 +102,30 @@ static void test_largest_micro(void)
 	trn_spec_release(&s);
 }
 
+/* The data's shape is remembered while its file is unchanged, and read
+ * again once it changes. */
+static void test_data_changes(void)
+{
+	struct trn_spec s;
+	struct trn_plan a, b, c;
+	struct trn_err err = { 0 };
+	if (!CHECK(make_spec(&s, small, 8, 1) == 0))
+		return;
+	CHECK_INT_EQ(trn_plan_make(&a, &s, 0, &err), 0);
+	CHECK_INT_EQ(trn_plan_make(&b, &s, 0, &err), 0);
+	CHECK(a.bytes[TRN_PLAN_DATA] == b.bytes[TRN_PLAN_DATA]);
+	FILE *f = fopen(corpus, "a");
+	if (CHECK(f != NULL)) {
+		for (int i = 0; i < 1000; i++)
+			fputs("more text for the plan to find. ", f);
+		fclose(f);
+	}
+	CHECK_INT_EQ(trn_plan_make(&c, &s, 0, &err), 0);
+	/* 32000 more bytes, two bytes each in memory */
+	CHECK(c.bytes[TRN_PLAN_DATA] == a.bytes[TRN_PLAN_DATA] + 64000.0);
+	trn_spec_release(&s);
+}
+
 static void test_too_large(void)
 {
 	struct trn_spec s;
@@ -131,6 +155,7 @@ int main(void)
 	CHECK_RUN(test_items);
 	CHECK_RUN(test_largest_micro);
 	CHECK_RUN(test_too_large);
+	CHECK_RUN(test_data_changes);
 	unlink(corpus);
 	return check_finish();
 }
