@@ -150,18 +150,24 @@ def test_memory_report_shows_the_smaller_activations(trainer, tmp_path):
 def test_recompute_resumes_bit_exactly(trainer, tmp_path):
     """A recompute run resumed from its step-2 checkpoint ends where the
     straight one does, and both where "none" does."""
-    s = gpt_spec("recompute", "bf16", checkpoint_every=2)
+    assert_resumes_bit_exactly(trainer, tmp_path, gpt_spec("recompute", "bf16", checkpoint_every=2),
+                               gpt_spec("none", "bf16", checkpoint_every=2), "recompute")
+
+
+def assert_resumes_bit_exactly(trainer, tmp_path, spec, plain_spec, what):
+    """spec run straight, and resumed from its step-2 checkpoint, end with the
+    same parameters, and those of plain_spec (the same run without what)."""
     straight, resumed, plain = tmp_path / "straight", tmp_path / "resumed", tmp_path / "plain"
-    train(trainer, s, straight)
+    train(trainer, spec, straight)
     (resumed / "checkpoints").mkdir(parents=True)
     shutil.copy(straight / "checkpoints" / "step-00000002.safetensors", resumed / "checkpoints")
-    out = train(trainer, s, resumed, "--resume")
+    out = train(trainer, spec, resumed, "--resume")
     assert "(step 2)" in out.stdout
     ta, _ = read_safetensors(final_checkpoint(straight))
     tb, _ = read_safetensors(final_checkpoint(resumed))
     for name in ta:
         assert ta[name].tobytes() == tb[name].tobytes(), f"{name} differs after resume"
-    train(trainer, gpt_spec("none", "bf16", checkpoint_every=2), plain)
+    train(trainer, plain_spec, plain)
     tc, _ = read_safetensors(final_checkpoint(plain))
     for name in ta:
-        assert ta[name].tobytes() == tc[name].tobytes(), f"{name}: recompute != none"
+        assert ta[name].tobytes() == tc[name].tobytes(), f"{name}: {what} != none"

@@ -13,10 +13,10 @@ import subprocess
 
 import pytest
 
-from datasets import read_safetensors, write_image_set
+from datasets import write_image_set
 from larchd import BUILD
-from test_offload_activations import (assert_same_run, final_checkpoint, gpt_spec, mlp_spec,
-                                      train)
+from test_offload_activations import (assert_resumes_bit_exactly, assert_same_run, gpt_spec,
+                                      mlp_spec, train)
 
 # (params, activations): every combination against "none", "none"
 COMBOS = [("cpu", "none"), ("cpu", "recompute"), ("cpu", "cpu")]
@@ -89,22 +89,8 @@ def test_resumes_bit_exactly(trainer, tmp_path):
     """A params-cpu run resumed from its step-2 checkpoint ends where the
     straight one does, and both where "none" does."""
     s = with_offload(gpt_spec("recompute", "bf16", checkpoint_every=2), "cpu", "recompute")
-    straight, resumed, plain = tmp_path / "straight", tmp_path / "resumed", tmp_path / "plain"
-    train(trainer, s, straight)
-    (resumed / "checkpoints").mkdir(parents=True)
-    (resumed / "checkpoints" / "step-00000002.safetensors").write_bytes(
-        (straight / "checkpoints" / "step-00000002.safetensors").read_bytes())
-    out = train(trainer, s, resumed, "--resume")
-    assert "(step 2)" in out.stdout
-    ta, _ = read_safetensors(final_checkpoint(straight))
-    tb, _ = read_safetensors(final_checkpoint(resumed))
-    for name in ta:
-        assert ta[name].tobytes() == tb[name].tobytes(), f"{name} differs after resume"
-    train(trainer, with_offload(gpt_spec("none", "bf16", checkpoint_every=2), "none", "none"),
-          plain)
-    tc, _ = read_safetensors(final_checkpoint(plain))
-    for name in ta:
-        assert ta[name].tobytes() == tc[name].tobytes(), f"{name}: params cpu != none"
+    plain = with_offload(gpt_spec("none", "bf16", checkpoint_every=2), "none", "none")
+    assert_resumes_bit_exactly(trainer, tmp_path, s, plain, "params cpu")
 
 
 def gpt_floats(dim, seq, vocab=256):
