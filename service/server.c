@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@
 struct svc_server {
 	struct MHD_Daemon *mhd;
 	int listen_fd;                   /* ours until MHD_start_daemon takes it */
+	MHD_socket quiesced_fd;          /* handed back by MHD_quiesce_daemon; closed after stop */
 	struct svc_server_config cfg;
 	unsigned port;
 	char address[64];
@@ -435,6 +437,7 @@ struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *e
 	}
 	srv->cfg = *cfg;
 	srv->listen_fd = -1;
+	srv->quiesced_fd = MHD_INVALID_SOCKET;
 	if (api_routes_check(cfg->routes, cfg->n_routes, err, err_size) != 0 ||
 	    listen_on(srv, err, err_size) != 0) {
 		free(srv);
@@ -482,9 +485,15 @@ const char *svc_server_address(const struct svc_server *srv)
 void svc_server_quiesce(struct svc_server *srv)
 {
 	atomic_store(&srv->draining, 1);
-	MHD_socket fd = MHD_quiesce_daemon(srv->mhd);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+	/* MHD hands the listening socket back, but its polling threads take it
+	 * out of their epoll sets only on their next turn: closing it now would
+	 * make that fail (MHD aborts: "Failed to remove listen FD from epoll
+	 * set"). shutdown() stops listening at once (new connections are
+	 * refused) and keeps the descriptor valid; it is closed once the daemon
+	 * has stopped. */
+	srv->quiesced_fd = MHD_quiesce_daemon(srv->mhd);
+	if (srv->quiesced_fd != MHD_INVALID_SOCKET)
+		shutdown(srv->quiesced_fd, SHUT_RDWR);
 }
 
 unsigned svc_server_in_flight(const struct svc_server *srv)
@@ -515,5 +524,7 @@ void svc_server_free(struct svc_server *srv)
 		wait_parked(srv);
 		MHD_stop_daemon(srv->mhd);
 	}
+	if (srv->quiesced_fd != MHD_INVALID_SOCKET)
+		close(srv->quiesced_fd);
 	free(srv);
 }
