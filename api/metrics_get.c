@@ -1,7 +1,9 @@
 /* api/metrics_get.c - GET /metrics: Prometheus text format 0.0.4, for
  * admins. Jobs by state (larch_jobs), requests and their latencies by
- * route (api/stats.h), and the database's group commits. */
+ * route (api/stats.h), the database's group commits, and the dashboard's
+ * live clients (api/changes.h). */
 #include "db/jobs.h"
+#include "changes.h"
 #include "handlers.h"
 #include "jobs_hooks.h"
 #include "jobs_common.h"
@@ -37,6 +39,23 @@ enum MHD_Result api_metrics_get(struct api_request *req)
 	                   "# TYPE larch_db_submits_total counter\n"
 	                   "larch_db_submits_total %llu\n",
 	               (unsigned long long)groups, (unsigned long long)submits);
+	struct api_changes *feed = req->ctx->changes;
+	if (feed) {
+		unsigned waiting;
+		uint64_t served, published;
+		api_changes_stats(feed, &waiting, &served, &published);
+		api_buf_printf(&b, "# HELP larch_events_waiting Dashboard long polls (GET /v1/events) "
+		                   "parked now, one per live client.\n"
+		                   "# TYPE larch_events_waiting gauge\n"
+		                   "larch_events_waiting %u\n"
+		                   "# HELP larch_events_answered_total Long polls answered.\n"
+		                   "# TYPE larch_events_answered_total counter\n"
+		                   "larch_events_answered_total %llu\n"
+		                   "# HELP larch_job_changes_total Job events the change feed carried.\n"
+		                   "# TYPE larch_job_changes_total counter\n"
+		                   "larch_job_changes_total %llu\n",
+		               waiting, (unsigned long long)served, (unsigned long long)published);
+	}
 	api_stats_write(&b);
 	const struct api_jobs_hooks *hooks = req->ctx->jobs;
 	if (hooks && hooks->metrics)

@@ -147,10 +147,12 @@ static enum MHD_Result queue(struct api_request *req, unsigned status, struct MH
 {
 	if (!resp)
 		return MHD_NO;
-	int ok = 1;
+	int ok = MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff") == MHD_YES;
 	if (content_type)
 		ok &= MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) == MHD_YES;
-	if (etag) {
+	if (req->no_store)
+		ok &= MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store") == MHD_YES;
+	else if (etag) {
 		ok &= MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag) == MHD_YES;
 		ok &= MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache") == MHD_YES;
 	}
@@ -180,7 +182,7 @@ static enum MHD_Result reply_buffer(struct api_request *req, unsigned status,
 {
 	char etag_buf[API_ETAG_SIZE];
 	const char *etag = NULL;
-	if (status / 100 == 2 && is_get(req)) {
+	if (status / 100 == 2 && is_get(req) && !req->no_store) {
 		if (!etag_in) {
 			api_etag(data, len, etag_buf);
 			etag_in = etag_buf;

@@ -72,6 +72,8 @@ struct db;
 struct api_jobs_hooks;
 struct api_admin_hooks;
 struct api_job_cache;
+struct api_changes;
+struct api_static;
 
 struct api_ctx {
 	api_auth_lookup_fn auth_lookup;   /* NULL: every token is unknown (401) */
@@ -81,6 +83,8 @@ struct api_ctx {
 	const struct api_admin_hooks *admin; /* ... and of the admin endpoints (api/admin_hooks.h);
 	                                        NULL: they answer 503 */
 	struct api_job_cache *job_cache;  /* GET /v1/jobs/{id} answers (api/job_cache.h); may be NULL */
+	struct api_changes *changes;      /* GET /v1/events' feed (api/changes.h); NULL: 503 */
+	const struct api_static *dashboard; /* GET / and /ui/... (api/static.h); NULL: 404 */
 	void *svc;                        /* the service's state, for handlers */
 };
 
@@ -140,6 +144,7 @@ struct api_request {
 	atomic_uint *deferred;            /* the server's count of parked requests (may be NULL) */
 
 	/* the reply (api/reply.c) */
+	int no_store;                     /* set by the handler: no ETag, Cache-Control: no-store */
 	unsigned status;                  /* the status queued; 0 until then */
 	int replied;                      /* a reply was attempted (queued or not) */
 	struct api_header reply_headers[API_HEADERS_MAX];

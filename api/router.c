@@ -69,6 +69,7 @@ static int pattern_match(const char *pattern, const struct api_path *path, struc
 {
 	const char *s = pattern, *seg;
 	size_t len, i = 0, n_params = 0;
+	m->n_params = 0;
 	if (strcmp(pattern, "/") == 0)
 		return path->n == 0;
 	while (next_pattern_segment(&s, &seg, &len)) {

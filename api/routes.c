@@ -15,6 +15,13 @@ const struct api_route api_routes[] = {
 	{ .method = "GET", .path = "/v1/openapi.json", .handler = api_openapi_get,
 	  .role = API_ROLE_NONE },
 
+	/* the dashboard (api/static_get.c) and its live updates */
+	{ .method = "GET", .path = "/", .handler = api_static_index, .role = API_ROLE_NONE },
+	{ .method = "GET", .path = "/ui/{file}", .handler = api_static_file, .role = API_ROLE_NONE },
+	{ .method = "GET", .path = "/vendor/{file}", .handler = api_static_vendor,
+	  .role = API_ROLE_NONE },
+	{ .method = "GET", .path = "/v1/events", .handler = api_events_get, .role = API_ROLE_USER },
+
 	{ .method = "POST", .path = "/v1/jobs", .handler = api_jobs_post, .role = API_ROLE_USER },
 	{ .method = "GET", .path = "/v1/jobs", .handler = api_jobs_list, .role = API_ROLE_USER },
 	{ .method = "GET", .path = "/v1/jobs/{id}", .handler = api_jobs_get, .role = API_ROLE_USER },

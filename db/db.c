@@ -156,6 +156,7 @@ void db_conn_close(struct db_conn *c)
 	sqlite3_finalize(c->begin);
 	sqlite3_finalize(c->begin_immediate);
 	sqlite3_finalize(c->commit);
+	free(c->chg);
 	sqlite3_finalize(c->rollback);
 	free(c->slots);
 	sqlite3_close(c->h);    /* every statement is finalized: never SQLITE_BUSY */

@@ -14,6 +14,7 @@
 #ifndef LARCH_DB_DB_H
 #define LARCH_DB_DB_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct db;    /* opaque */
@@ -72,6 +73,25 @@ int db_close(struct db *db);
  * was read is still what the database holds (writers outside this process,
  * such as `larchd token`, are not counted: do not cache their tables). */
 uint64_t db_generation(struct db *db);
+
+/* A job event as committed: the job, its state after the event (the same
+ * state for an admin's update of a waiting job), when, and whose job it is.
+ * Handed to the change hook (db_set_change_hook). */
+struct db_change {
+	int64_t job;
+	int64_t time_ms;
+	char state[16];           /* "RUNNING" */
+	char owner[72];           /* the job's owner (user names are at most 64 bytes) */
+};
+
+/* Called after each write transaction that recorded job events, with the
+ * events of that transaction in order; on the committing thread, with the
+ * write lock held, so calls come one at a time and in commit order. It must
+ * be short and must not call into the db. arg is the hook's own. */
+typedef void (*db_change_fn)(void *arg, const struct db_change *changes, size_t n);
+/* Sets (fn NULL: removes) the change hook. Set it before the writes it must
+ * see begin: it is read without a lock by the writer. */
+void db_set_change_hook(struct db *db, db_change_fn fn, void *arg);
 
 /* The schema version this code writes, and the version of the open file. */
 int db_schema_latest(void);

@@ -29,6 +29,8 @@ struct db_conn {
 	struct db_stmt_slot *slots;   /* owned; grows, never evicts (the SQL set is static) */
 	int n_slots, cap_slots;
 	sqlite3_stmt *begin, *begin_immediate, *commit, *rollback;   /* prepared at open */
+	struct db_change *chg;        /* job events of the open write transaction (owned) */
+	size_t n_chg, cap_chg;
 	struct db_conn *next;         /* free list of the read pool */
 };
 
@@ -48,6 +50,8 @@ struct db {
 
 	struct db_group *group;       /* owned; NULL without group commit */
 	_Atomic uint64_t generation;  /* write transactions ended (db_generation) */
+	db_change_fn change_fn;       /* db_set_change_hook; NULL: none */
+	void *change_arg;
 };
 
 /* A write (db_txn) or read (db_read) transaction body. Returns 0 or a

@@ -75,8 +75,42 @@ static const char sql_event[] =
 	"INSERT INTO job_events (job, seq, time, from_state, to_state, by, reason)\n"
 	"VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events WHERE job = ?1),\n"
 	"	?2, ?3, ?4, ?5, ?6)";
+static const char sql_owner[] = "SELECT owner FROM jobs WHERE id = ?1";
 static const char sql_revoke_job_tokens[] =
 	"UPDATE tokens SET revoked_at = ?2 WHERE job = ?1 AND revoked_at IS NULL";
+
+/* Keeps the event for the change hook, which runs once the transaction
+ * has committed (db_txn). */
+static int note_change(struct db_conn *c, int64_t job, int64_t time_ms, const char *to,
+                       struct db_err *err)
+{
+	sqlite3_stmt *st = DB_STMT(c, sql_owner, "job event: read owner", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, job);
+	int rc = DB_SQL(c, sqlite3_step(st), "job event: read owner", err);
+	if (rc != SQLITE_ROW)
+		return rc == SQLITE_DONE ? DB_FAIL(err, DB_NOT_FOUND, "job event: no job %lld",
+		                                   (long long)job)
+		                         : DB_RC(err);
+	if (c->n_chg == c->cap_chg) {
+		size_t cap = c->cap_chg ? 2 * c->cap_chg : 16;
+		struct db_change *grown = realloc(c->chg, cap * sizeof *grown);
+		if (!grown)
+			return DB_FAIL(err, DB_ERROR, "job event: out of memory");
+		c->chg = grown;
+		c->cap_chg = cap;
+	}
+	struct db_change *ch = &c->chg[c->n_chg++];
+	memset(ch, 0, sizeof *ch);
+	ch->job = job;
+	ch->time_ms = time_ms;
+	snprintf(ch->state, sizeof ch->state, "%s", to);
+	const char *owner = (const char *)sqlite3_column_text(st, 0);
+	snprintf(ch->owner, sizeof ch->owner, "%s", owner ? owner : "");
+	sqlite3_reset(st);
+	return 0;
+}
 
 int db_job_event_insert(struct db_conn *c, int64_t job, int64_t time_ms, const char *from,
                         const char *to, const char *by, const char *reason, struct db_err *err)
@@ -90,7 +124,9 @@ int db_job_event_insert(struct db_conn *c, int64_t job, int64_t time_ms, const c
 	db_bind_text(st, 4, to);
 	db_bind_text(st, 5, by);
 	db_bind_text(st, 6, reason);
-	return DB_STEP_DONE(c, st, "insert job event", err);
+	if (DB_STEP_DONE(c, st, "insert job event", err))
+		return DB_RC(err);
+	return note_change(c, job, time_ms, to, err);
 }
 
 struct move_arg {

@@ -162,6 +162,7 @@ static int group_fn(struct db_conn *c, void *arg, struct db_err *err)
 {
 	for (struct req *r = arg; r; r = r->next) {
 		memset(&r->err, 0, sizeof r->err);
+		size_t changes = c->n_chg;   /* a submit rolled back leaves no event */
 		if (exec_cached(c, sql_savepoint, err))
 			return DB_RC(err);
 		r->rc = submit_one(c, r, &r->err);
@@ -176,6 +177,7 @@ static int group_fn(struct db_conn *c, void *arg, struct db_err *err)
 		}
 		if (exec_cached(c, sql_rollback_to, err) || exec_cached(c, sql_release, err))
 			return DB_RC(err);
+		c->n_chg = changes;
 	}
 	return 0;
 }

@@ -57,6 +57,7 @@ static int attempt(struct db_conn *c, sqlite3_stmt *begin, db_run_fn fn, void *a
 		struct db_err ignored = { 0 };
 		run_stmt(c, c->rollback, "rollback", &ignored);
 	}
+	c->n_chg = 0;
 	int rc = run_stmt(c, begin, "begin", e);
 	if (rc)
 		return rc;
@@ -97,12 +98,24 @@ static int run(struct db *db, struct db_conn *c, sqlite3_stmt *begin, db_run_fn 
 int db_txn(struct db *db, db_run_fn fn, void *arg, struct db_err *err)
 {
 	pthread_mutex_lock(&db->wlock);
-	int rc = run(db, db->wconn, db->wconn->begin_immediate, fn, arg, err);
+	struct db_conn *c = db->wconn;
+	int rc = run(db, c, c->begin_immediate, fn, arg, err);
 	/* after the commit: a reader that saw the old generation may have read
 	 * the old rows, never one that saw the new (db_generation) */
 	atomic_fetch_add_explicit(&db->generation, 1, memory_order_release);
+	if (rc == 0 && c->n_chg && db->change_fn)
+		db->change_fn(db->change_arg, c->chg, c->n_chg);
+	c->n_chg = 0;
 	pthread_mutex_unlock(&db->wlock);
 	return rc;
+}
+
+void db_set_change_hook(struct db *db, db_change_fn fn, void *arg)
+{
+	pthread_mutex_lock(&db->wlock);
+	db->change_fn = fn;
+	db->change_arg = arg;
+	pthread_mutex_unlock(&db->wlock);
 }
 
 uint64_t db_generation(struct db *db)

@@ -6,7 +6,7 @@
 #
 # Nothing is vendored: the C libraries come from Debian, the Python test
 # dependencies are Debian's python3-* packages, and what Debian lacks
-# (schemathesis, pinned below) goes into a virtual environment, .venv at the
+# (schemathesis and selenium, pinned below) goes into a virtual environment, .venv at the
 # top of the checkout, that also sees Debian's packages.
 set -euo pipefail
 
@@ -32,8 +32,14 @@ packages=(
 	libslurm-dev
 	# tests/bench/bench_slurm.sh compares larchd with slurmrestd (JWT auth over TCP)
 	slurmrestd slurm-wlm-jwt-plugin
+	# the dashboard: Chart.js, which larchd serves to it; and the browser its
+	# tests drive (headless Chromium through chromedriver and selenium)
+	libjs-chart.js chromium chromium-driver fonts-dejavu-core
 )
 schemathesis_version=4.32.5
+# the last selenium that takes Debian's urllib3 1.26 (later ones pull urllib3
+# 2 into .venv, under Debian's requests, which wants 1.x)
+selenium_version=4.27.1
 
 missing=()
 for p in "${packages[@]}"; do
@@ -58,9 +64,10 @@ fi
 # What Debian lacks, in a virtual environment made from Debian's interpreter
 # (whatever python3 comes first on PATH) that also sees its python3-* packages
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
-if ! "$venv/bin/python" -c "import schemathesis, sys; sys.exit(schemathesis.__version__ != '$schemathesis_version')" 2>/dev/null; then
-	echo "install-deps: creating $venv with schemathesis $schemathesis_version"
-	/usr/bin/python3 -m venv --system-site-packages "$venv"
-	"$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$schemathesis_version"
+if ! "$venv/bin/python" -c "import schemathesis, selenium, sys; sys.exit(schemathesis.__version__ != '$schemathesis_version' or selenium.__version__ != '$selenium_version')" 2>/dev/null; then
+	echo "install-deps: making $venv with schemathesis $schemathesis_version, selenium $selenium_version"
+	[ -x "$venv/bin/pip" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+	"$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$schemathesis_version" \
+		"selenium==$selenium_version"
 fi
 echo "install-deps: done"

@@ -78,6 +78,13 @@ static const struct key keys[] = {
 	  .min = 1 << 20, .max = 1ULL << 44, .metavar = "SIZE[,PART=SIZE...]",
 	  .help = "memory of one GPU, and of partition PART's where it differs: a job asking "
 	  "for GPUs whose memory plan needs more per GPU is refused at submit (422)" },
+	{ .name = "dashboard_dir", .kind = K_AUTO_PATH, .offset = FIELD(dashboard_dir),
+	  .def = "auto", .metavar = "DIR",
+	  .help = "serve the dashboard's files from DIR, read at each request (for working on "
+	  "them; auto: the copy built into larchd)" },
+	{ .name = "chartjs_path", .kind = K_AUTO_PATH, .offset = FIELD(chartjs_path),
+	  .def = "/usr/share/javascript/chart.js/chart.min.js", .metavar = "FILE",
+	  .help = "Chart.js (Debian's libjs-chart.js) the dashboard's charts use, read at start" },
 	{ .name = "body_limit", .kind = K_SIZE, .offset = FIELD(body_limit), .def = "1M",
 	  .min = 1024, .max = 1ULL << 30, .metavar = "SIZE",
 	  .help = "largest request body: bytes, or with K, M, G (binary)" },
@@ -606,5 +613,7 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->slurm_qos);
 	free(cfg->slurm_submit);
 	free(cfg->slurm_mpi);
+	free(cfg->dashboard_dir);
+	free(cfg->chartjs_path);
 	memset(cfg, 0, sizeof *cfg);
 }

@@ -49,6 +49,8 @@ struct svc_config {
 	unsigned max_local_jobs;         /* the local executor's concurrent jobs */
 	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
 	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */
+	char *dashboard_dir;             /* NULL: the dashboard built into larchd */
+	char *chartjs_path;              /* Chart.js for the dashboard; NULL ("auto"): none */
 	size_t body_limit;               /* request body bytes */
 	struct svc_gpu_memory gpu_memory; /* bytes per GPU for submit-time memory plans */
 	enum svc_log_level log_level;

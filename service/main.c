@@ -20,13 +20,16 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "api/changes.h"
 #include "api/job_cache.h"
 #include "api/jobs_hooks.h"
 #include "api/request.h"
 #include "api/routes.h"
+#include "api/static.h"
 #include "auth_db.h"
 #include "cluster.h"
 #include "config.h"
+#include "dashboard_files.h"
 #include "db/db.h"
 #include "executor.h"
 #include "log.h"
@@ -131,8 +134,28 @@ struct larchd {
 	struct executor *ex;
 	struct svc_cluster *cluster;       /* the admin endpoints' Slurm side (cluster.h) */
 	struct svc_server *srv;
+	struct api_static *dashboard;      /* GET / and /ui/... (api/static.h) */
 	struct api_ctx ctx;
 };
+
+/* The dashboard's files: built in, or read from dashboard_dir; and Chart.js
+ * from the system, without which it works but draws no charts. */
+static int dashboard_new(struct larchd *d, char *err, size_t errlen)
+{
+	d->dashboard = api_static_new(svc_dashboard_files, svc_dashboard_files_count,
+	                              d->cfg.dashboard_dir);
+	if (!d->dashboard) {
+		say(err, errlen, "out of memory");
+		return -1;
+	}
+	char why[PATH_MAX + 128];
+	if (d->cfg.chartjs_path &&
+	    api_static_add_vendor(d->dashboard, "chart.js", d->cfg.chartjs_path, why,
+	                          sizeof why) != 0)
+		svc_log(SVC_LOG_WARN, "chartjs_path: %s: the dashboard will show no charts "
+		        "(install libjs-chart.js)", why);
+	return 0;
+}
 
 static void stop(struct larchd *d, int clean)
 {
@@ -144,6 +167,8 @@ static void stop(struct larchd *d, int clean)
 	api_job_cache_free(d->ctx.job_cache);
 	if (d->db && db_close(d->db) != 0)
 		svc_log(SVC_LOG_ERROR, "closing the database failed");
+	api_changes_free(d->ctx.changes);  /* after the db: its hook feeds it to the last commit */
+	api_static_free(d->dashboard);
 	if (clean)
 		svc_log(SVC_LOG_INFO, "stopped");
 	svc_log_close();
@@ -181,6 +206,13 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	                           errlen) != 0)
 		return -1;
 
+	/* every job event from here on feeds GET /v1/events */
+	if (!(d->ctx.changes = api_changes_new())) {
+		say(err, errlen, "the change feed would not start (out of memory or threads)");
+		return -1;
+	}
+	db_set_change_hook(d->db, api_changes_publish, d->ctx.changes);
+
 	if (!(d->auth = svc_auth_new(d->db, state))) {
 		say(err, errlen, "out of memory");
 		return -1;
@@ -197,10 +229,16 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	if (!(d->cluster = svc_cluster_new(d->db, d->cfg.executor, d->cfg.max_local_jobs,
 	                                   d->cfg.slurm_timeout, err, errlen)))
 		return -1;
-	d->ctx = (struct api_ctx){ .auth_lookup = svc_auth_lookup, .auth_cls = d->auth, .db = d->db,
-	                           .jobs = svc_runner_hooks(d->runner), .svc = d->runner,
-	                           .admin = svc_cluster_hooks(d->cluster),
-	                           .job_cache = api_job_cache_new() };
+	if (dashboard_new(d, err, errlen) != 0)
+		return -1;
+	d->ctx.auth_lookup = svc_auth_lookup;
+	d->ctx.auth_cls = d->auth;
+	d->ctx.db = d->db;
+	d->ctx.jobs = svc_runner_hooks(d->runner);
+	d->ctx.svc = d->runner;
+	d->ctx.admin = svc_cluster_hooks(d->cluster);
+	d->ctx.job_cache = api_job_cache_new();
+	d->ctx.dashboard = d->dashboard;
 	struct svc_server_config scfg = {
 		.addr = (const struct sockaddr *)&d->cfg.addr,
 		.addr_len = d->cfg.addr_len,
@@ -313,6 +351,7 @@ int main(int argc, char **argv)
 	sigwait(&signals, &sig);
 	svc_log(SVC_LOG_INFO, "%s: stopping (in flight: %u)", strsignal(sig),
 	        svc_server_in_flight(d.srv));
+	api_changes_close(d.ctx.changes);  /* parked long polls answer now */
 	drain(d.srv, &signals, d.cfg.shutdown_timeout);
 	d.srv = NULL;                      /* drain freed it */
 	stop(&d, 1);

@@ -351,8 +351,12 @@ def test_local_executor_gives_a_job_one_slot_per_rank(tmp_path):
             ids.append(r.json()["id"])
         deadline = time.monotonic() + 180
         while True:
-            jobs = [requests.get(f"{server.url}/v1/jobs/{i}", headers=server.auth(), timeout=30).json()
-                    for i in ids]
+            # one request: one snapshot of both (two GETs can straddle the
+            # moment the first ends and the second starts)
+            listed = requests.get(server.url + "/v1/jobs?limit=10", headers=server.auth(),
+                                  timeout=30).json()["jobs"]
+            by_id = {j["id"]: j for j in listed}
+            jobs = [by_id[i] for i in ids]
             if all(j["state"] in ("COMPLETED", "FAILED", "CANCELLED") for j in jobs):
                 break
             assert not (jobs[0]["state"] == "RUNNING" and jobs[1]["state"] == "RUNNING"), jobs

@@ -160,6 +160,34 @@ static void test_match(void)
 	CHECK(m.params[1].name_len == 4 && memcmp(m.params[1].name, "rank", 4) == 0);
 }
 
+/* The root route: no parameters, even when the match before it had some
+ * (a stale count copied garbage once) */
+static void test_root(void)
+{
+	static const struct api_route root[] = {
+		{ .method = "GET", .path = "/", .handler = h_dummy, .role = API_ROLE_NONE },
+		{ .method = "GET", .path = "/ui/{file}", .handler = h_dummy, .role = API_ROLE_NONE },
+	};
+	static struct api_path p;
+	struct api_match m;
+	memset(&m, 0x5a, sizeof m);
+	CHECK_INT_EQ(api_path_parse(&p, "/"), 0);
+	CHECK_INT_EQ(api_route_match(root, 2, "GET", &p, &m), 0);
+	CHECK(m.route == &root[0]);
+	CHECK_INT_EQ(m.n_params, 0);
+	CHECK_INT_EQ(api_path_parse(&p, "/ui/app.js"), 0);
+	CHECK_INT_EQ(api_route_match(root, 2, "GET", &p, &m), 0);
+	CHECK(m.route == &root[1]);
+	CHECK_STR_EQ(m.params[0].value, "app.js");
+	CHECK_INT_EQ(api_path_parse(&p, "/ui"), 0);
+	CHECK_INT_EQ(api_route_match(root, 2, "GET", &p, &m), 404);
+	CHECK_INT_EQ(api_route_match(root, 2, "POST", &p, &m), 404);
+	CHECK_INT_EQ(api_path_parse(&p, "/"), 0);
+	CHECK_INT_EQ(api_route_match(root, 2, "POST", &p, &m), 405);
+	CHECK_STR_EQ(m.allow, "GET, HEAD");
+	CHECK_INT_EQ(api_routes_check(root, 2, (char[128]){ 0 }, 128), 0);
+}
+
 static void test_not_found_and_allow(void)
 {
 	struct api_match m;
@@ -258,6 +286,7 @@ int main(void)
 	CHECK_RUN(test_path_parse);
 	CHECK_RUN(test_path_limits);
 	CHECK_RUN(test_match);
+	CHECK_RUN(test_root);
 	CHECK_RUN(test_not_found_and_allow);
 	CHECK_RUN(test_routes_check);
 	CHECK_RUN(test_request_accessors);
