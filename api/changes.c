@@ -194,12 +194,15 @@ long api_changes_read(struct api_changes *f, uint64_t after, const char *owner,
 		return -1;
 	}
 	size_t n = 0;
-	for (uint64_t s = after + 1; s <= f->last && n < max; s++) {
+	uint64_t s;
+	for (s = after + 1; s <= f->last && n < max; s++) {
 		const struct api_change *ch = &f->ring[s % API_CHANGES_RING];
 		if (owner && strcmp(owner, ch->c.owner) != 0)
 			continue;
 		out[n++] = *ch;
 	}
+	if (n == max && max > 0)
+		*last = s - 1;               /* full: the reader goes on from here */
 	pthread_mutex_unlock(&f->lock);
 	return (long)n;
 }

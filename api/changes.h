@@ -49,8 +49,9 @@ void api_changes_publish(void *arg, const struct db_change *changes, size_t n);
 void api_changes_stream(const struct api_changes *f, char out[API_STREAM_MAX]);
 
 /* Copies into out[0..max) the changes after seq after that owner may see
- * (owner NULL: every change), oldest first. *last gets the newest seq of
- * the feed. Returns how many were copied, or -1 when after is not a
+ * (owner NULL: every change), oldest first. *last gets the seq read up to:
+ * the newest of the feed, or, when out filled up, the last one copied (the
+ * reader asks again from there). Returns how many were copied, or -1 when after is not a
  * position of this feed (ahead of it, or older than the ring keeps). */
 long api_changes_read(struct api_changes *f, uint64_t after, const char *owner,
                       struct api_change *out, size_t max, uint64_t *last);

@@ -13,6 +13,7 @@ enum MHD_Result api_healthz_get(struct api_request *req);   /* GET /healthz */
 enum MHD_Result api_openapi_get(struct api_request *req);   /* GET /v1/openapi.json */
 enum MHD_Result api_metrics_get(struct api_request *req);   /* GET /metrics */
 enum MHD_Result api_events_get(struct api_request *req);    /* GET /v1/events (long poll) */
+enum MHD_Result api_whoami_get(struct api_request *req);    /* GET /v1/whoami */
 enum MHD_Result api_static_index(struct api_request *req);  /* GET / (the dashboard) */
 enum MHD_Result api_static_file(struct api_request *req);   /* GET /ui/{file} */
 enum MHD_Result api_static_vendor(struct api_request *req); /* GET /vendor/{file} */

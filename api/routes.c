@@ -21,6 +21,7 @@ const struct api_route api_routes[] = {
 	{ .method = "GET", .path = "/vendor/{file}", .handler = api_static_vendor,
 	  .role = API_ROLE_NONE },
 	{ .method = "GET", .path = "/v1/events", .handler = api_events_get, .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/whoami", .handler = api_whoami_get, .role = API_ROLE_USER },
 
 	{ .method = "POST", .path = "/v1/jobs", .handler = api_jobs_post, .role = API_ROLE_USER },
 	{ .method = "GET", .path = "/v1/jobs", .handler = api_jobs_list, .role = API_ROLE_USER },

@@ -132,6 +132,26 @@ def test_a_stale_cursor_is_told_to_reload(feed):
         assert body["last"] >= start["last"] and body["stream"] == start["stream"]
 
 
+def test_a_full_answer_goes_on_from_its_last_change(feed):
+    """More than 500 changes: the first answer has 500 and says where it
+    stopped; the next poll has the rest at once, none lost or repeated."""
+    start = feed.start(feed.admin)
+    deadline = time.monotonic() + 120
+    while feed.start(feed.admin)["last"] < start["last"] + 520:
+        assert time.monotonic() < deadline, "too few changes in 120 s"
+        r = requests.post(feed.url + "/v1/jobs", headers=feed.admin, json=FAST_SPEC, timeout=10)
+        assert r.status_code in (201, 429), r.text
+        if r.status_code == 429:
+            time.sleep(0.05)
+    body, took = feed.poll(feed.admin, start["last"], start["stream"], 20)
+    assert len(body["changes"]) == 500 and took < 2
+    assert body["last"] == body["changes"][-1]["seq"] == start["last"] + 500
+    rest, took = feed.poll(feed.admin, body["last"], start["stream"], 20)
+    assert rest["changes"] and took < 2
+    seqs = [c["seq"] for c in body["changes"] + rest["changes"]]
+    assert seqs == list(range(start["last"] + 1, rest["last"] + 1))
+
+
 @pytest.mark.parametrize("query,parameter", [
     ("after=-1", "after"), ("after=x", "after"), ("after=1&timeout=61", "timeout"),
     ("after=1&timeout=1.5", "timeout"), ("stream=abc", "stream"), ("after=1&after=2", "after"),
