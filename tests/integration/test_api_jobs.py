@@ -123,8 +123,14 @@ def trainer_env(server, job_id, timeout=30):
         assert time.monotonic() < deadline, events
         time.sleep(0.05)
     pid = int(re.match(r"pid (\d+)", events[-1]["reason"]).group(1))
-    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    return dict(e.decode().split("=", 1) for e in env if e.startswith(b"LARCH_"))
+    # until the child has exec'd the trainer, its environment is larchd's
+    while True:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        env = dict(e.decode().split("=", 1) for e in env if e.startswith(b"LARCH_"))
+        if "LARCH_JOB_TOKEN" in env:
+            return env
+        assert time.monotonic() < deadline, f"pid {pid} has no LARCH_JOB_TOKEN after {timeout}s"
+        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
