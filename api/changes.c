@@ -183,6 +183,14 @@ void api_changes_stream(const struct api_changes *f, char out[API_STREAM_MAX])
 	memcpy(out, f->stream, API_STREAM_MAX);
 }
 
+uint64_t api_changes_last(struct api_changes *f)
+{
+	pthread_mutex_lock(&f->lock);
+	uint64_t last = f->last;
+	pthread_mutex_unlock(&f->lock);
+	return last;
+}
+
 long api_changes_read(struct api_changes *f, uint64_t after, const char *owner,
                       struct api_change *out, size_t max, uint64_t *last)
 {

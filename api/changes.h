@@ -48,6 +48,9 @@ void api_changes_publish(void *arg, const struct db_change *changes, size_t n);
 /* The stream id ("<hex>"), NUL-terminated into out (API_STREAM_MAX). */
 void api_changes_stream(const struct api_changes *f, char out[API_STREAM_MAX]);
 
+/* The newest seq of the feed (0 before the first change). */
+uint64_t api_changes_last(struct api_changes *f);
+
 /* Copies into out[0..max) the changes after seq after that owner may see
  * (owner NULL: every change), oldest first. *last gets the seq read up to:
  * the newest of the feed, or, when out filled up, the last one copied (the

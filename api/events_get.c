@@ -71,10 +71,8 @@ static enum MHD_Result poll_feed(struct api_request *req)
 	struct poll_state *ps = req->state;
 	const char *owner = api_owner_scope(req);
 	uint64_t last;
-	if (!ps->stream_ok) {            /* another larchd's cursor */
-		api_changes_read(f, 0, NULL, NULL, 0, &last);
-		return reply_changes(req, f, NULL, 0, last, 1);
-	}
+	if (!ps->stream_ok)              /* another larchd's cursor */
+		return reply_changes(req, f, NULL, 0, api_changes_last(f), 1);
 	struct api_change *ch = malloc(EVENTS_MAX * sizeof *ch);
 	if (!ch)
 		return api_reply_error(req, 500, API_ERR_INTERNAL, "out of memory");
@@ -109,11 +107,8 @@ enum MHD_Result api_events_get(struct api_request *req)
 	const char *stream = api_query(req, "stream");
 	if (stream && after < 0)
 		return api_reply_bad_param(req, "stream", "stream: only with after");
-	uint64_t last;
-	if (after < 0) {                 /* where to start from */
-		api_changes_read(f, 0, NULL, NULL, 0, &last);
-		return reply_changes(req, f, NULL, 0, last, 0);
-	}
+	if (after < 0)                   /* where to start from */
+		return reply_changes(req, f, NULL, 0, api_changes_last(f), 0);
 	char mine[API_STREAM_MAX];
 	api_changes_stream(f, mine);
 	struct poll_state *ps = calloc(1, sizeof *ps);
