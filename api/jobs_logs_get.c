@@ -1,6 +1,6 @@
-/* api/jobs_logs_get.c - GET /v1/jobs/{id}/logs?stream=&offset=&limit=: a
- * piece of the job's stdout.log or stderr.log, read from its directory
- * (the service's job_dir hook).
+/* api/jobs_logs_get.c - GET /v1/jobs/{id}/logs?stream=&offset=&limit= (or
+ * &tail=): a piece of the job's stdout.log or stderr.log, read from its
+ * directory (the service's job_dir hook).
  *
  * {"stream", "offset", "next_offset", "size", "data"}: data is up to limit
  * bytes (default 64 KiB, at most 1 MiB) from offset, as a JSON string
@@ -8,6 +8,9 @@
  * the piece is left for the next one (next_offset says where it starts).
  * An offset past the end gives no data and next_offset = size; a log not
  * written yet has size 0. A follower polls with offset = next_offset.
+ * tail=N (instead of offset and limit) gives the last N bytes, less the
+ * piece of a character they would start in; offset says where they begin,
+ * so a follower opens with tail and goes on from next_offset.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,11 +30,12 @@
 #define LOG_LIMIT_MAX (1024 * 1024)
 #define JOB_DIR_MAX 4096
 
-/* Reads up to limit bytes of path from offset into *data (a new buffer,
- * *len bytes) and the file's size; a missing file is empty. 0, or -1 with
+/* Reads up to limit bytes of path from *offset into *data (a new buffer,
+ * *len bytes) and the file's size; a missing file is empty. With tail, the
+ * last limit bytes instead, *offset set to where they begin. 0, or -1 with
  * errno. */
-static int read_piece(const char *path, int64_t offset, int64_t limit, char **data, size_t *len,
-                      int64_t *size)
+static int read_piece(const char *path, int64_t *offset_io, int64_t limit, int tail, char **data,
+                      size_t *len, int64_t *size)
 {
 	*data = NULL;
 	*len = 0;
@@ -47,6 +51,9 @@ static int read_piece(const char *path, int64_t offset, int64_t limit, char **da
 		return -1;
 	}
 	*size = st.st_size;
+	if (tail)
+		*offset_io = *size > limit ? *size - limit : 0;
+	int64_t offset = *offset_io;
 	int64_t want = offset >= *size ? 0 : *size - offset < limit ? *size - offset : limit;
 	char *buf = malloc((size_t)want + 1);
 	if (!buf) {
@@ -78,14 +85,19 @@ static int read_piece(const char *path, int64_t offset, int64_t limit, char **da
 
 enum MHD_Result api_jobs_logs_get(struct api_request *req)
 {
-	static const char *const params[] = { "stream", "offset", "limit", NULL };
+	static const char *const params[] = { "stream", "offset", "limit", "tail", NULL };
 	enum MHD_Result ret;
 	struct db *db;
-	int64_t id, offset, limit;
+	int64_t id, offset, limit, tail;
 	if (api_job_request_or_reply(req, params, &db, &id, &ret) ||
 	    api_query_int_or_reply(req, "offset", 0, INT64_MAX, 0, &offset, &ret) ||
-	    api_query_int_or_reply(req, "limit", 1, LOG_LIMIT_MAX, LOG_LIMIT_DEFAULT, &limit, &ret))
+	    api_query_int_or_reply(req, "limit", 1, LOG_LIMIT_MAX, LOG_LIMIT_DEFAULT, &limit, &ret) ||
+	    api_query_int_or_reply(req, "tail", 1, LOG_LIMIT_MAX, 0, &tail, &ret))
 		return ret;
+	if (tail && (api_query(req, "offset") || api_query(req, "limit")))
+		return api_reply_bad_param(req, "tail", "tail: give either tail or offset and limit");
+	if (tail)
+		limit = tail;
 	const char *stream = api_query(req, "stream");
 	if (!stream)
 		stream = "stdout";
@@ -109,9 +121,17 @@ enum MHD_Result api_jobs_logs_get(struct api_request *req)
 	char *data;
 	size_t len;
 	int64_t size;
-	if (read_piece(path, offset, limit, &data, &len, &size) != 0)
+	if (read_piece(path, &offset, limit, tail > 0, &data, &len, &size) != 0)
 		return api_reply_error(req, 500, API_ERR_INTERNAL, "%s.log: %s", stream,
 		                       strerror(errno));
+	if (tail && data) {       /* not from the middle of a character */
+		size_t skip = 0;
+		while (offset > 0 && skip < 3 && skip < len && ((unsigned char)data[skip] & 0xc0) == 0x80)
+			skip++;
+		memmove(data, data + skip, len - skip);
+		len -= skip;
+		offset += (int64_t)skip;
+	}
 	/* leave a character cut by the end of the piece for the next one, unless
 	 * that would leave nothing (then it is shown replaced) */
 	size_t keep = api_utf8_complete(data ? data : "", len);

@@ -2,7 +2,8 @@
  *
  * Inserts are idempotent: a point whose (job, name, step) is stored already
  * is left as it is, so a retried POST changes nothing. Non-finite values are
- * stored as NULL and read back as NaN. Queries downsample long series on the
+ * stored as NULL and read back as NaN. Every new point also updates the
+ * min/max rollups of its series (table metric_rollups, migration 5). Queries downsample long series on the
  * server, keeping each step bucket's lowest and highest point so that spikes
  * and the overall min and max survive.
  *
@@ -52,9 +53,13 @@ struct db_series_list {
 };
 
 /* Each series in step order; with max_points > 0 and more points than that,
- * the step range is cut into max_points / 2 equal buckets and each bucket
- * keeps its min and max point (one point when they are the same; its first
- * point when it holds only nulls). max_points = 1 keeps the last point. */
+ * the step range is cut into max_points / 2 buckets and each bucket keeps
+ * its min and max point (one point when they are the same; its first point
+ * when it holds only nulls; ties keep the lower step). Buckets are runs of
+ * whole aligned chunks of the widest rollup width (16, 128, ... steps) that
+ * still gives max_points / 2 chunks, so a read costs about max_points rows
+ * however long the series; a range shorter than that is cut into equal step
+ * spans. max_points = 1 keeps the last point. */
 int db_metrics_query(struct db *db, int64_t job, const struct db_metric_query *q,
                      struct db_series_list *out, struct db_err *err);
 void db_series_list_release(struct db_series_list *list);

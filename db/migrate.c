@@ -120,6 +120,40 @@ static const char *const migrations[] = {
 	"	BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;\n"
 	"CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit\n"
 	"	BEGIN SELECT RAISE(ABORT, 'audit is append-only'); END;\n",
+
+	/* 5: min/max rollups of every series over aligned step chunks of a few
+	 * widths, kept by db_metrics_insert with every new point (db/metrics.c),
+	 * so that a downsampled read costs about max_points rows, not the whole
+	 * series. Bucket = floor(step / width). Ties keep the lower step. */
+	"CREATE TABLE metric_rollup_widths (width INTEGER PRIMARY KEY CHECK (width > 0)) STRICT;\n"
+	"INSERT INTO metric_rollup_widths VALUES (16), (128), (1024), (8192), (65536), (524288);\n"
+	"CREATE TABLE metric_rollups (\n"
+	"	job INTEGER NOT NULL,\n"
+	"	name TEXT NOT NULL,\n"
+	"	width INTEGER NOT NULL,\n"
+	"	bucket INTEGER NOT NULL,\n"
+	"	first_step INTEGER NOT NULL,\n"            /* every point, nulls too */
+	"	min_step INTEGER,\n"                       /* NULL: the chunk holds only nulls */
+	"	min_value REAL,\n"
+	"	max_step INTEGER,\n"
+	"	max_value REAL,\n"
+	"	PRIMARY KEY (job, name, width, bucket)\n"
+	") STRICT, WITHOUT ROWID;\n"
+	/* the points stored before this version */
+	"INSERT INTO metric_rollups (job, name, width, bucket, first_step)\n"
+	"	SELECT job, name, width, bucket, min(step) FROM (\n"
+	"		SELECT job, name, width, step, CASE WHEN step >= 0 THEN step / width\n"
+	"		       ELSE (step + 1) / width - 1 END AS bucket\n"
+	"		FROM metrics, metric_rollup_widths)\n"
+	"	GROUP BY job, name, width, bucket;\n"
+	"UPDATE metric_rollups AS r SET (min_step, min_value) = (SELECT step, value FROM metrics AS m\n"
+	"	WHERE m.job = r.job AND m.name = r.name AND m.value IS NOT NULL\n"
+	"	AND m.step BETWEEN r.bucket * r.width AND r.bucket * r.width + r.width - 1\n"
+	"	ORDER BY m.value, m.step LIMIT 1);\n"
+	"UPDATE metric_rollups AS r SET (max_step, max_value) = (SELECT step, value FROM metrics AS m\n"
+	"	WHERE m.job = r.job AND m.name = r.name AND m.value IS NOT NULL\n"
+	"	AND m.step BETWEEN r.bucket * r.width AND r.bucket * r.width + r.width - 1\n"
+	"	ORDER BY m.value DESC, m.step LIMIT 1);\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))

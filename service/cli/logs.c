@@ -1,6 +1,7 @@
-/* service/cli/logs.c - larch logs ID [--stream stdout|stderr] [-f]: a job's
- * output, read with offsets (GET /v1/jobs/{id}/logs); -f polls for more
- * until the job has ended and its last output is printed.
+/* service/cli/logs.c - larch logs ID [--stream stdout|stderr] [--tail N] [-f]:
+ * a job's output, read with offsets (GET /v1/jobs/{id}/logs); --tail starts
+ * with its last N lines (of its last MiB, one read with tail=); -f polls for
+ * more until the job has ended and its last output is printed.
  *
  * The job's output is printed as it is (it is the trainer's own text, like
  * `docker logs`); with --json each piece larchd sent is one line of JSON.
@@ -16,7 +17,22 @@
 struct log_state {
 	const char *id, *stream;
 	long long offset;
+	long tail_lines;         /* > 0: the first read is the log's tail, this many lines */
 };
+
+/* Where the last n lines of s[0..len) start. */
+static size_t last_lines(const char *s, size_t len, long n)
+{
+	size_t at = len;
+	if (at && s[at - 1] == '\n')
+		at--;                    /* the last line's own newline */
+	while (at > 0) {
+		if (s[at - 1] == '\n' && --n == 0)
+			return at;
+		at--;
+	}
+	return 0;
+}
 
 /* Reads one piece from st->offset and prints it. Sets *more when larchd has
  * more already. CLI_OK, or the exit status. */
@@ -27,8 +43,12 @@ static int read_piece(struct cli *cli, struct log_state *st, int *more)
 	struct cli_buf path = { 0 };
 	cli_job_path(&path, st->id, "/logs");
 	cli_http_param(&path, "stream", st->stream);
-	cli_http_param(&path, "offset", offset);
-	cli_http_param(&path, "limit", CHUNK);
+	if (st->tail_lines > 0) {
+		cli_http_param(&path, "tail", CHUNK);
+	} else {
+		cli_http_param(&path, "offset", offset);
+		cli_http_param(&path, "limit", CHUNK);
+	}
 	json_t *piece = NULL;
 	int rc = cli_http_get_json(&cli->http, cli_buf_str(&path), st->id, &piece);
 	cli_buf_release(&path);
@@ -36,16 +56,25 @@ static int read_piece(struct cli *cli, struct log_state *st, int *more)
 		return rc;
 	json_t *data = json_object_get(piece, "data");
 	json_t *next = json_object_get(piece, "next_offset"), *size = json_object_get(piece, "size");
+	json_t *from = json_object_get(piece, "offset");
+	if (st->tail_lines > 0 && json_is_integer(from))
+		st->offset = json_integer_value(from);
 	if (!json_is_string(data) || !json_is_integer(next) || !json_is_integer(size) ||
 	    json_integer_value(next) < st->offset) {
 		fputs("larch: larchd's log answer lacks data, next_offset or size\n", stderr);
 		json_decref(piece);
 		return CLI_REFUSED;
 	}
+	const char *text = json_string_value(data);
+	size_t len = json_string_length(data), start = 0;
+	if (st->tail_lines > 0) {
+		start = last_lines(text, len, st->tail_lines);
+		st->tail_lines = 0;
+	}
 	if (cli->json)
 		cli_print_json(piece);
 	else
-		fwrite(json_string_value(data), 1, json_string_length(data), stdout);
+		fwrite(text + start, 1, len - start, stdout);
 	fflush(stdout);
 	long long was = st->offset;
 	st->offset = json_integer_value(next);
@@ -61,12 +90,14 @@ int cli_cmd_logs(struct cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "stream", required_argument, NULL, 's' }, { "follow", no_argument, NULL, 'f' },
-		{ "interval", required_argument, NULL, 'i' }, CLI_COMMON_OPTIONS, { 0 },
+		{ "interval", required_argument, NULL, 'i' }, { "tail", required_argument, NULL, 'n' },
+		CLI_COMMON_OPTIONS, { 0 },
 	};
 	struct log_state st = { .stream = "stdout" };
 	int follow = 0, c, rc;
 	double interval = 1;
-	while ((c = getopt_long(argc, argv, "fh", opts, NULL)) != -1) {
+	double tail = 0;
+	while ((c = getopt_long(argc, argv, "fhn:", opts, NULL)) != -1) {
 		if (c == 's')
 			st.stream = optarg;
 		else if (c == 'f')
@@ -74,9 +105,15 @@ int cli_cmd_logs(struct cli *cli, int argc, char **argv)
 		else if (c == 'i' && (rc = cli_parse_double(cli, "--interval", optarg, 0.05, 3600,
 		                                            &interval)) != CLI_OK)
 			return rc;
-		else if (c != 'i' && (rc = cli_common_option(cli, c, optarg)) != CLI_CONTINUE)
+		else if (c == 'n' && (rc = cli_parse_double(cli, "--tail", optarg, 1, 1e9, &tail)) !=
+		         CLI_OK)
+			return rc;
+		else if (c != 'i' && c != 'n' && (rc = cli_common_option(cli, c, optarg)) != CLI_CONTINUE)
 			return rc;
 	}
+	if (tail != (double)(long)tail)
+		return cli_usage_error(cli, "--tail: a whole number of lines");
+	st.tail_lines = (long)tail;
 	if (strcmp(st.stream, "stdout") != 0 && strcmp(st.stream, "stderr") != 0)
 		return cli_usage_error(cli, "--stream: stdout or stderr");
 	if (argc - optind != 1)

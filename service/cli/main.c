@@ -43,11 +43,12 @@ static const struct cli_command commands[] = {
 	  .summary = "show a job and its spec",
 	  .help = "Shows job ID: its fields as \"key: value\" lines, then its effective spec.\n" },
 	{ .name = "logs", .run = cli_cmd_logs,
-	  .args = "ID [--stream stdout|stderr] [-f]",
+	  .args = "ID [--stream stdout|stderr] [--tail N] [-f]",
 	  .summary = "print a job's output",
 	  .help =
 	  "Prints what job ID wrote to standard output (or --stream stderr).\n\n"
 	  "  --stream S    stdout (default) or stderr\n"
+	  "  -n, --tail N  only its last N lines (of its last MiB)\n"
 	  "  -f, --follow  keep printing new output until the job has ended\n"
 	  "  --interval S  seconds between polls with -f (default 1)\n" },
 	{ .name = "metrics", .run = cli_cmd_metrics,

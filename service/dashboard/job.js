@@ -182,6 +182,9 @@ export function jobView(main, ctx) {
   }
 
   (async () => {
+    // the charts' read is the page's longest: it starts with the job's
+    // (its failure is reported once the job is known to exist)
+    const firstMetrics = metrics.refresh().then(() => null, (e) => e);
     try {
       await loadJob();
     } catch (e) {
@@ -205,7 +208,7 @@ export function jobView(main, ctx) {
         refreshJob();
     });
     await Promise.all([guard(loadEvents, 'Timeline')(), guard(loadCheckpoints, 'Checkpoints')(),
-                       refreshMetrics(), refreshLogs()]);
+                       firstMetrics.then((e) => e && ctx.fail(e, 'Metrics')), refreshLogs()]);
     ctx.every(METRICS_MS, () => {
       if (!final())
         refreshMetrics();

@@ -66,23 +66,17 @@ export class LogPanel {
 
   async refresh() {
     const gen = this.gen;
-    if (this.next === null) {
-      let d = (await this.get(0, CHUNK)).data;
+    if (this.next === null) {                  // the log's end, in one read
+      const d = (await request('GET', `/v1/jobs/${this.jobId}/logs?stream=${this.stream}&tail=${CHUNK}`,
+                               { signal: this.ctx.signal })).data;
       let text = d.data || '';
-      let dropped = false;
-      if (d.size > d.next_offset) {          // a long log: its tail
-        const off = Math.max(0, d.size - CHUNK);
-        d = (await this.get(off, CHUNK)).data;
-        text = d.data || '';
-        const nl = text.indexOf('\n');
-        if (off > 0 && nl >= 0)
-          text = text.slice(nl + 1);
-        dropped = off > 0;
-      }
+      const nl = text.indexOf('\n');
+      if (d.offset > 0 && nl >= 0)             // from the first whole line
+        text = text.slice(nl + 1);
       if (gen !== this.gen)
         return;
       this.text = text;
-      this.dropped = dropped;
+      this.dropped = d.offset > 0;
       this.next = d.next_offset;
       this.size = d.size;
       this.render();

@@ -224,6 +224,11 @@ def test_logs_and_paging(real):
     # past the end: nothing, and next_offset stays at the end
     end = real.get(path, real.alice, params={"offset": size + 10}).json()
     assert end["data"] == "" and end["next_offset"] == size
+    # tail: the last bytes in one read, offset saying where they begin
+    for n in (1, 57, size - 1, size, size + 1000):
+        tail = real.get(path, real.alice, params={"tail": n}).json()
+        assert tail["offset"] == max(0, size - n) and tail["next_offset"] == size
+        assert tail["size"] == size and tail["data"] == whole["data"][tail["offset"]:]
     err = real.get(path, real.alice, params={"stream": "stderr"}).json()
     assert err["stream"] == "stderr"
     assert err["data"] == (real.d.state_dir / "jobs" / real.tiny / "stderr.log").read_text()

@@ -443,6 +443,16 @@ def test_logs(tiny_done, site):
     assert "".join(p["data"] for p in pieces) == out.stdout
     assert pieces[-1]["next_offset"] == pieces[-1]["size"]
     assert {p["stream"] for p in pieces} == {"stdout"}
+    # the last lines, as tail -n
+    for n in (1, 3):
+        last = site.larch("logs", "--tail", str(n), tiny_done)
+        assert last.returncode == EXIT_OK, last.stderr
+        assert last.stdout == "".join(out.stdout.splitlines(keepends=True)[-n:])
+    big = site.larch("logs", "-n", "100000", tiny_done)
+    assert big.returncode == EXIT_OK and big.stdout == out.stdout
+    for bad in ("0", "-2", "1.5", "x"):
+        r = site.larch("logs", "--tail", bad, tiny_done)
+        assert r.returncode == EXIT_USAGE and "--tail" in r.stderr, (bad, r.stderr)
     err = site.larch("logs", "--stream", "stderr", "--json", tiny_done)
     assert err.returncode == EXIT_OK
     assert {json.loads(line)["stream"] for line in err.stdout.splitlines()} <= {"stderr"}
