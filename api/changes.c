@@ -12,7 +12,7 @@
 struct waiter {
 	struct api_request *req;
 	uint64_t after;
-	int64_t deadline_ms;
+	int64_t deadline_ms;              /* resumed then: its timeout, or a change's batch end */
 	char owner[72];                   /* whose changes wake it; "" for every change */
 	struct waiter *next;
 };
@@ -49,15 +49,13 @@ static int sees(const struct waiter *w, const struct db_change *changes, size_t 
 }
 
 /* Takes the waiters that are due off the list: every one when every is
- * set, else those whose deadline is at or before now and those that see
- * one of changes[0..n). f->lock held. */
-static struct waiter *take_due(struct api_changes *f, int every, int64_t now,
-                               const struct db_change *changes, size_t n)
+ * set, else those whose deadline is at or before now. f->lock held. */
+static struct waiter *take_due(struct api_changes *f, int every, int64_t now)
 {
 	struct waiter *due = NULL, **pp = &f->waiters;
 	while (*pp) {
 		struct waiter *w = *pp;
-		if (every || w->deadline_ms <= now || sees(w, changes, n)) {
+		if (every || w->deadline_ms <= now) {
 			*pp = w->next;
 			w->next = due;
 			due = w;
@@ -99,7 +97,7 @@ static void *timer(void *arg)
 			pthread_cond_timedwait(&f->wake, &f->lock, &ts);
 			continue;
 		}
-		struct waiter *due = take_due(f, f->closed, now, NULL, 0);
+		struct waiter *due = take_due(f, f->closed, now);
 		pthread_mutex_unlock(&f->lock);
 		resume_all(due);
 		pthread_mutex_lock(&f->lock);
@@ -138,7 +136,7 @@ void api_changes_close(struct api_changes *f)
 		return;
 	pthread_mutex_lock(&f->lock);
 	f->closed = 1;
-	struct waiter *due = take_due(f, 1, 0, NULL, 0);
+	struct waiter *due = take_due(f, 1, 0);
 	pthread_mutex_unlock(&f->lock);
 	resume_all(due);
 }
@@ -150,7 +148,7 @@ void api_changes_free(struct api_changes *f)
 	pthread_mutex_lock(&f->lock);
 	f->stop = 1;
 	f->closed = 1;
-	struct waiter *due = take_due(f, 1, 0, NULL, 0);
+	struct waiter *due = take_due(f, 1, 0);
 	pthread_cond_signal(&f->wake);
 	pthread_mutex_unlock(&f->lock);
 	resume_all(due);                  /* none, when the caller closed and drained first */
@@ -173,9 +171,18 @@ void api_changes_publish(void *arg, const struct db_change *changes, size_t n)
 		slot->c = changes[i];
 	}
 	f->published += n;
-	struct waiter *due = take_due(f, 0, 0, changes, n);
+	/* the waiters that see a change answer at the end of its batch, with
+	 * whatever else the batch brought */
+	int64_t at = api_changes_now_ms() + API_CHANGES_BATCH_MS;
+	int sooner = 0;
+	for (struct waiter *w = f->waiters; w; w = w->next)
+		if (w->deadline_ms > at && sees(w, changes, n)) {
+			w->deadline_ms = at;
+			sooner = 1;
+		}
+	if (sooner)
+		pthread_cond_signal(&f->wake);
 	pthread_mutex_unlock(&f->lock);
-	resume_all(due);
 }
 
 void api_changes_stream(const struct api_changes *f, char out[API_STREAM_MAX])
