@@ -5,6 +5,7 @@ same stream of jobs going through.
 
     python3 tests/bench/bench_dashboard.py [--build DIR] [--clients C]
                                            [--seconds S] [--slurm] [--rounds R]
+                                           [--client-impl c|python] [--job small|fmnist]
 
 Each simulated client does what the dashboard's jobs page does: it
 long-polls GET /v1/events, and on each change GETs the job list
@@ -12,6 +13,14 @@ long-polls GET /v1/events, and on each change GETs the job list
 Meanwhile one job is submitted every second (larch-train, 20 steps of a tiny
 MLP). Phase "1 client" and phase "C clients" each run S (20) seconds, R (2)
 rounds, alternating.
+
+The clients are, by default, build/tests/bench/dash_clients (C, libcurl's
+multi interface, all in one thread): real dashboards run in browsers
+elsewhere, and a hundred Python threads (--client-impl python) take about a
+core of the two larchd has. The jobs are, by default, an MLP on a small IDX
+set the bench writes (512 images of 16x16, about 50 ms of CPU); --job fmnist
+trains on Fashion-MNIST instead (about 0.7 s of CPU a job, most of it
+reading the data: a third of the machine at one job a second).
 
 With --slurm the bench starts its own single-node cluster
 (deploy/slurm/start.sh in a temporary directory, a free port; as root) and
@@ -30,6 +39,7 @@ Never fails on timing: the machine is shared; read the figures.
 """
 import argparse
 import concurrent.futures
+import json
 import multiprocessing
 import os
 import pathlib
@@ -88,6 +98,16 @@ def dashboard(url, token, stop_at, out):
             get(f"/v1/jobs/{job}")
 
 
+def c_clients(exe, url, token, n, seconds, queue):
+    """Runs dash_clients; puts its summary (a dict) on queue."""
+    out = subprocess.run([str(exe), "--url", url, "--token", token, "--clients", str(n),
+                          "--seconds", str(seconds)], capture_output=True, text=True,
+                         timeout=seconds + 120)
+    if out.returncode != 0:
+        sys.exit(f"bench_dashboard: dash_clients failed: {out.stderr}")
+    queue.put(json.loads(out.stdout))
+
+
 def client_process(url, token, n, seconds, queue):
     stop_at = time.monotonic() + seconds
     out = []
@@ -128,11 +148,11 @@ def hist_p(before, after, q):
     return float("inf")
 
 
-def submitter(url, token, stop, ids):
+def submitter(url, token, stop, ids, spec):
     s = requests.Session()
     s.headers["Authorization"] = f"Bearer {token}"
     while not stop.wait(1.0):
-        r = s.post(url + "/v1/jobs", json=SPEC, timeout=30)
+        r = s.post(url + "/v1/jobs", json=spec, timeout=30)
         if r.status_code == 201:
             ids.append(r.json()["id"])
 
@@ -152,39 +172,57 @@ def probe(url, token, stop, out):
         i += 1
 
 
-def phase(url, token, clients, seconds):
+def cpu_seconds():
+    """CPU seconds the whole machine spent (user + system), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    return (int(fields[0]) + int(fields[1]) + int(fields[2])) / os.sysconf("SC_CLK_TCK")
+
+
+def phase(url, token, clients, seconds, dash_exe):
     slurm0, hist0 = scrape(url, token)
     probe_stop, probe_lat = threading.Event(), []
     prober = threading.Thread(target=probe, args=(url, token, probe_stop, probe_lat))
     prober.start()
-    t0 = time.monotonic()
-    procs_n = min(4, clients)
+    t0, cpu0 = time.monotonic(), cpu_seconds()
     queue = multiprocessing.Queue()
-    procs = []
-    for i in range(procs_n):
-        n = clients // procs_n + (1 if i < clients % procs_n else 0)
-        p = multiprocessing.Process(target=client_process, args=(url, token, n, seconds, queue))
-        p.start()
-        procs.append(p)
-    samples = []
-    for _ in procs:
-        samples += queue.get()
-    for p in procs:
-        p.join()
+    if dash_exe:
+        c_clients(dash_exe, url, token, clients, seconds, queue)
+        summary = queue.get()
+    else:
+        procs_n = min(4, clients)
+        procs = []
+        for i in range(procs_n):
+            n = clients // procs_n + (1 if i < clients % procs_n else 0)
+            p = multiprocessing.Process(target=client_process,
+                                        args=(url, token, n, seconds, queue))
+            p.start()
+            procs.append(p)
+        samples = []
+        for _ in procs:
+            samples += queue.get()
+        for p in procs:
+            p.join()
+        lat = sorted(s[0] for s in samples)
+        summary = {"gets": len(samples),
+                   "not_modified": sum(1 for s in samples if s[1] == 304),
+                   "errors": sum(1 for s in samples if s[1] not in (200, 304)),
+                   "p50_ms": lat[len(lat) // 2] * 1e3 if lat else float("nan"),
+                   "p99_ms": lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3
+                   if lat else float("nan")}
     probe_stop.set()
     prober.join()
-    took = time.monotonic() - t0
+    took, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
     slurm1, hist1 = scrape(url, token)
-    lat = sorted(s[0] for s in samples)
     probe_lat.sort()
 
-    def pct(q, lat=lat):
+    def pct(q, lat=probe_lat):
         return lat[min(len(lat) - 1, int(q * len(lat)))] * 1e3 if lat else float("nan")
     return {"clients": clients, "seconds": took, "slurm_per_s": (slurm1 - slurm0) / took,
-            "gets": len(samples), "not_modified": sum(1 for s in samples if s[1] == 304),
-            "errors": sum(1 for s in samples if s[1] not in (200, 304)),
-            "p50": pct(0.50), "p99": pct(0.99),
-            "probe_p50": pct(0.50, probe_lat), "probe_p99": pct(0.99, probe_lat),
+            "gets": summary["gets"], "not_modified": summary["not_modified"],
+            "errors": summary["errors"], "p50": summary["p50_ms"], "p99": summary["p99_ms"],
+            "busy": cpu / took / (os.cpu_count() or 1),
+            "probe_p50": pct(0.50), "probe_p99": pct(0.99),
             "server_p99": hist_p(hist0, hist1, 0.99) * 1e3}
 
 
@@ -207,10 +245,22 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--slurm", action="store_true")
+    ap.add_argument("--client-impl", choices=("c", "python"), default="c")
+    ap.add_argument("--job", choices=("small", "fmnist"), default="small")
     a = ap.parse_args()
     build = pathlib.Path(a.build)
-    larchd = (build if build.is_absolute() else ROOT / build) / "service" / "larchd"
+    build = build if build.is_absolute() else ROOT / build
+    larchd = build / "service" / "larchd"
+    dash_exe = build / "tests" / "bench" / "dash_clients" if a.client_impl == "c" else None
+    if dash_exe and not dash_exe.exists():
+        sys.exit(f"bench_dashboard: {dash_exe} is missing (cmake --build {a.build})")
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-dash."))
+    spec = dict(SPEC)
+    if a.job == "small":
+        sys.path.insert(0, str(ROOT / "tests" / "integration"))
+        from datasets import write_image_set
+        (tmp / "data").mkdir()
+        spec["data"] = write_image_set(tmp / "data")
     cluster = start_cluster(tmp) if a.slurm else None
     args = [str(larchd), "--listen", "127.0.0.1:0", "--state-dir", str(tmp / "state"),
             "--log-level", "warn"]
@@ -226,27 +276,28 @@ def main():
         url = m.group(1)
         token = (tmp / "state" / "admin.token").read_text().strip()
         ids = []
-        sub = threading.Thread(target=submitter, args=(url, token, stop, ids), daemon=True)
+        sub = threading.Thread(target=submitter, args=(url, token, stop, ids, spec), daemon=True)
         sub.start()
         time.sleep(2)
         rows = []
         for r in range(a.rounds):
             order = (1, a.clients) if r % 2 == 0 else (a.clients, 1)
             for c in order:
-                rows.append(phase(url, token, c, a.seconds))
+                rows.append(phase(url, token, c, a.seconds, dash_exe))
         stop.set()
         sub.join()
         executor = "slurm" if a.slurm else "local"
         print(f"\nbench_dashboard: {executor} executor, one job submitted a second "
-              f"({len(ids)} in all), {a.seconds:.0f} s phases, {a.rounds} rounds, "
-              f"{os.cpu_count()} CPUs")
+              f"({len(ids)} in all, {a.job} jobs), {a.client_impl} clients, "
+              f"{a.seconds:.0f} s phases, {a.rounds} rounds, {os.cpu_count()} CPUs")
         print(f"{'clients':>8} {'slurm/s':>8} {'GETs':>6} {'304':>5} {'err':>4} "
-              f"{'p50 ms':>7} {'p99 ms':>7} {'larchd p99':>10} {'probe p50':>9} {'probe p99':>9}")
+              f"{'p50 ms':>7} {'p99 ms':>7} {'larchd p99':>10} {'probe p50':>9} {'probe p99':>9}"
+              f" {'CPU busy':>8}")
         for row in rows:
             print(f"{row['clients']:>8} {row['slurm_per_s']:>8.2f} {row['gets']:>6} "
                   f"{row['not_modified']:>5} {row['errors']:>4} {row['p50']:>7.1f} "
                   f"{row['p99']:>7.1f} {'<= %g' % row['server_p99']:>10} "
-                  f"{row['probe_p50']:>9.1f} {row['probe_p99']:>9.1f}")
+                  f"{row['probe_p50']:>9.1f} {row['probe_p99']:>9.1f} {row['busy']:>8.0%}")
         one = [r for r in rows if r["clients"] == 1]
         many = [r for r in rows if r["clients"] == a.clients]
         mean = lambda rs, k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
