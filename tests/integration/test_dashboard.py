@@ -10,10 +10,15 @@ job actions). Job tokens are read from the running trainer's environment
 (test_api_jobs.trainer_env). Screenshots of each page go to
 $LARCH_ARTIFACTS_DIR/dashboard/ (browser.py).
 """
+import http.client
+import http.server
 import json
 import math
 import re
+import threading
 import time
+import types
+import urllib.parse
 
 import pytest
 import requests
@@ -214,6 +219,89 @@ def test_jobs_page_follows_a_job_live(real, browser):
     row = one(browser, f'tr[data-job-id="{job_id}"]')
     assert "live" in row.text and "alice" in row.text and "3,000 / 3,000" in row.text
     screenshot(browser, "jobs")
+
+
+class OldLarchd:
+    """A reverse proxy to a larchd that answers GET /v1/events with 404, as
+    a larchd from before the change feed would: the dashboard must fall
+    back to polling. Everything else is passed through as it is."""
+
+    HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
+
+    def __init__(self, upstream):
+        up = urllib.parse.urlsplit(upstream)
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def relay(self):
+                if urllib.parse.urlsplit(self.path).path == "/v1/events":
+                    proxy.refused += 1
+                    body = b'{"error":{"code":"not_found","message":"no route"}}'
+                    self.send_response(404)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in OldLarchd.HOP and k.lower() != "host"}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in OldLarchd.HOP and k.lower() != "content-length":
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_POST = do_HEAD = relay
+
+        self.refused = 0
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_jobs_page_polls_a_larchd_without_the_feed(real, browser):
+    old = OldLarchd(real.url)
+    try:
+        sign_in(browser, types.SimpleNamespace(url=old.url), token_of(real.alice))
+        one(browser, tid("jobs-table") + " " + tid("job-row"))
+        wait(browser).until(lambda d: css(d, tid("live", '[data-mode="polling"]')),
+                            "a 404 from GET /v1/events did not make the page poll")
+        assert old.refused >= 1
+        browser.execute_script(RECORD_STATES)
+        job_id = real.submit(real.alice, tiny_spec("polled", steps=3000, log_every=100))
+
+        def seen(d):
+            return d.execute_script("return window.__states[arguments[0]] || []", job_id)
+
+        wait(browser, 60).until(lambda d: "COMPLETED" in seen(d) or "FAILED" in seen(d),
+                                f"{job_id} never showed a final state by polling")
+        assert browser.execute_script("return window.__noReload") == 1, "the page was reloaded"
+        assert seen(browser)[-1] == "COMPLETED", seen(browser)
+        refused = old.refused
+        time.sleep(4)            # polling does not go back to the feed every time
+        assert old.refused <= refused + 1
+        leave(browser)
+    finally:
+        old.close()
 
 
 def test_jobs_filters_sorting_paging(real, browser):
