@@ -101,6 +101,53 @@ extern "C" void kern_cuda_device_describe(const struct kern_cuda_device *d, char
 	         d->runtime_version / 1000, d->runtime_version % 1000 / 10);
 }
 
+extern "C" int kern_cuda_use_device(int index, char *why, size_t whylen)
+{
+	cudaError_t err = cudaSetDevice(index);
+	if (err != cudaSuccess) {
+		set_why(why, whylen, "cudaSetDevice", err);
+		(void)cudaGetLastError();
+		return -1;
+	}
+	return 0;
+}
+
+extern "C" int kern_cuda_current_device(void)
+{
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return dev;
+}
+
+extern "C" int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+	*free_bytes = *total_bytes = 0;
+	if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -1;
+	}
+	return 0;
+}
+
+extern "C" double kern_cuda_peak_fp32(int index)
+{
+	int sms = 0, khz = 0, major = 0, minor = 0;
+	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	/* FP32 lanes per SM: 64 on sm_70 and sm_80 (V100, A100), 128 on sm_86,
+	 * sm_89 and sm_90 (consumer Ampere, Ada, Hopper); an FMA is two FLOPs */
+	int lanes = major >= 9 || (major == 8 && minor >= 6) ? 128 : 64;
+	return (double)sms * lanes * 2.0 * (double)khz * 1e3;
+}
+
 /* ---- stream and cuBLAS ----------------------------------------------------- */
 
 extern "C" cudaStream_t kern_cuda_stream(void)

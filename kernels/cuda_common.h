@@ -77,6 +77,16 @@ int kern_cuda_device_query(int index, struct kern_cuda_device *dev, char *why, s
  * runtime 13.0" into buf. */
 void kern_cuda_device_describe(const struct kern_cuda_device *dev, char *buf, size_t len);
 
+/* Makes device index the calling thread's. 0, or -1 with why. */
+int kern_cuda_use_device(int index, char *why, size_t whylen);
+/* The calling thread's device (0 when the runtime cannot say). */
+int kern_cuda_current_device(void);
+/* Free and total bytes of the current device; 0, or -1 (both 0). */
+int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* Peak FP32 FLOP/s on device index's CUDA cores (SMs x FP32 lanes x 2 x
+ * clock): the denominator of an FP32 run's MFU; 0 when unknown. */
+double kern_cuda_peak_fp32(int index);
+
 /* ---- the stream and the cuBLAS handle -------------------------------------- */
 
 cudaStream_t kern_cuda_stream(void);

@@ -133,3 +133,64 @@ extern "C" void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, cons
 {
 	xent_bwd(dlogits, dloss, logits, lse, targets, n, v, 1);
 }
+
+/* ---- argmax per row ------------------------------------------------------- */
+
+/* (value, index) of the better candidate as a left-to-right scan with a
+ * strict > keeps it: the larger value, the lower index on a tie; a NaN never
+ * wins (the scan's x > best is false for it). */
+__device__ static inline void best_merge(float *v, int *i, float v2, int i2)
+{
+	if (i2 < 0)
+		return;
+	if (*i < 0 || v2 > *v || (v2 == *v && i2 < *i)) {
+		*v = v2;
+		*i = i2;
+	}
+}
+
+__global__ static void argmax_kernel(int *best, const float *logits, int v)
+{
+	__shared__ float sv[FWD_THREADS / 32];
+	__shared__ int si[FWD_THREADS / 32];
+	int row = blockIdx.x;
+	const float *x = logits + (size_t)row * v;
+	if (isnan(x[0])) {                  /* the scan starts there and nothing beats NaN */
+		if (threadIdx.x == 0)
+			best[row] = 0;
+		return;
+	}
+	float bv = 0.0f;
+	int bi = -1;
+	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
+		float xj = x[j];
+		if (!isnan(xj) && (bi < 0 || xj > bv)) {
+			bv = xj;
+			bi = j;
+		}
+	}
+	for (int off = 16; off > 0; off >>= 1) {
+		float v2 = __shfl_xor_sync(0xffffffffu, bv, off);
+		int i2 = __shfl_xor_sync(0xffffffffu, bi, off);
+		best_merge(&bv, &bi, v2, i2);
+	}
+	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+	if (lane == 0) {
+		sv[warp] = bv;
+		si[warp] = bi;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		for (int w = 1; w < FWD_THREADS / 32; w++)
+			best_merge(&bv, &bi, sv[w], si[w]);
+		best[row] = bi < 0 ? 0 : bi;
+	}
+}
+
+extern "C" void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v)
+{
+	if (n <= 0 || v <= 0)
+		return;
+	argmax_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, v);
+	KERN_CUDA_CHECK_LAUNCH();
+}

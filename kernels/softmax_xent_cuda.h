@@ -16,6 +16,11 @@ void kern_softmax_xent_bwd_cuda(float *dlogits, float dloss, const float *logits
 void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *logits,
                                     const float *lse, const int *targets, int n, int v);
 
+/* best[r] = the index of row r's largest logit, as a left-to-right scan
+ * with a strict > finds it (the first of equal maxima; NaNs never win, but
+ * a NaN in column 0 is never beaten): top-1 for trn_model_score. */
+void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v);
+
 #ifdef __cplusplus
 }
 #endif

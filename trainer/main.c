@@ -15,9 +15,10 @@
 static void usage(FILE *out)
 {
 	fputs("usage: larch-train --spec FILE [--job-dir DIR] [--resume] [--threads N] [--quiet]\n"
+	      "                   [--device cpu|cuda]\n"
 	      "       larch-train --check FILE\n"
 	      "\n"
-	      "Trains the job spec FILE (see docs/spec.md) on the CPU.\n"
+	      "Trains the job spec FILE (see docs/spec.md) on the CPU or a CUDA GPU.\n"
 	      "\n"
 	      "  --spec FILE     the job spec (JSON)\n"
 	      "  --job-dir DIR   where spec.json, metrics.jsonl, result.json and checkpoints/\n"
@@ -27,6 +28,9 @@ static void usage(FILE *out)
 	      "  --threads N     threads for kernels and BLAS (default: OMP_NUM_THREADS, else\n"
 	      "                  the CPUs this process may use)\n"
 	      "  --quiet         no progress lines\n"
+	      "  --device D      cpu or cuda (one GPU per rank: the rank's index on its node,\n"
+	      "                  modulo the GPUs); default cuda when the spec asks for GPUs\n"
+	      "                  (resources.gpus_per_node > 0), else cpu\n"
 	      "  --check FILE    validate FILE, print the effective spec with defaults, exit\n"
 	      "  --version, --help\n"
 	      "\n"
@@ -84,6 +88,7 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "check", required_argument, NULL, 'c' },
+		{ "device", required_argument, NULL, 'D' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -98,6 +103,14 @@ int main(int argc, char **argv)
 		case 'r': opts.resume = TRN_RESUME_REQUIRE; break;
 		case 'q': opts.quiet = 1; break;
 		case 'c': check_path = optarg; break;
+		case 'D':
+			if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
+				fprintf(stderr, "larch-train: --device: must be cpu or cuda (got \"%s\")\n",
+				        optarg);
+				return TRN_EXIT_USAGE;
+			}
+			opts.device = optarg;
+			break;
 		case 't': {
 			char *end;
 			long n = strtol(optarg, &end, 10);

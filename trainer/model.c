@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "param_offload.h"
+#ifdef LARCH_HAVE_CUDA
+#include "model_cuda.h"
+#endif
 
 /* ---- blocks and offload.params ---------------------------------------------------- */
 
@@ -169,6 +172,38 @@ struct trn_model *trn_model_layout(const struct trn_spec *spec, const struct trn
 	return build(spec, ds, max_batch, 1, err);
 }
 
+struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                   int max_batch, int cuda_device, struct trn_err *err)
+{
+	if (cuda_device < 0)
+		return trn_model_new(spec, ds, max_batch, err);
+	if (max_batch < 1) {
+		trn_err_set(err, "model: micro-batch must be at least 1 (got %d)", max_batch);
+		return NULL;
+	}
+#ifdef LARCH_HAVE_CUDA
+	return trn_model_cuda_new(spec, ds, max_batch, cuda_device, err);
+#else
+	trn_err_set(err, "cuda: this larch-train was built without CUDA (WITH_CUDA=OFF, or no "
+	            "CUDA toolkit at build time)");
+	return NULL;
+#endif
+}
+
+int trn_model_cuda_built(void)
+{
+#ifdef LARCH_HAVE_CUDA
+	return 1;
+#else
+	return 0;
+#endif
+}
+
+void trn_model_weights_changed(struct trn_model *m)
+{
+	m->w_version++;
+}
+
 void trn_model_free(struct trn_model *m)
 {
 	if (m)
@@ -193,6 +228,7 @@ void trn_model_init_weights(struct trn_model *m, uint64_t seed)
 void trn_model_zero_grad(struct trn_model *m)
 {
 	memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
+	m->g_zeroed = 1;
 	if (m->param_off)
 		trn_param_offload_grads_zeroed(m->param_off);
 }

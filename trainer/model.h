@@ -88,6 +88,15 @@ struct trn_model {
 	 * on a GPU they would be device copies. Model files reach a block's
 	 * weights and gradients only through trn_model_block_* below, which
 	 * hand out the staged copies, or w and g without offload. */
+	/* The backend: 0 the CPU; 1 a GPU (trainer/model_cuda.h), which computes
+	 * on device copies of w and g: the trainer says when it changed w
+	 * (trn_model_weights_changed), and g holds each backward's gradients
+	 * once it returns, as with the CPU. */
+	int device;
+	long w_version;                /* bumped by trn_model_weights_changed */
+	int g_zeroed;                  /* g is all zeros (trn_model_zero_grad, no backward since) */
+	double peak_flops;             /* the device's peak FLOP/s for the MFU; 0 unknown (CPU) */
+	char device_desc[320];         /* "cuda:0 NVIDIA H100 ..., sm_90, ..." ("" on the CPU) */
 	int n_blocks, block_first, block_params;
 	enum trn_offload param_offload;
 	struct trn_param_offload *param_off;  /* "cpu": owned */
@@ -118,6 +127,10 @@ static inline void trn_model_grad_ready(struct trn_model *m, int param)
 		m->grad_ready(m->grad_ready_ctx, param);
 }
 
+/* The trainer changed w (initialised, loaded, updated by the optimizer):
+ * a GPU model refreshes its device copy before its next forward. */
+void trn_model_weights_changed(struct trn_model *m);
+
 /* Model files: their blocks, once the parameter table is complete. */
 void trn_model_set_blocks(struct trn_model *m, int n_blocks, int first_param, int block_params);
 /* Forward starts (before any block's trn_model_block_fwd). */
@@ -145,6 +158,12 @@ void trn_model_blocks_bwd_done(struct trn_model *m);
 struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_dataset *ds,
                                 int max_batch, struct trn_err *err);
 void trn_model_free(struct trn_model *m);  /* accepts NULL */
+/* trn_model_new on CUDA device cuda_device (>= 0; -1: the CPU). Without a
+ * CUDA build, or a GPU, NULL with err saying so. */
+struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                   int max_batch, int cuda_device, struct trn_err *err);
+/* Whether this build has the CUDA models. */
+int trn_model_cuda_built(void);
 
 double trn_model_forward(struct trn_model *m, const struct trn_batch *b, struct trn_fwd_stats *st);
 void trn_model_backward(struct trn_model *m, const struct trn_batch *b, float scale);

@@ -292,6 +292,9 @@ static void print_plan(const struct run *r)
 		printf("precision: %s compute, fp32 master weights; no loss scale\n",
 		       trn_dtype_name(m->dtype));
 	print_memory(r);
+	if (m->device)
+		printf("device: %s; peak %.1f TFLOP/s fp32 (the MFU's denominator)\n", m->device_desc,
+		       m->peak_flops * 1e-12);
 	printf("blas: %s\n", kern_blas_describe());
 	fflush(stdout);
 }
@@ -310,6 +313,7 @@ static int publish_params(struct run *r, struct trn_err *err)
 		memcpy(m->w + r->dp.lo, r->master_owned, sizeof(float) * (size_t)n);
 		trn_model_round(m, m->w + r->dp.lo, n);
 	}
+	trn_model_weights_changed(m);
 	return trn_dp_allgather(&r->dp, m->w, err);
 }
 
@@ -399,6 +403,32 @@ static int setup_offload(struct run *r, struct trn_err *err)
 	return 0;
 }
 
+/* Where this rank trains: -1 the CPU, else its index on the node (the
+ * GPU is that modulo the node's GPUs: one rank per GPU). --device, else a
+ * spec that asks for GPUs. */
+static int pick_device(const struct run *r, int *dev, struct trn_err *err)
+{
+	const char *want = r->opts->device;
+	*dev = -1;
+	if (want ? strcmp(want, "cuda") != 0 : r->spec->resources.gpus_per_node <= 0)
+		return 0;
+	if (!trn_model_cuda_built())
+		return trn_err_set(err, "%s: this larch-train was built without CUDA (WITH_CUDA=OFF, "
+		                   "or no CUDA toolkit at build time); --device cpu trains on the CPU",
+		                   want ? "--device cuda" : "resources.gpus_per_node");
+	static const char *const local_vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+		                                  "MPI_LOCALRANKID", "PMIX_LOCAL_RANK" };
+	*dev = r->comm->rank;
+	for (size_t i = 0; i < sizeof local_vars / sizeof local_vars[0]; i++) {
+		const char *v = getenv(local_vars[i]);
+		if (v && *v) {
+			*dev = atoi(v);
+			break;
+		}
+	}
+	return 0;
+}
+
 /* Sets everything up; on resume restores the newest checkpoint. */
 static int setup(struct run *r, struct trn_err *err)
 {
@@ -431,8 +461,12 @@ static int setup(struct run *r, struct trn_err *err)
 		r->total_steps = 1;
 	trn_schedule_init(&r->sched, s, r->steps_per_epoch, r->total_steps);
 
-	if (!(r->model = trn_model_new(s, &r->ds, (int)s->batch.micro, err)))
-		return TRN_EXIT_FAILED;
+	int device;
+	if (pick_device(r, &device, err) != 0)
+		return TRN_EXIT_USAGE;
+	if (!(r->model = trn_model_new_on(s, &r->ds, (int)s->batch.micro, device, err)))
+		return strncmp(err->text, "precision.", 10) == 0 ||
+		       strncmp(err->text, "offload.", 8) == 0 ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
 	if (trn_batch_alloc(&r->batch, &r->ds, (int)s->batch.micro) != 0)
 		return trn_err_set(err, "batch: out of memory"), TRN_EXIT_FAILED;
 	if (trn_dp_init(&r->dp, r->comm, r->model, s->parallel.bucket_bytes,
@@ -483,6 +517,7 @@ static int setup(struct run *r, struct trn_err *err)
 	                   err) != 0)
 		return TRN_EXIT_FAILED;
 	adopt_weights(r);
+	trn_model_weights_changed(r->model);
 	if (trn_watchdog_init(&r->wd, &s->watchdog, err) != 0)
 		return TRN_EXIT_FAILED;
 	r->rep.quiet = r->opts->quiet || !r->lead;
@@ -551,6 +586,7 @@ static int rollback(struct run *r, long step, const char *why, struct trn_err *e
 		return -1;
 	long from = restored ? r->state.step : 0;
 	adopt_weights(r);
+	trn_model_weights_changed(r->model);
 	r->state.step = steps_now;
 	trn_loader_seek(&r->loader, epoch, pos);
 	trn_watchdog_rolled_back(&r->wd);
@@ -685,6 +721,9 @@ static int train_loop(struct run *r, struct trn_err *err)
 				                  rate * (double)m->tokens_per_sample);
 			trn_report_metric(&r->rep, step, "train/epoch",
 			                  (double)step / (double)r->steps_per_epoch);
+			if (m->peak_flops > 0)   /* model FLOPs over the device's peak */
+				trn_report_metric(&r->rep, step, "train/mfu",
+				                  rate * m->flops_per_sample / m->peak_flops);
 			if (!r->opts->quiet && r->lead)
 				progress(r, step, loss, lr, rate);
 			trn_report_flush(&r->rep);
@@ -719,8 +758,13 @@ static int train_loop(struct run *r, struct trn_err *err)
 	long done = r->state.step - start_step;
 	if (done > 0 && !r->opts->quiet && r->lead) {
 		double sps = (double)(done * s->batch.global) / total_train_t;
-		printf("done: %ld steps in %.1fs of training, %.0f samples/s, %.1f GFLOP/s in GEMMs\n",
+		printf("done: %ld steps in %.1fs of training, %.0f samples/s, %.1f GFLOP/s in GEMMs",
 		       done, total_train_t, sps, sps * m->flops_per_sample * 1e-9);
+		if (m->tokens_per_sample > 1)
+			printf(", %.0f tokens/s", sps * (double)m->tokens_per_sample);
+		if (m->peak_flops > 0)
+			printf(", MFU %.1f%%", 100.0 * sps * m->flops_per_sample / m->peak_flops);
+		printf("\n");
 		if (r->comm->size > 1) {
 			double per = 1.0 / (double)(r->dp.steps ? r->dp.steps : 1);
 			printf("parallel: %d ranks, %.1f MiB %s per step, %.3f s per step in "

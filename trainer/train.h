@@ -27,6 +27,8 @@ struct trn_train_opts {
 	enum trn_resume resume;
 	int threads;                   /* 0 = default (OMP_NUM_THREADS or the CPUs we may use) */
 	int quiet;                     /* no progress lines */
+	const char *device;            /* "cpu", "cuda", or NULL: cuda when the spec asks for GPUs
+	                                  (resources.gpus_per_node > 0) */
 };
 
 /* Runs spec to the end (or to a stop signal) and returns an enum trn_exit.

@@ -11,6 +11,7 @@
  *   dlogits: 1e-8 + 1e-5 rel, both sides from the same lse: p = expf(x - lse)
  *     errs by the rounding of x - lse (~1e-6 relative) and expf's 2 ulp.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,10 +129,57 @@ static void test_deterministic(void)
 	kern_cuda_free(d_lse), kern_cuda_free(d_dl);
 }
 
+/* the scan trn_model_score runs over a row of logits */
+static int scan_best(const float *row, int v)
+{
+	int best = 0;
+	for (int j = 1; j < v; j++)
+		if (row[j] > row[best])
+			best = j;
+	return best;
+}
+
+/* kern_argmax_rows_cuda: the scan's index on random rows, on rows with
+ * repeated maxima (coarse values), and on NaNs in and out of column 0. */
+static void test_argmax(void)
+{
+	const int shapes_v[] = { 1, 7, 10, 513, 50257 };
+	for (size_t k = 0; k < sizeof shapes_v / sizeof shapes_v[0]; k++) {
+		int n = 37, v = shapes_v[k];
+		long nv = (long)n * v;
+		float *x = host_rand(nv, -4, 4, &rng);
+		for (long i = 0; i < nv; i++) {
+			if (i % (2 * n) >= n)           /* every other row: few distinct values, ties */
+				x[i] = (float)(int)(x[i]);
+			if (i % 97 == 5)
+				x[i] = NAN;
+		}
+		x[0] = NAN;                             /* row 0: a NaN first is never beaten */
+		if (v > 3)
+			x[(long)v + 2] = INFINITY;
+		float *d_x = dev_copy(x, nv);
+		int *d_best = kern_cuda_malloc(sizeof(int) * (size_t)n);
+		kern_argmax_rows_cuda(d_best, d_x, n, v);
+		int *best = malloc(sizeof(int) * (size_t)n);
+		kern_cuda_download(best, d_best, sizeof(int) * (size_t)n);
+		int same = 1, first = -1;
+		for (int r = 0; r < n; r++)
+			if (best[r] != scan_best(x + (long)r * v, v) && first < 0) {
+				same = 0;
+				first = r;
+			}
+		CHECK_MSG(same, "argmax v=%d: row %d: %d, the scan %d", v, first,
+		          first >= 0 ? best[first] : 0, first >= 0 ? scan_best(x + (long)first * v, v) : 0);
+		free(x), free(best);
+		kern_cuda_free(d_x), kern_cuda_free(d_best);
+	}
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_softmax_xent");
 	CHECK_RUN(test_vs_ref);
 	CHECK_RUN(test_deterministic);
+	CHECK_RUN(test_argmax);
 	return check_finish();
 }

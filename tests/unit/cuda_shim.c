@@ -1,0 +1,223 @@
+/* tests/unit/cuda_shim.c - a CPU stand-in for the entry points of
+ * larch_kernels_cuda that the trainer's GPU models call, for
+ * test_model_cuda.c: "device" buffers are host memory (filled with NaN
+ * bytes when allocated, so that reading one before it was written shows),
+ * and each kern_<op>_cuda runs kern_<op>_cpu, the very kernel the CPU model
+ * runs. What this checks is the GPU models' own logic (buffers, the order
+ * of ops, parameter offsets, weights up and gradients down, grad_ready
+ * order, scoring) against the CPU models, bit for bit; the CUDA kernels
+ * themselves are checked against the CPU references on a GPU (tests/gpu).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/attention_cuda.h"
+#include "kernels/cuda_common.h"
+#include "kernels/embedding.h"
+#include "kernels/embedding_cuda.h"
+#include "kernels/gelu.h"
+#include "kernels/gelu_cuda.h"
+#include "kernels/layernorm.h"
+#include "kernels/layernorm_cuda.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_cuda.h"
+#include "kernels/relu.h"
+#include "kernels/relu_cuda.h"
+#include "kernels/residual.h"
+#include "kernels/residual_cuda.h"
+#include "kernels/softmax_xent.h"
+#include "kernels/softmax_xent_cuda.h"
+
+long cuda_shim_live_buffers;             /* allocated and not freed */
+
+int kern_cuda_device_count(char *why, size_t whylen)
+{
+	(void)why, (void)whylen;
+	return 1;
+}
+
+int kern_cuda_device_query(int index, struct kern_cuda_device *dev, char *why, size_t whylen)
+{
+	(void)why, (void)whylen;
+	memset(dev, 0, sizeof *dev);
+	dev->index = index;
+	snprintf(dev->name, sizeof dev->name, "CPU shim");
+	dev->cc_major = 9;
+	return 0;
+}
+
+void kern_cuda_device_describe(const struct kern_cuda_device *dev, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", dev->name);
+}
+
+int kern_cuda_use_device(int index, char *why, size_t whylen)
+{
+	(void)why, (void)whylen;
+	return index == 0 ? 0 : -1;
+}
+
+int kern_cuda_current_device(void)
+{
+	return 0;
+}
+
+int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+	*free_bytes = *total_bytes = (size_t)1 << 40;
+	return 0;
+}
+
+double kern_cuda_peak_fp32(int index)
+{
+	(void)index;
+	return 1e12;
+}
+
+void *kern_cuda_malloc(size_t bytes)
+{
+	if (!bytes)
+		return NULL;
+	void *p = malloc(bytes);
+	if (!p) {
+		fprintf(stderr, "cuda_shim: out of memory (%zu bytes)\n", bytes);
+		abort();
+	}
+	memset(p, 0xff, bytes);            /* NaN in every float */
+	cuda_shim_live_buffers++;
+	return p;
+}
+
+void kern_cuda_free(void *dev)
+{
+	if (dev)
+		cuda_shim_live_buffers--;
+	free(dev);
+}
+
+void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes)
+{
+	if (bytes)
+		memcpy(dev_dst, host_src, bytes);
+}
+
+void kern_cuda_download(void *host_dst, const void *dev_src, size_t bytes)
+{
+	if (bytes)
+		memcpy(host_dst, dev_src, bytes);
+}
+
+void kern_cuda_zero(void *dev, size_t bytes)
+{
+	if (bytes)
+		memset(dev, 0, bytes);
+}
+
+/* ---- the ops, as the CPU model runs them ------------------------------------ */
+
+void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float *qkv, int b,
+                             int t, int c, int nh)
+{
+	kern_attention_fwd_cpu(out, preatt, att, qkv, b, t, c, nh);
+}
+
+void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                                 const float *qkv, const float *att, int b, int t, int c, int nh)
+{
+	kern_attention_bwd_set_cpu(dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh);
+}
+
+void kern_embedding_fwd_cuda(float *out, const int *tokens, const float *wte, const float *wpe,
+                             int b, int t, int c)
+{
+	kern_embedding_fwd_cpu(out, tokens, wte, wpe, b, t, c);
+}
+
+void kern_embedding_bwd_cuda(float *dwte, float *dwpe, const float *dout, const int *tokens,
+                             int b, int t, int c, int vocab)
+{
+	kern_embedding_bwd_cpu(dwte, dwpe, dout, tokens, b, t, c, vocab);
+}
+
+void kern_gelu_fwd_cuda(float *out, const float *inp, long n)
+{
+	kern_gelu_fwd_cpu(out, inp, n);
+}
+
+void kern_gelu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n)
+{
+	kern_gelu_bwd_set_cpu(dinp, inp, dout, n);
+}
+
+void kern_relu_fwd_cuda(float *out, const float *inp, long n)
+{
+	kern_relu_fwd_cpu(out, inp, n);
+}
+
+void kern_relu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n)
+{
+	kern_relu_bwd_set_cpu(dinp, inp, dout, n);
+}
+
+void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, const float *inp,
+                             const float *weight, const float *bias, int n, int c)
+{
+	kern_layernorm_fwd_cpu(out, mean, rstd, inp, weight, bias, n, c);
+}
+
+void kern_layernorm_bwd_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *weight, const float *mean,
+                             const float *rstd, int n, int c)
+{
+	kern_layernorm_bwd_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
+}
+
+void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, const float *mean,
+                                 const float *rstd, int n, int c)
+{
+	kern_layernorm_bwd_set_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
+}
+
+void kern_matmul_fwd_cuda(float *out, const float *inp, const float *weight, const float *bias,
+                          int n, int c, int oc)
+{
+	kern_matmul_fwd_cpu(out, inp, weight, bias, n, c, oc);
+}
+
+void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                              const float *inp, const float *weight, int n, int c, int oc)
+{
+	kern_matmul_bwd_set_cpu(dinp, dweight, dbias, dout, inp, weight, n, c, oc);
+}
+
+void kern_residual_fwd_cuda(float *out, const float *a, const float *b, long n)
+{
+	kern_residual_fwd_cpu(out, a, b, n);
+}
+
+void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const float *logits,
+                                const int *targets, int n, int v)
+{
+	kern_softmax_xent_fwd_cpu(losses, lse, logits, targets, n, v);
+}
+
+void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *logits,
+                                    const float *lse, const int *targets, int n, int v)
+{
+	kern_softmax_xent_bwd_set_cpu(dlogits, dloss, logits, lse, targets, n, v);
+}
+
+void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v)
+{
+	for (int r = 0; r < n; r++) {
+		const float *row = logits + (long)r * v;
+		int b = 0;
+		for (int j = 1; j < v; j++)
+			if (row[j] > row[b])
+				b = j;
+		best[r] = b;
+	}
+}

@@ -1,0 +1,315 @@
+/* tests/unit/test_model_cuda.c - trainer/model_cuda.c, model_gpt_cuda.c and
+ * model_mlp_cuda.c, the models on a GPU, run here over cuda_shim.c (the
+ * CUDA entry points done by the CPU kernels): the GPU models must give the
+ * CPU models' losses, top-1 counts and gradients bit for bit, take their
+ * gradients' grad_ready calls in the same order, accumulate over
+ * micro-batches, compute with the weights the trainer last announced, and
+ * train (trn_train with --device cuda) the same run as the CPU. Without a
+ * GPU this checks everything of the GPU path but the kernels themselves
+ * (tests/gpu checks those against the CPU references).
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "trainer/data.h"
+#include "trainer/model.h"
+#include "trainer/spec.h"
+#include "trainer/train.h"
+
+extern long cuda_shim_live_buffers;
+
+static const char *tmp;
+static uint64_t rng = 99;
+
+static uint64_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static int load_spec(struct trn_spec *spec, const char *text)
+{
+	struct trn_err err = { 0 };
+	int rc = trn_spec_from_string(spec, text, &err);
+	CHECK_MSG(rc == 0, "spec: %s", err.text);
+	return rc;
+}
+
+/* grad_ready calls, recorded */
+struct order {
+	int p[4096];
+	int n;
+};
+
+static void record(void *ctx, int param)
+{
+	struct order *o = ctx;
+	if (o->n < 4096)
+		o->p[o->n++] = param;
+}
+
+static int same_floats(const float *a, const float *b, long n, long *where)
+{
+	for (long i = 0; i < n; i++)
+		if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+			*where = i;
+			return 0;
+		}
+	return 1;
+}
+
+/* Within rel of each other (relative to the larger magnitude, 1e-30 floor) */
+static int close_floats(const float *a, const float *b, long n, double rel, long *where)
+{
+	for (long i = 0; i < n; i++) {
+		double m = fmax(fabs(a[i]), fabs(b[i]));
+		if (!(fabs((double)a[i] - b[i]) <= rel * m + 1e-30)) {
+			*where = i;
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* One forward and backward on both models: the same loss, stats,
+ * gradients and grad_ready order. With accumulated set, g already held a
+ * micro-batch's gradients: the CPU kernels add into it inside their sums,
+ * the GPU model adds its sums to it afterwards, so the two round apart
+ * (relative 1e-6); a fresh gradient is the same bits. */
+static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct trn_batch *b,
+                      float scale, int accumulated, const char *what)
+{
+	struct trn_fwd_stats sc = { 0 }, sg = { 0 };
+	double lc = trn_model_forward(cpu, b, &sc), lg = trn_model_forward(gpu, b, &sg);
+	CHECK_MSG(lc == lg, "%s: loss %.9g on the CPU, %.9g on the GPU model", what, lc, lg);
+	CHECK_MSG(sc.correct == sg.correct && sc.count == sg.count && sc.loss_sum == sg.loss_sum,
+	          "%s: stats %ld/%ld vs %ld/%ld", what, sc.correct, sc.count, sg.correct, sg.count);
+	struct order oc = { .n = 0 }, og = { .n = 0 };
+	cpu->grad_ready = gpu->grad_ready = record;
+	cpu->grad_ready_ctx = &oc;
+	gpu->grad_ready_ctx = &og;
+	trn_model_backward(cpu, b, scale);
+	trn_model_backward(gpu, b, scale);
+	cpu->grad_ready = gpu->grad_ready = NULL;
+	long at = -1;
+	int same = accumulated ? close_floats(cpu->g, gpu->g, cpu->n_floats, 1e-6, &at)
+	                       : same_floats(cpu->g, gpu->g, cpu->n_floats, &at);
+	CHECK_MSG(same, "%s: gradient %ld: %.9g vs %.9g", what, at, at >= 0 ? cpu->g[at] : 0.0,
+	          at >= 0 ? gpu->g[at] : 0.0);
+	CHECK_MSG(oc.n == cpu->n_params && og.n == oc.n && !memcmp(oc.p, og.p, sizeof(int) * (size_t)oc.n),
+	          "%s: grad_ready order differs (%d and %d calls)", what, oc.n, og.n);
+}
+
+/* The weights move (as an optimizer step would) and the trainer says so. */
+static void nudge(struct trn_model *cpu, struct trn_model *gpu)
+{
+	for (long i = 0; i < cpu->n_floats; i++) {
+		cpu->w[i] -= 0.05f * cpu->g[i];
+		gpu->w[i] = cpu->w[i];
+	}
+	trn_model_weights_changed(gpu);
+}
+
+static void compare_models(const char *spec_text, const struct trn_dataset *ds, int B,
+                           const char *what)
+{
+	struct trn_spec spec;
+	if (load_spec(&spec, spec_text))
+		return;
+	struct trn_err err = { 0 };
+	struct trn_model *cpu = trn_model_new(&spec, ds, B, &err);
+	CHECK_MSG(cpu != NULL, "%s: CPU model: %s", what, err.text);
+	struct trn_model *gpu = trn_model_new_on(&spec, ds, B, 0, &err);
+	CHECK_MSG(gpu != NULL, "%s: GPU model: %s", what, err.text);
+	if (!cpu || !gpu)
+		goto out;
+	CHECK(gpu->device == 1 && gpu->n_floats == cpu->n_floats && gpu->n_params == cpu->n_params);
+	CHECK(gpu->flops_per_sample == cpu->flops_per_sample && gpu->peak_flops > 0);
+	trn_model_init_weights(cpu, 5);
+	trn_model_init_weights(gpu, 5);
+	long at;
+	CHECK_MSG(same_floats(cpu->w, gpu->w, cpu->n_floats, &at), "%s: init differs", what);
+
+	struct trn_batch b;
+	CHECK_INT_EQ(trn_batch_alloc(&b, ds, B), 0);
+	for (int step = 0; step < 3; step++) {
+		int n = step == 1 ? B - 1 : B;          /* a short micro-batch too */
+		b.n = n;
+		if (ds->task == TRN_TASK_TOKENS) {
+			for (long i = 0; i < (long)n * ds->seq; i++) {
+				b.tokens[i] = (int32_t)(next() % (uint64_t)ds->vocab);
+				b.targets[i] = i % 11 == 3 ? -1 : (int32_t)(next() % (uint64_t)ds->vocab);
+			}
+		} else {
+			for (long i = 0; i < (long)n * ds->dim; i++)
+				b.x[i] = (float)((double)(next() % 2001) / 1000.0 - 1.0);
+			for (int i = 0; i < n; i++)
+				b.targets[i] = (int32_t)(next() % (uint64_t)ds->n_classes);
+		}
+		char label[96];
+		/* a fresh gradient, then a second micro-batch adding into it */
+		trn_model_zero_grad(cpu);
+		trn_model_zero_grad(gpu);
+		snprintf(label, sizeof label, "%s step %d", what, step);
+		step_both(cpu, gpu, &b, 0.5f, 0, label);
+		snprintf(label, sizeof label, "%s step %d, accumulated", what, step);
+		step_both(cpu, gpu, &b, 0.25f, 1, label);
+		nudge(cpu, gpu);
+	}
+	trn_batch_release(&b);
+out:
+	trn_model_free(cpu);
+	trn_model_free(gpu);
+	trn_spec_release(&spec);
+}
+
+static void test_gpt(void)
+{
+	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
+	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
+	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	               " \"steps\": 1}", &ds, 3, "gpt");
+	/* one block, one head, a vocabulary wider than the data's */
+	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 1, \"dim\": 8,"
+	               " \"seq\": 8, \"vocab\": 300}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
+	               " \"steps\": 1}", &ds, 2, "gpt one block, padded vocab");
+}
+
+static void test_mlp(void)
+{
+	struct trn_dataset ds = { .task = TRN_TASK_CLASSIFY, .dim = 20, .n_classes = 7 };
+	compare_models("{\"model\": {\"type\": \"mlp\", \"hidden\": [32, 16]},"
+	               " \"data\": {\"format\": \"idx\", \"train\": {\"images\": \"i\", \"labels\": \"l\"}},"
+	               " \"batch\": {\"global\": 5}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
+	               " \"steps\": 1}", &ds, 5, "mlp relu");
+	compare_models("{\"model\": {\"type\": \"mlp\", \"hidden\": [24], \"activation\": \"gelu\"},"
+	               " \"data\": {\"format\": \"idx\", \"train\": {\"images\": \"i\", \"labels\": \"l\"}},"
+	               " \"batch\": {\"global\": 4}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
+	               " \"steps\": 1}", &ds, 4, "mlp gelu");
+}
+
+/* What the GPU path does not run yet is refused, naming the field. */
+static void test_refusals(void)
+{
+	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
+	const char *cases[][2] = {
+		{ "\"precision\": {\"compute\": \"bf16\"}", "precision.compute" },
+		{ "\"offload\": {\"params\": \"cpu\"}", "offload.params" },
+		{ "\"offload\": {\"activations\": \"recompute\"}", "offload.activations" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char text[1024];
+		snprintf(text, sizeof text, "{\"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 1,"
+		         " \"dim\": 8, \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\","
+		         " \"train\": \"x.bin\"}, \"batch\": {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\","
+		         " \"lr\": 0.1}, \"steps\": 1, %s}", cases[i][0]);
+		struct trn_spec spec;
+		if (load_spec(&spec, text))
+			continue;
+		struct trn_err err = { 0 };
+		struct trn_model *m = trn_model_new_on(&spec, &ds, 2, 0, &err);
+		CHECK(m == NULL);
+		CHECK_MSG(strncmp(err.text, cases[i][1], strlen(cases[i][1])) == 0, "%s: \"%s\"",
+		          cases[i][1], err.text);
+		trn_model_free(m);
+		trn_spec_release(&spec);
+	}
+}
+
+/* metrics.jsonl's values of name, in file order, into out; their count */
+static int read_metric(const char *dir, const char *name, double *out, int max)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char line[4096];
+	int n = 0;
+	while (fgets(line, sizeof line, f)) {
+		json_t *j = json_loads(line, 0, NULL);
+		const char *nm = json_string_value(json_object_get(j, "name"));
+		if (nm && !strcmp(nm, name) && n < max)
+			out[n++] = json_real_value(json_object_get(j, "value")) +
+			           (double)json_integer_value(json_object_get(j, "value"));
+		json_decref(j);
+	}
+	fclose(f);
+	return n;
+}
+
+/* trn_train on the CPU and on the "GPU" with micro-batch micro of 8 a
+ * step: the same losses, gradient norms and validation, step by step
+ * (AdamW, clipping, validation and checkpoints midway: the weights the GPU
+ * computes with must follow every update). One micro-batch a step gives
+ * the same bits; two accumulate in another order (step_both): within rel. */
+static void train_both(const char *corpus, int micro, double rel)
+{
+	char text[8192];
+	snprintf(text, sizeof text,
+	         "{\"name\": \"same-%d\", \"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2,"
+	         " \"dim\": 16, \"seq\": 16}, \"data\": {\"format\": \"text\", \"path\": \"%s\","
+	         " \"val_fraction\": 0.1}, \"batch\": {\"global\": 8, \"micro\": %d},"
+	         " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.01, \"clip_grad_norm\": 1.0},"
+	         " \"schedule\": {\"warmup\": {\"steps\": 2}, \"decay\": \"cosine\"},"
+	         " \"steps\": 8, \"eval_every\": 4, \"checkpoint_every\": 4, \"log_every\": 2,"
+	         " \"seed\": 3}", micro, corpus, micro);
+	struct trn_spec spec;
+	if (load_spec(&spec, text))
+		return;
+	char dirs[2][4300];
+	const char *devices[2] = { "cpu", "cuda" };
+	for (int k = 0; k < 2; k++) {
+		snprintf(dirs[k], sizeof dirs[k], "%s/run-%d-%s", tmp, micro, devices[k]);
+		struct trn_train_opts o = { .job_dir = dirs[k], .quiet = 1, .threads = 1,
+		                            .device = devices[k] };
+		CHECK_INT_EQ(trn_train(&spec, &o), TRN_EXIT_OK);
+	}
+	const char *names[] = { "train/loss", "train/grad_norm", "val/loss", "val/accuracy" };
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		double a[64], b[64];
+		int na = read_metric(dirs[0], names[i], a, 64), nb = read_metric(dirs[1], names[i], b, 64);
+		CHECK_MSG(na > 0 && na == nb, "%s: %d points on the CPU, %d on the GPU", names[i], na, nb);
+		for (int j = 0; j < na && j < nb; j++)
+			CHECK_MSG(fabs(a[j] - b[j]) <= rel * fabs(a[j]), "micro %d: %s #%d: %.9g on the CPU, "
+			          "%.9g on the GPU", micro, names[i], j, a[j], b[j]);
+	}
+	double mfu[8];
+	CHECK_MSG(read_metric(dirs[1], "train/mfu", mfu, 8) > 0, "no train/mfu on the GPU");
+	CHECK_MSG(read_metric(dirs[0], "train/mfu", mfu, 8) == 0, "train/mfu on the CPU");
+	trn_spec_release(&spec);
+}
+
+static void test_train_same_run(void)
+{
+	char corpus[4200];
+	snprintf(corpus, sizeof corpus, "%s/corpus.txt", tmp);
+	FILE *f = fopen(corpus, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	for (int i = 0; i < 400; i++)
+		fprintf(f, "the quick brown fox %d jumps over the lazy dog; ", i * 7 % 13);
+	fclose(f);
+	train_both(corpus, 8, 0.0);
+	train_both(corpus, 4, 1e-5);
+}
+
+int main(void)
+{
+	tmp = check_tmpdir("model_cuda");
+	CHECK_RUN(test_gpt);
+	CHECK_RUN(test_mlp);
+	CHECK_RUN(test_refusals);
+	CHECK_RUN(test_train_same_run);
+	CHECK_MSG(cuda_shim_live_buffers == 0, "%ld device buffers not freed", cuda_shim_live_buffers);
+	return check_finish();
+}

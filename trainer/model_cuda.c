@@ -1,0 +1,194 @@
+/* trainer/model_cuda.c - what the CUDA models share: construction over the
+ * CPU layout, the parameters' device copy, gradients back to the host,
+ * scoring; see model_cuda.h. */
+#include "model_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_common.h"
+#include "kernels/softmax_xent_cuda.h"
+
+/* What the GPU path does not do yet: refused up front, naming the field. */
+static int check_supported(const struct trn_spec *spec, struct trn_err *err)
+{
+	if (spec->precision.compute != TRN_DTYPE_FP32)
+		return trn_err_set(err, "precision.compute: \"%s\" on the GPU is not supported by this "
+		                   "larch-train yet (fp32)", trn_dtype_name(spec->precision.compute));
+	if (spec->offload.params != TRN_OFFLOAD_NONE)
+		return trn_err_set(err, "offload.params: parameter offload on the GPU is not "
+		                   "supported by this larch-train yet (\"none\")");
+	if (spec->offload.activations != TRN_OFFLOAD_NONE)
+		return trn_err_set(err, "offload.activations: \"%s\" on the GPU is not supported by "
+		                   "this larch-train yet (\"none\")",
+		                   spec->offload.activations == TRN_OFFLOAD_CPU ? "cpu" : "recompute");
+	return 0;
+}
+
+struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                     int max_batch, int device, struct trn_err *err)
+{
+	char why[256];
+	int n = kern_cuda_device_count(why, sizeof why);
+	if (n <= 0) {
+		trn_err_set(err, "cuda: no CUDA device (%s)", why);
+		return NULL;
+	}
+	device %= n;                       /* a rank's local index, round robin over the GPUs */
+	if (check_supported(spec, err) != 0)
+		return NULL;
+	if (kern_cuda_use_device(device, why, sizeof why) != 0) {
+		trn_err_set(err, "cuda: device %d: %s", device, why);
+		return NULL;
+	}
+	struct trn_model *cpu = trn_model_layout(spec, ds, max_batch, err);
+	if (!cpu)
+		return NULL;
+	if (trn_model_alloc(cpu) != 0) {
+		trn_model_free(cpu);
+		trn_err_set(err, "model: out of memory for the host copy of %ld parameters",
+		            cpu->n_floats);
+		return NULL;
+	}
+	switch (spec->model.type) {
+	case TRN_MODEL_GPT:
+		return trn_gpt_cuda_new(spec, cpu, max_batch, err);
+	case TRN_MODEL_MLP:
+		return trn_mlp_cuda_new(spec, ds, cpu, max_batch, err);
+	default:
+		trn_model_free(cpu);
+		trn_err_set(err, "model.type: unknown model type");
+		return NULL;
+	}
+}
+
+int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
+                        const struct trn_model_ops *ops, long rows, long arena_floats,
+                        struct trn_err *err)
+{
+	struct trn_model *b = &c->base;
+	c->cpu = cpu;
+	/* the trainer sees the CPU layout's table and host buffers */
+	b->ops = ops;
+	b->params = cpu->params;
+	b->n_params = cpu->n_params;
+	b->n_floats = cpu->n_floats;
+	b->w = cpu->w;
+	b->g = cpu->g;
+	b->max_batch = cpu->max_batch;
+	b->flops_per_sample = cpu->flops_per_sample;
+	b->tokens_per_sample = cpu->tokens_per_sample;
+	b->dtype = TRN_DTYPE_FP32;
+	b->n_blocks = cpu->n_blocks;
+	b->block_first = cpu->block_first;
+	b->block_params = cpu->block_params;
+	b->param_resident_floats = cpu->n_floats;
+	b->act_bytes = b->act_bytes_none = arena_floats * (long)sizeof(float);
+	b->device = 1;
+	int dev = kern_cuda_current_device();
+	b->peak_flops = kern_cuda_peak_fp32(dev);
+	struct kern_cuda_device info;
+	char why[256], desc[280];
+	if (kern_cuda_device_query(dev, &info, why, sizeof why) == 0) {
+		kern_cuda_device_describe(&info, desc, sizeof desc);
+		snprintf(b->device_desc, sizeof b->device_desc, "cuda:%d %s", dev, desc);
+	} else {
+		snprintf(b->device_desc, sizeof b->device_desc, "cuda:%d", dev);
+	}
+	c->rows = rows;
+	c->arena_floats = arena_floats;
+	c->w_version = -1;
+	size_t nf = (size_t)cpu->n_floats;
+	c->g_stage = malloc(sizeof(float) * (nf ? nf : 1));
+	c->losses_host = malloc(sizeof(float) * (size_t)rows);
+	c->best_host = malloc(sizeof(int) * (size_t)rows);
+	if (!c->g_stage || !c->losses_host || !c->best_host)
+		return trn_err_set(err, "model: out of memory for the host side of the GPU model");
+	size_t free_b = 0, total_b = 0;
+	size_t need = sizeof(float) * (2 * nf + (size_t)arena_floats) + 3 * sizeof(int) * (size_t)rows;
+	if (kern_cuda_mem_info(&free_b, &total_b) == 0 && need > free_b)
+		return trn_err_set(err, "cuda: the model needs %.1f MiB of GPU memory at micro-batch "
+		                   "%d, %.1f MiB are free (a smaller batch.micro, or larch plan)",
+		                   (double)need / 1048576.0, b->max_batch, (double)free_b / 1048576.0);
+	c->w_dev = kern_cuda_malloc(sizeof(float) * nf);
+	c->g_dev = kern_cuda_malloc(sizeof(float) * nf);
+	c->arena = kern_cuda_malloc(sizeof(float) * (size_t)arena_floats);
+	c->tokens_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
+	c->targets_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
+	c->best_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
+	return 0;
+}
+
+void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
+{
+	if (c->w_version == c->base.w_version)
+		return;
+	kern_cuda_upload(c->w_dev, c->base.w, sizeof(float) * (size_t)c->base.n_floats);
+	c->w_version = c->base.w_version;
+}
+
+double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
+                            const float *logits_dev, const int32_t *targets, long rows,
+                            int classes, struct trn_fwd_stats *st)
+{
+	kern_cuda_download(c->losses_host, losses_dev, sizeof(float) * (size_t)rows);
+	if (st) {
+		kern_argmax_rows_cuda(c->best_dev, logits_dev, (int)rows, classes);
+		kern_cuda_download(c->best_host, c->best_dev, sizeof(int) * (size_t)rows);
+	}
+	double sum = 0;
+	long correct = 0, counted = 0;
+	for (long r = 0; r < rows; r++) {
+		if (targets[r] < 0)
+			continue;
+		sum += c->losses_host[r];
+		counted++;
+		if (st)
+			correct += c->best_host[r] == targets[r];
+	}
+	if (st) {
+		st->loss_sum += sum;
+		st->correct += correct;
+		st->count += counted;
+	}
+	return counted ? sum / (double)counted : 0.0;
+}
+
+void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
+{
+	struct trn_model *b = &c->base;
+	size_t bytes = sizeof(float) * (size_t)b->n_floats;
+	if (b->g_zeroed) {
+		kern_cuda_download(b->g, c->g_dev, bytes);
+	} else {
+		kern_cuda_download(c->g_stage, c->g_dev, bytes);
+		float *g = b->g;
+		const float *s = c->g_stage;
+		long n = b->n_floats;
+#pragma omp parallel for schedule(static)
+		for (long i = 0; i < n; i++)
+			g[i] += s[i];
+	}
+	b->g_zeroed = 0;
+	for (int i = 0; i < b->n_params; i++)
+		trn_model_grad_ready(b, ready_order[i]);
+}
+
+void trn_cuda_model_release(struct trn_cuda_model *c)
+{
+	kern_cuda_free(c->w_dev);
+	kern_cuda_free(c->g_dev);
+	kern_cuda_free(c->arena);
+	kern_cuda_free(c->tokens_dev);
+	kern_cuda_free(c->targets_dev);
+	kern_cuda_free(c->best_dev);
+	free(c->g_stage);
+	free(c->losses_host);
+	free(c->best_host);
+	/* the table and host buffers are the CPU layout's */
+	c->base.params = NULL;
+	c->base.w = c->base.g = NULL;
+	trn_model_free(c->cpu);
+	c->cpu = NULL;
+}

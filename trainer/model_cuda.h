@@ -1,0 +1,69 @@
+/* trainer/model_cuda.h - the models on a CUDA GPU (built with CUDA only).
+ *
+ * A CUDA model is the CPU model's parameter table, initialisation and host
+ * buffers (w, g: what the optimizer, data parallel and checkpoints work on,
+ * as with the CPU models) with the forward and backward on the GPU: the
+ * parameters' device copy is refreshed from w when the trainer changed them
+ * (trn_model_weights_changed), and each backward's gradients come back into
+ * g, after which the parameters' grad_ready hooks fire in the CPU model's
+ * order (data parallel reduces them as it would). Activations and their
+ * gradients live in one device arena sized for the micro-batch up front:
+ * the step loop allocates nothing.
+ *
+ * fp32 only for now (the GEMMs through cuBLAS in plain FP32), without
+ * offload.params or offload.activations; the constructor refuses the rest
+ * with the field's name. The kernels are kernels/<op>_cuda.cu, each tested
+ * against its CPU reference (tests/gpu).
+ */
+#ifndef LARCH_TRAINER_MODEL_CUDA_H
+#define LARCH_TRAINER_MODEL_CUDA_H
+
+#include "model.h"
+
+/* What the GPT and MLP device models share; each embeds it first. */
+struct trn_cuda_model {
+	struct trn_model base;         /* params, w, g: the CPU layout's (cpu owns them) */
+	struct trn_model *cpu;         /* the CPU model's layout with its w and g; owned */
+	float *w_dev, *g_dev;          /* [n_floats] the parameters and their gradients */
+	float *arena;                  /* activations and scratch, device */
+	long arena_floats;
+	int *tokens_dev, *targets_dev; /* [rows]: gpt tokens / targets, mlp targets */
+	int *best_dev, *best_host;     /* [rows] top-1 per scored row */
+	float *losses_host;            /* [rows] */
+	float *g_stage;                /* host: gradients before they add into g */
+	long rows;                     /* scored rows at max_batch (samples x tokens) */
+	long w_version;                /* base.w_version of w_dev; -1 before the first upload */
+	void (*free_impl)(struct trn_cuda_model *c);
+};
+
+/* Builds the model of spec on CUDA device `device`. NULL with err set
+ * (a spec the GPU path cannot run yet names the field). */
+struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                     int max_batch, int device, struct trn_err *err);
+
+/* ---- for model_gpt_cuda.c and model_mlp_cuda.c ---------------------------- */
+
+/* Sets c up over the CPU layout cpu (taking it), with rows scored rows at
+ * most and arena_floats of device activations. 0, or -1 with err. */
+int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
+                        const struct trn_model_ops *ops, long rows, long arena_floats,
+                        struct trn_err *err);
+/* Uploads w when the trainer changed it since the last upload. */
+void trn_cuda_model_sync_weights(struct trn_cuda_model *c);
+/* The scored rows' mean loss (and st, when not NULL) from the device's
+ * per-row losses and, for st, logits [rows, classes]. */
+double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
+                            const float *logits_dev, const int32_t *targets, long rows,
+                            int classes, struct trn_fwd_stats *st);
+/* Backward's end: g (+)= g_dev, then the grad_ready hooks in order. */
+void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order);
+/* Frees what trn_cuda_model_init made (and the CPU layout). */
+void trn_cuda_model_release(struct trn_cuda_model *c);
+
+/* constructors (model_gpt_cuda.c, model_mlp_cuda.c); cpu: the CPU layout, taken */
+struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model *cpu,
+                                   int max_batch, struct trn_err *err);
+struct trn_model *trn_mlp_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                   struct trn_model *cpu, int max_batch, struct trn_err *err);
+
+#endif

@@ -1,0 +1,262 @@
+/* trainer/model_gpt_cuda.c - GPT-2 on the GPU: model_gpt.c's forward and
+ * backward, op for op, with the kernels' CUDA versions on device copies of
+ * the parameters (trainer/model_cuda.h). Every block keeps its activations
+ * (offload.activations "none"); one layer's worth of activation-gradient
+ * scratch is reused from the top block down, the residual stream's
+ * gradient accumulating in place, as on the CPU.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention_cuda.h"
+#include "kernels/cuda_common.h"
+#include "kernels/embedding_cuda.h"
+#include "kernels/gelu_cuda.h"
+#include "kernels/layernorm_cuda.h"
+#include "kernels/matmul_cuda.h"
+#include "kernels/residual_cuda.h"
+#include "kernels/softmax_xent_cuda.h"
+#include "model_cuda.h"
+
+/* parameter indices within one block, in model_gpt.c's table order */
+enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB,
+       P_FCPW, P_FCPB, P_PER_BLOCK };
+
+static const char *const block_names[P_PER_BLOCK] = {
+	"norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias",
+	"attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias",
+	"mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
+};
+
+struct gpt_block_acts {
+	float *x;                          /* [B,T,C] the block's input */
+	float *ln1, *ln1_mean, *ln1_rstd;
+	float *qkv;                        /* [B,T,3C] */
+	float *atty;                       /* [B,T,C] */
+	float *att;                        /* [B,NH,T,T] */
+	float *res2;
+	float *ln2, *ln2_mean, *ln2_rstd;
+	float *fch, *fch_gelu;             /* [B,T,4C] */
+};
+
+struct gpt_cuda {
+	struct trn_cuda_model c;           /* first */
+	int L, NH, C, T, V;
+	int B;                             /* samples in the last forward */
+	struct gpt_block_acts *blocks;     /* [L] */
+	float *top, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *lse, *tmp_c;
+	float *dres, *dln, *datty, *dbig, *dqkv, *datt, *dlogits;
+	int *ready;                        /* model_gpt.c's grad_ready order */
+};
+
+static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + which; }
+
+/* Lays the arena out from base (NULL: only counts); each buffer starts on
+ * 256 bytes. Returns its floats. */
+static long carve(struct gpt_cuda *g, long B, float *base)
+{
+	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
+	long used = 0;
+#define TAKE(ptr, n) do { if (base) (ptr) = base + used; used += ((n) + 63) / 64 * 64; } while (0)
+	for (int l = 0; l < g->L; l++) {
+		struct gpt_block_acts *a = base ? &g->blocks[l] : NULL;
+		struct gpt_block_acts dummy;
+		if (!a)
+			a = &dummy;
+		TAKE(a->x, BT * C);
+		TAKE(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
+		TAKE(a->qkv, BT * 3 * C); TAKE(a->atty, BT * C); TAKE(a->att, att);
+		TAKE(a->res2, BT * C);
+		TAKE(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
+		TAKE(a->fch, BT * 4 * C); TAKE(a->fch_gelu, BT * 4 * C);
+	}
+	TAKE(g->top, BT * C);
+	TAKE(g->lnf, BT * C); TAKE(g->lnf_mean, BT); TAKE(g->lnf_rstd, BT);
+	TAKE(g->logits, BT * g->V); TAKE(g->losses, BT); TAKE(g->lse, BT);
+	TAKE(g->tmp_c, BT * C);
+	TAKE(g->dres, BT * C); TAKE(g->dln, BT * C); TAKE(g->datty, BT * C);
+	TAKE(g->dbig, BT * 4 * C); TAKE(g->dqkv, BT * 3 * C);
+	TAKE(g->datt, att); TAKE(g->dlogits, BT * g->V);
+#undef TAKE
+	return used;
+}
+
+static float *wd(struct gpt_cuda *g, int p) { return g->c.w_dev + g->c.base.params[p].offset; }
+static float *gd(struct gpt_cuda *g, int p) { return g->c.g_dev + g->c.base.params[p].offset; }
+
+static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b,
+                               struct trn_fwd_stats *st)
+{
+	struct gpt_cuda *g = (struct gpt_cuda *)base;
+	int B = b->n, T = g->T, C = g->C, V = g->V, NH = g->NH, BT = B * T;
+	long btc = (long)BT * C;
+	int lf = block_param(g->L, 0);
+	g->B = B;
+	trn_cuda_model_sync_weights(&g->c);
+	kern_cuda_upload(g->c.tokens_dev, b->tokens, sizeof(int) * (size_t)BT);
+	kern_cuda_upload(g->c.targets_dev, b->targets, sizeof(int) * (size_t)BT);
+
+	float *x = g->L ? g->blocks[0].x : g->top;
+	kern_embedding_fwd_cuda(x, g->c.tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
+	for (int l = 0; l < g->L; l++) {
+		struct gpt_block_acts *a = &g->blocks[l];
+#define W(which) wd(g, block_param(l, which))
+		kern_layernorm_fwd_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B),
+		                        BT, C);
+		kern_matmul_fwd_cuda(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
+		kern_attention_fwd_cuda(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
+		kern_matmul_fwd_cuda(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
+		kern_residual_fwd_cuda(a->res2, a->x, g->tmp_c, btc);
+		kern_layernorm_fwd_cuda(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W),
+		                        W(P_LN2B), BT, C);
+		kern_matmul_fwd_cuda(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
+		kern_gelu_fwd_cuda(a->fch_gelu, a->fch, btc * 4);
+		kern_matmul_fwd_cuda(g->tmp_c, a->fch_gelu, W(P_FCPW), W(P_FCPB), BT, 4 * C, C);
+		x = l + 1 < g->L ? g->blocks[l + 1].x : g->top;
+		kern_residual_fwd_cuda(x, a->res2, g->tmp_c, btc);
+#undef W
+	}
+	kern_layernorm_fwd_cuda(g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf), wd(g, lf + 1),
+	                        BT, C);
+	kern_matmul_fwd_cuda(g->logits, g->lnf, wd(g, 0), NULL, BT, C, V);
+	kern_softmax_xent_fwd_cuda(g->losses, g->lse, g->logits, g->c.targets_dev, BT, V);
+	return trn_cuda_model_score(&g->c, g->losses, g->logits, b->targets, BT, V, st);
+}
+
+static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b, float scale)
+{
+	struct gpt_cuda *g = (struct gpt_cuda *)base;
+	int B = g->B, T = g->T, C = g->C, V = g->V, NH = g->NH, BT = B * T;
+	long btc = (long)BT * C;
+	int lf = block_param(g->L, 0);
+	long counted = 0;
+	for (long r = 0; r < BT; r++)
+		counted += b->targets[r] >= 0;
+	kern_cuda_zero(g->c.g_dev, sizeof(float) * (size_t)base->n_floats);
+	if (!counted) {                    /* nothing to learn from: zeros, every one final */
+		trn_cuda_model_grads_out(&g->c, g->ready);
+		return;
+	}
+	kern_softmax_xent_bwd_set_cuda(g->dlogits, scale / (float)counted, g->logits, g->lse,
+	                               g->c.targets_dev, BT, V);
+	kern_matmul_bwd_set_cuda(g->dln, gd(g, 0), NULL, g->dlogits, g->lnf, wd(g, 0), BT, C, V);
+	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
+	                            g->lnf_mean, g->lnf_rstd, BT, C);
+	for (int l = g->L - 1; l >= 0; l--) {
+		struct gpt_block_acts *a = &g->blocks[l];
+#define W(which) wd(g, block_param(l, which))
+#define G(which) gd(g, block_param(l, which))
+		kern_matmul_bwd_set_cuda(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
+		                         BT, 4 * C, C);
+		kern_gelu_bwd_set_cuda(g->dbig, a->fch, g->dbig, btc * 4);
+		kern_matmul_bwd_set_cuda(g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW), BT, C,
+		                         4 * C);
+		kern_layernorm_bwd_cuda(g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2, W(P_LN2W),
+		                        a->ln2_mean, a->ln2_rstd, BT, C);
+		kern_matmul_bwd_set_cuda(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW),
+		                         BT, C, C);
+		kern_attention_bwd_set_cuda(g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att, B, T, C,
+		                            NH);
+		kern_matmul_bwd_set_cuda(g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1, W(P_QKVW), BT,
+		                         C, 3 * C);
+		kern_layernorm_bwd_cuda(g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
+		                        a->ln1_mean, a->ln1_rstd, BT, C);
+#undef W
+#undef G
+	}
+	kern_embedding_bwd_cuda(gd(g, 0), gd(g, 1), g->dres, g->c.tokens_dev, B, T, C, V);
+	trn_cuda_model_grads_out(&g->c, g->ready);
+}
+
+static void gpt_cuda_init_weights(struct trn_model *base, uint64_t seed)
+{
+	struct gpt_cuda *g = (struct gpt_cuda *)base;
+	trn_model_init_weights(g->c.cpu, seed);   /* into the shared host w */
+}
+
+static void gpt_cuda_free(struct trn_model *base)
+{
+	struct gpt_cuda *g = (struct gpt_cuda *)base;
+	trn_cuda_model_release(&g->c);
+	free(g->blocks);
+	free(g->ready);
+	free(g);
+}
+
+static const struct trn_model_ops gpt_cuda_ops = {
+	.forward = gpt_cuda_forward,
+	.backward = gpt_cuda_backward,
+	.init_weights = gpt_cuda_init_weights,
+	.free = gpt_cuda_free,
+};
+
+/* The CPU layout's table is model_gpt.c's: checked name by name, so that a
+ * change there cannot go unnoticed here. */
+static int check_table(const struct trn_model *cpu, int L, struct trn_err *err)
+{
+	char want[TRN_PARAM_NAME];
+	if (cpu->n_params != 2 + L * P_PER_BLOCK + 2)
+		return trn_err_set(err, "model: gpt's parameter table has %d entries, the GPU model "
+		                   "expects %d", cpu->n_params, 2 + L * P_PER_BLOCK + 2);
+	for (int l = 0; l < L; l++)
+		for (int k = 0; k < P_PER_BLOCK; k++) {
+			snprintf(want, sizeof want, "blocks.%d.%s", l, block_names[k]);
+			if (strcmp(cpu->params[block_param(l, k)].name, want) != 0)
+				return trn_err_set(err, "model: gpt's parameter %d is %s, the GPU model "
+				                   "expects %s", block_param(l, k),
+				                   cpu->params[block_param(l, k)].name, want);
+		}
+	if (strcmp(cpu->params[0].name, "wte.weight") || strcmp(cpu->params[1].name, "wpe.weight") ||
+	    strcmp(cpu->params[block_param(L, 0)].name, "norm_f.weight"))
+		return trn_err_set(err, "model: gpt's embeddings or final norm are not where the GPU "
+		                   "model expects them");
+	return 0;
+}
+
+struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model *cpu,
+                                   int max_batch, struct trn_err *err)
+{
+	const struct trn_spec_model *ms = &spec->model;
+	struct gpt_cuda *g = calloc(1, sizeof *g);
+	if (!g) {
+		trn_model_free(cpu);
+		trn_err_set(err, "model: out of memory");
+		return NULL;
+	}
+	g->L = ms->layers;
+	g->NH = ms->heads;
+	g->C = ms->dim;
+	g->T = ms->seq;
+	g->V = cpu->params[0].shape[0];    /* wte [V, C]: the vocabulary trn_gpt_new settled */
+	g->blocks = calloc((size_t)(g->L ? g->L : 1), sizeof *g->blocks);
+	g->ready = malloc(sizeof(int) * (size_t)cpu->n_params);
+	if (!g->blocks || !g->ready) {
+		g->c.cpu = cpu;
+		gpt_cuda_free(&g->c.base);
+		trn_err_set(err, "model: out of memory");
+		return NULL;
+	}
+	if (check_table(cpu, g->L, err) != 0) {
+		g->c.cpu = cpu;
+		gpt_cuda_free(&g->c.base);
+		return NULL;
+	}
+	int n = 0, lf = block_param(g->L, 0);
+	g->ready[n++] = lf + 1;
+	g->ready[n++] = lf;
+	static const int block_order[P_PER_BLOCK] = { P_FCPB, P_FCPW, P_FCB, P_FCW, P_LN2B, P_LN2W,
+		                                      P_PROJB, P_PROJW, P_QKVB, P_QKVW, P_LN1B, P_LN1W };
+	for (int l = g->L - 1; l >= 0; l--)
+		for (int k = 0; k < P_PER_BLOCK; k++)
+			g->ready[n++] = block_param(l, block_order[k]);
+	g->ready[n++] = 1;
+	g->ready[n++] = 0;
+
+	long floats = carve(g, max_batch, NULL);
+	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
+		gpt_cuda_free(&g->c.base);
+		return NULL;
+	}
+	carve(g, max_batch, g->c.arena);
+	return &g->c.base;
+}
