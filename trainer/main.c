@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
 #include "spec.h"
 #include "train.h"
 
@@ -32,6 +33,8 @@ static void usage(FILE *out)
 	      "                  modulo the GPUs); default cuda when the spec asks for GPUs\n"
 	      "                  (resources.gpus_per_node > 0), else cpu\n"
 	      "  --check FILE    validate FILE, print the effective spec with defaults, exit\n"
+	      "  --list-devices  print the CUDA GPUs --device cuda would use (exit 0 with at\n"
+	      "                  least one, 1 with none)\n"
 	      "  --version, --help\n"
 	      "\n"
 	      "SIGUSR1, SIGTERM and SIGINT write a checkpoint at the next step boundary and\n"
@@ -89,6 +92,7 @@ int main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "check", required_argument, NULL, 'c' },
 		{ "device", required_argument, NULL, 'D' },
+		{ "list-devices", no_argument, NULL, 'L' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -103,6 +107,7 @@ int main(int argc, char **argv)
 		case 'r': opts.resume = TRN_RESUME_REQUIRE; break;
 		case 'q': opts.quiet = 1; break;
 		case 'c': check_path = optarg; break;
+		case 'L': return trn_model_cuda_list(stdout) > 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
 		case 'D':
 			if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
 				fprintf(stderr, "larch-train: --device: must be cpu or cuda (got \"%s\")\n",

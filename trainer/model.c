@@ -199,6 +199,16 @@ int trn_model_cuda_built(void)
 #endif
 }
 
+int trn_model_cuda_list(FILE *out)
+{
+#ifdef LARCH_HAVE_CUDA
+	return trn_model_cuda_print_devices(out);
+#else
+	fputs("cuda: none (this larch-train was built without CUDA)\n", out);
+	return 0;
+#endif
+}
+
 void trn_model_weights_changed(struct trn_model *m)
 {
 	m->w_version++;

@@ -11,6 +11,7 @@
 #define LARCH_TRAINER_MODEL_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "data.h"
 #include "err.h"
@@ -164,6 +165,10 @@ struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn
                                    int max_batch, int cuda_device, struct trn_err *err);
 /* Whether this build has the CUDA models. */
 int trn_model_cuda_built(void);
+/* Prints the CUDA devices a --device cuda run could use, one line each
+ * ("cuda:0 NVIDIA H100 ..."), or one line saying why there are none; returns
+ * how many there are. */
+int trn_model_cuda_list(FILE *out);
 
 double trn_model_forward(struct trn_model *m, const struct trn_batch *b, struct trn_fwd_stats *st);
 void trn_model_backward(struct trn_model *m, const struct trn_batch *b, float scale);

@@ -26,6 +26,25 @@ static int check_supported(const struct trn_spec *spec, struct trn_err *err)
 	return 0;
 }
 
+int trn_model_cuda_print_devices(FILE *out)
+{
+	char why[256], desc[280];
+	int n = kern_cuda_device_count(why, sizeof why);
+	if (n <= 0)
+		fprintf(out, "cuda: none (%s)\n", why);
+	for (int i = 0; i < n; i++) {
+		struct kern_cuda_device d;
+		if (kern_cuda_device_query(i, &d, why, sizeof why) == 0) {
+			kern_cuda_device_describe(&d, desc, sizeof desc);
+			fprintf(out, "cuda:%d %s; peak %.1f TFLOP/s fp32\n", i, desc,
+			        kern_cuda_peak_fp32(i) * 1e-12);
+		} else {
+			fprintf(out, "cuda:%d (%s)\n", i, why);
+		}
+	}
+	return n > 0 ? n : 0;
+}
+
 struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
                                      int max_batch, int device, struct trn_err *err)
 {

@@ -41,6 +41,9 @@ struct trn_cuda_model {
 struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
                                      int max_batch, int device, struct trn_err *err);
 
+/* trn_model_cuda_list's work. */
+int trn_model_cuda_print_devices(FILE *out);
+
 /* ---- for model_gpt_cuda.c and model_mlp_cuda.c ---------------------------- */
 
 /* Sets c up over the CPU layout cpu (taking it), with rows scored rows at

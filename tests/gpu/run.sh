@@ -6,7 +6,8 @@
 # pkg-config, the compiler and the loader there, builds with CUDA (sm_90),
 # runs the GPU tests (ctest -L gpu), the CPU unit tests (ctest -L unit), the
 # GPU micro-benchmark and a compute-sanitizer memcheck pass over the GPU
-# tests. Logs go to build-gpu/logs and, when $OUT is set, to $OUT (7 files).
+# tests, and GPT-2 124M in larch-train beside PyTorch (bench_gpt_gpu.py).
+# Logs go to build-gpu/logs and, when $OUT is set, to $OUT (8 files).
 #
 #   tests/gpu/run.sh          from anywhere; exit status 0 when all passed
 #
@@ -18,6 +19,8 @@
 #                             machine has a pkg-config
 #   LARCH_GPU_BENCH_ARGS=...  arguments for bench_cuda_kernels (e.g. --quick)
 #   LARCH_GPU_SANITIZE=0      skip the compute-sanitizer pass
+#   LARCH_GPU_GPT_BENCH=0     skip the GPT-2 benchmark; LARCH_GPU_GPT_ARGS=...
+#                             its arguments (e.g. --micro 16 --steps 20)
 #   LARCH_WERROR=ON           -Werror (default OFF: another compiler version
 #                             may warn where ours does not; warnings are
 #                             counted in the log)
@@ -188,6 +191,18 @@ if [ "$rc" -eq 77 ] && [ "$no_gpu" = 1 ]; then
 	:
 elif [ "$rc" -ne 0 ]; then
 	failed+=("bench (exit $rc)")
+fi
+
+# ---- GPT-2 124M: larch-train beside PyTorch ---------------------------------------------
+if [ "${LARCH_GPU_GPT_BENCH:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
+	step "GPT-2 124M, larch-train beside PyTorch (tests/bench/bench_gpt_gpu.py ${LARCH_GPU_GPT_ARGS:-})"
+	set +e
+	# shellcheck disable=SC2086
+	timeout 420 python3 "$root/tests/bench/bench_gpt_gpu.py" --build "$build" \
+		${LARCH_GPU_GPT_ARGS:-} 2>&1 | tee "$logs/bench-gpt.txt"
+	rc=${PIPESTATUS[0]}
+	set -e
+	[ "$rc" -eq 0 ] || failed+=("bench_gpt_gpu (exit $rc)")
 fi
 
 # ---- compute-sanitizer ------------------------------------------------------------

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""tests/bench/bench_gpt_gpu.py - GPT-2 124M on one GPU: larch-train beside
+PyTorch, in one run on the same GPU (issue #7's benchmark).
+
+    python3 tests/bench/bench_gpt_gpu.py [--build build-gpu] [--micro 8] [--steps 30]
+                                         [--no-torch] [--layers 12] [--dim 768] [--seq 1024]
+
+The model: GPT-2 small (12 layers, 12 heads, dim 768, seq 1024, vocab
+50257, tied embeddings), AdamW, on random tokens the script writes in
+llm.c's format. Printed side by side:
+
+  larch-train, --device cuda (fp32: the precision its GPU path has today)
+  PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
+  GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
+  (flash) attention, the baseline issue #7 names
+  cuBLAS(Lt) through torch.matmul on the model's GEMM shapes, fp32 and
+  bf16: the bound a step's GEMMs could reach
+
+tokens/s of each (median over the logged intervals after the first two,
+which include start-up and compilation), MFU = model FLOPs per token (the
+formula larch-train uses: 72 L T C^2 + 12 L T^2 C + 6 T C V per sample of T
+tokens) x tokens/s / the GPU's peak in that precision (fp32: larch-train
+--list-devices' figure from the SM count and clock; bf16: the dense tensor
+peak of the named part), and the ratio to PyTorch bf16. Needs PyTorch with
+CUDA for the baselines (--no-torch runs larch-train alone). Never fails on
+timing.
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# dense bf16 tensor-core peaks (FLOP/s) by part name; fp32 comes from larch-train
+BF16_PEAK = [("H100 PCIe", 756e12), ("H100", 989.4e12), ("H200", 989.4e12), ("H800", 989.4e12),
+             ("A100", 312e12), ("L40S", 362e12), ("L4", 121e12)]
+
+
+def write_tokens(path, n, vocab, seed):
+    """llm.c's token file: 256 int32 header (20240520, 1, count), uint16 tokens."""
+    import random
+    rnd = random.Random(seed)
+    header = struct.pack("<256i", 20240520, 1, n, *([0] * 253))
+    body = struct.pack(f"<{n}H", *(rnd.randrange(vocab) for _ in range(n)))
+    path.write_bytes(header + body)
+
+
+def flops_per_token(L, C, T, V):
+    return (L * (72.0 * T * C * C + 12.0 * T * T * C) + 6.0 * T * C * V) / T
+
+
+def run_larch(exe, tmp, a):
+    spec = {"name": "gpt2-bench",
+            "model": {"type": "gpt", "layers": a.layers, "heads": a.heads, "dim": a.dim,
+                      "seq": a.seq, "vocab": a.vocab},
+            "data": {"format": "tokens_u16", "train": str(tmp / "train.bin"),
+                     "val": str(tmp / "val.bin")},
+            "batch": {"global": a.micro, "micro": a.micro},
+            "optimizer": {"type": "adamw", "lr": 6e-4, "betas": [0.9, 0.95],
+                          "weight_decay": 0.1},
+            "steps": a.steps, "log_every": a.log_every, "seed": 1}
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    t0 = time.time()
+    p = subprocess.run([str(exe), "--spec", str(tmp / "spec.json"), "--job-dir",
+                        str(tmp / "job"), "--device", "cuda"], capture_output=True, text=True)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        print(p.stdout[-2000:], p.stderr[-2000:])
+        return {"error": f"exit {p.returncode}: {p.stderr.strip()[-300:]}"}
+    rates = [m["value"] for m in map(json.loads, (tmp / "job" / "metrics.jsonl").read_text()
+                                     .splitlines()) if m["name"] == "train/tokens_per_s"]
+    dev = next((l for l in p.stdout.splitlines() if l.startswith("device:")), "device: ?")
+    done = next((l for l in p.stdout.splitlines() if l.startswith("done:")), "")
+    return {"tokens_s": statistics.median(rates[2:] or rates), "device": dev, "done": done,
+            "wall": wall}
+
+
+TORCH_GPT = r'''
+import math, time, torch, torch.nn as nn, torch.nn.functional as F
+
+class Block(nn.Module):
+    def __init__(s, C, NH):
+        super().__init__()
+        s.NH = NH
+        s.ln1, s.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        s.qkv, s.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        s.fc, s.fcp = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+    def forward(s, x):
+        B, T, C = x.shape
+        q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, s.NH, C // s.NH).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + s.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + s.fcp(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
+
+class GPT(nn.Module):
+    def __init__(s, L, NH, C, T, V):
+        super().__init__()
+        s.wte, s.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+        s.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
+        s.lnf = nn.LayerNorm(C)
+
+    def forward(s, idx, targets):
+        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for b in s.blocks:
+            x = b(x)
+        logits = F.linear(s.lnf(x), s.wte.weight)
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+def bench(L, NH, C, T, V, B, steps, bf16):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    model = GPT(L, NH, C, T, V).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=True)
+    step_model = torch.compile(model) if bf16 else model
+    x = torch.randint(0, V, (B, T), device="cuda")
+    y = torch.randint(0, V, (B, T), device="cuda")
+    times = []
+    for i in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = step_model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    dt = sorted(times[len(times) // 3:])[len(times[len(times) // 3:]) // 2]
+    return B * T / dt, float(loss)
+
+def gemms(B, T, C, V, dtype, reps=20):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    out = []
+    BT = B * T
+    for name, (m, k, n) in [("qkv", (BT, C, 3 * C)), ("proj", (BT, C, C)), ("fc", (BT, C, 4 * C)),
+                            ("fcproj", (BT, 4 * C, C)), ("lm_head", (BT, C, V))]:
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype)
+        for _ in range(3):
+            a @ w.t()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            a @ w.t()
+        torch.cuda.synchronize()
+        dt = (time.perf_counter() - t0) / reps
+        out.append((name, m, k, n, 2.0 * m * k * n / dt))
+    return out
+'''
+
+
+def bf16_peak(name):
+    for key, peak in BF16_PEAK:
+        if key in name:
+            return peak
+    return float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.environ.get("LARCH_BUILD", "build-gpu"))
+    ap.add_argument("--micro", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--log-every", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--dim", type=int, default=768)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--no-torch", action="store_true")
+    a = ap.parse_args()
+    build = pathlib.Path(a.build)
+    exe = (build if build.is_absolute() else ROOT / build) / "trainer" / "larch-train"
+    probe = subprocess.run([str(exe), "--list-devices"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"bench_gpt_gpu: no GPU: {probe.stdout.strip()}")
+        return 77
+    line = probe.stdout.splitlines()[0]
+    m = re.search(r"peak ([\d.]+) TFLOP/s fp32", line)
+    fp32_peak = float(m.group(1)) * 1e12 if m else float("nan")
+    print(f"# {line}")
+    fpt = flops_per_token(a.layers, a.dim, a.seq, a.vocab)
+    print(f"# GPT {a.layers} layers, {a.heads} heads, dim {a.dim}, seq {a.seq}, vocab {a.vocab}, "
+          f"micro-batch {a.micro}, {a.steps} steps; {fpt / 1e9:.3f} GFLOP per token")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-gpt-gpu.") as t:
+        tmp = pathlib.Path(t)
+        write_tokens(tmp / "train.bin", max(a.micro * a.seq * 4, 1 << 20), a.vocab, 1)
+        write_tokens(tmp / "val.bin", a.seq * 2 + 1, a.vocab, 2)
+        r = run_larch(exe, tmp, a)
+        if "error" in r:
+            print(f"larch-train failed: {r['error']}")
+        else:
+            print(f"# larch-train {r['device']}\n# larch-train {r['done']}")
+            rows.append(("larch-train", "fp32", r["tokens_s"], fp32_peak))
+    name = line
+    if not a.no_torch:
+        try:
+            import torch
+            ns = {}
+            exec(TORCH_GPT, ns)
+            name = torch.cuda.get_device_name(0)
+            for bf16 in (False, True):
+                tps, loss = ns["bench"](a.layers, a.heads, a.dim, a.seq, a.vocab, a.micro,
+                                        max(a.steps, 12), bf16)
+                rows.append((f"PyTorch {torch.__version__}" + (" compile" if bf16 else ""),
+                             "bf16" if bf16 else "fp32", tps,
+                             bf16_peak(name) if bf16 else fp32_peak))
+                torch.cuda.empty_cache()
+            for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+                g = ns["gemms"](a.micro, a.seq, a.dim, a.vocab, dtype)
+                print(f"# cuBLAS GEMMs ({label}, torch.matmul): " + ", ".join(
+                    f"{n} {m}x{k}x{nn} {f / 1e12:.1f} TFLOP/s" for n, m, k, nn, f in g))
+        except Exception as e:  # noqa: BLE001 - the baseline is optional, say why it is missing
+            print(f"# PyTorch baseline unavailable: {type(e).__name__}: {e}")
+    base = next((r[2] for r in rows if r[1] == "bf16"), None)
+    print(f"{'run':28s} {'precision':>9s} {'tokens/s':>10s} {'MFU':>7s} {'vs PyTorch bf16':>16s}")
+    for run, prec, tps, peak in rows:
+        mfu = fpt * tps / peak
+        ratio = f"{tps / base:.2f}x" if base else "-"
+        print(f"{run:28s} {prec:>9s} {tps:10.0f} {mfu:7.1%} {ratio:>16s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
