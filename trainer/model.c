@@ -214,6 +214,27 @@ void trn_model_weights_changed(struct trn_model *m)
 	m->w_version++;
 }
 
+int trn_model_set_resident(struct trn_model *m)
+{
+	if (!m->device || !m->ops->zero_device_grads || !m->ops->pull_weights)
+		return -1;
+	m->resident = 1;
+	return 0;
+}
+
+void trn_model_device_weights_changed(struct trn_model *m)
+{
+	m->w_device_newer = 1;
+}
+
+void trn_model_pull_weights(struct trn_model *m)
+{
+	if (m->resident && m->w_device_newer) {
+		m->ops->pull_weights(m);
+		m->w_device_newer = 0;
+	}
+}
+
 void trn_model_free(struct trn_model *m)
 {
 	if (m)
@@ -237,6 +258,10 @@ void trn_model_init_weights(struct trn_model *m, uint64_t seed)
 
 void trn_model_zero_grad(struct trn_model *m)
 {
+	if (m->resident) {            /* the gradients are the device's */
+		m->ops->zero_device_grads(m);
+		return;
+	}
 	memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
 	m->g_zeroed = 1;
 	if (m->param_off)

@@ -46,6 +46,9 @@ struct trn_model_ops {
 	/* Fills w with a fresh initialisation from seed. */
 	void (*init_weights)(struct trn_model *m, uint64_t seed);
 	void (*free)(struct trn_model *m);
+	/* GPU models only (NULL on the CPU), for trn_model_set_resident: */
+	void (*zero_device_grads)(struct trn_model *m);
+	void (*pull_weights)(struct trn_model *m);     /* the device's w into w */
 };
 
 struct trn_model {
@@ -94,7 +97,15 @@ struct trn_model {
 	 * (trn_model_weights_changed), and g holds each backward's gradients
 	 * once it returns, as with the CPU. */
 	int device;
+	/* Resident (trn_model_set_resident): the device copies are the run's,
+	 * updated in place by an optimizer on the device: gradients stay there
+	 * (g is not written, grad_ready is not called), w is refreshed from them
+	 * by trn_model_pull_weights, and host writes of w still reach the device
+	 * through trn_model_weights_changed. */
+	int resident;
+	float *w_dev, *g_dev;          /* the device copies (GPU models), else NULL */
 	long w_version;                /* bumped by trn_model_weights_changed */
+	int w_device_newer;            /* resident: w_dev changed since w was pulled */
 	int g_zeroed;                  /* g is all zeros (trn_model_zero_grad, no backward since) */
 	double peak_flops;             /* the device's peak FLOP/s for the MFU; 0 unknown (CPU) */
 	char device_desc[320];         /* "cuda:0 NVIDIA H100 ..., sm_90, ..." ("" on the CPU) */
@@ -131,6 +142,12 @@ static inline void trn_model_grad_ready(struct trn_model *m, int param)
 /* The trainer changed w (initialised, loaded, updated by the optimizer):
  * a GPU model refreshes its device copy before its next forward. */
 void trn_model_weights_changed(struct trn_model *m);
+/* A GPU model becomes resident (see above); 0, or -1 on the CPU. */
+int trn_model_set_resident(struct trn_model *m);
+/* Resident: an optimizer on the device changed w_dev (w is stale). */
+void trn_model_device_weights_changed(struct trn_model *m);
+/* Resident: makes w the device's weights (a copy when stale); else nothing. */
+void trn_model_pull_weights(struct trn_model *m);
 
 /* Model files: their blocks, once the parameter table is complete. */
 void trn_model_set_blocks(struct trn_model *m, int n_blocks, int first_param, int block_params);

@@ -118,6 +118,7 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	c->rows = rows;
 	c->arena_floats = arena_floats;
 	c->w_version = -1;
+	b->w_dev = NULL;
 	size_t nf = (size_t)cpu->n_floats;
 	c->g_stage = malloc(sizeof(float) * (nf ? nf : 1));
 	c->losses_host = malloc(sizeof(float) * (size_t)rows);
@@ -130,8 +131,8 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 		return trn_err_set(err, "cuda: the model needs %.1f MiB of GPU memory at micro-batch "
 		                   "%d, %.1f MiB are free (a smaller batch.micro, or larch plan)",
 		                   (double)need / 1048576.0, b->max_batch, (double)free_b / 1048576.0);
-	c->w_dev = kern_cuda_malloc(sizeof(float) * nf);
-	c->g_dev = kern_cuda_malloc(sizeof(float) * nf);
+	c->w_dev = b->w_dev = kern_cuda_malloc(sizeof(float) * nf);
+	c->g_dev = b->g_dev = kern_cuda_malloc(sizeof(float) * nf);
 	c->arena = kern_cuda_malloc(sizeof(float) * (size_t)arena_floats);
 	c->tokens_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
 	c->targets_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
@@ -174,9 +175,30 @@ double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
 	return counted ? sum / (double)counted : 0.0;
 }
 
+void trn_cuda_model_zero_device_grads(struct trn_model *base)
+{
+	struct trn_cuda_model *c = (struct trn_cuda_model *)base;
+	kern_cuda_zero(c->g_dev, sizeof(float) * (size_t)base->n_floats);
+}
+
+void trn_cuda_model_pull_weights(struct trn_model *base)
+{
+	struct trn_cuda_model *c = (struct trn_cuda_model *)base;
+	kern_cuda_download(base->w, c->w_dev, sizeof(float) * (size_t)base->n_floats);
+	c->w_version = base->w_version;        /* the two copies agree */
+}
+
+void trn_cuda_model_grads_begin(struct trn_cuda_model *c)
+{
+	if (!c->base.resident)    /* each backward's own, added to g at its end */
+		kern_cuda_zero(c->g_dev, sizeof(float) * (size_t)c->base.n_floats);
+}
+
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
 {
 	struct trn_model *b = &c->base;
+	if (b->resident)          /* they stay, adding up over the micro-batches */
+		return;
 	size_t bytes = sizeof(float) * (size_t)b->n_floats;
 	if (b->g_zeroed) {
 		kern_cuda_download(b->g, c->g_dev, bytes);

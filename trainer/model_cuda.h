@@ -10,6 +10,10 @@
  * gradients live in one device arena sized for the micro-batch up front:
  * the step loop allocates nothing.
  *
+ * Resident (trn_model_set_resident): one rank with the optimizer on the
+ * device too (optim_cuda.c), the device copies are the run's and nothing
+ * crosses to the host in a step; checkpoints pull the weights.
+ *
  * fp32 only for now (the GEMMs through cuBLAS in plain FP32), without
  * offload.params or offload.activations; the constructor refuses the rest
  * with the field's name. The kernels are kernels/<op>_cuda.cu, each tested
@@ -58,8 +62,15 @@ void trn_cuda_model_sync_weights(struct trn_cuda_model *c);
 double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
                             const float *logits_dev, const int32_t *targets, long rows,
                             int classes, struct trn_fwd_stats *st);
-/* Backward's end: g (+)= g_dev, then the grad_ready hooks in order. */
+/* Backward's start: zeroes g_dev (unless resident: the micro-batches of a
+ * step add up there, zeroed by trn_model_zero_grad). */
+void trn_cuda_model_grads_begin(struct trn_cuda_model *c);
+/* Backward's end: g (+)= g_dev, then the grad_ready hooks in order (resident:
+ * nothing, the gradients stay on the device). */
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order);
+/* The resident ops (struct trn_model_ops) both models use. */
+void trn_cuda_model_zero_device_grads(struct trn_model *base);
+void trn_cuda_model_pull_weights(struct trn_model *base);
 /* Frees what trn_cuda_model_init made (and the CPU layout). */
 void trn_cuda_model_release(struct trn_cuda_model *c);
 

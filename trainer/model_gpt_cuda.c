@@ -132,7 +132,7 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	long counted = 0;
 	for (long r = 0; r < BT; r++)
 		counted += b->targets[r] >= 0;
-	kern_cuda_zero(g->c.g_dev, sizeof(float) * (size_t)base->n_floats);
+	trn_cuda_model_grads_begin(&g->c);
 	if (!counted) {                    /* nothing to learn from: zeros, every one final */
 		trn_cuda_model_grads_out(&g->c, g->ready);
 		return;
@@ -188,6 +188,8 @@ static const struct trn_model_ops gpt_cuda_ops = {
 	.backward = gpt_cuda_backward,
 	.init_weights = gpt_cuda_init_weights,
 	.free = gpt_cuda_free,
+	.zero_device_grads = trn_cuda_model_zero_device_grads,
+	.pull_weights = trn_cuda_model_pull_weights,
 };
 
 /* The CPU layout's table is model_gpt.c's: checked name by name, so that a

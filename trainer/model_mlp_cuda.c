@@ -95,7 +95,7 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	(void)b;
 	int n = m->n, last = m->n_layers - 1;
 	float *dout = m->dpre, *dinp = m->dpost;
-	kern_cuda_zero(m->c.g_dev, sizeof(float) * (size_t)base->n_floats);
+	trn_cuda_model_grads_begin(&m->c);
 	kern_softmax_xent_bwd_set_cuda(dout, scale / (float)n, m->pre[last], m->lse,
 	                               m->c.targets_dev, n, m->dims[last + 1]);
 	for (int i = last; i >= 0; i--) {
@@ -137,6 +137,8 @@ static const struct trn_model_ops mlp_cuda_ops = {
 	.backward = mlp_cuda_backward,
 	.init_weights = mlp_cuda_init_weights,
 	.free = mlp_cuda_free,
+	.zero_device_grads = trn_cuda_model_zero_device_grads,
+	.pull_weights = trn_cuda_model_pull_weights,
 };
 
 struct trn_model *trn_mlp_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,

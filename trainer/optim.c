@@ -7,6 +7,47 @@
 
 #include "kernels/optimizer.h"
 
+static void *cpu_alloc_zeroed(size_t bytes)
+{
+	return calloc(bytes ? bytes : 1, 1);
+}
+
+static void cpu_zero(void *p, size_t bytes)
+{
+	memset(p, 0, bytes);
+}
+
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+}
+
+const struct trn_optim_kernels trn_optim_cpu_kernels = {
+	.name = "cpu",
+	.sumsq = kern_sumsq_cpu,
+	.scale = kern_scale_cpu,
+	.sgd = kern_sgd_update_cpu,
+	.adamw = kern_adamw_update_cpu,
+	.lars = kern_lars_update_cpu,
+	.lamb_moments = kern_lamb_moments_cpu,
+	.lamb_apply = kern_lamb_apply_cpu,
+	.alloc_zeroed = cpu_alloc_zeroed,
+	.release = free,
+	.zero = cpu_zero,
+	.to_host = cpu_copy,
+	.from_host = cpu_copy,
+};
+
+const struct trn_optim_kernels *trn_optim_kernels_of(const struct trn_model *m)
+{
+#ifdef LARCH_HAVE_CUDA
+	if (m->device)
+		return &trn_optim_cuda_kernels;
+#endif
+	(void)m;
+	return &trn_optim_cpu_kernels;
+}
+
 int trn_name_matches(const char *name, const char (*patterns)[TRN_PATTERN_MAX + 1], int n)
 {
 	for (int i = 0; i < n; i++)
@@ -27,6 +68,7 @@ int trn_optim_init_shard(struct trn_optim *o, const struct trn_spec_optimizer *c
                          long lo, long hi, struct trn_comm *comm, struct trn_err *err)
 {
 	memset(o, 0, sizeof *o);
+	o->k = &trn_optim_cpu_kernels;
 	o->cfg = *cfg;
 	o->params = params;
 	o->n_params = n_params;
@@ -75,10 +117,42 @@ oom:
 	return trn_err_set(err, "optimizer: out of memory for the state of %ld parameters", len);
 }
 
+int trn_optim_move_to(struct trn_optim *o, const struct trn_optim_kernels *k,
+                      struct trn_err *err)
+{
+	if (k == o->k)
+		return 0;
+	if (o->q8)
+		return trn_err_set(err, "optimizer.state_dtype: int8 state is kept in host memory");
+	size_t bytes = sizeof(float) * (size_t)(o->hi - o->lo);
+	float *m = o->m ? k->alloc_zeroed(bytes) : NULL, *v = o->v ? k->alloc_zeroed(bytes) : NULL;
+	if ((o->m && !m) || (o->v && !v)) {
+		if (m)
+			k->release(m);
+		if (v)
+			k->release(v);
+		return trn_err_set(err, "optimizer: out of %s memory for the state of %ld parameters",
+		                   k->name, o->hi - o->lo);
+	}
+	if (m)
+		k->from_host(m, o->m, bytes);
+	if (v)
+		k->from_host(v, o->v, bytes);
+	o->k->release(o->m);
+	o->k->release(o->v);
+	o->m = m;
+	o->v = v;
+	o->k = k;
+	return 0;
+}
+
 void trn_optim_release(struct trn_optim *o)
 {
-	free(o->m);
-	free(o->v);
+	const struct trn_optim_kernels *k = o->k ? o->k : &trn_optim_cpu_kernels;
+	if (o->m)
+		k->release(o->m);
+	if (o->v)
+		k->release(o->v);
 	free(o->decay);
 	free(o->adapt);
 	free(o->trust);
@@ -105,9 +179,9 @@ void trn_optim_reset(struct trn_optim *o)
 	size_t len = (size_t)(o->hi - o->lo);
 	struct trn_optim_q8 *q = o->q8;
 	if (o->m)
-		memset(o->m, 0, sizeof(float) * len);
+		o->k->zero(o->m, sizeof(float) * len);
 	if (o->v)
-		memset(o->v, 0, sizeof(float) * len);
+		o->k->zero(o->v, sizeof(float) * len);
 	if (q && q->m) {
 		memset(q->m, 0, len);
 		memset(q->ms, 0, sizeof(float) * (size_t)q->n_blocks);
@@ -165,10 +239,10 @@ static void step_elementwise(struct trn_optim *o, float *w, const float *g, doub
 			float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
 			float *mp = o->m ? o->m + first : NULL, *vp = o->v ? o->v + first : NULL;
 			if (c->type == TRN_OPT_SGD)
-				kern_sgd_update_cpu(w + first, mp, g + first, n, (float)lr,
+				o->k->sgd(w + first, mp, g + first, n, (float)lr,
 				                    (float)c->momentum, wd, c->nesterov);
 			else
-				kern_adamw_update_cpu(w + first, mp, vp, g + first, n, (float)lr,
+				o->k->adamw(w + first, mp, vp, g + first, n, (float)lr,
 				                      (float)c->beta1, (float)c->beta2, (float)c->eps, wd,
 				                      (float)bc1, (float)bc2);
 		}
@@ -220,14 +294,14 @@ int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
 		if (c->type == TRN_OPT_LAMB && n && o->q8)
 			*ng = trn_optim_q8_lamb_norm(o, i, w, g, wd, (float)bc1, (float)bc2);
 		else if (c->type == TRN_OPT_LAMB && n)
-			*ng = kern_lamb_moments_cpu(o->m + a, o->v + a, g + a, w + a, n, (float)c->beta1,
+			*ng = o->k->lamb_moments(o->m + a, o->v + a, g + a, w + a, n, (float)c->beta1,
 			                            (float)c->beta2, (float)c->eps, wd, (float)bc1,
 			                            (float)bc2);
 		if (!o->adapt[i] || !n)
 			continue;
-		*nw = kern_sumsq_cpu(w + a, n);
+		*nw = o->k->sumsq(w + a, n);
 		if (c->type == TRN_OPT_LARS)
-			*ng = kern_sumsq_cpu(g + a, n);
+			*ng = o->k->sumsq(g + a, n);
 	}
 	if (sum_norms(o, err) != 0)
 		return -1;
@@ -243,7 +317,7 @@ int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
 			if (n && o->q8)
 				trn_optim_q8_update(o, i, w, g, (float)(lr * ratio), wd, 0, 0);
 			else if (n)
-				kern_lars_update_cpu(w + a, o->m ? o->m + a : NULL, g + a, n,
+				o->k->lars(w + a, o->m ? o->m + a : NULL, g + a, n,
 				                     (float)(lr * ratio), (float)c->momentum, wd);
 		} else {
 			if (o->adapt[i])
@@ -252,7 +326,7 @@ int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
 				trn_optim_q8_update(o, i, w, g, (float)(lr * ratio), wd, (float)bc1,
 				                    (float)bc2);
 			else if (n)
-				kern_lamb_apply_cpu(w + a, o->m + a, o->v + a, n, (float)(lr * ratio),
+				o->k->lamb_apply(w + a, o->m + a, o->v + a, n, (float)(lr * ratio),
 				                    (float)c->eps, wd, (float)bc1, (float)bc2);
 		}
 		o->trust[i] = (float)ratio;

@@ -38,7 +38,40 @@
 
 struct trn_dp;
 
+/* The kernels an optimizer runs and where its state lives: the CPU's, or a
+ * GPU's (optim_cuda.c; kernels/optimizer_cuda.h), with w, g and the state
+ * in device memory. The signatures are kernels/optimizer.h's. */
+struct trn_optim_kernels {
+	const char *name;              /* "cpu", "cuda" */
+	double (*sumsq)(const float *x, long n);
+	void (*scale)(float *x, long n, float s);
+	void (*sgd)(float *w, float *m, const float *g, long n, float lr, float mu, float wd,
+	            int nesterov);
+	void (*adamw)(float *w, float *m, float *v, const float *g, long n, float lr, float b1,
+	              float b2, float eps, float wd, float bc1, float bc2);
+	void (*lars)(float *w, float *m, const float *g, long n, float step, float mu, float wd);
+	double (*lamb_moments)(float *m, float *v, const float *g, const float *w, long n, float b1,
+	                       float b2, float eps, float wd, float bc1, float bc2);
+	void (*lamb_apply)(float *w, const float *m, const float *v, long n, float step, float eps,
+	                   float wd, float bc1, float bc2);
+	/* state memory: a zeroed buffer (NULL when out of memory), its release,
+	 * zeroing, and copies between it and host memory */
+	void *(*alloc_zeroed)(size_t bytes);
+	void (*release)(void *p);
+	void (*zero)(void *p, size_t bytes);
+	void (*to_host)(void *host, const void *state, size_t bytes);
+	void (*from_host)(void *state, const void *host, size_t bytes);
+};
+
+extern const struct trn_optim_kernels trn_optim_cpu_kernels;
+#ifdef LARCH_HAVE_CUDA
+extern const struct trn_optim_kernels trn_optim_cuda_kernels;
+#endif
+/* The kernels for m's memory: a GPU model's device, else the CPU's. */
+const struct trn_optim_kernels *trn_optim_kernels_of(const struct trn_model *m);
+
 struct trn_optim {
+	const struct trn_optim_kernels *k;  /* &trn_optim_cpu_kernels unless moved */
 	struct trn_spec_optimizer cfg;
 	const struct trn_param *params; /* borrowed from the model */
 	int n_params;
@@ -98,6 +131,12 @@ int trn_optim_init_shard(struct trn_optim *o, const struct trn_spec_optimizer *c
                          const struct trn_param *params, int n_params, long n_floats,
                          long lo, long hi, struct trn_comm *comm, struct trn_err *err);
 void trn_optim_release(struct trn_optim *o);
+
+/* Moves o's (fp32, zeroed) state to k's memory: from then on its steps
+ * take w and g there. A whole-buffer optimizer without int8 state only.
+ * 0, or -1 with err. */
+int trn_optim_move_to(struct trn_optim *o, const struct trn_optim_kernels *k,
+                      struct trn_err *err);
 
 /* One update of w from g at learning rate lr (w and g: the optimizer's
  * range). 0, or -1 with err when summing norms over the ranks failed (err

@@ -21,7 +21,7 @@ int trn_optim_state_init(struct trn_optim_state *s, const struct trn_optim *o,
 	memset(s, 0, sizeof *s);
 	if (q)
 		s->n_blocks = q->first[o->n_params];
-	if (o->lo == 0 && o->hi == o->n_floats) {
+	if (o->lo == 0 && o->hi == o->n_floats && o->k == &trn_optim_cpu_kernels) {
 		*s = (struct trn_optim_state){ .m = o->m, .v = o->v, .n_blocks = s->n_blocks };
 		if (q)
 			s->mq = q->m, s->vq = q->v, s->ms = q->ms, s->vs = q->vs;
@@ -105,6 +105,15 @@ int trn_optim_state_gather(struct trn_optim_state *s, const struct trn_optim *o,
 	const struct trn_optim_q8 *q = o->q8;
 	if (!s->owned)
 		return 0;               /* the optimizer's own state is whole */
+	if (o->k != &trn_optim_cpu_kernels) {
+		/* a device's state: whole (trn_optim_move_to), copied to the host */
+		size_t bytes = sizeof(float) * (size_t)o->n_floats;
+		if (s->m)
+			o->k->to_host(s->m, o->m, bytes);
+		if (s->v)
+			o->k->to_host(s->v, o->v, bytes);
+		return 0;
+	}
 	if ((s->m && trn_dp_gather(dp, o->m, s->m, err) != 0) ||
 	    (s->v && trn_dp_gather(dp, o->v, s->v, err) != 0))
 		return -1;
@@ -136,9 +145,9 @@ void trn_optim_state_take(struct trn_optim *o, const struct trn_optim_state *s)
 	if (!s->owned)
 		return;
 	if (s->m)
-		memcpy(o->m, s->m + o->lo, sizeof(float) * n);
+		o->k->from_host(o->m, s->m + o->lo, sizeof(float) * n);
 	if (s->v)
-		memcpy(o->v, s->v + o->lo, sizeof(float) * n);
+		o->k->from_host(o->v, s->v + o->lo, sizeof(float) * n);
 	if (s->mq) {
 		memcpy(q->m, s->mq + o->lo, n);
 		memcpy(q->ms, s->ms + q->blk0, sizeof(float) * nb);

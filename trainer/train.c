@@ -49,6 +49,8 @@ struct run {
 	                                  with fp32 compute, else master_owned */
 	float *master_owned;           /* with offload.optimizer "cpu" always, in host memory */
 	int offload;                   /* offload.optimizer "cpu": off moves grads and params */
+	int resident;                  /* one rank on a GPU with the optimizer there too: the
+	                                  device holds weights, gradients and state (model.h) */
 	struct trn_opt_offload off;
 	struct trn_loss_scale ls;
 	struct trn_watchdog wd;
@@ -293,8 +295,10 @@ static void print_plan(const struct run *r)
 		       trn_dtype_name(m->dtype));
 	print_memory(r);
 	if (m->device)
-		printf("device: %s; peak %.1f TFLOP/s fp32 (the MFU's denominator)\n", m->device_desc,
-		       m->peak_flops * 1e-12);
+		printf("device: %s; peak %.1f TFLOP/s fp32 (the MFU's denominator); %s\n",
+		       m->device_desc, m->peak_flops * 1e-12,
+		       r->resident ? "weights, gradients and optimizer state on the device"
+		                   : "the optimizer on the host (gradients down, weights up a step)");
 	printf("blas: %s\n", kern_blas_describe());
 	fflush(stdout);
 }
@@ -304,6 +308,10 @@ static void print_plan(const struct run *r)
 static int publish_params(struct run *r, struct trn_err *err)
 {
 	struct trn_model *m = r->model;
+	if (r->resident) {               /* updated in place on the device */
+		trn_model_device_weights_changed(m);
+		return 0;
+	}
 	if (r->offload) {
 		/* host -> device; whole before it is gathered or computed with */
 		trn_opt_offload_params_in(&r->off);
@@ -486,6 +494,17 @@ static int setup(struct run *r, struct trn_err *err)
 	}
 	if (s->offload.optimizer == TRN_OFFLOAD_CPU && setup_offload(r, err) != 0)
 		return TRN_EXIT_FAILED;
+	/* one rank on a GPU, fp32, the optimizer not offloaded: it steps the
+	 * device copies in place, and nothing crosses to the host in a step */
+	struct trn_model *m = r->model;
+	if (m->device && r->comm->size == 1 && !r->offload && m->dtype == TRN_DTYPE_FP32 &&
+	    r->ls.mode == TRN_LOSS_SCALE_NONE && s->optimizer.state_dtype != TRN_DTYPE_INT8) {
+		if (trn_optim_move_to(&r->opt, trn_optim_kernels_of(m), err) != 0 ||
+		    trn_model_set_resident(m) != 0)
+			return TRN_EXIT_FAILED;
+		r->resident = 1;
+		r->master = m->w_dev;
+	}
 	if (r->comm->size > 1 || r->offload) {
 		/* buckets start reducing (and for the host) while backward goes on */
 		r->model->grad_ready = trn_dp_grad_ready;
@@ -529,6 +548,7 @@ static int setup(struct run *r, struct trn_err *err)
 static int save(struct run *r, struct trn_err *err)
 {
 	long n = r->model->n_floats;
+	trn_model_pull_weights(r->model);  /* resident: the device's weights */
 	float *master = NULL;
 	struct trn_optim_state os = { 0 };
 	int rc = -1;
@@ -607,6 +627,11 @@ static int rollback(struct run *r, long step, const char *why, struct trn_err *e
 static float *step_grads(struct run *r, double scale, struct trn_err *err)
 {
 	float inv = (float)(1.0 / scale);
+	if (r->resident) {               /* one rank: the device's own, unscaled there */
+		if (inv != 1.0f)
+			r->opt.k->scale(r->model->g_dev, r->model->n_floats, inv);
+		return r->model->g_dev;
+	}
 	if (!r->offload)
 		return trn_dp_finish(&r->dp, inv, err) == 0 ? r->dp.gs : NULL;
 	if (trn_dp_wait(&r->dp, err) != 0)
@@ -648,7 +673,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 		if (!gs)
 			return TRN_EXIT_FAILED;
 		long ns = r->dp.hi - r->dp.lo;
-		double gsq = kern_sumsq_cpu(gs, ns);
+		double gsq = r->opt.k->sumsq(gs, ns);
 		int nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && kern_nonfinite_cpu(gs, ns);
 		/* whether to stop after this step: with several ranks, what they
 		 * agreed on here (a signal arriving later on one rank waits for the
@@ -691,7 +716,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 		if (apply) {
 			double clip = s->optimizer.clip_grad_norm;
 			if (clip > 0 && gnorm > clip)
-				kern_scale_cpu(gs, ns, (float)(clip / (gnorm + 1e-6)));
+				r->opt.k->scale(gs, ns, (float)(clip / (gnorm + 1e-6)));
 			if (trn_optim_step(&r->opt, r->master, gs, lr, err) != 0 ||
 			    publish_params(r, err) != 0)
 				return TRN_EXIT_FAILED;

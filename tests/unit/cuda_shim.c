@@ -23,6 +23,8 @@
 #include "kernels/layernorm_cuda.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_cuda.h"
+#include "kernels/optimizer.h"
+#include "kernels/optimizer_cuda.h"
 #include "kernels/relu.h"
 #include "kernels/relu_cuda.h"
 #include "kernels/residual.h"
@@ -220,4 +222,46 @@ void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v)
 				b = j;
 		best[r] = b;
 	}
+}
+
+/* ---- the optimizers (trainer/optim_cuda.c's table) ------------------------------ */
+
+double kern_sumsq_cuda(const float *x, long n)
+{
+	return kern_sumsq_cpu(x, n);
+}
+
+void kern_scale_cuda(float *x, long n, float s)
+{
+	kern_scale_cpu(x, n, s);
+}
+
+void kern_sgd_update_cuda(float *w, float *m, const float *g, long n, float lr, float mu,
+                          float wd, int nesterov)
+{
+	kern_sgd_update_cpu(w, m, g, n, lr, mu, wd, nesterov);
+}
+
+void kern_adamw_update_cuda(float *w, float *m, float *v, const float *g, long n, float lr,
+                            float b1, float b2, float eps, float wd, float bc1, float bc2)
+{
+	kern_adamw_update_cpu(w, m, v, g, n, lr, b1, b2, eps, wd, bc1, bc2);
+}
+
+void kern_lars_update_cuda(float *w, float *m, const float *g, long n, float step, float mu,
+                           float wd)
+{
+	kern_lars_update_cpu(w, m, g, n, step, mu, wd);
+}
+
+double kern_lamb_moments_cuda(float *m, float *v, const float *g, const float *w, long n,
+                              float b1, float b2, float eps, float wd, float bc1, float bc2)
+{
+	return kern_lamb_moments_cpu(m, v, g, w, n, b1, b2, eps, wd, bc1, bc2);
+}
+
+void kern_lamb_apply_cuda(float *w, const float *m, const float *v, long n, float step,
+                          float eps, float wd, float bc1, float bc2)
+{
+	kern_lamb_apply_cpu(w, m, v, n, step, eps, wd, bc1, bc2);
 }

@@ -10,6 +10,7 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,12 +247,17 @@ static int read_metric(const char *dir, const char *name, double *out, int max)
 	return n;
 }
 
-/* trn_train on the CPU and on the "GPU" with micro-batch micro of 8 a
- * step: the same losses, gradient norms and validation, step by step
- * (AdamW, clipping, validation and checkpoints midway: the weights the GPU
- * computes with must follow every update). One micro-batch a step gives
- * the same bits; two accumulate in another order (step_both): within rel. */
-static void train_both(const char *corpus, int micro, double rel)
+/* trn_train on the CPU and on the "GPU" (--device cuda) with micro-batches
+ * of micro, 8 a step, plus extra spec fields: the same losses, gradient
+ * norms and validation, step by step (AdamW, clipping, validation and
+ * checkpoints midway: the weights the GPU computes with must follow every
+ * update). One rank in fp32 is resident on the device (the optimizer steps
+ * the device copies, the micro-batches add up there as on the CPU): the
+ * same bits. With the optimizer offloaded the GPU model's gradients come
+ * back per micro-batch and add up on the host, in another order (as in
+ * step_both): within rel. Returns the GPU run's job dir in gpu_dir. */
+static void train_both(const char *corpus, int micro, const char *extra, double rel,
+                       char *gpu_dir, size_t len)
 {
 	char text[8192];
 	snprintf(text, sizeof text,
@@ -261,14 +267,15 @@ static void train_both(const char *corpus, int micro, double rel)
 	         " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.01, \"clip_grad_norm\": 1.0},"
 	         " \"schedule\": {\"warmup\": {\"steps\": 2}, \"decay\": \"cosine\"},"
 	         " \"steps\": 8, \"eval_every\": 4, \"checkpoint_every\": 4, \"log_every\": 2,"
-	         " \"seed\": 3}", micro, corpus, micro);
+	         " \"seed\": 3%s%s}", micro, corpus, micro, extra ? ", " : "", extra ? extra : "");
 	struct trn_spec spec;
 	if (load_spec(&spec, text))
 		return;
 	char dirs[2][4300];
 	const char *devices[2] = { "cpu", "cuda" };
 	for (int k = 0; k < 2; k++) {
-		snprintf(dirs[k], sizeof dirs[k], "%s/run-%d-%s", tmp, micro, devices[k]);
+		snprintf(dirs[k], sizeof dirs[k], "%s/run-%d-%s-%s", tmp, micro, extra ? "off" : "res",
+		         devices[k]);
 		struct trn_train_opts o = { .job_dir = dirs[k], .quiet = 1, .threads = 1,
 		                            .device = devices[k] };
 		CHECK_INT_EQ(trn_train(&spec, &o), TRN_EXIT_OK);
@@ -279,12 +286,15 @@ static void train_both(const char *corpus, int micro, double rel)
 		int na = read_metric(dirs[0], names[i], a, 64), nb = read_metric(dirs[1], names[i], b, 64);
 		CHECK_MSG(na > 0 && na == nb, "%s: %d points on the CPU, %d on the GPU", names[i], na, nb);
 		for (int j = 0; j < na && j < nb; j++)
-			CHECK_MSG(fabs(a[j] - b[j]) <= rel * fabs(a[j]), "micro %d: %s #%d: %.9g on the CPU, "
-			          "%.9g on the GPU", micro, names[i], j, a[j], b[j]);
+			CHECK_MSG(fabs(a[j] - b[j]) <= rel * fabs(a[j]), "micro %d%s: %s #%d: %.9g on the "
+			          "CPU, %.9g on the GPU", micro, extra ? " offload" : "", names[i], j, a[j],
+			          b[j]);
 	}
 	double mfu[8];
 	CHECK_MSG(read_metric(dirs[1], "train/mfu", mfu, 8) > 0, "no train/mfu on the GPU");
 	CHECK_MSG(read_metric(dirs[0], "train/mfu", mfu, 8) == 0, "train/mfu on the CPU");
+	if (gpu_dir)
+		snprintf(gpu_dir, len, "%s", dirs[1]);
 	trn_spec_release(&spec);
 }
 
@@ -299,8 +309,48 @@ static void test_train_same_run(void)
 	for (int i = 0; i < 400; i++)
 		fprintf(f, "the quick brown fox %d jumps over the lazy dog; ", i * 7 % 13);
 	fclose(f);
-	train_both(corpus, 8, 0.0);
-	train_both(corpus, 4, 1e-5);
+	char straight[4300];
+	train_both(corpus, 8, NULL, 0.0, NULL, 0);
+	train_both(corpus, 4, NULL, 0.0, straight, sizeof straight);
+	train_both(corpus, 4, "\"offload\": {\"optimizer\": \"cpu\"}", 1e-5, NULL, 0);
+
+	/* resident, stopped after every step (checkpoint, exit 3) and resumed:
+	 * the weights come off the device into each checkpoint, the optimizer
+	 * state down and back up; the run equals the straight one bit for bit */
+	char text[8192], dir[4300];
+	snprintf(text, sizeof text,
+	         "{\"name\": \"same-4\", \"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2,"
+	         " \"dim\": 16, \"seq\": 16}, \"data\": {\"format\": \"text\", \"path\": \"%s\","
+	         " \"val_fraction\": 0.1}, \"batch\": {\"global\": 8, \"micro\": 4},"
+	         " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.01, \"clip_grad_norm\": 1.0},"
+	         " \"schedule\": {\"warmup\": {\"steps\": 2}, \"decay\": \"cosine\"},"
+	         " \"steps\": 8, \"eval_every\": 4, \"checkpoint_every\": 4, \"log_every\": 2,"
+	         " \"seed\": 3}", corpus);
+	struct trn_spec spec;
+	if (load_spec(&spec, text))
+		return;
+	snprintf(dir, sizeof dir, "%s/run-resumed", tmp);
+	struct trn_train_opts o = { .job_dir = dir, .quiet = 1, .threads = 1, .device = "cuda" };
+	trn_train_request_stop(SIGTERM);       /* stays up: every run stops after one step */
+	int rc = -1, runs = 0;
+	while (rc != TRN_EXIT_OK && runs < 20) {
+		rc = trn_train(&spec, &o);
+		runs++;
+		CHECK(rc == TRN_EXIT_OK || rc == TRN_EXIT_INTERRUPTED);
+	}
+	trn_train_request_stop(0);
+	CHECK_MSG(runs == 8, "%d runs for 8 steps", runs);
+	const char *names[] = { "train/loss", "train/grad_norm", "val/loss" };
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		double a[64], b[64];
+		int na = read_metric(straight, names[i], a, 64), nb = read_metric(dir, names[i], b, 64);
+		CHECK_MSG(na > 0 && na == nb, "resumed: %s: %d points straight, %d resumed", names[i],
+		          na, nb);
+		for (int j = 0; j < na && j < nb; j++)
+			CHECK_MSG(a[j] == b[j], "resumed: %s #%d: %.9g straight, %.9g resumed", names[i], j,
+			          a[j], b[j]);
+	}
+	trn_spec_release(&spec);
 }
 
 int main(void)
