@@ -108,6 +108,11 @@ class GPT(nn.Module):
         s.wte, s.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
         s.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
         s.lnf = nn.LayerNorm(C)
+        for mod in s.modules():            # GPT-2's: N(0, 0.02), zero biases
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(mod.weight, 0.0, 0.02)
+            if isinstance(mod, nn.Linear):
+                nn.init.zeros_(mod.bias)
 
     def forward(s, idx, targets):
         x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1], device=idx.device))
@@ -138,7 +143,7 @@ def bench(L, NH, C, T, V, B, steps, bf16):
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     dt = sorted(times[len(times) // 3:])[len(times[len(times) // 3:]) // 2]
-    return B * T / dt, float(loss)
+    return B * T / dt, loss.item()
 
 def gemms(B, T, C, V, dtype, reps=20):
     torch.backends.cuda.matmul.allow_tf32 = False
