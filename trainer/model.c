@@ -7,10 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "param_offload.h"
-#ifdef LARCH_HAVE_CUDA
-#include "model_cuda.h"
-#endif
 
 /* ---- blocks and offload.params ---------------------------------------------------- */
 
@@ -181,13 +179,8 @@ struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn
 		trn_err_set(err, "model: micro-batch must be at least 1 (got %d)", max_batch);
 		return NULL;
 	}
-#ifdef LARCH_HAVE_CUDA
-	return trn_model_cuda_new(spec, ds, max_batch, cuda_device, err);
-#else
-	trn_err_set(err, "cuda: this larch-train was built without CUDA (WITH_CUDA=OFF, or no "
-	            "CUDA toolkit at build time)");
-	return NULL;
-#endif
+	const struct trn_cuda_backend *be = trn_cuda_backend_get(err);
+	return be ? be->model_new(spec, ds, max_batch, cuda_device, err) : NULL;
 }
 
 int trn_model_cuda_built(void)
@@ -201,12 +194,13 @@ int trn_model_cuda_built(void)
 
 int trn_model_cuda_list(FILE *out)
 {
-#ifdef LARCH_HAVE_CUDA
-	return trn_model_cuda_print_devices(out);
-#else
-	fputs("cuda: none (this larch-train was built without CUDA)\n", out);
-	return 0;
-#endif
+	struct trn_err err = { 0 };
+	const struct trn_cuda_backend *be = trn_cuda_backend_get(&err);
+	if (!be) {
+		fprintf(out, "cuda: none (%s)\n", err.text);
+		return 0;
+	}
+	return be->print_devices(out);
 }
 
 void trn_model_weights_changed(struct trn_model *m)

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "kernels/cuda_common.h"
+#include "optim.h"
 #include "kernels/softmax_xent_cuda.h"
 
 /* What the GPU path does not do yet: refused up front, naming the field. */
@@ -232,4 +234,14 @@ void trn_cuda_model_release(struct trn_cuda_model *c)
 	c->base.w = c->base.g = NULL;
 	trn_model_free(c->cpu);
 	c->cpu = NULL;
+}
+
+const struct trn_cuda_backend *trn_cuda_backend_entry(void)
+{
+	static const struct trn_cuda_backend backend = {
+		.model_new = trn_model_cuda_new,
+		.print_devices = trn_model_cuda_print_devices,
+		.optim = &trn_optim_cuda_kernels,
+	};
+	return &backend;
 }

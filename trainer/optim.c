@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "kernels/optimizer.h"
 
 static void *cpu_alloc_zeroed(size_t bytes)
@@ -40,11 +41,11 @@ const struct trn_optim_kernels trn_optim_cpu_kernels = {
 
 const struct trn_optim_kernels *trn_optim_kernels_of(const struct trn_model *m)
 {
-#ifdef LARCH_HAVE_CUDA
-	if (m->device)
-		return &trn_optim_cuda_kernels;
-#endif
-	(void)m;
+	if (m->device) {               /* the backend that made the model is loaded */
+		const struct trn_cuda_backend *be = trn_cuda_backend_get(NULL);
+		if (be)
+			return be->optim;
+	}
 	return &trn_optim_cpu_kernels;
 }
 

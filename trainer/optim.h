@@ -64,10 +64,9 @@ struct trn_optim_kernels {
 };
 
 extern const struct trn_optim_kernels trn_optim_cpu_kernels;
-#ifdef LARCH_HAVE_CUDA
-extern const struct trn_optim_kernels trn_optim_cuda_kernels;
-#endif
-/* The kernels for m's memory: a GPU model's device, else the CPU's. */
+extern const struct trn_optim_kernels trn_optim_cuda_kernels;  /* the GPU backend's */
+/* The kernels for m's memory: a GPU model's device (cuda_backend.h), else
+ * the CPU's. */
 const struct trn_optim_kernels *trn_optim_kernels_of(const struct trn_model *m);
 
 struct trn_optim {

@@ -1,0 +1,39 @@
+/* trainer/cuda_backend.h - the GPU backend of larch-train, loaded when a run
+ * asks for a GPU.
+ *
+ * The GPU models and the optimizers' device kernels (trainer/<x>_cuda.c) are
+ * a library of their own, liblarch_trainer_cuda.so, linked with the CUDA
+ * runtime and cuBLAS. larch-train and liblarch_trainer.so do not link it:
+ * loading cuBLAS costs a CPU-only run ~200 MiB of resident memory and start-
+ * up time, so it is dlopen'ed on first use from the directory that holds
+ * liblarch_trainer.so ($LARCH_CUDA_BACKEND names another file).
+ */
+#ifndef LARCH_TRAINER_CUDA_BACKEND_H
+#define LARCH_TRAINER_CUDA_BACKEND_H
+
+#include <stdio.h>
+
+#include "data.h"
+#include "err.h"
+#include "spec.h"
+
+struct trn_model;
+struct trn_optim_kernels;
+
+struct trn_cuda_backend {
+	/* trn_model_new on CUDA device `device` (model_cuda.h) */
+	struct trn_model *(*model_new)(const struct trn_spec *spec, const struct trn_dataset *ds,
+	                               int max_batch, int device, struct trn_err *err);
+	/* the devices, one line each; returns how many */
+	int (*print_devices)(FILE *out);
+	const struct trn_optim_kernels *optim;  /* optim.h: the kernels on the device */
+};
+
+/* The backend, loaded on the first call; NULL with err saying why (a build
+ * without CUDA, or the library or its CUDA libraries not loadable). */
+const struct trn_cuda_backend *trn_cuda_backend_get(struct trn_err *err);
+
+/* The library's one entry point (model_cuda.c). */
+const struct trn_cuda_backend *trn_cuda_backend_entry(void);
+
+#endif
