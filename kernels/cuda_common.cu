@@ -148,6 +148,22 @@ extern "C" double kern_cuda_peak_fp32(int index)
 	return (double)sms * lanes * 2.0 * (double)khz * 1e3;
 }
 
+extern "C" double kern_cuda_peak_tensor16(int index)
+{
+	int sms = 0, khz = 0, major = 0, minor = 0;
+	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	/* dense fp16/bf16 FLOPs per SM per clock: Hopper 4096, A100 2048,
+	 * consumer Ampere and Ada 1024, Volta/Turing fp16 1024 */
+	int per = major >= 9 ? 4096 : major == 8 && minor == 0 ? 2048 : 1024;
+	return (double)sms * per * (double)khz * 1e3;
+}
+
 /* ---- stream and cuBLAS ----------------------------------------------------- */
 
 extern "C" cudaStream_t kern_cuda_stream(void)

@@ -24,6 +24,7 @@
 #include <cublasLt.h>
 
 #include "cuda_common.h"
+#include "precision_cuda.h"
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define LT_CACHE 16
@@ -33,12 +34,47 @@
 #define DBIAS_FY 16
 
 static int g_fused_bias = 1;
+static int g_operands = KERN_MM_FP32;
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
 {
 	int prev = g_fused_bias;
 	g_fused_bias = !!on;
 	return prev;
+}
+
+extern "C" int kern_matmul_cuda_operands(int dtype)
+{
+	int prev = g_operands;
+	g_operands = dtype;
+	return prev;
+}
+
+/* ---- 16-bit operands (kern_matmul_cuda_operands) --------------------------- */
+
+/* A 16-bit copy of x[0..n) in stream-ordered scratch (free it with
+ * kern_cuda_scratch_free once the GEMM is enqueued). */
+static uint16_t *to16(const float *x, long n)
+{
+	uint16_t *h = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)n);
+	if (g_operands == KERN_MM_BF16)
+		kern_fp32_to_bf16_cuda(h, x, n);
+	else
+		kern_fp32_to_fp16_cuda(h, x, n);
+	return h;
+}
+
+/* C (fp32, ldc) = alpha op(A) op(B) + beta C with A and B in 16 bits, the
+ * products exact and summed in fp32 on the tensor cores. */
+static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                   const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
+                   float *c, int ldc)
+{
+	const float one = 1.0f;
+	cudaDataType t = g_operands == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	KERN_CUBLAS_CHECK(cublasGemmEx(kern_cuda_cublas(), ta, tb, m, n, k, &one, a, t, lda, b, t,
+	                               ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+	                               CUBLAS_GEMM_DEFAULT));
 }
 
 /* ---- forward through cuBLASLt (bias in the epilogue) --------------------- */
@@ -230,6 +266,19 @@ extern "C" void kern_matmul_fwd_cuda(float *out, const float *inp, const float *
 	if (n <= 0 || oc <= 0)
 		return;
 	long total = (long)n * oc;
+	if (g_operands != KERN_MM_FP32 && c > 0) {
+		/* out = bias (or 0), then the 16-bit GEMM adds onto it */
+		if (bias) {
+			broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
+				out, bias, total, oc);
+			KERN_CUDA_CHECK_LAUNCH();
+		}
+		uint16_t *w16 = to16(weight, (long)oc * c), *x16 = to16(inp, (long)n * c);
+		gemm16(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, w16, c, x16, c, bias ? 1.0f : 0.0f, out, oc);
+		kern_cuda_scratch_free(w16);
+		kern_cuda_scratch_free(x16);
+		return;
+	}
 	if (c <= 0 || (bias && (!g_fused_bias || !fwd_lt(out, inp, weight, bias, n, c, oc)))) {
 		/* out = bias (or 0), then the GEMM adds onto it */
 		broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
@@ -259,7 +308,16 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 			kern_cuda_zero(dinp, sizeof(float) * (size_t)n * (size_t)c);
 		return;
 	}
-	if (c > 0) {
+	if (c > 0 && g_operands != KERN_MM_FP32) {
+		uint16_t *w16 = to16(weight, (long)oc * c), *d16 = to16(dout, (long)n * oc);
+		uint16_t *x16 = to16(inp, (long)n * c);
+		if (dinp)
+			gemm16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, w16, c, d16, oc, dinp_beta, dinp, c);
+		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, x16, c, d16, oc, 1.0f, dweight, c);
+		kern_cuda_scratch_free(w16);
+		kern_cuda_scratch_free(d16);
+		kern_cuda_scratch_free(x16);
+	} else if (c > 0) {
 		cublasHandle_t h = kern_cuda_cublas();
 		const float one = 1.0f;
 		if (dinp)

@@ -28,6 +28,16 @@ void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
  * setting. */
 int kern_matmul_cuda_fused_bias(int on);
 
+/* The GEMMs' operands: KERN_MM_FP32 (the default: cuBLAS in plain FP32), or
+ * KERN_MM_BF16 / KERN_MM_FP16: inp, weight and dout are converted to 16 bits
+ * (exactly, when they hold 16-bit values, as mixed precision's activations
+ * and weights do) and multiplied on the tensor cores with fp32 sums and fp32
+ * results (cublasGemmEx, CUBLAS_COMPUTE_32F): the numerics of a 16-bit GEMM
+ * with fp32 accumulation. The bias and its gradient stay fp32. Process-wide;
+ * returns the previous setting. */
+enum { KERN_MM_FP32, KERN_MM_FP16, KERN_MM_BF16 };
+int kern_matmul_cuda_operands(int dtype);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,14 +10,13 @@
 #include "cuda_backend.h"
 #include "kernels/cuda_common.h"
 #include "optim.h"
+#include "kernels/matmul_cuda.h"
+#include "kernels/precision_cuda.h"
 #include "kernels/softmax_xent_cuda.h"
 
 /* What the GPU path does not do yet: refused up front, naming the field. */
 static int check_supported(const struct trn_spec *spec, struct trn_err *err)
 {
-	if (spec->precision.compute != TRN_DTYPE_FP32)
-		return trn_err_set(err, "precision.compute: \"%s\" on the GPU is not supported by this "
-		                   "larch-train yet (fp32)", trn_dtype_name(spec->precision.compute));
 	if (spec->offload.params != TRN_OFFLOAD_NONE)
 		return trn_err_set(err, "offload.params: parameter offload on the GPU is not "
 		                   "supported by this larch-train yet (\"none\")");
@@ -100,7 +99,7 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	b->max_batch = cpu->max_batch;
 	b->flops_per_sample = cpu->flops_per_sample;
 	b->tokens_per_sample = cpu->tokens_per_sample;
-	b->dtype = TRN_DTYPE_FP32;
+	b->dtype = cpu->dtype;
 	b->n_blocks = cpu->n_blocks;
 	b->block_first = cpu->block_first;
 	b->block_params = cpu->block_params;
@@ -108,7 +107,8 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	b->act_bytes = b->act_bytes_none = arena_floats * (long)sizeof(float);
 	b->device = 1;
 	int dev = kern_cuda_current_device();
-	b->peak_flops = kern_cuda_peak_fp32(dev);
+	b->peak_flops = b->dtype == TRN_DTYPE_FP32 ? kern_cuda_peak_fp32(dev)
+	                                           : kern_cuda_peak_tensor16(dev);
 	struct kern_cuda_device info;
 	char why[256], desc[280];
 	if (kern_cuda_device_query(dev, &info, why, sizeof why) == 0) {
@@ -140,6 +140,21 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	c->targets_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
 	c->best_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
 	return 0;
+}
+
+void trn_cuda_model_round(const struct trn_cuda_model *c, float *x, long n)
+{
+	if (c->base.dtype == TRN_DTYPE_BF16)
+		kern_round_bf16_cuda(x, n);
+	else if (c->base.dtype == TRN_DTYPE_FP16)
+		kern_round_fp16_cuda(x, n);
+}
+
+void trn_cuda_model_gemms(const struct trn_cuda_model *c)
+{
+	kern_matmul_cuda_operands(c->base.dtype == TRN_DTYPE_BF16   ? KERN_MM_BF16
+	                          : c->base.dtype == TRN_DTYPE_FP16 ? KERN_MM_FP16
+	                                                            : KERN_MM_FP32);
 }
 
 void trn_cuda_model_sync_weights(struct trn_cuda_model *c)

@@ -14,9 +14,12 @@
  * device too (optim_cuda.c), the device copies are the run's and nothing
  * crosses to the host in a step; checkpoints pull the weights.
  *
- * fp32 only for now (the GEMMs through cuBLAS in plain FP32), without
- * offload.params or offload.activations; the constructor refuses the rest
- * with the field's name. The kernels are kernels/<op>_cuda.cu, each tested
+ * fp32, bf16 or fp16 compute: in 16 bits every activation and activation
+ * gradient is rounded where the CPU model rounds it (16-bit storage held in
+ * floats), and the GEMMs take 16-bit operands on the tensor cores with fp32
+ * sums; the master weights, the optimizer and the loss scaler are the
+ * trainer's on the host (a 16-bit run is not resident). Not yet:
+ * offload.params, offload.activations (refused, naming the field). The kernels are kernels/<op>_cuda.cu, each tested
  * against its CPU reference (tests/gpu).
  */
 #ifndef LARCH_TRAINER_MODEL_CUDA_H
@@ -55,6 +58,12 @@ int trn_model_cuda_print_devices(FILE *out);
 int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
                         const struct trn_model_ops *ops, long rows, long arena_floats,
                         struct trn_err *err);
+/* Rounds x[0..n) on the device to the model's compute dtype (nothing in
+ * fp32): model.h's trn_model_round, where the CPU model calls it. */
+void trn_cuda_model_round(const struct trn_cuda_model *c, float *x, long n);
+/* Sets the GEMMs' operands to the compute dtype (kern_matmul_cuda_operands):
+ * forward and backward call it first. */
+void trn_cuda_model_gemms(const struct trn_cuda_model *c);
 /* Uploads w when the trainer changed it since the last upload. */
 void trn_cuda_model_sync_weights(struct trn_cuda_model *c);
 /* The scored rows' mean loss (and st, when not NULL) from the device's

@@ -92,35 +92,53 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	long btc = (long)BT * C;
 	int lf = block_param(g->L, 0);
 	g->B = B;
-	trn_cuda_model_sync_weights(&g->c);
-	kern_cuda_upload(g->c.tokens_dev, b->tokens, sizeof(int) * (size_t)BT);
-	kern_cuda_upload(g->c.targets_dev, b->targets, sizeof(int) * (size_t)BT);
+	struct trn_cuda_model *c = &g->c;
+	trn_cuda_model_sync_weights(c);
+	trn_cuda_model_gemms(c);
+	kern_cuda_upload(c->tokens_dev, b->tokens, sizeof(int) * (size_t)BT);
+	kern_cuda_upload(c->targets_dev, b->targets, sizeof(int) * (size_t)BT);
 
 	float *x = g->L ? g->blocks[0].x : g->top;
-	kern_embedding_fwd_cuda(x, g->c.tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
+	/* each op is followed by the rounding of what it wrote (16-bit storage),
+	 * as in model_gpt.c */
+	kern_embedding_fwd_cuda(x, c->tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
+	trn_cuda_model_round(c, x, btc);
 	for (int l = 0; l < g->L; l++) {
 		struct gpt_block_acts *a = &g->blocks[l];
 #define W(which) wd(g, block_param(l, which))
 		kern_layernorm_fwd_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B),
 		                        BT, C);
+		trn_cuda_model_round(c, a->ln1, btc);
 		kern_matmul_fwd_cuda(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
+		trn_cuda_model_round(c, a->qkv, btc * 3);
 		kern_attention_fwd_cuda(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
+		trn_cuda_model_round(c, a->atty, btc);
+		trn_cuda_model_round(c, a->att, (long)B * NH * T * T);
 		kern_matmul_fwd_cuda(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
+		trn_cuda_model_round(c, g->tmp_c, btc);
 		kern_residual_fwd_cuda(a->res2, a->x, g->tmp_c, btc);
+		trn_cuda_model_round(c, a->res2, btc);
 		kern_layernorm_fwd_cuda(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W),
 		                        W(P_LN2B), BT, C);
+		trn_cuda_model_round(c, a->ln2, btc);
 		kern_matmul_fwd_cuda(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
+		trn_cuda_model_round(c, a->fch, btc * 4);
 		kern_gelu_fwd_cuda(a->fch_gelu, a->fch, btc * 4);
+		trn_cuda_model_round(c, a->fch_gelu, btc * 4);
 		kern_matmul_fwd_cuda(g->tmp_c, a->fch_gelu, W(P_FCPW), W(P_FCPB), BT, 4 * C, C);
+		trn_cuda_model_round(c, g->tmp_c, btc);
 		x = l + 1 < g->L ? g->blocks[l + 1].x : g->top;
 		kern_residual_fwd_cuda(x, a->res2, g->tmp_c, btc);
+		trn_cuda_model_round(c, x, btc);
 #undef W
 	}
 	kern_layernorm_fwd_cuda(g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf), wd(g, lf + 1),
 	                        BT, C);
+	trn_cuda_model_round(c, g->lnf, btc);
 	kern_matmul_fwd_cuda(g->logits, g->lnf, wd(g, 0), NULL, BT, C, V);
-	kern_softmax_xent_fwd_cuda(g->losses, g->lse, g->logits, g->c.targets_dev, BT, V);
-	return trn_cuda_model_score(&g->c, g->losses, g->logits, b->targets, BT, V, st);
+	trn_cuda_model_round(c, g->logits, (long)BT * V);
+	kern_softmax_xent_fwd_cuda(g->losses, g->lse, g->logits, c->targets_dev, BT, V);
+	return trn_cuda_model_score(c, g->losses, g->logits, b->targets, BT, V, st);
 }
 
 static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b, float scale)
@@ -132,40 +150,55 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	long counted = 0;
 	for (long r = 0; r < BT; r++)
 		counted += b->targets[r] >= 0;
-	trn_cuda_model_grads_begin(&g->c);
+	struct trn_cuda_model *c = &g->c;
+	trn_cuda_model_gemms(c);
+	trn_cuda_model_grads_begin(c);
 	if (!counted) {                    /* nothing to learn from: zeros, every one final */
-		trn_cuda_model_grads_out(&g->c, g->ready);
+		trn_cuda_model_grads_out(c, g->ready);
 		return;
 	}
+	/* as in forward, each op is followed by the rounding of the activation
+	 * gradient it wrote; parameter gradients are rounded at grad_ready */
 	kern_softmax_xent_bwd_set_cuda(g->dlogits, scale / (float)counted, g->logits, g->lse,
-	                               g->c.targets_dev, BT, V);
+	                               c->targets_dev, BT, V);
+	trn_cuda_model_round(c, g->dlogits, (long)BT * V);
 	kern_matmul_bwd_set_cuda(g->dln, gd(g, 0), NULL, g->dlogits, g->lnf, wd(g, 0), BT, C, V);
+	trn_cuda_model_round(c, g->dln, btc);
 	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
 	                            g->lnf_mean, g->lnf_rstd, BT, C);
+	trn_cuda_model_round(c, g->dres, btc);
 	for (int l = g->L - 1; l >= 0; l--) {
 		struct gpt_block_acts *a = &g->blocks[l];
 #define W(which) wd(g, block_param(l, which))
 #define G(which) gd(g, block_param(l, which))
 		kern_matmul_bwd_set_cuda(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
 		                         BT, 4 * C, C);
+		trn_cuda_model_round(c, g->dbig, btc * 4);
 		kern_gelu_bwd_set_cuda(g->dbig, a->fch, g->dbig, btc * 4);
+		trn_cuda_model_round(c, g->dbig, btc * 4);
 		kern_matmul_bwd_set_cuda(g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW), BT, C,
 		                         4 * C);
+		trn_cuda_model_round(c, g->dln, btc);
 		kern_layernorm_bwd_cuda(g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2, W(P_LN2W),
 		                        a->ln2_mean, a->ln2_rstd, BT, C);
+		trn_cuda_model_round(c, g->dres, btc);
 		kern_matmul_bwd_set_cuda(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW),
 		                         BT, C, C);
+		trn_cuda_model_round(c, g->datty, btc);
 		kern_attention_bwd_set_cuda(g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att, B, T, C,
 		                            NH);
+		trn_cuda_model_round(c, g->dqkv, btc * 3);
 		kern_matmul_bwd_set_cuda(g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1, W(P_QKVW), BT,
 		                         C, 3 * C);
+		trn_cuda_model_round(c, g->dln, btc);
 		kern_layernorm_bwd_cuda(g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
 		                        a->ln1_mean, a->ln1_rstd, BT, C);
+		trn_cuda_model_round(c, g->dres, btc);
 #undef W
 #undef G
 	}
-	kern_embedding_bwd_cuda(gd(g, 0), gd(g, 1), g->dres, g->c.tokens_dev, B, T, C, V);
-	trn_cuda_model_grads_out(&g->c, g->ready);
+	kern_embedding_bwd_cuda(gd(g, 0), gd(g, 1), g->dres, c->tokens_dev, B, T, C, V);
+	trn_cuda_model_grads_out(c, g->ready);
 }
 
 static void gpt_cuda_init_weights(struct trn_model *base, uint64_t seed)

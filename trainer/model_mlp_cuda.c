@@ -70,18 +70,22 @@ static double mlp_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	int n = b->n;
 	m->n = n;
 	trn_cuda_model_sync_weights(&m->c);
+	trn_cuda_model_gemms(&m->c);
 	kern_cuda_upload(m->x, b->x, sizeof(float) * (size_t)n * (size_t)m->dims[0]);
 	kern_cuda_upload(m->c.targets_dev, b->targets, sizeof(int) * (size_t)n);
 	for (int i = 0; i < m->n_layers; i++) {
 		long len = (long)n * m->dims[i + 1];
 		kern_matmul_fwd_cuda(m->pre[i], layer_input(m, i), wd(m, 2 * i), wd(m, 2 * i + 1), n,
 		                     m->dims[i], m->dims[i + 1]);
+		trn_cuda_model_round(&m->c, m->pre[i], len);   /* as model_mlp.c rounds */
 		if (i + 1 == m->n_layers)
 			break;
-		if (m->act == TRN_ACT_GELU)
+		if (m->act == TRN_ACT_GELU) {
 			kern_gelu_fwd_cuda(m->post[i], m->pre[i], len);
-		else
+			trn_cuda_model_round(&m->c, m->post[i], len);
+		} else {
 			kern_relu_fwd_cuda(m->post[i], m->pre[i], len);
+		}
 	}
 	int classes = m->dims[m->n_layers];
 	const float *logits = m->pre[m->n_layers - 1];
@@ -95,21 +99,26 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	(void)b;
 	int n = m->n, last = m->n_layers - 1;
 	float *dout = m->dpre, *dinp = m->dpost;
+	trn_cuda_model_gemms(&m->c);
 	trn_cuda_model_grads_begin(&m->c);
 	kern_softmax_xent_bwd_set_cuda(dout, scale / (float)n, m->pre[last], m->lse,
 	                               m->c.targets_dev, n, m->dims[last + 1]);
+	trn_cuda_model_round(&m->c, dout, (long)n * m->dims[last + 1]);
 	for (int i = last; i >= 0; i--) {
 		if (i < last) {
 			long len = (long)n * m->dims[i + 1];
-			if (m->act == TRN_ACT_GELU)
+			if (m->act == TRN_ACT_GELU) {
 				kern_gelu_bwd_set_cuda(dout, m->pre[i], dout, len);
-			else        /* pre[i] holds relu's output: > 0 exactly where its input was */
+				trn_cuda_model_round(&m->c, dout, len);
+			} else {    /* pre[i] holds relu's output: > 0 exactly where its input was */
 				kern_relu_bwd_set_cuda(dout, m->pre[i], dout, len);
+			}
 		}
 		kern_matmul_bwd_set_cuda(i > 0 ? dinp : NULL, gd(m, 2 * i), gd(m, 2 * i + 1), dout,
 		                         layer_input(m, i), wd(m, 2 * i), n, m->dims[i],
 		                         m->dims[i + 1]);
 		if (i > 0) {
+			trn_cuda_model_round(&m->c, dinp, (long)n * m->dims[i]);
 			float *t = dout;
 			dout = dinp;
 			dinp = t;

@@ -25,6 +25,8 @@
 #include "kernels/matmul_cuda.h"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_cuda.h"
+#include "kernels/precision.h"
+#include "kernels/precision_cuda.h"
 #include "kernels/relu.h"
 #include "kernels/relu_cuda.h"
 #include "kernels/residual.h"
@@ -76,6 +78,12 @@ double kern_cuda_peak_fp32(int index)
 {
 	(void)index;
 	return 1e12;
+}
+
+double kern_cuda_peak_tensor16(int index)
+{
+	(void)index;
+	return 8e12;
 }
 
 void *kern_cuda_malloc(size_t bytes)
@@ -264,4 +272,26 @@ void kern_lamb_apply_cuda(float *w, const float *m, const float *v, long n, floa
                           float eps, float wd, float bc1, float bc2)
 {
 	kern_lamb_apply_cpu(w, m, v, n, step, eps, wd, bc1, bc2);
+}
+
+/* ---- 16-bit storage and GEMM operands ------------------------------------------ */
+
+void kern_round_fp16_cuda(float *x, long n)
+{
+	kern_round_fp16_cpu(x, n);
+}
+
+void kern_round_bf16_cuda(float *x, long n)
+{
+	kern_round_bf16_cpu(x, n);
+}
+
+/* The CPU's GEMMs on operands that hold 16-bit values already are what a
+ * 16-bit GEMM with fp32 sums computes: nothing to switch. */
+int kern_matmul_cuda_operands(int dtype)
+{
+	static int current;
+	int prev = current;
+	current = dtype;
+	return prev;
 }

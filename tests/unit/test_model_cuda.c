@@ -79,12 +79,13 @@ static int close_floats(const float *a, const float *b, long n, double rel, long
 }
 
 /* One forward and backward on both models: the same loss, stats,
- * gradients and grad_ready order. With accumulated set, g already held a
+ * gradients and grad_ready order. With accumulated > 0, g already held a
  * micro-batch's gradients: the CPU kernels add into it inside their sums,
  * the GPU model adds its sums to it afterwards, so the two round apart
- * (relative 1e-6); a fresh gradient is the same bits. */
+ * (within accumulated, relative: 1e-6 in fp32, an ulp of 16 bits after the
+ * gradients' rounding); a fresh gradient is the same bits. */
 static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct trn_batch *b,
-                      float scale, int accumulated, const char *what)
+                      float scale, double accumulated, const char *what)
 {
 	struct trn_fwd_stats sc = { 0 }, sg = { 0 };
 	double lc = trn_model_forward(cpu, b, &sc), lg = trn_model_forward(gpu, b, &sg);
@@ -99,7 +100,7 @@ static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct
 	trn_model_backward(gpu, b, scale);
 	cpu->grad_ready = gpu->grad_ready = NULL;
 	long at = -1;
-	int same = accumulated ? close_floats(cpu->g, gpu->g, cpu->n_floats, 1e-6, &at)
+	int same = accumulated > 0 ? close_floats(cpu->g, gpu->g, cpu->n_floats, accumulated, &at)
 	                       : same_floats(cpu->g, gpu->g, cpu->n_floats, &at);
 	CHECK_MSG(same, "%s: gradient %ld: %.9g vs %.9g", what, at, at >= 0 ? cpu->g[at] : 0.0,
 	          at >= 0 ? gpu->g[at] : 0.0);
@@ -120,6 +121,7 @@ static void nudge(struct trn_model *cpu, struct trn_model *gpu)
 static void compare_models(const char *spec_text, const struct trn_dataset *ds, int B,
                            const char *what)
 {
+	double acc_rel = strstr(spec_text, "fp16") || strstr(spec_text, "bf16") ? 1.6e-2 : 1e-6;
 	struct trn_spec spec;
 	if (load_spec(&spec, spec_text))
 		return;
@@ -158,9 +160,9 @@ static void compare_models(const char *spec_text, const struct trn_dataset *ds, 
 		trn_model_zero_grad(cpu);
 		trn_model_zero_grad(gpu);
 		snprintf(label, sizeof label, "%s step %d", what, step);
-		step_both(cpu, gpu, &b, 0.5f, 0, label);
+		step_both(cpu, gpu, &b, 0.5f, 0.0, label);
 		snprintf(label, sizeof label, "%s step %d, accumulated", what, step);
-		step_both(cpu, gpu, &b, 0.25f, 1, label);
+		step_both(cpu, gpu, &b, 0.25f, acc_rel, label);
 		nudge(cpu, gpu);
 	}
 	trn_batch_release(&b);
@@ -178,6 +180,15 @@ static void test_gpt(void)
 	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
 	               " \"steps\": 1}", &ds, 3, "gpt");
 	/* one block, one head, a vocabulary wider than the data's */
+	/* 16-bit compute: every activation rounded where the CPU rounds it */
+	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
+	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	               " \"precision\": {\"compute\": \"bf16\"}, \"steps\": 1}", &ds, 3, "gpt bf16");
+	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
+	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	               " \"precision\": {\"compute\": \"fp16\"}, \"steps\": 1}", &ds, 3, "gpt fp16");
 	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 1, \"dim\": 8,"
 	               " \"seq\": 8, \"vocab\": 300}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
 	               " \"batch\": {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
@@ -194,6 +205,14 @@ static void test_mlp(void)
 	compare_models("{\"model\": {\"type\": \"mlp\", \"hidden\": [24], \"activation\": \"gelu\"},"
 	               " \"data\": {\"format\": \"idx\", \"train\": {\"images\": \"i\", \"labels\": \"l\"}},"
 	               " \"batch\": {\"global\": 4}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
+	               " \"precision\": {\"compute\": \"bf16\"}, \"steps\": 1}", &ds, 4, "mlp gelu bf16");
+	compare_models("{\"model\": {\"type\": \"mlp\", \"hidden\": [32, 16]},"
+	               " \"data\": {\"format\": \"idx\", \"train\": {\"images\": \"i\", \"labels\": \"l\"}},"
+	               " \"batch\": {\"global\": 5}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
+	               " \"precision\": {\"compute\": \"fp16\"}, \"steps\": 1}", &ds, 5, "mlp relu fp16");
+	compare_models("{\"model\": {\"type\": \"mlp\", \"hidden\": [24], \"activation\": \"gelu\"},"
+	               " \"data\": {\"format\": \"idx\", \"train\": {\"images\": \"i\", \"labels\": \"l\"}},"
+	               " \"batch\": {\"global\": 4}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
 	               " \"steps\": 1}", &ds, 4, "mlp gelu");
 }
 
@@ -202,7 +221,6 @@ static void test_refusals(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
 	const char *cases[][2] = {
-		{ "\"precision\": {\"compute\": \"bf16\"}", "precision.compute" },
 		{ "\"offload\": {\"params\": \"cpu\"}", "offload.params" },
 		{ "\"offload\": {\"activations\": \"recompute\"}", "offload.activations" },
 	};
@@ -271,11 +289,12 @@ static void train_both(const char *corpus, int micro, const char *extra, double 
 	struct trn_spec spec;
 	if (load_spec(&spec, text))
 		return;
+	static int runs;
 	char dirs[2][4300];
 	const char *devices[2] = { "cpu", "cuda" };
+	runs++;
 	for (int k = 0; k < 2; k++) {
-		snprintf(dirs[k], sizeof dirs[k], "%s/run-%d-%s-%s", tmp, micro, extra ? "off" : "res",
-		         devices[k]);
+		snprintf(dirs[k], sizeof dirs[k], "%s/run-%d-%d-%s", tmp, runs, micro, devices[k]);
 		struct trn_train_opts o = { .job_dir = dirs[k], .quiet = 1, .threads = 1,
 		                            .device = devices[k] };
 		CHECK_INT_EQ(trn_train(&spec, &o), TRN_EXIT_OK);
@@ -313,6 +332,10 @@ static void test_train_same_run(void)
 	train_both(corpus, 8, NULL, 0.0, NULL, 0);
 	train_both(corpus, 4, NULL, 0.0, straight, sizeof straight);
 	train_both(corpus, 4, "\"offload\": {\"optimizer\": \"cpu\"}", 1e-5, NULL, 0);
+	/* 16 bits: the master weights, optimizer and loss scaler on the host */
+	train_both(corpus, 8, "\"precision\": {\"compute\": \"bf16\"}", 0.0, NULL, 0);
+	train_both(corpus, 8, "\"precision\": {\"compute\": \"fp16\", \"init_scale\": 1024}", 0.0,
+	           NULL, 0);
 
 	/* resident, stopped after every step (checkpoint, exit 3) and resumed:
 	 * the weights come off the device into each checkpoint, the optimizer

@@ -1,0 +1,131 @@
+/* kernels/precision_cuda.cu - 16-bit storage on the GPU; see
+ * precision_cuda.h. The bit manipulations are precision_cpu.c's, line for
+ * line (fp16_of_bits, bf16_of_bits and their inverses), so every result has
+ * the CPU's bits: tests/gpu/test_cuda_precision.c runs all 2^32 patterns. */
+#include "precision_cuda.h"
+
+#include "cuda_common.h"
+
+#define THREADS 256
+
+__device__ static inline uint16_t fp16_of_bits(uint32_t x)
+{
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t a = x & 0x7fffffffu;
+	uint32_t normal = (a - 0x38000000u + 0x0fffu + ((a >> 13) & 1u)) >> 13;
+	/* |x| + 0.5 rounds |x| to a multiple of 2^-24 (round to nearest even,
+	 * __fadd_rn: no contraction, no flush to zero of the normal sum) */
+	uint32_t subnormal = __float_as_uint(__fadd_rn(__uint_as_float(a), 0.5f)) - 0x3f000000u;
+	uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+	uint32_t h = a < 0x38800000u ? subnormal : normal;
+	h = a >= 0x47800000u ? 0x7c00u : h;
+	h = a > 0x7f800000u ? nan : h;
+	return (uint16_t)(sign | h);
+}
+
+__device__ static inline float fp32_of_fp16(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t e = (h >> 10) & 0x1fu;
+	uint32_t m = h & 0x3ffu;
+	uint32_t normal = ((e + 112u) << 23) | (m << 13);
+	uint32_t special = 0x7f800000u | (m << 13);
+	uint32_t subnormal = __float_as_uint(__fmul_rn((float)(int32_t)m, 0x1p-24f));
+	uint32_t a = e == 0 ? subnormal : normal;
+	a = e == 31 ? special : a;
+	return __uint_as_float(sign | a);
+}
+
+__device__ static inline uint16_t bf16_of_bits(uint32_t x)
+{
+	uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+	uint32_t nan = (x >> 16) | 0x0040u;
+	return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+__device__ static inline float fp32_of_bf16(uint16_t h)
+{
+	return __uint_as_float((uint32_t)h << 16);
+}
+
+__global__ static void round_fp16_kernel(float *x, long n)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (long)gridDim.x * blockDim.x)
+		x[i] = fp32_of_fp16(fp16_of_bits(__float_as_uint(x[i])));
+}
+
+__global__ static void round_bf16_kernel(float *x, long n)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (long)gridDim.x * blockDim.x)
+		x[i] = fp32_of_bf16(bf16_of_bits(__float_as_uint(x[i])));
+}
+
+__global__ static void to_fp16_kernel(uint16_t *out, const float *inp, long n)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (long)gridDim.x * blockDim.x)
+		out[i] = fp16_of_bits(__float_as_uint(inp[i]));
+}
+
+__global__ static void to_bf16_kernel(uint16_t *out, const float *inp, long n)
+{
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (long)gridDim.x * blockDim.x)
+		out[i] = bf16_of_bits(__float_as_uint(inp[i]));
+}
+
+/* an OR of every element's "exponent all ones": any order, the same answer */
+__global__ static void nonfinite_kernel(unsigned *bad, const float *x, long n)
+{
+	unsigned b = 0;
+	for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (long)gridDim.x * blockDim.x)
+		b |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+	b = __any_sync(0xffffffffu, b);
+	if (b && threadIdx.x % 32 == 0)
+		atomicOr(bad, 1u);
+}
+
+#define LAUNCH(kernel, n, ...)                                                                  \
+	do {                                                                                    \
+		if ((n) > 0) {                                                                  \
+			kernel<<<kern_cuda_grid((n), THREADS), THREADS, 0, kern_cuda_stream()>>>(   \
+				__VA_ARGS__);                                                   \
+			KERN_CUDA_CHECK_LAUNCH();                                               \
+		}                                                                               \
+	} while (0)
+
+extern "C" void kern_round_fp16_cuda(float *x, long n)
+{
+	LAUNCH(round_fp16_kernel, n, x, n);
+}
+
+extern "C" void kern_round_bf16_cuda(float *x, long n)
+{
+	LAUNCH(round_bf16_kernel, n, x, n);
+}
+
+extern "C" void kern_fp32_to_fp16_cuda(uint16_t *out, const float *inp, long n)
+{
+	LAUNCH(to_fp16_kernel, n, out, inp, n);
+}
+
+extern "C" void kern_fp32_to_bf16_cuda(uint16_t *out, const float *inp, long n)
+{
+	LAUNCH(to_bf16_kernel, n, out, inp, n);
+}
+
+extern "C" int kern_nonfinite_cuda(const float *x, long n)
+{
+	if (n <= 0)
+		return 0;
+	unsigned *bad = (unsigned *)kern_cuda_scratch_alloc(sizeof(unsigned));
+	kern_cuda_zero(bad, sizeof(unsigned));
+	LAUNCH(nonfinite_kernel, n, bad, x, n);
+	unsigned host = 0;
+	kern_cuda_download(&host, bad, sizeof host);
+	kern_cuda_scratch_free(bad);
+	return host != 0;
+}

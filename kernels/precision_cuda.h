@@ -1,0 +1,31 @@
+/* kernels/precision_cuda.h - 16-bit storage on the GPU (precision_cuda.cu):
+ * the conversions and roundings of precision.h, bit for bit the CPU's (the
+ * same integer arithmetic on the bit patterns; the one fp32 add they use
+ * rounds to nearest even on the GPU as on the CPU), and the loss scaler's
+ * inf/NaN check. Pointers are device pointers; the work goes on
+ * kern_cuda_stream(). */
+#ifndef LARCH_KERNELS_PRECISION_CUDA_H
+#define LARCH_KERNELS_PRECISION_CUDA_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* x[i] = fp32(fp16(x[i])) (or bf16), in place: 16-bit storage, emulated. */
+void kern_round_fp16_cuda(float *x, long n);
+void kern_round_bf16_cuda(float *x, long n);
+
+/* out[i] = the 16-bit pattern of inp[i] (the GEMMs' operands). */
+void kern_fp32_to_fp16_cuda(uint16_t *out, const float *inp, long n);
+void kern_fp32_to_bf16_cuda(uint16_t *out, const float *inp, long n);
+
+/* 1 if any of x[0..n) is inf or NaN, else 0; waits for the answer. */
+int kern_nonfinite_cuda(const float *x, long n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,205 @@
+/* tests/gpu/test_cuda_precision.c - kernels/precision_cuda.cu against
+ * precision_cpu.c, and the 16-bit GEMM operands of matmul_cuda.cu
+ * (kern_matmul_cuda_operands) against the reference.
+ *
+ * Conversions fp32 -> fp16 and fp32 -> bf16: every one of the 2^32 fp32
+ * bit patterns (in chunks), the same 16 bits as the CPU. Roundings in place:
+ * the CPU's bits on random values, ties, subnormals, inf and NaN payloads.
+ * The inf/NaN check: one bad value anywhere, or none.
+ * 16-bit GEMMs: operands rounded to 16 bits first (as a mixed-precision
+ * model holds them), so the products are exact and only the fp32 sums
+ * differ from the reference's: atol = rtol = 8e-7 (k + 1), k the length of
+ * the sum, four times test_cuda_matmul.c's FP32 bound (the tensor cores add
+ * in their own order and may align the addends with fewer guard bits). Forward with and without
+ * bias, backward dinp (set and add), dweight and dbias.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test.h"
+#include "kernels/cuda_common.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_cuda.h"
+#include "kernels/precision.h"
+#include "kernels/precision_cuda.h"
+
+static uint64_t rng = 73;
+
+/* every fp32 pattern, 2^26 at a time, through both converters */
+static void test_all_patterns(void)
+{
+	const long chunk = 1L << 26;
+	uint32_t *bits = malloc(sizeof(uint32_t) * (size_t)chunk);
+	uint16_t *want = malloc(sizeof(uint16_t) * (size_t)chunk);
+	uint16_t *got = malloc(sizeof(uint16_t) * (size_t)chunk);
+	float *d_in = kern_cuda_malloc(sizeof(float) * (size_t)chunk);
+	uint16_t *d_out = kern_cuda_malloc(sizeof(uint16_t) * (size_t)chunk);
+	long bad[2] = { 0, 0 };
+	uint32_t first[2] = { 0, 0 };
+	for (uint64_t base = 0; base < (1ULL << 32); base += (uint64_t)chunk) {
+		for (long i = 0; i < chunk; i++)
+			bits[i] = (uint32_t)(base + (uint64_t)i);
+		kern_cuda_upload(d_in, bits, sizeof(float) * (size_t)chunk);
+		for (int k = 0; k < 2; k++) {
+			if (k == 0) {
+				kern_fp32_to_fp16_cpu(want, (const float *)bits, chunk);
+				kern_fp32_to_fp16_cuda(d_out, d_in, chunk);
+			} else {
+				kern_fp32_to_bf16_cpu(want, (const float *)bits, chunk);
+				kern_fp32_to_bf16_cuda(d_out, d_in, chunk);
+			}
+			kern_cuda_download(got, d_out, sizeof(uint16_t) * (size_t)chunk);
+			for (long i = 0; i < chunk; i++)
+				if (got[i] != want[i] && bad[k]++ == 0)
+					first[k] = bits[i];
+		}
+	}
+	CHECK_MSG(bad[0] == 0, "fp32 -> fp16: %ld patterns differ from the CPU (first 0x%08x)",
+	          bad[0], first[0]);
+	CHECK_MSG(bad[1] == 0, "fp32 -> bf16: %ld patterns differ from the CPU (first 0x%08x)",
+	          bad[1], first[1]);
+	free(bits), free(want), free(got);
+	kern_cuda_free(d_in), kern_cuda_free(d_out);
+}
+
+static void test_round_in_place(void)
+{
+	const long n = 1 << 20;
+	float *x = host_rand(n, -70000.0f, 70000.0f, &rng);
+	/* ties, subnormals of both formats, the largest values, inf, NaNs */
+	const uint32_t special[] = { 0x3f808000u, 0x3f818000u, 0x00000001u, 0x80000001u,
+		                     0x33800000u, 0x33000000u, 0x387fe000u, 0x477ff000u,
+		                     0x477fefffu, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
+		                     0x7fc00001u, 0x7f800001u, 0xffbfffffu, 0x80000000u };
+	for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+		memcpy(&x[i * 997], &special[i], sizeof(float));
+	for (long i = 0; i < n; i += 5)
+		x[i] *= 1e-6f;                       /* small: fp16 subnormals */
+	for (int k = 0; k < 2; k++) {
+		float *want = host_copy(x, n);
+		float *d = dev_copy(x, n);
+		if (k == 0) {
+			kern_round_fp16_cpu(want, n);
+			kern_round_fp16_cuda(d, n);
+		} else {
+			kern_round_bf16_cpu(want, n);
+			kern_round_bf16_cuda(d, n);
+		}
+		float *got = dev_fetch(d, n);
+		check_same_bits(k == 0 ? "round fp16" : "round bf16", got, want, n);
+		free(want), free(got);
+		kern_cuda_free(d);
+	}
+	free(x);
+}
+
+static void test_nonfinite(void)
+{
+	const long n = 3000001;
+	float *x = host_rand(n, -1e30f, 1e30f, &rng);
+	float *d = dev_copy(x, n);
+	CHECK(kern_nonfinite_cuda(d, n) == 0);
+	const long at[] = { 0, 31, 32, 4097, n - 1 };
+	const float bad[] = { INFINITY, -INFINITY, NAN };
+	for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+		for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+			dev_put(d + at[i], &bad[j], 1);
+			CHECK_MSG(kern_nonfinite_cuda(d, n) == 1, "a %g at %ld is not seen", bad[j], at[i]);
+			dev_put(d + at[i], &x[at[i]], 1);
+		}
+	CHECK(kern_nonfinite_cuda(d, n) == 0);
+	CHECK(kern_nonfinite_cuda(d, 0) == 0);
+	free(x);
+	kern_cuda_free(d);
+}
+
+static double tol(int k)
+{
+	return 8e-7 * (k + 1);
+}
+
+/* a host buffer of n values rounded to the 16-bit type */
+static float *rand16(long n, float lo, float hi, int bf16)
+{
+	float *x = host_rand(n, lo, hi, &rng);
+	if (bf16)
+		kern_round_bf16_cpu(x, n);
+	else
+		kern_round_fp16_cpu(x, n);
+	return x;
+}
+
+static void gemm16(int n, int c, int oc, int bf16)
+{
+	char what[160];
+	const char *t = bf16 ? "bf16" : "fp16";
+	long nc = (long)n * c, oc_c = (long)oc * c, noc = (long)n * oc;
+	float *inp = rand16(nc, -1, 1, bf16), *w = rand16(oc_c, -1, 1, bf16);
+	float *bias = host_rand(oc, -1, 1, &rng), *dout = rand16(noc, -1, 1, bf16);
+	float *d_inp = dev_copy(inp, nc), *d_w = dev_copy(w, oc_c), *d_bias = dev_copy(bias, oc);
+	float *d_dout = dev_copy(dout, noc), *d_out = dev_alloc(noc);
+	int prev = kern_matmul_cuda_operands(bf16 ? KERN_MM_BF16 : KERN_MM_FP16);
+	for (int with_bias = 0; with_bias < 2; with_bias++) {
+		float *want = host_zeros(noc);
+		kern_matmul_fwd_ref(want, inp, w, with_bias ? bias : NULL, n, c, oc);
+		kern_matmul_fwd_cuda(d_out, d_inp, d_w, with_bias ? d_bias : NULL, n, c, oc);
+		float *got = dev_fetch(d_out, noc);
+		snprintf(what, sizeof what, "%s forward%s n=%d c=%d oc=%d", t,
+		         with_bias ? " +bias" : "", n, c, oc);
+		check_close(what, got, want, noc, tol(c), tol(c));
+		free(want), free(got);
+	}
+	/* backward adding into random starting values */
+	float *dinp0 = host_rand(nc, -1, 1, &rng), *dw0 = host_rand(oc_c, -1, 1, &rng);
+	float *db0 = host_rand(oc, -1, 1, &rng);
+	float *dinp = host_copy(dinp0, nc), *dw = host_copy(dw0, oc_c), *db = host_copy(db0, oc);
+	kern_matmul_bwd_ref(dinp, dw, db, dout, inp, w, n, c, oc);
+	float *d_dinp = dev_copy(dinp0, nc), *d_dw = dev_copy(dw0, oc_c), *d_db = dev_copy(db0, oc);
+	kern_matmul_bwd_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, n, c, oc);
+	float *g_dinp = dev_fetch(d_dinp, nc), *g_dw = dev_fetch(d_dw, oc_c), *g_db = dev_fetch(d_db, oc);
+	snprintf(what, sizeof what, "%s dinp n=%d c=%d oc=%d", t, n, c, oc);
+	check_close(what, g_dinp, dinp, nc, tol(oc), tol(oc));
+	snprintf(what, sizeof what, "%s dweight n=%d c=%d oc=%d", t, n, c, oc);
+	check_close(what, g_dw, dw, oc_c, tol(n), tol(n));
+	snprintf(what, sizeof what, "%s dbias n=%d c=%d oc=%d", t, n, c, oc);
+	check_close(what, g_db, db, oc, 1e-7, 1e-6);
+	/* the _set backward over NaN */
+	float *nan = host_nan(nc), *sdinp = host_zeros(nc);
+	float *sdw = host_copy(dw0, oc_c), *sdb = host_copy(db0, oc);
+	kern_matmul_bwd_set_ref(sdinp, sdw, sdb, dout, inp, w, n, c, oc);
+	dev_put(d_dinp, nan, nc);
+	dev_put(d_dw, dw0, oc_c);
+	dev_put(d_db, db0, oc);
+	kern_matmul_bwd_set_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, n, c, oc);
+	float *gs = dev_fetch(d_dinp, nc);
+	snprintf(what, sizeof what, "%s dinp set n=%d c=%d oc=%d", t, n, c, oc);
+	check_close(what, gs, sdinp, nc, tol(oc), tol(oc));
+	kern_matmul_cuda_operands(prev);
+
+	free(inp), free(w), free(bias), free(dout), free(dinp0), free(dw0), free(db0);
+	free(dinp), free(dw), free(db), free(g_dinp), free(g_dw), free(g_db);
+	free(nan), free(sdinp), free(sdw), free(sdb), free(gs);
+	kern_cuda_free(d_inp), kern_cuda_free(d_w), kern_cuda_free(d_bias), kern_cuda_free(d_dout);
+	kern_cuda_free(d_out), kern_cuda_free(d_dinp), kern_cuda_free(d_dw), kern_cuda_free(d_db);
+}
+
+static void test_gemm16(void)
+{
+	const int shapes[][3] = { { 1, 1, 1 }, { 7, 13, 5 }, { 257, 129, 511 }, { 64, 768, 2304 },
+		                  { 128, 3072, 768 }, { 37, 256, 1000 } };
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+		for (int bf16 = 0; bf16 < 2; bf16++)
+			gemm16(shapes[k][0], shapes[k][1], shapes[k][2], bf16);
+}
+
+int main(void)
+{
+	gpu_test_init("test_cuda_precision");
+	CHECK_RUN(test_all_patterns);
+	CHECK_RUN(test_round_in_place);
+	CHECK_RUN(test_nonfinite);
+	CHECK_RUN(test_gemm16);
+	return check_finish();
+}
