@@ -249,6 +249,13 @@ extern "C" void *kern_cuda_dup(const void *host_src, size_t bytes)
 	return p;
 }
 
+extern "C" void kern_cuda_copy(void *dev_dst, const void *dev_src, size_t bytes)
+{
+	if (bytes)
+		KERN_CUDA_CHECK(cudaMemcpyAsync(dev_dst, dev_src, bytes, cudaMemcpyDeviceToDevice,
+		                                g_stream));
+}
+
 extern "C" void kern_cuda_zero(void *dev, size_t bytes)
 {
 	if (bytes)

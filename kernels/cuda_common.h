@@ -115,6 +115,8 @@ void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes);
 void kern_cuda_download(void *host_dst, const void *dev_src, size_t bytes);
 /* kern_cuda_malloc + kern_cuda_upload; returns a new buffer the caller frees. */
 void *kern_cuda_dup(const void *host_src, size_t bytes);
+/* Copies bytes from device memory to device memory on the stream (no wait). */
+void kern_cuda_copy(void *dev_dst, const void *dev_src, size_t bytes);
 /* Zeroes bytes at dev on the stream (no wait). */
 void kern_cuda_zero(void *dev, size_t bytes);
 

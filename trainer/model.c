@@ -210,10 +210,17 @@ void trn_model_weights_changed(struct trn_model *m)
 
 int trn_model_set_resident(struct trn_model *m)
 {
-	if (!m->device || !m->ops->zero_device_grads || !m->ops->pull_weights)
+	if (!m->device || !m->ops->zero_device_grads || !m->ops->pull_weights ||
+	    !m->ops->publish_master)
 		return -1;
 	m->resident = 1;
 	return 0;
+}
+
+void trn_model_publish_master(struct trn_model *m, const float *master_dev)
+{
+	m->ops->publish_master(m, master_dev);
+	m->w_device_newer = 1;
 }
 
 void trn_model_device_weights_changed(struct trn_model *m)

@@ -49,6 +49,9 @@ struct trn_model_ops {
 	/* GPU models only (NULL on the CPU), for trn_model_set_resident: */
 	void (*zero_device_grads)(struct trn_model *m);
 	void (*pull_weights)(struct trn_model *m);     /* the device's w into w */
+	/* the device's w = master (device fp32 master weights), rounded to the
+	 * compute dtype */
+	void (*publish_master)(struct trn_model *m, const float *master);
 };
 
 struct trn_model {
@@ -148,6 +151,9 @@ int trn_model_set_resident(struct trn_model *m);
 void trn_model_device_weights_changed(struct trn_model *m);
 /* Resident: makes w the device's weights (a copy when stale); else nothing. */
 void trn_model_pull_weights(struct trn_model *m);
+/* Resident in 16 bits: the device's weights from the device's fp32 master
+ * weights, rounded to the compute dtype (w is then stale). */
+void trn_model_publish_master(struct trn_model *m, const float *master_dev);
 
 /* Model files: their blocks, once the parameter table is complete. */
 void trn_model_set_blocks(struct trn_model *m, int n_blocks, int first_param, int block_params);

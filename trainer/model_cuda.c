@@ -205,6 +205,13 @@ void trn_cuda_model_pull_weights(struct trn_model *base)
 	c->w_version = base->w_version;        /* the two copies agree */
 }
 
+void trn_cuda_model_publish_master(struct trn_model *base, const float *master)
+{
+	struct trn_cuda_model *c = (struct trn_cuda_model *)base;
+	kern_cuda_copy(c->w_dev, master, sizeof(float) * (size_t)base->n_floats);
+	trn_cuda_model_round(c, c->w_dev, base->n_floats);
+}
+
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c)
 {
 	if (!c->base.resident)    /* each backward's own, added to g at its end */
@@ -214,8 +221,11 @@ void trn_cuda_model_grads_begin(struct trn_cuda_model *c)
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
 {
 	struct trn_model *b = &c->base;
-	if (b->resident)          /* they stay, adding up over the micro-batches */
+	if (b->resident) {        /* they stay, adding up over the micro-batches, */
+		/* each backward's sum rounded to 16 bits as grad_ready rounds g */
+		trn_cuda_model_round(c, c->g_dev, b->n_floats);
 		return;
+	}
 	size_t bytes = sizeof(float) * (size_t)b->n_floats;
 	if (b->g_zeroed) {
 		kern_cuda_download(b->g, c->g_dev, bytes);

@@ -12,13 +12,15 @@
  *
  * Resident (trn_model_set_resident): one rank with the optimizer on the
  * device too (optim_cuda.c), the device copies are the run's and nothing
- * crosses to the host in a step; checkpoints pull the weights.
+ * crosses to the host in a step; checkpoints pull the weights. In 16 bits
+ * the trainer keeps fp32 master weights on the device and publishes them
+ * rounded into the model's weights (trn_model_publish_master).
  *
  * fp32, bf16 or fp16 compute: in 16 bits every activation and activation
  * gradient is rounded where the CPU model rounds it (16-bit storage held in
  * floats), and the GEMMs take 16-bit operands on the tensor cores with fp32
  * sums; the master weights, the optimizer and the loss scaler are the
- * trainer's on the host (a 16-bit run is not resident). Not yet:
+ * trainer's (on the device when resident). Not yet:
  * offload.params, offload.activations (refused, naming the field). The kernels are kernels/<op>_cuda.cu, each tested
  * against its CPU reference (tests/gpu).
  */
@@ -80,6 +82,7 @@ void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order);
 /* The resident ops (struct trn_model_ops) both models use. */
 void trn_cuda_model_zero_device_grads(struct trn_model *base);
 void trn_cuda_model_pull_weights(struct trn_model *base);
+void trn_cuda_model_publish_master(struct trn_model *base, const float *master);
 /* Frees what trn_cuda_model_init made (and the CPU layout). */
 void trn_cuda_model_release(struct trn_cuda_model *c);
 

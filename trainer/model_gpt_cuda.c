@@ -223,6 +223,7 @@ static const struct trn_model_ops gpt_cuda_ops = {
 	.free = gpt_cuda_free,
 	.zero_device_grads = trn_cuda_model_zero_device_grads,
 	.pull_weights = trn_cuda_model_pull_weights,
+	.publish_master = trn_cuda_model_publish_master,
 };
 
 /* The CPU layout's table is model_gpt.c's: checked name by name, so that a

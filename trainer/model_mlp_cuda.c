@@ -148,6 +148,7 @@ static const struct trn_model_ops mlp_cuda_ops = {
 	.free = mlp_cuda_free,
 	.zero_device_grads = trn_cuda_model_zero_device_grads,
 	.pull_weights = trn_cuda_model_pull_weights,
+	.publish_master = trn_cuda_model_publish_master,
 };
 
 struct trn_model *trn_mlp_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,

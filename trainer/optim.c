@@ -7,6 +7,7 @@
 
 #include "cuda_backend.h"
 #include "kernels/optimizer.h"
+#include "kernels/precision.h"
 
 static void *cpu_alloc_zeroed(size_t bytes)
 {
@@ -27,6 +28,7 @@ const struct trn_optim_kernels trn_optim_cpu_kernels = {
 	.name = "cpu",
 	.sumsq = kern_sumsq_cpu,
 	.scale = kern_scale_cpu,
+	.nonfinite = kern_nonfinite_cpu,
 	.sgd = kern_sgd_update_cpu,
 	.adamw = kern_adamw_update_cpu,
 	.lars = kern_lars_update_cpu,

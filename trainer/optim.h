@@ -45,6 +45,7 @@ struct trn_optim_kernels {
 	const char *name;              /* "cpu", "cuda" */
 	double (*sumsq)(const float *x, long n);
 	void (*scale)(float *x, long n, float s);
+	int (*nonfinite)(const float *x, long n);
 	void (*sgd)(float *w, float *m, const float *g, long n, float lr, float mu, float wd,
 	            int nesterov);
 	void (*adamw)(float *w, float *m, float *v, const float *g, long n, float lr, float b1,

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda_common.h"
 #include "kernels/optimizer_cuda.h"
+#include "kernels/precision_cuda.h"
 
 static void *dev_alloc_zeroed(size_t bytes)
 {
@@ -20,6 +21,7 @@ const struct trn_optim_kernels trn_optim_cuda_kernels = {
 	.name = "cuda",
 	.sumsq = kern_sumsq_cuda,
 	.scale = kern_scale_cuda,
+	.nonfinite = kern_nonfinite_cuda,
 	.sgd = kern_sgd_update_cuda,
 	.adamw = kern_adamw_update_cuda,
 	.lars = kern_lars_update_cuda,

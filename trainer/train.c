@@ -48,6 +48,8 @@ struct run {
 	float *master;                 /* fp32 master weights of [lo, hi): the model's own w + lo
 	                                  with fp32 compute, else master_owned */
 	float *master_owned;           /* with offload.optimizer "cpu" always, in host memory */
+	float *master_dev;             /* resident in 16 bits: the fp32 master weights on the
+	                                  device (opt.k's memory), owned */
 	int offload;                   /* offload.optimizer "cpu": off moves grads and params */
 	int resident;                  /* one rank on a GPU with the optimizer there too: the
 	                                  device holds weights, gradients and state (model.h) */
@@ -310,7 +312,10 @@ static int publish_params(struct run *r, struct trn_err *err)
 {
 	struct trn_model *m = r->model;
 	if (r->resident) {               /* updated in place on the device */
-		trn_model_device_weights_changed(m);
+		if (r->master_dev)
+			trn_model_publish_master(m, r->master_dev);
+		else
+			trn_model_device_weights_changed(m);
 		return 0;
 	}
 	if (r->offload) {
@@ -346,6 +351,12 @@ static int load_state(struct run *r, const char *path, struct trn_err *err)
  * rank) become the master weights; the model computes with their rounding. */
 static void adopt_weights(struct run *r)
 {
+	if (r->master_dev) {
+		r->opt.k->from_host(r->master_dev, r->model->w,
+		                    sizeof(float) * (size_t)r->model->n_floats);
+		trn_model_round(r->model, r->model->w, r->model->n_floats);
+		return;
+	}
 	if (!r->master_owned)
 		return;
 	memcpy(r->master_owned, r->model->w + r->dp.lo, sizeof(float) * (size_t)(r->dp.hi - r->dp.lo));
@@ -495,16 +506,26 @@ static int setup(struct run *r, struct trn_err *err)
 	}
 	if (s->offload.optimizer == TRN_OFFLOAD_CPU && setup_offload(r, err) != 0)
 		return TRN_EXIT_FAILED;
-	/* one rank on a GPU, fp32, the optimizer not offloaded: it steps the
-	 * device copies in place, and nothing crosses to the host in a step */
+	/* one rank on a GPU, the optimizer not offloaded: it steps the device
+	 * copies in place (in 16 bits fp32 master weights on the device, which
+	 * it publishes rounded), and nothing crosses to the host in a step */
 	struct trn_model *m = r->model;
-	if (m->device && r->comm->size == 1 && !r->offload && m->dtype == TRN_DTYPE_FP32 &&
-	    r->ls.mode == TRN_LOSS_SCALE_NONE && s->optimizer.state_dtype != TRN_DTYPE_INT8) {
-		if (trn_optim_move_to(&r->opt, trn_optim_kernels_of(m), err) != 0 ||
-		    trn_model_set_resident(m) != 0)
+	if (m->device && r->comm->size == 1 && !r->offload &&
+	    s->optimizer.state_dtype != TRN_DTYPE_INT8) {
+		const struct trn_optim_kernels *k = trn_optim_kernels_of(m);
+		if (trn_optim_move_to(&r->opt, k, err) != 0 || trn_model_set_resident(m) != 0)
 			return TRN_EXIT_FAILED;
 		r->resident = 1;
 		r->master = m->w_dev;
+		if (m->dtype != TRN_DTYPE_FP32) {
+			size_t bytes = sizeof(float) * (size_t)m->n_floats;
+			if (!(r->master_dev = k->alloc_zeroed(bytes)))
+				return trn_err_set(err, "master weights: out of %s memory", k->name),
+				       TRN_EXIT_FAILED;
+			r->master = r->master_dev;
+			free(r->master_owned);
+			r->master_owned = NULL;
+		}
 	}
 	if (r->comm->size > 1 || r->offload) {
 		/* buckets start reducing (and for the host) while backward goes on */
@@ -553,14 +574,16 @@ static int save(struct run *r, struct trn_err *err)
 	float *master = NULL;
 	struct trn_optim_state os = { 0 };
 	int rc = -1;
-	if (r->master_owned && !(master = malloc(sizeof(float) * (size_t)n))) {
+	if ((r->master_owned || r->master_dev) && !(master = malloc(sizeof(float) * (size_t)n))) {
 		trn_err_set(err, "checkpoint: out of memory for the master weights");
 		goto out;
 	}
+	if (r->master_dev)           /* resident: one rank, the device's */
+		r->opt.k->to_host(master, r->master_dev, sizeof(float) * (size_t)n);
 	if (trn_optim_state_init(&os, &r->opt, err) != 0)
 		goto out;
 	/* without ZeRO the ranks' states are the same, rank 0's is the run's */
-	if ((master && trn_dp_gather(&r->dp, r->master_owned, master, err) != 0) ||
+	if ((r->master_owned && trn_dp_gather(&r->dp, r->master_owned, master, err) != 0) ||
 	    trn_optim_state_gather(&os, &r->opt, &r->dp, err) != 0)
 		goto out;
 	rc = 0;
@@ -675,7 +698,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 			return TRN_EXIT_FAILED;
 		long ns = r->dp.hi - r->dp.lo;
 		double gsq = r->opt.k->sumsq(gs, ns);
-		int nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && kern_nonfinite_cpu(gs, ns);
+		int nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && r->opt.k->nonfinite(gs, ns);
 		/* whether to stop after this step: with several ranks, what they
 		 * agreed on here (a signal arriving later on one rank waits for the
 		 * next step's agreement, or the ranks would part ways) */
@@ -849,6 +872,8 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	trn_optim_release(&r.opt);
 	trn_opt_offload_release(&r.off);
 	free(r.master_owned);
+	if (r.master_dev)
+		r.opt.k->release(r.master_dev);
 	trn_watchdog_release(&r.wd);
 	trn_batch_release(&r.batch);
 	trn_model_free(r.model);

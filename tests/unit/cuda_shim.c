@@ -295,3 +295,14 @@ int kern_matmul_cuda_operands(int dtype)
 	current = dtype;
 	return prev;
 }
+
+void kern_cuda_copy(void *dev_dst, const void *dev_src, size_t bytes)
+{
+	if (bytes)
+		memcpy(dev_dst, dev_src, bytes);
+}
+
+int kern_nonfinite_cuda(const float *x, long n)
+{
+	return kern_nonfinite_cpu(x, n);
+}

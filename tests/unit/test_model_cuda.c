@@ -269,10 +269,10 @@ static int read_metric(const char *dir, const char *name, double *out, int max)
  * of micro, 8 a step, plus extra spec fields: the same losses, gradient
  * norms and validation, step by step (AdamW, clipping, validation and
  * checkpoints midway: the weights the GPU computes with must follow every
- * update). One rank in fp32 is resident on the device (the optimizer steps
- * the device copies, the micro-batches add up there as on the CPU): the
- * same bits. With the optimizer offloaded the GPU model's gradients come
- * back per micro-batch and add up on the host, in another order (as in
+ * update). One rank is resident on the device (the optimizer steps the
+ * device copies, the micro-batches add up there as on the CPU): the same
+ * bits. With the optimizer offloaded the GPU model's gradients come back
+ * per micro-batch and add up on the host, in another order (as in
  * step_both): within rel. Returns the GPU run's job dir in gpu_dir. */
 static void train_both(const char *corpus, int micro, const char *extra, double rel,
                        char *gpu_dir, size_t len)
@@ -317,29 +317,13 @@ static void train_both(const char *corpus, int micro, const char *extra, double 
 	trn_spec_release(&spec);
 }
 
-static void test_train_same_run(void)
+/* Stopped after every step (checkpoint, exit 3) and resumed, resident:
+ * the weights (and in 16 bits the device's master weights) come off the
+ * device into each checkpoint, the optimizer state down and back up; the
+ * run must equal the straight one in `straight` bit for bit. */
+static void resume_cycles(const char *corpus, const char *extra, const char *straight)
 {
-	char corpus[4200];
-	snprintf(corpus, sizeof corpus, "%s/corpus.txt", tmp);
-	FILE *f = fopen(corpus, "w");
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	for (int i = 0; i < 400; i++)
-		fprintf(f, "the quick brown fox %d jumps over the lazy dog; ", i * 7 % 13);
-	fclose(f);
-	char straight[4300];
-	train_both(corpus, 8, NULL, 0.0, NULL, 0);
-	train_both(corpus, 4, NULL, 0.0, straight, sizeof straight);
-	train_both(corpus, 4, "\"offload\": {\"optimizer\": \"cpu\"}", 1e-5, NULL, 0);
-	/* 16 bits: the master weights, optimizer and loss scaler on the host */
-	train_both(corpus, 8, "\"precision\": {\"compute\": \"bf16\"}", 0.0, NULL, 0);
-	train_both(corpus, 8, "\"precision\": {\"compute\": \"fp16\", \"init_scale\": 1024}", 0.0,
-	           NULL, 0);
-
-	/* resident, stopped after every step (checkpoint, exit 3) and resumed:
-	 * the weights come off the device into each checkpoint, the optimizer
-	 * state down and back up; the run equals the straight one bit for bit */
+	static int cycles;
 	char text[8192], dir[4300];
 	snprintf(text, sizeof text,
 	         "{\"name\": \"same-4\", \"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2,"
@@ -348,11 +332,11 @@ static void test_train_same_run(void)
 	         " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.01, \"clip_grad_norm\": 1.0},"
 	         " \"schedule\": {\"warmup\": {\"steps\": 2}, \"decay\": \"cosine\"},"
 	         " \"steps\": 8, \"eval_every\": 4, \"checkpoint_every\": 4, \"log_every\": 2,"
-	         " \"seed\": 3}", corpus);
+	         " \"seed\": 3%s%s}", corpus, extra ? ", " : "", extra ? extra : "");
 	struct trn_spec spec;
 	if (load_spec(&spec, text))
 		return;
-	snprintf(dir, sizeof dir, "%s/run-resumed", tmp);
+	snprintf(dir, sizeof dir, "%s/run-resumed-%d", tmp, ++cycles);
 	struct trn_train_opts o = { .job_dir = dir, .quiet = 1, .threads = 1, .device = "cuda" };
 	trn_train_request_stop(SIGTERM);       /* stays up: every run stops after one step */
 	int rc = -1, runs = 0;
@@ -367,13 +351,40 @@ static void test_train_same_run(void)
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
 		double a[64], b[64];
 		int na = read_metric(straight, names[i], a, 64), nb = read_metric(dir, names[i], b, 64);
-		CHECK_MSG(na > 0 && na == nb, "resumed: %s: %d points straight, %d resumed", names[i],
-		          na, nb);
+		CHECK_MSG(na > 0 && na == nb, "resumed %s: %s: %d points straight, %d resumed",
+		          extra ? extra : "fp32", names[i], na, nb);
 		for (int j = 0; j < na && j < nb; j++)
-			CHECK_MSG(a[j] == b[j], "resumed: %s #%d: %.9g straight, %.9g resumed", names[i], j,
-			          a[j], b[j]);
+			CHECK_MSG(a[j] == b[j], "resumed %s: %s #%d: %.9g straight, %.9g resumed",
+			          extra ? extra : "fp32", names[i], j, a[j], b[j]);
 	}
 	trn_spec_release(&spec);
+}
+
+static void test_train_same_run(void)
+{
+	char corpus[4200];
+	snprintf(corpus, sizeof corpus, "%s/corpus.txt", tmp);
+	FILE *f = fopen(corpus, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	for (int i = 0; i < 400; i++)
+		fprintf(f, "the quick brown fox %d jumps over the lazy dog; ", i * 7 % 13);
+	fclose(f);
+	char straight[4300], straight16[4300];
+	const char *bf16 = "\"precision\": {\"compute\": \"bf16\"}";
+	const char *fp16 = "\"precision\": {\"compute\": \"fp16\", \"init_scale\": 1024}";
+	/* resident: fp32, bf16 and fp16 (the loss scaler's check on the device),
+	 * with and without accumulation: the CPU's bits */
+	train_both(corpus, 8, NULL, 0.0, NULL, 0);
+	train_both(corpus, 4, NULL, 0.0, straight, sizeof straight);
+	train_both(corpus, 8, bf16, 0.0, NULL, 0);
+	train_both(corpus, 4, bf16, 0.0, straight16, sizeof straight16);
+	train_both(corpus, 4, fp16, 0.0, NULL, 0);
+	/* the optimizer on the host: within rel */
+	train_both(corpus, 4, "\"offload\": {\"optimizer\": \"cpu\"}", 1e-5, NULL, 0);
+	resume_cycles(corpus, NULL, straight);
+	resume_cycles(corpus, bf16, straight16);
 }
 
 int main(void)
