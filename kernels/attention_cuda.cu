@@ -16,12 +16,20 @@
  * The scores are computed for the whole [t, t] block (the masked half too)
  * and the causal softmax, forward and backward, is a warp per row that
  * writes zeros above the diagonal.
+ *
+ * With 16-bit GEMM operands (kern_cuda_gemm_operands, as a bf16 or fp16
+ * model sets) the products run on the tensor cores from 16-bit copies of
+ * qkv, dout, att and dpreatt, with fp32 sums and fp32 results; the softmax
+ * stays fp32. qkv and dout hold 16-bit values already (exact copies); the
+ * probabilities are rounded for the products with v and q, k, as a fused
+ * (flash) kernel rounds them.
  */
 #include "attention_cuda.h"
 
 #include <math.h>
 
 #include "cuda_common.h"
+#include "precision_cuda.h"
 
 #define SOFTMAX_WARPS 8 /* rows per block */
 
@@ -88,6 +96,18 @@ static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
 	                                            lda, sa, b, ldb, sb, &beta, c, ldc, sc, nh));
 }
 
+/* heads_gemm with 16-bit A and B (kern_cuda_gemm_operands' type) */
+static void heads_gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                         float alpha, const uint16_t *a, int lda, long sa, const uint16_t *b,
+                         int ldb, long sb, float beta, float *c, int ldc, long sc, int nh)
+{
+	cudaDataType t = kern_cuda_gemm_operands() == 2 ? CUDA_R_16BF : CUDA_R_16F;
+	KERN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(kern_cuda_cublas(), ta, tb, m, n, k, &alpha, a,
+	                                             t, lda, sa, b, t, ldb, sb, &beta, c,
+	                                             CUDA_R_32F, ldc, sc, nh, CUBLAS_COMPUTE_32F,
+	                                             CUBLAS_GEMM_DEFAULT));
+}
+
 static void softmax_rows(float *att, long rows, int t)
 {
 	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
@@ -104,6 +124,25 @@ extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, c
 	int hs = c / nh;
 	float scale = (float)(1.0 / sqrt((double)hs));
 	long tt = (long)t * t;
+	if (kern_cuda_gemm_operands()) {
+		uint16_t *qkv16 = kern_cuda_to16_scratch(qkv, (long)b * t * 3 * c);
+		for (int bb = 0; bb < b; bb++) {
+			const uint16_t *q = qkv16 + (size_t)bb * t * 3 * c, *k = q + c;
+			heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs,
+			             0.0f, att + (size_t)bb * nh * tt, t, tt, nh);
+		}
+		softmax_rows(att, (long)b * nh * t, t);
+		uint16_t *att16 = kern_cuda_to16_scratch(att, (long)b * nh * tt);
+		for (int bb = 0; bb < b; bb++) {
+			const uint16_t *v = qkv16 + (size_t)bb * t * 3 * c + 2 * c;
+			heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, 1.0f, v, 3 * c, hs,
+			             att16 + (size_t)bb * nh * tt, t, tt, 0.0f, out + (size_t)bb * t * c, c,
+			             hs, nh);
+		}
+		kern_cuda_scratch_free(att16);
+		kern_cuda_scratch_free(qkv16);
+		return;
+	}
 	for (int bb = 0; bb < b; bb++) {
 		const float *q = qkv + (size_t)bb * t * 3 * c, *k = q + c;
 		float *a = att + (size_t)bb * nh * tt;
@@ -119,6 +158,44 @@ extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, c
 	}
 }
 
+/* attention_bwd with 16-bit operands */
+static void attention_bwd16(float *dqkv, float *datt, const float *dout, const float *qkv,
+                            const float *att, int b, int t, int c, int nh, float dbeta)
+{
+	int hs = c / nh;
+	float scale = (float)(1.0 / sqrt((double)hs));
+	long tt = (long)t * t, rows = (long)b * nh * t;
+	uint16_t *qkv16 = kern_cuda_to16_scratch(qkv, (long)b * t * 3 * c);
+	uint16_t *dout16 = kern_cuda_to16_scratch(dout, (long)b * t * c);
+	uint16_t *att16 = kern_cuda_to16_scratch(att, (long)b * nh * tt);
+	for (int bb = 0; bb < b; bb++) {
+		size_t o3 = (size_t)bb * t * 3 * c, o1 = (size_t)bb * t * c;
+		const uint16_t *v = qkv16 + o3 + 2 * c, *dy = dout16 + o1;
+		heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, 1.0f, v, 3 * c, hs, dy, c, hs, 0.0f,
+		             datt + (size_t)bb * nh * tt, t, tt, nh);
+		heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, 1.0f, dy, c, hs,
+		             att16 + (size_t)bb * nh * tt, t, tt, dbeta, dqkv + o3 + 2 * c, 3 * c, hs,
+		             nh);
+	}
+	kern_cuda_scratch_free(att16);
+	kern_cuda_scratch_free(dout16);
+	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
+	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(datt, att,
+	                                                                               rows, t);
+	KERN_CUDA_CHECK_LAUNCH();
+	uint16_t *dp16 = kern_cuda_to16_scratch(datt, (long)b * nh * tt);
+	for (int bb = 0; bb < b; bb++) {
+		size_t o3 = (size_t)bb * t * 3 * c;
+		const uint16_t *q = qkv16 + o3, *k = q + c, *dp = dp16 + (size_t)bb * nh * tt;
+		heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, scale, k, 3 * c, hs, dp, t, tt, dbeta,
+		             dqkv + o3, 3 * c, hs, nh);
+		heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, scale, q, 3 * c, hs, dp, t, tt, dbeta,
+		             dqkv + o3 + c, 3 * c, hs, nh);
+	}
+	kern_cuda_scratch_free(dp16);
+	kern_cuda_scratch_free(qkv16);
+}
+
 /* dbeta: 1 adds into dqkv, 0 overwrites it (each element of dqkv is written
  * by exactly one of the dq, dk, dv products) */
 static void attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
@@ -126,6 +203,10 @@ static void attention_bwd(float *dqkv, float *datt, const float *dout, const flo
 {
 	if (b <= 0 || t <= 0 || c <= 0 || nh <= 0)
 		return;
+	if (kern_cuda_gemm_operands()) {
+		attention_bwd16(dqkv, datt, dout, qkv, att, b, t, c, nh, dbeta);
+		return;
+	}
 	int hs = c / nh;
 	float scale = (float)(1.0 / sqrt((double)hs));
 	long tt = (long)t * t;

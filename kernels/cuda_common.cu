@@ -10,6 +10,17 @@
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
 static cudaStream_t g_stream; /* 0: the legacy default stream */
+static int g_gemm_operands;   /* 0 fp32, 1 fp16, 2 bf16 */
+
+extern "C" int kern_cuda_gemm_operands(void)
+{
+	return g_gemm_operands;
+}
+
+extern "C" void kern_cuda_set_gemm_operands(int dtype)
+{
+	g_gemm_operands = dtype;
+}
 
 extern "C" void kern_cuda_fail(const char *file, int line, const char *what, const char *err)
 {

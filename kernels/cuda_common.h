@@ -92,6 +92,15 @@ double kern_cuda_peak_fp32(int index);
  * 16-bit run's MFU; 0 when unknown. */
 double kern_cuda_peak_tensor16(int index);
 
+/* ---- GEMM operands ------------------------------------------------------------- */
+
+/* The operands of the GEMMs of matmul_cuda.cu and attention_cuda.cu: 0 fp32
+ * (plain FP32 cuBLAS), 1 fp16, 2 bf16 (converted to 16 bits for the tensor
+ * cores, fp32 sums and results); matmul_cuda.h's KERN_MM_* and
+ * kern_matmul_cuda_operands set it. */
+int kern_cuda_gemm_operands(void);
+void kern_cuda_set_gemm_operands(int dtype);
+
 /* ---- the stream and the cuBLAS handle -------------------------------------- */
 
 cudaStream_t kern_cuda_stream(void);

@@ -34,7 +34,6 @@
 #define DBIAS_FY 16
 
 static int g_fused_bias = 1;
-static int g_operands = KERN_MM_FP32;
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
 {
@@ -45,8 +44,8 @@ extern "C" int kern_matmul_cuda_fused_bias(int on)
 
 extern "C" int kern_matmul_cuda_operands(int dtype)
 {
-	int prev = g_operands;
-	g_operands = dtype;
+	int prev = kern_cuda_gemm_operands();
+	kern_cuda_set_gemm_operands(dtype);
 	return prev;
 }
 
@@ -56,12 +55,7 @@ extern "C" int kern_matmul_cuda_operands(int dtype)
  * kern_cuda_scratch_free once the GEMM is enqueued). */
 static uint16_t *to16(const float *x, long n)
 {
-	uint16_t *h = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)n);
-	if (g_operands == KERN_MM_BF16)
-		kern_fp32_to_bf16_cuda(h, x, n);
-	else
-		kern_fp32_to_fp16_cuda(h, x, n);
-	return h;
+	return kern_cuda_to16_scratch(x, n);
 }
 
 /* C (fp32, ldc) = alpha op(A) op(B) + beta C with A and B in 16 bits, the
@@ -71,7 +65,7 @@ static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
                    float *c, int ldc)
 {
 	const float one = 1.0f;
-	cudaDataType t = g_operands == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	cudaDataType t = kern_cuda_gemm_operands() == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 	KERN_CUBLAS_CHECK(cublasGemmEx(kern_cuda_cublas(), ta, tb, m, n, k, &one, a, t, lda, b, t,
 	                               ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
 	                               CUBLAS_GEMM_DEFAULT));
@@ -266,7 +260,7 @@ extern "C" void kern_matmul_fwd_cuda(float *out, const float *inp, const float *
 	if (n <= 0 || oc <= 0)
 		return;
 	long total = (long)n * oc;
-	if (g_operands != KERN_MM_FP32 && c > 0) {
+	if (kern_cuda_gemm_operands() != KERN_MM_FP32 && c > 0) {
 		/* out = bias (or 0), then the 16-bit GEMM adds onto it */
 		if (bias) {
 			broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
@@ -308,7 +302,7 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 			kern_cuda_zero(dinp, sizeof(float) * (size_t)n * (size_t)c);
 		return;
 	}
-	if (c > 0 && g_operands != KERN_MM_FP32) {
+	if (c > 0 && kern_cuda_gemm_operands() != KERN_MM_FP32) {
 		uint16_t *w16 = to16(weight, (long)oc * c), *d16 = to16(dout, (long)n * oc);
 		uint16_t *x16 = to16(inp, (long)n * c);
 		if (dinp)

@@ -117,6 +117,16 @@ extern "C" void kern_fp32_to_bf16_cuda(uint16_t *out, const float *inp, long n)
 	LAUNCH(to_bf16_kernel, n, out, inp, n);
 }
 
+extern "C" uint16_t *kern_cuda_to16_scratch(const float *x, long n)
+{
+	uint16_t *h = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
+	if (kern_cuda_gemm_operands() == 2)
+		kern_fp32_to_bf16_cuda(h, x, n);
+	else
+		kern_fp32_to_fp16_cuda(h, x, n);
+	return h;
+}
+
 extern "C" int kern_nonfinite_cuda(const float *x, long n)
 {
 	if (n <= 0)

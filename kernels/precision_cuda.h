@@ -21,6 +21,11 @@ void kern_round_bf16_cuda(float *x, long n);
 void kern_fp32_to_fp16_cuda(uint16_t *out, const float *inp, long n);
 void kern_fp32_to_bf16_cuda(uint16_t *out, const float *inp, long n);
 
+/* A 16-bit copy of x[0..n) in the GEMM operands' type (kern_cuda_gemm_operands:
+ * bf16 or fp16), in stream-ordered scratch: free it with
+ * kern_cuda_scratch_free once the work that reads it is enqueued. */
+uint16_t *kern_cuda_to16_scratch(const float *x, long n);
+
 /* 1 if any of x[0..n) is inf or NaN, else 0; waits for the answer. */
 int kern_nonfinite_cuda(const float *x, long n);
 

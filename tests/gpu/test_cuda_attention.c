@@ -9,6 +9,15 @@
  * The scores and products are fp32 GEMMs (sums of hs or t terms); exp turns
  * the scores' absolute error into relative error of att.
  * Backward runs on both sides from the reference's att.
+ *
+ * 16-bit operands (kern_cuda_gemm_operands bf16 and fp16, as a mixed-
+ * precision model runs it), on qkv and dout rounded to 16 bits: the scores
+ * are exact products summed in fp32 (att as tight as above); the
+ * probabilities (and their gradients) are rounded to 16 bits for the
+ * products with v, q and k, a relative error of u = 2^-9 (bf16) or 2^-12
+ * (fp16) in each term, so out and dqkv are held to a normwise relative error
+ * ||got - want|| / ||want|| <= 2u; datt (dout v^T exact, then the fp32
+ * softmax backward) elementwise as tight as in fp32.
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +27,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_common.h"
+#include "kernels/precision.h"
 
 static uint64_t rng = 91;
 
@@ -87,6 +97,66 @@ static void test_vs_ref(void)
 		compare(shapes[k]);
 }
 
+/* ||got - want||_2 / ||want||_2 <= rel */
+static void check_normwise(const char *what, const float *got, const float *want, long n,
+                           double rel)
+{
+	double num = 0, den = 0;
+	for (long i = 0; i < n; i++) {
+		double d = (double)got[i] - want[i];
+		num += d * d;
+		den += (double)want[i] * want[i];
+	}
+	double err = den > 0 ? sqrt(num / den) : sqrt(num);
+	CHECK_MSG(err <= rel, "%s: normwise relative error %.3g > %.3g", what, err, rel);
+}
+
+static void compare16(struct shape s, int bf16)
+{
+	char what[160];
+	const char *ty = bf16 ? "bf16" : "fp16";
+	double u = bf16 ? 1.0 / 512 : 1.0 / 4096;
+	long btc = (long)s.b * s.t * s.c, tt = (long)s.b * s.nh * s.t * s.t;
+	float *qkv = host_rand(3 * btc, -1, 1, &rng), *dout = host_rand(btc, -1, 1, &rng);
+	void (*round16)(float *, long) = bf16 ? kern_round_bf16_cpu : kern_round_fp16_cpu;
+	round16(qkv, 3 * btc);
+	round16(dout, btc);
+	float *d_qkv = dev_copy(qkv, 3 * btc), *d_dout = dev_copy(dout, btc);
+	float *d_out = dev_alloc(btc), *d_att = dev_alloc(tt), *d_datt = dev_alloc(tt);
+	float *d_dqkv = dev_alloc(3 * btc);
+	float *out = host_zeros(btc), *preatt = host_zeros(tt), *att = host_zeros(tt);
+	kern_attention_fwd_ref(out, preatt, att, qkv, s.b, s.t, s.c, s.nh);
+	kern_cuda_set_gemm_operands(bf16 ? 2 : 1);
+	kern_attention_fwd_cuda(d_out, NULL, d_att, d_qkv, s.b, s.t, s.c, s.nh);
+	float *gout = dev_fetch(d_out, btc), *gatt = dev_fetch(d_att, tt);
+	snprintf(what, sizeof what, "%s att b=%d t=%d c=%d nh=%d", ty, s.b, s.t, s.c, s.nh);
+	check_close(what, gatt, att, tt, 1e-6, 1e-4);
+	snprintf(what, sizeof what, "%s out b=%d t=%d c=%d nh=%d", ty, s.b, s.t, s.c, s.nh);
+	check_normwise(what, gout, out, btc, 2 * u);
+	dev_put(d_att, att, tt);
+	float *dqkv = host_zeros(3 * btc), *dpreatt = host_zeros(tt), *datt = host_zeros(tt);
+	kern_attention_bwd_set_ref(dqkv, dpreatt, datt, dout, qkv, att, s.b, s.t, s.c, s.nh);
+	kern_attention_bwd_set_cuda(d_dqkv, NULL, d_datt, d_dout, d_qkv, d_att, s.b, s.t, s.c, s.nh);
+	kern_cuda_set_gemm_operands(0);
+	float *gdqkv = dev_fetch(d_dqkv, 3 * btc), *gdatt = dev_fetch(d_datt, tt);
+	snprintf(what, sizeof what, "%s dqkv b=%d t=%d c=%d nh=%d", ty, s.b, s.t, s.c, s.nh);
+	check_normwise(what, gdqkv, dqkv, 3 * btc, 2 * u);
+	snprintf(what, sizeof what, "%s datt = dpreatt b=%d t=%d c=%d nh=%d", ty, s.b, s.t, s.c, s.nh);
+	check_close(what, gdatt, dpreatt, tt, 1e-6, 1e-4);
+	free(qkv), free(dout), free(out), free(preatt), free(att), free(gout), free(gatt);
+	free(dqkv), free(dpreatt), free(datt), free(gdqkv), free(gdatt);
+	kern_cuda_free(d_qkv), kern_cuda_free(d_dout), kern_cuda_free(d_out);
+	kern_cuda_free(d_att), kern_cuda_free(d_datt), kern_cuda_free(d_dqkv);
+}
+
+static void test_16bit_operands(void)
+{
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+		compare16(shapes[k], 1);
+		compare16(shapes[k], 0);
+	}
+}
+
 static void test_deterministic(void)
 {
 	struct shape s = { 4, 256, 768, 12 };
@@ -116,6 +186,7 @@ int main(void)
 {
 	gpu_test_init("test_cuda_attention");
 	CHECK_RUN(test_vs_ref);
+	CHECK_RUN(test_16bit_operands);
 	CHECK_RUN(test_deterministic);
 	return check_finish();
 }
