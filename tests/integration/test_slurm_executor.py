@@ -256,6 +256,10 @@ def test_requeue_resumes_from_checkpoint(tmp_path, slurm_cluster, servers):
     # Slurm holds a requeued job ~120 s (BeginTime); release it now
     wait_for(lambda: slurm_cluster.job(sid)["JobState"] == "PENDING", "PENDING again", 60)
     assert_interrupted_midway(server, jid)
+    # slurmd revokes the job's credential when its first run ends, at a
+    # second's resolution: a launch within that second is refused ("Job
+    # credential revoked") and Slurm ends the job FAILED, exit 1
+    time.sleep(1.5)
     slurm_cluster.run("scontrol", "update", f"jobid={sid}", "StartTime=now")
     j = wait_state(server, jid, "COMPLETED", timeout=240)
     assert j["attempt"] == 2 and j["slurm_job_id"] == sid, j
@@ -291,6 +295,10 @@ def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers
     # Slurm holds a requeued job ~120 s (BeginTime); release it now
     wait_for(lambda: slurm_cluster.job(sid)["JobState"] == "PENDING", "PENDING again", 60)
     assert_interrupted_midway(server, jid)
+    # slurmd revokes the job's credential when its first run ends, at a
+    # second's resolution: a launch within that second is refused ("Job
+    # credential revoked") and Slurm ends the job FAILED, exit 1
+    time.sleep(1.5)
     slurm_cluster.run("scontrol", "update", f"jobid={sid}", "StartTime=now")
     j = wait_state(server, jid, "COMPLETED", timeout=240)
     assert j["attempt"] == 2 and j["slurm_job_id"] == sid, j
