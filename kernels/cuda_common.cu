@@ -253,6 +253,23 @@ extern "C" void kern_cuda_download(void *host_dst, const void *dev_src, size_t b
 	KERN_CUDA_CHECK(cudaStreamSynchronize(g_stream));
 }
 
+extern "C" int kern_cuda_host_register(void *p, size_t bytes)
+{
+	if (!p || !bytes)
+		return -1;
+	if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -1;
+	}
+	return 0;
+}
+
+extern "C" void kern_cuda_host_unregister(void *p)
+{
+	if (p && cudaHostUnregister(p) != cudaSuccess)
+		(void)cudaGetLastError();
+}
+
 extern "C" void *kern_cuda_dup(const void *host_src, size_t bytes)
 {
 	void *p = kern_cuda_malloc(bytes);

@@ -122,6 +122,11 @@ void kern_cuda_free(void *dev);
 /* Copies between host and device on the stream and waits for the copy. */
 void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes);
 void kern_cuda_download(void *host_dst, const void *dev_src, size_t bytes);
+/* Pins host memory [p, p + bytes) for fast copies (cudaHostRegister); 0, or
+ * -1 when the driver refuses (the copies then still work, slower). Undo it
+ * with kern_cuda_host_unregister before the memory is freed. */
+int kern_cuda_host_register(void *p, size_t bytes);
+void kern_cuda_host_unregister(void *p);
 /* kern_cuda_malloc + kern_cuda_upload; returns a new buffer the caller frees. */
 void *kern_cuda_dup(const void *host_src, size_t bytes);
 /* Copies bytes from device memory to device memory on the stream (no wait). */

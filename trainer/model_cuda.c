@@ -139,6 +139,19 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	c->tokens_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
 	c->targets_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
 	c->best_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
+	/* the host copies cross PCIe every step unless resident: page-locked,
+	 * they go at the link's speed */
+	size_t bytes = sizeof(float) * nf;
+	c->pinned = kern_cuda_host_register(b->w, bytes) == 0;
+	if (c->pinned && kern_cuda_host_register(b->g, bytes) != 0) {
+		kern_cuda_host_unregister(b->w);
+		c->pinned = 0;
+	}
+	if (c->pinned && kern_cuda_host_register(c->g_stage, bytes) != 0) {
+		kern_cuda_host_unregister(b->w);
+		kern_cuda_host_unregister(b->g);
+		c->pinned = 0;
+	}
 	return 0;
 }
 
@@ -251,6 +264,12 @@ void trn_cuda_model_release(struct trn_cuda_model *c)
 	kern_cuda_free(c->tokens_dev);
 	kern_cuda_free(c->targets_dev);
 	kern_cuda_free(c->best_dev);
+	if (c->pinned) {
+		kern_cuda_host_unregister(c->base.w);
+		kern_cuda_host_unregister(c->base.g);
+		kern_cuda_host_unregister(c->g_stage);
+		c->pinned = 0;
+	}
 	free(c->g_stage);
 	free(c->losses_host);
 	free(c->best_host);

@@ -306,3 +306,15 @@ int kern_nonfinite_cuda(const float *x, long n)
 {
 	return kern_nonfinite_cpu(x, n);
 }
+
+/* pinning is a no-op on host memory that is already host memory */
+int kern_cuda_host_register(void *p, size_t bytes)
+{
+	(void)p, (void)bytes;
+	return 0;
+}
+
+void kern_cuda_host_unregister(void *p)
+{
+	(void)p;
+}
