@@ -143,16 +143,24 @@ extern "C" int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
 	return 0;
 }
 
+/* SMs, maximum clock (kHz) and compute capability of device index; 0 or -1 */
+static int sm_clock(int index, int *sms, int *khz, int *major, int *minor)
+{
+	if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(khz, cudaDevAttrClockRate, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+	    cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -1;
+	}
+	return 0;
+}
+
 extern "C" double kern_cuda_peak_fp32(int index)
 {
-	int sms = 0, khz = 0, major = 0, minor = 0;
-	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, index) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
-		(void)cudaGetLastError();
+	int sms, khz, major, minor;
+	if (sm_clock(index, &sms, &khz, &major, &minor) != 0)
 		return 0;
-	}
 	/* FP32 lanes per SM: 64 on sm_70 and sm_80 (V100, A100), 128 on sm_86,
 	 * sm_89 and sm_90 (consumer Ampere, Ada, Hopper); an FMA is two FLOPs */
 	int lanes = major >= 9 || (major == 8 && minor >= 6) ? 128 : 64;
@@ -161,14 +169,9 @@ extern "C" double kern_cuda_peak_fp32(int index)
 
 extern "C" double kern_cuda_peak_tensor16(int index)
 {
-	int sms = 0, khz = 0, major = 0, minor = 0;
-	if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, index) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
-		(void)cudaGetLastError();
+	int sms, khz, major, minor;
+	if (sm_clock(index, &sms, &khz, &major, &minor) != 0)
 		return 0;
-	}
 	/* dense fp16/bf16 FLOPs per SM per clock: Hopper 4096, A100 2048,
 	 * consumer Ampere and Ada 1024, Volta/Turing fp16 1024 */
 	int per = major >= 9 ? 4096 : major == 8 && minor == 0 ? 2048 : 1024;

@@ -225,6 +225,11 @@ void trn_model_release(struct trn_model *m);
 double trn_model_score(const float *logits, const float *losses, const int32_t *targets,
                        long rows, int classes, struct trn_fwd_stats *st);
 
+/* gpt's table: wte, wpe, then per block these parameters in this order
+ * ("blocks.<l>.<name>"), then norm_f.weight and norm_f.bias */
+#define TRN_GPT_BLOCK_PARAMS 12
+extern const char *const trn_gpt_block_names[TRN_GPT_BLOCK_PARAMS];
+
 /* constructors, one per model file; layout_only: see trn_model_layout */
 struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,
                               int max_batch, int layout_only, struct trn_err *err);

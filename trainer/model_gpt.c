@@ -51,6 +51,7 @@
 /* parameter indices within one block, in table order */
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB,
        P_FCPW, P_FCPB, P_PER_BLOCK };
+_Static_assert(P_PER_BLOCK == TRN_GPT_BLOCK_PARAMS, "a block's parameters");
 
 /* What backward needs of one block: its input and what it computes from
  * it. The block's output is the next block's input (gpt.top for the last). */
@@ -342,6 +343,12 @@ static const struct trn_model_ops gpt_ops = {
 	.free = gpt_free,
 };
 
+const char *const trn_gpt_block_names[TRN_GPT_BLOCK_PARAMS] = {
+	"norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias",
+	"attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias",
+	"mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
+};
+
 static int add_params(struct gpt *g)
 {
 	struct trn_model *base = &g->base;
@@ -352,17 +359,12 @@ static int add_params(struct gpt *g)
 	if (trn_model_add_param(base, "wte.weight", 2, wte) < 0 ||
 	    trn_model_add_param(base, "wpe.weight", 2, wpe) < 0)
 		return -1;
-	static const char *const names[P_PER_BLOCK] = {
-		"norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias",
-		"attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias",
-		"mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
-	};
 	const int *shapes[P_PER_BLOCK] = { vec, vec, qkvw, qkvb, projw, vec, vec, vec, fcw, fcb, fcpw, vec };
 	const int ndims[P_PER_BLOCK] = { 1, 1, 2, 1, 2, 1, 1, 1, 2, 1, 2, 1 };
 	for (int l = 0; l < g->L; l++)
 		for (int k = 0; k < P_PER_BLOCK; k++) {
 			char name[TRN_PARAM_NAME];
-			snprintf(name, sizeof name, "blocks.%d.%s", l, names[k]);
+			snprintf(name, sizeof name, "blocks.%d.%s", l, trn_gpt_block_names[k]);
 			if (trn_model_add_param(base, name, ndims[k], shapes[k]) < 0)
 				return -1;
 		}

@@ -18,14 +18,16 @@
 #include "kernels/softmax_xent_cuda.h"
 #include "model_cuda.h"
 
-/* parameter indices within one block, in model_gpt.c's table order */
+/* parameter indices within one block, in model_gpt.c's table order
+ * (trn_gpt_block_names; check_table holds the two together) */
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB,
        P_FCPW, P_FCPB, P_PER_BLOCK };
-
+_Static_assert(P_PER_BLOCK == TRN_GPT_BLOCK_PARAMS, "a block's parameters");
 static const char *const block_names[P_PER_BLOCK] = {
-	"norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias",
-	"attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias",
-	"mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
+	[P_LN1W] = "norm1.weight", [P_LN1B] = "norm1.bias", [P_QKVW] = "attn.qkv.weight",
+	[P_QKVB] = "attn.qkv.bias", [P_PROJW] = "attn.proj.weight", [P_PROJB] = "attn.proj.bias",
+	[P_LN2W] = "norm2.weight", [P_LN2B] = "norm2.bias", [P_FCW] = "mlp.fc.weight",
+	[P_FCB] = "mlp.fc.bias", [P_FCPW] = "mlp.proj.weight", [P_FCPB] = "mlp.proj.bias",
 };
 
 struct gpt_block_acts {
