@@ -307,6 +307,18 @@ extern "C" void *kern_cuda_scratch_alloc(size_t bytes)
 	return p;
 }
 
+extern "C" size_t kern_cuda_scratch_peak(void)
+{
+	cudaMemPool_t pool;
+	unsigned long long high = 0;   /* the attribute is a 64-bit count */
+	if (cudaDeviceGetDefaultMemPool(&pool, kern_cuda_current_device()) != cudaSuccess ||
+	    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return (size_t)high;
+}
+
 extern "C" void kern_cuda_scratch_free(void *dev)
 {
 	if (dev)

@@ -139,6 +139,8 @@ void kern_cuda_zero(void *dev, size_t bytes);
  * stream until kern_cuda_scratch_free. Aborts on failure; NULL for 0 bytes. */
 void *kern_cuda_scratch_alloc(size_t bytes);
 void kern_cuda_scratch_free(void *dev);
+/* The most memory the scratch pool has held at once (bytes; 0 unknown). */
+size_t kern_cuda_scratch_peak(void);
 
 /* ---- launch shapes --------------------------------------------------------- */
 

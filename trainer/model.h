@@ -52,6 +52,10 @@ struct trn_model_ops {
 	/* the device's w = master (device fp32 master weights), rounded to the
 	 * compute dtype */
 	void (*publish_master)(struct trn_model *m, const float *master);
+	/* bytes of the device's memory in use now (the whole process's, from
+	 * the driver), of it, and the kernels' scratch pool's peak */
+	void (*device_memory)(const struct trn_model *m, double *in_use, double *total,
+	                      double *scratch_peak);
 };
 
 struct trn_model {

@@ -225,6 +225,17 @@ void trn_cuda_model_publish_master(struct trn_model *base, const float *master)
 	trn_cuda_model_round(c, c->w_dev, base->n_floats);
 }
 
+void trn_cuda_model_device_memory(const struct trn_model *base, double *in_use, double *total,
+                                  double *scratch_peak)
+{
+	(void)base;
+	size_t free_b = 0, total_b = 0;
+	kern_cuda_mem_info(&free_b, &total_b);
+	*in_use = (double)(total_b - free_b);
+	*total = (double)total_b;
+	*scratch_peak = (double)kern_cuda_scratch_peak();
+}
+
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c)
 {
 	if (!c->base.resident)    /* each backward's own, added to g at its end */

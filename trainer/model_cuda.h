@@ -84,6 +84,8 @@ void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order);
 void trn_cuda_model_zero_device_grads(struct trn_model *base);
 void trn_cuda_model_pull_weights(struct trn_model *base);
 void trn_cuda_model_publish_master(struct trn_model *base, const float *master);
+void trn_cuda_model_device_memory(const struct trn_model *base, double *in_use, double *total,
+                                  double *scratch_peak);
 /* Frees what trn_cuda_model_init made (and the CPU layout). */
 void trn_cuda_model_release(struct trn_cuda_model *c);
 

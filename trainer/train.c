@@ -259,6 +259,15 @@ static void print_peak(const struct run *r)
 	struct trn_plan p;
 	struct trn_err err = { 0 };
 	double peak = trn_plan_peak_rss();
+	const struct trn_model *m = r->model;
+	if (m->device && m->ops->device_memory) {
+		double used, total, scratch;
+		m->ops->device_memory(m, &used, &total, &scratch);
+		printf("device memory: %.1f MiB of %.1f MiB in use at the end (the model's activations "
+		       "%.1f MiB, parameters and gradients %.1f MiB), the kernels' scratch peaked at "
+		       "%.1f MiB\n", mib(used), mib(total), mib((double)m->act_bytes),
+		       mib(8.0 * (double)m->n_floats), mib(scratch));
+	}
 	if (peak <= 0 || r->spec->resources.gpus_per_node > 0 ||
 	    trn_plan_make(&p, r->spec, 0, &err) != 0 || p.host_bytes <= 0)
 		return;

@@ -318,3 +318,8 @@ void kern_cuda_host_unregister(void *p)
 {
 	(void)p;
 }
+
+size_t kern_cuda_scratch_peak(void)
+{
+	return 0;
+}
