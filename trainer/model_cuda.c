@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_backend.h"
 #include "kernels/cuda_common.h"
-#include "optim.h"
 #include "kernels/matmul_cuda.h"
 #include "kernels/precision_cuda.h"
 #include "kernels/softmax_xent_cuda.h"
+#include "cuda_backend.h"
+#include "optim.h"
 
 /* What the GPU path does not do yet: refused up front, naming the field. */
 static int check_supported(const struct trn_spec *spec, struct trn_err *err)
