@@ -183,6 +183,18 @@ struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn
 	return be ? be->model_new(spec, ds, max_batch, cuda_device, err) : NULL;
 }
 
+int trn_model_cuda_check(const struct trn_spec *spec, struct trn_err *err)
+{
+	if (spec->offload.params != TRN_OFFLOAD_NONE)
+		return trn_err_set(err, "offload.params: parameter offload on the GPU is not "
+		                   "supported by this larch-train yet (\"none\")");
+	if (spec->offload.activations != TRN_OFFLOAD_NONE)
+		return trn_err_set(err, "offload.activations: \"%s\" on the GPU is not supported by "
+		                   "this larch-train yet (\"none\")",
+		                   spec->offload.activations == TRN_OFFLOAD_CPU ? "cpu" : "recompute");
+	return 0;
+}
+
 int trn_model_cuda_built(void)
 {
 #ifdef LARCH_HAVE_CUDA
@@ -317,8 +329,9 @@ void trn_model_release(struct trn_model *m)
 	m->w = m->g = NULL;
 }
 
-double trn_model_score(const float *logits, const float *losses, const int32_t *targets,
-                       long rows, int classes, struct trn_fwd_stats *st)
+/* trn_model_score over either the logits or each row's top-1 index */
+static double score(const float *logits, const int *top1, const float *losses,
+                    const int32_t *targets, long rows, int classes, struct trn_fwd_stats *st)
 {
 	double sum = 0;
 	long correct = 0, counted = 0;
@@ -327,11 +340,17 @@ double trn_model_score(const float *logits, const float *losses, const int32_t *
 			continue;
 		sum += losses[r];
 		counted++;
-		const float *row = logits + r * classes;
+		if (!st)
+			continue;
 		int best = 0;
-		for (int j = 1; j < classes; j++)
-			if (row[j] > row[best])
-				best = j;
+		if (top1) {
+			best = top1[r];
+		} else {
+			const float *row = logits + r * classes;
+			for (int j = 1; j < classes; j++)
+				if (row[j] > row[best])
+					best = j;
+		}
 		correct += best == targets[r];
 	}
 	if (st) {
@@ -340,4 +359,16 @@ double trn_model_score(const float *logits, const float *losses, const int32_t *
 		st->count += counted;
 	}
 	return counted ? sum / (double)counted : 0.0;
+}
+
+double trn_model_score(const float *logits, const float *losses, const int32_t *targets,
+                       long rows, int classes, struct trn_fwd_stats *st)
+{
+	return score(logits, NULL, losses, targets, rows, classes, st);
+}
+
+double trn_model_score_top1(const int *top1, const float *losses, const int32_t *targets,
+                            long rows, struct trn_fwd_stats *st)
+{
+	return score(NULL, top1, losses, targets, rows, 0, st);
 }

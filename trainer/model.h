@@ -190,6 +190,8 @@ void trn_model_free(struct trn_model *m);  /* accepts NULL */
  * CUDA build, or a GPU, NULL with err saying so. */
 struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn_dataset *ds,
                                    int max_batch, int cuda_device, struct trn_err *err);
+/* What the GPU models do not run yet: -1 with err naming the field, else 0. */
+int trn_model_cuda_check(const struct trn_spec *spec, struct trn_err *err);
 /* Whether this build has the CUDA models. */
 int trn_model_cuda_built(void);
 /* Prints the CUDA devices a --device cuda run could use, one line each
@@ -228,6 +230,10 @@ void trn_model_release(struct trn_model *m);
  * and count to st (when not NULL) and returns their mean loss (0 when none). */
 double trn_model_score(const float *logits, const float *losses, const int32_t *targets,
                        long rows, int classes, struct trn_fwd_stats *st);
+/* The same with each row's top-1 class given (top1 may be NULL when st is:
+ * a GPU model finds them on the device). */
+double trn_model_score_top1(const int *top1, const float *losses, const int32_t *targets,
+                            long rows, struct trn_fwd_stats *st);
 
 /* gpt's table: wte, wpe, then per block these parameters in this order
  * ("blocks.<l>.<name>"), then norm_f.weight and norm_f.bias */

@@ -14,19 +14,6 @@
 #include "cuda_backend.h"
 #include "optim.h"
 
-/* What the GPU path does not do yet: refused up front, naming the field. */
-static int check_supported(const struct trn_spec *spec, struct trn_err *err)
-{
-	if (spec->offload.params != TRN_OFFLOAD_NONE)
-		return trn_err_set(err, "offload.params: parameter offload on the GPU is not "
-		                   "supported by this larch-train yet (\"none\")");
-	if (spec->offload.activations != TRN_OFFLOAD_NONE)
-		return trn_err_set(err, "offload.activations: \"%s\" on the GPU is not supported by "
-		                   "this larch-train yet (\"none\")",
-		                   spec->offload.activations == TRN_OFFLOAD_CPU ? "cpu" : "recompute");
-	return 0;
-}
-
 int trn_model_cuda_print_devices(FILE *out)
 {
 	char why[256], desc[280];
@@ -56,7 +43,7 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 		return NULL;
 	}
 	device %= n;                       /* a rank's local index, round robin over the GPUs */
-	if (check_supported(spec, err) != 0)
+	if (trn_model_cuda_check(spec, err) != 0)
 		return NULL;
 	if (kern_cuda_use_device(device, why, sizeof why) != 0) {
 		trn_err_set(err, "cuda: device %d: %s", device, why);
@@ -141,17 +128,10 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	c->best_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
 	/* the host copies cross PCIe every step unless resident: page-locked,
 	 * they go at the link's speed */
-	size_t bytes = sizeof(float) * nf;
-	c->pinned = kern_cuda_host_register(b->w, bytes) == 0;
-	if (c->pinned && kern_cuda_host_register(b->g, bytes) != 0) {
-		kern_cuda_host_unregister(b->w);
-		c->pinned = 0;
-	}
-	if (c->pinned && kern_cuda_host_register(c->g_stage, bytes) != 0) {
-		kern_cuda_host_unregister(b->w);
-		kern_cuda_host_unregister(b->g);
-		c->pinned = 0;
-	}
+	float *host[3] = { b->w, b->g, c->g_stage };
+	for (int i = 0; i < 3; i++)
+		if (kern_cuda_host_register(host[i], sizeof(float) * nf) == 0)
+			c->pinned |= 1 << i;
 	return 0;
 }
 
@@ -187,22 +167,7 @@ double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
 		kern_argmax_rows_cuda(c->best_dev, logits_dev, (int)rows, classes);
 		kern_cuda_download(c->best_host, c->best_dev, sizeof(int) * (size_t)rows);
 	}
-	double sum = 0;
-	long correct = 0, counted = 0;
-	for (long r = 0; r < rows; r++) {
-		if (targets[r] < 0)
-			continue;
-		sum += c->losses_host[r];
-		counted++;
-		if (st)
-			correct += c->best_host[r] == targets[r];
-	}
-	if (st) {
-		st->loss_sum += sum;
-		st->correct += correct;
-		st->count += counted;
-	}
-	return counted ? sum / (double)counted : 0.0;
+	return trn_model_score_top1(st ? c->best_host : NULL, c->losses_host, targets, rows, st);
 }
 
 void trn_cuda_model_zero_device_grads(struct trn_model *base)
@@ -275,12 +240,11 @@ void trn_cuda_model_release(struct trn_cuda_model *c)
 	kern_cuda_free(c->tokens_dev);
 	kern_cuda_free(c->targets_dev);
 	kern_cuda_free(c->best_dev);
-	if (c->pinned) {
-		kern_cuda_host_unregister(c->base.w);
-		kern_cuda_host_unregister(c->base.g);
-		kern_cuda_host_unregister(c->g_stage);
-		c->pinned = 0;
-	}
+	float *host[3] = { c->base.w, c->base.g, c->g_stage };
+	for (int i = 0; i < 3; i++)
+		if (c->pinned & 1 << i)
+			kern_cuda_host_unregister(host[i]);
+	c->pinned = 0;
 	free(c->g_stage);
 	free(c->losses_host);
 	free(c->best_host);

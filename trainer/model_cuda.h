@@ -42,7 +42,7 @@ struct trn_cuda_model {
 	float *g_stage;                /* host: gradients before they add into g */
 	long rows;                     /* scored rows at max_batch (samples x tokens) */
 	long w_version;                /* base.w_version of w_dev; -1 before the first upload */
-	int pinned;                    /* w, g and g_stage are page-locked (kern_cuda_host_register) */
+	int pinned;                    /* bits 0-2: w, g, g_stage page-locked (kern_cuda_host_register) */
 	void (*free_impl)(struct trn_cuda_model *c);
 };
 

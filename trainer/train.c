@@ -445,6 +445,8 @@ static int pick_device(const struct run *r, int *dev, struct trn_err *err)
 		return trn_err_set(err, "%s: this larch-train was built without CUDA (WITH_CUDA=OFF, "
 		                   "or no CUDA toolkit at build time); --device cpu trains on the CPU",
 		                   want ? "--device cuda" : "resources.gpus_per_node");
+	if (trn_model_cuda_check(r->spec, err) != 0)
+		return -1;
 	static const char *const local_vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
 		                                  "MPI_LOCALRANKID", "PMIX_LOCAL_RANK" };
 	*dev = r->comm->rank;
@@ -494,8 +496,7 @@ static int setup(struct run *r, struct trn_err *err)
 	if (pick_device(r, &device, err) != 0)
 		return TRN_EXIT_USAGE;
 	if (!(r->model = trn_model_new_on(s, &r->ds, (int)s->batch.micro, device, err)))
-		return strncmp(err->text, "precision.", 10) == 0 ||
-		       strncmp(err->text, "offload.", 8) == 0 ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
+		return TRN_EXIT_FAILED;
 	if (trn_batch_alloc(&r->batch, &r->ds, (int)s->batch.micro) != 0)
 		return trn_err_set(err, "batch: out of memory"), TRN_EXIT_FAILED;
 	if (trn_dp_init(&r->dp, r->comm, r->model, s->parallel.bucket_bytes,

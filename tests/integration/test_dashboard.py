@@ -194,23 +194,29 @@ record();
 """
 
 
-def test_jobs_page_follows_a_job_live(real, browser):
-    sign_in(browser, real, token_of(real.alice), shot="signin")
-    one(browser, tid("jobs-table") + " " + tid("job-row"))
-    wait(browser).until(lambda d: css(d, tid("live", '[data-mode="live"]')),
-                        "the change feed (GET /v1/events) is not live")
+def follow_new_job(browser, server, name):
+    """Submits a job long enough (a few seconds) to be seen RUNNING while the
+    open jobs page records the state badges it shows; returns the job's id
+    and the states seen, once one is final. The page must not reload."""
     browser.execute_script(RECORD_STATES)
-    # long enough (a few seconds) to be seen RUNNING
-    job_id = real.submit(real.alice, tiny_spec("live", steps=3000, log_every=100))
+    job_id = server.submit(server.alice, tiny_spec(name, steps=3000, log_every=100))
 
     def seen(d):
         return d.execute_script("return window.__states[arguments[0]] || []", job_id)
 
     wait(browser, 60).until(lambda d: "COMPLETED" in seen(d) or "FAILED" in seen(d),
                             f"{job_id} never showed a final state")
-    states = seen(browser)
-    print(f"dashboard: {job_id} seen as {' -> '.join(states)}")
     assert browser.execute_script("return window.__noReload") == 1, "the page was reloaded"
+    return job_id, seen(browser)
+
+
+def test_jobs_page_follows_a_job_live(real, browser):
+    sign_in(browser, real, token_of(real.alice), shot="signin")
+    one(browser, tid("jobs-table") + " " + tid("job-row"))
+    wait(browser).until(lambda d: css(d, tid("live", '[data-mode="live"]')),
+                        "the change feed (GET /v1/events) is not live")
+    job_id, states = follow_new_job(browser, real, "live")
+    print(f"dashboard: {job_id} seen as {' -> '.join(states)}")
     assert states[-1] == "COMPLETED", states
     assert states[0] in {"PENDING", "QUEUED", "RUNNING"}, states
     assert "RUNNING" in states, states
@@ -286,16 +292,8 @@ def test_jobs_page_polls_a_larchd_without_the_feed(real, browser):
         wait(browser).until(lambda d: css(d, tid("live", '[data-mode="polling"]')),
                             "a 404 from GET /v1/events did not make the page poll")
         assert old.refused >= 1
-        browser.execute_script(RECORD_STATES)
-        job_id = real.submit(real.alice, tiny_spec("polled", steps=3000, log_every=100))
-
-        def seen(d):
-            return d.execute_script("return window.__states[arguments[0]] || []", job_id)
-
-        wait(browser, 60).until(lambda d: "COMPLETED" in seen(d) or "FAILED" in seen(d),
-                                f"{job_id} never showed a final state by polling")
-        assert browser.execute_script("return window.__noReload") == 1, "the page was reloaded"
-        assert seen(browser)[-1] == "COMPLETED", seen(browser)
+        _, states = follow_new_job(browser, real, "polled")
+        assert states[-1] == "COMPLETED", states
         refused = old.refused
         time.sleep(4)            # polling does not go back to the feed every time
         assert old.refused <= refused + 1

@@ -265,6 +265,23 @@ static int read_metric(const char *dir, const char *name, double *out, int max)
 	return n;
 }
 
+/* The runs below: GPT tiny on corpus, 8 steps of 8 samples in micro-batches
+ * of micro, AdamW with clipping, warmup and cosine, validation and
+ * checkpoints at step 4, plus extra fields. */
+static int run_spec(struct trn_spec *spec, const char *corpus, int micro, const char *extra)
+{
+	char text[8192];
+	snprintf(text, sizeof text,
+	         "{\"name\": \"same-%d\", \"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2,"
+	         " \"dim\": 16, \"seq\": 16}, \"data\": {\"format\": \"text\", \"path\": \"%s\","
+	         " \"val_fraction\": 0.1}, \"batch\": {\"global\": 8, \"micro\": %d},"
+	         " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.01, \"clip_grad_norm\": 1.0},"
+	         " \"schedule\": {\"warmup\": {\"steps\": 2}, \"decay\": \"cosine\"},"
+	         " \"steps\": 8, \"eval_every\": 4, \"checkpoint_every\": 4, \"log_every\": 2,"
+	         " \"seed\": 3%s%s}", micro, corpus, micro, extra ? ", " : "", extra ? extra : "");
+	return load_spec(spec, text);
+}
+
 /* trn_train on the CPU and on the "GPU" (--device cuda) with micro-batches
  * of micro, 8 a step, plus extra spec fields: the same losses, gradient
  * norms and validation, step by step (AdamW, clipping, validation and
@@ -277,17 +294,8 @@ static int read_metric(const char *dir, const char *name, double *out, int max)
 static void train_both(const char *corpus, int micro, const char *extra, double rel,
                        char *gpu_dir, size_t len)
 {
-	char text[8192];
-	snprintf(text, sizeof text,
-	         "{\"name\": \"same-%d\", \"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2,"
-	         " \"dim\": 16, \"seq\": 16}, \"data\": {\"format\": \"text\", \"path\": \"%s\","
-	         " \"val_fraction\": 0.1}, \"batch\": {\"global\": 8, \"micro\": %d},"
-	         " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.01, \"clip_grad_norm\": 1.0},"
-	         " \"schedule\": {\"warmup\": {\"steps\": 2}, \"decay\": \"cosine\"},"
-	         " \"steps\": 8, \"eval_every\": 4, \"checkpoint_every\": 4, \"log_every\": 2,"
-	         " \"seed\": 3%s%s}", micro, corpus, micro, extra ? ", " : "", extra ? extra : "");
 	struct trn_spec spec;
-	if (load_spec(&spec, text))
+	if (run_spec(&spec, corpus, micro, extra))
 		return;
 	static int runs;
 	char dirs[2][4300];
@@ -324,17 +332,9 @@ static void train_both(const char *corpus, int micro, const char *extra, double 
 static void resume_cycles(const char *corpus, const char *extra, const char *straight)
 {
 	static int cycles;
-	char text[8192], dir[4300];
-	snprintf(text, sizeof text,
-	         "{\"name\": \"same-4\", \"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2,"
-	         " \"dim\": 16, \"seq\": 16}, \"data\": {\"format\": \"text\", \"path\": \"%s\","
-	         " \"val_fraction\": 0.1}, \"batch\": {\"global\": 8, \"micro\": 4},"
-	         " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.01, \"clip_grad_norm\": 1.0},"
-	         " \"schedule\": {\"warmup\": {\"steps\": 2}, \"decay\": \"cosine\"},"
-	         " \"steps\": 8, \"eval_every\": 4, \"checkpoint_every\": 4, \"log_every\": 2,"
-	         " \"seed\": 3%s%s}", corpus, extra ? ", " : "", extra ? extra : "");
+	char dir[4300];
 	struct trn_spec spec;
-	if (load_spec(&spec, text))
+	if (run_spec(&spec, corpus, 4, extra))
 		return;
 	snprintf(dir, sizeof dir, "%s/run-resumed-%d", tmp, ++cycles);
 	struct trn_train_opts o = { .job_dir = dir, .quiet = 1, .threads = 1, .device = "cuda" };
