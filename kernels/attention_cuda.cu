@@ -20,15 +20,19 @@
  * With 16-bit GEMM operands (kern_cuda_gemm_operands, as a bf16 or fp16
  * model sets) the products run on the tensor cores from 16-bit copies of
  * qkv, dout, att and dpreatt, with fp32 sums and fp32 results; the softmax
- * stays fp32. qkv and dout hold 16-bit values already (exact copies); the
+ * sums in fp32. qkv and dout hold 16-bit values already (exact copies); the
  * probabilities are rounded for the products with v and q, k, as a fused
- * (flash) kernel rounds them.
+ * (flash) kernel rounds them. The softmax kernels write those 16-bit copies
+ * of att and dpreatt beside their fp32 results, in the same pass, and the
+ * forward leaves att itself rounded (16-bit storage: the model need not
+ * round it again).
  */
 #include "attention_cuda.h"
 
 #include <math.h>
 
 #include "cuda_common.h"
+#include "precision_cuda.cuh"
 #include "precision_cuda.h"
 
 #define SOFTMAX_WARPS 8 /* rows per block */
@@ -49,8 +53,10 @@ __device__ static inline float warp_sum(float v)
 }
 
 /* att[r, 0..i] = softmax(att[r, 0..i]), att[r, i+1..t) = 0, for the rows r
- * of all [t, t] blocks (i = r % t) */
-__global__ static void causal_softmax_kernel(float *att, long rows, int t)
+ * of all [t, t] blocks (i = r % t). With att16, each probability is rounded
+ * to 16 bits (bf16 or fp16 by bf16) and written there too. */
+__global__ static void causal_softmax_kernel(float *att, uint16_t *att16, int bf16, long rows,
+                                             int t)
 {
 	long r = (long)blockIdx.x * SOFTMAX_WARPS + (threadIdx.x >> 5);
 	if (r >= rows)
@@ -65,13 +71,24 @@ __global__ static void causal_softmax_kernel(float *att, long rows, int t)
 	for (int j = lane; j <= i; j += 32)
 		s += expf(a[j] - m);
 	float inv = 1.0f / warp_sum(s);
+	if (att16) {
+		uint16_t *a16 = att16 + (size_t)r * t;
+		for (int j = lane; j < t; j += 32) {
+			uint16_t h = to16_bits(j <= i ? expf(a[j] - m) * inv : 0.0f, bf16);
+			a16[j] = h;
+			a[j] = of16_bits(h, bf16);
+		}
+		return;
+	}
 	for (int j = lane; j < t; j += 32)
 		a[j] = j <= i ? expf(a[j] - m) * inv : 0.0f;
 }
 
 /* d[r, j] = att[r, j] (d[r, j] - sum_k att[r, k] d[r, k]) for j <= i, 0
- * above: datt becomes dpreatt */
-__global__ static void causal_softmax_bwd_kernel(float *d, const float *att, long rows, int t)
+ * above: datt becomes dpreatt; with d16, its 16-bit rounding (bf16 or fp16
+ * by bf16) goes there too */
+__global__ static void causal_softmax_bwd_kernel(float *d, uint16_t *d16, int bf16,
+                                                 const float *att, long rows, int t)
 {
 	long r = (long)blockIdx.x * SOFTMAX_WARPS + (threadIdx.x >> 5);
 	if (r >= rows)
@@ -83,6 +100,15 @@ __global__ static void causal_softmax_bwd_kernel(float *d, const float *att, lon
 	for (int j = lane; j <= i; j += 32)
 		s += ar[j] * dr[j];
 	s = warp_sum(s);
+	if (d16) {
+		uint16_t *h = d16 + (size_t)r * t;
+		for (int j = lane; j < t; j += 32) {
+			float v = j <= i ? ar[j] * (dr[j] - s) : 0.0f;
+			dr[j] = v;
+			h[j] = to16_bits(v, bf16);
+		}
+		return;
+	}
 	for (int j = lane; j < t; j += 32)
 		dr[j] = j <= i ? ar[j] * (dr[j] - s) : 0.0f;
 }
@@ -108,10 +134,13 @@ static void heads_gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int 
 	                                             CUBLAS_GEMM_DEFAULT));
 }
 
-static void softmax_rows(float *att, long rows, int t)
+/* att16 NULL: fp32 only */
+static void softmax_rows(float *att, uint16_t *att16, long rows, int t)
 {
 	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
-	causal_softmax_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(att, rows, t);
+	int bf16 = kern_cuda_gemm_operands() == 2;
+	causal_softmax_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(att, att16, bf16,
+	                                                                            rows, t);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -131,8 +160,9 @@ extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, c
 			heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs,
 			             0.0f, att + (size_t)bb * nh * tt, t, tt, nh);
 		}
-		softmax_rows(att, (long)b * nh * t, t);
-		uint16_t *att16 = kern_cuda_to16_scratch(att, (long)b * nh * tt);
+		uint16_t *att16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)b *
+		                                                      (size_t)nh * (size_t)tt);
+		softmax_rows(att, att16, (long)b * nh * t, t);
 		for (int bb = 0; bb < b; bb++) {
 			const uint16_t *v = qkv16 + (size_t)bb * t * 3 * c + 2 * c;
 			heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, 1.0f, v, 3 * c, hs,
@@ -149,7 +179,7 @@ extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, c
 		heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs,
 		           0.0f, a, t, tt, nh);
 	}
-	softmax_rows(att, (long)b * nh * t, t);
+	softmax_rows(att, NULL, (long)b * nh * t, t);
 	for (int bb = 0; bb < b; bb++) {
 		const float *v = qkv + (size_t)bb * t * 3 * c + 2 * c;
 		const float *a = att + (size_t)bb * nh * tt;
@@ -180,10 +210,11 @@ static void attention_bwd16(float *dqkv, float *datt, const float *dout, const f
 	kern_cuda_scratch_free(att16);
 	kern_cuda_scratch_free(dout16);
 	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
-	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(datt, att,
-	                                                                               rows, t);
+	uint16_t *dp16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)rows *
+	                                                     (size_t)t);
+	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
+		datt, dp16, kern_cuda_gemm_operands() == 2, att, rows, t);
 	KERN_CUDA_CHECK_LAUNCH();
-	uint16_t *dp16 = kern_cuda_to16_scratch(datt, (long)b * nh * tt);
 	for (int bb = 0; bb < b; bb++) {
 		size_t o3 = (size_t)bb * t * 3 * c;
 		const uint16_t *q = qkv16 + o3, *k = q + c, *dp = dp16 + (size_t)bb * nh * tt;
@@ -221,8 +252,8 @@ static void attention_bwd(float *dqkv, float *datt, const float *dout, const flo
 	}
 	long rows = (long)b * nh * t;
 	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
-	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(datt, att,
-	                                                                               rows, t);
+	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
+		datt, NULL, 0, att, rows, t);
 	KERN_CUDA_CHECK_LAUNCH();
 	for (int bb = 0; bb < b; bb++) {
 		size_t o3 = (size_t)bb * t * 3 * c;

@@ -5,7 +5,11 @@
  * As the optimised CPU version does, these work in att and datt in place:
  * preatt and dpreatt are not used and may be NULL. Backward adds into dqkv
  * (the _set version overwrites it) and overwrites datt with dpreatt. The
- * results are bit-identical from run to run. */
+ * results are bit-identical from run to run.
+ *
+ * With 16-bit GEMM operands (kern_matmul_cuda_operands: a bf16 or fp16
+ * model) the forward leaves att rounded to that type, as 16-bit storage
+ * would hold it: the probabilities the product with v used. */
 #ifndef LARCH_KERNELS_ATTENTION_CUDA_H
 #define LARCH_KERNELS_ATTENTION_CUDA_H
 

@@ -77,7 +77,7 @@ static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
  * and the algorithm its heuristic picked. */
 struct lt_plan {
 	int used;
-	int n, c, oc;
+	int n, c, oc, ldo;
 	unsigned align[4];
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t a, b, d;
@@ -108,11 +108,11 @@ static void plan_release(struct lt_plan *p)
 	memset(p, 0, sizeof *p);
 }
 
-static struct lt_plan *plan_get(int n, int c, int oc, const unsigned align[4])
+static struct lt_plan *plan_get(int n, int c, int oc, int ldo, const unsigned align[4])
 {
 	for (int i = 0; i < LT_CACHE; i++) {
 		struct lt_plan *p = &g_plans[i];
-		if (p->used && p->n == n && p->c == c && p->oc == oc &&
+		if (p->used && p->n == n && p->c == c && p->oc == oc && p->ldo == ldo &&
 		    memcmp(p->align, align, sizeof p->align) == 0)
 			return p;
 	}
@@ -124,7 +124,7 @@ static struct lt_plan *plan_get(int n, int c, int oc, const unsigned align[4])
 	g_plan_next = (g_plan_next + 1) % LT_CACHE;
 	plan_release(p);
 	p->used = 1;
-	p->n = n, p->c = c, p->oc = oc;
+	p->n = n, p->c = c, p->oc = oc, p->ldo = ldo;
 	memcpy(p->align, align, sizeof p->align);
 
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -136,10 +136,10 @@ static struct lt_plan *plan_get(int n, int c, int oc, const unsigned align[4])
 	                                                 &tb, sizeof tb));
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
 	                                                 &epi, sizeof epi));
-	/* column-major views: weight [c, oc], inp [c, n], out [oc, n] */
+	/* column-major views: weight [c, oc], inp [c, n], out [oc, n] (columns ldo apart) */
 	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, c, oc, c));
 	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, c, n, c));
-	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, oc, n, oc));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, oc, n, ldo));
 
 	cublasLtMatmulPreference_t pref;
 	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -167,8 +167,8 @@ static struct lt_plan *plan_get(int n, int c, int oc, const unsigned align[4])
 
 /* out = weight^T-GEMM + bias in one cuBLASLt call; 0 when cuBLASLt has no
  * algorithm for this shape and alignment (the caller falls back). */
-static int fwd_lt(float *out, const float *inp, const float *weight, const float *bias, int n,
-                  int c, int oc)
+static int fwd_lt(float *out, int ldo, const float *inp, const float *weight, const float *bias,
+                  int n, int c, int oc)
 {
 	/* cuBLASLt takes no alignment preference for the bias: give it only
 	 * 16-byte aligned ones (cudaMalloc's are), in case the epilogue reads
@@ -176,7 +176,7 @@ static int fwd_lt(float *out, const float *inp, const float *weight, const float
 	if (ptr_align(bias) < 16)
 		return 0;
 	unsigned align[4] = { ptr_align(weight), ptr_align(inp), ptr_align(out), ptr_align(out) };
-	struct lt_plan *p = plan_get(n, c, oc, align);
+	struct lt_plan *p = plan_get(n, c, oc, ldo, align);
 	if (!p->ok)
 		return 0;
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -190,17 +190,19 @@ static int fwd_lt(float *out, const float *inp, const float *weight, const float
 
 /* ---- small kernels --------------------------------------------------------- */
 
-/* out[i, o] = bias[o] (or 0 without bias) */
-__global__ static void broadcast_rows_kernel(float *out, const float *bias, long total, int oc)
+/* out[i, o] = bias[o] (or 0 without bias), rows ldo apart */
+__global__ static void broadcast_rows_kernel(float *out, const float *bias, long total, int oc,
+                                             int ldo)
 {
 	long stride = (long)gridDim.x * blockDim.x;
 	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride)
-		out[k] = bias ? bias[k % oc] : 0.0f;
+		out[k / oc * ldo + k % oc] = bias ? bias[k % oc] : 0.0f;
 }
 
 /* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per
  * thread row (ty) and then over ty in order. Block (32, DBIAS_TY). */
-__global__ static void dbias_partial_kernel(double *part, const float *dout, int n, int oc)
+__global__ static void dbias_partial_kernel(double *part, const float *dout, int n, int oc,
+                                            int ldd)
 {
 	__shared__ double acc[DBIAS_TY][32];
 	int o = blockIdx.x * 32 + threadIdx.x;
@@ -209,7 +211,7 @@ __global__ static void dbias_partial_kernel(double *part, const float *dout, int
 	double s = 0;
 	if (o < oc)
 		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY)
-			s += dout[(size_t)i * oc + o];
+			s += dout[(size_t)i * ldd + o];
 	acc[threadIdx.y][threadIdx.x] = s;
 	__syncthreads();
 	if (threadIdx.y == 0 && o < oc) {
@@ -239,12 +241,12 @@ __global__ static void dbias_final_kernel(float *dbias, const double *part, int 
 	}
 }
 
-static void dbias_colsum(float *dbias, const float *dout, int n, int oc)
+static void dbias_colsum(float *dbias, const float *dout, int ldd, int n, int oc)
 {
 	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
 	double *part = (double *)kern_cuda_scratch_alloc(sizeof(double) * (size_t)nchunk * oc);
 	dim3 grid((unsigned)((oc + 31) / 32), (unsigned)nchunk), block(32, DBIAS_TY);
-	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc);
+	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd);
 	KERN_CUDA_CHECK_LAUNCH();
 	dbias_final_kernel<<<(unsigned)((oc + 31) / 32), dim3(32, DBIAS_FY), 0, kern_cuda_stream()>>>(
 		dbias, part, nchunk, oc);
@@ -254,8 +256,9 @@ static void dbias_colsum(float *dbias, const float *dout, int n, int oc)
 
 /* ---- entry points ---------------------------------------------------------- */
 
-extern "C" void kern_matmul_fwd_cuda(float *out, const float *inp, const float *weight,
-                                     const float *bias, int n, int c, int oc)
+extern "C" void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp,
+                                        const float *weight, const float *bias, int n, int c,
+                                        int oc)
 {
 	if (n <= 0 || oc <= 0)
 		return;
@@ -264,34 +267,41 @@ extern "C" void kern_matmul_fwd_cuda(float *out, const float *inp, const float *
 		/* out = bias (or 0), then the 16-bit GEMM adds onto it */
 		if (bias) {
 			broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
-				out, bias, total, oc);
+				out, bias, total, oc, ldo);
 			KERN_CUDA_CHECK_LAUNCH();
 		}
 		uint16_t *w16 = to16(weight, (long)oc * c), *x16 = to16(inp, (long)n * c);
-		gemm16(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, w16, c, x16, c, bias ? 1.0f : 0.0f, out, oc);
+		gemm16(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, w16, c, x16, c, bias ? 1.0f : 0.0f, out,
+		       ldo);
 		kern_cuda_scratch_free(w16);
 		kern_cuda_scratch_free(x16);
 		return;
 	}
-	if (c <= 0 || (bias && (!g_fused_bias || !fwd_lt(out, inp, weight, bias, n, c, oc)))) {
+	if (c <= 0 || (bias && (!g_fused_bias || !fwd_lt(out, ldo, inp, weight, bias, n, c, oc)))) {
 		/* out = bias (or 0), then the GEMM adds onto it */
 		broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
-			out, bias, total, oc);
+			out, bias, total, oc, ldo);
 		KERN_CUDA_CHECK_LAUNCH();
 		if (c <= 0)
 			return;
 		const float one = 1.0f;
 		KERN_CUBLAS_CHECK(cublasSgemm(kern_cuda_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c,
-		                              &one, weight, c, inp, c, &one, out, oc));
+		                              &one, weight, c, inp, c, &one, out, ldo));
 	} else if (!bias) {
 		const float one = 1.0f, zero = 0.0f;
 		KERN_CUBLAS_CHECK(cublasSgemm(kern_cuda_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c,
-		                              &one, weight, c, inp, c, &zero, out, oc));
+		                              &one, weight, c, inp, c, &zero, out, ldo));
 	}
 }
 
+extern "C" void kern_matmul_fwd_cuda(float *out, const float *inp, const float *weight,
+                                     const float *bias, int n, int c, int oc)
+{
+	kern_matmul_fwd_ld_cuda(out, oc, inp, weight, bias, n, c, oc);
+}
+
 /* dinp_beta: 1 adds into dinp, 0 overwrites it (NaN in it included) */
-static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *dout, int ldd,
                        const float *inp, const float *weight, int n, int c, int oc,
                        float dinp_beta)
 {
@@ -303,11 +313,14 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 		return;
 	}
 	if (c > 0 && kern_cuda_gemm_operands() != KERN_MM_FP32) {
-		uint16_t *w16 = to16(weight, (long)oc * c), *d16 = to16(dout, (long)n * oc);
+		/* dout's last row ends at its oc-th column; the padding between rows
+		 * is converted with the rest but never read */
+		uint16_t *w16 = to16(weight, (long)oc * c);
+		uint16_t *d16 = to16(dout, (long)(n - 1) * ldd + oc);
 		uint16_t *x16 = to16(inp, (long)n * c);
 		if (dinp)
-			gemm16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, w16, c, d16, oc, dinp_beta, dinp, c);
-		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, x16, c, d16, oc, 1.0f, dweight, c);
+			gemm16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, w16, c, d16, ldd, dinp_beta, dinp, c);
+		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, x16, c, d16, ldd, 1.0f, dweight, c);
 		kern_cuda_scratch_free(w16);
 		kern_cuda_scratch_free(d16);
 		kern_cuda_scratch_free(x16);
@@ -316,24 +329,31 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 		const float one = 1.0f;
 		if (dinp)
 			KERN_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one,
-			                              weight, c, dout, oc, &dinp_beta, dinp, c));
+			                              weight, c, dout, ldd, &dinp_beta, dinp, c));
 		KERN_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c,
-		                              dout, oc, &one, dweight, c));
+		                              dout, ldd, &one, dweight, c));
 	}
 	if (dbias)
-		dbias_colsum(dbias, dout, n, oc);
+		dbias_colsum(dbias, dout, ldd, n, oc);
 }
 
 extern "C" void kern_matmul_bwd_cuda(float *dinp, float *dweight, float *dbias,
                                      const float *dout, const float *inp, const float *weight,
                                      int n, int c, int oc)
 {
-	matmul_bwd(dinp, dweight, dbias, dout, inp, weight, n, c, oc, 1.0f);
+	matmul_bwd(dinp, dweight, dbias, dout, oc, inp, weight, n, c, oc, 1.0f);
 }
 
 extern "C" void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
                                          const float *dout, const float *inp, const float *weight,
                                          int n, int c, int oc)
 {
-	matmul_bwd(dinp, dweight, dbias, dout, inp, weight, n, c, oc, 0.0f);
+	matmul_bwd(dinp, dweight, dbias, dout, oc, inp, weight, n, c, oc, 0.0f);
+}
+
+extern "C" void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias,
+                                            const float *dout, int ldd, const float *inp,
+                                            const float *weight, int n, int c, int oc)
+{
+	matmul_bwd(dinp, dweight, dbias, dout, ldd, inp, weight, n, c, oc, 0.0f);
 }

@@ -22,6 +22,16 @@ void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
                               const float *dout, const float *inp, const float *weight,
                               int n, int c, int oc);
 
+/* The same with out's (dout's) rows ldo (ldd) floats apart, ldo >= oc; the
+ * columns in between are neither read nor written. A row stride that is a
+ * multiple of 8 lets cuBLAS use its aligned kernels where oc is odd, as
+ * GPT-2's vocabulary (50257) is. */
+void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float *weight,
+                             const float *bias, int n, int c, int oc);
+void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias,
+                                 const float *dout, int ldd, const float *inp,
+                                 const float *weight, int n, int c, int oc);
+
 /* How the forward adds the bias, for tests and benchmarks: 1 (the default)
  * in the GEMM's epilogue (cuBLASLt), 0 by writing the bias into out and
  * letting the GEMM add onto it (cuBLAS, beta = 1). Returns the previous

@@ -29,7 +29,7 @@ __device__ static inline void lse_merge(float *m, float *s, float m2, float s2)
 	*m = mx;
 }
 
-__global__ static void xent_fwd_kernel(float *losses, float *lse, const float *logits,
+__global__ static void xent_fwd_kernel(float *losses, float *lse, const float *logits, int ld,
                                        const int *targets, int v)
 {
 	__shared__ float sm[FWD_THREADS / 32], ss[FWD_THREADS / 32];
@@ -42,7 +42,7 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const float *l
 		}
 		return;
 	}
-	const float *x = logits + (size_t)row * v;
+	const float *x = logits + (size_t)row * ld;
 	float m = -INFINITY, s = 0.0f;
 	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
 		float xj = x[j];
@@ -78,7 +78,7 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const float *l
 /* set: dlogits = g; else dlogits += g, with g = dloss (p - [j == target])
  * rounded before the add (__fmul_rn), so that adding gives exactly dlogits
  * + what the _set version writes. Rows with a negative target: g = 0. */
-__global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float *logits,
+__global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float *logits, int ld,
                                        const float *lse, const int *targets, int v, int set)
 {
 	int row = blockIdx.x;
@@ -86,7 +86,7 @@ __global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float 
 	if (tgt < 0 && !set)
 		return;
 	float l = tgt < 0 ? 0.0f : lse[row];
-	size_t base = (size_t)row * v;
+	size_t base = (size_t)row * ld;
 	int j0 = blockIdx.y * (BWD_THREADS * BWD_PER_THREAD) + threadIdx.x;
 #pragma unroll
 	for (int k = 0; k < BWD_PER_THREAD; k++) {
@@ -100,38 +100,52 @@ __global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float 
 	}
 }
 
-extern "C" void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const float *logits,
-                                           const int *targets, int n, int v)
+extern "C" void kern_softmax_xent_fwd_ld_cuda(float *losses, float *lse, const float *logits,
+                                              int ld, const int *targets, int n, int v)
 {
 	if (n <= 0 || v <= 0)
 		return;
-	xent_fwd_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, targets, v);
+	xent_fwd_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, ld, targets,
+	                                                            v);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
-static void xent_bwd(float *dlogits, float dloss, const float *logits, const float *lse,
+extern "C" void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const float *logits,
+                                           const int *targets, int n, int v)
+{
+	kern_softmax_xent_fwd_ld_cuda(losses, lse, logits, v, targets, n, v);
+}
+
+static void xent_bwd(float *dlogits, float dloss, const float *logits, int ld, const float *lse,
                      const int *targets, int n, int v, int set)
 {
 	if (n <= 0 || v <= 0)
 		return;
 	dim3 grid((unsigned)n, (unsigned)((v + BWD_THREADS * BWD_PER_THREAD - 1) /
 	                                  (BWD_THREADS * BWD_PER_THREAD)));
-	xent_bwd_kernel<<<grid, BWD_THREADS, 0, kern_cuda_stream()>>>(dlogits, dloss, logits, lse,
-	                                                              targets, v, set);
+	xent_bwd_kernel<<<grid, BWD_THREADS, 0, kern_cuda_stream()>>>(dlogits, dloss, logits, ld,
+	                                                              lse, targets, v, set);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void kern_softmax_xent_bwd_cuda(float *dlogits, float dloss, const float *logits,
                                            const float *lse, const int *targets, int n, int v)
 {
-	xent_bwd(dlogits, dloss, logits, lse, targets, n, v, 0);
+	xent_bwd(dlogits, dloss, logits, v, lse, targets, n, v, 0);
 }
 
 extern "C" void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *logits,
                                                const float *lse, const int *targets, int n,
                                                int v)
 {
-	xent_bwd(dlogits, dloss, logits, lse, targets, n, v, 1);
+	xent_bwd(dlogits, dloss, logits, v, lse, targets, n, v, 1);
+}
+
+extern "C" void kern_softmax_xent_bwd_set_ld_cuda(float *dlogits, float dloss,
+                                                  const float *logits, int ld, const float *lse,
+                                                  const int *targets, int n, int v)
+{
+	xent_bwd(dlogits, dloss, logits, ld, lse, targets, n, v, 1);
 }
 
 /* ---- argmax per row ------------------------------------------------------- */
@@ -149,12 +163,12 @@ __device__ static inline void best_merge(float *v, int *i, float v2, int i2)
 	}
 }
 
-__global__ static void argmax_kernel(int *best, const float *logits, int v)
+__global__ static void argmax_kernel(int *best, const float *logits, int ld, int v)
 {
 	__shared__ float sv[FWD_THREADS / 32];
 	__shared__ int si[FWD_THREADS / 32];
 	int row = blockIdx.x;
-	const float *x = logits + (size_t)row * v;
+	const float *x = logits + (size_t)row * ld;
 	if (isnan(x[0])) {                  /* the scan starts there and nothing beats NaN */
 		if (threadIdx.x == 0)
 			best[row] = 0;
@@ -187,10 +201,15 @@ __global__ static void argmax_kernel(int *best, const float *logits, int v)
 	}
 }
 
-extern "C" void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v)
+extern "C" void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int v)
 {
 	if (n <= 0 || v <= 0)
 		return;
-	argmax_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, v);
+	argmax_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, ld, v);
 	KERN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v)
+{
+	kern_argmax_rows_ld_cuda(best, logits, v, n, v);
 }

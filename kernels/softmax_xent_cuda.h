@@ -21,6 +21,15 @@ void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *lo
  * a NaN in column 0 is never beaten): top-1 for trn_model_score. */
 void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v);
 
+/* The same over rows ld floats apart (ld >= v; dlogits too), the columns
+ * in between neither read nor written: the logits of a GEMM whose output
+ * rows are padded (kern_matmul_fwd_ld_cuda). */
+void kern_softmax_xent_fwd_ld_cuda(float *losses, float *lse, const float *logits, int ld,
+                                   const int *targets, int n, int v);
+void kern_softmax_xent_bwd_set_ld_cuda(float *dlogits, float dloss, const float *logits, int ld,
+                                       const float *lse, const int *targets, int n, int v);
+void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int v);
+
 #ifdef __cplusplus
 }
 #endif

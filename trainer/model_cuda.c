@@ -123,6 +123,8 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	c->w_dev = b->w_dev = kern_cuda_malloc(sizeof(float) * nf);
 	c->g_dev = b->g_dev = kern_cuda_malloc(sizeof(float) * nf);
 	c->arena = kern_cuda_malloc(sizeof(float) * (size_t)arena_floats);
+	/* once: a model's padding (between rows it pads) then holds zeros */
+	kern_cuda_zero(c->arena, sizeof(float) * (size_t)arena_floats);
 	c->tokens_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
 	c->targets_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
 	c->best_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
@@ -159,12 +161,12 @@ void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
 }
 
 double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
-                            const float *logits_dev, const int32_t *targets, long rows,
+                            const float *logits_dev, int ld, const int32_t *targets, long rows,
                             int classes, struct trn_fwd_stats *st)
 {
 	kern_cuda_download(c->losses_host, losses_dev, sizeof(float) * (size_t)rows);
 	if (st) {
-		kern_argmax_rows_cuda(c->best_dev, logits_dev, (int)rows, classes);
+		kern_argmax_rows_ld_cuda(c->best_dev, logits_dev, ld, (int)rows, classes);
 		kern_cuda_download(c->best_host, c->best_dev, sizeof(int) * (size_t)rows);
 	}
 	return trn_model_score_top1(st ? c->best_host : NULL, c->losses_host, targets, rows, st);

@@ -70,9 +70,9 @@ void trn_cuda_model_gemms(const struct trn_cuda_model *c);
 /* Uploads w when the trainer changed it since the last upload. */
 void trn_cuda_model_sync_weights(struct trn_cuda_model *c);
 /* The scored rows' mean loss (and st, when not NULL) from the device's
- * per-row losses and, for st, logits [rows, classes]. */
+ * per-row losses and, for st, logits [rows, classes] in rows ld apart. */
 double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
-                            const float *logits_dev, const int32_t *targets, long rows,
+                            const float *logits_dev, int ld, const int32_t *targets, long rows,
                             int classes, struct trn_fwd_stats *st);
 /* Backward's start: zeroes g_dev (unless resident: the micro-batches of a
  * step add up there, zeroed by trn_model_zero_grad). */

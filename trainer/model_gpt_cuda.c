@@ -41,9 +41,16 @@ struct gpt_block_acts {
 	float *fch, *fch_gelu;             /* [B,T,4C] */
 };
 
+/* The logits' rows (and their gradient's) are VP floats apart, V rounded
+ * up to a multiple of LOGITS_ALIGN: with GPT-2's odd vocabulary (50257)
+ * unpadded, cuBLAS falls back to its slow unaligned kernels for the three
+ * largest GEMMs of the step (llm.c pads the vocabulary for the same reason).
+ * The padding columns are never read. */
+#define LOGITS_ALIGN 64
+
 struct gpt_cuda {
 	struct trn_cuda_model c;           /* first */
-	int L, NH, C, T, V;
+	int L, NH, C, T, V, VP;
 	int B;                             /* samples in the last forward */
 	struct gpt_block_acts *blocks;     /* [L] */
 	float *top, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *lse, *tmp_c;
@@ -74,11 +81,11 @@ static long carve(struct gpt_cuda *g, long B, float *base)
 	}
 	TAKE(g->top, BT * C);
 	TAKE(g->lnf, BT * C); TAKE(g->lnf_mean, BT); TAKE(g->lnf_rstd, BT);
-	TAKE(g->logits, BT * g->V); TAKE(g->losses, BT); TAKE(g->lse, BT);
+	TAKE(g->logits, BT * g->VP); TAKE(g->losses, BT); TAKE(g->lse, BT);
 	TAKE(g->tmp_c, BT * C);
 	TAKE(g->dres, BT * C); TAKE(g->dln, BT * C); TAKE(g->datty, BT * C);
 	TAKE(g->dbig, BT * 4 * C); TAKE(g->dqkv, BT * 3 * C);
-	TAKE(g->datt, att); TAKE(g->dlogits, BT * g->V);
+	TAKE(g->datt, att); TAKE(g->dlogits, BT * g->VP);
 #undef TAKE
 	return used;
 }
@@ -90,7 +97,7 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
                                struct trn_fwd_stats *st)
 {
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
-	int B = b->n, T = g->T, C = g->C, V = g->V, NH = g->NH, BT = B * T;
+	int B = b->n, T = g->T, C = g->C, V = g->V, VP = g->VP, NH = g->NH, BT = B * T;
 	long btc = (long)BT * C;
 	int lf = block_param(g->L, 0);
 	g->B = B;
@@ -102,7 +109,7 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 
 	float *x = g->L ? g->blocks[0].x : g->top;
 	/* each op is followed by the rounding of what it wrote (16-bit storage),
-	 * as in model_gpt.c */
+	 * as in model_gpt.c; the attention rounds att itself (attention_cuda.h) */
 	kern_embedding_fwd_cuda(x, c->tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
 	trn_cuda_model_round(c, x, btc);
 	for (int l = 0; l < g->L; l++) {
@@ -115,7 +122,6 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 		trn_cuda_model_round(c, a->qkv, btc * 3);
 		kern_attention_fwd_cuda(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
 		trn_cuda_model_round(c, a->atty, btc);
-		trn_cuda_model_round(c, a->att, (long)B * NH * T * T);
 		kern_matmul_fwd_cuda(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
 		trn_cuda_model_round(c, g->tmp_c, btc);
 		kern_residual_fwd_cuda(a->res2, a->x, g->tmp_c, btc);
@@ -137,16 +143,16 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	kern_layernorm_fwd_cuda(g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf), wd(g, lf + 1),
 	                        BT, C);
 	trn_cuda_model_round(c, g->lnf, btc);
-	kern_matmul_fwd_cuda(g->logits, g->lnf, wd(g, 0), NULL, BT, C, V);
-	trn_cuda_model_round(c, g->logits, (long)BT * V);
-	kern_softmax_xent_fwd_cuda(g->losses, g->lse, g->logits, c->targets_dev, BT, V);
-	return trn_cuda_model_score(c, g->losses, g->logits, b->targets, BT, V, st);
+	kern_matmul_fwd_ld_cuda(g->logits, VP, g->lnf, wd(g, 0), NULL, BT, C, V);
+	trn_cuda_model_round(c, g->logits, (long)BT * VP);
+	kern_softmax_xent_fwd_ld_cuda(g->losses, g->lse, g->logits, VP, c->targets_dev, BT, V);
+	return trn_cuda_model_score(c, g->losses, g->logits, VP, b->targets, BT, V, st);
 }
 
 static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b, float scale)
 {
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
-	int B = g->B, T = g->T, C = g->C, V = g->V, NH = g->NH, BT = B * T;
+	int B = g->B, T = g->T, C = g->C, V = g->V, VP = g->VP, NH = g->NH, BT = B * T;
 	long btc = (long)BT * C;
 	int lf = block_param(g->L, 0);
 	long counted = 0;
@@ -161,10 +167,11 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	}
 	/* as in forward, each op is followed by the rounding of the activation
 	 * gradient it wrote; parameter gradients are rounded at grad_ready */
-	kern_softmax_xent_bwd_set_cuda(g->dlogits, scale / (float)counted, g->logits, g->lse,
-	                               c->targets_dev, BT, V);
-	trn_cuda_model_round(c, g->dlogits, (long)BT * V);
-	kern_matmul_bwd_set_cuda(g->dln, gd(g, 0), NULL, g->dlogits, g->lnf, wd(g, 0), BT, C, V);
+	kern_softmax_xent_bwd_set_ld_cuda(g->dlogits, scale / (float)counted, g->logits, VP, g->lse,
+	                                  c->targets_dev, BT, V);
+	trn_cuda_model_round(c, g->dlogits, (long)BT * VP);
+	kern_matmul_bwd_set_ld_cuda(g->dln, gd(g, 0), NULL, g->dlogits, VP, g->lnf, wd(g, 0), BT, C,
+	                            V);
 	trn_cuda_model_round(c, g->dln, btc);
 	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
 	                            g->lnf_mean, g->lnf_rstd, BT, C);
@@ -267,6 +274,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->C = ms->dim;
 	g->T = ms->seq;
 	g->V = cpu->params[0].shape[0];    /* wte [V, C]: the vocabulary trn_gpt_new settled */
+	g->VP = (g->V + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
 	g->blocks = calloc((size_t)(g->L ? g->L : 1), sizeof *g->blocks);
 	g->ready = malloc(sizeof(int) * (size_t)cpu->n_params);
 	if (!g->blocks || !g->ready) {

@@ -5,9 +5,11 @@
 # .deps/debs (carried along) into .deps/prefix with dpkg -x, points CMake,
 # pkg-config, the compiler and the loader there, builds with CUDA (sm_90),
 # runs the GPU tests (ctest -L gpu), the CPU unit tests (ctest -L unit), the
-# GPU micro-benchmark and a compute-sanitizer memcheck pass over the GPU
-# tests, and GPT-2 124M in larch-train beside PyTorch (bench_gpt_gpu.py).
-# Logs go to build-gpu/logs and, when $OUT is set, to $OUT (8 files).
+# GPU micro-benchmark, GPT-2 124M in larch-train beside PyTorch
+# (bench_gpt_gpu.py), the kernel times of a GPT-2 step under ncu
+# (profile_gpt.py) and a compute-sanitizer memcheck pass over the GPU tests.
+# Logs go to build-gpu/logs and, when $OUT is set, to $OUT (summary.txt and
+# gpu-logs.tar.gz holding them all).
 #
 #   tests/gpu/run.sh          from anywhere; exit status 0 when all passed
 #
@@ -18,9 +20,17 @@
 #   LARCH_GPU_CARRIED_PKGCONFIG=1   use the carried pkgconf even when the
 #                             machine has a pkg-config
 #   LARCH_GPU_BENCH_ARGS=...  arguments for bench_cuda_kernels (e.g. --quick)
-#   LARCH_GPU_SANITIZE=0      skip the compute-sanitizer pass
+#   LARCH_GPU_UNIT=0          skip the CPU unit tests; LARCH_GPU_BENCH=0 the
+#                             micro-benchmark
+#   LARCH_GPU_PROFILE=0       skip the ncu kernel-time table of a GPT-2 step;
+#                             LARCH_GPU_PROFILE_ARGS=... its arguments (e.g.
+#                             --precision fp32), LARCH_GPU_PROFILE_S=N its time
+#                             limit (default 180)
+#   LARCH_GPU_SANITIZE=0      skip the compute-sanitizer pass;
+#   LARCH_GPU_SANITIZE_S=N    its time limit in seconds (default 150)
 #   LARCH_GPU_GPT_BENCH=0     skip the GPT-2 benchmark; LARCH_GPU_GPT_ARGS=...
-#                             its arguments (e.g. --micro 16 --steps 20)
+#                             its arguments (e.g. --micro 16 --steps 20);
+#   LARCH_GPU_GPT_S=N         its time limit in seconds (default 420)
 #   LARCH_WERROR=ON           -Werror (default OFF: another compiler version
 #                             may warn where ours does not; warnings are
 #                             counted in the log)
@@ -54,7 +64,8 @@ save_logs() {
 	} | tee "$logs/summary.txt"
 	if [ -n "${OUT:-}" ]; then
 		mkdir -p "$OUT"
-		cp "$logs"/*.txt "$OUT"/ 2>/dev/null || true
+		cp "$logs/summary.txt" "$OUT"/ 2>/dev/null || true
+		tar -czf "$OUT/gpu-logs.tar.gz" -C "$build" logs 2>/dev/null || true
 	fi
 }
 trap save_logs EXIT
@@ -174,23 +185,27 @@ if [ "$no_gpu" != 1 ] && grep -q 'Skipped' "$logs/ctest-gpu.txt"; then
 	failed+=("gpu tests skipped")
 fi
 
-step "CPU unit tests (ctest -L unit)"
-if ! ctest --test-dir "$build" -L unit --output-on-failure -j "$jobs" --timeout 300 \
-	2>&1 | tee "$logs/ctest-unit.txt"; then
-	failed+=("ctest -L unit")
+if [ "${LARCH_GPU_UNIT:-1}" != 0 ]; then
+	step "CPU unit tests (ctest -L unit)"
+	if ! ctest --test-dir "$build" -L unit --output-on-failure -j "$jobs" --timeout 300 \
+		2>&1 | tee "$logs/ctest-unit.txt"; then
+		failed+=("ctest -L unit")
+	fi
 fi
 
 # ---- benchmark --------------------------------------------------------------------
-step "GPU micro-benchmark (bench_cuda_kernels ${LARCH_GPU_BENCH_ARGS:-})"
-set +e
-# shellcheck disable=SC2086
-timeout 300 "$build/tests/gpu/bench_cuda_kernels" ${LARCH_GPU_BENCH_ARGS:-} 2>&1 | tee "$logs/bench.txt"
-rc=${PIPESTATUS[0]}
-set -e
-if [ "$rc" -eq 77 ] && [ "$no_gpu" = 1 ]; then
-	:
-elif [ "$rc" -ne 0 ]; then
-	failed+=("bench (exit $rc)")
+if [ "${LARCH_GPU_BENCH:-1}" != 0 ]; then
+	step "GPU micro-benchmark (bench_cuda_kernels ${LARCH_GPU_BENCH_ARGS:-})"
+	set +e
+	# shellcheck disable=SC2086
+	timeout 300 "$build/tests/gpu/bench_cuda_kernels" ${LARCH_GPU_BENCH_ARGS:-} 2>&1 | tee "$logs/bench.txt"
+	rc=${PIPESTATUS[0]}
+	set -e
+	if [ "$rc" -eq 77 ] && [ "$no_gpu" = 1 ]; then
+		:
+	elif [ "$rc" -ne 0 ]; then
+		failed+=("bench (exit $rc)")
+	fi
 fi
 
 # ---- GPT-2 124M: larch-train beside PyTorch ---------------------------------------------
@@ -198,22 +213,35 @@ if [ "${LARCH_GPU_GPT_BENCH:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
 	step "GPT-2 124M, larch-train beside PyTorch (tests/bench/bench_gpt_gpu.py ${LARCH_GPU_GPT_ARGS:-})"
 	set +e
 	# shellcheck disable=SC2086
-	timeout 420 python3 "$root/tests/bench/bench_gpt_gpu.py" --build "$build" \
+	timeout "${LARCH_GPU_GPT_S:-420}" python3 "$root/tests/bench/bench_gpt_gpu.py" --build "$build" \
 		${LARCH_GPU_GPT_ARGS:-} 2>&1 | tee "$logs/bench-gpt.txt"
 	rc=${PIPESTATUS[0]}
 	set -e
 	[ "$rc" -eq 0 ] || failed+=("bench_gpt_gpu (exit $rc)")
 fi
 
+# ---- where a GPT-2 step's GPU time goes (Nsight Compute) ---------------------------
+if [ "${LARCH_GPU_PROFILE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
+	step "GPT-2 124M kernel times under ncu (tests/gpu/profile_gpt.py ${LARCH_GPU_PROFILE_ARGS:-})"
+	set +e
+	# shellcheck disable=SC2086
+	timeout "${LARCH_GPU_PROFILE_S:-180}" python3 "$root/tests/gpu/profile_gpt.py" --build "$build" \
+		${LARCH_GPU_PROFILE_ARGS:-} 2>&1 | tee "$logs/profile.txt"
+	rc=${PIPESTATUS[0]}
+	set -e
+	case $rc in 0 | 77) ;; *) failed+=("profile_gpt (exit $rc)") ;; esac
+fi
+
 # ---- compute-sanitizer ------------------------------------------------------------
 if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
-	step "compute-sanitizer memcheck over the GPU tests (150 s at most)"
+	san_s=${LARCH_GPU_SANITIZE_S:-150}
+	step "compute-sanitizer memcheck over the GPU tests ($san_s s at most)"
 	san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 	if [ -z "$san" ]; then
 		echo "compute-sanitizer: not found, skipped" | tee "$logs/sanitizer.txt"
 	else
 		: >"$logs/sanitizer.txt"
-		deadline=$(($(date +%s) + 150))
+		deadline=$(($(date +%s) + san_s))
 		for exe in "$build"/tests/gpu/test_cuda_*; do
 			left=$((deadline - $(date +%s)))
 			if [ "$left" -le 5 ]; then

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpu_test.h"
 #include "kernels/cuda_common.h"
@@ -205,9 +206,93 @@ static void test_deterministic(void)
 	mm_free(&m);
 }
 
+/* Output rows ld apart (kern_matmul_fwd_ld_cuda, kern_matmul_bwd_set_ld_cuda):
+ * the forward leaves the padding columns alone, the backward never reads
+ * them (NaN there), and both equal the unpadded reference; also with 16-bit
+ * operands, against the unpadded 16-bit GEMMs (the same products, summed
+ * in an order that may differ). */
+static void check_strided(struct shape s, int ld, int dtype)
+{
+	long nc = (long)s.n * s.c, oc_c = (long)s.oc * s.c, no = (long)s.n * s.oc;
+	long nl = (long)s.n * ld;
+	char what[160];
+	float *inp = host_rand(nc, -1, 1, &rng), *weight = host_rand(oc_c, -1, 1, &rng);
+	float *bias = host_rand(s.oc, -1, 1, &rng), *dout = host_rand(no, -1, 1, &rng);
+	float *padded = host_nan(nl), *sentinel = host_zeros(nl);
+	for (long k = 0; k < nl; k++)
+		sentinel[k] = 12345.0f;
+	for (int r = 0; r < s.n; r++)
+		memcpy(padded + (long)r * ld, dout + (long)r * s.oc, sizeof(float) * (size_t)s.oc);
+	float *d_inp = dev_copy(inp, nc), *d_w = dev_copy(weight, oc_c), *d_b = dev_copy(bias, s.oc);
+	float *d_out = dev_copy(sentinel, nl), *d_out1 = dev_alloc(no);
+	float *d_dout = dev_copy(padded, nl), *d_dout1 = dev_copy(dout, no);
+	float *d_dinp = dev_alloc(nc), *d_dw = dev_alloc(oc_c), *d_db = dev_alloc(s.oc);
+	float *d_dinp1 = dev_alloc(nc), *d_dw1 = dev_alloc(oc_c), *d_db1 = dev_alloc(s.oc);
+	float *zw = host_zeros(oc_c), *zb = host_zeros(s.oc);
+	dev_put(d_dw, zw, oc_c), dev_put(d_db, zb, s.oc);
+	dev_put(d_dw1, zw, oc_c), dev_put(d_db1, zb, s.oc);
+
+	int prev = kern_matmul_cuda_operands(dtype);
+	kern_matmul_fwd_ld_cuda(d_out, ld, d_inp, d_w, d_b, s.n, s.c, s.oc);
+	kern_matmul_fwd_cuda(d_out1, d_inp, d_w, d_b, s.n, s.c, s.oc);
+	kern_matmul_bwd_set_ld_cuda(d_dinp, d_dw, d_db, d_dout, ld, d_inp, d_w, s.n, s.c, s.oc);
+	kern_matmul_bwd_set_cuda(d_dinp1, d_dw1, d_db1, d_dout1, d_inp, d_w, s.n, s.c, s.oc);
+	kern_matmul_cuda_operands(prev);
+
+	float *got = dev_fetch(d_out, nl), *want = dev_fetch(d_out1, no), *rows = host_zeros(no);
+	int kept = 1;
+	for (int r = 0; r < s.n; r++) {
+		memcpy(rows + (long)r * s.oc, got + (long)r * ld, sizeof(float) * (size_t)s.oc);
+		for (int j = s.oc; j < ld; j++)
+			kept &= got[(long)r * ld + j] == 12345.0f;
+	}
+	CHECK_MSG(kept, "fwd ld=%d n=%d oc=%d dtype=%d wrote into the padding", ld, s.n, s.oc, dtype);
+	if (dtype == KERN_MM_FP32) {
+		free(want);
+		want = host_zeros(no);
+		kern_matmul_fwd_ref(want, inp, weight, bias, s.n, s.c, s.oc);
+	}
+	snprintf(what, sizeof what, "fwd ld=%d n=%d c=%d oc=%d dtype=%d", ld, s.n, s.c, s.oc, dtype);
+	check_close(what, rows, want, no, tol(s.c), tol(s.c));
+
+	float *gi = dev_fetch(d_dinp, nc), *gw = dev_fetch(d_dw, oc_c), *gb = dev_fetch(d_db, s.oc);
+	float *wi = dev_fetch(d_dinp1, nc), *ww = dev_fetch(d_dw1, oc_c), *wb = dev_fetch(d_db1, s.oc);
+	snprintf(what, sizeof what, "bwd ld=%d n=%d c=%d oc=%d dtype=%d dinp", ld, s.n, s.c, s.oc,
+	         dtype);
+	check_close(what, gi, wi, nc, tol(s.oc), tol(s.oc));
+	snprintf(what, sizeof what, "bwd ld=%d n=%d c=%d oc=%d dtype=%d dweight", ld, s.n, s.c, s.oc,
+	         dtype);
+	check_close(what, gw, ww, oc_c, tol(s.n), tol(s.n));
+	snprintf(what, sizeof what, "bwd ld=%d n=%d c=%d oc=%d dtype=%d dbias", ld, s.n, s.c, s.oc,
+	         dtype);
+	check_same_bits(what, gb, wb, s.oc);
+
+	free(inp), free(weight), free(bias), free(dout), free(padded), free(sentinel);
+	free(got), free(want), free(rows), free(zw), free(zb);
+	free(gi), free(gw), free(gb), free(wi), free(ww), free(wb);
+	kern_cuda_free(d_inp), kern_cuda_free(d_w), kern_cuda_free(d_b);
+	kern_cuda_free(d_out), kern_cuda_free(d_out1), kern_cuda_free(d_dout), kern_cuda_free(d_dout1);
+	kern_cuda_free(d_dinp), kern_cuda_free(d_dw), kern_cuda_free(d_db);
+	kern_cuda_free(d_dinp1), kern_cuda_free(d_dw1), kern_cuda_free(d_db1);
+}
+
+static void test_strided(void)
+{
+	static const struct shape odd[] = { { 7, 13, 5 }, { 33, 64, 17 }, { 257, 129, 1001 },
+		                            { 64, 768, 5025 } };
+	for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++) {
+		int ld = (odd[k].oc + 63) / 64 * 64;
+		check_strided(odd[k], ld, KERN_MM_FP32);
+		check_strided(odd[k], ld + 3, KERN_MM_FP32);
+		check_strided(odd[k], ld, KERN_MM_BF16);
+		check_strided(odd[k], ld, KERN_MM_FP16);
+	}
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_matmul");
+	CHECK_RUN(test_strided);
 	CHECK_RUN(test_fwd);
 	CHECK_RUN(test_bwd);
 	CHECK_RUN(test_empty_sum);

@@ -175,9 +175,66 @@ static void test_argmax(void)
 	}
 }
 
+/* The _ld versions over rows ld apart equal the packed ones bit for bit,
+ * with NaN in the padding (never read) and the padding of dlogits left as
+ * it was (never written). */
+static void test_strided(void)
+{
+	const int shapes_v[][2] = { { 5, 33 }, { 16, 50257 } };
+	for (size_t k = 0; k < sizeof shapes_v / sizeof shapes_v[0]; k++) {
+		int n = shapes_v[k][0], v = shapes_v[k][1], ld = (v + 63) / 64 * 64 + 3;
+		long nv = (long)n * v, nl = (long)n * ld;
+		float *x = host_rand(nv, -8, 8, &rng), *xl = host_nan(nl);
+		for (int r = 0; r < n; r++)
+			memcpy(xl + (long)r * ld, x + (long)r * v, sizeof(float) * (size_t)v);
+		int *targets = rand_targets(n, v, 3);
+		float *d_x = dev_copy(x, nv), *d_xl = dev_copy(xl, nl);
+		int *d_t = kern_cuda_dup(targets, sizeof(int) * (size_t)n);
+		float *d_loss = dev_alloc(n), *d_lse = dev_alloc(n), *d_dl = dev_alloc(nv);
+		float *d_loss_l = dev_alloc(n), *d_lse_l = dev_alloc(n), *d_dl_l = dev_copy(xl, nl);
+		int *d_best = kern_cuda_malloc(sizeof(int) * (size_t)n);
+		int *d_best_l = kern_cuda_malloc(sizeof(int) * (size_t)n);
+		kern_softmax_xent_fwd_cuda(d_loss, d_lse, d_x, d_t, n, v);
+		kern_softmax_xent_fwd_ld_cuda(d_loss_l, d_lse_l, d_xl, ld, d_t, n, v);
+		kern_softmax_xent_bwd_set_cuda(d_dl, 0.25f, d_x, d_lse, d_t, n, v);
+		kern_softmax_xent_bwd_set_ld_cuda(d_dl_l, 0.25f, d_xl, ld, d_lse_l, d_t, n, v);
+		kern_argmax_rows_cuda(d_best, d_x, n, v);
+		kern_argmax_rows_ld_cuda(d_best_l, d_xl, ld, n, v);
+		float *loss = dev_fetch(d_loss, n), *loss_l = dev_fetch(d_loss_l, n);
+		float *lse = dev_fetch(d_lse, n), *lse_l = dev_fetch(d_lse_l, n);
+		float *dl = dev_fetch(d_dl, nv), *dl_l = dev_fetch(d_dl_l, nl), *rows = host_zeros(nv);
+		int kept = 1;
+		for (int r = 0; r < n; r++) {
+			memcpy(rows + (long)r * v, dl_l + (long)r * ld, sizeof(float) * (size_t)v);
+			for (int j = v; j < ld; j++)
+				kept &= isnan(dl_l[(long)r * ld + j]);
+		}
+		int best[16], best_l[16];
+		kern_cuda_download(best, d_best, sizeof(int) * (size_t)n);
+		kern_cuda_download(best_l, d_best_l, sizeof(int) * (size_t)n);
+		char what[96];
+		snprintf(what, sizeof what, "strided n=%d v=%d ld=%d losses", n, v, ld);
+		check_same_bits(what, loss_l, loss, n);
+		snprintf(what, sizeof what, "strided n=%d v=%d ld=%d lse", n, v, ld);
+		check_same_bits(what, lse_l, lse, n);
+		snprintf(what, sizeof what, "strided n=%d v=%d ld=%d dlogits", n, v, ld);
+		check_same_bits(what, rows, dl, nv);
+		CHECK_MSG(kept, "strided n=%d v=%d: the backward wrote into the padding", n, v);
+		CHECK_MSG(memcmp(best, best_l, sizeof(int) * (size_t)n) == 0,
+		          "strided n=%d v=%d: argmax differs", n, v);
+		free(x), free(xl), free(targets), free(loss), free(loss_l), free(lse), free(lse_l);
+		free(dl), free(dl_l), free(rows);
+		kern_cuda_free(d_x), kern_cuda_free(d_xl), kern_cuda_free(d_t), kern_cuda_free(d_loss);
+		kern_cuda_free(d_lse), kern_cuda_free(d_dl), kern_cuda_free(d_loss_l);
+		kern_cuda_free(d_lse_l), kern_cuda_free(d_dl_l), kern_cuda_free(d_best);
+		kern_cuda_free(d_best_l);
+	}
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_softmax_xent");
+	CHECK_RUN(test_strided);
 	CHECK_RUN(test_vs_ref);
 	CHECK_RUN(test_deterministic);
 	CHECK_RUN(test_argmax);

@@ -15,15 +15,23 @@ library only: the GPU machine has no numpy of ours to rely on.
    step-5 checkpoint give the uninterrupted run's losses bit for bit (the
    kernels and cuBLAS are deterministic run to run).
 4. bf16 on the GPU against bf16 on the CPU (16-bit storage, the GEMMs on
-   the tensor cores): within TOL16, a few of bf16's ulps; fp16 with the
-   dynamic loss scale trains (the loss falls, the scale is reported).
+   the tensor cores), measured against bf16's own noise: how far the CPU's
+   bf16 run is from its fp32 run at the same step. The first step (the
+   same weights, a forward pass) must be closer to the CPU's bf16 than
+   FIRST16 of that distance: a GPU that skipped the rounding would sit at
+   the whole distance. Each later step within NOISE16 times the largest
+   distance so far: ten AdamW updates of a tiny model amplify each
+   rounding that flips (an ulp, 2^-8) until bf16 and fp32 differ by 16%
+   by step 9, and the GPU's and the CPU's bf16 runs drift apart the same
+   way; a fixed relative tolerance on the late steps measures that chaos,
+   not the GPU. fp16 with the dynamic loss scale trains (the loss falls,
+   the scale is reported).
 5. What the GPU path does not run yet (the parameter and activation
    offloads) is refused with exit 2 and the field's name.
 """
 import argparse
 import gzip
 import json
-import os
 import pathlib
 import random
 import shutil
@@ -33,7 +41,8 @@ import sys
 import tempfile
 
 TOL = 2e-3           # relative, on losses after 10 updates
-TOL16 = 3e-2         # bf16: a rounding that flips is an ulp (2^-8) of a value
+FIRST16 = 0.5        # step 1: |gpu - cpu| <= FIRST16 |cpu - cpu fp32|
+NOISE16 = 2.0        # later: |gpu - cpu| <= NOISE16 max so far |cpu - cpu fp32|
 
 
 def run(exe, spec, job, device, *extra):
@@ -85,8 +94,34 @@ class Checks:
         self.failed += not ok
 
 
-def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL):
-    """Runs spec on both devices; checks losses per step within tol."""
+def check16(c, name, cpu, gpu, reference):
+    """The 16-bit criterion (4. above) on train/loss and val/loss; prints
+    the losses step by step."""
+    a, b, r = (metrics(j, "train/loss") for j in (cpu, gpu, reference))
+    print(f"     {'step':>4s} {'cpu fp32':>10s} {'cpu':>10s} {'gpu':>10s} "
+          f"{'|gpu-cpu|':>10s} {'|cpu-fp32|':>10s} {'allowed':>10s}")
+    noise, bad = 0.0, []
+    for s in sorted(a):
+        dist = abs(a[s] - r[s]) if s in r else float("inf")
+        noise = max(noise, dist)
+        gap = abs(b[s] - a[s]) if s in b else float("inf")
+        allowed = FIRST16 * dist if s == min(a) else NOISE16 * noise
+        print(f"     {s:4d} {r.get(s, float('nan')):10.6f} {a[s]:10.6f} "
+              f"{b.get(s, float('nan')):10.6f} {gap:10.2e} {dist:10.2e} {allowed:10.2e}")
+        if not gap <= allowed:
+            bad.append(s)
+    c.check(a.keys() == b.keys() and len(a) > 0 and not bad,
+            f"{name}: train/loss at {len(a)} steps within bf16's own noise (steps outside: {bad})")
+    va, vb, vr = (metrics(j, "val/loss") for j in (cpu, gpu, reference))
+    bad = [s for s in va if not abs(vb.get(s, float("inf")) - va[s]) <=
+           NOISE16 * max(noise, abs(va[s] - vr.get(s, float("inf"))))]
+    c.check(va.keys() == vb.keys() and len(va) > 0 and not bad,
+            f"{name}: val/loss within bf16's own noise ({[(s, va[s], vb.get(s), vr.get(s)) for s in va]})")
+
+
+def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None):
+    """Runs spec on both devices; checks losses per step within tol, or
+    with reference (the CPU job dir of the same run in fp32) by check16."""
     cpu, gpu = tmp / f"{name}-cpu", tmp / f"{name}-gpu"
     rc, rg = run(exe, spec, cpu, "cpu"), run(exe, spec, gpu, "cuda")
     c.check(rc.returncode == 0, f"{name}: CPU run (exit {rc.returncode}) {rc.stderr.strip()[-300:]}")
@@ -96,6 +131,9 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL):
     for line in rg.stdout.splitlines():
         if line.startswith(("device:", "done:")):
             print("     " + line)
+    if reference is not None:
+        check16(c, name, cpu, gpu, reference)
+        return gpu
     for metric in ("train/loss", "val/loss", *extra_names):
         a, b = metrics(cpu, metric), metrics(gpu, metric)
         worst = max((abs(a[s] - b[s]) / max(abs(a[s]), 1e-12) for s in a if s in b), default=0)
@@ -152,7 +190,8 @@ def main():
                         f"bit for bit ({[(s, a[s], b.get(s)) for s in later][:2]})")
 
         compare(c, exe, tmp, "gpt-bf16", {**gpt, "name": "gpt-bf16",
-                                          "precision": {"compute": "bf16"}}, tol=TOL16)
+                                          "precision": {"compute": "bf16"}},
+                reference=tmp / "gpt-cpu")
         fp16 = {**gpt, "name": "gpt-fp16", "precision": {"compute": "fp16"}, "steps": 30}
         r = run(exe, fp16, tmp / "gpt-fp16", "cuda")
         c.check(r.returncode == 0, f"gpt-fp16: GPU run (exit {r.returncode}) "

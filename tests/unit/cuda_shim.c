@@ -127,10 +127,19 @@ void kern_cuda_zero(void *dev, size_t bytes)
 
 /* ---- the ops, as the CPU model runs them ------------------------------------ */
 
+/* the GEMM operands' type (kern_matmul_cuda_operands) */
+static int shim_operands = KERN_MM_FP32;
+
+/* with 16-bit operands att is left rounded, as attention_cuda.h says */
 void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float *qkv, int b,
                              int t, int c, int nh)
 {
 	kern_attention_fwd_cpu(out, preatt, att, qkv, b, t, c, nh);
+	long tt = (long)b * nh * t * t;
+	if (shim_operands == KERN_MM_BF16)
+		kern_round_bf16_cpu(att, tt);
+	else if (shim_operands == KERN_MM_FP16)
+		kern_round_fp16_cpu(att, tt);
 }
 
 void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
@@ -203,6 +212,43 @@ void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias, const f
 	kern_matmul_bwd_set_cpu(dinp, dweight, dbias, dout, inp, weight, n, c, oc);
 }
 
+/* The strided versions: rows ld apart gathered into (scattered from) n x v
+ * contiguous floats, where the CPU kernel runs. */
+static float *packed(const float *x, int ld, int n, int v)
+{
+	float *p = calloc((size_t)n * (size_t)v, sizeof(float));
+	if (!p)
+		abort();
+	if (x)
+		for (int r = 0; r < n; r++)
+			memcpy(p + (size_t)r * v, x + (size_t)r * ld, sizeof(float) * (size_t)v);
+	return p;
+}
+
+static void unpack(float *x, int ld, const float *p, int n, int v)
+{
+	for (int r = 0; r < n; r++)
+		memcpy(x + (size_t)r * ld, p + (size_t)r * v, sizeof(float) * (size_t)v);
+}
+
+void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float *weight,
+                             const float *bias, int n, int c, int oc)
+{
+	float *o = packed(NULL, ldo, n, oc);
+	kern_matmul_fwd_cpu(o, inp, weight, bias, n, c, oc);
+	unpack(out, ldo, o, n, oc);
+	free(o);
+}
+
+void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                                 int ldd, const float *inp, const float *weight, int n, int c,
+                                 int oc)
+{
+	float *d = packed(dout, ldd, n, oc);
+	kern_matmul_bwd_set_cpu(dinp, dweight, dbias, d, inp, weight, n, c, oc);
+	free(d);
+}
+
 void kern_residual_fwd_cuda(float *out, const float *a, const float *b, long n)
 {
 	kern_residual_fwd_cpu(out, a, b, n);
@@ -220,10 +266,28 @@ void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *lo
 	kern_softmax_xent_bwd_set_cpu(dlogits, dloss, logits, lse, targets, n, v);
 }
 
-void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v)
+void kern_softmax_xent_fwd_ld_cuda(float *losses, float *lse, const float *logits, int ld,
+                                   const int *targets, int n, int v)
+{
+	float *x = packed(logits, ld, n, v);
+	kern_softmax_xent_fwd_cpu(losses, lse, x, targets, n, v);
+	free(x);
+}
+
+void kern_softmax_xent_bwd_set_ld_cuda(float *dlogits, float dloss, const float *logits, int ld,
+                                       const float *lse, const int *targets, int n, int v)
+{
+	float *x = packed(logits, ld, n, v), *d = packed(NULL, ld, n, v);
+	kern_softmax_xent_bwd_set_cpu(d, dloss, x, lse, targets, n, v);
+	unpack(dlogits, ld, d, n, v);
+	free(x);
+	free(d);
+}
+
+void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int v)
 {
 	for (int r = 0; r < n; r++) {
-		const float *row = logits + (long)r * v;
+		const float *row = logits + (long)r * ld;
 		int b = 0;
 		for (int j = 1; j < v; j++)
 			if (row[j] > row[b])
@@ -290,9 +354,8 @@ void kern_round_bf16_cuda(float *x, long n)
  * 16-bit GEMM with fp32 sums computes: nothing to switch. */
 int kern_matmul_cuda_operands(int dtype)
 {
-	static int current;
-	int prev = current;
-	current = dtype;
+	int prev = shim_operands;
+	shim_operands = dtype;
 	return prev;
 }
 

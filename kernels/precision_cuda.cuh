@@ -1,0 +1,64 @@
+/* kernels/precision_cuda.cuh - the bit manipulations of 16-bit storage as
+ * device functions, for the kernels that round what they write
+ * (precision_cuda.cu, attention_cuda.cu). They are precision_cpu.c's, line
+ * for line (fp16_of_bits, bf16_of_bits and their inverses), so every result
+ * has the CPU's bits: tests/gpu/test_cuda_precision.c runs all 2^32
+ * patterns. CUDA only (nvcc). */
+#ifndef LARCH_KERNELS_PRECISION_CUDA_CUH
+#define LARCH_KERNELS_PRECISION_CUDA_CUH
+
+#include <stdint.h>
+
+__device__ static inline uint16_t fp16_of_bits(uint32_t x)
+{
+	uint32_t sign = (x >> 16) & 0x8000u;
+	uint32_t a = x & 0x7fffffffu;
+	uint32_t normal = (a - 0x38000000u + 0x0fffu + ((a >> 13) & 1u)) >> 13;
+	/* |x| + 0.5 rounds |x| to a multiple of 2^-24 (round to nearest even,
+	 * __fadd_rn: no contraction, no flush to zero of the normal sum) */
+	uint32_t subnormal = __float_as_uint(__fadd_rn(__uint_as_float(a), 0.5f)) - 0x3f000000u;
+	uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+	uint32_t h = a < 0x38800000u ? subnormal : normal;
+	h = a >= 0x47800000u ? 0x7c00u : h;
+	h = a > 0x7f800000u ? nan : h;
+	return (uint16_t)(sign | h);
+}
+
+__device__ static inline float fp32_of_fp16(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t e = (h >> 10) & 0x1fu;
+	uint32_t m = h & 0x3ffu;
+	uint32_t normal = ((e + 112u) << 23) | (m << 13);
+	uint32_t special = 0x7f800000u | (m << 13);
+	uint32_t subnormal = __float_as_uint(__fmul_rn((float)(int32_t)m, 0x1p-24f));
+	uint32_t a = e == 0 ? subnormal : normal;
+	a = e == 31 ? special : a;
+	return __uint_as_float(sign | a);
+}
+
+__device__ static inline uint16_t bf16_of_bits(uint32_t x)
+{
+	uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+	uint32_t nan = (x >> 16) | 0x0040u;
+	return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+__device__ static inline float fp32_of_bf16(uint16_t h)
+{
+	return __uint_as_float((uint32_t)h << 16);
+}
+
+/* the 16-bit pattern of x in kern_cuda_gemm_operands' type (bf16 when bf16
+ * is nonzero, else fp16), and back */
+__device__ static inline uint16_t to16_bits(float x, int bf16)
+{
+	return bf16 ? bf16_of_bits(__float_as_uint(x)) : fp16_of_bits(__float_as_uint(x));
+}
+
+__device__ static inline float of16_bits(uint16_t h, int bf16)
+{
+	return bf16 ? fp32_of_bf16(h) : fp32_of_fp16(h);
+}
+
+#endif
