@@ -78,6 +78,7 @@ static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 struct lt_plan {
 	int used;
 	int n, c, oc, ldo;
+	cudaDataType ab;                   /* the operands' type: fp32, bf16 or fp16 */
 	unsigned align[4];
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t a, b, d;
@@ -108,11 +109,12 @@ static void plan_release(struct lt_plan *p)
 	memset(p, 0, sizeof *p);
 }
 
-static struct lt_plan *plan_get(int n, int c, int oc, int ldo, const unsigned align[4])
+static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab,
+                                const unsigned align[4])
 {
 	for (int i = 0; i < LT_CACHE; i++) {
 		struct lt_plan *p = &g_plans[i];
-		if (p->used && p->n == n && p->c == c && p->oc == oc && p->ldo == ldo &&
+		if (p->used && p->n == n && p->c == c && p->oc == oc && p->ldo == ldo && p->ab == ab &&
 		    memcmp(p->align, align, sizeof p->align) == 0)
 			return p;
 	}
@@ -124,7 +126,7 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, const unsigned al
 	g_plan_next = (g_plan_next + 1) % LT_CACHE;
 	plan_release(p);
 	p->used = 1;
-	p->n = n, p->c = c, p->oc = oc, p->ldo = ldo;
+	p->n = n, p->c = c, p->oc = oc, p->ldo = ldo, p->ab = ab;
 	memcpy(p->align, align, sizeof p->align);
 
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -137,8 +139,8 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, const unsigned al
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
 	                                                 &epi, sizeof epi));
 	/* column-major views: weight [c, oc], inp [c, n], out [oc, n] (columns ldo apart) */
-	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, c, oc, c));
-	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, c, n, c));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, ab, c, oc, c));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, ab, c, n, c));
 	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, oc, n, ldo));
 
 	cublasLtMatmulPreference_t pref;
@@ -165,10 +167,11 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, const unsigned al
 	return p;
 }
 
-/* out = weight^T-GEMM + bias in one cuBLASLt call; 0 when cuBLASLt has no
+/* out = weight^T-GEMM + bias in one cuBLASLt call, with weight and inp of
+ * type ab (16-bit ones are copies the caller made); 0 when cuBLASLt has no
  * algorithm for this shape and alignment (the caller falls back). */
-static int fwd_lt(float *out, int ldo, const float *inp, const float *weight, const float *bias,
-                  int n, int c, int oc)
+static int fwd_lt(float *out, int ldo, const void *inp, const void *weight, cudaDataType ab,
+                  const float *bias, int n, int c, int oc)
 {
 	/* cuBLASLt takes no alignment preference for the bias: give it only
 	 * 16-byte aligned ones (cudaMalloc's are), in case the epilogue reads
@@ -176,7 +179,7 @@ static int fwd_lt(float *out, int ldo, const float *inp, const float *weight, co
 	if (ptr_align(bias) < 16)
 		return 0;
 	unsigned align[4] = { ptr_align(weight), ptr_align(inp), ptr_align(out), ptr_align(out) };
-	struct lt_plan *p = plan_get(n, c, oc, ldo, align);
+	struct lt_plan *p = plan_get(n, c, oc, ldo, ab, align);
 	if (!p->ok)
 		return 0;
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -264,20 +267,27 @@ extern "C" void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp,
 		return;
 	long total = (long)n * oc;
 	if (kern_cuda_gemm_operands() != KERN_MM_FP32 && c > 0) {
+		uint16_t *w16 = to16(weight, (long)oc * c), *x16 = to16(inp, (long)n * c);
+		cudaDataType ab = kern_cuda_gemm_operands() == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+		if (bias && g_fused_bias && fwd_lt(out, ldo, x16, w16, ab, bias, n, c, oc)) {
+			kern_cuda_scratch_free(w16);
+			kern_cuda_scratch_free(x16);
+			return;
+		}
 		/* out = bias (or 0), then the 16-bit GEMM adds onto it */
 		if (bias) {
 			broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
 				out, bias, total, oc, ldo);
 			KERN_CUDA_CHECK_LAUNCH();
 		}
-		uint16_t *w16 = to16(weight, (long)oc * c), *x16 = to16(inp, (long)n * c);
 		gemm16(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, w16, c, x16, c, bias ? 1.0f : 0.0f, out,
 		       ldo);
 		kern_cuda_scratch_free(w16);
 		kern_cuda_scratch_free(x16);
 		return;
 	}
-	if (c <= 0 || (bias && (!g_fused_bias || !fwd_lt(out, ldo, inp, weight, bias, n, c, oc)))) {
+	if (c <= 0 ||
+	    (bias && (!g_fused_bias || !fwd_lt(out, ldo, inp, weight, CUDA_R_32F, bias, n, c, oc)))) {
 		/* out = bias (or 0), then the GEMM adds onto it */
 		broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
 			out, bias, total, oc, ldo);

@@ -27,7 +27,8 @@
 #                             --precision fp32), LARCH_GPU_PROFILE_S=N its time
 #                             limit (default 180)
 #   LARCH_GPU_SANITIZE=0      skip the compute-sanitizer pass;
-#   LARCH_GPU_SANITIZE_S=N    its time limit in seconds (default 150)
+#   LARCH_GPU_SANITIZE_S=N    its time limit in seconds (default 150);
+#   LARCH_GPU_SANITIZE_TESTS="matmul attention"   only those tests (default all)
 #   LARCH_GPU_GPT_BENCH=0     skip the GPT-2 benchmark; LARCH_GPU_GPT_ARGS=...
 #                             its arguments (e.g. --micro 16 --steps 20);
 #   LARCH_GPU_GPT_S=N         its time limit in seconds (default 420)
@@ -242,7 +243,14 @@ if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
 	else
 		: >"$logs/sanitizer.txt"
 		deadline=$(($(date +%s) + san_s))
-		for exe in "$build"/tests/gpu/test_cuda_*; do
+		exes=("$build"/tests/gpu/test_cuda_*)
+		if [ -n "${LARCH_GPU_SANITIZE_TESTS:-}" ]; then
+			exes=()
+			for name in $LARCH_GPU_SANITIZE_TESTS; do
+				exes+=("$build/tests/gpu/test_cuda_$name")
+			done
+		fi
+		for exe in "${exes[@]}"; do
 			left=$((deadline - $(date +%s)))
 			if [ "$left" -le 5 ]; then
 				echo "$(basename "$exe"): not run (time)" | tee -a "$logs/sanitizer.txt"

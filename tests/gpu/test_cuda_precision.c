@@ -141,13 +141,16 @@ static void gemm16(int n, int c, int oc, int bf16)
 	float *d_inp = dev_copy(inp, nc), *d_w = dev_copy(w, oc_c), *d_bias = dev_copy(bias, oc);
 	float *d_dout = dev_copy(dout, noc), *d_out = dev_alloc(noc);
 	int prev = kern_matmul_cuda_operands(bf16 ? KERN_MM_BF16 : KERN_MM_FP16);
-	for (int with_bias = 0; with_bias < 2; with_bias++) {
+	/* the bias in cuBLASLt's epilogue (fused) or added by the GEMM onto it */
+	for (int with_bias = 0; with_bias < 3; with_bias++) {
+		int fused = kern_matmul_cuda_fused_bias(with_bias != 2);
 		float *want = host_zeros(noc);
 		kern_matmul_fwd_ref(want, inp, w, with_bias ? bias : NULL, n, c, oc);
 		kern_matmul_fwd_cuda(d_out, d_inp, d_w, with_bias ? d_bias : NULL, n, c, oc);
+		kern_matmul_cuda_fused_bias(fused);
 		float *got = dev_fetch(d_out, noc);
 		snprintf(what, sizeof what, "%s forward%s n=%d c=%d oc=%d", t,
-		         with_bias ? " +bias" : "", n, c, oc);
+		         with_bias == 1 ? " +bias (epilogue)" : with_bias ? " +bias" : "", n, c, oc);
 		check_close(what, got, want, noc, tol(c), tol(c));
 		free(want), free(got);
 	}
