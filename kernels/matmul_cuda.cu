@@ -58,6 +58,21 @@ static uint16_t *to16(const float *x, long n)
 	return kern_cuda_to16_scratch(x, n);
 }
 
+/* A 16-bit copy of weight [rows, c] with rows padded to [ld, c] by zero
+ * rows: with a padded dimension of a multiple of 8 the tensor cores' aligned
+ * kernels run where an odd rows (GPT-2's vocabulary, 50257) makes cuBLAS
+ * fall back to slow ones. */
+static uint16_t *to16_rows_padded(const float *weight, int rows, int ld, int c)
+{
+	uint16_t *w16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)ld * c);
+	if (kern_cuda_gemm_operands() == KERN_MM_BF16)
+		kern_fp32_to_bf16_cuda(w16, weight, (long)rows * c);
+	else
+		kern_fp32_to_fp16_cuda(w16, weight, (long)rows * c);
+	kern_cuda_zero(w16 + (size_t)rows * c, sizeof(uint16_t) * (size_t)(ld - rows) * c);
+	return w16;
+}
+
 /* C (fp32, ldc) = alpha op(A) op(B) + beta C with A and B in 16 bits, the
  * products exact and summed in fp32 on the tensor cores. */
 static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -266,6 +281,15 @@ extern "C" void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp,
 	if (n <= 0 || oc <= 0)
 		return;
 	long total = (long)n * oc;
+	if (kern_cuda_gemm_operands() != KERN_MM_FP32 && c > 0 && !bias && ldo > oc && ldo % 8 == 0) {
+		/* the GEMM over all ldo columns, zero rows of weight giving zeros in
+		 * the padding: an aligned problem */
+		uint16_t *w16 = to16_rows_padded(weight, oc, ldo, c), *x16 = to16(inp, (long)n * c);
+		gemm16(CUBLAS_OP_T, CUBLAS_OP_N, ldo, n, c, w16, c, x16, c, 0.0f, out, ldo);
+		kern_cuda_scratch_free(w16);
+		kern_cuda_scratch_free(x16);
+		return;
+	}
 	if (kern_cuda_gemm_operands() != KERN_MM_FP32 && c > 0) {
 		uint16_t *w16 = to16(weight, (long)oc * c), *x16 = to16(inp, (long)n * c);
 		cudaDataType ab = kern_cuda_gemm_operands() == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -323,13 +347,22 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 		return;
 	}
 	if (c > 0 && kern_cuda_gemm_operands() != KERN_MM_FP32) {
-		/* dout's last row ends at its oc-th column; the padding between rows
-		 * is converted with the rest but never read */
-		uint16_t *w16 = to16(weight, (long)oc * c);
-		uint16_t *d16 = to16(dout, (long)(n - 1) * ldd + oc);
+		/* dout spans n rows of ldd (cuBLAS's aligned kernels read whole
+		 * vectors past column oc); with ldd > oc, dinp's sum runs over all ldd
+		 * (an aligned problem): zero rows of weight and, in the copy of dout,
+		 * zeros in place of whatever its padding held */
+		int padded = ldd > oc && ldd % 8 == 0;
+		uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldd, c)
+		                       : to16(weight, (long)oc * c);
+		uint16_t *d16 = to16(dout, (long)n * ldd);
 		uint16_t *x16 = to16(inp, (long)n * c);
+		if (padded)
+			KERN_CUDA_CHECK(cudaMemset2DAsync(d16 + oc, sizeof(uint16_t) * (size_t)ldd, 0,
+			                                  sizeof(uint16_t) * (size_t)(ldd - oc), (size_t)n,
+			                                  kern_cuda_stream()));
 		if (dinp)
-			gemm16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, w16, c, d16, ldd, dinp_beta, dinp, c);
+			gemm16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, padded ? ldd : oc, w16, c, d16, ldd,
+			       dinp_beta, dinp, c);
 		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, x16, c, d16, ldd, 1.0f, dweight, c);
 		kern_cuda_scratch_free(w16);
 		kern_cuda_scratch_free(d16);

@@ -22,10 +22,13 @@ void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
                               const float *dout, const float *inp, const float *weight,
                               int n, int c, int oc);
 
-/* The same with out's (dout's) rows ldo (ldd) floats apart, ldo >= oc; the
- * columns in between are neither read nor written. A row stride that is a
- * multiple of 8 lets cuBLAS use its aligned kernels where oc is odd, as
- * GPT-2's vocabulary (50257) is. */
+/* The same with out's (dout's) rows ldo (ldd) floats apart, ldo >= oc: out
+ * and dout span n * ldo floats. The padding columns of dout are never used
+ * (NaN there does no harm); those of out are left as they were, except that
+ * a forward with 16-bit operands and no bias writes zeros there (its GEMM
+ * runs over all ldo columns). A row stride that is a multiple of 8 lets
+ * cuBLAS use its aligned kernels where oc is odd, as GPT-2's vocabulary
+ * (50257) is. */
 void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float *weight,
                              const float *bias, int n, int c, int oc);
 void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias,
