@@ -52,6 +52,19 @@ mkdir -p "$logs"
 
 step() { printf '\n== %s (%ds)\n' "$*" $(($(date +%s) - start)); }
 
+# logged LIMIT LOG NAME OK CMD...: runs CMD for at most LIMIT seconds, its
+# output shown and kept in LOG; an exit status not among OK (a list such as
+# "0 77") is recorded as a failure of NAME
+logged() {
+	local limit=$1 log=$2 name=$3 ok=$4 rc
+	shift 4
+	set +e
+	timeout "$limit" "$@" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	set -e
+	case " $ok " in *" $rc "*) ;; *) failed+=("$name (exit $rc)") ;; esac
+}
+
 save_logs() {
 	local rc=$?
 	{
@@ -197,40 +210,27 @@ fi
 # ---- benchmark --------------------------------------------------------------------
 if [ "${LARCH_GPU_BENCH:-1}" != 0 ]; then
 	step "GPU micro-benchmark (bench_cuda_kernels ${LARCH_GPU_BENCH_ARGS:-})"
-	set +e
+	ok=0
+	[ "$no_gpu" = 1 ] && ok="0 77"
 	# shellcheck disable=SC2086
-	timeout 300 "$build/tests/gpu/bench_cuda_kernels" ${LARCH_GPU_BENCH_ARGS:-} 2>&1 | tee "$logs/bench.txt"
-	rc=${PIPESTATUS[0]}
-	set -e
-	if [ "$rc" -eq 77 ] && [ "$no_gpu" = 1 ]; then
-		:
-	elif [ "$rc" -ne 0 ]; then
-		failed+=("bench (exit $rc)")
-	fi
+	logged 300 "$logs/bench.txt" bench "$ok" "$build/tests/gpu/bench_cuda_kernels" \
+		${LARCH_GPU_BENCH_ARGS:-}
 fi
 
 # ---- GPT-2 124M: larch-train beside PyTorch ---------------------------------------------
 if [ "${LARCH_GPU_GPT_BENCH:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
 	step "GPT-2 124M, larch-train beside PyTorch (tests/bench/bench_gpt_gpu.py ${LARCH_GPU_GPT_ARGS:-})"
-	set +e
 	# shellcheck disable=SC2086
-	timeout "${LARCH_GPU_GPT_S:-420}" python3 "$root/tests/bench/bench_gpt_gpu.py" --build "$build" \
-		${LARCH_GPU_GPT_ARGS:-} 2>&1 | tee "$logs/bench-gpt.txt"
-	rc=${PIPESTATUS[0]}
-	set -e
-	[ "$rc" -eq 0 ] || failed+=("bench_gpt_gpu (exit $rc)")
+	logged "${LARCH_GPU_GPT_S:-420}" "$logs/bench-gpt.txt" bench_gpt_gpu 0 \
+		python3 "$root/tests/bench/bench_gpt_gpu.py" --build "$build" ${LARCH_GPU_GPT_ARGS:-}
 fi
 
 # ---- where a GPT-2 step's GPU time goes (Nsight Compute) ---------------------------
 if [ "${LARCH_GPU_PROFILE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
 	step "GPT-2 124M kernel times under ncu (tests/gpu/profile_gpt.py ${LARCH_GPU_PROFILE_ARGS:-})"
-	set +e
 	# shellcheck disable=SC2086
-	timeout "${LARCH_GPU_PROFILE_S:-180}" python3 "$root/tests/gpu/profile_gpt.py" --build "$build" \
-		${LARCH_GPU_PROFILE_ARGS:-} 2>&1 | tee "$logs/profile.txt"
-	rc=${PIPESTATUS[0]}
-	set -e
-	case $rc in 0 | 77) ;; *) failed+=("profile_gpt (exit $rc)") ;; esac
+	logged "${LARCH_GPU_PROFILE_S:-180}" "$logs/profile.txt" profile_gpt "0 77" \
+		python3 "$root/tests/gpu/profile_gpt.py" --build "$build" ${LARCH_GPU_PROFILE_ARGS:-}
 fi
 
 # ---- compute-sanitizer ------------------------------------------------------------
