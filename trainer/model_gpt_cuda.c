@@ -1,9 +1,12 @@
 /* trainer/model_gpt_cuda.c - GPT-2 on the GPU: model_gpt.c's forward and
  * backward, op for op, with the kernels' CUDA versions on device copies of
- * the parameters (trainer/model_cuda.h). Every block keeps its activations
- * (offload.activations "none"); one layer's worth of activation-gradient
- * scratch is reused from the top block down, the residual stream's
- * gradient accumulating in place, as on the CPU.
+ * the parameters (trainer/model_cuda.h). With offload.activations "none"
+ * every block keeps its activations; with "recompute" each block keeps its
+ * input and, right before its backward, runs its forward again from there
+ * into one block's scratch, as model_gpt.c does (the same ops on the same
+ * inputs: the same bits). One layer's worth of activation-gradient scratch
+ * is reused from the top block down, the residual stream's gradient
+ * accumulating in place, as on the CPU.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +55,10 @@ struct gpt_cuda {
 	struct trn_cuda_model c;           /* first */
 	int L, NH, C, T, V, VP;
 	int B;                             /* samples in the last forward */
-	struct gpt_block_acts *blocks;     /* [L] */
+	struct gpt_block_acts *blocks;     /* [L], or with recompute [1]: the scratch */
+	int recompute;                     /* offload.activations "recompute" */
+	long btc_max;                      /* floats of one [B,T,C] at the largest batch */
+	float *inputs;                     /* recompute: [L][B,T,C] every block's input */
 	float *top, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *lse, *tmp_c;
 	float *dres, *dln, *datty, *dbig, *dqkv, *datt, *dlogits;
 	int *ready;                        /* model_gpt.c's grad_ready order */
@@ -60,19 +66,23 @@ struct gpt_cuda {
 
 static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + which; }
 
-/* Lays the arena out from base (NULL: only counts); each buffer starts on
- * 256 bytes. Returns its floats. */
-static long carve(struct gpt_cuda *g, long B, float *base)
+/* Lays the arena out from base (NULL: only counts) for recompute or not;
+ * each buffer starts on 256 bytes. Returns its floats. */
+static long carve(struct gpt_cuda *g, long B, int recompute, float *base)
 {
 	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
 	long used = 0;
+	int n_blocks = recompute ? (g->L > 0) : g->L;
 #define TAKE(ptr, n) do { if (base) (ptr) = base + used; used += ((n) + 63) / 64 * 64; } while (0)
-	for (int l = 0; l < g->L; l++) {
+	if (recompute)
+		TAKE(g->inputs, g->L * BT * C);   /* x of the scratch points into it */
+	for (int l = 0; l < n_blocks; l++) {
 		struct gpt_block_acts *a = base ? &g->blocks[l] : NULL;
 		struct gpt_block_acts dummy;
 		if (!a)
 			a = &dummy;
-		TAKE(a->x, BT * C);
+		if (!recompute)
+			TAKE(a->x, BT * C);
 		TAKE(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
 		TAKE(a->qkv, BT * 3 * C); TAKE(a->atty, BT * C); TAKE(a->att, att);
 		TAKE(a->res2, BT * C);
@@ -93,11 +103,58 @@ static long carve(struct gpt_cuda *g, long B, float *base)
 static float *wd(struct gpt_cuda *g, int p) { return g->c.w_dev + g->c.base.params[p].offset; }
 static float *gd(struct gpt_cuda *g, int p) { return g->c.g_dev + g->c.base.params[p].offset; }
 
+/* Where block l's input goes in forward (the embedding's output for block
+ * 0, block l - 1's output otherwise; top for l = L). */
+static float *fwd_input(struct gpt_cuda *g, int l)
+{
+	if (l == g->L)
+		return g->top;
+	return g->recompute ? g->inputs + l * g->btc_max : g->blocks[l].x;
+}
+
+/* The buffers block l's forward writes to, its input in place. */
+static struct gpt_block_acts *fwd_acts(struct gpt_cuda *g, int l)
+{
+	if (!g->recompute)
+		return &g->blocks[l];
+	g->blocks[0].x = g->inputs + l * g->btc_max;
+	return &g->blocks[0];
+}
+
+/* Block l's forward from a->x as far as backward needs it: everything in
+ * a. Each op is followed by the rounding of what it wrote (16-bit storage,
+ * as in model_gpt.c); the attention rounds att itself (attention_cuda.h). */
+static void block_fwd(struct gpt_cuda *g, int l, struct gpt_block_acts *a)
+{
+	struct trn_cuda_model *c = &g->c;
+	int B = g->B, T = g->T, C = g->C, NH = g->NH, BT = B * T;
+	long btc = (long)BT * C;
+#define W(which) wd(g, block_param(l, which))
+	kern_layernorm_fwd_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B), BT, C);
+	trn_cuda_model_round(c, a->ln1, btc);
+	kern_matmul_fwd_cuda(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
+	trn_cuda_model_round(c, a->qkv, btc * 3);
+	kern_attention_fwd_cuda(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
+	trn_cuda_model_round(c, a->atty, btc);
+	kern_matmul_fwd_cuda(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
+	trn_cuda_model_round(c, g->tmp_c, btc);
+	kern_residual_fwd_cuda(a->res2, a->x, g->tmp_c, btc);
+	trn_cuda_model_round(c, a->res2, btc);
+	kern_layernorm_fwd_cuda(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W), W(P_LN2B),
+	                        BT, C);
+	trn_cuda_model_round(c, a->ln2, btc);
+	kern_matmul_fwd_cuda(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
+	trn_cuda_model_round(c, a->fch, btc * 4);
+	kern_gelu_fwd_cuda(a->fch_gelu, a->fch, btc * 4);
+	trn_cuda_model_round(c, a->fch_gelu, btc * 4);
+#undef W
+}
+
 static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b,
                                struct trn_fwd_stats *st)
 {
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
-	int B = b->n, T = g->T, C = g->C, V = g->V, VP = g->VP, NH = g->NH, BT = B * T;
+	int B = b->n, T = g->T, C = g->C, V = g->V, VP = g->VP, BT = B * T;
 	long btc = (long)BT * C;
 	int lf = block_param(g->L, 0);
 	g->B = B;
@@ -107,38 +164,20 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	kern_cuda_upload(c->tokens_dev, b->tokens, sizeof(int) * (size_t)BT);
 	kern_cuda_upload(c->targets_dev, b->targets, sizeof(int) * (size_t)BT);
 
-	float *x = g->L ? g->blocks[0].x : g->top;
+	float *x = fwd_input(g, 0);
 	/* each op is followed by the rounding of what it wrote (16-bit storage),
-	 * as in model_gpt.c; the attention rounds att itself (attention_cuda.h) */
+	 * as in model_gpt.c */
 	kern_embedding_fwd_cuda(x, c->tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
 	trn_cuda_model_round(c, x, btc);
 	for (int l = 0; l < g->L; l++) {
-		struct gpt_block_acts *a = &g->blocks[l];
-#define W(which) wd(g, block_param(l, which))
-		kern_layernorm_fwd_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B),
-		                        BT, C);
-		trn_cuda_model_round(c, a->ln1, btc);
-		kern_matmul_fwd_cuda(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
-		trn_cuda_model_round(c, a->qkv, btc * 3);
-		kern_attention_fwd_cuda(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
-		trn_cuda_model_round(c, a->atty, btc);
-		kern_matmul_fwd_cuda(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
+		struct gpt_block_acts *a = fwd_acts(g, l);
+		block_fwd(g, l, a);
+		kern_matmul_fwd_cuda(g->tmp_c, a->fch_gelu, wd(g, block_param(l, P_FCPW)),
+		                     wd(g, block_param(l, P_FCPB)), BT, 4 * C, C);
 		trn_cuda_model_round(c, g->tmp_c, btc);
-		kern_residual_fwd_cuda(a->res2, a->x, g->tmp_c, btc);
-		trn_cuda_model_round(c, a->res2, btc);
-		kern_layernorm_fwd_cuda(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W),
-		                        W(P_LN2B), BT, C);
-		trn_cuda_model_round(c, a->ln2, btc);
-		kern_matmul_fwd_cuda(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
-		trn_cuda_model_round(c, a->fch, btc * 4);
-		kern_gelu_fwd_cuda(a->fch_gelu, a->fch, btc * 4);
-		trn_cuda_model_round(c, a->fch_gelu, btc * 4);
-		kern_matmul_fwd_cuda(g->tmp_c, a->fch_gelu, W(P_FCPW), W(P_FCPB), BT, 4 * C, C);
-		trn_cuda_model_round(c, g->tmp_c, btc);
-		x = l + 1 < g->L ? g->blocks[l + 1].x : g->top;
+		x = fwd_input(g, l + 1);
 		kern_residual_fwd_cuda(x, a->res2, g->tmp_c, btc);
 		trn_cuda_model_round(c, x, btc);
-#undef W
 	}
 	kern_layernorm_fwd_cuda(g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf), wd(g, lf + 1),
 	                        BT, C);
@@ -177,7 +216,9 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	                            g->lnf_mean, g->lnf_rstd, BT, C);
 	trn_cuda_model_round(c, g->dres, btc);
 	for (int l = g->L - 1; l >= 0; l--) {
-		struct gpt_block_acts *a = &g->blocks[l];
+		struct gpt_block_acts *a = fwd_acts(g, l);
+		if (g->recompute)
+			block_fwd(g, l, a);    /* the block's activations again, from its input */
 #define W(which) wd(g, block_param(l, which))
 #define G(which) gd(g, block_param(l, which))
 		kern_matmul_bwd_set_cuda(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
@@ -299,11 +340,15 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->ready[n++] = 1;
 	g->ready[n++] = 0;
 
-	long floats = carve(g, max_batch, NULL);
+	g->recompute = spec->offload.activations == TRN_OFFLOAD_RECOMPUTE;
+	g->btc_max = (long)max_batch * g->T * g->C;
+	long floats = carve(g, max_batch, g->recompute, NULL);
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
 		gpt_cuda_free(&g->c.base);
 		return NULL;
 	}
-	carve(g, max_batch, g->c.arena);
+	carve(g, max_batch, g->recompute, g->c.arena);
+	g->c.base.act_offload = spec->offload.activations;
+	g->c.base.act_bytes_none = carve(g, max_batch, 0, NULL) * (long)sizeof(float);
 	return &g->c.base;
 }

@@ -26,8 +26,10 @@ library only: the GPU machine has no numpy of ours to rely on.
    way; a fixed relative tolerance on the late steps measures that chaos,
    not the GPU. fp16 with the dynamic loss scale trains (the loss falls,
    the scale is reported).
-5. What the GPU path does not run yet (the parameter and activation
-   offloads) is refused with exit 2 and the field's name.
+5. offload.activations "recompute" gives the losses of the run that keeps
+   the activations, bit for bit. What the GPU path does not run yet
+   (offload.params, offload.activations "cpu") is refused with exit 2 and
+   the field's name.
 """
 import argparse
 import gzip
@@ -204,8 +206,18 @@ def main():
                     f"scale reported ({min(scale.values(), default=0):g}..."
                     f"{max(scale.values(), default=0):g})")
 
+        # offload.activations "recompute": the same bits as keeping them
+        rec = {**gpt, "name": "gpt-recompute", "offload": {"activations": "recompute"}}
+        r = run(exe, rec, tmp / "gpt-recompute", "cuda")
+        c.check(r.returncode == 0, f"gpt-recompute: GPU run (exit {r.returncode}) "
+                f"{r.stderr.strip()[-300:]}")
+        if r.returncode == 0 and gpu_job:
+            a, b = metrics(gpu_job, "train/loss"), metrics(tmp / "gpt-recompute", "train/loss")
+            c.check(a and a == b, f"gpt-recompute: the losses equal the run that keeps the "
+                    f"activations bit for bit ({[(s, a[s], b.get(s)) for s in sorted(a)][:2]})")
+
         for field, extra in (("offload.params", {"offload": {"params": "cpu"}}),
-                             ("offload.activations", {"offload": {"activations": "recompute"}})):
+                             ("offload.activations", {"offload": {"activations": "cpu"}})):
             r = run(exe, {**gpt, "name": "refused", **extra}, tmp / f"refused-{field}", "cuda")
             c.check(r.returncode == 2 and field in r.stderr,
                     f"refused on the GPU with exit 2 naming {field}: exit {r.returncode}, "

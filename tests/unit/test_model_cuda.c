@@ -65,11 +65,15 @@ static int same_floats(const float *a, const float *b, long n, long *where)
 	return 1;
 }
 
-/* Within rel of each other (relative to the larger magnitude, 1e-30 floor) */
-static int close_floats(const float *a, const float *b, long n, double rel, long *where)
+/* a and b (each before + a sum) within rel of each other, relative to the
+ * larger magnitude of the two and of what was added (1e-30 floor): adding
+ * rounds relative to the addends, however much they cancel */
+static int close_floats(const float *a, const float *b, const float *before, long n, double rel,
+                        long *where)
 {
 	for (long i = 0; i < n; i++) {
-		double m = fmax(fabs(a[i]), fabs(b[i]));
+		double m = fmax(fmax(fabs(a[i]), fabs(b[i])),
+		                fmax(fabs(before[i]), fabs((double)a[i] - before[i])));
 		if (!(fabs((double)a[i] - b[i]) <= rel * m + 1e-30)) {
 			*where = i;
 			return 0;
@@ -93,6 +97,10 @@ static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct
 	CHECK_MSG(sc.correct == sg.correct && sc.count == sg.count && sc.loss_sum == sg.loss_sum,
 	          "%s: stats %ld/%ld vs %ld/%ld", what, sc.correct, sc.count, sg.correct, sg.count);
 	struct order oc = { .n = 0 }, og = { .n = 0 };
+	float *before = malloc(sizeof(float) * (size_t)cpu->n_floats);
+	if (!before)
+		abort();
+	memcpy(before, cpu->g, sizeof(float) * (size_t)cpu->n_floats);
 	cpu->grad_ready = gpu->grad_ready = record;
 	cpu->grad_ready_ctx = &oc;
 	gpu->grad_ready_ctx = &og;
@@ -100,8 +108,10 @@ static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct
 	trn_model_backward(gpu, b, scale);
 	cpu->grad_ready = gpu->grad_ready = NULL;
 	long at = -1;
-	int same = accumulated > 0 ? close_floats(cpu->g, gpu->g, cpu->n_floats, accumulated, &at)
-	                       : same_floats(cpu->g, gpu->g, cpu->n_floats, &at);
+	int same = accumulated > 0
+	                   ? close_floats(cpu->g, gpu->g, before, cpu->n_floats, accumulated, &at)
+	                   : same_floats(cpu->g, gpu->g, cpu->n_floats, &at);
+	free(before);
 	CHECK_MSG(same, "%s: gradient %ld: %.9g vs %.9g", what, at, at >= 0 ? cpu->g[at] : 0.0,
 	          at >= 0 ? gpu->g[at] : 0.0);
 	CHECK_MSG(oc.n == cpu->n_params && og.n == oc.n && !memcmp(oc.p, og.p, sizeof(int) * (size_t)oc.n),
@@ -118,10 +128,12 @@ static void nudge(struct trn_model *cpu, struct trn_model *gpu)
 	trn_model_weights_changed(gpu);
 }
 
-static void compare_models(const char *spec_text, const struct trn_dataset *ds, int B,
-                           const char *what)
+/* acc_rel: step_both's accumulated (0: 1e-6 in fp32, 1.6e-2 in 16 bits) */
+static void compare_models_acc(const char *spec_text, const struct trn_dataset *ds, int B,
+                               const char *what, double acc_rel)
 {
-	double acc_rel = strstr(spec_text, "fp16") || strstr(spec_text, "bf16") ? 1.6e-2 : 1e-6;
+	if (acc_rel <= 0)
+		acc_rel = strstr(spec_text, "fp16") || strstr(spec_text, "bf16") ? 1.6e-2 : 1e-6;
 	struct trn_spec spec;
 	if (load_spec(&spec, spec_text))
 		return;
@@ -134,6 +146,10 @@ static void compare_models(const char *spec_text, const struct trn_dataset *ds, 
 		goto out;
 	CHECK(gpu->device == 1 && gpu->n_floats == cpu->n_floats && gpu->n_params == cpu->n_params);
 	CHECK(gpu->flops_per_sample == cpu->flops_per_sample && gpu->peak_flops > 0);
+	if (strstr(spec_text, "recompute"))      /* one block's activations, not L */
+		CHECK_MSG(gpu->act_offload == TRN_OFFLOAD_RECOMPUTE &&
+		          gpu->act_bytes < gpu->act_bytes_none, "%s: %ld of %ld bytes", what,
+		          gpu->act_bytes, gpu->act_bytes_none);
 	trn_model_init_weights(cpu, 5);
 	trn_model_init_weights(gpu, 5);
 	long at;
@@ -172,6 +188,12 @@ out:
 	trn_spec_release(&spec);
 }
 
+static void compare_models(const char *spec_text, const struct trn_dataset *ds, int B,
+                           const char *what)
+{
+	compare_models_acc(spec_text, ds, B, what, 0);
+}
+
 static void test_gpt(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
@@ -189,6 +211,22 @@ static void test_gpt(void)
 	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
 	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
 	               " \"precision\": {\"compute\": \"fp16\"}, \"steps\": 1}", &ds, 3, "gpt fp16");
+	/* offload.activations "recompute": each block's forward again in
+	 * backward, against the CPU model's recompute (which equals its "none").
+	 * Three blocks, so that a block below the top one must be recomputed
+	 * (the scratch still holds the top one's); their accumulated gradients
+	 * cancel more: 1.3e-6 apart, with or without recompute */
+	compare_models_acc("{\"model\": {\"type\": \"gpt\", \"layers\": 3, \"heads\": 2, \"dim\": 16,"
+	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	               " \"offload\": {\"activations\": \"recompute\"}, \"steps\": 1}", &ds, 3,
+	               "gpt recompute", 4e-6);
+	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
+	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	               " \"precision\": {\"compute\": \"bf16\"},"
+	               " \"offload\": {\"activations\": \"recompute\"}, \"steps\": 1}", &ds, 3,
+	               "gpt bf16 recompute");
 	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 1, \"dim\": 8,"
 	               " \"seq\": 8, \"vocab\": 300}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
 	               " \"batch\": {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
@@ -222,7 +260,7 @@ static void test_refusals(void)
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
 	const char *cases[][2] = {
 		{ "\"offload\": {\"params\": \"cpu\"}", "offload.params" },
-		{ "\"offload\": {\"activations\": \"recompute\"}", "offload.activations" },
+		{ "\"offload\": {\"activations\": \"cpu\"}", "offload.activations" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char text[1024];
@@ -241,6 +279,21 @@ static void test_refusals(void)
 		trn_model_free(m);
 		trn_spec_release(&spec);
 	}
+	/* recompute is GPT's on the GPU */
+	struct trn_dataset img = { .task = TRN_TASK_CLASSIFY, .dim = 20, .n_classes = 7 };
+	struct trn_spec spec;
+	if (load_spec(&spec, "{\"model\": {\"type\": \"mlp\", \"hidden\": [8]}, \"data\": {\"format\":"
+	              " \"idx\", \"train\": {\"images\": \"i\", \"labels\": \"l\"}}, \"batch\":"
+	              " {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1}, \"steps\": 1,"
+	              " \"offload\": {\"activations\": \"recompute\"}}"))
+		return;
+	struct trn_err err = { 0 };
+	struct trn_model *m = trn_model_new_on(&spec, &img, 2, 0, &err);
+	CHECK(m == NULL);
+	CHECK_MSG(strstr(err.text, "offload.activations") == err.text && strstr(err.text, "gpt"),
+	          "mlp recompute: \"%s\"", err.text);
+	trn_model_free(m);
+	trn_spec_release(&spec);
 }
 
 /* metrics.jsonl's values of name, in file order, into out; their count */
