@@ -256,6 +256,55 @@ extern "C" void kern_cuda_download(void *host_dst, const void *dev_src, size_t b
 	KERN_CUDA_CHECK(cudaStreamSynchronize(g_stream));
 }
 
+/* ---- copies beside the compute stream ------------------------------------- */
+
+static cudaStream_t g_copy_stream;
+static cudaEvent_t g_copy_after;                 /* the compute stream's work so far */
+static cudaEvent_t g_copy_done[KERN_CUDA_COPY_CHANNELS];
+
+static void copy_channels_init(void)
+{
+	if (g_copy_stream)
+		return;
+	KERN_CUDA_CHECK(cudaStreamCreateWithFlags(&g_copy_stream, cudaStreamNonBlocking));
+	KERN_CUDA_CHECK(cudaEventCreateWithFlags(&g_copy_after, cudaEventDisableTiming));
+	for (int i = 0; i < KERN_CUDA_COPY_CHANNELS; i++)
+		KERN_CUDA_CHECK(cudaEventCreateWithFlags(&g_copy_done[i], cudaEventDisableTiming));
+}
+
+static void check_channel(int chan)
+{
+	if (chan < 0 || chan >= KERN_CUDA_COPY_CHANNELS)
+		kern_cuda_fail(__FILE__, __LINE__, "copy channel", "out of range");
+}
+
+extern "C" void kern_cuda_copy_async(int chan, void *dst, const void *src, size_t bytes)
+{
+	check_channel(chan);
+	copy_channels_init();
+	/* the copy stream takes the compute stream's state now: the event may be
+	 * recorded again at once */
+	KERN_CUDA_CHECK(cudaEventRecord(g_copy_after, g_stream));
+	KERN_CUDA_CHECK(cudaStreamWaitEvent(g_copy_stream, g_copy_after, 0));
+	if (bytes)
+		KERN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g_copy_stream));
+	KERN_CUDA_CHECK(cudaEventRecord(g_copy_done[chan], g_copy_stream));
+}
+
+extern "C" void kern_cuda_copy_wait(int chan)
+{
+	check_channel(chan);
+	if (g_copy_stream)
+		KERN_CUDA_CHECK(cudaStreamWaitEvent(g_stream, g_copy_done[chan], 0));
+}
+
+extern "C" void kern_cuda_copy_wait_host(int chan)
+{
+	check_channel(chan);
+	if (g_copy_stream)
+		KERN_CUDA_CHECK(cudaEventSynchronize(g_copy_done[chan]));
+}
+
 extern "C" int kern_cuda_host_register(void *p, size_t bytes)
 {
 	if (!p || !bytes)

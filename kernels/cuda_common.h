@@ -134,6 +134,25 @@ void kern_cuda_copy(void *dev_dst, const void *dev_src, size_t bytes);
 /* Zeroes bytes at dev on the stream (no wait). */
 void kern_cuda_zero(void *dev, size_t bytes);
 
+/* ---- copies beside the compute stream ----------------------------------------- */
+
+/* Channels 0 .. KERN_CUDA_COPY_CHANNELS - 1 of copies on a copy stream of
+ * their own (non-blocking, so that it overlaps even the legacy default
+ * stream): a copy starts once the work enqueued on kern_cuda_stream() so far
+ * is done (it may read what that work writes, and overwrite what it reads),
+ * and runs beside the work enqueued after it. One copy in flight per
+ * channel: starting another on the same channel orders it after the first.
+ * For copies to or from the host to overlap, pin the host memory
+ * (kern_cuda_host_register). */
+#define KERN_CUDA_COPY_CHANNELS 8
+void kern_cuda_copy_async(int chan, void *dst, const void *src, size_t bytes);
+/* The work enqueued on kern_cuda_stream() from now on waits for chan's last
+ * copy; the host does not wait. */
+void kern_cuda_copy_wait(int chan);
+/* The host waits for chan's last copy (its destination is the host's to
+ * read or the source the host's to write). */
+void kern_cuda_copy_wait_host(int chan);
+
 /* Stream-ordered scratch for the kernels' partial sums (cudaMallocAsync on
  * the stream, from the device's memory pool): valid for work enqueued on the
  * stream until kern_cuda_scratch_free. Aborts on failure; NULL for 0 bytes. */

@@ -55,7 +55,7 @@ static int setup_param_offload(struct trn_model *m, enum trn_offload mode, int l
 		if (!layout_only) {
 			m->param_off = calloc(1, sizeof *m->param_off);
 			rc = m->param_off ? trn_param_offload_init(m->param_off, m->n_blocks, off, floats,
-			                                           m->w, m->g) : -1;
+			                                           m->w, m->g, NULL) : -1;
 		}
 	}
 	free(off);
@@ -69,19 +69,20 @@ void trn_model_fwd_start(struct trn_model *m)
 		trn_param_offload_fwd_start(m->param_off);
 }
 
+/* (a GPU model computes on its device copies, w_dev and g_dev) */
 const float *trn_model_block_fwd(struct trn_model *m, int b)
 {
 	if (m->param_off)
 		return trn_param_offload_fwd(m->param_off, b);
-	return m->w + block_off(m, b);
+	return (m->w_dev ? m->w_dev : m->w) + block_off(m, b);
 }
 
 const float *trn_model_block_bwd(struct trn_model *m, int b, float **grads)
 {
 	if (m->param_off)
 		return trn_param_offload_bwd_begin(m->param_off, b, grads);
-	*grads = m->g + block_off(m, b);
-	return m->w + block_off(m, b);
+	*grads = (m->g_dev ? m->g_dev : m->g) + block_off(m, b);
+	return (m->w_dev ? m->w_dev : m->w) + block_off(m, b);
 }
 
 /* Hands block b's parameters, whose gradients have reached g, to the hook
@@ -185,9 +186,9 @@ struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn
 
 int trn_model_cuda_check(const struct trn_spec *spec, struct trn_err *err)
 {
-	if (spec->offload.params != TRN_OFFLOAD_NONE)
-		return trn_err_set(err, "offload.params: parameter offload on the GPU is not "
-		                   "supported by this larch-train yet (\"none\")");
+	if (spec->offload.params != TRN_OFFLOAD_NONE && spec->model.type != TRN_MODEL_GPT)
+		return trn_err_set(err, "offload.params: parameter offload on the GPU is for gpt "
+		                   "models (\"none\")");
 	if (spec->offload.activations == TRN_OFFLOAD_CPU)
 		return trn_err_set(err, "offload.activations: \"cpu\" on the GPU is not supported by "
 		                   "this larch-train yet (\"none\" or, for gpt, \"recompute\")");

@@ -13,6 +13,65 @@
 #include "kernels/softmax_xent_cuda.h"
 #include "cuda_backend.h"
 #include "optim.h"
+#include "param_offload.h"
+
+/* ---- the parameter offload engine's slots and copies on the device ---------- */
+
+static float *slots_alloc(long floats)
+{
+	return kern_cuda_malloc(sizeof(float) * (size_t)floats);
+}
+
+static void slots_free(float *slots)
+{
+	kern_cuda_free(slots);
+}
+
+static void slots_zero(float *dst, long floats)
+{
+	kern_cuda_zero(dst, sizeof(float) * (size_t)floats);
+}
+
+static void copy_start(int chan, float *dst, const float *src, long floats)
+{
+	kern_cuda_copy_async(chan, dst, src, sizeof(float) * (size_t)floats);
+}
+
+static void copy_wait(int chan, int to_host)
+{
+	if (to_host)
+		kern_cuda_copy_wait_host(chan);
+	else
+		kern_cuda_copy_wait(chan);
+}
+
+static const struct trn_param_copier device_copier = {
+	.alloc = slots_alloc, .free = slots_free, .zero = slots_zero,
+	.start = copy_start, .wait = copy_wait,
+};
+
+/* offload.params: the engine over the device's slots, the blocks' floats
+ * as the layout has them. 0, or -1 when out of memory. */
+static int param_offload_setup(struct trn_cuda_model *c)
+{
+	struct trn_model *b = &c->base;
+	long *off = malloc(sizeof *off * (size_t)(b->n_blocks + 1));
+	long *floats = malloc(sizeof *floats * (size_t)(b->n_blocks + 1));
+	b->param_off = calloc(1, sizeof *b->param_off);
+	int rc = off && floats && b->param_off ? 0 : -1;
+	for (int l = 0; rc == 0 && l < b->n_blocks; l++) {
+		const struct trn_param *first = &b->params[b->block_first + l * b->block_params];
+		const struct trn_param *last = first + b->block_params - 1;
+		off[l] = first->offset;
+		floats[l] = last->offset + last->numel - first->offset;
+	}
+	if (rc == 0)
+		rc = trn_param_offload_init(b->param_off, b->n_blocks, off, floats, b->w, b->g,
+		                            &device_copier);
+	free(off);
+	free(floats);
+	return rc;
+}
 
 int trn_model_cuda_print_devices(FILE *out)
 {
@@ -90,7 +149,16 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	b->n_blocks = cpu->n_blocks;
 	b->block_first = cpu->block_first;
 	b->block_params = cpu->block_params;
-	b->param_resident_floats = cpu->n_floats;
+	b->param_offload = cpu->param_offload;
+	b->param_resident_floats = cpu->param_resident_floats;
+	b->param_stage_floats = cpu->param_stage_floats;
+	c->res_head = c->res_tail = cpu->n_floats;
+	if (b->param_offload == TRN_OFFLOAD_CPU && b->n_blocks > 0) {
+		const struct trn_param *first = &b->params[b->block_first];
+		const struct trn_param *last = first + b->n_blocks * b->block_params - 1;
+		c->res_head = first->offset;
+		c->res_tail = last->offset + last->numel;
+	}
 	b->act_bytes = b->act_bytes_none = arena_floats * (long)sizeof(float);
 	b->device = 1;
 	int dev = kern_cuda_current_device();
@@ -109,19 +177,24 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	c->w_version = -1;
 	b->w_dev = NULL;
 	size_t nf = (size_t)cpu->n_floats;
+	/* what the device holds of the parameters and of their gradients */
+	size_t held = (size_t)(c->res_head + (cpu->n_floats - c->res_tail));
 	c->g_stage = malloc(sizeof(float) * (nf ? nf : 1));
 	c->losses_host = malloc(sizeof(float) * (size_t)rows);
 	c->best_host = malloc(sizeof(int) * (size_t)rows);
 	if (!c->g_stage || !c->losses_host || !c->best_host)
 		return trn_err_set(err, "model: out of memory for the host side of the GPU model");
 	size_t free_b = 0, total_b = 0;
-	size_t need = sizeof(float) * (2 * nf + (size_t)arena_floats) + 3 * sizeof(int) * (size_t)rows;
+	size_t need = sizeof(float) * (2 * held + 2 * (size_t)b->param_stage_floats +
+	                              (size_t)arena_floats) + 3 * sizeof(int) * (size_t)rows;
 	if (kern_cuda_mem_info(&free_b, &total_b) == 0 && need > free_b)
 		return trn_err_set(err, "cuda: the model needs %.1f MiB of GPU memory at micro-batch "
 		                   "%d, %.1f MiB are free (a smaller batch.micro, or larch plan)",
 		                   (double)need / 1048576.0, b->max_batch, (double)free_b / 1048576.0);
-	c->w_dev = b->w_dev = kern_cuda_malloc(sizeof(float) * nf);
-	c->g_dev = b->g_dev = kern_cuda_malloc(sizeof(float) * nf);
+	c->w_dev = b->w_dev = kern_cuda_malloc(sizeof(float) * held);
+	c->g_dev = b->g_dev = kern_cuda_malloc(sizeof(float) * held);
+	if (b->param_offload == TRN_OFFLOAD_CPU && param_offload_setup(c) != 0)
+		return trn_err_set(err, "model: out of memory for the parameter offload's staging");
 	c->arena = kern_cuda_malloc(sizeof(float) * (size_t)arena_floats);
 	/* once: a model's padding (between rows it pads) then holds zeros */
 	kern_cuda_zero(c->arena, sizeof(float) * (size_t)arena_floats);
@@ -156,7 +229,11 @@ void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
 {
 	if (c->w_version == c->base.w_version)
 		return;
-	kern_cuda_upload(c->w_dev, c->base.w, sizeof(float) * (size_t)c->base.n_floats);
+	long n = c->base.n_floats;
+	kern_cuda_upload(c->w_dev, c->base.w, sizeof(float) * (size_t)c->res_head);
+	if (c->res_tail < n)
+		kern_cuda_upload(c->w_dev + c->res_head, c->base.w + c->res_tail,
+		                 sizeof(float) * (size_t)(n - c->res_tail));
 	c->w_version = c->base.w_version;
 }
 
@@ -205,8 +282,25 @@ void trn_cuda_model_device_memory(const struct trn_model *base, double *in_use, 
 
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c)
 {
-	if (!c->base.resident)    /* each backward's own, added to g at its end */
-		kern_cuda_zero(c->g_dev, sizeof(float) * (size_t)c->base.n_floats);
+	/* each backward's own, added to g at its end */
+	size_t held = (size_t)(c->res_head + (c->base.n_floats - c->res_tail));
+	if (!c->base.resident)
+		kern_cuda_zero(c->g_dev, sizeof(float) * held);
+}
+
+void trn_cuda_model_grads_range(struct trn_cuda_model *c, long off, long n)
+{
+	struct trn_model *b = &c->base;
+	const float *dev = trn_cuda_model_dev(c, c->g_dev, off);
+	if (b->g_zeroed) {
+		kern_cuda_download(b->g + off, dev, sizeof(float) * (size_t)n);
+		return;
+	}
+	kern_cuda_download(c->g_stage + off, dev, sizeof(float) * (size_t)n);
+	float *g = b->g + off;
+	const float *s = c->g_stage + off;
+	for (long i = 0; i < n; i++)
+		g[i] += s[i];
 }
 
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
@@ -236,6 +330,11 @@ void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
 
 void trn_cuda_model_release(struct trn_cuda_model *c)
 {
+	if (c->base.param_off) {
+		trn_param_offload_release(c->base.param_off);
+		free(c->base.param_off);
+		c->base.param_off = NULL;
+	}
 	kern_cuda_free(c->w_dev);
 	kern_cuda_free(c->g_dev);
 	kern_cuda_free(c->arena);

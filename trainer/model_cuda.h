@@ -20,9 +20,18 @@
  * gradient is rounded where the CPU model rounds it (16-bit storage held in
  * floats), and the GEMMs take 16-bit operands on the tensor cores with fp32
  * sums; the master weights, the optimizer and the loss scaler are the
- * trainer's (on the device when resident). Not yet:
- * offload.params, offload.activations (refused, naming the field). The kernels are kernels/<op>_cuda.cu, each tested
- * against its CPU reference (tests/gpu).
+ * trainer's (on the device when resident).
+ *
+ * offload.params "cpu" (gpt): the device holds the resident parameters (the
+ * embeddings, the final LayerNorm) and their gradients, and two slots of
+ * weights and two of gradients of one block each, which the parameter
+ * offload engine (trainer/param_offload.h) fills and empties through
+ * device memory and a copy stream (kern_cuda_copy_async); w_dev and g_dev
+ * then hold only the resident floats, [0, res_head) and [res_tail,
+ * n_floats) of the layout, one after the other (trn_cuda_model_dev).
+ * Not yet: offload.activations "cpu", the MLP's offloads (refused, naming
+ * the field). The kernels are kernels/<op>_cuda.cu, each tested against
+ * its CPU reference (tests/gpu).
  */
 #ifndef LARCH_TRAINER_MODEL_CUDA_H
 #define LARCH_TRAINER_MODEL_CUDA_H
@@ -33,7 +42,10 @@
 struct trn_cuda_model {
 	struct trn_model base;         /* params, w, g: the CPU layout's (cpu owns them) */
 	struct trn_model *cpu;         /* the CPU model's layout with its w and g; owned */
-	float *w_dev, *g_dev;          /* [n_floats] the parameters and their gradients */
+	float *w_dev, *g_dev;          /* the parameters and their gradients: [n_floats], or
+	                                  with offload.params the resident ones */
+	long res_head, res_tail;       /* the resident floats: [0, head) and [tail, n_floats)
+	                                  (without offload.params head = tail = n_floats) */
 	float *arena;                  /* activations and scratch, device */
 	long arena_floats;
 	int *tokens_dev, *targets_dev; /* [rows]: gpt tokens / targets, mlp targets */
@@ -67,8 +79,18 @@ void trn_cuda_model_round(const struct trn_cuda_model *c, float *x, long n);
 /* Sets the GEMMs' operands to the compute dtype (kern_matmul_cuda_operands):
  * forward and backward call it first. */
 void trn_cuda_model_gemms(const struct trn_cuda_model *c);
-/* Uploads w when the trainer changed it since the last upload. */
+/* Uploads w when the trainer changed it since the last upload (with
+ * offload.params the resident floats; the engine brings the blocks'). */
 void trn_cuda_model_sync_weights(struct trn_cuda_model *c);
+/* Where float off of the layout lives in dev (w_dev or g_dev): a resident
+ * float's place with offload.params, else dev + off. */
+static inline float *trn_cuda_model_dev(const struct trn_cuda_model *c, float *dev, long off)
+{
+	return dev + (off < c->res_head ? off : c->res_head + (off - c->res_tail));
+}
+/* offload.params: g (+)= the device's gradients of the resident floats
+ * [off, off + n) (within one resident range), now. */
+void trn_cuda_model_grads_range(struct trn_cuda_model *c, long off, long n);
 /* The scored rows' mean loss (and st, when not NULL) from the device's
  * per-row losses and, for st, logits [rows, classes] in rows ld apart. */
 double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,

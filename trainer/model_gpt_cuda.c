@@ -7,6 +7,14 @@
  * inputs: the same bits). One layer's worth of activation-gradient scratch
  * is reused from the top block down, the residual stream's gradient
  * accumulating in place, as on the CPU.
+ *
+ * A block's weights and gradients are reached through trn_model_block_*
+ * (model.h), as in model_gpt.c: the device copies, or with offload.params
+ * "cpu" the engine's slots on the device (model_cuda.h), whose gradients
+ * this model rounds in place before they go out, as the CPU model's
+ * trn_model_block_grad_ready does; the resident tensors' gradients come to
+ * g as they are final (the final LayerNorm's before the blocks', the
+ * embeddings' after), so grad_ready keeps the CPU model's order.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +70,7 @@ struct gpt_cuda {
 	float *top, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *lse, *tmp_c;
 	float *dres, *dln, *datty, *dbig, *dqkv, *datt, *dlogits;
 	int *ready;                        /* model_gpt.c's grad_ready order */
+	long rel[P_PER_BLOCK];             /* a block's parameters' floats from its first */
 };
 
 static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + which; }
@@ -100,8 +109,29 @@ static long carve(struct gpt_cuda *g, long B, int recompute, float *base)
 	return used;
 }
 
-static float *wd(struct gpt_cuda *g, int p) { return g->c.w_dev + g->c.base.params[p].offset; }
-static float *gd(struct gpt_cuda *g, int p) { return g->c.g_dev + g->c.base.params[p].offset; }
+/* a resident parameter's device weights and gradients (the embeddings, the
+ * final LayerNorm); a block's come from trn_model_block_* */
+static float *wd(struct gpt_cuda *g, int p)
+{
+	return trn_cuda_model_dev(&g->c, g->c.w_dev, g->c.base.params[p].offset);
+}
+
+static float *gd(struct gpt_cuda *g, int p)
+{
+	return trn_cuda_model_dev(&g->c, g->c.g_dev, g->c.base.params[p].offset);
+}
+
+/* offload.params: the resident parameters [p0, p1]'s gradients (adjacent in
+ * the layout) to g, then their grad_ready from p1 down, as final now */
+static void resident_ready(struct gpt_cuda *g, int p0, int p1)
+{
+	struct trn_model *base = &g->c.base;
+	long off = base->params[p0].offset;
+	trn_cuda_model_grads_range(&g->c, off,
+	                           base->params[p1].offset + base->params[p1].numel - off);
+	for (int p = p1; p >= p0; p--)
+		trn_model_grad_ready(base, p);
+}
 
 /* Where block l's input goes in forward (the embedding's output for block
  * 0, block l - 1's output otherwise; top for l = L). */
@@ -121,15 +151,16 @@ static struct gpt_block_acts *fwd_acts(struct gpt_cuda *g, int l)
 	return &g->blocks[0];
 }
 
-/* Block l's forward from a->x as far as backward needs it: everything in
- * a. Each op is followed by the rounding of what it wrote (16-bit storage,
- * as in model_gpt.c); the attention rounds att itself (attention_cuda.h). */
-static void block_fwd(struct gpt_cuda *g, int l, struct gpt_block_acts *a)
+/* Block l's forward from a->x with its weights bw as far as backward needs
+ * it: everything in a. Each op is followed by the rounding of what it wrote
+ * (16-bit storage, as in model_gpt.c); the attention rounds att itself
+ * (attention_cuda.h). */
+static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts *a)
 {
 	struct trn_cuda_model *c = &g->c;
 	int B = g->B, T = g->T, C = g->C, NH = g->NH, BT = B * T;
 	long btc = (long)BT * C;
-#define W(which) wd(g, block_param(l, which))
+#define W(which) (bw + g->rel[which])
 	kern_layernorm_fwd_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B), BT, C);
 	trn_cuda_model_round(c, a->ln1, btc);
 	kern_matmul_fwd_cuda(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
@@ -167,13 +198,15 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	float *x = fwd_input(g, 0);
 	/* each op is followed by the rounding of what it wrote (16-bit storage),
 	 * as in model_gpt.c */
+	trn_model_fwd_start(base);
 	kern_embedding_fwd_cuda(x, c->tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
 	trn_cuda_model_round(c, x, btc);
 	for (int l = 0; l < g->L; l++) {
+		const float *bw = trn_model_block_fwd(base, l);
 		struct gpt_block_acts *a = fwd_acts(g, l);
-		block_fwd(g, l, a);
-		kern_matmul_fwd_cuda(g->tmp_c, a->fch_gelu, wd(g, block_param(l, P_FCPW)),
-		                     wd(g, block_param(l, P_FCPB)), BT, 4 * C, C);
+		block_fwd(g, bw, a);
+		kern_matmul_fwd_cuda(g->tmp_c, a->fch_gelu, bw + g->rel[P_FCPW], bw + g->rel[P_FCPB],
+		                     BT, 4 * C, C);
 		trn_cuda_model_round(c, g->tmp_c, btc);
 		x = fwd_input(g, l + 1);
 		kern_residual_fwd_cuda(x, a->res2, g->tmp_c, btc);
@@ -200,6 +233,13 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	struct trn_cuda_model *c = &g->c;
 	trn_cuda_model_gemms(c);
 	trn_cuda_model_grads_begin(c);
+	int poff = base->param_off != NULL;
+	if (!counted && poff) {            /* nothing to learn from: g as it is, every one final */
+		for (int p = base->n_params - 1; p >= 0; p--)
+			trn_model_grad_ready(base, p);
+		base->g_zeroed = 0;
+		return;
+	}
 	if (!counted) {                    /* nothing to learn from: zeros, every one final */
 		trn_cuda_model_grads_out(c, g->ready);
 		return;
@@ -215,12 +255,16 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
 	                            g->lnf_mean, g->lnf_rstd, BT, C);
 	trn_cuda_model_round(c, g->dres, btc);
+	if (poff)
+		resident_ready(g, lf, lf + 1);
 	for (int l = g->L - 1; l >= 0; l--) {
+		float *bg;
+		const float *bw = trn_model_block_bwd(base, l, &bg);
 		struct gpt_block_acts *a = fwd_acts(g, l);
 		if (g->recompute)
-			block_fwd(g, l, a);    /* the block's activations again, from its input */
-#define W(which) wd(g, block_param(l, which))
-#define G(which) gd(g, block_param(l, which))
+			block_fwd(g, bw, a);   /* the block's activations again, from its input */
+#define W(which) (bw + g->rel[which])
+#define G(which) (bg + g->rel[which])
 		kern_matmul_bwd_set_cuda(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
 		                         BT, 4 * C, C);
 		trn_cuda_model_round(c, g->dbig, btc * 4);
@@ -244,11 +288,26 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 		kern_layernorm_bwd_cuda(g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
 		                        a->ln1_mean, a->ln1_rstd, BT, C);
 		trn_cuda_model_round(c, g->dres, btc);
+		if (poff) {
+			/* the block's gradients are final: rounded in their slot, which
+			 * goes out to g as it is */
+			for (int k = 0; k < P_PER_BLOCK; k++)
+				trn_cuda_model_round(c, bg + g->rel[k],
+				                     base->params[block_param(l, k)].numel);
+			trn_model_block_bwd_end(base, l);
+		}
 #undef W
 #undef G
 	}
+	if (poff)
+		trn_model_blocks_bwd_done(base);
 	kern_embedding_bwd_cuda(gd(g, 0), gd(g, 1), g->dres, c->tokens_dev, B, T, C, V);
-	trn_cuda_model_grads_out(c, g->ready);
+	if (!poff) {
+		trn_cuda_model_grads_out(c, g->ready);
+		return;
+	}
+	resident_ready(g, 0, 1);
+	base->g_zeroed = 0;
 }
 
 static void gpt_cuda_init_weights(struct trn_model *base, uint64_t seed)
@@ -339,6 +398,8 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 			g->ready[n++] = block_param(l, block_order[k]);
 	g->ready[n++] = 1;
 	g->ready[n++] = 0;
+	for (int k = 0; k < P_PER_BLOCK && g->L > 0; k++)
+		g->rel[k] = cpu->params[block_param(0, k)].offset - cpu->params[block_param(0, 0)].offset;
 
 	g->recompute = spec->offload.activations == TRN_OFFLOAD_RECOMPUTE;
 	g->btc_max = (long)max_batch * g->T * g->C;

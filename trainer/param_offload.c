@@ -13,9 +13,11 @@ long trn_param_offload_slot_floats(int n_blocks, const long *floats)
 }
 
 int trn_param_offload_init(struct trn_param_offload *o, int n_blocks, const long *off,
-                           const long *floats, float *w, float *g)
+                           const long *floats, float *w, float *g,
+                           const struct trn_param_copier *copier)
 {
 	memset(o, 0, sizeof *o);
+	o->copier = copier;
 	o->n_blocks = n_blocks;
 	o->w = w;
 	o->g = g;
@@ -29,7 +31,9 @@ int trn_param_offload_init(struct trn_param_offload *o, int n_blocks, const long
 	memcpy(o->off, off, sizeof *o->off * (size_t)n_blocks);
 	memcpy(o->floats, floats, sizeof *o->floats * (size_t)n_blocks);
 	o->slot_floats = trn_param_offload_slot_floats(n_blocks, floats);
-	if (!(o->arena = malloc(sizeof(float) * (size_t)(4 * o->slot_floats + 1))))
+	o->arena = copier ? copier->alloc(4 * o->slot_floats + 1)
+	                  : malloc(sizeof(float) * (size_t)(4 * o->slot_floats + 1));
+	if (!o->arena)
 		return -1;
 	for (int s = 0; s < 2; s++) {
 		o->wslot[s] = o->arena + s * o->slot_floats;
@@ -42,7 +46,10 @@ void trn_param_offload_release(struct trn_param_offload *o)
 {
 	free(o->off);
 	free(o->floats);
-	free(o->arena);
+	if (o->copier && o->arena)
+		o->copier->free(o->arena);
+	else
+		free(o->arena);
 	memset(o, 0, sizeof *o);
 }
 
@@ -53,13 +60,22 @@ void trn_param_offload_grads_zeroed(struct trn_param_offload *o)
 
 /* ---- the copy engine: issue a copy, wait for it ------------------------------- */
 
-/* Waits for the copy in flight through c, if any: here it is done now.
- * Returns whether there was one. */
-static int wait_copy(struct trn_param_copy *c)
+/* Channel of copy c (the copier's numbering) */
+static int channel(const struct trn_param_offload *o, const struct trn_param_copy *c)
+{
+	return c >= o->gcopy ? 2 + (int)(c - o->gcopy) : (int)(c - o->wcopy);
+}
+
+/* Waits for the copy in flight through c, if any: with the CPU engine it
+ * is done now. Returns whether there was one. */
+static int wait_copy(struct trn_param_offload *o, struct trn_param_copy *c)
 {
 	if (c->n == 0)
 		return 0;
-	memcpy(c->dst, c->src, sizeof(float) * (size_t)c->n);
+	if (o->copier)
+		o->copier->wait(channel(o, c), c->to_host);
+	else
+		memcpy(c->dst, c->src, sizeof(float) * (size_t)c->n);
 	*c->tally += c->n;
 	c->n = 0;
 	return 1;
@@ -67,10 +83,14 @@ static int wait_copy(struct trn_param_copy *c)
 
 /* Starts a copy through c, once the one before is done. Neither side may be
  * touched until wait_copy. */
-static void issue(struct trn_param_copy *c, float *dst, const float *src, long n, long *tally)
+static void issue(struct trn_param_offload *o, struct trn_param_copy *c, float *dst,
+                  const float *src, long n, long *tally, int to_host)
 {
-	wait_copy(c);
-	*c = (struct trn_param_copy){ .dst = dst, .src = src, .n = n, .tally = tally };
+	wait_copy(o, c);
+	*c = (struct trn_param_copy){ .dst = dst, .src = src, .n = n, .tally = tally,
+		                      .to_host = to_host };
+	if (o->copier && n)
+		o->copier->start(channel(o, c), dst, src, n);
 }
 
 /* Starts bringing block l's weights into its slot unless the slot holds
@@ -80,7 +100,7 @@ static void prefetch(struct trn_param_offload *o, int l)
 	int s = l % 2;
 	if (l < 0 || l >= o->n_blocks || o->w_held[s] == l)
 		return;
-	issue(&o->wcopy[s], o->wslot[s], o->w + o->off[l], o->floats[l], &o->w_in);
+	issue(o, &o->wcopy[s], o->wslot[s], o->w + o->off[l], o->floats[l], &o->w_in, 0);
 	o->w_held[s] = l;
 }
 
@@ -89,7 +109,7 @@ static void prefetch(struct trn_param_offload *o, int l)
 void trn_param_offload_fwd_start(struct trn_param_offload *o)
 {
 	for (int s = 0; s < 2; s++) {
-		wait_copy(&o->wcopy[s]);
+		wait_copy(o, &o->wcopy[s]);
 		o->w_held[s] = -1;
 	}
 	prefetch(o, 0);
@@ -100,7 +120,7 @@ const float *trn_param_offload_fwd(struct trn_param_offload *o, int l)
 	int s = l % 2;
 	prefetch(o, l);                /* nothing to do once prefetched */
 	prefetch(o, l + 1);
-	wait_copy(&o->wcopy[s]);
+	wait_copy(o, &o->wcopy[s]);
 	return o->wslot[s];
 }
 
@@ -109,15 +129,17 @@ const float *trn_param_offload_bwd_begin(struct trn_param_offload *o, int l, flo
 	int s = l % 2;
 	prefetch(o, l);                /* nothing to do when forward left it there */
 	prefetch(o, l - 1);
-	wait_copy(&o->wcopy[s]);
+	wait_copy(o, &o->wcopy[s]);
 	/* the slot's last block (l + 2) went out before block l + 1 ended */
-	wait_copy(&o->gcopy[s]);
+	wait_copy(o, &o->gcopy[s]);
 	o->g_held[s] = l;
-	if (o->g_zero) {
+	if (o->g_zero && o->copier) {
+		o->copier->zero(o->gslot[s], o->floats[l]);
+	} else if (o->g_zero) {
 		memset(o->gslot[s], 0, sizeof(float) * (size_t)o->floats[l]);
 	} else {
-		issue(&o->gcopy[s], o->gslot[s], o->g + o->off[l], o->floats[l], &o->g_in);
-		wait_copy(&o->gcopy[s]);
+		issue(o, &o->gcopy[s], o->gslot[s], o->g + o->off[l], o->floats[l], &o->g_in, 0);
+		wait_copy(o, &o->gcopy[s]);
 	}
 	*grads = o->gslot[s];
 	return o->wslot[s];
@@ -126,8 +148,8 @@ const float *trn_param_offload_bwd_begin(struct trn_param_offload *o, int l, flo
 int trn_param_offload_bwd_end(struct trn_param_offload *o, int l)
 {
 	int s = l % 2, other = 1 - s;
-	int landed = wait_copy(&o->gcopy[other]) ? o->g_held[other] : -1;
-	issue(&o->gcopy[s], o->g + o->off[l], o->gslot[s], o->floats[l], &o->g_out);
+	int landed = wait_copy(o, &o->gcopy[other]) ? o->g_held[other] : -1;
+	issue(o, &o->gcopy[s], o->g + o->off[l], o->gslot[s], o->floats[l], &o->g_out, 1);
 	return landed;
 }
 
@@ -135,7 +157,7 @@ int trn_param_offload_bwd_finish(struct trn_param_offload *o)
 {
 	int landed = -1;
 	for (int s = 0; s < 2; s++)
-		if (wait_copy(&o->gcopy[s]))
+		if (wait_copy(o, &o->gcopy[s]))
 			landed = o->g_held[s];
 	o->g_zero = 0;
 	return landed;

@@ -516,12 +516,13 @@ static int setup(struct run *r, struct trn_err *err)
 	}
 	if (s->offload.optimizer == TRN_OFFLOAD_CPU && setup_offload(r, err) != 0)
 		return TRN_EXIT_FAILED;
-	/* one rank on a GPU, the optimizer not offloaded: it steps the device
-	 * copies in place (in 16 bits fp32 master weights on the device, which
-	 * it publishes rounded), and nothing crosses to the host in a step */
+	/* one rank on a GPU, neither the optimizer nor the parameters offloaded:
+	 * it steps the device copies in place (in 16 bits fp32 master weights
+	 * on the device, which it publishes rounded), and nothing crosses to the
+	 * host in a step */
 	struct trn_model *m = r->model;
 	if (m->device && r->comm->size == 1 && !r->offload &&
-	    s->optimizer.state_dtype != TRN_DTYPE_INT8) {
+	    s->optimizer.state_dtype != TRN_DTYPE_INT8 && m->param_offload == TRN_OFFLOAD_NONE) {
 		const struct trn_optim_kernels *k = trn_optim_kernels_of(m);
 		if (trn_optim_move_to(&r->opt, k, err) != 0 || trn_model_set_resident(m) != 0)
 			return TRN_EXIT_FAILED;

@@ -27,9 +27,10 @@ library only: the GPU machine has no numpy of ours to rely on.
    not the GPU. fp16 with the dynamic loss scale trains (the loss falls,
    the scale is reported).
 5. offload.activations "recompute" gives the losses of the run that keeps
-   the activations, bit for bit. What the GPU path does not run yet
-   (offload.params, offload.activations "cpu") is refused with exit 2 and
-   the field's name.
+   the activations, bit for bit; offload.params "cpu" (with and without
+   recompute) within TOL of them. What the GPU path does not run yet
+   (offload.activations "cpu", the MLP's offloads) is refused with exit 2
+   and the field's name.
 """
 import argparse
 import gzip
@@ -216,8 +217,25 @@ def main():
             c.check(a and a == b, f"gpt-recompute: the losses equal the run that keeps the "
                     f"activations bit for bit ({[(s, a[s], b.get(s)) for s in sorted(a)][:2]})")
 
-        for field, extra in (("offload.params", {"offload": {"params": "cpu"}}),
-                             ("offload.activations", {"offload": {"activations": "cpu"}})):
+        # offload.params "cpu": the blocks through the device's slots and the
+        # copy stream; the same model, its gradients summed in another order
+        # only where micro-batches add up (none here): within TOL of the plain
+        # run, with recompute too
+        for name, off in (("gpt-offload-params", {"params": "cpu"}),
+                          ("gpt-offload-both", {"params": "cpu", "activations": "recompute"})):
+            r = run(exe, {**gpt, "name": name, "offload": off}, tmp / name, "cuda")
+            c.check(r.returncode == 0 and "offload.params" in r.stdout,
+                    f"{name}: GPU run (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+            if r.returncode == 0 and gpu_job:
+                a, b = metrics(gpu_job, "train/loss"), metrics(tmp / name, "train/loss")
+                worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in a if s in b), default=1)
+                c.check(a.keys() == b.keys() and worst <= TOL,
+                        f"{name}: losses within {TOL:g} of the plain run's (largest {worst:.2e})")
+
+        for field, extra in (("offload.activations", {"offload": {"activations": "cpu"}}),
+                             ("offload.params", {"model": {"type": "mlp", "hidden": [32]},
+                                                 "data": image_set(tmp),
+                                                 "offload": {"params": "cpu"}})):
             r = run(exe, {**gpt, "name": "refused", **extra}, tmp / f"refused-{field}", "cuda")
             c.check(r.returncode == 2 and field in r.stderr,
                     f"refused on the GPU with exit 2 naming {field}: exit {r.returncode}, "

@@ -359,6 +359,43 @@ int kern_matmul_cuda_operands(int dtype)
 	return prev;
 }
 
+/* Copies beside the compute stream: each is done at its wait, the latest
+ * moment at which the copy stream could have finished it, so that a missing
+ * wait (or a source rewritten before the copy could have read it) shows as
+ * wrong bits, as in trainer/param_offload.c's CPU engine. */
+static struct {
+	void *dst;
+	const void *src;
+	size_t bytes;
+} pending[KERN_CUDA_COPY_CHANNELS];
+
+static void copy_land(int chan)
+{
+	if (chan < 0 || chan >= KERN_CUDA_COPY_CHANNELS)
+		abort();
+	if (pending[chan].bytes)
+		memcpy(pending[chan].dst, pending[chan].src, pending[chan].bytes);
+	pending[chan].bytes = 0;
+}
+
+void kern_cuda_copy_async(int chan, void *dst, const void *src, size_t bytes)
+{
+	copy_land(chan);                   /* one in flight per channel, in order */
+	pending[chan].dst = dst;
+	pending[chan].src = src;
+	pending[chan].bytes = bytes;
+}
+
+void kern_cuda_copy_wait(int chan)
+{
+	copy_land(chan);
+}
+
+void kern_cuda_copy_wait_host(int chan)
+{
+	copy_land(chan);
+}
+
 void kern_cuda_copy(void *dev_dst, const void *dev_src, size_t bytes)
 {
 	if (bytes)

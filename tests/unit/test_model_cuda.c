@@ -18,6 +18,7 @@
 #include "check.h"
 #include "trainer/data.h"
 #include "trainer/model.h"
+#include "trainer/param_offload.h"
 #include "trainer/spec.h"
 #include "trainer/train.h"
 
@@ -181,6 +182,10 @@ static void compare_models_acc(const char *spec_text, const struct trn_dataset *
 		step_both(cpu, gpu, &b, 0.25f, acc_rel, label);
 		nudge(cpu, gpu);
 	}
+	if (strstr(spec_text, "\"params\": \"cpu\""))   /* the blocks went through the slots */
+		CHECK_MSG(gpu->param_off && gpu->param_off->w_in > 0 && gpu->param_off->g_out > 0 &&
+		          gpu->param_off->g_out == cpu->param_off->g_out,
+		          "%s: the engine copied no blocks", what);
 	trn_batch_release(&b);
 out:
 	trn_model_free(cpu);
@@ -227,6 +232,25 @@ static void test_gpt(void)
 	               " \"precision\": {\"compute\": \"bf16\"},"
 	               " \"offload\": {\"activations\": \"recompute\"}, \"steps\": 1}", &ds, 3,
 	               "gpt bf16 recompute");
+	/* offload.params "cpu": the blocks' weights and gradients through the
+	 * engine's device slots and copy channels (the shim does each copy at
+	 * its wait), against the CPU model's offload; alone, with recompute, in
+	 * bf16 (the block gradients rounded in their slot) */
+	compare_models_acc("{\"model\": {\"type\": \"gpt\", \"layers\": 3, \"heads\": 2, \"dim\": 16,"
+	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	               " \"offload\": {\"params\": \"cpu\"}, \"steps\": 1}", &ds, 3,
+	               "gpt offload.params", 4e-6);
+	compare_models_acc("{\"model\": {\"type\": \"gpt\", \"layers\": 3, \"heads\": 2, \"dim\": 16,"
+	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	               " \"offload\": {\"params\": \"cpu\", \"activations\": \"recompute\"}, \"steps\": 1}",
+	               &ds, 3, "gpt offload.params + recompute", 4e-6);
+	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
+	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
+	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	               " \"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"params\": \"cpu\"},"
+	               " \"steps\": 1}", &ds, 3, "gpt bf16 offload.params");
 	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 1, \"dim\": 8,"
 	               " \"seq\": 8, \"vocab\": 300}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
 	               " \"batch\": {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
@@ -259,7 +283,6 @@ static void test_refusals(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
 	const char *cases[][2] = {
-		{ "\"offload\": {\"params\": \"cpu\"}", "offload.params" },
 		{ "\"offload\": {\"activations\": \"cpu\"}", "offload.activations" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -279,21 +302,29 @@ static void test_refusals(void)
 		trn_model_free(m);
 		trn_spec_release(&spec);
 	}
-	/* recompute is GPT's on the GPU */
+	/* recompute and parameter offload are GPT's on the GPU */
+	const char *mlp[][2] = {
+		{ "\"offload\": {\"activations\": \"recompute\"}", "offload.activations" },
+		{ "\"offload\": {\"params\": \"cpu\"}", "offload.params" },
+	};
 	struct trn_dataset img = { .task = TRN_TASK_CLASSIFY, .dim = 20, .n_classes = 7 };
-	struct trn_spec spec;
-	if (load_spec(&spec, "{\"model\": {\"type\": \"mlp\", \"hidden\": [8]}, \"data\": {\"format\":"
-	              " \"idx\", \"train\": {\"images\": \"i\", \"labels\": \"l\"}}, \"batch\":"
-	              " {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1}, \"steps\": 1,"
-	              " \"offload\": {\"activations\": \"recompute\"}}"))
-		return;
-	struct trn_err err = { 0 };
-	struct trn_model *m = trn_model_new_on(&spec, &img, 2, 0, &err);
-	CHECK(m == NULL);
-	CHECK_MSG(strstr(err.text, "offload.activations") == err.text && strstr(err.text, "gpt"),
-	          "mlp recompute: \"%s\"", err.text);
-	trn_model_free(m);
-	trn_spec_release(&spec);
+	for (size_t i = 0; i < sizeof mlp / sizeof mlp[0]; i++) {
+		char text[1024];
+		snprintf(text, sizeof text, "{\"model\": {\"type\": \"mlp\", \"hidden\": [8]}, \"data\":"
+		         " {\"format\": \"idx\", \"train\": {\"images\": \"i\", \"labels\": \"l\"}},"
+		         " \"batch\": {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
+		         " \"steps\": 1, %s}", mlp[i][0]);
+		struct trn_spec spec;
+		if (load_spec(&spec, text))
+			continue;
+		struct trn_err err = { 0 };
+		struct trn_model *m = trn_model_new_on(&spec, &img, 2, 0, &err);
+		CHECK(m == NULL);
+		CHECK_MSG(strstr(err.text, mlp[i][1]) == err.text && strstr(err.text, "gpt"),
+		          "mlp %s: \"%s\"", mlp[i][1], err.text);
+		trn_model_free(m);
+		trn_spec_release(&spec);
+	}
 }
 
 /* metrics.jsonl's values of name, in file order, into out; their count */

@@ -75,7 +75,7 @@ static void run_blocks(int n_blocks)
 	float *g = malloc(sizeof(float) * (size_t)(total + 1));
 	struct trn_param_offload o;
 	CHECK(w && g);
-	CHECK_INT_EQ(trn_param_offload_init(&o, n_blocks, off, floats, w, g), 0);
+	CHECK_INT_EQ(trn_param_offload_init(&o, n_blocks, off, floats, w, g, NULL), 0);
 	CHECK_INT_EQ(o.slot_floats, largest);
 	CHECK_INT_EQ(trn_param_offload_slot_floats(n_blocks, floats), largest);
 	for (long i = 0; i < total; i++)
@@ -163,7 +163,7 @@ static void test_fwd_start_forgets_the_slots(void)
 	struct trn_param_offload o;
 	for (int i = 0; i < 24; i++)
 		w[i] = 1.0f;
-	CHECK_INT_EQ(trn_param_offload_init(&o, 3, off, floats, w, g), 0);
+	CHECK_INT_EQ(trn_param_offload_init(&o, 3, off, floats, w, g, NULL), 0);
 	trn_param_offload_fwd_start(&o);
 	for (int l = 0; l < 3; l++)
 		trn_param_offload_fwd(&o, l);
