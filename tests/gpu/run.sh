@@ -22,6 +22,8 @@
 #   LARCH_GPU_BENCH_ARGS=...  arguments for bench_cuda_kernels (e.g. --quick)
 #   LARCH_GPU_UNIT=0          skip the CPU unit tests; LARCH_GPU_BENCH=0 the
 #                             micro-benchmark
+#   LARCH_GPU_OFFLOAD_BENCH=1 run bench_offload_gpu.py (off by default: minutes);
+#                             LARCH_GPU_OFFLOAD_ARGS=..., LARCH_GPU_OFFLOAD_S=N (600)
 #   LARCH_GPU_PROFILE=0       skip the ncu kernel-time table of a GPT-2 step;
 #                             LARCH_GPU_PROFILE_ARGS=... its arguments (e.g.
 #                             --precision fp32), LARCH_GPU_PROFILE_S=N its time
@@ -223,6 +225,14 @@ if [ "${LARCH_GPU_GPT_BENCH:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
 	# shellcheck disable=SC2086
 	logged "${LARCH_GPU_GPT_S:-420}" "$logs/bench-gpt.txt" bench_gpt_gpu 0 \
 		python3 "$root/tests/bench/bench_gpt_gpu.py" --build "$build" ${LARCH_GPU_GPT_ARGS:-}
+fi
+
+# ---- offloading: optimizer offload's cost, the largest model (off by default: long) ----
+if [ "${LARCH_GPU_OFFLOAD_BENCH:-0}" != 0 ] && [ "$no_gpu" != 1 ]; then
+	step "offloading on the GPU (tests/bench/bench_offload_gpu.py ${LARCH_GPU_OFFLOAD_ARGS:-})"
+	# shellcheck disable=SC2086
+	logged "${LARCH_GPU_OFFLOAD_S:-600}" "$logs/bench-offload.txt" bench_offload_gpu 0 \
+		python3 "$root/tests/bench/bench_offload_gpu.py" --build "$build" ${LARCH_GPU_OFFLOAD_ARGS:-}
 fi
 
 # ---- where a GPT-2 step's GPU time goes (Nsight Compute) ---------------------------

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""tests/bench/bench_offload_gpu.py - offloading on one GPU (issue #8's GPU
+figures): GPT-2 shaped models trained by `larch-train --device cuda`.
+
+    python3 tests/bench/bench_offload_gpu.py [--build build-gpu] [--ratio-size 1.5B]
+                                             [--sizes 1.5B 2.7B 6.7B 13B] [--steps 6]
+                                             [--micro 4] [--seq 1024] [--precision bf16]
+
+1. At --ratio-size: tokens/s with offload.optimizer "cpu" beside the same
+   run without it (the target: >= 0.7x), each with activations recomputed.
+2. --sizes in turn with offload.optimizer and offload.params "cpu" and
+   activations recomputed, until one fails (out of device or host memory,
+   or --timeout): the largest that trains, its tokens/s and the device
+   memory it used (the `device memory:` line at the end of a run).
+
+Tokens/s are the median of the logged intervals after the first (which
+holds the start-up). The models: GPT-2's shapes (vocab 50257, 12 heads up
+to 1.5B) on random tokens in llm.c's format. Exits 77 without a GPU. Never
+fails on figures.
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "bench"))
+from bench_gpt_gpu import write_tokens  # noqa: E402
+
+# name -> (layers, heads, dim): GPT-2's and GPT-3's table
+SIZES = {
+    "124M": (12, 12, 768), "350M": (24, 16, 1024), "774M": (36, 20, 1280),
+    "1.5B": (48, 25, 1600), "2.7B": (32, 32, 2560), "6.7B": (32, 32, 4096),
+    "13B": (40, 40, 5120),
+}
+
+
+def spec_for(a, tmp, size, offload):
+    layers, heads, dim = SIZES[size]
+    return {"name": f"offload-{size}", "precision": {"compute": a.precision},
+            "model": {"type": "gpt", "layers": layers, "heads": heads, "dim": dim,
+                      "seq": a.seq, "vocab": 50257},
+            "data": {"format": "tokens_u16", "train": str(tmp / "train.bin")},
+            "batch": {"global": a.micro, "micro": a.micro},
+            "optimizer": {"type": "adamw", "lr": 1e-4, "weight_decay": 0.1},
+            "offload": offload, "steps": a.steps, "log_every": 1, "seed": 1}
+
+
+def run(a, exe, tmp, size, offload):
+    spec = spec_for(a, tmp, size, offload)
+    tag = "-".join(f"{k}-{v}" for k, v in sorted(offload.items()))
+    path = tmp / f"{size}-{tag}.json"
+    path.write_text(json.dumps(spec))
+    job = tmp / f"job-{size}-{tag}"
+    t0 = time.time()
+    try:
+        p = subprocess.run([str(exe), "--spec", str(path), "--job-dir", str(job), "--device",
+                            "cuda"], capture_output=True, text=True, timeout=a.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"over {a.timeout} s"}
+    wall = time.time() - t0
+    if p.returncode != 0:
+        tail = (p.stderr.strip() or p.stdout.strip())[-300:]
+        return {"error": f"exit {p.returncode}: {tail}"}
+    rates = [m["value"] for m in map(json.loads, (job / "metrics.jsonl").read_text()
+                                     .splitlines()) if m["name"] == "train/tokens_per_s"]
+    mem = next((l for l in p.stdout.splitlines() if l.startswith("device memory:")), "")
+    return {"tokens_s": statistics.median(rates[1:] or rates), "wall": wall, "memory": mem}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.environ.get("LARCH_BUILD", "build-gpu"))
+    ap.add_argument("--ratio-size", default="1.5B", choices=SIZES)
+    ap.add_argument("--sizes", nargs="+", default=["1.5B", "2.7B", "6.7B", "13B"],
+                    choices=SIZES)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--timeout", type=int, default=600)
+    a = ap.parse_args()
+    exe = pathlib.Path(a.build) / "trainer" / "larch-train"
+    probe = subprocess.run([str(exe), "--list-devices"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"no CUDA device: skipping ({probe.stdout.strip()})")
+        return 77
+    print(f"# {probe.stdout.strip()}")
+    print(f"# {a.precision}, micro-batch {a.micro}, seq {a.seq}, {a.steps} steps, AdamW; "
+          f"activations recomputed throughout")
+    with tempfile.TemporaryDirectory(prefix="larch-offload-gpu.") as d:
+        tmp = pathlib.Path(d)
+        write_tokens(tmp / "train.bin", a.micro * a.seq * (a.steps + 2) + 1, 50257, 1)
+        rec = {"activations": "recompute"}
+        base = run(a, exe, tmp, a.ratio_size, rec)
+        opt = run(a, exe, tmp, a.ratio_size, {**rec, "optimizer": "cpu"})
+        print(f"{a.ratio_size}: tokens/s without offload.optimizer "
+              f"{base.get('tokens_s', base.get('error'))}, with "
+              f"{opt.get('tokens_s', opt.get('error'))}", end="")
+        if "tokens_s" in base and "tokens_s" in opt:
+            print(f" -> {opt['tokens_s'] / base['tokens_s']:.2f}x (target >= 0.7x)")
+        else:
+            print()
+        largest = None
+        for size in a.sizes:
+            r = run(a, exe, tmp, size, {**rec, "optimizer": "cpu", "params": "cpu"})
+            if "error" in r:
+                print(f"{size}: optimizer + params offload: {r['error']}")
+                break
+            largest = size
+            print(f"{size}: optimizer + params offload: {r['tokens_s']:.0f} tokens/s "
+                  f"({r['wall']:.0f} s); {r['memory']}")
+        print(f"largest that trains: {largest or 'none'} (target >= 13B)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
