@@ -20,9 +20,12 @@ long trn_act_offload_host_floats(int n_blocks, const long *floats)
 }
 
 int trn_act_offload_init(struct trn_act_offload *o, int n_blocks, const long *floats,
-                         float *slot0, float *slot1)
+                         float *slot0, float *slot1, const struct trn_copier *copier,
+                         int chan0)
 {
 	memset(o, 0, sizeof *o);
+	o->copier = copier;
+	o->chan0 = chan0;
 	o->n_blocks = n_blocks;
 	o->slot[0] = slot0;
 	o->slot[1] = slot1;
@@ -39,8 +42,12 @@ int trn_act_offload_init(struct trn_act_offload *o, int n_blocks, const long *fl
 		if (l < first_resident(o))
 			o->host_floats += floats[l];
 	}
-	if (o->host_floats && !(o->host = malloc(sizeof(float) * (size_t)o->host_floats)))
-		return -1;
+	if (o->host_floats) {
+		o->host = copier ? copier->host_alloc(o->host_floats)
+		                 : malloc(sizeof(float) * (size_t)o->host_floats);
+		if (!o->host)
+			return -1;
+	}
 	return 0;
 }
 
@@ -48,19 +55,27 @@ void trn_act_offload_release(struct trn_act_offload *o)
 {
 	free(o->floats);
 	free(o->host_off);
-	free(o->host);
+	if (o->copier && o->host)
+		o->copier->host_free(o->host);
+	else
+		free(o->host);
 	memset(o, 0, sizeof *o);
 }
 
 /* ---- the copy engine: issue a copy through a slot, wait for it ---------------- */
 
-/* Waits for the copy in flight through slot s, if any: here it is done now. */
+/* Waits for the copy in flight through slot s, if any: with the CPU engine
+ * it is done now. Neither copy needs the host to wait: the host store is
+ * only ever the copies' own. */
 static void wait_slot(struct trn_act_offload *o, int s)
 {
 	struct trn_act_copy *c = &o->copy[s];
 	if (c->dir == TRN_COPY_NONE)
 		return;
-	memcpy(c->dst, c->src, sizeof(float) * (size_t)c->n);
+	if (o->copier)
+		o->copier->wait(o->chan0 + s, 0);
+	else
+		memcpy(c->dst, c->src, sizeof(float) * (size_t)c->n);
 	if (c->dir == TRN_COPY_OUT)
 		o->floats_out += c->n;
 	else
@@ -76,6 +91,8 @@ static void copy_out(struct trn_act_offload *o, int l)
 	wait_slot(o, s);
 	o->copy[s] = (struct trn_act_copy){ .dir = TRN_COPY_OUT, .dst = o->host + o->host_off[l],
 	                                    .src = o->slot[s], .n = o->floats[l] };
+	if (o->copier)
+		o->copier->start(o->chan0 + s, o->copy[s].dst, o->copy[s].src, o->copy[s].n);
 }
 
 /* Starts bringing block l into its slot unless the slot holds it already.
@@ -88,6 +105,8 @@ static void prefetch_in(struct trn_act_offload *o, int l)
 	wait_slot(o, s);
 	o->copy[s] = (struct trn_act_copy){ .dir = TRN_COPY_IN, .dst = o->slot[s],
 	                                    .src = o->host + o->host_off[l], .n = o->floats[l] };
+	if (o->copier)
+		o->copier->start(o->chan0 + s, o->copy[s].dst, o->copy[s].src, o->copy[s].n);
 	o->held[s] = l;
 }
 

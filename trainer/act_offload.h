@@ -15,13 +15,16 @@
  *
  * Copies go through a copy engine with one copy in flight per slot and an
  * explicit wait before a slot is written or read again: on a GPU, a copy
- * stream and one event per slot. The CPU engine performs a copy at its wait
- * point, the latest moment at which an asynchronous engine could have
- * finished it, so a missing wait leaves stale activations behind (and wrong
- * gradients in the tests) instead of going unnoticed.
+ * stream and one event per slot (trainer/copier.h; the host store then
+ * page-locked). The CPU engine performs a copy at its wait point, the
+ * latest moment at which an asynchronous engine could have finished it, so
+ * a missing wait leaves stale activations behind (and wrong gradients in
+ * the tests) instead of going unnoticed.
  */
 #ifndef LARCH_TRAINER_ACT_OFFLOAD_H
 #define LARCH_TRAINER_ACT_OFFLOAD_H
+
+#include "copier.h"
 
 enum trn_copy_dir { TRN_COPY_NONE, TRN_COPY_OUT, TRN_COPY_IN };
 
@@ -43,14 +46,18 @@ struct trn_act_offload {
 	int held[2];                   /* the block a slot holds (or is receiving), -1 none */
 	struct trn_act_copy copy[2];
 	long floats_out, floats_in;    /* copied so far */
+	const struct trn_copier *copier; /* NULL: the CPU engine */
+	int chan0;                     /* the copier's channels chan0 and chan0 + 1: the slots' */
 };
 
 /* Sets o up for n_blocks blocks of floats[l] floats each (copied), staged in
  * slot0 and slot1 (borrowed: the model's memory, each as large as the
- * largest block). Allocates the host store. 0, or -1 when out of memory
- * (o can then be released). */
+ * largest block), copies through copier's channels chan0 and chan0 + 1
+ * (copier NULL: the CPU engine). Allocates the host store. 0, or -1 when
+ * out of memory (o can then be released). */
 int trn_act_offload_init(struct trn_act_offload *o, int n_blocks, const long *floats,
-                         float *slot0, float *slot1);
+                         float *slot0, float *slot1, const struct trn_copier *copier,
+                         int chan0);
 void trn_act_offload_release(struct trn_act_offload *o);
 /* The host store's size in floats for n_blocks blocks of floats[l] each
  * (what trn_act_offload_init allocates). */

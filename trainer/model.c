@@ -189,12 +189,10 @@ int trn_model_cuda_check(const struct trn_spec *spec, struct trn_err *err)
 	if (spec->offload.params != TRN_OFFLOAD_NONE && spec->model.type != TRN_MODEL_GPT)
 		return trn_err_set(err, "offload.params: parameter offload on the GPU is for gpt "
 		                   "models (\"none\")");
-	if (spec->offload.activations == TRN_OFFLOAD_CPU)
-		return trn_err_set(err, "offload.activations: \"cpu\" on the GPU is not supported by "
-		                   "this larch-train yet (\"none\" or, for gpt, \"recompute\")");
-	if (spec->offload.activations == TRN_OFFLOAD_RECOMPUTE && spec->model.type != TRN_MODEL_GPT)
-		return trn_err_set(err, "offload.activations: \"recompute\" on the GPU is for gpt "
-		                   "models (\"none\")");
+	if (spec->offload.activations != TRN_OFFLOAD_NONE && spec->model.type != TRN_MODEL_GPT)
+		return trn_err_set(err, "offload.activations: \"%s\" on the GPU is for gpt models "
+		                   "(\"none\")", spec->offload.activations == TRN_OFFLOAD_CPU
+		                                  ? "cpu" : "recompute");
 	return 0;
 }
 

@@ -45,9 +45,26 @@ static void copy_wait(int chan, int to_host)
 		kern_cuda_copy_wait(chan);
 }
 
-static const struct trn_param_copier device_copier = {
-	.alloc = slots_alloc, .free = slots_free, .zero = slots_zero,
-	.start = copy_start, .wait = copy_wait,
+/* host memory the copy stream reads and writes at the link's speed (if the
+ * driver refuses to pin it, plain memory: the copies still work, slower) */
+static float *host_alloc(long floats)
+{
+	size_t bytes = sizeof(float) * (size_t)(floats ? floats : 1);
+	float *p = malloc(bytes);
+	if (p)
+		(void)kern_cuda_host_register(p, bytes);
+	return p;
+}
+
+static void host_free(float *p)
+{
+	kern_cuda_host_unregister(p);          /* nothing when it was not pinned */
+	free(p);
+}
+
+const struct trn_copier trn_cuda_copier = {
+	.alloc = slots_alloc, .free = slots_free, .host_alloc = host_alloc, .host_free = host_free,
+	.zero = slots_zero, .start = copy_start, .wait = copy_wait,
 };
 
 /* offload.params: the engine over the device's slots, the blocks' floats
@@ -67,7 +84,7 @@ static int param_offload_setup(struct trn_cuda_model *c)
 	}
 	if (rc == 0)
 		rc = trn_param_offload_init(b->param_off, b->n_blocks, off, floats, b->w, b->g,
-		                            &device_copier);
+		                            &trn_cuda_copier);
 	free(off);
 	free(floats);
 	return rc;

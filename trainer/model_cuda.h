@@ -29,8 +29,9 @@
  * device memory and a copy stream (kern_cuda_copy_async); w_dev and g_dev
  * then hold only the resident floats, [0, res_head) and [res_tail,
  * n_floats) of the layout, one after the other (trn_cuda_model_dev).
- * Not yet: offload.activations "cpu", the MLP's offloads (refused, naming
- * the field). The kernels are kernels/<op>_cuda.cu, each tested against
+ * GPT's offload.activations "recompute" and "cpu" run on the GPU too
+ * (model_gpt_cuda.c). Not yet: the MLP's offloads (refused, naming the
+ * field). The kernels are kernels/<op>_cuda.cu, each tested against
  * its CPU reference (tests/gpu).
  */
 #ifndef LARCH_TRAINER_MODEL_CUDA_H
@@ -57,6 +58,12 @@ struct trn_cuda_model {
 	int pinned;                    /* bits 0-2: w, g, g_stage page-locked (kern_cuda_host_register) */
 	void (*free_impl)(struct trn_cuda_model *c);
 };
+
+/* The offload engines' copier on the device (trainer/copier.h): slots in
+ * device memory, host stores page-locked, copies on kern_cuda_copy_async's
+ * channels. */
+struct trn_copier;
+extern const struct trn_copier trn_cuda_copier;
 
 /* Builds the model of spec on CUDA device `device`. NULL with err set
  * (a spec the GPU path cannot run yet names the field). */

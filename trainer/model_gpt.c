@@ -459,7 +459,8 @@ static int alloc_acts(struct gpt *g, enum trn_offload mode, int B, int layout_on
 		else
 			carve(g, mode, B, g->arena);
 		if (rc == 0 && floats)
-			rc = trn_act_offload_init(&g->off, g->L, floats, g->blocks[0].x, g->blocks[1].x);
+			rc = trn_act_offload_init(&g->off, g->L, floats, g->blocks[0].x, g->blocks[1].x,
+			                          NULL, 0);
 	}
 	free(floats);
 	return rc;

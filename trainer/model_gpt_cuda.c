@@ -4,7 +4,10 @@
  * every block keeps its activations; with "recompute" each block keeps its
  * input and, right before its backward, runs its forward again from there
  * into one block's scratch, as model_gpt.c does (the same ops on the same
- * inputs: the same bits). One layer's worth of activation-gradient scratch
+ * inputs: the same bits); with "cpu" blocks are computed in two slots of
+ * one block each, whose activations the activation offload engine
+ * (trainer/act_offload.h) copies out to a page-locked host store and back
+ * one block ahead of backward, on the copy stream. One layer's worth of activation-gradient scratch
  * is reused from the top block down, the residual stream's gradient
  * accumulating in place, as on the CPU.
  *
@@ -27,7 +30,9 @@
 #include "kernels/matmul_cuda.h"
 #include "kernels/residual_cuda.h"
 #include "kernels/softmax_xent_cuda.h"
+#include "act_offload.h"
 #include "model_cuda.h"
+#include "param_offload.h"
 
 /* parameter indices within one block, in model_gpt.c's table order
  * (trn_gpt_block_names; check_table holds the two together) */
@@ -63,8 +68,10 @@ struct gpt_cuda {
 	struct trn_cuda_model c;           /* first */
 	int L, NH, C, T, V, VP;
 	int B;                             /* samples in the last forward */
-	struct gpt_block_acts *blocks;     /* [L], or with recompute [1]: the scratch */
+	struct gpt_block_acts *blocks;     /* [L]; recompute [1], the scratch; cpu [2], the slots */
 	int recompute;                     /* offload.activations "recompute" */
+	int act_cpu;                       /* offload.activations "cpu" */
+	struct trn_act_offload off;        /* cpu */
 	long btc_max;                      /* floats of one [B,T,C] at the largest batch */
 	float *inputs;                     /* recompute: [L][B,T,C] every block's input */
 	float *top, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *lse, *tmp_c;
@@ -75,13 +82,16 @@ struct gpt_cuda {
 
 static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + which; }
 
-/* Lays the arena out from base (NULL: only counts) for recompute or not;
- * each buffer starts on 256 bytes. Returns its floats. */
-static long carve(struct gpt_cuda *g, long B, int recompute, float *base)
+/* Lays the arena out from base (NULL: only counts) for offload.activations
+ * mode; each buffer starts on 256 bytes, a block's buffers one after the
+ * other from its x (the region the activation offload copies). Returns its
+ * floats. */
+static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, float *base)
 {
 	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
 	long used = 0;
-	int n_blocks = recompute ? (g->L > 0) : g->L;
+	int recompute = mode == TRN_OFFLOAD_RECOMPUTE;
+	int n_blocks = recompute ? (g->L > 0) : mode == TRN_OFFLOAD_CPU ? 2 * (g->L > 0) : g->L;
 #define TAKE(ptr, n) do { if (base) (ptr) = base + used; used += ((n) + 63) / 64 * 64; } while (0)
 	if (recompute)
 		TAKE(g->inputs, g->L * BT * C);   /* x of the scratch points into it */
@@ -139,12 +149,16 @@ static float *fwd_input(struct gpt_cuda *g, int l)
 {
 	if (l == g->L)
 		return g->top;
+	if (g->act_cpu)                    /* its slot, once block l - 2 is out of it */
+		return g->blocks[trn_act_offload_fwd_begin(&g->off, l)].x;
 	return g->recompute ? g->inputs + l * g->btc_max : g->blocks[l].x;
 }
 
 /* The buffers block l's forward writes to, its input in place. */
 static struct gpt_block_acts *fwd_acts(struct gpt_cuda *g, int l)
 {
+	if (g->act_cpu)
+		return &g->blocks[l % 2];
 	if (!g->recompute)
 		return &g->blocks[l];
 	g->blocks[0].x = g->inputs + l * g->btc_max;
@@ -211,6 +225,8 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 		x = fwd_input(g, l + 1);
 		kern_residual_fwd_cuda(x, a->res2, g->tmp_c, btc);
 		trn_cuda_model_round(c, x, btc);
+		if (g->act_cpu)
+			trn_act_offload_fwd_end(&g->off, l);
 	}
 	kern_layernorm_fwd_cuda(g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf), wd(g, lf + 1),
 	                        BT, C);
@@ -260,7 +276,8 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	for (int l = g->L - 1; l >= 0; l--) {
 		float *bg;
 		const float *bw = trn_model_block_bwd(base, l, &bg);
-		struct gpt_block_acts *a = fwd_acts(g, l);
+		struct gpt_block_acts *a = g->act_cpu ? &g->blocks[trn_act_offload_bwd_begin(&g->off, l)]
+		                                      : fwd_acts(g, l);
 		if (g->recompute)
 			block_fwd(g, bw, a);   /* the block's activations again, from its input */
 #define W(which) (bw + g->rel[which])
@@ -319,6 +336,7 @@ static void gpt_cuda_init_weights(struct trn_model *base, uint64_t seed)
 static void gpt_cuda_free(struct trn_model *base)
 {
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
+	trn_act_offload_release(&g->off);
 	trn_cuda_model_release(&g->c);
 	free(g->blocks);
 	free(g->ready);
@@ -375,7 +393,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->T = ms->seq;
 	g->V = cpu->params[0].shape[0];    /* wte [V, C]: the vocabulary trn_gpt_new settled */
 	g->VP = (g->V + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
-	g->blocks = calloc((size_t)(g->L ? g->L : 1), sizeof *g->blocks);
+	g->blocks = calloc((size_t)(g->L > 2 ? g->L : 2), sizeof *g->blocks);
 	g->ready = malloc(sizeof(int) * (size_t)cpu->n_params);
 	if (!g->blocks || !g->ready) {
 		g->c.cpu = cpu;
@@ -401,15 +419,34 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	for (int k = 0; k < P_PER_BLOCK && g->L > 0; k++)
 		g->rel[k] = cpu->params[block_param(0, k)].offset - cpu->params[block_param(0, 0)].offset;
 
-	g->recompute = spec->offload.activations == TRN_OFFLOAD_RECOMPUTE;
+	enum trn_offload mode = spec->offload.activations;
+	g->recompute = mode == TRN_OFFLOAD_RECOMPUTE;
+	g->act_cpu = mode == TRN_OFFLOAD_CPU;
 	g->btc_max = (long)max_batch * g->T * g->C;
-	long floats = carve(g, max_batch, g->recompute, NULL);
+	long floats = carve(g, max_batch, mode, NULL);
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
 		gpt_cuda_free(&g->c.base);
 		return NULL;
 	}
-	carve(g, max_batch, g->recompute, g->c.arena);
-	g->c.base.act_offload = spec->offload.activations;
-	g->c.base.act_bytes_none = carve(g, max_batch, 0, NULL) * (long)sizeof(float);
+	carve(g, max_batch, mode, g->c.arena);
+	g->c.base.act_offload = mode;
+	g->c.base.act_bytes_none = carve(g, max_batch, TRN_OFFLOAD_NONE, NULL) * (long)sizeof(float);
+	if (g->act_cpu && g->L > 0) {
+		/* every block's region is one slot's: from a slot's x to the next's */
+		long *region = malloc(sizeof *region * (size_t)g->L);
+		int rc = region ? 0 : -1;
+		for (int l = 0; rc == 0 && l < g->L; l++)
+			region[l] = g->blocks[1].x - g->blocks[0].x;
+		if (rc == 0)
+			rc = trn_act_offload_init(&g->off, g->L, region, g->blocks[0].x, g->blocks[1].x,
+			                          &trn_cuda_copier, TRN_PARAM_OFFLOAD_CHANNELS);
+		free(region);
+		if (rc != 0) {
+			gpt_cuda_free(&g->c.base);
+			trn_err_set(err, "model: out of memory for the activation offload's host store");
+			return NULL;
+		}
+		g->c.base.act_host_bytes = g->off.host_floats * (long)sizeof(float);
+	}
 	return &g->c.base;
 }

@@ -268,7 +268,8 @@ static int alloc_acts(struct mlp *m, enum trn_offload mode, int widest, int layo
 		if (!(m->arena = malloc(sizeof(float) * (size_t)total)))
 			return -1;
 		carve(m, mode, B, widest, m->arena);
-		return trn_act_offload_init(&m->off, n_blocks, floats, m->slot[0], m->slot[1]);
+		return trn_act_offload_init(&m->off, n_blocks, floats, m->slot[0], m->slot[1], NULL,
+		                            0);
 	}
 	if (layout_only)
 		return 0;

@@ -14,7 +14,7 @@ long trn_param_offload_slot_floats(int n_blocks, const long *floats)
 
 int trn_param_offload_init(struct trn_param_offload *o, int n_blocks, const long *off,
                            const long *floats, float *w, float *g,
-                           const struct trn_param_copier *copier)
+                           const struct trn_copier *copier)
 {
 	memset(o, 0, sizeof *o);
 	o->copier = copier;

@@ -30,7 +30,7 @@
  *
  * Copies go through a copy engine with one copy in flight per slot and an
  * explicit wait before a slot is read or written again (on a GPU, a copy
- * stream and an event per slot: struct trn_param_copier). As
+ * stream and an event per slot: trainer/copier.h). As
  * act_offload.h's, the CPU engine performs a copy at its wait point, the
  * latest moment at which an asynchronous engine could have finished it: a
  * missing wait leaves stale weights in a slot, or stale gradients in g, and
@@ -38,6 +38,8 @@
  */
 #ifndef LARCH_TRAINER_PARAM_OFFLOAD_H
 #define LARCH_TRAINER_PARAM_OFFLOAD_H
+
+#include "copier.h"
 
 /* One copy in flight through a slot; n == 0: none. */
 struct trn_param_copy {
@@ -48,19 +50,9 @@ struct trn_param_copy {
 	int to_host;                   /* dst is host memory (gradients going out) */
 };
 
-/* A device's slots and copies (a GPU backend's: device memory, a copy
- * stream); NULL in trn_param_offload_init: the CPU engine above. Channels:
- * 0 and 1 the weight slots' copies, 2 and 3 the gradient slots'. */
-struct trn_param_copier {
-	float *(*alloc)(long floats);          /* NULL when out of memory */
-	void (*free)(float *slots);
-	void (*zero)(float *dst, long floats);  /* in order with the compute */
-	/* starts a copy once the compute enqueued so far is done */
-	void (*start)(int chan, float *dst, const float *src, long floats);
-	/* the compute enqueued from now on waits for chan's copy; with
-	 * to_host the host waits for it (it reads or rewrites host memory) */
-	void (*wait)(int chan, int to_host);
-};
+/* A copier's channels: 0 and 1 the weight slots' copies, 2 and 3 the
+ * gradient slots'. */
+#define TRN_PARAM_OFFLOAD_CHANNELS 4
 
 struct trn_param_offload {
 	int n_blocks;
@@ -72,7 +64,7 @@ struct trn_param_offload {
 	int w_held[2];                 /* the block a weight slot holds or receives, -1 none */
 	int g_held[2];                 /* the block a gradient slot holds or sends, -1 none */
 	struct trn_param_copy wcopy[2], gcopy[2];
-	const struct trn_param_copier *copier; /* NULL: the CPU engine */
+	const struct trn_copier *copier;       /* NULL: the CPU engine (copier.h) */
 	int g_zero;                    /* the host gradients of every block are zero */
 	long w_in, g_in, g_out;        /* floats copied so far */
 };
@@ -86,7 +78,7 @@ long trn_param_offload_slot_floats(int n_blocks, const long *floats);
  * when out of memory (o can then be released). */
 int trn_param_offload_init(struct trn_param_offload *o, int n_blocks, const long *off,
                            const long *floats, float *w, float *g,
-                           const struct trn_param_copier *copier);
+                           const struct trn_copier *copier);
 void trn_param_offload_release(struct trn_param_offload *o);
 
 /* The host gradients were just zeroed (the start of a step). */

@@ -28,9 +28,9 @@ library only: the GPU machine has no numpy of ours to rely on.
    the scale is reported).
 5. offload.activations "recompute" gives the losses of the run that keeps
    the activations, bit for bit; offload.params "cpu" (with and without
-   recompute) within TOL of them. What the GPU path does not run yet
-   (offload.activations "cpu", the MLP's offloads) is refused with exit 2
-   and the field's name.
+   recompute), offload.activations "cpu", and all three offloads together
+   within TOL of them. What the GPU path does not run yet (the MLP's
+   offloads) is refused with exit 2 and the field's name.
 """
 import argparse
 import gzip
@@ -217,25 +217,31 @@ def main():
             c.check(a and a == b, f"gpt-recompute: the losses equal the run that keeps the "
                     f"activations bit for bit ({[(s, a[s], b.get(s)) for s in sorted(a)][:2]})")
 
-        # offload.params "cpu": the blocks through the device's slots and the
-        # copy stream; the same model, its gradients summed in another order
-        # only where micro-batches add up (none here): within TOL of the plain
-        # run, with recompute too
+        # the offloads: blocks' weights and gradients, and activations,
+        # through the device's slots and the copy stream, and the optimizer
+        # on the host; the same model, its gradients summed in another order
+        # only where micro-batches add up (none here): within TOL of the
+        # plain run
         for name, off in (("gpt-offload-params", {"params": "cpu"}),
-                          ("gpt-offload-both", {"params": "cpu", "activations": "recompute"})):
+                          ("gpt-offload-both", {"params": "cpu", "activations": "recompute"}),
+                          ("gpt-offload-acts", {"activations": "cpu"}),
+                          ("gpt-offload-all", {"params": "cpu", "activations": "cpu",
+                                               "optimizer": "cpu"})):
             r = run(exe, {**gpt, "name": name, "offload": off}, tmp / name, "cuda")
-            c.check(r.returncode == 0 and "offload.params" in r.stdout,
-                    f"{name}: GPU run (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+            said = all(f"offload.{k} cpu" in r.stdout for k, v in off.items() if v == "cpu")
+            c.check(r.returncode == 0 and said,
+                    f"{name}: GPU run (exit {r.returncode}, the memory report names the "
+                    f"offloads: {said}) {r.stderr.strip()[-300:]}")
             if r.returncode == 0 and gpu_job:
                 a, b = metrics(gpu_job, "train/loss"), metrics(tmp / name, "train/loss")
                 worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in a if s in b), default=1)
                 c.check(a.keys() == b.keys() and worst <= TOL,
                         f"{name}: losses within {TOL:g} of the plain run's (largest {worst:.2e})")
 
-        for field, extra in (("offload.activations", {"offload": {"activations": "cpu"}}),
-                             ("offload.params", {"model": {"type": "mlp", "hidden": [32]},
-                                                 "data": image_set(tmp),
-                                                 "offload": {"params": "cpu"}})):
+        mlp_spec = {"model": {"type": "mlp", "hidden": [32]}, "data": image_set(tmp)}
+        for field, extra in (("offload.activations", {**mlp_spec,
+                                                      "offload": {"activations": "cpu"}}),
+                             ("offload.params", {**mlp_spec, "offload": {"params": "cpu"}})):
             r = run(exe, {**gpt, "name": "refused", **extra}, tmp / f"refused-{field}", "cuda")
             c.check(r.returncode == 2 and field in r.stderr,
                     f"refused on the GPU with exit 2 naming {field}: exit {r.returncode}, "

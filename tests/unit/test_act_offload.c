@@ -44,7 +44,7 @@ static void run_blocks(int n_blocks)
 	float *slots[2] = { slot0, slot1 };
 	struct trn_act_offload o;
 	CHECK(slot0 && slot1);
-	CHECK_INT_EQ(trn_act_offload_init(&o, n_blocks, floats, slot0, slot1), 0);
+	CHECK_INT_EQ(trn_act_offload_init(&o, n_blocks, floats, slot0, slot1, NULL, 0), 0);
 	CHECK_INT_EQ(o.host_floats, host);
 
 	for (int round = 1; round <= 2; round++) {
