@@ -184,18 +184,6 @@ struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn
 	return be ? be->model_new(spec, ds, max_batch, cuda_device, err) : NULL;
 }
 
-int trn_model_cuda_check(const struct trn_spec *spec, struct trn_err *err)
-{
-	if (spec->offload.params != TRN_OFFLOAD_NONE && spec->model.type != TRN_MODEL_GPT)
-		return trn_err_set(err, "offload.params: parameter offload on the GPU is for gpt "
-		                   "models (\"none\")");
-	if (spec->offload.activations != TRN_OFFLOAD_NONE && spec->model.type != TRN_MODEL_GPT)
-		return trn_err_set(err, "offload.activations: \"%s\" on the GPU is for gpt models "
-		                   "(\"none\")", spec->offload.activations == TRN_OFFLOAD_CPU
-		                                  ? "cpu" : "recompute");
-	return 0;
-}
-
 int trn_model_cuda_built(void)
 {
 #ifdef LARCH_HAVE_CUDA

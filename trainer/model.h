@@ -190,8 +190,6 @@ void trn_model_free(struct trn_model *m);  /* accepts NULL */
  * CUDA build, or a GPU, NULL with err saying so. */
 struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn_dataset *ds,
                                    int max_batch, int cuda_device, struct trn_err *err);
-/* What the GPU models do not run yet: -1 with err naming the field, else 0. */
-int trn_model_cuda_check(const struct trn_spec *spec, struct trn_err *err);
 /* Whether this build has the CUDA models. */
 int trn_model_cuda_built(void);
 /* Prints the CUDA devices a --device cuda run could use, one line each

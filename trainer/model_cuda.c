@@ -119,8 +119,6 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 		return NULL;
 	}
 	device %= n;                       /* a rank's local index, round robin over the GPUs */
-	if (trn_model_cuda_check(spec, err) != 0)
-		return NULL;
 	if (kern_cuda_use_device(device, why, sizeof why) != 0) {
 		trn_err_set(err, "cuda: device %d: %s", device, why);
 		return NULL;

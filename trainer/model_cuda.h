@@ -22,17 +22,17 @@
  * sums; the master weights, the optimizer and the loss scaler are the
  * trainer's (on the device when resident).
  *
- * offload.params "cpu" (gpt): the device holds the resident parameters (the
- * embeddings, the final LayerNorm) and their gradients, and two slots of
- * weights and two of gradients of one block each, which the parameter
- * offload engine (trainer/param_offload.h) fills and empties through
- * device memory and a copy stream (kern_cuda_copy_async); w_dev and g_dev
- * then hold only the resident floats, [0, res_head) and [res_tail,
- * n_floats) of the layout, one after the other (trn_cuda_model_dev).
- * GPT's offload.activations "recompute" and "cpu" run on the GPU too
- * (model_gpt_cuda.c). Not yet: the MLP's offloads (refused, naming the
- * field). The kernels are kernels/<op>_cuda.cu, each tested against
- * its CPU reference (tests/gpu).
+ * offload.params "cpu": the device holds the resident parameters (gpt's
+ * embeddings and final LayerNorm; the mlp has none) and their gradients,
+ * and two slots of weights and two of gradients of one block each, which
+ * the parameter offload engine (trainer/param_offload.h) fills and empties
+ * through device memory and a copy stream (kern_cuda_copy_async); w_dev
+ * and g_dev then hold only the resident floats, [0, res_head) and
+ * [res_tail, n_floats) of the layout, one after the other
+ * (trn_cuda_model_dev). offload.activations "recompute" and "cpu" run as
+ * the CPU models run them, "cpu" through the activation offload engine
+ * (trainer/act_offload.h) on the same copy stream. The kernels are
+ * kernels/<op>_cuda.cu, each tested against its CPU reference (tests/gpu).
  */
 #ifndef LARCH_TRAINER_MODEL_CUDA_H
 #define LARCH_TRAINER_MODEL_CUDA_H

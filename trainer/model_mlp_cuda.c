@@ -3,6 +3,14 @@
  * device copies of the parameters (trainer/model_cuda.h). ReLU is applied
  * in place (its output tells backward where its input was positive), GELU
  * keeps its input; two gradient buffers swap roles from the top layer down.
+ *
+ * The offloads are model_mlp.c's: each layer is a block, its weight and
+ * bias reached through trn_model_block_* (with offload.params "cpu" the
+ * engine's device slots, whose gradients this model rounds in place before
+ * they go out); offload.activations "recompute" keeps the hidden layers'
+ * outputs and recomputes GELU's input into one scratch; "cpu" stages the
+ * hidden layers in two device slots and keeps them in a page-locked host
+ * store (trainer/act_offload.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +20,9 @@
 #include "kernels/matmul_cuda.h"
 #include "kernels/relu_cuda.h"
 #include "kernels/softmax_xent_cuda.h"
+#include "act_offload.h"
 #include "model_cuda.h"
+#include "param_offload.h"
 
 #define MLP_MAX_LAYERS (TRN_MAX_HIDDEN + 1)
 
@@ -24,29 +34,67 @@ struct mlp_cuda {
 	int n;                             /* rows in the last forward */
 	float *x;                          /* [B, dims[0]] the input rows */
 	float *pre[MLP_MAX_LAYERS], *post[MLP_MAX_LAYERS];
+	float *slot[2];                    /* "cpu": staging, where pre and post of hidden layers point */
+	struct trn_act_offload off;        /* "cpu" */
 	float *dpre, *dpost;               /* [B, widest] */
 	float *losses, *lse;
 	int *ready;
 };
 
-static long carve(struct mlp_cuda *m, long B, float *base)
+/* floats of hidden layer j's saved activations at max_batch rows */
+static long block_floats(const struct mlp_cuda *m, int j)
 {
+	return (m->act == TRN_ACT_GELU ? 2L : 1L) * m->c.base.max_batch * m->dims[j + 1];
+}
+
+/* "cpu": points hidden layer j's pre and post into staging slot s */
+static void map_block(struct mlp_cuda *m, int j, int s)
+{
+	m->post[j] = m->slot[s];
+	m->pre[j] = m->act == TRN_ACT_GELU ? m->slot[s] + (long)m->c.base.max_batch * m->dims[j + 1]
+	                                   : m->slot[s];
+}
+
+/* Lays the arena out for offload.activations mode from base (NULL: only
+ * counts), as model_mlp.c's carve; each buffer starts on 256 bytes. */
+static long carve(struct mlp_cuda *m, enum trn_offload mode, long B, float *base)
+{
+	int last = m->n_layers - 1, gelu = m->act == TRN_ACT_GELU;
 	long used = 0, widest = 0;
 #define TAKE(ptr, n) do { if (base) (ptr) = base + used; used += ((n) + 63) / 64 * 64; } while (0)
 	TAKE(m->x, B * m->dims[0]);
-	for (int i = 0; i < m->n_layers; i++) {
-		long len = B * m->dims[i + 1];
-		int hidden = i + 1 < m->n_layers;
-		TAKE(m->pre[i], len);
-		if (hidden && m->act == TRN_ACT_GELU)
-			TAKE(m->post[i], len);
-		else if (base)
-			m->post[i] = m->pre[i];
-		if (m->dims[i] > widest)
-			widest = m->dims[i];
-		if (m->dims[i + 1] > widest)
-			widest = m->dims[i + 1];
+	for (int i = 0; i <= last; i++) {
+		widest = m->dims[i] > widest ? m->dims[i] : widest;
+		widest = m->dims[i + 1] > widest ? m->dims[i + 1] : widest;
 	}
+	if (mode == TRN_OFFLOAD_RECOMPUTE && gelu && last > 0) {
+		/* one pre for all hidden layers, recomputed for backward */
+		long wide = 0;
+		for (int j = 0; j < last; j++)
+			wide = m->dims[j + 1] > wide ? m->dims[j + 1] : wide;
+		float *scratch = NULL;
+		TAKE(scratch, B * wide);
+		for (int j = 0; j < last; j++) {
+			if (base)
+				m->pre[j] = scratch;
+			TAKE(m->post[j], B * m->dims[j + 1]);
+		}
+	} else if (mode == TRN_OFFLOAD_CPU && last > 0) {
+		long slot = 0;
+		for (int j = 0; j < last; j++)
+			slot = block_floats(m, j) > slot ? block_floats(m, j) : slot;
+		TAKE(m->slot[0], slot);
+		TAKE(m->slot[1], slot);
+	} else {
+		for (int j = 0; j < last; j++) {
+			TAKE(m->pre[j], B * m->dims[j + 1]);
+			if (gelu)
+				TAKE(m->post[j], B * m->dims[j + 1]);
+			else if (base)
+				m->post[j] = m->pre[j];
+		}
+	}
+	TAKE(m->pre[last], B * m->dims[last + 1]);
 	TAKE(m->dpre, B * widest);
 	TAKE(m->dpost, B * widest);
 	TAKE(m->losses, B);
@@ -55,12 +103,18 @@ static long carve(struct mlp_cuda *m, long B, float *base)
 	return used;
 }
 
-static float *wd(struct mlp_cuda *m, int p) { return m->c.w_dev + m->c.base.params[p].offset; }
-static float *gd(struct mlp_cuda *m, int p) { return m->c.g_dev + m->c.base.params[p].offset; }
-
 static const float *layer_input(const struct mlp_cuda *m, int i)
 {
 	return i == 0 ? m->x : m->post[i - 1];
+}
+
+/* Layer i's output before the activation into pre[i], rounded; bw is the
+ * layer's weight, its bias follows. */
+static void layer_fwd(struct mlp_cuda *m, const float *bw, int i, int n)
+{
+	kern_matmul_fwd_cuda(m->pre[i], layer_input(m, i), bw, bw + m->c.base.params[2 * i].numel,
+	                     n, m->dims[i], m->dims[i + 1]);
+	trn_cuda_model_round(&m->c, m->pre[i], (long)n * m->dims[i + 1]);   /* as model_mlp.c */
 }
 
 static double mlp_cuda_forward(struct trn_model *base, const struct trn_batch *b,
@@ -68,17 +122,21 @@ static double mlp_cuda_forward(struct trn_model *base, const struct trn_batch *b
 {
 	struct mlp_cuda *m = (struct mlp_cuda *)base;
 	int n = b->n;
+	int cpu = base->act_offload == TRN_OFFLOAD_CPU;
 	m->n = n;
 	trn_cuda_model_sync_weights(&m->c);
 	trn_cuda_model_gemms(&m->c);
 	kern_cuda_upload(m->x, b->x, sizeof(float) * (size_t)n * (size_t)m->dims[0]);
 	kern_cuda_upload(m->c.targets_dev, b->targets, sizeof(int) * (size_t)n);
+	trn_model_fwd_start(base);
 	for (int i = 0; i < m->n_layers; i++) {
 		long len = (long)n * m->dims[i + 1];
-		kern_matmul_fwd_cuda(m->pre[i], layer_input(m, i), wd(m, 2 * i), wd(m, 2 * i + 1), n,
-		                     m->dims[i], m->dims[i + 1]);
-		trn_cuda_model_round(&m->c, m->pre[i], len);   /* as model_mlp.c rounds */
-		if (i + 1 == m->n_layers)
+		int hidden = i + 1 < m->n_layers;
+		const float *bw = trn_model_block_fwd(base, i);
+		if (cpu && hidden)
+			map_block(m, i, trn_act_offload_fwd_begin(&m->off, i));
+		layer_fwd(m, bw, i, n);
+		if (!hidden)
 			break;
 		if (m->act == TRN_ACT_GELU) {
 			kern_gelu_fwd_cuda(m->post[i], m->pre[i], len);
@@ -86,6 +144,8 @@ static double mlp_cuda_forward(struct trn_model *base, const struct trn_batch *b
 		} else {
 			kern_relu_fwd_cuda(m->post[i], m->pre[i], len);
 		}
+		if (cpu)
+			trn_act_offload_fwd_end(&m->off, i);
 	}
 	int classes = m->dims[m->n_layers];
 	const float *logits = m->pre[m->n_layers - 1];
@@ -99,6 +159,7 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	struct mlp_cuda *m = (struct mlp_cuda *)base;
 	(void)b;
 	int n = m->n, last = m->n_layers - 1;
+	int poff = base->param_off != NULL;
 	float *dout = m->dpre, *dinp = m->dpost;
 	trn_cuda_model_gemms(&m->c);
 	trn_cuda_model_grads_begin(&m->c);
@@ -106,18 +167,31 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	                               m->c.targets_dev, n, m->dims[last + 1]);
 	trn_cuda_model_round(&m->c, dout, (long)n * m->dims[last + 1]);
 	for (int i = last; i >= 0; i--) {
+		float *bg;
+		const float *bw = trn_model_block_bwd(base, i, &bg);
+		long wn = base->params[2 * i].numel;
 		if (i < last) {
+			/* dout: the gradient of hidden layer i's output after the activation */
 			long len = (long)n * m->dims[i + 1];
 			if (m->act == TRN_ACT_GELU) {
+				if (base->act_offload == TRN_OFFLOAD_RECOMPUTE)
+					layer_fwd(m, bw, i, n);
 				kern_gelu_bwd_set_cuda(dout, m->pre[i], dout, len);
 				trn_cuda_model_round(&m->c, dout, len);
 			} else {    /* pre[i] holds relu's output: > 0 exactly where its input was */
 				kern_relu_bwd_set_cuda(dout, m->pre[i], dout, len);
 			}
 		}
-		kern_matmul_bwd_set_cuda(i > 0 ? dinp : NULL, gd(m, 2 * i), gd(m, 2 * i + 1), dout,
-		                         layer_input(m, i), wd(m, 2 * i), n, m->dims[i],
-		                         m->dims[i + 1]);
+		/* layer i's input is hidden layer i - 1's output */
+		if (i > 0 && base->act_offload == TRN_OFFLOAD_CPU)
+			map_block(m, i - 1, trn_act_offload_bwd_begin(&m->off, i - 1));
+		kern_matmul_bwd_set_cuda(i > 0 ? dinp : NULL, bg, bg + wn, dout, layer_input(m, i), bw,
+		                         n, m->dims[i], m->dims[i + 1]);
+		if (poff) {
+			/* final: rounded in the slot, which goes out to g as it is */
+			trn_cuda_model_round(&m->c, bg, wn + base->params[2 * i + 1].numel);
+			trn_model_block_bwd_end(base, i);
+		}
 		if (i > 0) {
 			trn_cuda_model_round(&m->c, dinp, (long)n * m->dims[i]);
 			float *t = dout;
@@ -125,7 +199,12 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 			dinp = t;
 		}
 	}
-	trn_cuda_model_grads_out(&m->c, m->ready);
+	if (!poff) {
+		trn_cuda_model_grads_out(&m->c, m->ready);
+		return;
+	}
+	trn_model_blocks_bwd_done(base);
+	base->g_zeroed = 0;
 }
 
 static void mlp_cuda_init_weights(struct trn_model *base, uint64_t seed)
@@ -137,6 +216,7 @@ static void mlp_cuda_init_weights(struct trn_model *base, uint64_t seed)
 static void mlp_cuda_free(struct trn_model *base)
 {
 	struct mlp_cuda *m = (struct mlp_cuda *)base;
+	trn_act_offload_release(&m->off);
 	trn_cuda_model_release(&m->c);
 	free(m->ready);
 	free(m);
@@ -184,11 +264,28 @@ struct trn_model *trn_mlp_cuda_new(const struct trn_spec *spec, const struct trn
 		m->ready[k++] = 2 * i + 1;
 		m->ready[k++] = 2 * i;
 	}
-	long floats = carve(m, max_batch, NULL);
+	enum trn_offload mode = spec->offload.activations;
+	m->c.base.max_batch = max_batch;   /* block_floats' rows, before trn_cuda_model_init */
+	long floats = carve(m, mode, max_batch, NULL);
 	if (trn_cuda_model_init(&m->c, cpu, &mlp_cuda_ops, max_batch, floats, err) != 0) {
 		mlp_cuda_free(&m->c.base);
 		return NULL;
 	}
-	carve(m, max_batch, m->c.arena);
+	carve(m, mode, max_batch, m->c.arena);
+	m->c.base.act_offload = mode;
+	m->c.base.act_bytes_none = carve(m, TRN_OFFLOAD_NONE, max_batch, NULL) * (long)sizeof(float);
+	int n_blocks = m->n_layers - 1;
+	if (mode == TRN_OFFLOAD_CPU && n_blocks > 0) {
+		long region[MLP_MAX_LAYERS];
+		for (int j = 0; j < n_blocks; j++)
+			region[j] = block_floats(m, j);
+		if (trn_act_offload_init(&m->off, n_blocks, region, m->slot[0], m->slot[1],
+		                         &trn_cuda_copier, TRN_PARAM_OFFLOAD_CHANNELS) != 0) {
+			mlp_cuda_free(&m->c.base);
+			trn_err_set(err, "model: out of memory for the activation offload's host store");
+			return NULL;
+		}
+		m->c.base.act_host_bytes = m->off.host_floats * (long)sizeof(float);
+	}
 	return &m->c.base;
 }

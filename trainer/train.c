@@ -445,8 +445,6 @@ static int pick_device(const struct run *r, int *dev, struct trn_err *err)
 		return trn_err_set(err, "%s: this larch-train was built without CUDA (WITH_CUDA=OFF, "
 		                   "or no CUDA toolkit at build time); --device cpu trains on the CPU",
 		                   want ? "--device cuda" : "resources.gpus_per_node");
-	if (trn_model_cuda_check(r->spec, err) != 0)
-		return -1;
 	static const char *const local_vars[] = { "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
 		                                  "MPI_LOCALRANKID", "PMIX_LOCAL_RANK" };
 	*dev = r->comm->rank;
