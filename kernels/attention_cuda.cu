@@ -144,6 +144,16 @@ static void softmax_rows(float *att, uint16_t *att16, long rows, int t)
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
+/* datt becomes dpreatt over rows rows of t; d16 NULL: fp32 only */
+static void softmax_bwd_rows(float *datt, uint16_t *d16, const float *att, long rows, int t)
+{
+	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
+	int bf16 = kern_cuda_gemm_operands() == 2;
+	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
+		datt, d16, bf16, att, rows, t);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float *qkv,
                                         int b, int t, int c, int nh)
 {
@@ -209,12 +219,9 @@ static void attention_bwd16(float *dqkv, float *datt, const float *dout, const f
 	}
 	kern_cuda_scratch_free(att16);
 	kern_cuda_scratch_free(dout16);
-	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
 	uint16_t *dp16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)rows *
 	                                                     (size_t)t);
-	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
-		datt, dp16, kern_cuda_gemm_operands() == 2, att, rows, t);
-	KERN_CUDA_CHECK_LAUNCH();
+	softmax_bwd_rows(datt, dp16, att, rows, t);
 	for (int bb = 0; bb < b; bb++) {
 		size_t o3 = (size_t)bb * t * 3 * c;
 		const uint16_t *q = qkv16 + o3, *k = q + c, *dp = dp16 + (size_t)bb * nh * tt;
@@ -250,11 +257,7 @@ static void attention_bwd(float *dqkv, float *datt, const float *dout, const flo
 		heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, 1.0f, dy, c, hs, a, t, tt, dbeta,
 		           dqkv + o3 + 2 * c, 3 * c, hs, nh);
 	}
-	long rows = (long)b * nh * t;
-	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
-	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
-		datt, NULL, 0, att, rows, t);
-	KERN_CUDA_CHECK_LAUNCH();
+	softmax_bwd_rows(datt, NULL, att, (long)b * nh * t, t);
 	for (int bb = 0; bb < b; bb++) {
 		size_t o3 = (size_t)bb * t * 3 * c;
 		const float *q = qkv + o3, *k = q + c, *dp = datt + (size_t)bb * nh * tt;

@@ -220,34 +220,23 @@ def main():
         # through the device's slots and the copy stream, and the optimizer
         # on the host; the same model, its gradients summed in another order
         # only where micro-batches add up (none here): within TOL of the
-        # plain run
-        for name, off in (("gpt-offload-params", {"params": "cpu"}),
-                          ("gpt-offload-both", {"params": "cpu", "activations": "recompute"}),
-                          ("gpt-offload-acts", {"activations": "cpu"}),
-                          ("gpt-offload-all", {"params": "cpu", "activations": "cpu",
-                                               "optimizer": "cpu"})):
-            r = run(exe, {**gpt, "name": name, "offload": off}, tmp / name, "cuda")
+        # plain run, the memory report naming each offload
+        all3 = {"params": "cpu", "activations": "cpu", "optimizer": "cpu"}
+        for spec, plain, name, off in (
+                (gpt, gpu_job, "gpt-offload-params", {"params": "cpu"}),
+                (gpt, gpu_job, "gpt-offload-both", {"params": "cpu", "activations": "recompute"}),
+                (gpt, gpu_job, "gpt-offload-acts", {"activations": "cpu"}),
+                (gpt, gpu_job, "gpt-offload-all", all3),
+                (mlp, mlp_job, "mlp-offload-params", {"params": "cpu"}),
+                (mlp, mlp_job, "mlp-offload-acts", {"activations": "cpu"}),
+                (mlp, mlp_job, "mlp-offload-all", all3)):
+            r = run(exe, {**spec, "name": name, "offload": off}, tmp / name, "cuda")
             said = all(f"offload.{k} cpu" in r.stdout for k, v in off.items() if v == "cpu")
             c.check(r.returncode == 0 and said,
                     f"{name}: GPU run (exit {r.returncode}, the memory report names the "
                     f"offloads: {said}) {r.stderr.strip()[-300:]}")
-            if r.returncode == 0 and gpu_job:
-                a, b = metrics(gpu_job, "train/loss"), metrics(tmp / name, "train/loss")
-                worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in a if s in b), default=1)
-                c.check(a.keys() == b.keys() and worst <= TOL,
-                        f"{name}: losses within {TOL:g} of the plain run's (largest {worst:.2e})")
-
-        # the MLP's offloads: the same model, the same bits (no micro-batches
-        # add up here); within TOL to allow for the sums' order
-        for name, off in (("mlp-offload-params", {"params": "cpu"}),
-                          ("mlp-offload-acts", {"activations": "cpu"}),
-                          ("mlp-offload-all", {"params": "cpu", "activations": "cpu",
-                                               "optimizer": "cpu"})):
-            r = run(exe, {**mlp, "name": name, "offload": off}, tmp / name, "cuda")
-            c.check(r.returncode == 0, f"{name}: GPU run (exit {r.returncode}) "
-                    f"{r.stderr.strip()[-300:]}")
-            if r.returncode == 0 and mlp_job:
-                a, b = metrics(mlp_job, "train/loss"), metrics(tmp / name, "train/loss")
+            if r.returncode == 0 and plain:
+                a, b = metrics(plain, "train/loss"), metrics(tmp / name, "train/loss")
                 worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in a if s in b), default=1)
                 c.check(a.keys() == b.keys() and worst <= TOL,
                         f"{name}: losses within {TOL:g} of the plain run's (largest {worst:.2e})")

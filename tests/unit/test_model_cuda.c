@@ -199,69 +199,45 @@ out:
 static void test_gpt(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"steps\": 1}", &ds, 3, "gpt");
+	/* layers, what the spec adds to a small GPT with AdamW, the case */
+	static const struct { int layers; const char *extra, *what; } cases[] = {
+		{ 2, "", "gpt" },
+		/* 16-bit compute: every activation rounded where the CPU rounds it */
+		{ 2, "\"precision\": {\"compute\": \"bf16\"},", "gpt bf16" },
+		{ 2, "\"precision\": {\"compute\": \"fp16\"},", "gpt fp16" },
+		/* offload.activations "recompute": each block's forward again in
+		 * backward, against the CPU model's recompute (which equals its
+		 * "none"). Three blocks, so that a block below the top one must be
+		 * recomputed (the scratch still holds the top one's) */
+		{ 3, "\"offload\": {\"activations\": \"recompute\"},", "gpt recompute" },
+		{ 2, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"activations\":"
+		     " \"recompute\"},", "gpt bf16 recompute" },
+		/* offload.activations "cpu": blocks in two slots, copied out to the
+		 * host store and back through the copy channels (the shim does each
+		 * copy at its wait), against the CPU model's; with parameter
+		 * offload too, and in bf16 */
+		{ 3, "\"offload\": {\"activations\": \"cpu\"},", "gpt offload.activations cpu" },
+		{ 4, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"activations\": \"cpu\","
+		     " \"params\": \"cpu\"},", "gpt bf16 offload.activations + params cpu" },
+		/* offload.params "cpu": the blocks' weights and gradients through
+		 * the engine's device slots and copy channels, against the CPU
+		 * model's offload; alone, with recompute, in bf16 (the block
+		 * gradients rounded in their slot) */
+		{ 3, "\"offload\": {\"params\": \"cpu\"},", "gpt offload.params" },
+		{ 3, "\"offload\": {\"params\": \"cpu\", \"activations\": \"recompute\"},",
+		  "gpt offload.params + recompute" },
+		{ 2, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"params\": \"cpu\"},",
+		  "gpt bf16 offload.params" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char text[1024];
+		snprintf(text, sizeof text, "{\"model\": {\"type\": \"gpt\", \"layers\": %d, \"heads\": 2,"
+		         " \"dim\": 16, \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\","
+		         " \"train\": \"x.bin\"}, \"batch\": {\"global\": 3}, \"optimizer\": {\"type\":"
+		         " \"adamw\", \"lr\": 0.001}, %s \"steps\": 1}", cases[i].layers, cases[i].extra);
+		compare_models(text, &ds, 3, cases[i].what);
+	}
 	/* one block, one head, a vocabulary wider than the data's */
-	/* 16-bit compute: every activation rounded where the CPU rounds it */
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"precision\": {\"compute\": \"bf16\"}, \"steps\": 1}", &ds, 3, "gpt bf16");
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"precision\": {\"compute\": \"fp16\"}, \"steps\": 1}", &ds, 3, "gpt fp16");
-	/* offload.activations "recompute": each block's forward again in
-	 * backward, against the CPU model's recompute (which equals its "none").
-	 * Three blocks, so that a block below the top one must be recomputed
-	 * (the scratch still holds the top one's) */
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 3, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"offload\": {\"activations\": \"recompute\"}, \"steps\": 1}", &ds, 3,
-	               "gpt recompute");
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"precision\": {\"compute\": \"bf16\"},"
-	               " \"offload\": {\"activations\": \"recompute\"}, \"steps\": 1}", &ds, 3,
-	               "gpt bf16 recompute");
-	/* offload.activations "cpu": blocks in two slots, copied out to the
-	 * host store and back through the copy channels (the shim does each
-	 * copy at its wait), against the CPU model's; with parameter offload
-	 * too, and in bf16 */
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 3, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"offload\": {\"activations\": \"cpu\"}, \"steps\": 1}", &ds, 3,
-	               "gpt offload.activations cpu");
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 4, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"precision\": {\"compute\": \"bf16\"},"
-	               " \"offload\": {\"activations\": \"cpu\", \"params\": \"cpu\"}, \"steps\": 1}",
-	               &ds, 3, "gpt bf16 offload.activations + params cpu");
-	/* offload.params "cpu": the blocks' weights and gradients through the
-	 * engine's device slots and copy channels (the shim does each copy at
-	 * its wait), against the CPU model's offload; alone, with recompute, in
-	 * bf16 (the block gradients rounded in their slot) */
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 3, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"offload\": {\"params\": \"cpu\"}, \"steps\": 1}", &ds, 3,
-	               "gpt offload.params");
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 3, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"offload\": {\"params\": \"cpu\", \"activations\": \"recompute\"}, \"steps\": 1}",
-	               &ds, 3, "gpt offload.params + recompute");
-	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"dim\": 16,"
-	               " \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
-	               " \"batch\": {\"global\": 3}, \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
-	               " \"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"params\": \"cpu\"},"
-	               " \"steps\": 1}", &ds, 3, "gpt bf16 offload.params");
 	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 1, \"dim\": 8,"
 	               " \"seq\": 8, \"vocab\": 300}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
 	               " \"batch\": {\"global\": 2}, \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1},"
