@@ -34,6 +34,10 @@ struct trn_fwd_stats {
 	long count;                    /* samples (tokens) scored */
 };
 
+/* A GPU model adds each backward's gradients into the host's through a
+ * stage of at most this many floats (trainer/model_cuda.c). */
+#define TRN_GRAD_STAGE_FLOATS (1L << 20)
+
 struct trn_model;
 struct trn_param_offload;
 

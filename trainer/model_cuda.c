@@ -194,7 +194,8 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	size_t nf = (size_t)cpu->n_floats;
 	/* what the device holds of the parameters and of their gradients */
 	size_t held = (size_t)(c->res_head + (cpu->n_floats - c->res_tail));
-	c->g_stage = malloc(sizeof(float) * (nf ? nf : 1));
+	c->stage_floats = (long)held < TRN_GRAD_STAGE_FLOATS ? (long)held : TRN_GRAD_STAGE_FLOATS;
+	c->g_stage = malloc(sizeof(float) * (size_t)(c->stage_floats + 1));
 	c->losses_host = malloc(sizeof(float) * (size_t)rows);
 	c->best_host = malloc(sizeof(int) * (size_t)rows);
 	if (!c->g_stage || !c->losses_host || !c->best_host)
@@ -219,8 +220,9 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	/* the host copies cross PCIe every step unless resident: page-locked,
 	 * they go at the link's speed */
 	float *host[3] = { b->w, b->g, c->g_stage };
+	size_t floats[3] = { nf, nf, (size_t)c->stage_floats };
 	for (int i = 0; i < 3; i++)
-		if (kern_cuda_host_register(host[i], sizeof(float) * nf) == 0)
+		if (kern_cuda_host_register(host[i], sizeof(float) * floats[i]) == 0)
 			c->pinned |= 1 << i;
 	return 0;
 }
@@ -303,19 +305,29 @@ void trn_cuda_model_grads_begin(struct trn_cuda_model *c)
 		kern_cuda_zero(c->g_dev, sizeof(float) * held);
 }
 
+/* Adds the device's gradients dev[0, n) into the host's g[0, n) through the
+ * stage, a stage at a time. */
+static void add_down(struct trn_cuda_model *c, float *g, const float *dev, long n)
+{
+	for (long a = 0; a < n; a += c->stage_floats) {
+		long k = n - a < c->stage_floats ? n - a : c->stage_floats;
+		kern_cuda_download(c->g_stage, dev + a, sizeof(float) * (size_t)k);
+		float *d = g + a;
+		const float *s = c->g_stage;
+#pragma omp parallel for schedule(static) if (k > 65536)
+		for (long i = 0; i < k; i++)
+			d[i] += s[i];
+	}
+}
+
 void trn_cuda_model_grads_range(struct trn_cuda_model *c, long off, long n)
 {
 	struct trn_model *b = &c->base;
 	const float *dev = trn_cuda_model_dev(c, c->g_dev, off);
-	if (b->g_zeroed) {
+	if (b->g_zeroed)
 		kern_cuda_download(b->g + off, dev, sizeof(float) * (size_t)n);
-		return;
-	}
-	kern_cuda_download(c->g_stage + off, dev, sizeof(float) * (size_t)n);
-	float *g = b->g + off;
-	const float *s = c->g_stage + off;
-	for (long i = 0; i < n; i++)
-		g[i] += s[i];
+	else
+		add_down(c, b->g + off, dev, n);
 }
 
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
@@ -326,18 +338,10 @@ void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
 		trn_cuda_model_round(c, c->g_dev, b->n_floats);
 		return;
 	}
-	size_t bytes = sizeof(float) * (size_t)b->n_floats;
-	if (b->g_zeroed) {
-		kern_cuda_download(b->g, c->g_dev, bytes);
-	} else {
-		kern_cuda_download(c->g_stage, c->g_dev, bytes);
-		float *g = b->g;
-		const float *s = c->g_stage;
-		long n = b->n_floats;
-#pragma omp parallel for schedule(static)
-		for (long i = 0; i < n; i++)
-			g[i] += s[i];
-	}
+	if (b->g_zeroed)
+		kern_cuda_download(b->g, c->g_dev, sizeof(float) * (size_t)b->n_floats);
+	else
+		add_down(c, b->g, c->g_dev, b->n_floats);
 	b->g_zeroed = 0;
 	for (int i = 0; i < b->n_params; i++)
 		trn_model_grad_ready(b, ready_order[i]);
@@ -357,7 +361,7 @@ void trn_cuda_model_release(struct trn_cuda_model *c)
 	kern_cuda_free(c->targets_dev);
 	kern_cuda_free(c->best_dev);
 	float *host[3] = { c->base.w, c->base.g, c->g_stage };
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 3 && c->pinned; i++)
 		if (c->pinned & 1 << i)
 			kern_cuda_host_unregister(host[i]);
 	c->pinned = 0;

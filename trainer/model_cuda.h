@@ -53,6 +53,7 @@ struct trn_cuda_model {
 	int *best_dev, *best_host;     /* [rows] top-1 per scored row */
 	float *losses_host;            /* [rows] */
 	float *g_stage;                /* host: gradients before they add into g */
+	long stage_floats;             /* g_stage's: TRN_GRAD_STAGE_FLOATS at most */
 	long rows;                     /* scored rows at max_batch (samples x tokens) */
 	long w_version;                /* base.w_version of w_dev; -1 before the first upload */
 	int pinned;                    /* bits 0-2: w, g, g_stage page-locked (kern_cuda_host_register) */

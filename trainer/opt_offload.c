@@ -15,7 +15,7 @@ long trn_opt_offload_stage_floats(long n, long chunk)
 
 int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long chunk,
                          enum trn_dtype dtype, float *master, const float *dev_grads,
-                         float *dev_params)
+                         float *dev_params, int in_place)
 {
 	memset(o, 0, sizeof *o);
 	o->n = n;
@@ -25,6 +25,11 @@ int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long 
 	o->dev_params = dev_params;
 	o->chunk = trn_opt_offload_stage_floats(n, chunk);
 	o->n_down = n_buckets;
+	if (in_place) {
+		o->in_place = 1;
+		o->grads = (float *)dev_grads;
+		return master == dev_params && dtype != TRN_DTYPE_FP32 ? -1 : 0;
+	}
 	/* + 1: a rank's range may be empty, and malloc(0) may give NULL */
 	o->grads = malloc(sizeof(float) * (size_t)(n + 1));
 	o->down = calloc((size_t)n_buckets + 1, sizeof *o->down);
@@ -37,7 +42,8 @@ int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long 
 
 void trn_opt_offload_release(struct trn_opt_offload *o)
 {
-	free(o->grads);
+	if (!o->in_place)
+		free(o->grads);
 	free(o->down);
 	free(o->stage[0]);
 	free(o->stage[1]);
@@ -67,6 +73,8 @@ static void start_copy(struct trn_opt_copy *c, float *dst, const float *src, lon
 
 void trn_opt_offload_grads_out(struct trn_opt_offload *o, int i, long a, long n)
 {
+	if (o->in_place)
+		return;                /* read where they are */
 	struct trn_opt_copy *c = &o->down[i];
 	o->floats_down += wait_copy(c);
 	start_copy(c, o->grads + a, o->dev_grads + a, n);
@@ -74,7 +82,7 @@ void trn_opt_offload_grads_out(struct trn_opt_offload *o, int i, long a, long n)
 
 void trn_opt_offload_grads_wait(struct trn_opt_offload *o)
 {
-	for (int i = 0; i < o->n_down; i++)
+	for (int i = 0; i < o->n_down && !o->in_place; i++)
 		o->floats_down += wait_copy(&o->down[i]);
 }
 
@@ -90,6 +98,13 @@ static void round_to(enum trn_dtype dtype, float *x, long n)
 
 void trn_opt_offload_params_in(struct trn_opt_offload *o)
 {
+	if (o->in_place) {
+		if (o->master != o->dev_params) {
+			memcpy(o->dev_params, o->master, sizeof(float) * (size_t)o->n);
+			round_to(o->dtype, o->dev_params, o->n);
+		}
+		return;
+	}
 	for (long a = 0, k = 0; a < o->n; a += o->chunk, k++) {
 		long n = o->n - a < o->chunk ? o->n - a : o->chunk;
 		int s = (int)(k % 2);

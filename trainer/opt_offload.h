@@ -27,6 +27,14 @@
  * which an asynchronous engine could have finished it, so a missing wait
  * leaves stale gradients or parameters behind (and other numbers in the
  * tests) instead of going unnoticed.
+ *
+ * In place. With offload.params "cpu" the model's parameters and gradients
+ * already live in host memory (trainer/param_offload.h): there is nothing
+ * to copy, and a second host copy of each would double what the largest
+ * models need of the host. The offload then reads the gradients where they
+ * are (grads is dev_grads) and writes the rounded parameters straight into
+ * dev_params, or leaves them be when the master weights are the parameters
+ * themselves (fp32 compute); it holds no buffer of its own.
  */
 #ifndef LARCH_TRAINER_OPT_OFFLOAD_H
 #define LARCH_TRAINER_OPT_OFFLOAD_H
@@ -44,7 +52,8 @@ struct trn_opt_offload {
 	long n;                        /* floats of the range */
 	enum trn_dtype dtype;          /* the device's parameters' */
 	float *master;                 /* host: fp32 master weights [n], borrowed */
-	float *grads;                  /* host: fp32 gradients [n], owned */
+	float *grads;                  /* host: fp32 gradients [n], owned; in place dev_grads */
+	int in_place;                  /* dev_grads and dev_params are host memory */
 	const float *dev_grads;        /* device: the range's gradients [n], borrowed */
 	float *dev_params;             /* device: the range's parameters [n], borrowed */
 	struct trn_opt_copy *down;     /* device -> host, one per bucket [n_down], owned */
@@ -59,11 +68,12 @@ struct trn_opt_offload {
  * n_buckets buckets and whose parameters (dtype) go to dev_params through two
  * staging buffers of trn_opt_offload_stage_floats(n, chunk) floats; master
  * is the host's fp32 master weights (borrowed, like dev_grads and
- * dev_params). Allocates the host gradients and the staging buffers. 0, or
- * -1 when out of memory (o can then be released). */
+ * dev_params). Allocates the host gradients and the staging buffers. With
+ * in_place (see above) it allocates nothing, and master may be dev_params
+ * only in fp32. 0, or -1 when out of memory (o can then be released). */
 int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long chunk,
                          enum trn_dtype dtype, float *master, const float *dev_grads,
-                         float *dev_params);
+                         float *dev_params, int in_place);
 void trn_opt_offload_release(struct trn_opt_offload *o);
 
 /* Floats in each staging buffer for a range of n floats sent in chunks of

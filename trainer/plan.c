@@ -24,6 +24,7 @@ static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_ACTIVATIONS] = "activations",
 	[TRN_PLAN_ACT_OFFLOAD] = "act_offload",
 	[TRN_PLAN_PARAM_OFFLOAD] = "param_offload",
+	[TRN_PLAN_HOST_COPY] = "host_copy",
 	[TRN_PLAN_CHECKPOINT] = "checkpoint",
 	[TRN_PLAN_DATA] = "data",
 };
@@ -33,11 +34,14 @@ const char *trn_plan_item_name(enum trn_plan_item item)
 	return item >= 0 && item < TRN_PLAN_N ? item_names[item] : "?";
 }
 
-/* Bytes of one stored element of dtype: 16-bit values take 2 on a GPU, and
- * are held in floats on the CPU. */
+/* Bytes of one stored element: 16-bit values are held in floats on the
+ * CPU, and so far on a GPU too (its kernels compute on fp32 buffers that
+ * hold 16-bit values; kernels/README.md has the plan for 16-bit storage). */
 static double elem_bytes(enum trn_dtype dt, int gpus)
 {
-	return dt == TRN_DTYPE_FP32 || !gpus ? 4.0 : 2.0;
+	(void)dt;
+	(void)gpus;
+	return 4.0;
 }
 
 /* The optimizer's state over a range of len floats: m and/or v, fp32 or
@@ -108,35 +112,51 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	p->shard = p->zero ? (n + ranks - 1) / ranks : n;
 
 	double eb = elem_bytes(dt, gpus);
+	int opt_off = s->offload.optimizer == TRN_OFFLOAD_CPU;
+	int poff = m->param_offload == TRN_OFFLOAD_CPU;
+	/* one rank on a GPU with nothing offloaded and fp32 state steps on the
+	 * device (train.c); any other GPU run steps on the host */
+	int resident = gpus && ranks == 1 && !opt_off && !poff &&
+	               s->optimizer.state_dtype != TRN_DTYPE_INT8;
 	/* offload.params cpu: each a working copy of two blocks' staging, plus
 	 * the resident tensors on a GPU, and the host copies of both */
 	double held = (double)n;
-	if (m->param_offload == TRN_OFFLOAD_CPU) {
+	if (poff) {
 		held = (double)(m->param_stage_floats + (gpus ? m->param_resident_floats : 0));
 		p->bytes[TRN_PLAN_PARAM_OFFLOAD] = eb * 2.0 * (double)n;
 	}
 	p->bytes[TRN_PLAN_PARAMS] = eb * held;
 	p->bytes[TRN_PLAN_GRADS] = eb * held;
+	/* a GPU model's host side: the params and grads (unless they are the
+	 * offload's) and the stage that adds a backward's gradients into them */
+	if (gpus)
+		p->bytes[TRN_PLAN_HOST_COPY] = (poff ? 0.0 : 8.0 * (double)n) +
+		                               4.0 * (held < TRN_GRAD_STAGE_FLOATS ? held
+		                                                                   : TRN_GRAD_STAGE_FLOATS);
 	if (p->zero)
 		p->bytes[TRN_PLAN_GRAD_SHARD] = 4.0 * (double)p->shard;
-	/* offload.optimizer cpu: the host's master weights whatever the dtype, its
-	 * copy of the gradients, and two staging buffers of parallel.bucket_mb */
-	int opt_off = s->offload.optimizer == TRN_OFFLOAD_CPU;
-	if (dt != TRN_DTYPE_FP32 || opt_off)
+	/* fp32 master weights, unless they are the parameters themselves (fp32
+	 * compute where those are the host's: no optimizer offload, or
+	 * offloaded parameters). offload.optimizer cpu adds the host's copy of
+	 * the gradients and two staging buffers of parallel.bucket_mb, unless
+	 * the parameters are offloaded: then it works on their host copies */
+	int master = dt != TRN_DTYPE_FP32 || (opt_off && !poff);
+	if (master)
 		p->bytes[TRN_PLAN_MASTER] = 4.0 * (double)p->shard;
-	if (opt_off) {
+	if (opt_off && !poff) {
 		p->bytes[TRN_PLAN_GRAD_HOST] = 4.0 * (double)p->shard;
 		p->bytes[TRN_PLAN_PARAM_STAGING] = 2.0 * eb * (double)trn_opt_offload_stage_floats(
 			p->shard, s->parallel.bucket_bytes / (long)sizeof(float));
 	}
 	p->bytes[TRN_PLAN_OPTIMIZER] = optimizer_bytes(&s->optimizer, m, 0, p->shard);
-	/* activations as the model holds them: floats on the CPU, the dtype on a GPU */
 	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
 	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
-	/* checkpoints: rank 0 gathers the master weights it does not hold as
-	 * parameters, and with ZeRO the whole optimizer state */
-	double ckpt = dt != TRN_DTYPE_FP32 || opt_off ? 4.0 * (double)n : 0;
-	if (p->zero)
+	/* checkpoints: rank 0 gathers the master weights with ZeRO, and the
+	 * whole optimizer state; a resident run brings both from the device */
+	double ckpt = 0;
+	if (master && (p->zero || resident))
+		ckpt += 4.0 * (double)n;
+	if (p->zero || resident)
 		ckpt += optimizer_bytes(&s->optimizer, m, 0, n);
 	p->bytes[TRN_PLAN_CHECKPOINT] = ckpt;
 	double sample = ds->task == TRN_TASK_CLASSIFY ? (double)ds->dim * 4 + 4
@@ -145,11 +165,11 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	trn_model_free(m);
 
 	for (int i = 0; i < TRN_PLAN_N; i++) {
-		int host = !gpus || i == TRN_PLAN_DATA || i == TRN_PLAN_ACT_OFFLOAD ||
-		           i == TRN_PLAN_PARAM_OFFLOAD || i == TRN_PLAN_CHECKPOINT;
-		if (gpus && opt_off && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER ||
-		                        i == TRN_PLAN_GRAD_HOST || i == TRN_PLAN_PARAM_STAGING))
-			host = 1;
+		/* on a GPU: the model's working copies, its activations and, when it
+		 * steps there, the optimizer's items */
+		int dev = i == TRN_PLAN_PARAMS || i == TRN_PLAN_GRADS || i == TRN_PLAN_ACTIVATIONS ||
+		          (resident && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER));
+		int host = !gpus || !dev;
 		p->on_host[i] = host;
 		if (host)
 			p->host_bytes += p->bytes[i];

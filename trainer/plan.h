@@ -9,17 +9,22 @@
  * walks that lay the real buffers out.
  *
  * Where items live. On the CPU backend (resources.gpus_per_node 0) every
- * item is host memory, and 16-bit values are held in floats (4 bytes). With
- * GPUs the device holds parameters, gradients, master weights, optimizer
- * state and activations in their own dtypes, except what offload.* moves to
- * the host; the data and offload stores are host memory. offload.optimizer
- * "cpu" (opt_offload.h) moves the master weights (fp32 whatever the
- * compute dtype) and the optimizer state there, and adds the host's copy of
- * the range's gradients and the parameters' two staging buffers; the
- * device keeps the gradients and, with ZeRO-1, the reduce-scatter's shard. With
- * offload.params "cpu" the params and grads items are their working copies:
- * two blocks' staging and, on a GPU, the resident tensors (on the CPU those
- * are used in place in the host copies, the param_offload item).
+ * item is host memory. 16-bit values are held in floats (4 bytes) on both
+ * backends: the GPU's kernels emulate 16-bit storage in fp32 buffers so far.
+ * A GPU holds the parameters, gradients and activations; its model keeps
+ * host copies of the parameters and gradients too, and a stage for adding
+ * each backward's gradients into them (host_copy). Only a run that steps
+ * on the device (one rank, nothing offloaded, fp32 optimizer state) holds
+ * the master weights and the optimizer state there; its checkpoints bring
+ * both to the host. Every other GPU run steps on the host (the ranks reduce
+ * host gradients over MPI), and its master weights, optimizer state and
+ * ZeRO-1 gradient shard are host memory. offload.optimizer "cpu"
+ * (opt_offload.h) adds the host's copy of the range's gradients and the
+ * parameters' two staging buffers. With offload.params "cpu" the params and
+ * grads items are their working copies: two blocks' staging and, on a GPU,
+ * the resident tensors (on the CPU those are used in place in the host
+ * copies, the param_offload item); the optimizer offload then works in those
+ * host copies in place, and fp32 master weights are the params themselves.
  */
 #ifndef LARCH_TRAINER_PLAN_H
 #define LARCH_TRAINER_PLAN_H
@@ -41,6 +46,7 @@ enum trn_plan_item {
 	TRN_PLAN_ACTIVATIONS,         /* at the micro-batch, as offload.activations keeps them */
 	TRN_PLAN_ACT_OFFLOAD,         /* offload.activations "cpu": the host store */
 	TRN_PLAN_PARAM_OFFLOAD,       /* offload.params "cpu": the host params and grads */
+	TRN_PLAN_HOST_COPY,           /* a GPU model's host params and grads, and its grad stage */
 	TRN_PLAN_CHECKPOINT,          /* ZeRO-1 rank 0: the gathered state while it writes */
 	TRN_PLAN_DATA,                /* the loaded data set and a micro-batch */
 	TRN_PLAN_N

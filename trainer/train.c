@@ -202,15 +202,18 @@ static void print_memory(const struct run *r)
 		snprintf(note, sizeof note, "1/%d of %.2f MiB", size, mib(n * 4));
 		total += mem_line("grad shard", TRN_DTYPE_FP32, shard, dev, note);
 	}
-	if (dt != TRN_DTYPE_FP32 || zero || off) {
-		snprintf(note, sizeof note, "%s", dt == TRN_DTYPE_FP32 && !off ? "the params' own shard" : "");
-		if (zero && (dt != TRN_DTYPE_FP32 || off))
+	/* fp32 master weights of their own, or the params themselves (fp32
+	 * compute with the params on the host: no optimizer offload, or the
+	 * params offloaded) */
+	int own_master = dt != TRN_DTYPE_FP32 || (off && !poff);
+	if (own_master || zero || off) {
+		snprintf(note, sizeof note, "%s", own_master ? ""
+		         : zero ? "the params' own shard" : "the params' host copies");
+		if (zero && own_master)
 			snprintf(note, sizeof note, "1/%d of %.2f MiB", size, mib(n * 4));
 		double add = mem_line("master", TRN_DTYPE_FP32, shard, host, note);
-		if (off)
-			host_total += add;
-		else if (dt != TRN_DTYPE_FP32)
-			total += add;
+		if (own_master)
+			*(off ? &host_total : &total) += add;
 	}
 	snprintf(note, sizeof note, "%s%s", n_state == 2 ? "m and v" : n_state ? "m" : "none",
 	         zero ? ", sharded" : "");
@@ -225,11 +228,14 @@ static void print_memory(const struct run *r)
 		state = mem_line("optimizer", TRN_DTYPE_FP32, shard * n_state, host, note);
 	}
 	*(off ? &host_total : &total) += state;
-	if (off) {
+	if (off && !r->off.in_place) {
 		host_total += mem_line("host grads", TRN_DTYPE_FP32, shard, host,
 		                       "copied from the device bucket by bucket");
 		host_total += mem_line("param stage", dt, 2.0 * (double)r->off.chunk, host,
 		                       "two staging buffers for the copies to the device");
+	} else if (off) {
+		printf("  %-12s %-5s %9s      %s\n", "host grads", "", "-",
+		       "none: the update reads and writes the params' host copies in place");
 	}
 	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
 	if (m->act_offload != TRN_OFFLOAD_NONE)
@@ -415,15 +421,17 @@ static void offload_bucket(void *ctx, int i)
 		trn_opt_offload_grads_out(&r->off, i, a, n);
 }
 
-/* offload.optimizer "cpu": the master weights (master_owned) and the
- * optimizer state are the host's; the gradients come to it bucket by
- * bucket, the parameters go back in chunks of parallel.bucket_mb. */
+/* offload.optimizer "cpu": the master weights and the optimizer state are
+ * the host's; the gradients come to it bucket by bucket, the parameters go
+ * back in chunks of parallel.bucket_mb. With offload.params "cpu" the
+ * model's own parameters and gradients are host memory: in place. */
 static int setup_offload(struct run *r, struct trn_err *err)
 {
 	long n = r->dp.hi - r->dp.lo;
+	int in_place = r->model->param_offload == TRN_OFFLOAD_CPU;
 	if (trn_opt_offload_init(&r->off, n, r->dp.n_buckets,
 	                         r->spec->parallel.bucket_bytes / (long)sizeof(float), r->model->dtype,
-	                         r->master_owned, r->dp.gs, r->model->w + r->dp.lo) != 0)
+	                         r->master, r->dp.gs, r->model->w + r->dp.lo, in_place) != 0)
 		return trn_err_set(err, "offload.optimizer: out of memory for the host gradients and "
 		                   "staging of %ld parameters", n);
 	r->offload = 1;
@@ -504,7 +512,10 @@ static int setup(struct run *r, struct trn_err *err)
 	                         r->model->n_floats, r->dp.lo, r->dp.hi, r->comm, err) != 0)
 		return TRN_EXIT_FAILED;
 	trn_loss_scale_init(&r->ls, &s->precision);
-	if (r->model->dtype == TRN_DTYPE_FP32 && s->offload.optimizer == TRN_OFFLOAD_NONE) {
+	/* fp32 master weights are the parameters themselves where those are the
+	 * host's: without optimizer offload, or with the parameters offloaded */
+	if (r->model->dtype == TRN_DTYPE_FP32 && (s->offload.optimizer == TRN_OFFLOAD_NONE ||
+	                                          r->model->param_offload == TRN_OFFLOAD_CPU)) {
 		r->master = r->model->w + r->dp.lo;
 	} else {
 		long n = r->dp.hi - r->dp.lo;
@@ -583,7 +594,10 @@ static int save(struct run *r, struct trn_err *err)
 	float *master = NULL;
 	struct trn_optim_state os = { 0 };
 	int rc = -1;
-	if ((r->master_owned || r->master_dev) && !(master = malloc(sizeof(float) * (size_t)n))) {
+	/* master weights that are not sharded are whole on every rank: saved
+	 * where they are */
+	int gather = r->master_dev || (r->master_owned && r->dp.zero);
+	if (gather && !(master = malloc(sizeof(float) * (size_t)n))) {
 		trn_err_set(err, "checkpoint: out of memory for the master weights");
 		goto out;
 	}
@@ -592,12 +606,12 @@ static int save(struct run *r, struct trn_err *err)
 	if (trn_optim_state_init(&os, &r->opt, err) != 0)
 		goto out;
 	/* without ZeRO the ranks' states are the same, rank 0's is the run's */
-	if ((r->master_owned && trn_dp_gather(&r->dp, r->master_owned, master, err) != 0) ||
+	if ((r->master_owned && gather && trn_dp_gather(&r->dp, r->master_owned, master, err) != 0) ||
 	    trn_optim_state_gather(&os, &r->opt, &r->dp, err) != 0)
 		goto out;
 	rc = 0;
 	if (r->lead) {
-		r->state.w = master ? master : r->model->w;
+		r->state.w = master ? master : r->master_owned ? r->master_owned : r->model->w;
 		r->state.os = &os;
 		rc = trn_state_save(r->opts->job_dir, &r->state, r->spec->keep_checkpoints, err);
 		r->state.os = NULL;

@@ -275,21 +275,25 @@ def test_plan_moves_master_and_optimizer_to_the_host(tmp_path):
     n = none["params"]
     items = cpu["items"]
     assert items["master"] == 4 * n and items["optimizer"] == 8 * n and items["grad_host"] == 4 * n
-    # two staging buffers of the default 25 MiB bucket, bf16
-    assert items["param_stage"] == 2 * 2 * (25 * MIB // 4)
+    # two staging buffers of the default 25 MiB bucket, bf16 held in floats
+    assert items["param_stage"] == 2 * 4 * (25 * MIB // 4)
     assert none["device_bytes_per_gpu"] - cpu["device_bytes_per_gpu"] == 12 * n
+    # the 12n move to the host, where the resident run's checkpoint brought
+    # them from the device anyway
+    assert none["items"]["checkpoint"] == 12 * n and "checkpoint" not in items
     assert cpu["host_bytes_per_rank"] - none["host_bytes_per_rank"] == \
-        12 * n + items["grad_host"] + items["param_stage"]
+        items["grad_host"] + items["param_stage"]
     # fp32 compute: the master weights are the host's too, not the params
     f32 = plan_json(tmp_path, dict(BIG_MLP, name="f32", offload={"optimizer": "cpu"}))
     assert f32["items"]["master"] == 4 * n
-    # ZeRO-1: the shard's, and the reduce-scatter's shard stays on the device
+    # ZeRO-1: the shard's; the reduce-scatter's shard is the host's too (the
+    # ranks reduce host gradients over MPI)
     z = plan_json(tmp_path, dict(gpu, name="z", offload={"optimizer": "cpu"},
                                  parallel={"ranks": 2, "zero_stage": 1}))
     half = (n + 1) // 2
     assert z["items"]["grad_host"] == 4 * half and z["items"]["grad_shard"] == 4 * half
     out = larch("plan", tmp_path / "z.json")
-    assert re.search(r"^  grad_shard +[\d.]+  device$", out.stdout, re.M), out.stdout
+    assert re.search(r"^  grad_shard +[\d.]+  host$", out.stdout, re.M), out.stdout
     assert re.search(r"^  grad_host +[\d.]+  host$", out.stdout, re.M), out.stdout
 
 

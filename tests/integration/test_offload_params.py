@@ -93,6 +93,43 @@ def test_resumes_bit_exactly(trainer, tmp_path):
     assert_resumes_bit_exactly(trainer, tmp_path, s, plain, "params cpu")
 
 
+@pytest.mark.parametrize("dtype,state", [("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "int8")])
+def test_optimizer_offload_works_in_place(trainer, tmp_path, dtype, state):
+    """offload.optimizer "cpu" beside offload.params "cpu": the update reads
+    the gradients and writes the parameters in the parameters' host copies
+    (no host gradients or staging of its own; in fp32 the params are the
+    master weights), and the run is still bit for bit the one without either
+    offload, across a resume too."""
+    opt = {"type": "adamw", "lr": 0.003, "clip_grad_norm": 1.0, "state_dtype": state}
+    both = with_offload(gpt_spec("none", dtype, optimizer=opt, checkpoint_every=2), "cpu", "none")
+    both["offload"]["optimizer"] = "cpu"
+    plain = with_offload(gpt_spec("none", dtype, optimizer=opt, checkpoint_every=2), "none",
+                         "none")
+    assert_resumes_bit_exactly(trainer, tmp_path, both, plain, f"{dtype} {state} both offloads")
+    out = train(trainer, both, tmp_path / "report")
+    assert re.search(r"^  host grads .*none: the update reads and writes the params' host "
+                     r"copies in place$", out.stdout, re.M), out.stdout
+    assert not re.search(r"^  param stage ", out.stdout, re.M), out.stdout
+    master = report_mib(out.stdout, "master")
+    assert master and master[1] == "host", out.stdout
+    if dtype == "fp32":
+        assert "the params' host copies" in out.stdout, out.stdout
+
+
+def test_optimizer_offload_in_place_on_two_ranks(trainer, tmp_path, mpirun):
+    """ZeRO-1: each rank updates its shard of the params' host copies, the
+    gradients read from the reduce-scatter's shard in place."""
+    parallel = {"ranks": 2, "zero_stage": 1, "bucket_mb": 0.01}
+    base, job = tmp_path / "none", tmp_path / "both"
+    train(trainer, with_offload(gpt_spec("none", "bf16", parallel=parallel), "none", "none"),
+          base, mpirun=mpirun)
+    both = with_offload(gpt_spec("none", "bf16", parallel=parallel), "cpu", "none")
+    both["offload"]["optimizer"] = "cpu"
+    out = train(trainer, both, job, mpirun=mpirun)
+    assert "ZeRO-1" in out.stdout and "in place" in out.stdout
+    assert_same_run(base, job, "2 ranks, ZeRO-1, both offloads")
+
+
 def gpt_floats(dim, seq, vocab=256):
     """(resident, one block) floats of model_gpt.c's table."""
     resident = vocab * dim + seq * dim + 2 * dim
@@ -153,7 +190,7 @@ def test_plan_moves_the_params_and_grads_to_the_host(tmp_path, gpus):
         s["resources"] = {"gpus_per_node": gpus}
         plans[params] = larch_plan(tmp_path, s)
     none, cpu = plans["none"]["items"], plans["cpu"]["items"]
-    eb = 2 if gpus else 4              # bf16 on a GPU, floats on the CPU
+    eb = 4                             # bf16 in floats, on a GPU too so far
     assert plans["cpu"]["params"] == n and none["params"] == eb * n
     assert "param_offload" not in none
     assert cpu["param_offload"] == eb * 2 * n
@@ -161,10 +198,17 @@ def test_plan_moves_the_params_and_grads_to_the_host(tmp_path, gpus):
     held = 2 * block + (resident if gpus else 0)
     assert cpu["params"] == eb * held and cpu["grads"] == eb * held
     if gpus:
+        # the offloaded run steps on the host (train.c): its master weights
+        # and optimizer state leave the device too
+        moved = none["master"] + none["optimizer"]
         drop = plans["none"]["device_bytes_per_gpu"] - plans["cpu"]["device_bytes_per_gpu"]
-        assert drop == 2 * eb * (n - held)
+        assert drop == 2 * eb * (n - held) + moved
+        # the host copies a GPU model keeps anyway are the offload's store,
+        # beside a gradient stage of the resident tensors
+        assert none["host_copy"] == eb * 2 * n + 4 * min(n, 1 << 20)
+        assert cpu["host_copy"] == 4 * min(held, 1 << 20)
         assert plans["cpu"]["host_bytes_per_rank"] - plans["none"]["host_bytes_per_rank"] == \
-            eb * 2 * n
+            eb * 2 * n + moved + cpu["host_copy"] - none["host_copy"] - none["checkpoint"]
     else:
         # params and grads: two blocks' staging each beside the host copies
         assert plans["cpu"]["host_bytes_per_rank"] - plans["none"]["host_bytes_per_rank"] == \

@@ -94,7 +94,18 @@ def test_plan_follows_the_spec(tmp_path):
     assert bf16["items"]["params"] == 4 * n                    # held in floats on the CPU
     gpu, _ = plan_json(tmp_path, dict(BIG_MLP, name="gpu", precision={"compute": "bf16"},
                                       resources={"gpus_per_node": 1}))
-    assert gpu["items"]["params"] == 2 * n and gpu["device_bytes_per_gpu"] > 0
+    # in floats on a GPU too (its 16-bit storage is emulated), and the GPU
+    # model's host copies of the params and grads beside its gradient stage
+    assert gpu["items"]["params"] == 4 * n and gpu["device_bytes_per_gpu"] > 0
+    assert gpu["items"]["host_copy"] == 8 * n + 4 * min(n, 1 << 20)
+    assert gpu["items"]["master"] == 4 * n and gpu["items"]["checkpoint"] == 4 * n + 8 * n
+    # a GPU run that steps on the host (int8 state): master and state there
+    gi8, _ = plan_json(tmp_path, dict(BIG_MLP, name="gpu-int8", precision={"compute": "bf16"},
+                                      resources={"gpus_per_node": 1},
+                                      optimizer={"type": "adamw", "lr": 1e-3,
+                                                 "state_dtype": "int8"}))
+    assert gi8["device_bytes_per_gpu"] == gpu["device_bytes_per_gpu"] - 12 * n
+    assert "checkpoint" not in gi8["items"]
 
 
 def test_plan_limits_say_the_largest_micro_batch(tmp_path):
@@ -127,7 +138,8 @@ def test_plan_refuses_bad_input(tmp_path):
     assert out.returncode == EXIT_USAGE
 
 
-@pytest.mark.parametrize("spec", ["mlp-adamw", "mlp-bf16-int8", "gpt-recompute"])
+@pytest.mark.parametrize("spec", ["mlp-adamw", "mlp-bf16-int8", "gpt-recompute",
+                                  "gpt-bf16-offloads"])
 def test_measured_peak_is_within_10_percent_of_the_plan(tmp_path, larch_train, spec):
     """The kernel's high-water mark of a real run's resident memory against the
     plan's host total (the process's own code and libraries on top of it are
@@ -139,6 +151,11 @@ def test_measured_peak_is_within_10_percent_of_the_plan(tmp_path, larch_train, s
         "gpt-recompute": dict(gpt_spec(tmp_path, 32, offload={"activations": "recompute"}),
                               model={"type": "gpt", "layers": 8, "heads": 8, "dim": 512,
                                      "seq": 256}),
+        # every offload: the optimizer works in the params' host copies
+        "gpt-bf16-offloads": dict(gpt_spec(tmp_path, 8, offload={
+            "activations": "recompute", "params": "cpu", "optimizer": "cpu"}),
+            precision={"compute": "bf16"},
+            model={"type": "gpt", "layers": 8, "heads": 8, "dim": 512, "seq": 256}),
     }[spec]
     p, _ = plan_json(tmp_path, s)
     path = tmp_path / "run.json"
@@ -242,7 +259,11 @@ def test_larchd_refuses_what_no_node_of_this_machine_holds(tmp_path, server):
     path.write_text(json.dumps(absurd))
     out = larch("plan", path)
     assert out.returncode == EXIT_REFUSED and "far more than any machine" in out.stderr, out
-    # and a GPU job is held against gpu_memory (80G by default)
-    gpu = dict(huge, name="huge-gpu", resources={"gpus_per_node": 1, "mem": "1024T"})
+    # and a GPU job is held against gpu_memory (80G by default): 1.3B
+    # parameters whose host side (the model's host copies) fits this machine,
+    # and whose activations at micro-batch 64 fit no GPU
+    gpu = dict(huge, name="huge-gpu", resources={"gpus_per_node": 1},
+               model={"type": "gpt", "layers": 24, "heads": 16, "dim": 2048, "seq": 1024},
+               batch={"global": 64, "micro": 64})
     r = submit(server, gpu)
     assert r.status_code == 422 and "per GPU" in r.json()["error"]["message"], r.text

@@ -6,7 +6,8 @@
  * floats in chunks of 1 float to more than the range, with the last two
  * chunks in flight until the wait, and unaffected by master weights that
  * change after the send; and AdamW steps run on the host through the engine
- * end with the same bits as steps run in place. */
+ * end with the same bits as steps run in place; in place (host memory on
+ * both sides) it holds and copies nothing. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +42,7 @@ static void test_gradients_arrive_whole_at_the_wait(void)
 	float *dev = malloc(sizeof(float) * (size_t)n);
 	struct trn_opt_offload o;
 	CHECK(dev);
-	CHECK_INT_EQ(trn_opt_offload_init(&o, n, nb, 64, TRN_DTYPE_FP32, NULL, dev, NULL), 0);
+	CHECK_INT_EQ(trn_opt_offload_init(&o, n, nb, 64, TRN_DTYPE_FP32, NULL, dev, NULL, 0), 0);
 	for (long i = 0; i < n; i++)
 		o.grads[i] = -1.0f;
 	for (int round = 1; round <= 2; round++) {
@@ -94,7 +95,7 @@ static void send_params(enum trn_dtype dt, long n, long chunk)
 	uint64_t rng = 17 + (uint64_t)n * 31 + (uint64_t)chunk;
 	struct trn_opt_offload o;
 	CHECK(master && dev);
-	CHECK_INT_EQ(trn_opt_offload_init(&o, n, 0, chunk, dt, master, NULL, dev), 0);
+	CHECK_INT_EQ(trn_opt_offload_init(&o, n, 0, chunk, dt, master, NULL, dev, 0), 0);
 	long c = trn_opt_offload_stage_floats(n, chunk), chunks = c ? (n + c - 1) / c : 0;
 	CHECK_INT_EQ(o.chunk, c);
 	for (int round = 1; round <= 2; round++) {
@@ -166,7 +167,7 @@ static void test_adamw_on_the_host_matches_in_place(void)
 		dev_w[i] = rounded(TRN_DTYPE_BF16, master[i] = w_ref[i]);
 	CHECK_INT_EQ(trn_optim_init(&ref, &cfg, params, 3, N, NULL), 0);
 	CHECK_INT_EQ(trn_optim_init(&host, &cfg, params, 3, N, NULL), 0);
-	CHECK_INT_EQ(trn_opt_offload_init(&o, N, nb, 250, TRN_DTYPE_BF16, master, dev_g, dev_w), 0);
+	CHECK_INT_EQ(trn_opt_offload_init(&o, N, nb, 250, TRN_DTYPE_BF16, master, dev_g, dev_w, 0), 0);
 	for (int step = 0; step < STEPS; step++) {
 		check_fill(dev_g, N, -0.5f, 0.5f, &rng);
 		for (int b = 0; b < nb; b++)
@@ -189,10 +190,52 @@ static void test_adamw_on_the_host_matches_in_place(void)
 	trn_optim_release(&host);
 }
 
+/* In place (the model's parameters and gradients on the host already):
+ * nothing of its own, the gradients read where they are, the parameters
+ * rounded straight into place at the send, or left alone when they are the
+ * master weights (fp32 only). */
+static void test_in_place_copies_nothing(void)
+{
+	enum { N = 700 };
+	static float master[N], w[N], g[N];
+	uint64_t rng = 9;
+	struct trn_opt_offload o;
+	static const enum trn_dtype dts[] = { TRN_DTYPE_BF16, TRN_DTYPE_FP16 };
+	for (int d = 0; d < 2; d++) {
+		CHECK_INT_EQ(trn_opt_offload_init(&o, N, 5, 64, dts[d], master, g, w, 1), 0);
+		CHECK(o.grads == g && !o.stage[0] && !o.stage[1] && !o.down);
+		check_fill(g, N, -1.0f, 1.0f, &rng);
+		check_fill(master, N, -3.0f, 3.0f, &rng);
+		trn_opt_offload_grads_out(&o, 2, 100, 50);
+		trn_opt_offload_grads_wait(&o);
+		trn_opt_offload_params_in(&o);
+		int ok = 1;
+		for (long i = 0; i < N; i++)
+			ok &= w[i] == rounded(dts[d], master[i]);
+		CHECK_MSG(ok, "dtype %d: the parameters are not the rounded master weights at the "
+		          "send", (int)dts[d]);
+		trn_opt_offload_params_wait(&o);
+		CHECK_INT_EQ(o.floats_down + o.floats_up, 0);
+		trn_opt_offload_release(&o);
+		/* 16-bit parameters cannot be the master weights */
+		CHECK_INT_EQ(trn_opt_offload_init(&o, N, 5, 64, dts[d], w, g, w, 1), -1);
+		trn_opt_offload_release(&o);
+	}
+	/* fp32: the parameters are the master weights, the send leaves them be */
+	check_fill(w, N, -3.0f, 3.0f, &rng);
+	memcpy(master, w, sizeof w);
+	CHECK_INT_EQ(trn_opt_offload_init(&o, N, 5, 64, TRN_DTYPE_FP32, w, g, w, 1), 0);
+	trn_opt_offload_params_in(&o);
+	trn_opt_offload_params_wait(&o);
+	CHECK(memcmp(master, w, sizeof w) == 0);
+	trn_opt_offload_release(&o);
+}
+
 int main(void)
 {
 	CHECK_RUN(test_gradients_arrive_whole_at_the_wait);
 	CHECK_RUN(test_parameters_come_back_rounded_through_two_buffers);
 	CHECK_RUN(test_adamw_on_the_host_matches_in_place);
+	CHECK_RUN(test_in_place_copies_nothing);
 	return check_finish();
 }
