@@ -262,79 +262,145 @@ static int sum_norms(struct trn_optim *o, struct trn_err *err)
 	return trn_comm_allreduce_f64(o->comm, o->norms, 2L * o->n_params, err);
 }
 
-int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
-                   struct trn_err *err)
+void trn_optim_begin(struct trn_optim *o)
 {
 	const struct trn_spec_optimizer *c = &o->cfg;
 	o->t++;
 	/* the kernels take the betas as floats: correct for the betas they use */
-	double bc1 = 1.0 - pow((double)(float)c->beta1, (double)o->t);
-	double bc2 = 1.0 - pow((double)(float)c->beta2, (double)o->t);
-
+	o->bc1 = 1.0 - pow((double)(float)c->beta1, (double)o->t);
+	o->bc2 = 1.0 - pow((double)(float)c->beta2, (double)o->t);
 	if (o->q8)
 		trn_optim_q8_begin(o);
+}
+
+int trn_optim_end(struct trn_optim *o, struct trn_err *err)
+{
+	return o->q8 ? trn_optim_q8_finish(o, err) : 0;
+}
+
+/* Below, w and g are tensor i's part of the range, its n floats from range
+ * coordinate a (trn_optim_piece). */
+
+/* SGD or AdamW on tensor i's part, n > 0. */
+static void tensor_elementwise(struct trn_optim *o, int i, float *w, const float *g, long a,
+                               long n, double lr)
+{
+	const struct trn_spec_optimizer *c = &o->cfg;
+	float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
+	if (o->q8)
+		trn_optim_q8_update(o, i, w, g, (float)lr, wd, (float)o->bc1, (float)o->bc2);
+	else if (c->type == TRN_OPT_SGD)
+		o->k->sgd(w, o->m ? o->m + a : NULL, g, n, (float)lr, (float)c->momentum, wd,
+		          c->nesterov);
+	else
+		o->k->adamw(w, o->m + a, o->v + a, g, n, (float)lr, (float)c->beta1, (float)c->beta2,
+		            (float)c->eps, wd, (float)o->bc1, (float)o->bc2);
+	o->trust[i] = 1.0f;
+}
+
+/* LARS and LAMB pass 1 over tensor i's part: what its trust ratio needs,
+ * ||w||^2 and ||g||^2 (LARS) or ||w||^2 and ||u||^2 after the moment update
+ * (LAMB), into norms[2i], norms[2i + 1]; n may be 0 here. */
+static void tensor_norms(struct trn_optim *o, int i, const float *w, const float *g, long a,
+                         long n)
+{
+	const struct trn_spec_optimizer *c = &o->cfg;
+	double *nw = &o->norms[2 * i], *ng = nw + 1;
+	float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
+	float bc1 = (float)o->bc1, bc2 = (float)o->bc2;
+	*nw = *ng = 0;
+	if (!n)
+		return;
+	if (c->type == TRN_OPT_LAMB && o->q8)
+		*ng = trn_optim_q8_lamb_norm(o, i, w, g, wd, bc1, bc2);
+	else if (c->type == TRN_OPT_LAMB)
+		*ng = o->k->lamb_moments(o->m + a, o->v + a, g, w, n, (float)c->beta1,
+		                         (float)c->beta2, (float)c->eps, wd, bc1, bc2);
+	if (!o->adapt[i])
+		return;
+	*nw = o->k->sumsq(w, n);
+	if (c->type == TRN_OPT_LARS)
+		*ng = o->k->sumsq(g, n);
+}
+
+/* LARS and LAMB pass 2: tensor i's update with the ratio of its whole
+ * tensor's norms (n may be 0: the ratio alone). */
+static void tensor_apply(struct trn_optim *o, int i, float *w, const float *g, long a, long n,
+                         double lr)
+{
+	const struct trn_spec_optimizer *c = &o->cfg;
+	float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
+	double wn = sqrt(o->norms[2 * i]), gn = sqrt(o->norms[2 * i + 1]);
+	double ratio = 1.0;
+	if (c->type == TRN_OPT_LARS) {
+		if (o->adapt[i])
+			ratio = lars_ratio(c->trust_coef, wn, gn, wd);
+		if (n && o->q8)
+			trn_optim_q8_update(o, i, w, g, (float)(lr * ratio), wd, 0, 0);
+		else if (n)
+			o->k->lars(w, o->m ? o->m + a : NULL, g, n, (float)(lr * ratio),
+			           (float)c->momentum, wd);
+	} else {
+		if (o->adapt[i])
+			ratio = wn > 0 && gn > 0 ? wn / gn : 1.0;
+		if (n && o->q8)
+			trn_optim_q8_update(o, i, w, g, (float)(lr * ratio), wd, (float)o->bc1,
+			                    (float)o->bc2);
+		else if (n)
+			o->k->lamb_apply(w, o->m + a, o->v + a, n, (float)(lr * ratio), (float)c->eps, wd,
+			                 (float)o->bc1, (float)o->bc2);
+	}
+	o->trust[i] = (float)ratio;
+}
+
+int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
+                   struct trn_err *err)
+{
+	const struct trn_spec_optimizer *c = &o->cfg;
+	trn_optim_begin(o);
 	if (c->type == TRN_OPT_SGD || c->type == TRN_OPT_ADAMW) {
 		if (!o->q8) {
-			step_elementwise(o, w, g, lr, bc1, bc2);
+			step_elementwise(o, w, g, lr, o->bc1, o->bc2);
 			return 0;
 		}
 		/* int8 blocks are cut per tensor: tensor by tensor */
 		for (int i = 0; i < o->n_params; i++) {
-			float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
-			trn_optim_q8_update(o, i, w, g, (float)lr, wd, (float)bc1, (float)bc2);
-			o->trust[i] = 1.0f;
+			long a, n = trn_optim_piece(o, i, &a);
+			if (n)
+				tensor_elementwise(o, i, w + a, g + a, a, n, lr);
+			else
+				o->trust[i] = 1.0f;
 		}
-		return trn_optim_q8_finish(o, err);
+		return trn_optim_end(o, err);
 	}
-	/* pass 1: what the trust ratios need, over this range's part of each
-	 * tensor: ||w||^2 and ||g||^2 (LARS) or ||w||^2 and ||u||^2 after the
-	 * moment update (LAMB) */
+	/* pass 1 over this range's part of each tensor, summed over the ranks */
 	for (int i = 0; i < o->n_params; i++) {
 		long a, n = trn_optim_piece(o, i, &a);
-		double *nw = &o->norms[2 * i], *ng = nw + 1;
-		float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
-		*nw = *ng = 0;
-		if (c->type == TRN_OPT_LAMB && n && o->q8)
-			*ng = trn_optim_q8_lamb_norm(o, i, w, g, wd, (float)bc1, (float)bc2);
-		else if (c->type == TRN_OPT_LAMB && n)
-			*ng = o->k->lamb_moments(o->m + a, o->v + a, g + a, w + a, n, (float)c->beta1,
-			                            (float)c->beta2, (float)c->eps, wd, (float)bc1,
-			                            (float)bc2);
-		if (!o->adapt[i] || !n)
-			continue;
-		*nw = o->k->sumsq(w + a, n);
-		if (c->type == TRN_OPT_LARS)
-			*ng = o->k->sumsq(g + a, n);
+		tensor_norms(o, i, n ? w + a : w, n ? g + a : g, a, n);
 	}
 	if (sum_norms(o, err) != 0)
 		return -1;
 	/* pass 2: the updates with whole-tensor ratios */
 	for (int i = 0; i < o->n_params; i++) {
 		long a, n = trn_optim_piece(o, i, &a);
-		float wd = o->decay[i] ? (float)c->weight_decay : 0.0f;
-		double wn = sqrt(o->norms[2 * i]), gn = sqrt(o->norms[2 * i + 1]);
-		double ratio = 1.0;
-		if (c->type == TRN_OPT_LARS) {
-			if (o->adapt[i])
-				ratio = lars_ratio(c->trust_coef, wn, gn, wd);
-			if (n && o->q8)
-				trn_optim_q8_update(o, i, w, g, (float)(lr * ratio), wd, 0, 0);
-			else if (n)
-				o->k->lars(w + a, o->m ? o->m + a : NULL, g + a, n,
-				                     (float)(lr * ratio), (float)c->momentum, wd);
-		} else {
-			if (o->adapt[i])
-				ratio = wn > 0 && gn > 0 ? wn / gn : 1.0;
-			if (n && o->q8)
-				trn_optim_q8_update(o, i, w, g, (float)(lr * ratio), wd, (float)bc1,
-				                    (float)bc2);
-			else if (n)
-				o->k->lamb_apply(w + a, o->m + a, o->v + a, n, (float)(lr * ratio),
-				                    (float)c->eps, wd, (float)bc1, (float)bc2);
-		}
-		o->trust[i] = (float)ratio;
+		tensor_apply(o, i, n ? w + a : w, n ? g + a : g, a, n, lr);
 	}
-	return o->q8 ? trn_optim_q8_finish(o, err) : 0;
+	return trn_optim_end(o, err);
+}
+
+void trn_optim_step_tensor(struct trn_optim *o, int i, float *w, const float *g, double lr)
+{
+	const struct trn_spec_optimizer *c = &o->cfg;
+	long a, n = trn_optim_piece(o, i, &a);
+	if (c->type == TRN_OPT_SGD || c->type == TRN_OPT_ADAMW) {
+		if (n)
+			tensor_elementwise(o, i, w, g, a, n, lr);
+		else
+			o->trust[i] = 1.0f;
+		return;
+	}
+	tensor_norms(o, i, w, g, a, n);
+	tensor_apply(o, i, w, g, a, n, lr);
 }
 
 double trn_grad_norm(const float *g, long n)

@@ -79,6 +79,7 @@ struct trn_optim {
 	long lo, hi;                   /* the range this optimizer updates (all of it: 0, n_floats) */
 	struct trn_comm *comm;         /* sums norms over the ranks' ranges; NULL when whole */
 	long t;                        /* updates applied so far */
+	double bc1, bc2;               /* this update's Adam bias corrections (trn_optim_begin) */
 	float *m;                      /* [hi - lo] or NULL when the optimizer has none */
 	float *v;                      /* [hi - lo] or NULL */
 	double *norms;                 /* per tensor: two partial squared norms (lars, lamb) */
@@ -143,6 +144,17 @@ int trn_optim_move_to(struct trn_optim *o, const struct trn_optim_kernels *k,
  * may be NULL for a whole-buffer optimizer, which cannot fail). */
 int trn_optim_step(struct trn_optim *o, float *w, const float *g, double lr,
                    struct trn_err *err);
+
+/* The same update tensor by tensor, for an optimizer that has the whole
+ * buffer (no comm): trn_optim_begin, then trn_optim_step_tensor once for
+ * each tensor in any order, each as soon as its gradient is final, then
+ * trn_optim_end. w and g point at tensor i's first float (the gradient
+ * need not sit in a whole-buffer g). The parameters, state and trust ratios
+ * come out with the same bits as trn_optim_step's. */
+void trn_optim_begin(struct trn_optim *o);
+void trn_optim_step_tensor(struct trn_optim *o, int i, float *w, const float *g, double lr);
+/* 0, or -1 with err (int8 state's scales could not be agreed on). */
+int trn_optim_end(struct trn_optim *o, struct trn_err *err);
 
 /* Zero state and t = 0: a fresh start. */
 void trn_optim_reset(struct trn_optim *o);

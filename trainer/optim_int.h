@@ -25,6 +25,8 @@ long trn_optim_q8_blocks_before(const struct trn_optim *o, long x);
 
 void trn_optim_q8_begin(struct trn_optim *o);
 
+/* w and g: tensor i's part of the range (trn_optim_piece), not the range. */
+
 /* LAMB pass 1 over tensor i's part: ||u||^2 of this step's moments. */
 double trn_optim_q8_lamb_norm(struct trn_optim *o, int i, const float *w, const float *g,
                               float wd, float bc1, float bc2);

@@ -169,23 +169,27 @@ void trn_optim_q8_begin(struct trn_optim *o)
 	}
 }
 
+/* w and g below are tensor i's part of the range (its first float at the
+ * range coordinate at): range coordinate x is at w + (x - at). */
 double trn_optim_q8_lamb_norm(struct trn_optim *o, int i, const float *w, const float *g,
                               float wd, float bc1, float bc2)
 {
 	const struct trn_spec_optimizer *c = &o->cfg;
 	struct trn_optim_q8 *q = o->q8;
-	long a, blk, n = whole_blocks(o, i, &a, &blk);
+	long at, a, blk, n = whole_blocks(o, i, &a, &blk);
+	trn_optim_piece(o, i, &at);
 	double s = 0;
 	if (n)
-		s = kern_lamb_norm_q8_cpu(q->m + a, q->ms + blk, q->v + a, q->vs + blk, g + a, w + a, n,
-		                          (float)c->beta1, (float)c->beta2, (float)c->eps, wd, bc1, bc2,
-		                          q->map);
+		s = kern_lamb_norm_q8_cpu(q->m + a, q->ms + blk, q->v + a, q->vs + blk, g + (a - at),
+		                          w + (a - at), n, (float)c->beta1, (float)c->beta2,
+		                          (float)c->eps, wd, bc1, bc2, q->map);
 	/* the part blocks' moments are made here, once, and kept for the update */
 	for (int k = 0; k < q->n_cut; k++) {
 		struct trn_optim_q8_cut *p = &q->cut[k];
 		if (p->param == i)
-			s += kern_lamb_moments_ref(p->m, p->v, g + p->a, w + p->a, p->n, (float)c->beta1,
-			                           (float)c->beta2, (float)c->eps, wd, bc1, bc2);
+			s += kern_lamb_moments_ref(p->m, p->v, g + (p->a - at), w + (p->a - at), p->n,
+			                           (float)c->beta1, (float)c->beta2, (float)c->eps, wd,
+			                           bc1, bc2);
 	}
 	return s;
 }
@@ -197,34 +201,37 @@ void trn_optim_q8_update(struct trn_optim *o, int i, float *w, const float *g, f
 	struct trn_optim_q8 *q = o->q8;
 	float mu = (float)c->momentum, b1 = (float)c->beta1, b2 = (float)c->beta2;
 	float eps = (float)c->eps;
-	long a, blk, n = whole_blocks(o, i, &a, &blk);
+	long at, a, blk, n = whole_blocks(o, i, &a, &blk);
+	trn_optim_piece(o, i, &at);
 	if (n) {
 		int8_t *mq = q->m + a;
-		float *ms = q->ms + blk;
+		float *ms = q->ms + blk, *wa = w + (a - at);
+		const float *ga = g + (a - at);
 		if (c->type == TRN_OPT_SGD)
-			kern_sgd_update_q8_cpu(w + a, mq, ms, g + a, n, lr, mu, wd, c->nesterov, q->map);
+			kern_sgd_update_q8_cpu(wa, mq, ms, ga, n, lr, mu, wd, c->nesterov, q->map);
 		else if (c->type == TRN_OPT_ADAMW)
-			kern_adamw_update_q8_cpu(w + a, mq, ms, q->v + a, q->vs + blk, g + a, n, lr, b1, b2,
-			                         eps, wd, bc1, bc2, q->map);
+			kern_adamw_update_q8_cpu(wa, mq, ms, q->v + a, q->vs + blk, ga, n, lr, b1, b2, eps,
+			                         wd, bc1, bc2, q->map);
 		else if (c->type == TRN_OPT_LARS)
-			kern_lars_update_q8_cpu(w + a, mq, ms, g + a, n, lr, mu, wd, q->map);
+			kern_lars_update_q8_cpu(wa, mq, ms, ga, n, lr, mu, wd, q->map);
 		else
-			kern_lamb_update_q8_cpu(w + a, mq, ms, q->v + a, q->vs + blk, g + a, n, lr, b1, b2,
-			                        eps, wd, bc1, bc2, q->map);
+			kern_lamb_update_q8_cpu(wa, mq, ms, q->v + a, q->vs + blk, ga, n, lr, b1, b2, eps,
+			                        wd, bc1, bc2, q->map);
 	}
 	for (int k = 0; k < q->n_cut; k++) {
 		struct trn_optim_q8_cut *p = &q->cut[k];
 		if (p->param != i)
 			continue;
+		float *wp = w + (p->a - at);
+		const float *gp = g + (p->a - at);
 		if (c->type == TRN_OPT_SGD)
-			kern_sgd_update_ref(w + p->a, p->m, g + p->a, p->n, lr, mu, wd, c->nesterov);
+			kern_sgd_update_ref(wp, p->m, gp, p->n, lr, mu, wd, c->nesterov);
 		else if (c->type == TRN_OPT_ADAMW)
-			kern_adamw_update_ref(w + p->a, p->m, p->v, g + p->a, p->n, lr, b1, b2, eps, wd,
-			                      bc1, bc2);
+			kern_adamw_update_ref(wp, p->m, p->v, gp, p->n, lr, b1, b2, eps, wd, bc1, bc2);
 		else if (c->type == TRN_OPT_LARS)
-			kern_lars_update_ref(w + p->a, p->m, g + p->a, p->n, lr, mu, wd);
+			kern_lars_update_ref(wp, p->m, gp, p->n, lr, mu, wd);
 		else
-			kern_lamb_apply_ref(w + p->a, p->m, p->v, p->n, lr, eps, wd, bc1, bc2);
+			kern_lamb_apply_ref(wp, p->m, p->v, p->n, lr, eps, wd, bc1, bc2);
 	}
 }
 
