@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cuda_backend.h"
 #include "param_offload.h"
@@ -36,6 +38,61 @@ void trn_model_set_blocks(struct trn_model *m, int n_blocks, int first_param, in
 	m->block_params = block_params;
 }
 
+/* The block that parameter p belongs to, or -1 (a resident tensor). */
+static int block_of(const struct trn_model *m, int p)
+{
+	int rel = p - m->block_first;
+	if (m->n_blocks < 1 || rel < 0 || rel >= m->n_blocks * m->block_params)
+		return -1;
+	return rel / m->block_params;
+}
+
+/* One past the last float of the blocks (block_off(m, 0) their first). */
+static long blocks_end(const struct trn_model *m)
+{
+	return block_off(m, m->n_blocks - 1) + block_floats(m, m->n_blocks - 1);
+}
+
+/* g: zeroed floats, or streamed, a mapping whose pages over the blocks'
+ * interior are no memory at all and unreadable (a stray touch faults: the
+ * tests would see it), those of the resident tensors at either end zeroed
+ * and writable. 0, or -1 when out of memory. */
+static int alloc_grads(struct trn_model *m)
+{
+	size_t bytes = sizeof(float) * (size_t)m->n_floats;
+	if (!m->streamed || m->n_blocks < 1) {
+		m->g = calloc((size_t)m->n_floats, sizeof(float));
+		return m->g ? 0 : -1;
+	}
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t map = (bytes + page - 1) / page * page;
+	void *p = mmap(NULL, map, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return -1;
+	size_t head = (sizeof(float) * (size_t)block_off(m, 0) + page - 1) / page * page;
+	size_t tail = sizeof(float) * (size_t)blocks_end(m) / page * page;
+	if (tail <= head)
+		head = tail = map;             /* blocks within a page or two: all backed */
+	if ((head && mprotect(p, head, PROT_READ | PROT_WRITE) != 0) ||
+	    (map > tail && mprotect((char *)p + tail, map - tail, PROT_READ | PROT_WRITE) != 0)) {
+		munmap(p, map);
+		return -1;
+	}
+	m->g = p;
+	m->g_map_bytes = map;
+	return 0;
+}
+
+static void free_grads(struct trn_model *m)
+{
+	if (m->g_map_bytes && m->g)
+		munmap(m->g, m->g_map_bytes);
+	else
+		free(m->g);
+	m->g = NULL;
+	m->g_map_bytes = 0;
+}
+
 /* Sizes the staging of mode and, unless layout_only, sets the engine up. */
 static int setup_param_offload(struct trn_model *m, enum trn_offload mode, int layout_only)
 {
@@ -55,7 +112,8 @@ static int setup_param_offload(struct trn_model *m, enum trn_offload mode, int l
 		if (!layout_only) {
 			m->param_off = calloc(1, sizeof *m->param_off);
 			rc = m->param_off ? trn_param_offload_init(m->param_off, m->n_blocks, off, floats,
-			                                           m->w, m->g, NULL) : -1;
+			                                           m->w, m->streamed ? NULL : m->g,
+			                                           NULL) : -1;
 		}
 	}
 	free(off);
@@ -107,6 +165,30 @@ void trn_model_block_grad_ready(struct trn_model *m, int b, int param)
 	                m->params[param].numel);
 }
 
+const float *trn_model_grad_of(const struct trn_model *m, int param)
+{
+	int b = m->streamed ? block_of(m, param) : -1;
+	if (b < 0)
+		return m->g + m->params[param].offset;
+	const float *win = trn_param_offload_window(m->param_off, b);
+	return win ? win + (m->params[param].offset - block_off(m, b)) : NULL;
+}
+
+void trn_model_grads_ready_as_they_are(struct trn_model *m)
+{
+	for (int p = m->n_params - 1; p >= 0; p--) {
+		int b = m->streamed ? block_of(m, p) : -1;
+		if (b < 0) {
+			trn_model_grad_ready(m, p);
+			continue;
+		}
+		if (p == block_param(m, b) + m->block_params - 1)   /* the block's first handed out */
+			trn_param_offload_zero_window(m->param_off, b);
+		if (m->grad_ready)
+			m->grad_ready(m->grad_ready_ctx, p);
+	}
+}
+
 void trn_model_block_bwd_end(struct trn_model *m, int b)
 {
 	if (m->param_off)
@@ -151,6 +233,15 @@ static struct trn_model *build(const struct trn_spec *spec, const struct trn_dat
 	if (!m)
 		return NULL;
 	m->dtype = spec->precision.compute;
+	m->streamed = trn_spec_streams_update(spec) && m->n_blocks > 0;
+	if (m->streamed && !layout_only) {   /* the constructor's g, for one without blocks */
+		free_grads(m);
+		if (alloc_grads(m) != 0) {
+			trn_model_free(m);
+			trn_err_set(err, "model: out of address space for the gradients");
+			return NULL;
+		}
+	}
 	if (setup_param_offload(m, spec->offload.params, layout_only) != 0) {
 		trn_model_free(m);
 		trn_err_set(err, "model: out of memory for the parameter staging");
@@ -264,7 +355,12 @@ void trn_model_zero_grad(struct trn_model *m)
 		m->ops->zero_device_grads(m);
 		return;
 	}
-	memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
+	if (m->streamed) {                /* the resident tensors': the blocks' are not kept */
+		memset(m->g, 0, sizeof(float) * (size_t)block_off(m, 0));
+		memset(m->g + blocks_end(m), 0, sizeof(float) * (size_t)(m->n_floats - blocks_end(m)));
+	} else {
+		memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
+	}
 	m->g_zeroed = 1;
 	if (m->param_off)
 		trn_param_offload_grads_zeroed(m->param_off);
@@ -301,8 +397,7 @@ int trn_model_add_param(struct trn_model *m, const char *name, int ndim, const i
 int trn_model_alloc(struct trn_model *m)
 {
 	m->w = calloc((size_t)m->n_floats, sizeof(float));
-	m->g = calloc((size_t)m->n_floats, sizeof(float));
-	return m->w && m->g ? 0 : -1;
+	return m->w && alloc_grads(m) == 0 ? 0 : -1;
 }
 
 void trn_model_release(struct trn_model *m)
@@ -313,9 +408,9 @@ void trn_model_release(struct trn_model *m)
 	m->param_off = NULL;
 	free(m->params);
 	free(m->w);
-	free(m->g);
+	free_grads(m);
 	m->params = NULL;
-	m->w = m->g = NULL;
+	m->w = NULL;
 }
 
 /* trn_model_score over either the logits or each row's top-1 index */

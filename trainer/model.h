@@ -126,6 +126,13 @@ struct trn_model {
 	long param_resident_floats;    /* floats outside every block */
 	long param_stage_floats;       /* "cpu": two blocks' staging of weights (as much
 	                                  again for gradients), else 0 */
+	/* Streamed (trn_spec_streams_update): the optimizer steps each tensor as
+	 * its gradient becomes final in backward, and the host keeps no
+	 * gradients of the blocks: g's range over them is address space only,
+	 * unreadable, and a block's gradients are read from the parameter
+	 * offload's windows (trn_model_grad_of). */
+	int streamed;
+	size_t g_map_bytes;            /* streamed: g is this mapping, else malloc'd */
 };
 
 /* Rounds x[0..n) to the model's compute dtype in place (nothing for fp32). */
@@ -149,6 +156,17 @@ static inline void trn_model_grad_ready(struct trn_model *m, int param)
 	if (m->grad_ready)
 		m->grad_ready(m->grad_ready_ctx, param);
 }
+
+/* Where parameter param's gradient is once grad_ready handed it out: in g,
+ * or streamed, a block's in its window (until the next block's backward
+ * ends). */
+const float *trn_model_grad_of(const struct trn_model *m, int param);
+
+/* A backward with nothing to learn from (no target counted): every
+ * parameter final with its gradient as it is (a step's first micro-batch:
+ * zero_grad's zeros), handed to grad_ready in backward's order; streamed,
+ * each block's from a zeroed window. */
+void trn_model_grads_ready_as_they_are(struct trn_model *m);
 
 /* The trainer changed w (initialised, loaded, updated by the optimizer):
  * a GPU model refreshes its device copy before its next forward. */

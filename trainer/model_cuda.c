@@ -83,8 +83,8 @@ static int param_offload_setup(struct trn_cuda_model *c)
 		floats[l] = last->offset + last->numel - first->offset;
 	}
 	if (rc == 0)
-		rc = trn_param_offload_init(b->param_off, b->n_blocks, off, floats, b->w, b->g,
-		                            &trn_cuda_copier);
+		rc = trn_param_offload_init(b->param_off, b->n_blocks, off, floats, b->w,
+		                            b->streamed ? NULL : b->g, &trn_cuda_copier);
 	free(off);
 	free(floats);
 	return rc;
@@ -167,6 +167,7 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	b->param_offload = cpu->param_offload;
 	b->param_resident_floats = cpu->param_resident_floats;
 	b->param_stage_floats = cpu->param_stage_floats;
+	b->streamed = cpu->streamed;
 	c->res_head = c->res_tail = cpu->n_floats;
 	if (b->param_offload == TRN_OFFLOAD_CPU && b->n_blocks > 0) {
 		const struct trn_param *first = &b->params[b->block_first];
@@ -221,9 +222,12 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	 * they go at the link's speed */
 	float *host[3] = { b->w, b->g, c->g_stage };
 	size_t floats[3] = { nf, nf, (size_t)c->stage_floats };
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 3; i++) {
+		if (host[i] == b->g && b->streamed)
+			continue;                  /* mostly unmapped: its resident ends go pageable */
 		if (kern_cuda_host_register(host[i], sizeof(float) * floats[i]) == 0)
 			c->pinned |= 1 << i;
+	}
 	return 0;
 }
 

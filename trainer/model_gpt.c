@@ -224,8 +224,7 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 	if (!counted) {
 		/* nothing to learn from, but every parameter is still final for this
 		 * backward: data parallel waits for all of them */
-		for (int p = base->n_params - 1; p >= 0; p--)
-			trn_model_grad_ready(base, p);
+		trn_model_grads_ready_as_they_are(base);
 		return;
 	}
 

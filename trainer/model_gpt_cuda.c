@@ -251,8 +251,7 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	trn_cuda_model_grads_begin(c);
 	int poff = base->param_off != NULL;
 	if (!counted && poff) {            /* nothing to learn from: g as it is, every one final */
-		for (int p = base->n_params - 1; p >= 0; p--)
-			trn_model_grad_ready(base, p);
+		trn_model_grads_ready_as_they_are(base);
 		base->g_zeroed = 0;
 		return;
 	}

@@ -35,6 +35,12 @@
  * are (grads is dev_grads) and writes the rounded parameters straight into
  * dev_params, or leaves them be when the master weights are the parameters
  * themselves (fp32 compute); it holds no buffer of its own.
+ *
+ * Streamed (trn_spec_streams_update: in place, one rank, one micro-batch a
+ * step, no clipping, no loss scale): the trainer steps each tensor as the
+ * model hands its final gradient out in backward (trn_optim_step_tensor)
+ * instead of once after it, reading block gradients from the parameter
+ * offload's windows (param_offload.h), so the host keeps none of them.
  */
 #ifndef LARCH_TRAINER_OPT_OFFLOAD_H
 #define LARCH_TRAINER_OPT_OFFLOAD_H

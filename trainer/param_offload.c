@@ -38,6 +38,12 @@ int trn_param_offload_init(struct trn_param_offload *o, int n_blocks, const long
 	for (int s = 0; s < 2; s++) {
 		o->wslot[s] = o->arena + s * o->slot_floats;
 		o->gslot[s] = o->arena + (2 + s) * o->slot_floats;
+		if (g)
+			continue;
+		o->gout[s] = copier ? copier->host_alloc(o->slot_floats + 1)
+		                    : malloc(sizeof(float) * (size_t)(o->slot_floats + 1));
+		if (!o->gout[s])
+			return -1;
 	}
 	return 0;
 }
@@ -50,6 +56,12 @@ void trn_param_offload_release(struct trn_param_offload *o)
 		o->copier->free(o->arena);
 	else
 		free(o->arena);
+	for (int s = 0; s < 2; s++) {
+		if (o->copier && o->gout[s])
+			o->copier->host_free(o->gout[s]);
+		else
+			free(o->gout[s]);
+	}
 	memset(o, 0, sizeof *o);
 }
 
@@ -133,9 +145,10 @@ const float *trn_param_offload_bwd_begin(struct trn_param_offload *o, int l, flo
 	/* the slot's last block (l + 2) went out before block l + 1 ended */
 	wait_copy(o, &o->gcopy[s]);
 	o->g_held[s] = l;
-	if (o->g_zero && o->copier) {
+	int zero = o->g_zero || !o->g;     /* streamed: no host sum to start from */
+	if (zero && o->copier) {
 		o->copier->zero(o->gslot[s], o->floats[l]);
-	} else if (o->g_zero) {
+	} else if (zero) {
 		memset(o->gslot[s], 0, sizeof(float) * (size_t)o->floats[l]);
 	} else {
 		issue(o, &o->gcopy[s], o->gslot[s], o->g + o->off[l], o->floats[l], &o->g_in, 0);
@@ -149,7 +162,8 @@ int trn_param_offload_bwd_end(struct trn_param_offload *o, int l)
 {
 	int s = l % 2, other = 1 - s;
 	int landed = wait_copy(o, &o->gcopy[other]) ? o->g_held[other] : -1;
-	issue(o, &o->gcopy[s], o->g + o->off[l], o->gslot[s], o->floats[l], &o->g_out, 1);
+	float *dst = o->g ? o->g + o->off[l] : o->gout[s];
+	issue(o, &o->gcopy[s], dst, o->gslot[s], o->floats[l], &o->g_out, 1);
 	return landed;
 }
 
@@ -161,4 +175,23 @@ int trn_param_offload_bwd_finish(struct trn_param_offload *o)
 			landed = o->g_held[s];
 	o->g_zero = 0;
 	return landed;
+}
+
+const float *trn_param_offload_window(const struct trn_param_offload *o, int l)
+{
+	int s = l % 2;
+	if (o->g || l < 0 || l >= o->n_blocks || o->g_held[s] != l || o->gcopy[s].n)
+		return NULL;
+	return o->gout[s];
+}
+
+const float *trn_param_offload_zero_window(struct trn_param_offload *o, int l)
+{
+	int s = l % 2;
+	if (o->g || l < 0 || l >= o->n_blocks)
+		return NULL;
+	wait_copy(o, &o->gcopy[s]);
+	memset(o->gout[s], 0, sizeof(float) * (size_t)o->floats[l]);
+	o->g_held[s] = l;
+	return o->gout[s];
 }

@@ -28,6 +28,14 @@
  * model hands their parameters to data parallel only then.
  * trn_param_offload_bwd_finish waits for the last copy out.
  *
+ * Streamed (the engine set up without host gradients, g NULL): the update
+ * follows backward (trainer/opt_offload.h), so the host keeps no gradients
+ * of the blocks. A block's gradients go out to one of two host windows
+ * instead (window l % 2, as large as a slot), where the optimizer reads
+ * them when bwd_end or bwd_finish returns the block, before the next
+ * bwd_end reuses the window. Each backward's gradient slots start from zero:
+ * there is no host sum to add to (one micro-batch a step).
+ *
  * Copies go through a copy engine with one copy in flight per slot and an
  * explicit wait before a slot is read or written again (on a GPU, a copy
  * stream and an event per slot: trainer/copier.h). As
@@ -57,7 +65,9 @@ struct trn_param_copy {
 struct trn_param_offload {
 	int n_blocks;
 	long *off, *floats;            /* [n_blocks] block l's floats in w and g, owned */
-	float *w, *g;                  /* the host weights and gradients (borrowed: the model's) */
+	float *w, *g;                  /* the host weights and gradients (borrowed: the model's);
+	                                  g NULL: streamed */
+	float *gout[2];                /* streamed: the host windows, owned */
 	float *arena;                  /* the four slots, owned */
 	float *wslot[2], *gslot[2];    /* each as large as the largest block */
 	long slot_floats;
@@ -73,9 +83,10 @@ struct trn_param_offload {
 long trn_param_offload_slot_floats(int n_blocks, const long *floats);
 
 /* Sets o up for n_blocks blocks at off[l] of floats[l] floats each (both
- * copied) of the host buffers w and g (borrowed) and allocates the slots,
- * through copier unless it is NULL (borrowed; static in practice). 0, or -1
- * when out of memory (o can then be released). */
+ * copied) of the host buffers w and g (borrowed; g NULL: streamed) and
+ * allocates the slots (and the windows), through copier unless it is NULL
+ * (borrowed; static in practice). 0, or -1 when out of memory (o can then
+ * be released). */
 int trn_param_offload_init(struct trn_param_offload *o, int n_blocks, const long *off,
                            const long *floats, float *w, float *g,
                            const struct trn_copier *copier);
@@ -96,5 +107,13 @@ const float *trn_param_offload_bwd_begin(struct trn_param_offload *o, int l, flo
 int trn_param_offload_bwd_end(struct trn_param_offload *o, int l);
 /* The end of backward: waits for the last copy out; returns its block, or -1. */
 int trn_param_offload_bwd_finish(struct trn_param_offload *o);
+
+/* Streamed: block l's gradients in their window, once bwd_end or
+ * bwd_finish returned l (until the next bwd_end); NULL when the window
+ * holds another block's. */
+const float *trn_param_offload_window(const struct trn_param_offload *o, int l);
+/* Streamed: block l's window zeroed and holding l, for a backward that
+ * computes nothing (no target counted); no copy may be in flight. */
+const float *trn_param_offload_zero_window(struct trn_param_offload *o, int l);
 
 #endif

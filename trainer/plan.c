@@ -123,7 +123,11 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	double held = (double)n;
 	if (poff) {
 		held = (double)(m->param_stage_floats + (gpus ? m->param_resident_floats : 0));
-		p->bytes[TRN_PLAN_PARAM_OFFLOAD] = eb * 2.0 * (double)n;
+		/* streamed (the update follows backward): of the gradients, the
+		 * resident tensors' and two windows of a block each */
+		double grads = m->streamed ? (double)(m->param_resident_floats + m->param_stage_floats)
+		                           : (double)n;
+		p->bytes[TRN_PLAN_PARAM_OFFLOAD] = eb * ((double)n + grads);
 	}
 	p->bytes[TRN_PLAN_PARAMS] = eb * held;
 	p->bytes[TRN_PLAN_GRADS] = eb * held;

@@ -681,6 +681,13 @@ const char *trn_opt_name(enum trn_opt_type t)
 	return (unsigned)t < 4 ? opt_types[t] : "unknown";
 }
 
+int trn_spec_streams_update(const struct trn_spec *spec)
+{
+	return spec->offload.optimizer == TRN_OFFLOAD_CPU && spec->offload.params == TRN_OFFLOAD_CPU &&
+	       spec->parallel.ranks == 1 && spec->batch.accum == 1 &&
+	       spec->optimizer.clip_grad_norm <= 0 && spec->precision.compute != TRN_DTYPE_FP16;
+}
+
 const char *trn_dtype_name(enum trn_dtype t)
 {
 	static const char *const names[] = { "fp32", "fp16", "bf16", "int8" };

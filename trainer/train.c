@@ -54,6 +54,12 @@ struct run {
 	int resident;                  /* one rank on a GPU with the optimizer there too: the
 	                                  device holds weights, gradients and state (model.h) */
 	struct trn_opt_offload off;
+	/* the update follows backward (trn_spec_streams_update): the step's lr,
+	 * the squared gradient norm summed as tensors come, a tensor whose
+	 * gradient was not where it should be */
+	int streamed;
+	double stream_lr, stream_gsq;
+	int stream_lost;
 	struct trn_loss_scale ls;
 	struct trn_watchdog wd;
 	struct trn_loader loader;
@@ -235,7 +241,10 @@ static void print_memory(const struct run *r)
 		                       "two staging buffers for the copies to the device");
 	} else if (off) {
 		printf("  %-12s %-5s %9s      %s\n", "host grads", "", "-",
-		       "none: the update reads and writes the params' host copies in place");
+		       r->streamed ? "none: the update follows backward, tensor by tensor, in the "
+		                     "params' host copies"
+		                   : "none: the update reads and writes the params' host copies in "
+		                     "place");
 	}
 	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
 	if (m->act_offload != TRN_OFFLOAD_NONE)
@@ -248,7 +257,14 @@ static void print_memory(const struct run *r)
 		                       dev ? "host" : NULL, dev ? "" : "host memory, not in the total");
 	if (poff) {
 		host_total += mem_line("params host", dt, n, "host", "the params' home");
-		host_total += mem_line("grads host", dt, n, "host", "each block's copied out in backward");
+		if (m->streamed)
+			host_total += mem_line("grads host", dt, (double)m->param_resident_floats +
+			                       (double)m->param_stage_floats, "host",
+			                       "the resident tensors', and two windows the blocks' "
+			                       "go through");
+		else
+			host_total += mem_line("grads host", dt, n, "host",
+			                       "each block's copied out in backward");
 	}
 	if (!dev) {
 		printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
@@ -421,6 +437,26 @@ static void offload_bucket(void *ctx, int i)
 		trn_opt_offload_grads_out(&r->off, i, a, n);
 }
 
+/* Streamed: tensor p's gradient is final, its update now (into the master
+ * weights, and rounded into the params when they are not the master). */
+static void stream_update(void *ctx, int p)
+{
+	struct run *r = ctx;
+	struct trn_model *m = r->model;
+	const struct trn_param *t = &m->params[p];
+	const float *g = trn_model_grad_of(m, p);
+	if (!g) {
+		r->stream_lost = p + 1;
+		return;
+	}
+	r->stream_gsq += r->opt.k->sumsq(g, t->numel);
+	trn_optim_step_tensor(&r->opt, p, r->master + t->offset, g, r->stream_lr);
+	if (r->master != m->w) {
+		memcpy(m->w + t->offset, r->master + t->offset, sizeof(float) * (size_t)t->numel);
+		trn_model_round(m, m->w + t->offset, t->numel);
+	}
+}
+
 /* offload.optimizer "cpu": the master weights and the optimizer state are
  * the host's; the gradients come to it bucket by bucket, the parameters go
  * back in chunks of parallel.bucket_mb. With offload.params "cpu" the
@@ -551,6 +587,11 @@ static int setup(struct run *r, struct trn_err *err)
 		/* buckets start reducing (and for the host) while backward goes on */
 		r->model->grad_ready = trn_dp_grad_ready;
 		r->model->grad_ready_ctx = &r->dp;
+	}
+	if (m->streamed) {                 /* one rank: no buckets to reduce */
+		r->streamed = 1;
+		m->grad_ready = stream_update;
+		m->grad_ready_ctx = r;
 	}
 
 	r->state = (struct trn_state){ .model = r->model, .opt = &r->opt, .loader = &r->loader,
@@ -704,6 +745,11 @@ static int train_loop(struct run *r, struct trn_err *err)
 		double lr = trn_schedule_lr(&r->sched, step);
 
 		double scale = r->ls.scale;   /* the loss scale of this step */
+		if (r->streamed) {             /* the update runs in backward */
+			trn_optim_begin(&r->opt);
+			r->stream_lr = lr;
+			r->stream_gsq = 0;
+		}
 		trn_model_zero_grad(m);
 		double loss = 0;
 		for (long a = 0; a < accum; a++) {
@@ -716,12 +762,24 @@ static int train_loop(struct run *r, struct trn_err *err)
 			trn_model_backward(m, &r->batch, (float)(scale / (double)accum));
 		}
 		loss /= (double)accum;
-		float *gs = step_grads(r, scale, err);
-		if (!gs)
-			return TRN_EXIT_FAILED;
+		float *gs = NULL;
 		long ns = r->dp.hi - r->dp.lo;
-		double gsq = r->opt.k->sumsq(gs, ns);
-		int nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && r->opt.k->nonfinite(gs, ns);
+		double gsq;
+		int nonfinite = 0;
+		if (r->streamed) {             /* no loss scale: nothing to unscale or check */
+			if (trn_optim_end(&r->opt, err) != 0)
+				return TRN_EXIT_FAILED;
+			if (r->stream_lost)
+				return trn_err_set(err, "step %ld: the gradient of %s was not in its window",
+				                   step + 1, m->params[r->stream_lost - 1].name),
+				       TRN_EXIT_FAILED;
+			gsq = r->stream_gsq;
+		} else {
+			if (!(gs = step_grads(r, scale, err)))
+				return TRN_EXIT_FAILED;
+			gsq = r->opt.k->sumsq(gs, ns);
+			nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && r->opt.k->nonfinite(gs, ns);
+		}
 		/* whether to stop after this step: with several ranks, what they
 		 * agreed on here (a signal arriving later on one rank waits for the
 		 * next step's agreement, or the ranks would part ways) */
@@ -760,7 +818,9 @@ static int train_loop(struct run *r, struct trn_err *err)
 		double gnorm = sqrt(gsq);
 		/* fp16: an inf or NaN gradient skips the step and lowers the scale */
 		int apply = trn_loss_scale_update(&r->ls, nonfinite);
-		if (apply) {
+		if (apply && r->streamed) {
+			trn_model_weights_changed(m);  /* each tensor updated as it came */
+		} else if (apply) {
 			double clip = s->optimizer.clip_grad_norm;
 			if (clip > 0 && gnorm > clip)
 				r->opt.k->scale(gs, ns, (float)(clip / (gnorm + 1e-6)));

@@ -8,10 +8,14 @@ figures): GPT-2 shaped models trained by `larch-train --device cuda`.
 
 1. At --ratio-size: tokens/s with offload.optimizer "cpu" beside the same
    run without it (the target: >= 0.7x), each with activations recomputed.
-2. --sizes in turn with offload.optimizer and offload.params "cpu" and
-   activations recomputed, until one fails (out of device or host memory,
-   or --timeout): the largest that trains, its tokens/s and the device
-   memory it used (the `device memory:` line at the end of a run).
+2. --sizes in turn with offload.optimizer and offload.params "cpu",
+   activations recomputed, int8 optimizer state and --largest-precision
+   (fp32: bf16's master weights would add 4 host bytes a parameter), one
+   micro-batch a step and no clipping, so that the update follows backward
+   and the host holds about 6 bytes a parameter; until one fails (out of
+   device or host memory, or --timeout): the largest that trains, its
+   tokens/s and the device memory it used (the `device memory:` line at the
+   end of a run).
 
 Tokens/s are the median of the logged intervals after the first (which
 holds the start-up). The models: GPT-2's shapes (vocab 50257, 12 heads up
@@ -40,19 +44,20 @@ SIZES = {
 }
 
 
-def spec_for(a, tmp, size, offload):
+def spec_for(a, tmp, size, offload, precision=None, state="fp32"):
     layers, heads, dim = SIZES[size]
-    return {"name": f"offload-{size}", "precision": {"compute": a.precision},
+    return {"name": f"offload-{size}", "precision": {"compute": precision or a.precision},
             "model": {"type": "gpt", "layers": layers, "heads": heads, "dim": dim,
                       "seq": a.seq, "vocab": 50257},
             "data": {"format": "tokens_u16", "train": str(tmp / "train.bin")},
             "batch": {"global": a.micro, "micro": a.micro},
-            "optimizer": {"type": "adamw", "lr": 1e-4, "weight_decay": 0.1},
+            "optimizer": {"type": "adamw", "lr": 1e-4, "weight_decay": 0.1,
+                          "state_dtype": state},
             "offload": offload, "steps": a.steps, "log_every": 1, "seed": 1}
 
 
-def run(a, exe, tmp, size, offload):
-    spec = spec_for(a, tmp, size, offload)
+def run(a, exe, tmp, size, offload, **how):
+    spec = spec_for(a, tmp, size, offload, **how)
     tag = "-".join(f"{k}-{v}" for k, v in sorted(offload.items()))
     path = tmp / f"{size}-{tag}.json"
     path.write_text(json.dumps(spec))
@@ -83,6 +88,9 @@ def main():
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
+    ap.add_argument("--largest-precision", default="fp32", choices=["fp32", "bf16"],
+                    help="the sweep's compute dtype (bf16 adds 4 host bytes a parameter of "
+                         "master weights)")
     ap.add_argument("--timeout", type=int, default=600)
     a = ap.parse_args()
     exe = pathlib.Path(a.build) / "trainer" / "larch-train"
@@ -106,9 +114,15 @@ def main():
             print(f" -> {opt['tokens_s'] / base['tokens_s']:.2f}x (target >= 0.7x)")
         else:
             print()
+        # the sweep: int8 state, one micro-batch a step and no clipping, so the
+        # update follows backward and the host keeps no block gradients:
+        # about 6 host bytes a parameter in fp32 (trn_spec_streams_update)
+        print(f"# sweep: {a.largest_precision}, int8 optimizer state, the update following "
+              f"backward")
         largest = None
         for size in a.sizes:
-            r = run(a, exe, tmp, size, {**rec, "optimizer": "cpu", "params": "cpu"})
+            r = run(a, exe, tmp, size, {**rec, "optimizer": "cpu", "params": "cpu"},
+                    precision=a.largest_precision, state="int8")
             if "error" in r:
                 print(f"{size}: optimizer + params offload: {r['error']}")
                 break

@@ -9,14 +9,16 @@ the start-up report and `larch plan` show the smaller working memory and the
 host copies."""
 import json
 import re
+import shutil
 import subprocess
 
 import pytest
 
-from datasets import write_image_set
+from datasets import read_safetensors, write_image_set
+from jobdir import metrics
 from larchd import BUILD
-from test_offload_activations import (assert_resumes_bit_exactly, assert_same_run, gpt_spec,
-                                      mlp_spec, train)
+from test_offload_activations import (assert_resumes_bit_exactly, assert_same_run,
+                                      final_checkpoint, gpt_spec, mlp_spec, train)
 
 # (params, activations): every combination against "none", "none"
 COMBOS = [("cpu", "none"), ("cpu", "recompute"), ("cpu", "cpu")]
@@ -128,6 +130,89 @@ def test_optimizer_offload_in_place_on_two_ranks(trainer, tmp_path, mpirun):
     out = train(trainer, both, job, mpirun=mpirun)
     assert "ZeRO-1" in out.stdout and "in place" in out.stdout
     assert_same_run(base, job, "2 ranks, ZeRO-1, both offloads")
+
+
+STREAMED_OPTIMIZERS = {
+    "adamw": {"type": "adamw", "lr": 0.003, "weight_decay": 0.1},
+    "sgd": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True},
+    "lars": {"type": "lars", "lr": 0.5, "weight_decay": 1e-4},
+    "lamb": {"type": "lamb", "lr": 0.003, "weight_decay": 0.01},
+}
+
+
+def streamed_specs(dtype, optimizer, state="fp32", **extra):
+    """(both offloads, neither): one rank, one micro-batch a step, no
+    clipping, fp32 or bf16: the update follows backward."""
+    opt = dict(STREAMED_OPTIMIZERS[optimizer], state_dtype=state)
+    specs = []
+    for where in ("cpu", "none"):
+        s = with_offload(gpt_spec("none", dtype, optimizer=opt, batch={"global": 8, "micro": 8},
+                                  **extra), where, "none")
+        s["offload"]["optimizer"] = where
+        specs.append(s)
+    return specs
+
+
+def assert_grad_norms_close(base, job):
+    norms = lambda job: [(m["step"], m["value"]) for m in metrics(job)
+                         if m["name"] == "train/grad_norm"]
+    a, b = norms(base), norms(job)
+    assert [s for s, _ in a] == [s for s, _ in b] and a
+    for (_, x), (_, y) in zip(a, b):      # summed tensor by tensor: the last bits differ
+        assert y == pytest.approx(x, rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype,optimizer,state", [
+    ("fp32", "adamw", "fp32"), ("bf16", "adamw", "fp32"), ("bf16", "adamw", "int8"),
+    ("fp32", "sgd", "fp32"), ("bf16", "lars", "fp32"), ("fp32", "lamb", "int8")])
+def test_streamed_update_trains_the_same_bits(trainer, tmp_path, dtype, optimizer, state):
+    """Each tensor updated as backward finishes it, its gradient read from
+    the parameter offload's window (the blocks' host gradients are not kept:
+    a touch of them would fault): the parameters, optimizer state and losses
+    of a run without either offload, bit for bit, and its gradient norms."""
+    both, plain = streamed_specs(dtype, optimizer, state)
+    base, job = tmp_path / "none", tmp_path / "streamed"
+    train(trainer, plain, base)
+    out = train(trainer, both, job)
+    assert "the update follows backward" in out.stdout, out.stdout
+    ta, _ = read_safetensors(final_checkpoint(base))
+    tb, _ = read_safetensors(final_checkpoint(job))
+    assert sorted(ta) == sorted(tb)
+    for name in ta:
+        assert ta[name].tobytes() == tb[name].tobytes(), f"{name} differs"
+    losses = lambda job: [(m["step"], m["value"]) for m in metrics(job)
+                          if m["name"] in ("train/loss", "val/loss")]
+    assert losses(base) == losses(job)
+    assert_grad_norms_close(base, job)
+
+
+def test_streamed_update_resumes_bit_exactly(trainer, tmp_path):
+    both, plain = streamed_specs("bf16", "adamw", "int8", checkpoint_every=2)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(trainer, both, straight)
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copy(straight / "checkpoints" / "step-00000002.safetensors", resumed / "checkpoints")
+    out = train(trainer, both, resumed, "--resume")
+    assert "(step 2)" in out.stdout
+    ta, _ = read_safetensors(final_checkpoint(straight))
+    tb, _ = read_safetensors(final_checkpoint(resumed))
+    for name in ta:
+        assert ta[name].tobytes() == tb[name].tobytes(), f"{name} differs after resume"
+
+
+@pytest.mark.parametrize("why,extra", [
+    ("accumulation", {"batch": {"global": 16, "micro": 8}}),
+    ("clipping", {"optimizer": {"type": "adamw", "lr": 0.003, "clip_grad_norm": 1.0}}),
+    ("fp16", {"precision": {"compute": "fp16"}})])
+def test_what_keeps_the_update_after_backward(trainer, tmp_path, why, extra):
+    """A step whose update needs every gradient first (a sum over
+    micro-batches, the global norm, fp16's overflow check) keeps the host
+    gradients and steps after backward, in place."""
+    both, _ = streamed_specs("fp32", "adamw")
+    both.update(extra)
+    out = train(trainer, both, tmp_path / why)
+    assert "the update follows backward" not in out.stdout
+    assert "in place" in out.stdout
 
 
 def gpt_floats(dim, seq, vocab=256):

@@ -139,7 +139,7 @@ def test_plan_refuses_bad_input(tmp_path):
 
 
 @pytest.mark.parametrize("spec", ["mlp-adamw", "mlp-bf16-int8", "gpt-recompute",
-                                  "gpt-bf16-offloads"])
+                                  "gpt-bf16-offloads", "gpt-bf16-streamed"])
 def test_measured_peak_is_within_10_percent_of_the_plan(tmp_path, larch_train, spec):
     """The kernel's high-water mark of a real run's resident memory against the
     plan's host total (the process's own code and libraries on top of it are
@@ -151,10 +151,19 @@ def test_measured_peak_is_within_10_percent_of_the_plan(tmp_path, larch_train, s
         "gpt-recompute": dict(gpt_spec(tmp_path, 32, offload={"activations": "recompute"}),
                               model={"type": "gpt", "layers": 8, "heads": 8, "dim": 512,
                                      "seq": 256}),
-        # every offload: the optimizer works in the params' host copies
+        # every offload: the optimizer works in the params' host copies (after
+        # backward: the clipping needs every gradient)
         "gpt-bf16-offloads": dict(gpt_spec(tmp_path, 8, offload={
             "activations": "recompute", "params": "cpu", "optimizer": "cpu"}),
             precision={"compute": "bf16"},
+            optimizer={"type": "adamw", "lr": 3e-4, "clip_grad_norm": 1.0},
+            model={"type": "gpt", "layers": 8, "heads": 8, "dim": 512, "seq": 256}),
+        # one micro-batch a step, no clipping: the update follows backward and
+        # the blocks' gradients are not kept
+        "gpt-bf16-streamed": dict(gpt_spec(tmp_path, 8, offload={
+            "params": "cpu", "optimizer": "cpu"}),
+            precision={"compute": "bf16"}, batch={"global": 8, "micro": 8},
+            optimizer={"type": "adamw", "lr": 1e-3, "state_dtype": "int8"},
             model={"type": "gpt", "layers": 8, "heads": 8, "dim": 512, "seq": 256}),
     }[spec]
     p, _ = plan_json(tmp_path, s)

@@ -181,9 +181,70 @@ static void test_fwd_start_forgets_the_slots(void)
 	trn_param_offload_release(&o);
 }
 
+/* Streamed (no host gradients): each backward's slot starts from zero even
+ * after a first micro-batch, a block's gradients reach its window only when
+ * the next block ends, stay there until the block after that ends, and the
+ * window of a block that computed nothing can be zeroed. */
+static void test_streamed_gradients_go_to_the_windows(void)
+{
+	enum { L = 5 };
+	long off[L], floats[L], total = 0;
+	for (int l = 0; l < L; l++) {
+		floats[l] = 30 + 17 * ((l * 2) % 5);
+		off[l] = total + GAP;
+		total = off[l] + floats[l];
+	}
+	float *w = malloc(sizeof(float) * (size_t)total);
+	struct trn_param_offload o;
+	CHECK(w);
+	for (long i = 0; i < total; i++)
+		w[i] = RESIDENT;
+	CHECK_INT_EQ(trn_param_offload_init(&o, L, off, floats, w, NULL, NULL), 0);
+	CHECK(o.gout[0] && o.gout[1]);
+	for (int step = 0; step < 2; step++) {
+		trn_param_offload_grads_zeroed(&o);
+		for (int a = 0; a < 2; a++) {       /* a second backward starts from zero too */
+			trn_param_offload_fwd_start(&o);
+			for (int l = 0; l < L; l++)
+				trn_param_offload_fwd(&o, l);
+			for (int l = L - 1; l >= 0; l--) {
+				float *gr;
+				trn_param_offload_bwd_begin(&o, l, &gr);
+				CHECK_MSG(grads_ok(gr, floats[l], step, 0, l),
+				          "step %d, micro %d: block %d's slot does not start from zero", step,
+				          a, l);
+				for (long i = 0; i < floats[l]; i++)
+					gr[i] += contribution(step, a, l, i);
+				int landed = trn_param_offload_bwd_end(&o, l);
+				CHECK(!trn_param_offload_window(&o, l));        /* on its way out */
+				if (landed < 0)
+					continue;
+				const float *win = trn_param_offload_window(&o, landed);
+				CHECK(win == o.gout[landed % 2]);
+				int ok = 1;
+				for (long i = 0; i < floats[landed]; i++)
+					ok &= win[i] == contribution(step, a, landed, i);
+				CHECK_MSG(ok, "step %d, micro %d: block %d's window is not its gradients",
+				          step, a, landed);
+			}
+			CHECK_INT_EQ(trn_param_offload_bwd_finish(&o), 0);
+			const float *win = trn_param_offload_window(&o, 0);
+			CHECK(win && win[3] == contribution(step, a, 0, 3));
+			CHECK(!trn_param_offload_window(&o, 2));        /* block 0's window now */
+		}
+	}
+	CHECK_INT_EQ(o.g_in, 0);
+	const float *z = trn_param_offload_zero_window(&o, 3);
+	CHECK(z == o.gout[1] && z[0] == 0.0f && z[floats[3] - 1] == 0.0f);
+	CHECK(trn_param_offload_window(&o, 3) == z);
+	trn_param_offload_release(&o);
+	free(w);
+}
+
 int main(void)
 {
 	CHECK_RUN(test_every_block_in_and_out);
+	CHECK_RUN(test_streamed_gradients_go_to_the_windows);
 	CHECK_RUN(test_fwd_start_forgets_the_slots);
 	return check_finish();
 }
