@@ -38,8 +38,13 @@ void trn_model_set_blocks(struct trn_model *m, int n_blocks, int first_param, in
 	m->block_params = block_params;
 }
 
-/* The block that parameter p belongs to, or -1 (a resident tensor). */
-static int block_of(const struct trn_model *m, int p)
+long trn_model_block_range(const struct trn_model *m, int b, long *floats)
+{
+	*floats = block_floats(m, b);
+	return block_off(m, b);
+}
+
+int trn_model_block_of(const struct trn_model *m, int p)
 {
 	int rel = p - m->block_first;
 	if (m->n_blocks < 1 || rel < 0 || rel >= m->n_blocks * m->block_params)
@@ -167,7 +172,7 @@ void trn_model_block_grad_ready(struct trn_model *m, int b, int param)
 
 const float *trn_model_grad_of(const struct trn_model *m, int param)
 {
-	int b = m->streamed ? block_of(m, param) : -1;
+	int b = m->streamed ? trn_model_block_of(m, param) : -1;
 	if (b < 0)
 		return m->g + m->params[param].offset;
 	const float *win = trn_param_offload_window(m->param_off, b);
@@ -177,7 +182,7 @@ const float *trn_model_grad_of(const struct trn_model *m, int param)
 void trn_model_grads_ready_as_they_are(struct trn_model *m)
 {
 	for (int p = m->n_params - 1; p >= 0; p--) {
-		int b = m->streamed ? block_of(m, p) : -1;
+		int b = m->streamed ? trn_model_block_of(m, p) : -1;
 		if (b < 0) {
 			trn_model_grad_ready(m, p);
 			continue;
@@ -233,7 +238,8 @@ static struct trn_model *build(const struct trn_spec *spec, const struct trn_dat
 	if (!m)
 		return NULL;
 	m->dtype = spec->precision.compute;
-	m->streamed = trn_spec_streams_update(spec) && m->n_blocks > 0;
+	m->streamed = trn_spec_streams_update(spec) && spec->offload.params == TRN_OFFLOAD_CPU &&
+	              m->n_blocks > 0;
 	if (m->streamed && !layout_only) {   /* the constructor's g, for one without blocks */
 		free_grads(m);
 		if (alloc_grads(m) != 0) {

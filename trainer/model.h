@@ -126,9 +126,10 @@ struct trn_model {
 	long param_resident_floats;    /* floats outside every block */
 	long param_stage_floats;       /* "cpu": two blocks' staging of weights (as much
 	                                  again for gradients), else 0 */
-	/* Streamed (trn_spec_streams_update): the optimizer steps each tensor as
-	 * its gradient becomes final in backward, and the host keeps no
-	 * gradients of the blocks: g's range over them is address space only,
+	/* Streamed (trn_spec_streams_update with offload.params "cpu"): the
+	 * optimizer steps each tensor as its gradient becomes final in backward,
+	 * and the host keeps no gradients of the blocks: g's range over them is
+	 * address space only,
 	 * unreadable, and a block's gradients are read from the parameter
 	 * offload's windows (trn_model_grad_of). */
 	int streamed;
@@ -156,6 +157,11 @@ static inline void trn_model_grad_ready(struct trn_model *m, int param)
 	if (m->grad_ready)
 		m->grad_ready(m->grad_ready_ctx, param);
 }
+
+/* Block b's first float in w and g, and in *floats its length. */
+long trn_model_block_range(const struct trn_model *m, int b, long *floats);
+/* The block parameter p belongs to, or -1 (a resident tensor). */
+int trn_model_block_of(const struct trn_model *m, int p);
 
 /* Where parameter param's gradient is once grad_ready handed it out: in g,
  * or streamed, a block's in its window (until the next block's backward

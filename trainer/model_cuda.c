@@ -190,6 +190,7 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	}
 	c->rows = rows;
 	c->arena_floats = arena_floats;
+	c->out_held[0] = c->out_held[1] = -1;
 	c->w_version = -1;
 	b->w_dev = NULL;
 	size_t nf = (size_t)cpu->n_floats;
@@ -351,8 +352,75 @@ void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
 		trn_model_grad_ready(b, ready_order[i]);
 }
 
+int trn_cuda_model_streams_grads(const struct trn_cuda_model *c)
+{
+	return !c->base.resident && !c->base.param_off && c->base.n_blocks > 0;
+}
+
+/* The block on its way through channel s lands: on the host, added to g
+ * unless it went straight there, and handed to the hooks. */
+static void land_block(struct trn_cuda_model *c, int s, const int *ready_order)
+{
+	struct trn_model *b = &c->base;
+	int blk = c->out_held[s];
+	if (blk < 0)
+		return;
+	c->out_held[s] = -1;
+	kern_cuda_copy_wait_host(TRN_CUDA_GRAD_OUT_CHANNEL + s);
+	long floats, off = trn_model_block_range(b, blk, &floats);
+	if (!b->g_zeroed) {
+		float *g = b->g + off;
+		const float *st = c->out_stage[s];
+#pragma omp parallel for schedule(static) if (floats > 65536)
+		for (long i = 0; i < floats; i++)
+			g[i] += st[i];
+	}
+	for (int k = 0; k < b->n_params; k++)
+		if (trn_model_block_of(b, ready_order[k]) == blk)
+			trn_model_grad_ready(b, ready_order[k]);
+}
+
+void trn_cuda_model_block_out(struct trn_cuda_model *c, int blk, const int *ready_order)
+{
+	struct trn_model *b = &c->base;
+	int s = blk % 2;
+	land_block(c, 1 - s, ready_order);   /* block blk + 1, copied beside blk's compute */
+	land_block(c, s, ready_order);       /* (landed already at blk + 1's end) */
+	long floats, off = trn_model_block_range(b, blk, &floats);
+	float *dst = b->g + off;
+	if (!b->g_zeroed) {                   /* a later micro-batch: through a stage */
+		if (!c->out_stage[s]) {
+			long most = 0;
+			for (int l = 0; l < b->n_blocks; l++) {
+				long f;
+				trn_model_block_range(b, l, &f);
+				most = f > most ? f : most;
+			}
+			c->out_floats = most;
+			c->out_stage[s] = trn_cuda_copier.host_alloc(most + 1);
+			if (!c->out_stage[s]) {
+				fprintf(stderr, "larch-train: out of host memory for the gradient stage\n");
+				abort();
+			}
+		}
+		dst = c->out_stage[s];
+	}
+	kern_cuda_copy_async(TRN_CUDA_GRAD_OUT_CHANNEL + s, dst, c->g_dev + off,
+	                     sizeof(float) * (size_t)floats);
+	c->out_held[s] = blk;
+}
+
+void trn_cuda_model_blocks_out_done(struct trn_cuda_model *c, const int *ready_order)
+{
+	land_block(c, 1, ready_order);
+	land_block(c, 0, ready_order);
+}
+
 void trn_cuda_model_release(struct trn_cuda_model *c)
 {
+	for (int s = 0; s < 2; s++)
+		if (c->out_stage[s])
+			trn_cuda_copier.host_free(c->out_stage[s]);
 	if (c->base.param_off) {
 		trn_param_offload_release(c->base.param_off);
 		free(c->base.param_off);

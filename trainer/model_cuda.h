@@ -57,6 +57,12 @@ struct trn_cuda_model {
 	long rows;                     /* scored rows at max_batch (samples x tokens) */
 	long w_version;                /* base.w_version of w_dev; -1 before the first upload */
 	int pinned;                    /* bits 0-2: w, g, g_stage page-locked (kern_cuda_host_register) */
+	/* gradients out block by block (trn_cuda_model_block_out): the block on
+	 * its way through each of two channels, -1 none, and a stage each for
+	 * adding to what g holds (the largest block's floats, page-locked) */
+	int out_held[2];
+	float *out_stage[2];
+	long out_floats;
 	void (*free_impl)(struct trn_cuda_model *c);
 };
 
@@ -110,6 +116,22 @@ void trn_cuda_model_grads_begin(struct trn_cuda_model *c);
 /* Backward's end: g (+)= g_dev, then the grad_ready hooks in order (resident:
  * nothing, the gradients stay on the device). */
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order);
+
+/* Gradients that leave the device as backward finishes them (a run that is
+ * not resident, without offload.params, which moves them its own way): the
+ * model hands the resident tensors' out with trn_cuda_model_grads_range as
+ * they are final, and each block's with trn_cuda_model_block_out(c, b) once
+ * its backward is enqueued. That starts the block's copy to the host on a
+ * copy channel (straight into g on a step's first micro-batch, else into a
+ * stage that is added to g) and lands block b + 1's, which ran beside block
+ * b's compute: added, then its parameters' grad_ready hooks in ready_order's
+ * order, so that data parallel's buckets and the optimizer's offload start
+ * during the rest of backward. trn_cuda_model_blocks_out_done lands the
+ * last. The same values add in the same order as trn_cuda_model_grads_out. */
+#define TRN_CUDA_GRAD_OUT_CHANNEL 6    /* and 7; param offload 0-3, activations 4-5 */
+int trn_cuda_model_streams_grads(const struct trn_cuda_model *c);
+void trn_cuda_model_block_out(struct trn_cuda_model *c, int b, const int *ready_order);
+void trn_cuda_model_blocks_out_done(struct trn_cuda_model *c, const int *ready_order);
 /* The resident ops (struct trn_model_ops) both models use. */
 void trn_cuda_model_zero_device_grads(struct trn_model *base);
 void trn_cuda_model_pull_weights(struct trn_model *base);

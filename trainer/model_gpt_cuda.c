@@ -131,8 +131,9 @@ static float *gd(struct gpt_cuda *g, int p)
 	return trn_cuda_model_dev(&g->c, g->c.g_dev, g->c.base.params[p].offset);
 }
 
-/* offload.params: the resident parameters [p0, p1]'s gradients (adjacent in
- * the layout) to g, then their grad_ready from p1 down, as final now */
+/* offload.params, or gradients out block by block: the resident parameters
+ * [p0, p1]'s gradients (adjacent in the layout) to g, then their grad_ready
+ * from p1 down, as final now */
 static void resident_ready(struct gpt_cuda *g, int p0, int p1)
 {
 	struct trn_model *base = &g->c.base;
@@ -250,6 +251,7 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	trn_cuda_model_gemms(c);
 	trn_cuda_model_grads_begin(c);
 	int poff = base->param_off != NULL;
+	int out = trn_cuda_model_streams_grads(c);  /* block by block, as they are final */
 	if (!counted && poff) {            /* nothing to learn from: g as it is, every one final */
 		trn_model_grads_ready_as_they_are(base);
 		base->g_zeroed = 0;
@@ -270,7 +272,7 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
 	                            g->lnf_mean, g->lnf_rstd, BT, C);
 	trn_cuda_model_round(c, g->dres, btc);
-	if (poff)
+	if (poff || out)
 		resident_ready(g, lf, lf + 1);
 	for (int l = g->L - 1; l >= 0; l--) {
 		float *bg;
@@ -311,14 +313,18 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 				trn_cuda_model_round(c, bg + g->rel[k],
 				                     base->params[block_param(l, k)].numel);
 			trn_model_block_bwd_end(base, l);
+		} else if (out) {
+			trn_cuda_model_block_out(c, l, g->ready);
 		}
 #undef W
 #undef G
 	}
 	if (poff)
 		trn_model_blocks_bwd_done(base);
+	else if (out)
+		trn_cuda_model_blocks_out_done(c, g->ready);
 	kern_embedding_bwd_cuda(gd(g, 0), gd(g, 1), g->dres, c->tokens_dev, B, T, C, V);
-	if (!poff) {
+	if (!poff && !out) {
 		trn_cuda_model_grads_out(c, g->ready);
 		return;
 	}

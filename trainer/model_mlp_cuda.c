@@ -160,6 +160,7 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	(void)b;
 	int n = m->n, last = m->n_layers - 1;
 	int poff = base->param_off != NULL;
+	int out = trn_cuda_model_streams_grads(&m->c);  /* layer by layer, as they are final */
 	float *dout = m->dpre, *dinp = m->dpost;
 	trn_cuda_model_gemms(&m->c);
 	trn_cuda_model_grads_begin(&m->c);
@@ -191,6 +192,8 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 			/* final: rounded in the slot, which goes out to g as it is */
 			trn_cuda_model_round(&m->c, bg, wn + base->params[2 * i + 1].numel);
 			trn_model_block_bwd_end(base, i);
+		} else if (out) {
+			trn_cuda_model_block_out(&m->c, i, m->ready);
 		}
 		if (i > 0) {
 			trn_cuda_model_round(&m->c, dinp, (long)n * m->dims[i]);
@@ -199,11 +202,14 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 			dinp = t;
 		}
 	}
-	if (!poff) {
+	if (!poff && !out) {
 		trn_cuda_model_grads_out(&m->c, m->ready);
 		return;
 	}
-	trn_model_blocks_bwd_done(base);
+	if (poff)
+		trn_model_blocks_bwd_done(base);
+	else
+		trn_cuda_model_blocks_out_done(&m->c, m->ready);
 	base->g_zeroed = 0;
 }
 

@@ -133,21 +133,34 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	p->bytes[TRN_PLAN_GRADS] = eb * held;
 	/* a GPU model's host side: the params and grads (unless they are the
 	 * offload's) and the stage that adds a backward's gradients into them */
-	if (gpus)
+	if (gpus) {
 		p->bytes[TRN_PLAN_HOST_COPY] = (poff ? 0.0 : 8.0 * (double)n) +
 		                               4.0 * (held < TRN_GRAD_STAGE_FLOATS ? held
 		                                                                   : TRN_GRAD_STAGE_FLOATS);
+		/* gradients out block by block, added to the host's sum through two
+		 * stages of a block when micro-batches add up (model_cuda.h) */
+		if (!poff && !resident && s->batch.accum > 1) {
+			long most = 0;
+			for (int b = 0; b < m->n_blocks; b++) {
+				long f;
+				trn_model_block_range(m, b, &f);
+				most = f > most ? f : most;
+			}
+			p->bytes[TRN_PLAN_HOST_COPY] += 8.0 * (double)most;
+		}
+	}
 	if (p->zero)
 		p->bytes[TRN_PLAN_GRAD_SHARD] = 4.0 * (double)p->shard;
 	/* fp32 master weights, unless they are the parameters themselves (fp32
 	 * compute where those are the host's: no optimizer offload, or
 	 * offloaded parameters). offload.optimizer cpu adds the host's copy of
 	 * the gradients and two staging buffers of parallel.bucket_mb, unless
-	 * the parameters are offloaded: then it works on their host copies */
+	 * the parameters are offloaded (it works on their host copies) or the
+	 * update follows backward (it reads the model's gradients itself) */
 	int master = dt != TRN_DTYPE_FP32 || (opt_off && !poff);
 	if (master)
 		p->bytes[TRN_PLAN_MASTER] = 4.0 * (double)p->shard;
-	if (opt_off && !poff) {
+	if (opt_off && !poff && !trn_spec_streams_update(s)) {
 		p->bytes[TRN_PLAN_GRAD_HOST] = 4.0 * (double)p->shard;
 		p->bytes[TRN_PLAN_PARAM_STAGING] = 2.0 * eb * (double)trn_opt_offload_stage_floats(
 			p->shard, s->parallel.bucket_bytes / (long)sizeof(float));

@@ -46,7 +46,7 @@ enum trn_plan_item {
 	TRN_PLAN_ACTIVATIONS,         /* at the micro-batch, as offload.activations keeps them */
 	TRN_PLAN_ACT_OFFLOAD,         /* offload.activations "cpu": the host store */
 	TRN_PLAN_PARAM_OFFLOAD,       /* offload.params "cpu": the host params and grads */
-	TRN_PLAN_HOST_COPY,           /* a GPU model's host params and grads, and its grad stage */
+	TRN_PLAN_HOST_COPY,           /* a GPU model's host params and grads, and its grad stages */
 	TRN_PLAN_CHECKPOINT,          /* ZeRO-1 rank 0: the gathered state while it writes */
 	TRN_PLAN_DATA,                /* the loaded data set and a micro-batch */
 	TRN_PLAN_N

@@ -683,8 +683,8 @@ const char *trn_opt_name(enum trn_opt_type t)
 
 int trn_spec_streams_update(const struct trn_spec *spec)
 {
-	return spec->offload.optimizer == TRN_OFFLOAD_CPU && spec->offload.params == TRN_OFFLOAD_CPU &&
-	       spec->parallel.ranks == 1 && spec->batch.accum == 1 &&
+	return spec->offload.optimizer == TRN_OFFLOAD_CPU && spec->parallel.ranks == 1 &&
+	       spec->batch.accum == 1 &&
 	       spec->optimizer.clip_grad_norm <= 0 && spec->precision.compute != TRN_DTYPE_FP16;
 }
 

@@ -188,12 +188,13 @@ char *trn_json_dumps(const json_t *json, size_t flags);
 /* Steps a period lasts, given steps per epoch (rounded to nearest, >= 0). */
 long trn_period_steps(const struct trn_period *p, long steps_per_epoch);
 
-/* Whether the update follows backward (the "streamed" update): with both
- * offload.optimizer and offload.params "cpu", one rank, one micro-batch a
- * step, no clip_grad_norm and no loss scale (fp32 or bf16 compute), nothing
- * of the step stands between a tensor's final gradient and its update, so
- * the host updates each tensor as backward finishes it and keeps no
- * gradients of the blocks (trainer/opt_offload.h). */
+/* Whether the update follows backward (the "streamed" update): with
+ * offload.optimizer "cpu", one rank, one micro-batch a step, no
+ * clip_grad_norm and no loss scale (fp32 or bf16 compute), nothing of the
+ * step stands between a tensor's final gradient and its update, so the host
+ * updates each tensor as backward hands its gradient out; with
+ * offload.params "cpu" too it keeps no gradients of the blocks
+ * (trainer/opt_offload.h). */
 int trn_spec_streams_update(const struct trn_spec *spec);
 
 const char *trn_opt_name(enum trn_opt_type t);

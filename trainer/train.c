@@ -241,10 +241,11 @@ static void print_memory(const struct run *r)
 		                       "two staging buffers for the copies to the device");
 	} else if (off) {
 		printf("  %-12s %-5s %9s      %s\n", "host grads", "", "-",
-		       r->streamed ? "none: the update follows backward, tensor by tensor, in the "
-		                     "params' host copies"
-		                   : "none: the update reads and writes the params' host copies in "
-		                     "place");
+		       r->streamed && poff ? "none: the update follows backward, tensor by tensor, "
+		                             "in the params' host copies"
+		       : r->streamed       ? "none: the update follows backward, tensor by tensor"
+		                           : "none: the update reads and writes the params' host "
+		                             "copies in place");
 	}
 	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
 	if (m->act_offload != TRN_OFFLOAD_NONE)
@@ -464,7 +465,10 @@ static void stream_update(void *ctx, int p)
 static int setup_offload(struct run *r, struct trn_err *err)
 {
 	long n = r->dp.hi - r->dp.lo;
-	int in_place = r->model->param_offload == TRN_OFFLOAD_CPU;
+	/* (streamed, the update reads each gradient where the model hands it
+	 * out and writes the params itself: nothing for the offload to copy) */
+	int in_place = r->model->param_offload == TRN_OFFLOAD_CPU ||
+	               trn_spec_streams_update(r->spec);
 	if (trn_opt_offload_init(&r->off, n, r->dp.n_buckets,
 	                         r->spec->parallel.bucket_bytes / (long)sizeof(float), r->model->dtype,
 	                         r->master, r->dp.gs, r->model->w + r->dp.lo, in_place) != 0)
@@ -588,7 +592,7 @@ static int setup(struct run *r, struct trn_err *err)
 		r->model->grad_ready = trn_dp_grad_ready;
 		r->model->grad_ready_ctx = &r->dp;
 	}
-	if (m->streamed) {                 /* one rank: no buckets to reduce */
+	if (trn_spec_streams_update(s)) {  /* one rank: no buckets to reduce */
 		r->streamed = 1;
 		m->grad_ready = stream_update;
 		m->grad_ready_ctx = r;

@@ -269,7 +269,10 @@ BIG_MLP = {"name": "big-mlp", "model": {"type": "mlp", "hidden": [4096, 4096]},
 
 
 def test_plan_moves_master_and_optimizer_to_the_host(tmp_path):
-    gpu = dict(BIG_MLP, precision={"compute": "bf16"}, resources={"gpus_per_node": 1})
+    # clipping: the update waits for every gradient, after backward
+    clipped = {"type": "adamw", "lr": 0.001, "clip_grad_norm": 1.0}
+    gpu = dict(BIG_MLP, precision={"compute": "bf16"}, resources={"gpus_per_node": 1},
+               optimizer=clipped)
     none = plan_json(tmp_path, dict(gpu, name="none"))
     cpu = plan_json(tmp_path, dict(gpu, name="cpu", offload={"optimizer": "cpu"}))
     n = none["params"]
@@ -284,8 +287,15 @@ def test_plan_moves_master_and_optimizer_to_the_host(tmp_path):
     assert cpu["host_bytes_per_rank"] - none["host_bytes_per_rank"] == \
         items["grad_host"] + items["param_stage"]
     # fp32 compute: the master weights are the host's too, not the params
-    f32 = plan_json(tmp_path, dict(BIG_MLP, name="f32", offload={"optimizer": "cpu"}))
+    f32 = plan_json(tmp_path, dict(BIG_MLP, name="f32", offload={"optimizer": "cpu"},
+                                   optimizer=clipped))
     assert f32["items"]["master"] == 4 * n
+    # no clipping, one micro-batch a step: the update follows backward and
+    # reads the model's gradients itself, with no host copy or staging
+    streamed = plan_json(tmp_path, dict(gpu, name="streamed", offload={"optimizer": "cpu"},
+                                        optimizer=BIG_MLP["optimizer"]))["items"]
+    assert "grad_host" not in streamed and "param_stage" not in streamed
+    assert streamed["master"] == 4 * n and streamed["optimizer"] == 8 * n
     # ZeRO-1: the shard's; the reduce-scatter's shard is the host's too (the
     # ranks reduce host gradients over MPI)
     z = plan_json(tmp_path, dict(gpu, name="z", offload={"optimizer": "cpu"},

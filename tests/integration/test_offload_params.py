@@ -140,14 +140,15 @@ STREAMED_OPTIMIZERS = {
 }
 
 
-def streamed_specs(dtype, optimizer, state="fp32", **extra):
-    """(both offloads, neither): one rank, one micro-batch a step, no
-    clipping, fp32 or bf16: the update follows backward."""
+def streamed_specs(dtype, optimizer, state="fp32", params="cpu", **extra):
+    """(offload.optimizer "cpu" with offload.params, no offload): one rank,
+    one micro-batch a step, no clipping, fp32 or bf16: the update follows
+    backward."""
     opt = dict(STREAMED_OPTIMIZERS[optimizer], state_dtype=state)
     specs = []
     for where in ("cpu", "none"):
         s = with_offload(gpt_spec("none", dtype, optimizer=opt, batch={"global": 8, "micro": 8},
-                                  **extra), where, "none")
+                                  **extra), params if where == "cpu" else "none", "none")
         s["offload"]["optimizer"] = where
         specs.append(s)
     return specs
@@ -162,15 +163,19 @@ def assert_grad_norms_close(base, job):
         assert y == pytest.approx(x, rel=1e-6)
 
 
-@pytest.mark.parametrize("dtype,optimizer,state", [
-    ("fp32", "adamw", "fp32"), ("bf16", "adamw", "fp32"), ("bf16", "adamw", "int8"),
-    ("fp32", "sgd", "fp32"), ("bf16", "lars", "fp32"), ("fp32", "lamb", "int8")])
-def test_streamed_update_trains_the_same_bits(trainer, tmp_path, dtype, optimizer, state):
-    """Each tensor updated as backward finishes it, its gradient read from
-    the parameter offload's window (the blocks' host gradients are not kept:
-    a touch of them would fault): the parameters, optimizer state and losses
-    of a run without either offload, bit for bit, and its gradient norms."""
-    both, plain = streamed_specs(dtype, optimizer, state)
+@pytest.mark.parametrize("dtype,optimizer,state,params", [
+    ("fp32", "adamw", "fp32", "cpu"), ("bf16", "adamw", "fp32", "cpu"),
+    ("bf16", "adamw", "int8", "cpu"), ("fp32", "sgd", "fp32", "cpu"),
+    ("bf16", "lars", "fp32", "cpu"), ("fp32", "lamb", "int8", "cpu"),
+    ("fp32", "adamw", "fp32", "none"), ("bf16", "lamb", "int8", "none")])
+def test_streamed_update_trains_the_same_bits(trainer, tmp_path, dtype, optimizer, state,
+                                              params):
+    """Each tensor updated as backward finishes it, with offload.params its
+    gradient read from the parameter offload's window (the blocks' host
+    gradients are not kept: a touch of them would fault), without it from
+    the model's gradients: the parameters, optimizer state and losses of a
+    run without offload, bit for bit, and its gradient norms."""
+    both, plain = streamed_specs(dtype, optimizer, state, params)
     base, job = tmp_path / "none", tmp_path / "streamed"
     train(trainer, plain, base)
     out = train(trainer, both, job)
@@ -260,6 +265,26 @@ def larch_plan(tmp_path, spec):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode in (0, 1), out.stderr
     return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_plan_of_the_streamed_update_keeps_no_block_gradients(tmp_path, gpus):
+    layers, dim, seq = 8, 64, 64
+    resident, block = gpt_floats(dim, seq)
+    n = resident + layers * block
+    plans = {}
+    for name, clip in (("streamed", 0), ("after", 1.0)):
+        s, _ = streamed_specs("fp32", "adamw", "int8", layers=layers)
+        s["optimizer"]["clip_grad_norm"] = clip
+        s["name"] = f"plan-{name}-{gpus}"
+        s["model"].update(dim=dim, seq=seq, heads=4)
+        s["resources"] = {"gpus_per_node": gpus}
+        plans[name] = larch_plan(tmp_path, s)["items"]
+    # the host's params and, of the gradients, the resident tensors' and two
+    # windows of a block, against all of them
+    assert plans["after"]["param_offload"] == 4 * 2 * n
+    assert plans["streamed"]["param_offload"] == 4 * (n + resident + 2 * block)
+    assert "master" not in plans["streamed"] and "grad_host" not in plans["streamed"]
 
 
 @pytest.mark.parametrize("gpus", [0, 1])
