@@ -134,6 +134,11 @@ struct trn_model {
 	 * offload's windows (trn_model_grad_of). */
 	int streamed;
 	size_t g_map_bytes;            /* streamed: g is this mapping, else malloc'd */
+	/* w holds the fp32 master weights, which the model rounds to the
+	 * compute dtype as it reads them (a GPU model with offload.params and
+	 * 16-bit compute: each staged block and the resident tensors' device
+	 * copy), so that the trainer keeps no second fp32 copy */
+	int w_master;
 };
 
 /* Rounds x[0..n) to the model's compute dtype in place (nothing for fp32). */

@@ -67,6 +67,13 @@ const struct trn_copier trn_cuda_copier = {
 	.zero = slots_zero, .start = copy_start, .wait = copy_wait,
 };
 
+/* A block's master weights arrived in their slot: rounded there, on the
+ * stream, before the block computes. */
+static void round_slot(void *ctx, float *slot, long floats)
+{
+	trn_cuda_model_round(ctx, slot, floats);
+}
+
 /* offload.params: the engine over the device's slots, the blocks' floats
  * as the layout has them. 0, or -1 when out of memory. */
 static int param_offload_setup(struct trn_cuda_model *c)
@@ -85,6 +92,10 @@ static int param_offload_setup(struct trn_cuda_model *c)
 	if (rc == 0)
 		rc = trn_param_offload_init(b->param_off, b->n_blocks, off, floats, b->w,
 		                            b->streamed ? NULL : b->g, &trn_cuda_copier);
+	if (rc == 0 && b->w_master) {
+		b->param_off->round_in = round_slot;
+		b->param_off->round_ctx = c;
+	}
 	free(off);
 	free(floats);
 	return rc;
@@ -168,6 +179,8 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	b->param_resident_floats = cpu->param_resident_floats;
 	b->param_stage_floats = cpu->param_stage_floats;
 	b->streamed = cpu->streamed;
+	/* the host copies are the master weights: rounded as they come */
+	b->w_master = b->param_offload == TRN_OFFLOAD_CPU && b->dtype != TRN_DTYPE_FP32;
 	c->res_head = c->res_tail = cpu->n_floats;
 	if (b->param_offload == TRN_OFFLOAD_CPU && b->n_blocks > 0) {
 		const struct trn_param *first = &b->params[b->block_first];
@@ -256,6 +269,8 @@ void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
 	if (c->res_tail < n)
 		kern_cuda_upload(c->w_dev + c->res_head, c->base.w + c->res_tail,
 		                 sizeof(float) * (size_t)(n - c->res_tail));
+	if (c->base.w_master)
+		trn_cuda_model_round(c, c->w_dev, c->res_head + (n - c->res_tail));
 	c->w_version = c->base.w_version;
 }
 

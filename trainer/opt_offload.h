@@ -34,7 +34,8 @@
  * models need of the host. The offload then reads the gradients where they
  * are (grads is dev_grads) and writes the rounded parameters straight into
  * dev_params, or leaves them be when the master weights are the parameters
- * themselves (fp32 compute); it holds no buffer of its own.
+ * themselves (fp32 compute, or a model that rounds the parameters as it
+ * reads them: model.h's w_master); it holds no buffer of its own.
  *
  * Streamed (trn_spec_streams_update: in place, one rank, one micro-batch a
  * step, no clipping, no loss scale): the trainer steps each tensor as the
@@ -75,8 +76,8 @@ struct trn_opt_offload {
  * staging buffers of trn_opt_offload_stage_floats(n, chunk) floats; master
  * is the host's fp32 master weights (borrowed, like dev_grads and
  * dev_params). Allocates the host gradients and the staging buffers. With
- * in_place (see above) it allocates nothing, and master may be dev_params
- * only in fp32. 0, or -1 when out of memory (o can then be released). */
+ * in_place (see above) it allocates nothing, and master may be dev_params.
+ * 0, or -1 when out of memory (o can then be released). */
 int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long chunk,
                          enum trn_dtype dtype, float *master, const float *dev_grads,
                          float *dev_params, int in_place);

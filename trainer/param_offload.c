@@ -127,12 +127,21 @@ void trn_param_offload_fwd_start(struct trn_param_offload *o)
 	prefetch(o, 0);
 }
 
+/* Waits for the weights arriving in slot s, if any, and rounds them there
+ * when they come as master weights. */
+static void weights_in(struct trn_param_offload *o, int s)
+{
+	long n = o->wcopy[s].n;
+	if (wait_copy(o, &o->wcopy[s]) && o->round_in)
+		o->round_in(o->round_ctx, o->wslot[s], n);
+}
+
 const float *trn_param_offload_fwd(struct trn_param_offload *o, int l)
 {
 	int s = l % 2;
 	prefetch(o, l);                /* nothing to do once prefetched */
 	prefetch(o, l + 1);
-	wait_copy(o, &o->wcopy[s]);
+	weights_in(o, s);
 	return o->wslot[s];
 }
 
@@ -141,7 +150,7 @@ const float *trn_param_offload_bwd_begin(struct trn_param_offload *o, int l, flo
 	int s = l % 2;
 	prefetch(o, l);                /* nothing to do when forward left it there */
 	prefetch(o, l - 1);
-	wait_copy(o, &o->wcopy[s]);
+	weights_in(o, s);
 	/* the slot's last block (l + 2) went out before block l + 1 ended */
 	wait_copy(o, &o->gcopy[s]);
 	o->g_held[s] = l;

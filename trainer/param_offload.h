@@ -75,6 +75,10 @@ struct trn_param_offload {
 	int g_held[2];                 /* the block a gradient slot holds or sends, -1 none */
 	struct trn_param_copy wcopy[2], gcopy[2];
 	const struct trn_copier *copier;       /* NULL: the CPU engine (copier.h) */
+	/* rounds a block's weights in their slot as they arrive (the host holds
+	 * fp32 master weights: model.h's w_master), or NULL */
+	void (*round_in)(void *ctx, float *slot, long floats);
+	void *round_ctx;
 	int g_zero;                    /* the host gradients of every block are zero */
 	long w_in, g_in, g_out;        /* floats copied so far */
 };

@@ -157,7 +157,9 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	 * the gradients and two staging buffers of parallel.bucket_mb, unless
 	 * the parameters are offloaded (it works on their host copies) or the
 	 * update follows backward (it reads the model's gradients itself) */
-	int master = dt != TRN_DTYPE_FP32 || (opt_off && !poff);
+	/* (a GPU model with offloaded params rounds 16-bit ones as it reads them
+	 * from master weights: model.h's w_master) */
+	int master = (dt != TRN_DTYPE_FP32 && !(gpus && poff)) || (opt_off && !poff);
 	if (master)
 		p->bytes[TRN_PLAN_MASTER] = 4.0 * (double)p->shard;
 	if (opt_off && !poff && !trn_spec_streams_update(s)) {

@@ -24,7 +24,11 @@
  * grads items are their working copies: two blocks' staging and, on a GPU,
  * the resident tensors (on the CPU those are used in place in the host
  * copies, the param_offload item); the optimizer offload then works in those
- * host copies in place, and fp32 master weights are the params themselves.
+ * host copies in place, and fp32 master weights are the params themselves
+ * (on a GPU in 16 bits too: it rounds them as it reads them). When the
+ * update follows backward (trn_spec_streams_update) the optimizer offload
+ * copies nothing, and with offload.params the host keeps only the resident
+ * tensors' gradients and two windows of a block.
  */
 #ifndef LARCH_TRAINER_PLAN_H
 #define LARCH_TRAINER_PLAN_H

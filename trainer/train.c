@@ -209,9 +209,9 @@ static void print_memory(const struct run *r)
 		total += mem_line("grad shard", TRN_DTYPE_FP32, shard, dev, note);
 	}
 	/* fp32 master weights of their own, or the params themselves (fp32
-	 * compute with the params on the host: no optimizer offload, or the
-	 * params offloaded) */
-	int own_master = dt != TRN_DTYPE_FP32 || (off && !poff);
+	 * compute, or a model that rounds as it reads them, with the params on
+	 * the host: no optimizer offload, or the params offloaded) */
+	int own_master = (dt != TRN_DTYPE_FP32 && !m->w_master) || (off && !poff);
 	if (own_master || zero || off) {
 		snprintf(note, sizeof note, "%s", own_master ? ""
 		         : zero ? "the params' own shard" : "the params' host copies");
@@ -553,9 +553,11 @@ static int setup(struct run *r, struct trn_err *err)
 		return TRN_EXIT_FAILED;
 	trn_loss_scale_init(&r->ls, &s->precision);
 	/* fp32 master weights are the parameters themselves where those are the
-	 * host's: without optimizer offload, or with the parameters offloaded */
-	if (r->model->dtype == TRN_DTYPE_FP32 && (s->offload.optimizer == TRN_OFFLOAD_NONE ||
-	                                          r->model->param_offload == TRN_OFFLOAD_CPU)) {
+	 * host's (without optimizer offload, or with the parameters offloaded),
+	 * and so are 16-bit runs' where the model rounds them as it reads them */
+	int params_fp32 = r->model->dtype == TRN_DTYPE_FP32 || r->model->w_master;
+	if (params_fp32 && (s->offload.optimizer == TRN_OFFLOAD_NONE ||
+	                    r->model->param_offload == TRN_OFFLOAD_CPU)) {
 		r->master = r->model->w + r->dp.lo;
 	} else {
 		long n = r->dp.hi - r->dp.lo;

@@ -10,9 +10,10 @@ figures): GPT-2 shaped models trained by `larch-train --device cuda`.
    run without it (the target: >= 0.7x), each with activations recomputed.
 2. --sizes in turn with offload.optimizer and offload.params "cpu",
    activations recomputed, int8 optimizer state and --largest-precision
-   (fp32: bf16's master weights would add 4 host bytes a parameter), one
-   micro-batch a step and no clipping, so that the update follows backward
-   and the host holds about 6 bytes a parameter; until one fails (out of
+   (bf16: the host copies are the master weights, rounded by the GPU as it
+   reads them), one micro-batch a step and no clipping, so that the update
+   follows backward and the host holds about 6 bytes a parameter; until
+   one fails (out of
    device or host memory, or --timeout): the largest that trains, its
    tokens/s and the device memory it used (the `device memory:` line at the
    end of a run).
@@ -88,9 +89,8 @@ def main():
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
-    ap.add_argument("--largest-precision", default="fp32", choices=["fp32", "bf16"],
-                    help="the sweep's compute dtype (bf16 adds 4 host bytes a parameter of "
-                         "master weights)")
+    ap.add_argument("--largest-precision", default="bf16", choices=["fp32", "bf16"],
+                    help="the sweep's compute dtype")
     ap.add_argument("--timeout", type=int, default=600)
     a = ap.parse_args()
     exe = pathlib.Path(a.build) / "trainer" / "larch-train"

@@ -120,14 +120,26 @@ static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct
 	          "%s: grad_ready order differs (%d and %d calls)", what, oc.n, og.n);
 }
 
+/* The CPU model's (unrounded) weights handed to both as the trainer hands
+ * them over: the CPU model and a GPU model without w_master get them rounded
+ * to the dtype, a GPU model with w_master (offload.params, 16 bits) the
+ * master weights themselves, which it must round as it reads them. */
+static void hand_weights(struct trn_model *cpu, struct trn_model *gpu)
+{
+	size_t bytes = sizeof(float) * (size_t)cpu->n_floats;
+	memcpy(gpu->w, cpu->w, bytes);
+	trn_model_round(cpu, cpu->w, cpu->n_floats);
+	if (!gpu->w_master)
+		memcpy(gpu->w, cpu->w, bytes);
+	trn_model_weights_changed(gpu);
+}
+
 /* The weights move (as an optimizer step would) and the trainer says so. */
 static void nudge(struct trn_model *cpu, struct trn_model *gpu)
 {
-	for (long i = 0; i < cpu->n_floats; i++) {
+	for (long i = 0; i < cpu->n_floats; i++)
 		cpu->w[i] -= 0.05f * cpu->g[i];
-		gpu->w[i] = cpu->w[i];
-	}
-	trn_model_weights_changed(gpu);
+	hand_weights(cpu, gpu);
 }
 
 static void compare_models(const char *spec_text, const struct trn_dataset *ds, int B,
@@ -154,6 +166,10 @@ static void compare_models(const char *spec_text, const struct trn_dataset *ds, 
 	trn_model_init_weights(gpu, 5);
 	long at;
 	CHECK_MSG(same_floats(cpu->w, gpu->w, cpu->n_floats, &at), "%s: init differs", what);
+	CHECK_MSG(gpu->w_master == (strstr(spec_text, "\"params\": \"cpu\"") &&
+	                            gpu->dtype != TRN_DTYPE_FP32),
+	          "%s: the GPU model rounds the weights it reads: %d", what, gpu->w_master);
+	hand_weights(cpu, gpu);
 
 	struct trn_batch b;
 	CHECK_INT_EQ(trn_batch_alloc(&b, ds, B), 0);
