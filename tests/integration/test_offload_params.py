@@ -9,7 +9,6 @@ the start-up report and `larch plan` show the smaller working memory and the
 host copies."""
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -193,16 +192,7 @@ def test_streamed_update_trains_the_same_bits(trainer, tmp_path, dtype, optimize
 
 def test_streamed_update_resumes_bit_exactly(trainer, tmp_path):
     both, plain = streamed_specs("bf16", "adamw", "int8", checkpoint_every=2)
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    train(trainer, both, straight)
-    (resumed / "checkpoints").mkdir(parents=True)
-    shutil.copy(straight / "checkpoints" / "step-00000002.safetensors", resumed / "checkpoints")
-    out = train(trainer, both, resumed, "--resume")
-    assert "(step 2)" in out.stdout
-    ta, _ = read_safetensors(final_checkpoint(straight))
-    tb, _ = read_safetensors(final_checkpoint(resumed))
-    for name in ta:
-        assert ta[name].tobytes() == tb[name].tobytes(), f"{name} differs after resume"
+    assert_resumes_bit_exactly(trainer, tmp_path, both, plain, "the streamed update")
 
 
 @pytest.mark.parametrize("why,extra", [
@@ -267,6 +257,13 @@ def larch_plan(tmp_path, spec):
     return json.loads(out.stdout)
 
 
+def small_plan(tmp_path, spec, name, gpus, dim, seq):
+    spec["name"] = name
+    spec["model"].update(dim=dim, seq=seq, heads=4)
+    spec["resources"] = {"gpus_per_node": gpus}
+    return larch_plan(tmp_path, spec)
+
+
 @pytest.mark.parametrize("gpus", [0, 1])
 def test_plan_of_the_streamed_update_keeps_no_block_gradients(tmp_path, gpus):
     layers, dim, seq = 8, 64, 64
@@ -276,10 +273,7 @@ def test_plan_of_the_streamed_update_keeps_no_block_gradients(tmp_path, gpus):
     for name, clip in (("streamed", 0), ("after", 1.0)):
         s, _ = streamed_specs("fp32", "adamw", "int8", layers=layers)
         s["optimizer"]["clip_grad_norm"] = clip
-        s["name"] = f"plan-{name}-{gpus}"
-        s["model"].update(dim=dim, seq=seq, heads=4)
-        s["resources"] = {"gpus_per_node": gpus}
-        plans[name] = larch_plan(tmp_path, s)["items"]
+        plans[name] = small_plan(tmp_path, s, f"plan-{name}-{gpus}", gpus, dim, seq)["items"]
     # the host's params and, of the gradients, the resident tensors' and two
     # windows of a block, against all of them
     assert plans["after"]["param_offload"] == 4 * 2 * n
@@ -295,10 +289,7 @@ def test_plan_moves_the_params_and_grads_to_the_host(tmp_path, gpus):
     plans = {}
     for params in ("none", "cpu"):
         s = with_offload(gpt_spec("none", "bf16", layers=layers), params, "none")
-        s["name"] = f"plan-{params}-{gpus}"
-        s["model"].update(dim=dim, seq=seq, heads=4)
-        s["resources"] = {"gpus_per_node": gpus}
-        plans[params] = larch_plan(tmp_path, s)
+        plans[params] = small_plan(tmp_path, s, f"plan-{params}-{gpus}", gpus, dim, seq)
     none, cpu = plans["none"]["items"], plans["cpu"]["items"]
     eb = 4                             # bf16 in floats, on a GPU too so far
     assert plans["cpu"]["params"] == n and none["params"] == eb * n
