@@ -306,6 +306,12 @@ void trn_model_weights_changed(struct trn_model *m)
 	m->w_version++;
 }
 
+void trn_model_tensor_changed(struct trn_model *m, int p)
+{
+	if (m->ops->tensor_changed)
+		m->ops->tensor_changed(m, p);
+}
+
 int trn_model_set_resident(struct trn_model *m)
 {
 	if (!m->device || !m->ops->zero_device_grads || !m->ops->pull_weights ||

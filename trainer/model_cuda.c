@@ -260,11 +260,33 @@ void trn_cuda_model_gemms(const struct trn_cuda_model *c)
 	                                                            : KERN_MM_FP32);
 }
 
+void trn_cuda_model_tensor_changed(struct trn_model *base, int p)
+{
+	struct trn_cuda_model *c = (struct trn_cuda_model *)base;
+	if (base->resident || base->param_off)
+		return;                        /* the device's own, or the engine's to bring */
+	const struct trn_param *t = &base->params[p];
+	kern_cuda_copy_async(TRN_CUDA_W_IN_CHANNEL, c->w_dev + t->offset, base->w + t->offset,
+	                     sizeof(float) * (size_t)t->numel);
+	if (c->w_streamed && c->w_streamed_version != base->w_version)
+		c->w_streamed = 0;             /* a step's worth from before: not this one's */
+	c->w_streamed += t->numel;
+	c->w_streamed_version = base->w_version;
+}
+
 void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
 {
+	long streamed = c->w_streamed;
+	int just_that = c->w_streamed_version + 1 == c->base.w_version;
+	c->w_streamed = 0;
 	if (c->w_version == c->base.w_version)
 		return;
 	long n = c->base.n_floats;
+	if (streamed == n && just_that) {  /* every tensor on its way: wait for the last */
+		kern_cuda_copy_wait(TRN_CUDA_W_IN_CHANNEL);
+		c->w_version = c->base.w_version;
+		return;
+	}
 	kern_cuda_upload(c->w_dev, c->base.w, sizeof(float) * (size_t)c->res_head);
 	if (c->res_tail < n)
 		kern_cuda_upload(c->w_dev + c->res_head, c->base.w + c->res_tail,

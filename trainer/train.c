@@ -456,6 +456,7 @@ static void stream_update(void *ctx, int p)
 		memcpy(m->w + t->offset, r->master + t->offset, sizeof(float) * (size_t)t->numel);
 		trn_model_round(m, m->w + t->offset, t->numel);
 	}
+	trn_model_tensor_changed(m, p);    /* on a GPU, on its way back now */
 }
 
 /* offload.optimizer "cpu": the master weights and the optimizer state are
