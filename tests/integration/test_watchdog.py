@@ -2,7 +2,8 @@
 spike rolls the run back to its last checkpoint and skips the batches since
 (one rank, and two ranks with ZeRO-1 that must roll back together); a run
 that keeps diverging rolls back to its initial weights max_rollbacks times
-and then fails with the reason."""
+and then fails with the reason; an update that followed backward is rolled
+back as well."""
 import collections
 import shutil
 import subprocess
@@ -10,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from datasets import write_idx
+from datasets import read_safetensors, write_idx
 from jobdir import metrics, result
 from mpi import mpi_env
 
@@ -88,3 +89,30 @@ def test_divergence_exhausts_the_rollbacks_then_fails(trainer, tmp_path):
     assert "2 rollbacks already (watchdog.max_rollbacks): giving up" in out.stderr, out.stderr
     res = result(job)
     assert res["status"] == "failed" and "giving up" in res["reason"]
+
+
+def test_a_spike_rolls_back_an_update_that_followed_backward(trainer, tmp_path):
+    """With both offloads (one rank, one micro-batch, no clipping) the step
+    that spikes has updated every tensor during its backward already: the
+    rollback to the checkpoint undoes that, and the run ends with the bits
+    of the same run without offload."""
+    data = poisoned_set(tmp_path, bad_step=12)
+    s = {"name": "spike", "model": {"type": "mlp", "hidden": [32, 24]}, "data": data,
+         "batch": {"global": 256}, "optimizer": {"type": "adamw", "lr": 0.01},
+         "precision": {"compute": "bf16"},
+         "steps": 15, "log_every": 1, "checkpoint_every": 10, "seed": 1,
+         "watchdog": {"max_rollbacks": 2, "spike_factor": 3, "window": 5}}
+    jobs = {}
+    for name, offload in (("plain", {}), ("streamed", {"optimizer": "cpu", "params": "cpu"})):
+        jobs[name] = tmp_path / name
+        out = train(trainer, dict(s, name=name, offload=offload), jobs[name])
+        assert out.returncode == EXIT_OK, out.stderr[-3000:]
+        assert "rolled back to step 10" in out.stdout, out.stdout
+        assert ("the update follows backward" in out.stdout) == (name == "streamed")
+    final = {name: read_safetensors(job / "checkpoints" / "step-00000015.safetensors")[0]
+             for name, job in jobs.items()}
+    for tensor, value in final["plain"].items():
+        assert value.tobytes() == final["streamed"][tensor].tobytes(), tensor
+    losses = {name: [(m["step"], m["value"]) for m in metrics(job) if m["name"] == "train/loss"]
+              for name, job in jobs.items()}
+    assert losses["plain"] == losses["streamed"]
