@@ -276,26 +276,33 @@ static void print_memory(const struct run *r)
 }
 
 /* This process's peak resident memory beside its plan (plan.h): on the CPU
- * everything the plan counts is resident memory. */
+ * everything the plan counts is resident memory. On a GPU (planned as one
+ * GPU per rank, --device cuda as well) the device's memory in use beside
+ * the device's plan, and the host's peak beside the host's plan, both with
+ * what CUDA itself holds on top (its context, its libraries). */
 static void print_peak(const struct run *r)
 {
 	struct trn_plan p;
 	struct trn_err err = { 0 };
 	double peak = trn_plan_peak_rss();
 	const struct trn_model *m = r->model;
+	struct trn_spec planned = *r->spec;    /* (read only: nothing of it is released) */
+	if (m->device && planned.resources.gpus_per_node < 1)
+		planned.resources.gpus_per_node = 1;
+	int have = trn_plan_make(&p, &planned, 0, &err) == 0;
 	if (m->device && m->ops->device_memory) {
 		double used, total, scratch;
 		m->ops->device_memory(m, &used, &total, &scratch);
-		printf("device memory: %.1f MiB of %.1f MiB in use at the end (the model's activations "
-		       "%.1f MiB, parameters and gradients %.1f MiB), the kernels' scratch peaked at "
-		       "%.1f MiB\n", mib(used), mib(total), mib((double)m->act_bytes),
-		       mib(8.0 * (double)m->n_floats), mib(scratch));
+		printf("device memory: %.1f MiB of %.1f MiB in use at the end, planned %.1f MiB "
+		       "(+ the CUDA context); the kernels' scratch peaked at %.1f MiB\n", mib(used),
+		       mib(total), have ? mib(p.device_bytes) : 0.0, mib(scratch));
 	}
-	if (peak <= 0 || r->spec->resources.gpus_per_node > 0 ||
-	    trn_plan_make(&p, r->spec, 0, &err) != 0 || p.host_bytes <= 0)
+	if (peak <= 0 || !have || p.host_bytes <= 0)
 		return;
-	printf("memory: peak resident %.1f MiB, planned %.1f MiB (%+.1f%%)\n", mib(peak),
-	       mib(p.host_bytes), 100.0 * (peak - p.host_bytes) / p.host_bytes);
+	printf("%s: peak resident %.1f MiB, planned %.1f MiB (%+.1f%%)%s\n",
+	       m->device ? "host memory" : "memory", mib(peak), mib(p.host_bytes),
+	       100.0 * (peak - p.host_bytes) / p.host_bytes,
+	       m->device ? " (+ CUDA's libraries)" : "");
 }
 
 static void print_plan(const struct run *r)

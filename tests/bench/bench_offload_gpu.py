@@ -75,7 +75,8 @@ def run(a, exe, tmp, size, offload, **how):
         return {"error": f"exit {p.returncode}: {tail}"}
     rates = [m["value"] for m in map(json.loads, (job / "metrics.jsonl").read_text()
                                      .splitlines()) if m["name"] == "train/tokens_per_s"]
-    mem = next((l for l in p.stdout.splitlines() if l.startswith("device memory:")), "")
+    mem = " ".join(l for l in p.stdout.splitlines()
+                   if l.startswith(("device memory:", "host memory:")))
     return {"tokens_s": statistics.median(rates[1:] or rates), "wall": wall, "memory": mem}
 
 
