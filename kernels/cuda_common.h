@@ -100,6 +100,11 @@ double kern_cuda_peak_tensor16(int index);
  * kern_matmul_cuda_operands set it. */
 int kern_cuda_gemm_operands(void);
 void kern_cuda_set_gemm_operands(int dtype);
+/* With 16-bit operands the elementwise kernels also store what they write
+ * as 16-bit values (rounded to nearest even, held in their fp32 buffers),
+ * as the CPU model rounds after them: LayerNorm's output and input gradient,
+ * GELU's and the residual's outputs and gradients, the embedding's output
+ * (not the parameter gradients, which the trainer rounds when final). */
 
 /* ---- the stream and the cuBLAS handle -------------------------------------- */
 

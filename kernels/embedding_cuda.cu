@@ -13,19 +13,21 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_common.h"
+#include "precision_cuda.cuh"
 
 #define THREADS 256
 #define DWTE_THREADS 128
 
 __global__ static void embedding_fwd_kernel(float *out, const int *tokens, const float *wte,
-                                            const float *wpe, long total, int t, int c)
+                                            const float *wpe, long total, int t, int c,
+                                            int ops)
 {
 	long stride = (long)gridDim.x * blockDim.x;
 	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride) {
 		long row = k / c;
 		int j = (int)(k - row * c);
 		float w = wte[(size_t)tokens[row] * c + j];
-		out[k] = wpe ? w + wpe[(size_t)(row % t) * c + j] : w;
+		out[k] = store16(wpe ? w + wpe[(size_t)(row % t) * c + j] : w, ops);
 	}
 }
 
@@ -77,7 +79,7 @@ extern "C" void kern_embedding_fwd_cuda(float *out, const int *tokens, const flo
 	if (total <= 0)
 		return;
 	embedding_fwd_kernel<<<kern_cuda_grid(total, THREADS), THREADS, 0, kern_cuda_stream()>>>(
-		out, tokens, wte, wpe, total, t, c);
+		out, tokens, wte, wpe, total, t, c, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,12 +6,14 @@
  * and -2u clamped to [-87, 87] so that e and the gradient stay finite. expf
  * is CUDA's accurate one (2 ulp), not __expf. Memory-bound: 16-byte loads
  * and stores when every pointer is 16-byte aligned, a grid-stride loop.
+ * With 16-bit operands the results are stored rounded (cuda_common.h).
  */
 #include "gelu_cuda.h"
 
 #include <stdint.h>
 
 #include "cuda_common.h"
+#include "precision_cuda.cuh"
 
 #define GELU_S 0.7978845608028654 /* sqrt(2/pi) */
 #define GELU_A 0.044715
@@ -43,7 +45,7 @@ static int aligned16(const void *a, const void *b, const void *c)
 	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
 }
 
-__global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int vec)
+__global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int vec, int ops)
 {
 	long stride = (long)gridDim.x * blockDim.x;
 	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -52,19 +54,20 @@ __global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int
 		long n4 = n / 4;
 		for (long k = i; k < n4; k += stride) {
 			float4 x = ((const float4 *)inp)[k];
-			((float4 *)out)[k] = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+			((float4 *)out)[k] =
+				store16x4(make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)), ops);
 		}
 		done = n4 * 4;
 	}
 	for (long k = done + i; k < n; k += stride)
-		out[k] = gelu(inp[k]);
+		out[k] = store16(gelu(inp[k]), ops);
 }
 
 /* set: dinp = gelu'(inp) dout; else dinp += gelu'(inp) dout. The product is
  * rounded before the add (__fmul_rn: no FMA), so that adding gives exactly
  * dinp + what the _set version writes. */
 __global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, long n,
-                                       int vec, int set)
+                                       int vec, int set, int ops)
 {
 	long stride = (long)gridDim.x * blockDim.x;
 	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -79,13 +82,13 @@ __global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const floa
 				float4 d = ((const float4 *)dinp)[k];
 				g = make_float4(d.x + g.x, d.y + g.y, d.z + g.z, d.w + g.w);
 			}
-			((float4 *)dinp)[k] = g;
+			((float4 *)dinp)[k] = store16x4(g, ops);
 		}
 		done = n4 * 4;
 	}
 	for (long k = done + i; k < n; k += stride) {
 		float g = __fmul_rn(gelu_grad(inp[k]), dout[k]);
-		dinp[k] = set ? g : dinp[k] + g;
+		dinp[k] = store16(set ? g : dinp[k] + g, ops);
 	}
 }
 
@@ -95,7 +98,7 @@ extern "C" void kern_gelu_fwd_cuda(float *out, const float *inp, long n)
 		return;
 	int vec = aligned16(out, inp, inp);
 	gelu_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
-		out, inp, n, vec);
+		out, inp, n, vec, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -105,7 +108,7 @@ static void gelu_bwd(float *dinp, const float *inp, const float *dout, long n, i
 		return;
 	int vec = aligned16(dinp, inp, dout);
 	gelu_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
-		dinp, inp, dout, n, vec, set);
+		dinp, inp, dout, n, vec, set, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }
 

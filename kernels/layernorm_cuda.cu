@@ -11,12 +11,14 @@
  *      and sums dout * norm and dout for dweight and dbias in registers,
  *      then stores them as the block's partials (the rows are still in L2);
  * then a second kernel adds the partials up per column in a fixed order.
+ * With 16-bit operands out and dinp are stored rounded (cuda_common.h).
  * The order of every sum depends on n and c alone: no float atomics, the
  * same bits on every run.
  */
 #include "layernorm_cuda.h"
 
 #include "cuda_common.h"
+#include "precision_cuda.cuh"
 
 extern "C" {
 #include "layernorm.h"
@@ -36,7 +38,8 @@ __device__ static inline float warp_sum(float v)
 }
 
 __global__ static void ln_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                     const float *weight, const float *bias, int n, int c)
+                                     const float *weight, const float *bias, int n, int c,
+                                     int ops)
 {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * FWD_WARPS + (threadIdx.x >> 5);
@@ -55,7 +58,7 @@ __global__ static void ln_fwd_kernel(float *out, float *mean, float *rstd, const
 	}
 	float r = 1.0f / sqrtf(warp_sum(v) / c + KERN_LAYERNORM_EPS);
 	for (int j = lane; j < c; j += 32)
-		y[j] = (x[j] - m) * r * weight[j] + bias[j];
+		y[j] = store16((x[j] - m) * r * weight[j] + bias[j], ops);
 	if (lane == 0) {
 		mean[row] = m;
 		rstd[row] = r;
@@ -65,7 +68,7 @@ __global__ static void ln_fwd_kernel(float *out, float *mean, float *rstd, const
 /* part: [gridDim.x][2][c], the block's dweight sums then its dbias sums */
 __global__ static void ln_bwd_kernel(float *dinp, float *part, const float *dout,
                                      const float *inp, const float *weight, const float *mean,
-                                     const float *rstd, int n, int c, int set)
+                                     const float *rstd, int n, int c, int set, int ops)
 {
 	__shared__ float s_mean[ROWS], s_rstd[ROWS], s_mdn[ROWS], s_mdnn[ROWS];
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -105,7 +108,7 @@ __global__ static void ln_bwd_kernel(float *dinp, float *part, const float *dout
 			/* rounded before the add (no FMA): adding gives exactly
 			 * dinp + what the _set version writes */
 			float g = __fmul_rn(r, dn - s_mdn[k] - norm * s_mdnn[k]);
-			dinp[at] = set ? g : dinp[at] + g;
+			dinp[at] = store16(set ? g : dinp[at] + g, ops);
 			sw += dy * norm;
 			sb += dy;
 		}
@@ -147,7 +150,7 @@ extern "C" void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, co
 	if (n <= 0 || c <= 0)
 		return;
 	ln_fwd_kernel<<<(n + FWD_WARPS - 1) / FWD_WARPS, FWD_WARPS * 32, 0, kern_cuda_stream()>>>(
-		out, mean, rstd, inp, weight, bias, n, c);
+		out, mean, rstd, inp, weight, bias, n, c, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -160,7 +163,8 @@ static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
 	int nblk = (n + ROWS - 1) / ROWS;
 	float *part = (float *)kern_cuda_scratch_alloc(sizeof(float) * 2 * (size_t)c * nblk);
 	ln_bwd_kernel<<<nblk, BWD_THREADS, 0, kern_cuda_stream()>>>(dinp, part, dout, inp, weight,
-	                                                            mean, rstd, n, c, set);
+	                                                            mean, rstd, n, c, set,
+	                                                            kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 	ln_bwd_final_kernel<<<(2 * c + 31) / 32, dim3(32, FINAL_TY), 0, kern_cuda_stream()>>>(
 		dweight, dbias, part, nblk, c);

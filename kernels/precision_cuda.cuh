@@ -61,4 +61,22 @@ __device__ static inline float of16_bits(uint16_t h, int bf16)
 	return bf16 ? fp32_of_bf16(h) : fp32_of_fp16(h);
 }
 
+/* x as a buffer of the GEMM operands' type ops holds it (kern_cuda_gemm_operands:
+ * 0 fp32, x itself; 1 fp16; 2 bf16): how the elementwise kernels store
+ * their activation outputs with 16-bit operands (cuda_common.h) */
+__device__ static inline float store16(float x, int ops)
+{
+	if (ops == 2)
+		return fp32_of_bf16(bf16_of_bits(__float_as_uint(x)));
+	if (ops == 1)
+		return fp32_of_fp16(fp16_of_bits(__float_as_uint(x)));
+	return x;
+}
+
+__device__ static inline float4 store16x4(float4 v, int ops)
+{
+	return make_float4(store16(v.x, ops), store16(v.y, ops), store16(v.z, ops),
+	                   store16(v.w, ops));
+}
+
 #endif

@@ -1,11 +1,13 @@
 /* kernels/residual_cuda.cu - residual connection on the GPU (see residual.h,
  * residual_cuda.h): one add per element, so the results equal the CPU's bit
- * for bit. 16-byte accesses when every pointer is 16-byte aligned. */
+ * for bit (with 16-bit operands, stored rounded: cuda_common.h). 16-byte
+ * accesses when every pointer is 16-byte aligned. */
 #include "residual_cuda.h"
 
 #include <stdint.h>
 
 #include "cuda_common.h"
+#include "precision_cuda.cuh"
 
 #define THREADS 256
 
@@ -15,7 +17,7 @@ static int aligned16(const void *a, const void *b, const void *c)
 }
 
 __global__ static void residual_fwd_kernel(float *out, const float *a, const float *b, long n,
-                                           int vec)
+                                           int vec, int ops)
 {
 	long stride = (long)gridDim.x * blockDim.x;
 	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -24,16 +26,17 @@ __global__ static void residual_fwd_kernel(float *out, const float *a, const flo
 		long n4 = n / 4;
 		for (long k = i; k < n4; k += stride) {
 			float4 x = ((const float4 *)a)[k], y = ((const float4 *)b)[k];
-			((float4 *)out)[k] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+			((float4 *)out)[k] =
+				store16x4(make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w), ops);
 		}
 		done = n4 * 4;
 	}
 	for (long k = done + i; k < n; k += stride)
-		out[k] = a[k] + b[k];
+		out[k] = store16(a[k] + b[k], ops);
 }
 
 __global__ static void residual_bwd_kernel(float *da, float *db, const float *dout, long n,
-                                           int vec)
+                                           int vec, int ops)
 {
 	long stride = (long)gridDim.x * blockDim.x;
 	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -43,15 +46,17 @@ __global__ static void residual_bwd_kernel(float *da, float *db, const float *do
 		for (long k = i; k < n4; k += stride) {
 			float4 g = ((const float4 *)dout)[k];
 			float4 x = ((const float4 *)da)[k], y = ((const float4 *)db)[k];
-			((float4 *)da)[k] = make_float4(x.x + g.x, x.y + g.y, x.z + g.z, x.w + g.w);
-			((float4 *)db)[k] = make_float4(y.x + g.x, y.y + g.y, y.z + g.z, y.w + g.w);
+			((float4 *)da)[k] =
+				store16x4(make_float4(x.x + g.x, x.y + g.y, x.z + g.z, x.w + g.w), ops);
+			((float4 *)db)[k] =
+				store16x4(make_float4(y.x + g.x, y.y + g.y, y.z + g.z, y.w + g.w), ops);
 		}
 		done = n4 * 4;
 	}
 	for (long k = done + i; k < n; k += stride) {
 		float g = dout[k];
-		da[k] += g;
-		db[k] += g;
+		da[k] = store16(da[k] + g, ops);
+		db[k] = store16(db[k] + g, ops);
 	}
 }
 
@@ -61,7 +66,7 @@ extern "C" void kern_residual_fwd_cuda(float *out, const float *a, const float *
 		return;
 	int vec = aligned16(out, a, b);
 	residual_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0,
-	                      kern_cuda_stream()>>>(out, a, b, n, vec);
+	                      kern_cuda_stream()>>>(out, a, b, n, vec, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -71,6 +76,6 @@ extern "C" void kern_residual_bwd_cuda(float *da, float *db, const float *dout, 
 		return;
 	int vec = aligned16(da, db, dout);
 	residual_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0,
-	                      kern_cuda_stream()>>>(da, db, dout, n, vec);
+	                      kern_cuda_stream()>>>(da, db, dout, n, vec, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }

@@ -167,8 +167,9 @@ static struct gpt_block_acts *fwd_acts(struct gpt_cuda *g, int l)
 }
 
 /* Block l's forward from a->x with its weights bw as far as backward needs
- * it: everything in a. Each op is followed by the rounding of what it wrote
- * (16-bit storage, as in model_gpt.c); the attention rounds att itself
+ * it: everything in a. What each op writes is rounded (16-bit storage, as in
+ * model_gpt.c): the GEMMs' outputs in a pass of their own, the elementwise
+ * ops' as they store them (cuda_common.h), att by the attention
  * (attention_cuda.h). */
 static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts *a)
 {
@@ -177,7 +178,6 @@ static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts
 	long btc = (long)BT * C;
 #define W(which) (bw + g->rel[which])
 	kern_layernorm_fwd_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B), BT, C);
-	trn_cuda_model_round(c, a->ln1, btc);
 	kern_matmul_fwd_cuda(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
 	trn_cuda_model_round(c, a->qkv, btc * 3);
 	kern_attention_fwd_cuda(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
@@ -185,14 +185,11 @@ static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts
 	kern_matmul_fwd_cuda(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
 	trn_cuda_model_round(c, g->tmp_c, btc);
 	kern_residual_fwd_cuda(a->res2, a->x, g->tmp_c, btc);
-	trn_cuda_model_round(c, a->res2, btc);
 	kern_layernorm_fwd_cuda(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W), W(P_LN2B),
 	                        BT, C);
-	trn_cuda_model_round(c, a->ln2, btc);
 	kern_matmul_fwd_cuda(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
 	trn_cuda_model_round(c, a->fch, btc * 4);
 	kern_gelu_fwd_cuda(a->fch_gelu, a->fch, btc * 4);
-	trn_cuda_model_round(c, a->fch_gelu, btc * 4);
 #undef W
 }
 
@@ -211,11 +208,10 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	kern_cuda_upload(c->targets_dev, b->targets, sizeof(int) * (size_t)BT);
 
 	float *x = fwd_input(g, 0);
-	/* each op is followed by the rounding of what it wrote (16-bit storage),
-	 * as in model_gpt.c */
+	/* what each op writes is rounded (16-bit storage), as in model_gpt.c:
+	 * see block_fwd */
 	trn_model_fwd_start(base);
 	kern_embedding_fwd_cuda(x, c->tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
-	trn_cuda_model_round(c, x, btc);
 	for (int l = 0; l < g->L; l++) {
 		const float *bw = trn_model_block_fwd(base, l);
 		struct gpt_block_acts *a = fwd_acts(g, l);
@@ -225,13 +221,11 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 		trn_cuda_model_round(c, g->tmp_c, btc);
 		x = fwd_input(g, l + 1);
 		kern_residual_fwd_cuda(x, a->res2, g->tmp_c, btc);
-		trn_cuda_model_round(c, x, btc);
 		if (g->act_cpu)
 			trn_act_offload_fwd_end(&g->off, l);
 	}
 	kern_layernorm_fwd_cuda(g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf), wd(g, lf + 1),
 	                        BT, C);
-	trn_cuda_model_round(c, g->lnf, btc);
 	kern_matmul_fwd_ld_cuda(g->logits, VP, g->lnf, wd(g, 0), NULL, BT, C, V);
 	trn_cuda_model_round(c, g->logits, (long)BT * VP);
 	kern_softmax_xent_fwd_ld_cuda(g->losses, g->lse, g->logits, VP, c->targets_dev, BT, V);
@@ -261,8 +255,8 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 		trn_cuda_model_grads_out(c, g->ready);
 		return;
 	}
-	/* as in forward, each op is followed by the rounding of the activation
-	 * gradient it wrote; parameter gradients are rounded at grad_ready */
+	/* as in forward, the activation gradient each op writes is rounded;
+	 * parameter gradients are rounded at grad_ready */
 	kern_softmax_xent_bwd_set_ld_cuda(g->dlogits, scale / (float)counted, g->logits, VP, g->lse,
 	                                  c->targets_dev, BT, V);
 	trn_cuda_model_round(c, g->dlogits, (long)BT * VP);
@@ -271,7 +265,6 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	trn_cuda_model_round(c, g->dln, btc);
 	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
 	                            g->lnf_mean, g->lnf_rstd, BT, C);
-	trn_cuda_model_round(c, g->dres, btc);
 	if (poff || out)
 		resident_ready(g, lf, lf + 1);
 	for (int l = g->L - 1; l >= 0; l--) {
@@ -287,13 +280,11 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 		                         BT, 4 * C, C);
 		trn_cuda_model_round(c, g->dbig, btc * 4);
 		kern_gelu_bwd_set_cuda(g->dbig, a->fch, g->dbig, btc * 4);
-		trn_cuda_model_round(c, g->dbig, btc * 4);
 		kern_matmul_bwd_set_cuda(g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW), BT, C,
 		                         4 * C);
 		trn_cuda_model_round(c, g->dln, btc);
 		kern_layernorm_bwd_cuda(g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2, W(P_LN2W),
 		                        a->ln2_mean, a->ln2_rstd, BT, C);
-		trn_cuda_model_round(c, g->dres, btc);
 		kern_matmul_bwd_set_cuda(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW),
 		                         BT, C, C);
 		trn_cuda_model_round(c, g->datty, btc);
@@ -305,7 +296,6 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 		trn_cuda_model_round(c, g->dln, btc);
 		kern_layernorm_bwd_cuda(g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
 		                        a->ln1_mean, a->ln1_rstd, BT, C);
-		trn_cuda_model_round(c, g->dres, btc);
 		if (poff) {
 			/* the block's gradients are final: rounded in their slot, which
 			 * goes out to g as it is */

@@ -139,8 +139,7 @@ static double mlp_cuda_forward(struct trn_model *base, const struct trn_batch *b
 		if (!hidden)
 			break;
 		if (m->act == TRN_ACT_GELU) {
-			kern_gelu_fwd_cuda(m->post[i], m->pre[i], len);
-			trn_cuda_model_round(&m->c, m->post[i], len);
+			kern_gelu_fwd_cuda(m->post[i], m->pre[i], len);   /* stored rounded */
 		} else {
 			kern_relu_fwd_cuda(m->post[i], m->pre[i], len);
 		}
@@ -177,8 +176,7 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 			if (m->act == TRN_ACT_GELU) {
 				if (base->act_offload == TRN_OFFLOAD_RECOMPUTE)
 					layer_fwd(m, bw, i, n);
-				kern_gelu_bwd_set_cuda(dout, m->pre[i], dout, len);
-				trn_cuda_model_round(&m->c, dout, len);
+				kern_gelu_bwd_set_cuda(dout, m->pre[i], dout, len);   /* stored rounded */
 			} else {    /* pre[i] holds relu's output: > 0 exactly where its input was */
 				kern_relu_bwd_set_cuda(dout, m->pre[i], dout, len);
 			}

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/cuda_common.h"
+#include "kernels/precision.h"
 
 void gpu_test_init(const char *test)
 {
@@ -101,4 +102,20 @@ int check_same_bits(const char *what, const float *a, const float *b, long n)
 			return CHECK_MSG(0, "%s: element %ld differs: %.9g vs %.9g (of %ld)", what, i,
 			                 a[i], b[i], n);
 	return CHECK_MSG(1, "%s", what);
+}
+
+int check_stored_bf16(const char *what, const float *got, const float *want, long n, double rtol)
+{
+	for (long i = 0; i < n; i++) {
+		uint32_t bits;
+		memcpy(&bits, &got[i], sizeof bits);
+		if (bits & 0xffffu)
+			return CHECK_MSG(0, "%s: element %ld (%.9g) is not a bf16 value", what, i, got[i]);
+	}
+	float *r = host_copy(want, n);
+	kern_round_bf16_cpu(r, n);
+	int ok = rtol == 0 ? check_same_bits(what, got, r, n) : check_close(what, got, r, n, 1e-30,
+	                                                                      rtol);
+	free(r);
+	return ok;
 }

@@ -36,4 +36,12 @@ void dev_put(float *dev, const float *host, long n);
  * difference as a failed check under `what` otherwise. */
 int check_same_bits(const char *what, const float *a, const float *b, long n);
 
+/* A kernel's outputs stored with bf16 operands (kern_matmul_cuda_operands,
+ * cuda_common.h): every value of got is a bf16 value (low 16 bits zero),
+ * and got is the fp32 reference want rounded to bf16: bit for bit with rtol
+ * 0, else within rtol (2^-7: one bf16 spacing, where the GPU's fp32 result
+ * rounds to the neighbour of the reference's). */
+int check_stored_bf16(const char *what, const float *got, const float *want, long n,
+                      double rtol);
+
 #endif

@@ -13,6 +13,7 @@
 #include "kernels/cuda_common.h"
 #include "kernels/embedding.h"
 #include "kernels/embedding_cuda.h"
+#include "kernels/matmul_cuda.h"
 
 static uint64_t rng = 81;
 
@@ -80,9 +81,33 @@ static void test_vs_ref(void)
 	}
 }
 
+/* With bf16 operands the output is stored as bf16 values: the reference's
+ * (one add) rounded, bit for bit. */
+static void test_bf16_stores(void)
+{
+	int b = 4, t = 64, c = 48, vocab = 1000;
+	long rows = (long)b * t, btc = rows * c;
+	int *tokens = malloc(sizeof(int) * (size_t)rows);
+	for (long i = 0; i < rows; i++)
+		tokens[i] = (int)(check_rand_u64(&rng) % (uint64_t)vocab);
+	float *wte = host_rand((long)vocab * c, -1, 1, &rng), *wpe = host_rand((long)t * c, -1, 1, &rng);
+	int *d_tokens = kern_cuda_dup(tokens, sizeof(int) * (size_t)rows);
+	float *d_wte = dev_copy(wte, (long)vocab * c), *d_wpe = dev_copy(wpe, (long)t * c);
+	float *d_out = dev_alloc(btc), *want = host_zeros(btc);
+	kern_embedding_fwd_ref(want, tokens, wte, wpe, b, t, c);
+	kern_matmul_cuda_operands(KERN_MM_BF16);
+	kern_embedding_fwd_cuda(d_out, d_tokens, d_wte, d_wpe, b, t, c);
+	kern_matmul_cuda_operands(KERN_MM_FP32);
+	float *got = dev_fetch(d_out, btc);
+	check_stored_bf16("bf16 out", got, want, btc, 0);
+	free(tokens), free(wte), free(wpe), free(want), free(got);
+	kern_cuda_free(d_tokens), kern_cuda_free(d_wte), kern_cuda_free(d_wpe), kern_cuda_free(d_out);
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_embedding");
 	CHECK_RUN(test_vs_ref);
+	CHECK_RUN(test_bf16_stores);
 	return check_finish();
 }

@@ -18,6 +18,7 @@
 #include "kernels/cuda_common.h"
 #include "kernels/gelu.h"
 #include "kernels/gelu_cuda.h"
+#include "kernels/matmul_cuda.h"
 
 #define OUT_ATOL 1e-12
 #define OUT_RTOL 8e-6
@@ -124,10 +125,38 @@ static void test_empty(void)
 	CHECK(1);
 }
 
+/* With bf16 operands out and dinp are stored as bf16 values: the
+ * reference's rounded (within one bf16 spacing), on both paths. */
+static void test_bf16_stores(void)
+{
+	for (int off = 0; off < 2; off++) {
+		long n = 100003;
+		float *inp = host_rand(n, -4, 4, &rng), *dout = host_rand(n, -1, 1, &rng);
+		float *d_inp = dev_alloc(n + off), *d_dout = dev_alloc(n + off);
+		float *d_out = dev_alloc(n + off), *d_dinp = dev_alloc(n + off);
+		dev_put(d_inp + off, inp, n);
+		dev_put(d_dout + off, dout, n);
+		float *want = host_zeros(n), *dwant = host_zeros(n);
+		kern_gelu_fwd_ref(want, inp, n);
+		kern_gelu_bwd_set_ref(dwant, inp, dout, n);
+		kern_matmul_cuda_operands(KERN_MM_BF16);
+		kern_gelu_fwd_cuda(d_out + off, d_inp + off, n);
+		kern_gelu_bwd_set_cuda(d_dinp + off, d_inp + off, d_dout + off, n);
+		kern_matmul_cuda_operands(KERN_MM_FP32);
+		float *got = dev_fetch(d_out + off, n), *dgot = dev_fetch(d_dinp + off, n);
+		check_stored_bf16(off ? "bf16 out (scalar path)" : "bf16 out", got, want, n, 0x1p-7);
+		check_stored_bf16(off ? "bf16 dinp (scalar path)" : "bf16 dinp", dgot, dwant, n, 0x1p-7);
+		free(inp), free(dout), free(want), free(dwant), free(got), free(dgot);
+		kern_cuda_free(d_inp), kern_cuda_free(d_dout), kern_cuda_free(d_out);
+		kern_cuda_free(d_dinp);
+	}
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_gelu");
 	CHECK_RUN(test_vs_ref);
+	CHECK_RUN(test_bf16_stores);
 	CHECK_RUN(test_deterministic);
 	CHECK_RUN(test_empty);
 	return check_finish();

@@ -19,6 +19,7 @@
 #include "kernels/cuda_common.h"
 #include "kernels/layernorm.h"
 #include "kernels/layernorm_cuda.h"
+#include "kernels/matmul_cuda.h"
 
 static uint64_t rng = 51;
 
@@ -179,10 +180,48 @@ static void test_deterministic(void)
 	ln_free(&s);
 }
 
+/* With bf16 operands out and dinp are stored as bf16 values (the
+ * reference's rounded, within one bf16 spacing); dweight and dbias, the
+ * parameters' gradients, stay fp32 as without. */
+static void test_bf16_stores(void)
+{
+	int n = 257, c = 1600;
+	long nc = (long)n * c;
+	struct ln s;
+	ln_init(&s, n, c);
+	float *out = host_zeros(nc), *mean = host_zeros(n), *rstd = host_zeros(n);
+	kern_layernorm_fwd_ref(out, mean, rstd, s.inp, s.weight, s.bias, n, c);
+	float *sdinp = host_copy(s.dinp0, nc), *sdw = host_zeros(c), *sdb = host_zeros(c);
+	kern_layernorm_bwd_set_ref(sdinp, sdw, sdb, s.dout, s.inp, s.weight, mean, rstd, n, c);
+	kern_matmul_cuda_operands(KERN_MM_BF16);
+	kern_layernorm_fwd_cuda(s.d_out, s.d_mean, s.d_rstd, s.d_inp, s.d_weight, s.d_bias, n, c);
+	float *gout = dev_fetch(s.d_out, nc);
+	kern_cuda_upload(s.d_mean, mean, sizeof(float) * (size_t)n);
+	kern_cuda_upload(s.d_rstd, rstd, sizeof(float) * (size_t)n);
+	float *zc = host_zeros(c), *gdinp, *gdw, *gdb;
+	gpu_bwd(&s, 1, s.dinp0, zc, zc, &gdinp, &gdw, &gdb);
+	kern_matmul_cuda_operands(KERN_MM_FP32);
+	check_stored_bf16("bf16 out", gout, out, nc, 0x1p-7);
+	check_stored_bf16("bf16 set dinp", gdinp, sdinp, nc, 0x1p-7);
+	check_close("fp32 dweight beside bf16 dinp", gdw, sdw, c, 1e-4, 1e-4);
+	check_close("fp32 dbias beside bf16 dinp", gdb, sdb, c, 1e-4, 1e-4);
+	long unrounded = 0;
+	for (int j = 0; j < c; j++) {
+		uint32_t bits;
+		memcpy(&bits, &gdw[j], sizeof bits);
+		unrounded += (bits & 0xffffu) != 0;
+	}
+	CHECK_MSG(unrounded > c / 2, "dweight left unrounded: %ld of %d values", unrounded, c);
+	free(out), free(mean), free(rstd), free(sdinp), free(sdw), free(sdb), free(gout);
+	free(zc), free(gdinp), free(gdw), free(gdb);
+	ln_free(&s);
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_layernorm");
 	CHECK_RUN(test_vs_ref);
+	CHECK_RUN(test_bf16_stores);
 	CHECK_RUN(test_deterministic);
 	return check_finish();
 }

@@ -9,6 +9,7 @@
 
 #include "gpu_test.h"
 #include "kernels/cuda_common.h"
+#include "kernels/matmul_cuda.h"
 #include "kernels/residual.h"
 #include "kernels/residual_cuda.h"
 
@@ -65,9 +66,42 @@ static void test_vs_ref(void)
 	}
 }
 
+/* With bf16 operands the outputs are stored as bf16 values: the
+ * reference's (one add) rounded, bit for bit, on both paths. */
+static void test_bf16_stores(void)
+{
+	for (int off = 0; off < 2; off++) {
+		long n = 100003;
+		float *a = host_rand(n, -1, 1, &rng), *b = host_rand(n, -1, 1, &rng);
+		float *dout = host_rand(n, -1, 1, &rng);
+		float *d_a = dev_alloc(n + off), *d_b = dev_alloc(n + off), *d_out = dev_alloc(n + off);
+		float *d_dout = dev_alloc(n + off);
+		dev_put(d_a + off, a, n);
+		dev_put(d_b + off, b, n);
+		dev_put(d_dout + off, dout, n);
+		float *want = host_zeros(n), *da = host_copy(a, n), *db = host_copy(b, n);
+		kern_residual_fwd_ref(want, a, b, n);
+		kern_residual_bwd_ref(da, db, dout, n);
+		kern_matmul_cuda_operands(KERN_MM_BF16);
+		kern_residual_fwd_cuda(d_out + off, d_a + off, d_b + off, n);
+		kern_residual_bwd_cuda(d_a + off, d_b + off, d_dout + off, n);
+		kern_matmul_cuda_operands(KERN_MM_FP32);
+		float *got = dev_fetch(d_out + off, n), *ga = dev_fetch(d_a + off, n);
+		float *gb = dev_fetch(d_b + off, n);
+		check_stored_bf16(off ? "bf16 out (scalar path)" : "bf16 out", got, want, n, 0);
+		check_stored_bf16(off ? "bf16 da (scalar path)" : "bf16 da", ga, da, n, 0);
+		check_stored_bf16(off ? "bf16 db (scalar path)" : "bf16 db", gb, db, n, 0);
+		free(a), free(b), free(dout), free(want), free(da), free(db), free(got), free(ga);
+		free(gb);
+		kern_cuda_free(d_a), kern_cuda_free(d_b), kern_cuda_free(d_out);
+		kern_cuda_free(d_dout);
+	}
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_residual");
 	CHECK_RUN(test_vs_ref);
+	CHECK_RUN(test_bf16_stores);
 	return check_finish();
 }

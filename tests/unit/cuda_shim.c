@@ -130,16 +130,22 @@ void kern_cuda_zero(void *dev, size_t bytes)
 /* the GEMM operands' type (kern_matmul_cuda_operands) */
 static int shim_operands = KERN_MM_FP32;
 
+/* x[0..n) stored as the 16-bit operands' type holds it, as the elementwise
+ * kernels store their outputs (cuda_common.h) */
+static void store16(float *x, long n)
+{
+	if (shim_operands == KERN_MM_BF16)
+		kern_round_bf16_cpu(x, n);
+	else if (shim_operands == KERN_MM_FP16)
+		kern_round_fp16_cpu(x, n);
+}
+
 /* with 16-bit operands att is left rounded, as attention_cuda.h says */
 void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float *qkv, int b,
                              int t, int c, int nh)
 {
 	kern_attention_fwd_cpu(out, preatt, att, qkv, b, t, c, nh);
-	long tt = (long)b * nh * t * t;
-	if (shim_operands == KERN_MM_BF16)
-		kern_round_bf16_cpu(att, tt);
-	else if (shim_operands == KERN_MM_FP16)
-		kern_round_fp16_cpu(att, tt);
+	store16(att, (long)b * nh * t * t);
 }
 
 void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
@@ -152,6 +158,7 @@ void kern_embedding_fwd_cuda(float *out, const int *tokens, const float *wte, co
                              int b, int t, int c)
 {
 	kern_embedding_fwd_cpu(out, tokens, wte, wpe, b, t, c);
+	store16(out, (long)b * t * c);
 }
 
 void kern_embedding_bwd_cuda(float *dwte, float *dwpe, const float *dout, const int *tokens,
@@ -163,11 +170,13 @@ void kern_embedding_bwd_cuda(float *dwte, float *dwpe, const float *dout, const 
 void kern_gelu_fwd_cuda(float *out, const float *inp, long n)
 {
 	kern_gelu_fwd_cpu(out, inp, n);
+	store16(out, n);
 }
 
 void kern_gelu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n)
 {
 	kern_gelu_bwd_set_cpu(dinp, inp, dout, n);
+	store16(dinp, n);
 }
 
 void kern_relu_fwd_cuda(float *out, const float *inp, long n)
@@ -184,6 +193,7 @@ void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, const float *
                              const float *weight, const float *bias, int n, int c)
 {
 	kern_layernorm_fwd_cpu(out, mean, rstd, inp, weight, bias, n, c);
+	store16(out, (long)n * c);
 }
 
 void kern_layernorm_bwd_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -191,6 +201,7 @@ void kern_layernorm_bwd_cuda(float *dinp, float *dweight, float *dbias, const fl
                              const float *rstd, int n, int c)
 {
 	kern_layernorm_bwd_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
+	store16(dinp, (long)n * c);
 }
 
 void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -198,6 +209,7 @@ void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias, cons
                                  const float *rstd, int n, int c)
 {
 	kern_layernorm_bwd_set_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
+	store16(dinp, (long)n * c);
 }
 
 void kern_matmul_fwd_cuda(float *out, const float *inp, const float *weight, const float *bias,
@@ -252,6 +264,7 @@ void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias, cons
 void kern_residual_fwd_cuda(float *out, const float *a, const float *b, long n)
 {
 	kern_residual_fwd_cpu(out, a, b, n);
+	store16(out, n);
 }
 
 void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const float *logits,
