@@ -447,6 +447,7 @@ static int parse_run(struct trn_fields *root, struct trn_spec *s)
 	    trn_fields_int(root, "eval_every", 0, TRN_STEPS_MAX, 0, 0, &eval) < 0 ||
 	    trn_fields_int(root, "checkpoint_every", 0, TRN_STEPS_MAX, 0, 0, &ckpt) < 0 ||
 	    trn_fields_int(root, "keep_checkpoints", 1, 1000, 0, 3, &keep) < 0 ||
+	    trn_fields_bool(root, "checkpoint_at_end", 1, &s->checkpoint_at_end) < 0 ||
 	    trn_fields_int(root, "log_every", 1, TRN_STEPS_MAX, 0, 10, &log) < 0 ||
 	    trn_fields_int(root, "seed", 0, LLONG_MAX, 0, 0, &seed) < 0)
 		return -1;
@@ -505,8 +506,8 @@ static int parse_spec(struct trn_fields *root, struct trn_spec *s)
 	static const char *const keys[] = { "name", "model", "data", "batch", "optimizer", "schedule",
 	                                    "precision", "offload", "parallel", "resources", "steps",
 	                                    "epochs", "eval_every", "checkpoint_every",
-	                                    "keep_checkpoints", "log_every", "seed", "init",
-	                                    "watchdog", NULL };
+	                                    "keep_checkpoints", "checkpoint_at_end", "log_every",
+	                                    "seed", "init", "watchdog", NULL };
 	int has_reference = 0, has_name;
 	if (trn_fields_known(root, keys, NULL, NULL) < 0 ||
 	    (has_name = trn_fields_name(root, "name", 0, 0, s->name)) < 0)

@@ -159,6 +159,7 @@ struct trn_spec {
 	long eval_every;               /* steps; 0 = at the end only */
 	long checkpoint_every;         /* steps; 0 = at the end only */
 	int keep_checkpoints;          /* default 3 */
+	int checkpoint_at_end;         /* default 1; 0: none when the run completes */
 	long log_every;                /* steps between progress lines; default 10 */
 	uint64_t seed;                 /* default 0 */
 	char init_from[TRN_PATH_MAX];  /* "init": {"from": "file.safetensors"}: start from these

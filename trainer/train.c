@@ -897,7 +897,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 	}
 	if (r->lead)
 		evaluate(r, r->state.step);
-	if (save(r, err) != 0)
+	if (s->checkpoint_at_end && save(r, err) != 0)
 		return TRN_EXIT_FAILED;
 	trn_report_flush(&r->rep);
 

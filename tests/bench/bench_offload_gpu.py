@@ -54,7 +54,9 @@ def spec_for(a, tmp, size, offload, precision=None, state="fp32"):
             "batch": {"global": a.micro, "micro": a.micro},
             "optimizer": {"type": "adamw", "lr": 1e-4, "weight_decay": 0.1,
                           "state_dtype": state},
-            "offload": offload, "steps": a.steps, "log_every": 1, "seed": 1}
+            "offload": offload, "steps": a.steps, "log_every": 1, "seed": 1,
+            # 13B's fp32 parameters and state would not fit the machine's disk
+            "checkpoint_at_end": False}
 
 
 def run(a, exe, tmp, size, offload, **how):

@@ -131,3 +131,17 @@ def test_gpt_resume_is_bit_exact(trainer, tmp_path):
         "seed": 3,
     }
     check_resume(trainer, tmp_path, spec, steps=30)
+
+
+def test_no_checkpoint_at_the_end_when_asked(trainer, tmp_path):
+    """checkpoint_at_end false: periodic checkpoints only, none for the end,
+    and the run still completes with its result; the default writes it."""
+    data = write_image_set(tmp_path, n_train=512, n_val=64, side=8)
+    for at_end, want in ((False, ["step-00000005.safetensors"]),
+                         (True, ["step-00000005.safetensors", "step-00000008.safetensors"])):
+        spec = mlp_spec(data, {"type": "sgd", "lr": 0.05}, checkpoint_every=5,
+                        checkpoint_at_end=at_end, steps=8)
+        job = tmp_path / f"at-end-{at_end}"
+        run_straight(trainer, trainer.write_spec(spec, name=f"{job.name}.json"), job)
+        assert sorted(p.name for p in (job / "checkpoints").iterdir()) == want
+        assert result(job)["status"] == "completed" and result(job)["steps"] == 8
