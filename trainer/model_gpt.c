@@ -319,8 +319,7 @@ static void gpt_init_weights(struct trn_model *base, uint64_t seed)
 			memset(w, 0, sizeof(float) * (size_t)p->numel);
 		} else {
 			double std = strstr(name, ".proj.weight") ? proj_std : 0.02;
-			for (long k = 0; k < p->numel; k++)
-				w[k] = (float)(std * trn_rng_normal(&rng));
+			trn_rng_fill_normal(&rng, w, p->numel, std);
 		}
 	}
 }

@@ -180,8 +180,7 @@ static void mlp_init_weights(struct trn_model *base, uint64_t seed)
 	for (int i = 0; i < m->n_layers; i++) {
 		const struct trn_param *w = &base->params[2 * i], *bias = &base->params[2 * i + 1];
 		double std = sqrt(2.0 / m->dims[i]);
-		for (long k = 0; k < w->numel; k++)
-			base->w[w->offset + k] = (float)(std * trn_rng_normal(&rng));
+		trn_rng_fill_normal(&rng, base->w + w->offset, w->numel, std);
 		memset(base->w + bias->offset, 0, sizeof(float) * (size_t)bias->numel);
 	}
 }

@@ -7,6 +7,10 @@
 #include "rng.h"
 
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define GOLDEN 0x9e3779b97f4a7c15ULL
 #define TWO_PI 6.283185307179586476925286766559
@@ -78,6 +82,82 @@ double trn_rng_normal(struct trn_rng *r)
 	double u1 = 1.0 - trn_rng_uniform(r);   /* (0, 1]: log stays finite */
 	double u2 = trn_rng_uniform(r);
 	return sqrt(-2.0 * log(u1)) * cos(TWO_PI * u2);
+}
+
+/* ---- jumps ---------------------------------------------------------------------- */
+
+/* A 256 x 256 matrix over GF(2) by columns: col[j] is the image of state
+ * bit j (word j / 64, bit j % 64), four words each. */
+struct gf2_matrix {
+	uint64_t col[256][4];
+};
+
+/* y = a x over GF(2): the XOR of a's columns where x has a bit set */
+static void gf2_apply(const struct gf2_matrix *a, const uint64_t x[4], uint64_t y[4])
+{
+	uint64_t acc[4] = { 0, 0, 0, 0 };
+	for (int j = 0; j < 256; j++) {
+		if (!((x[j / 64] >> (j % 64)) & 1))
+			continue;
+		for (int w = 0; w < 4; w++)
+			acc[w] ^= a->col[j][w];
+	}
+	memcpy(y, acc, sizeof acc);
+}
+
+/* powers[k] = the step matrix to the 2^k (k < 64) */
+static struct gf2_matrix *powers;
+static pthread_once_t powers_once = PTHREAD_ONCE_INIT;
+
+static void make_powers(void)
+{
+	struct gf2_matrix *p = malloc(sizeof *p * 64);
+	if (!p)
+		abort();
+	for (int j = 0; j < 256; j++) {      /* the step's image of each state bit */
+		struct trn_rng e = { .s = { 0, 0, 0, 0 } };
+		e.s[j / 64] = 1ULL << (j % 64);
+		trn_rng_u64(&e);
+		memcpy(p[0].col[j], e.s, sizeof e.s);
+	}
+	for (int k = 1; k < 64; k++)          /* squares: column j of A A is A (A e_j) */
+		for (int j = 0; j < 256; j++)
+			gf2_apply(&p[k - 1], p[k - 1].col[j], p[k].col[j]);
+	powers = p;
+}
+
+void trn_rng_jump(struct trn_rng *r, uint64_t n)
+{
+	if (n < 64) {                        /* a few steps: step them */
+		while (n--)
+			trn_rng_u64(r);
+		return;
+	}
+	pthread_once(&powers_once, make_powers);
+	for (int k = 0; k < 64; k++)
+		if ((n >> k) & 1)
+			gf2_apply(&powers[k], r->s, r->s);
+}
+
+/* below this many values a fill runs on one thread */
+#define FILL_PAR_MIN (1L << 16)
+
+void trn_rng_fill_normal(struct trn_rng *r, float *x, long n, double std)
+{
+	if (n <= 0)
+		return;
+	const struct trn_rng start = *r;
+#pragma omp parallel if (n >= FILL_PAR_MIN)
+	{
+		int parts = omp_get_num_threads(), t = omp_get_thread_num();
+		long a = n / parts * t + (t < n % parts ? t : n % parts);
+		long b = a + n / parts + (t < n % parts);
+		struct trn_rng mine = start;
+		trn_rng_jump(&mine, 2 * (uint64_t)a);
+		for (long k = a; k < b; k++)
+			x[k] = (float)(std * trn_rng_normal(&mine));
+	}
+	trn_rng_jump(r, 2 * (uint64_t)n);
 }
 
 void trn_rng_shuffle(struct trn_rng *r, long *idx, long n)

@@ -26,6 +26,17 @@ double trn_rng_uniform(struct trn_rng *r);
  * determines the stream) */
 double trn_rng_normal(struct trn_rng *r);
 
+/* Advances r as n calls of trn_rng_u64 would, in O(log n): xoshiro's step is
+ * linear over GF(2), so n steps are one 256 x 256 bit matrix, a product of
+ * the step's powers 2^k (computed once). */
+void trn_rng_jump(struct trn_rng *r, uint64_t n);
+
+/* x[k] = (float)(std * the k-th trn_rng_normal of r) for k in [0, n), and r
+ * advanced past them: the sequential loop's values, bit for bit, computed
+ * by the threads in parts, each from r jumped to its first value (a
+ * normal takes two steps). */
+void trn_rng_fill_normal(struct trn_rng *r, float *x, long n, double std);
+
 /* Fisher-Yates shuffle of idx[0..n) */
 void trn_rng_shuffle(struct trn_rng *r, long *idx, long n);
 

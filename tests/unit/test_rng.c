@@ -1,5 +1,5 @@
 /* tests/unit/test_rng.c - trainer/rng.c: pinned outputs, streams, ranges,
- * distributions and the shuffle. */
+ * distributions, the shuffle, jumps and the parallel normal fill. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +206,49 @@ static void test_shuffle(void)
 	free(b);
 }
 
+/* A jump of n is n steps, for n on both sides of 64 (stepped, or through
+ * the matrix powers) and spanning many of them. */
+static void test_jump_is_n_steps(void)
+{
+	static const uint64_t ns[] = { 0, 1, 2, 63, 64, 65, 1000, 123457, 1u << 20 };
+	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+		struct trn_rng a, b;
+		trn_rng_seed(&a, 7, 3);
+		b = a;
+		for (uint64_t k = 0; k < ns[i]; k++)
+			trn_rng_u64(&a);
+		trn_rng_jump(&b, ns[i]);
+		CHECK_MSG(memcmp(&a, &b, sizeof a) == 0, "jump %llu differs from stepping",
+		          (unsigned long long)ns[i]);
+		CHECK(trn_rng_u64(&a) == trn_rng_u64(&b));
+	}
+}
+
+/* The parallel fill: the sequential loop's floats bit for bit, in sizes
+ * below and above the threaded threshold and not a multiple of anything,
+ * and the state left where the loop leaves it. */
+static void test_fill_normal_is_the_loop(void)
+{
+	static const long ns[] = { 1, 3, 1000, 65536, 65537, 300001 };
+	for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+		long n = ns[i];
+		float *got = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
+		struct trn_rng a, b;
+		CHECK(got && want);
+		trn_rng_seed(&a, 5, 1);
+		trn_rng_u64(&a);                 /* an odd start */
+		b = a;
+		for (long k = 0; k < n; k++)
+			want[k] = (float)(0.02 * trn_rng_normal(&a));
+		trn_rng_fill_normal(&b, got, n, 0.02);
+		CHECK_MSG(memcmp(got, want, sizeof(float) * (size_t)n) == 0,
+		          "fill of %ld differs from the loop", n);
+		CHECK_MSG(memcmp(&a, &b, sizeof a) == 0, "fill of %ld leaves another state", n);
+		free(got);
+		free(want);
+	}
+}
+
 int main(void)
 {
 	CHECK_RUN(test_xoshiro_core);
@@ -214,5 +257,7 @@ int main(void)
 	CHECK_RUN(test_below);
 	CHECK_RUN(test_uniform_normal);
 	CHECK_RUN(test_shuffle);
+	CHECK_RUN(test_jump_is_n_steps);
+	CHECK_RUN(test_fill_normal_is_the_loop);
 	return check_finish();
 }
