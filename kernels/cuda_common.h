@@ -103,8 +103,9 @@ void kern_cuda_set_gemm_operands(int dtype);
 /* With 16-bit operands the elementwise kernels also store what they write
  * as 16-bit values (rounded to nearest even, held in their fp32 buffers),
  * as the CPU model rounds after them: LayerNorm's output and input gradient,
- * GELU's and the residual's outputs and gradients, the embedding's output
- * (not the parameter gradients, which the trainer rounds when final). */
+ * GELU's and the residual's outputs and gradients, the embedding's output,
+ * softmax + cross-entropy's dlogits (not the parameter gradients, which the
+ * trainer rounds when final, nor the losses and statistics). */
 
 /* ---- the stream and the cuBLAS handle -------------------------------------- */
 

@@ -5,7 +5,8 @@
  * online (max m, sum s of exp(x - m)) over its strided share of the row;
  * the pairs are merged in a fixed order (butterfly within the warp, then the
  * warps' results in order), so lse has the same bits on every run.
- * Backward: a grid over (row, column block), one expf per logit.
+ * Backward: a grid over (row, column block), one expf per logit; with 16-bit
+ * operands dlogits is stored rounded (cuda_common.h).
  * expf is CUDA's accurate one (2 ulp).
  */
 #include "softmax_xent_cuda.h"
@@ -13,6 +14,7 @@
 #include <math.h>
 
 #include "cuda_common.h"
+#include "precision_cuda.cuh"
 
 #define FWD_THREADS 512
 #define BWD_THREADS 256
@@ -79,7 +81,8 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const float *l
  * rounded before the add (__fmul_rn), so that adding gives exactly dlogits
  * + what the _set version writes. Rows with a negative target: g = 0. */
 __global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float *logits, int ld,
-                                       const float *lse, const int *targets, int v, int set)
+                                       const float *lse, const int *targets, int v, int set,
+                                       int ops)
 {
 	int row = blockIdx.x;
 	int tgt = targets[row];
@@ -96,7 +99,7 @@ __global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float 
 		float g = 0.0f;
 		if (tgt >= 0)
 			g = __fmul_rn(dloss, expf(logits[base + j] - l) - (j == tgt ? 1.0f : 0.0f));
-		dlogits[base + j] = set ? g : dlogits[base + j] + g;
+		dlogits[base + j] = store16(set ? g : dlogits[base + j] + g, ops);
 	}
 }
 
@@ -124,7 +127,8 @@ static void xent_bwd(float *dlogits, float dloss, const float *logits, int ld, c
 	dim3 grid((unsigned)n, (unsigned)((v + BWD_THREADS * BWD_PER_THREAD - 1) /
 	                                  (BWD_THREADS * BWD_PER_THREAD)));
 	xent_bwd_kernel<<<grid, BWD_THREADS, 0, kern_cuda_stream()>>>(dlogits, dloss, logits, ld,
-	                                                              lse, targets, v, set);
+	                                                              lse, targets, v, set,
+	                                                              kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }
 

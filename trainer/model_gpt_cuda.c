@@ -259,7 +259,6 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	 * parameter gradients are rounded at grad_ready */
 	kern_softmax_xent_bwd_set_ld_cuda(g->dlogits, scale / (float)counted, g->logits, VP, g->lse,
 	                                  c->targets_dev, BT, V);
-	trn_cuda_model_round(c, g->dlogits, (long)BT * VP);
 	kern_matmul_bwd_set_ld_cuda(g->dln, gd(g, 0), NULL, g->dlogits, VP, g->lnf, wd(g, 0), BT, C,
 	                            V);
 	trn_cuda_model_round(c, g->dln, btc);

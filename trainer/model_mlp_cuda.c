@@ -164,8 +164,7 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	trn_cuda_model_gemms(&m->c);
 	trn_cuda_model_grads_begin(&m->c);
 	kern_softmax_xent_bwd_set_cuda(dout, scale / (float)n, m->pre[last], m->lse,
-	                               m->c.targets_dev, n, m->dims[last + 1]);
-	trn_cuda_model_round(&m->c, dout, (long)n * m->dims[last + 1]);
+	                               m->c.targets_dev, n, m->dims[last + 1]);   /* stored rounded */
 	for (int i = last; i >= 0; i--) {
 		float *bg;
 		const float *bw = trn_model_block_bwd(base, i, &bg);

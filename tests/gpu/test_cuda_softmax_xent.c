@@ -18,6 +18,7 @@
 
 #include "gpu_test.h"
 #include "kernels/cuda_common.h"
+#include "kernels/matmul_cuda.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/softmax_xent_cuda.h"
 
@@ -231,6 +232,41 @@ static void test_strided(void)
 	}
 }
 
+/* With bf16 operands dlogits is stored as bf16 values (the reference's
+ * rounded, within one bf16 spacing), strided rows too; losses and lse stay
+ * fp32. */
+static void test_bf16_stores(void)
+{
+	int n = 33, v = 1000, ld = 1024;
+	long nv = (long)n * v;
+	float *logits = host_rand(nv, -4, 4, &rng);
+	int *targets = rand_targets(n, v, 7);
+	float *losses = host_zeros(n), *lse = host_zeros(n), *sdl = host_zeros(nv);
+	kern_softmax_xent_fwd_ref(losses, lse, logits, targets, n, v);
+	kern_softmax_xent_bwd_set_ref(sdl, 1.0f / (float)n, logits, lse, targets, n, v);
+	float *d_logits = dev_alloc((long)n * ld), *d_dl = dev_alloc((long)n * ld);
+	for (int r = 0; r < n; r++)
+		dev_put(d_logits + (long)r * ld, logits + (long)r * v, v);
+	int *d_targets = kern_cuda_dup(targets, sizeof(int) * (size_t)n);
+	float *d_lse = dev_copy(lse, n), *d_losses = dev_alloc(n);
+	kern_matmul_cuda_operands(KERN_MM_BF16);
+	kern_softmax_xent_fwd_ld_cuda(d_losses, d_lse, d_logits, ld, d_targets, n, v);
+	float *glse = dev_fetch(d_lse, n);
+	dev_put(d_lse, lse, n);
+	kern_softmax_xent_bwd_set_ld_cuda(d_dl, 1.0f / (float)n, d_logits, ld, d_lse, d_targets, n,
+	                                  v);
+	kern_matmul_cuda_operands(KERN_MM_FP32);
+	float *all = dev_fetch(d_dl, (long)n * ld), *gdl = host_zeros(nv);
+	for (int r = 0; r < n; r++)
+		memcpy(gdl + (long)r * v, all + (long)r * ld, sizeof(float) * (size_t)v);
+	check_stored_bf16("bf16 dlogits (rows 1024 apart)", gdl, sdl, nv, 0x1p-7);
+	check_close("fp32 lse beside bf16 stores", glse, lse, n, 1e-5, 1e-5);
+	free(logits), free(targets), free(losses), free(lse), free(sdl), free(glse), free(all);
+	free(gdl);
+	kern_cuda_free(d_logits), kern_cuda_free(d_dl), kern_cuda_free(d_targets);
+	kern_cuda_free(d_lse), kern_cuda_free(d_losses);
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_softmax_xent");
@@ -238,5 +274,6 @@ int main(void)
 	CHECK_RUN(test_vs_ref);
 	CHECK_RUN(test_deterministic);
 	CHECK_RUN(test_argmax);
+	CHECK_RUN(test_bf16_stores);
 	return check_finish();
 }

@@ -277,6 +277,7 @@ void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *lo
                                     const float *lse, const int *targets, int n, int v)
 {
 	kern_softmax_xent_bwd_set_cpu(dlogits, dloss, logits, lse, targets, n, v);
+	store16(dlogits, (long)n * v);
 }
 
 void kern_softmax_xent_fwd_ld_cuda(float *losses, float *lse, const float *logits, int ld,
@@ -292,6 +293,7 @@ void kern_softmax_xent_bwd_set_ld_cuda(float *dlogits, float dloss, const float 
 {
 	float *x = packed(logits, ld, n, v), *d = packed(NULL, ld, n, v);
 	kern_softmax_xent_bwd_set_cpu(d, dloss, x, lse, targets, n, v);
+	store16(d, (long)n * v);
 	unpack(dlogits, ld, d, n, v);
 	free(x);
 	free(d);
