@@ -3,8 +3,10 @@
  * (kern_matmul_cuda_operands) against the reference.
  *
  * Conversions fp32 -> fp16 and fp32 -> bf16: every one of the 2^32 fp32
- * bit patterns (in chunks), the same 16 bits as the CPU. Roundings in place:
- * the CPU's bits on random values, ties, subnormals, inf and NaN payloads.
+ * bit patterns (in chunks, through the 16-byte path), the same 16 bits as
+ * the CPU, and off the 16-byte grid (the scalar path). Roundings in place:
+ * the CPU's bits on random values, ties, subnormals, inf and NaN payloads,
+ * on both paths.
  * The inf/NaN check: one bad value anywhere, or none.
  * 16-bit GEMMs: operands rounded to 16 bits first (as a mixed-precision
  * model holds them), so the products are exact and only the fp32 sums
@@ -77,22 +79,55 @@ static void test_round_in_place(void)
 		memcpy(&x[i * 997], &special[i], sizeof(float));
 	for (long i = 0; i < n; i += 5)
 		x[i] *= 1e-6f;                       /* small: fp16 subnormals */
-	for (int k = 0; k < 2; k++) {
-		float *want = host_copy(x, n);
-		float *d = dev_copy(x, n);
-		if (k == 0) {
-			kern_round_fp16_cpu(want, n);
-			kern_round_fp16_cuda(d, n);
-		} else {
-			kern_round_bf16_cpu(want, n);
-			kern_round_bf16_cuda(d, n);
+	/* aligned (16-byte accesses), and a view one float off with an odd
+	 * length (the scalar loop) */
+	for (int off = 0; off < 2; off++) {
+		long len = off ? n - 3 : n;
+		for (int k = 0; k < 2; k++) {
+			float *want = host_copy(x, len);
+			float *d = dev_alloc(n + 1);
+			dev_put(d + off, x, len);
+			if (k == 0) {
+				kern_round_fp16_cpu(want, len);
+				kern_round_fp16_cuda(d + off, len);
+			} else {
+				kern_round_bf16_cpu(want, len);
+				kern_round_bf16_cuda(d + off, len);
+			}
+			float *got = dev_fetch(d + off, len);
+			char what[64];
+			snprintf(what, sizeof what, "round %s off=%d n=%ld", k ? "bf16" : "fp16", off, len);
+			check_same_bits(what, got, want, len);
+			free(want), free(got);
+			kern_cuda_free(d);
 		}
-		float *got = dev_fetch(d, n);
-		check_same_bits(k == 0 ? "round fp16" : "round bf16", got, want, n);
-		free(want), free(got);
-		kern_cuda_free(d);
 	}
 	free(x);
+}
+
+/* The converters on a view one float off with an odd length (the scalar
+ * loop; test_all_patterns runs the 16-byte one over every pattern). */
+static void test_convert_unaligned(void)
+{
+	const long n = 100003;
+	float *x = host_rand(n + 1, -70000.0f, 70000.0f, &rng);
+	float *d = dev_copy(x, n + 1);
+	uint16_t *d_out = kern_cuda_malloc(sizeof(uint16_t) * (size_t)(n + 1));
+	uint16_t *want = malloc(sizeof(uint16_t) * (size_t)n), *got = malloc(sizeof(uint16_t) * (size_t)n);
+	for (int k = 0; k < 2; k++) {
+		if (k == 0) {
+			kern_fp32_to_fp16_cpu(want, x + 1, n);
+			kern_fp32_to_fp16_cuda(d_out, d + 1, n);
+		} else {
+			kern_fp32_to_bf16_cpu(want, x + 1, n);
+			kern_fp32_to_bf16_cuda(d_out + 1, d + 1, n);
+		}
+		kern_cuda_download(got, d_out + k, sizeof(uint16_t) * (size_t)n);
+		CHECK_MSG(memcmp(got, want, sizeof(uint16_t) * (size_t)n) == 0,
+		          "fp32 -> %s off the 16-byte grid differs from the CPU", k ? "bf16" : "fp16");
+	}
+	free(x), free(want), free(got);
+	kern_cuda_free(d), kern_cuda_free(d_out);
 }
 
 static void test_nonfinite(void)
@@ -202,6 +237,7 @@ int main(void)
 	gpu_test_init("test_cuda_precision");
 	CHECK_RUN(test_all_patterns);
 	CHECK_RUN(test_round_in_place);
+	CHECK_RUN(test_convert_unaligned);
 	CHECK_RUN(test_nonfinite);
 	CHECK_RUN(test_gemm16);
 	return check_finish();
