@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cuda_common.h"
+#include "elementwise_cuda.cuh"
 #include "precision_cuda.cuh"
 
 #define GELU_S 0.7978845608028654 /* sqrt(2/pi) */
@@ -40,27 +41,16 @@ __device__ static inline float gelu_grad(float x)
 	return sg + 2.0f * x * sech2_4 * (float)GELU_S * (1.0f + 3.0f * (float)GELU_A * x * x);
 }
 
-static int aligned16(const void *a, const void *b, const void *c)
-{
-	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
-}
-
 __global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int vec, int ops)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec) {
-		long n4 = n / 4;
-		for (long k = i; k < n4; k += stride) {
+	grid_stride4(
+		n, vec,
+		[=](long k) {
 			float4 x = ((const float4 *)inp)[k];
 			((float4 *)out)[k] =
 				store16x4(make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)), ops);
-		}
-		done = n4 * 4;
-	}
-	for (long k = done + i; k < n; k += stride)
-		out[k] = store16(gelu(inp[k]), ops);
+		},
+		[=](long k) { out[k] = store16(gelu(inp[k]), ops); });
 }
 
 /* set: dinp = gelu'(inp) dout; else dinp += gelu'(inp) dout. The product is
@@ -69,12 +59,9 @@ __global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int
 __global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, long n,
                                        int vec, int set, int ops)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec) {
-		long n4 = n / 4;
-		for (long k = i; k < n4; k += stride) {
+	grid_stride4(
+		n, vec,
+		[=](long k) {
 			float4 x = ((const float4 *)inp)[k], dy = ((const float4 *)dout)[k];
 			float4 g = make_float4(__fmul_rn(gelu_grad(x.x), dy.x), __fmul_rn(gelu_grad(x.y), dy.y),
 			                       __fmul_rn(gelu_grad(x.z), dy.z), __fmul_rn(gelu_grad(x.w), dy.w));
@@ -83,20 +70,18 @@ __global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const floa
 				g = make_float4(d.x + g.x, d.y + g.y, d.z + g.z, d.w + g.w);
 			}
 			((float4 *)dinp)[k] = store16x4(g, ops);
-		}
-		done = n4 * 4;
-	}
-	for (long k = done + i; k < n; k += stride) {
-		float g = __fmul_rn(gelu_grad(inp[k]), dout[k]);
-		dinp[k] = store16(set ? g : dinp[k] + g, ops);
-	}
+		},
+		[=](long k) {
+			float g = __fmul_rn(gelu_grad(inp[k]), dout[k]);
+			dinp[k] = store16(set ? g : dinp[k] + g, ops);
+		});
 }
 
 extern "C" void kern_gelu_fwd_cuda(float *out, const float *inp, long n)
 {
 	if (n <= 0)
 		return;
-	int vec = aligned16(out, inp, inp);
+	int vec = kern_aligned16(out, inp, inp);
 	gelu_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
 		out, inp, n, vec, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
@@ -106,7 +91,7 @@ static void gelu_bwd(float *dinp, const float *inp, const float *dout, long n, i
 {
 	if (n <= 0)
 		return;
-	int vec = aligned16(dinp, inp, dout);
+	int vec = kern_aligned16(dinp, inp, dout);
 	gelu_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
 		dinp, inp, dout, n, vec, set, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();

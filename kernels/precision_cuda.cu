@@ -6,12 +6,12 @@
 #include <stdint.h>
 
 #include "cuda_common.h"
+#include "elementwise_cuda.cuh"
 #include "precision_cuda.cuh"
 
 #define THREADS 256
 
-/* Memory-bound passes: 16-byte loads and stores (4 values a thread) when
- * the pointers allow, a grid-stride loop, the scalar loop for the rest. */
+/* Memory-bound passes through grid_stride4 (elementwise_cuda.cuh). */
 
 template <int BF16> __device__ static inline uint16_t to16(float x)
 {
@@ -25,39 +25,27 @@ template <int BF16> __device__ static inline float round16(float x)
 
 template <int BF16> __global__ static void round_kernel(float *x, long n, int vec)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec) {
-		long n4 = n / 4;
-		for (long k = i; k < n4; k += stride) {
+	grid_stride4(
+		n, vec,
+		[=](long k) {
 			float4 v = ((const float4 *)x)[k];
 			((float4 *)x)[k] = make_float4(round16<BF16>(v.x), round16<BF16>(v.y),
 			                               round16<BF16>(v.z), round16<BF16>(v.w));
-		}
-		done = n4 * 4;
-	}
-	for (long k = done + i; k < n; k += stride)
-		x[k] = round16<BF16>(x[k]);
+		},
+		[=](long k) { x[k] = round16<BF16>(x[k]); });
 }
 
 template <int BF16> __global__ static void to16_kernel(uint16_t *out, const float *inp, long n,
                                                        int vec)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec) {
-		long n4 = n / 4;
-		for (long k = i; k < n4; k += stride) {
+	grid_stride4(
+		n, vec,
+		[=](long k) {
 			float4 v = ((const float4 *)inp)[k];
 			((ushort4 *)out)[k] = make_ushort4(to16<BF16>(v.x), to16<BF16>(v.y),
 			                                   to16<BF16>(v.z), to16<BF16>(v.w));
-		}
-		done = n4 * 4;
-	}
-	for (long k = done + i; k < n; k += stride)
-		out[k] = to16<BF16>(inp[k]);
+		},
+		[=](long k) { out[k] = to16<BF16>(inp[k]); });
 }
 
 /* an OR of every element's "exponent all ones": any order, the same answer */
@@ -81,9 +69,10 @@ __global__ static void nonfinite_kernel(unsigned *bad, const float *x, long n)
 		}                                                                               \
 	} while (0)
 
-static int aligned(const void *p, unsigned bytes)
+/* (out, written 8 bytes a group of four, needs only 8-byte alignment) */
+static int aligned8(const void *p)
 {
-	return ((uintptr_t)p & (bytes - 1)) == 0;
+	return ((uintptr_t)p & 7) == 0;
 }
 
 #define LAUNCH_VEC(kernel, n, vec, ...)                                                         \
@@ -97,22 +86,22 @@ static int aligned(const void *p, unsigned bytes)
 
 extern "C" void kern_round_fp16_cuda(float *x, long n)
 {
-	LAUNCH_VEC(round_kernel<0>, n, aligned(x, 16), x, n);
+	LAUNCH_VEC(round_kernel<0>, n, kern_aligned16(x, x, x), x, n);
 }
 
 extern "C" void kern_round_bf16_cuda(float *x, long n)
 {
-	LAUNCH_VEC(round_kernel<1>, n, aligned(x, 16), x, n);
+	LAUNCH_VEC(round_kernel<1>, n, kern_aligned16(x, x, x), x, n);
 }
 
 extern "C" void kern_fp32_to_fp16_cuda(uint16_t *out, const float *inp, long n)
 {
-	LAUNCH_VEC(to16_kernel<0>, n, aligned(inp, 16) && aligned(out, 8), out, inp, n);
+	LAUNCH_VEC(to16_kernel<0>, n, kern_aligned16(inp, inp, inp) && aligned8(out), out, inp, n);
 }
 
 extern "C" void kern_fp32_to_bf16_cuda(uint16_t *out, const float *inp, long n)
 {
-	LAUNCH_VEC(to16_kernel<1>, n, aligned(inp, 16) && aligned(out, 8), out, inp, n);
+	LAUNCH_VEC(to16_kernel<1>, n, kern_aligned16(inp, inp, inp) && aligned8(out), out, inp, n);
 }
 
 extern "C" uint16_t *kern_cuda_to16_scratch(const float *x, long n)

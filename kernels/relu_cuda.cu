@@ -7,13 +7,9 @@
 #include <stdint.h>
 
 #include "cuda_common.h"
+#include "elementwise_cuda.cuh"
 
 #define THREADS 256
-
-static int aligned16(const void *a, const void *b, const void *c)
-{
-	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
-}
 
 __device__ static inline float relu(float x)
 {
@@ -29,19 +25,13 @@ __device__ static inline float relu_pass(float x, float dy)
 
 __global__ static void relu_fwd_kernel(float *out, const float *inp, long n, int vec)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec) {
-		long n4 = n / 4;
-		for (long k = i; k < n4; k += stride) {
+	grid_stride4(
+		n, vec,
+		[=](long k) {
 			float4 x = ((const float4 *)inp)[k];
 			((float4 *)out)[k] = make_float4(relu(x.x), relu(x.y), relu(x.z), relu(x.w));
-		}
-		done = n4 * 4;
-	}
-	for (long k = done + i; k < n; k += stride)
-		out[k] = relu(inp[k]);
+		},
+		[=](long k) { out[k] = relu(inp[k]); });
 }
 
 /* set: dinp = pass; else dinp += pass (adding 0 where the unit is off, as
@@ -49,12 +39,9 @@ __global__ static void relu_fwd_kernel(float *out, const float *inp, long n, int
 __global__ static void relu_bwd_kernel(float *dinp, const float *inp, const float *dout, long n,
                                        int vec, int set)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec) {
-		long n4 = n / 4;
-		for (long k = i; k < n4; k += stride) {
+	grid_stride4(
+		n, vec,
+		[=](long k) {
 			float4 x = ((const float4 *)inp)[k], dy = ((const float4 *)dout)[k];
 			float4 g = make_float4(relu_pass(x.x, dy.x), relu_pass(x.y, dy.y),
 			                       relu_pass(x.z, dy.z), relu_pass(x.w, dy.w));
@@ -63,20 +50,18 @@ __global__ static void relu_bwd_kernel(float *dinp, const float *inp, const floa
 				g = make_float4(d.x + g.x, d.y + g.y, d.z + g.z, d.w + g.w);
 			}
 			((float4 *)dinp)[k] = g;
-		}
-		done = n4 * 4;
-	}
-	for (long k = done + i; k < n; k += stride) {
-		float g = relu_pass(inp[k], dout[k]);
-		dinp[k] = set ? g : dinp[k] + g;
-	}
+		},
+		[=](long k) {
+			float g = relu_pass(inp[k], dout[k]);
+			dinp[k] = set ? g : dinp[k] + g;
+		});
 }
 
 extern "C" void kern_relu_fwd_cuda(float *out, const float *inp, long n)
 {
 	if (n <= 0)
 		return;
-	int vec = aligned16(out, inp, inp);
+	int vec = kern_aligned16(out, inp, inp);
 	relu_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
 		out, inp, n, vec);
 	KERN_CUDA_CHECK_LAUNCH();
@@ -86,7 +71,7 @@ static void relu_bwd(float *dinp, const float *inp, const float *dout, long n, i
 {
 	if (n <= 0)
 		return;
-	int vec = aligned16(dinp, inp, dout);
+	int vec = kern_aligned16(dinp, inp, dout);
 	relu_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
 		dinp, inp, dout, n, vec, set);
 	KERN_CUDA_CHECK_LAUNCH();

@@ -7,64 +7,49 @@
 #include <stdint.h>
 
 #include "cuda_common.h"
+#include "elementwise_cuda.cuh"
 #include "precision_cuda.cuh"
 
 #define THREADS 256
 
-static int aligned16(const void *a, const void *b, const void *c)
-{
-	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
-}
-
 __global__ static void residual_fwd_kernel(float *out, const float *a, const float *b, long n,
                                            int vec, int ops)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec) {
-		long n4 = n / 4;
-		for (long k = i; k < n4; k += stride) {
+	grid_stride4(
+		n, vec,
+		[=](long k) {
 			float4 x = ((const float4 *)a)[k], y = ((const float4 *)b)[k];
 			((float4 *)out)[k] =
 				store16x4(make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w), ops);
-		}
-		done = n4 * 4;
-	}
-	for (long k = done + i; k < n; k += stride)
-		out[k] = store16(a[k] + b[k], ops);
+		},
+		[=](long k) { out[k] = store16(a[k] + b[k], ops); });
 }
 
 __global__ static void residual_bwd_kernel(float *da, float *db, const float *dout, long n,
                                            int vec, int ops)
 {
-	long stride = (long)gridDim.x * blockDim.x;
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	long done = 0;
-	if (vec) {
-		long n4 = n / 4;
-		for (long k = i; k < n4; k += stride) {
+	grid_stride4(
+		n, vec,
+		[=](long k) {
 			float4 g = ((const float4 *)dout)[k];
 			float4 x = ((const float4 *)da)[k], y = ((const float4 *)db)[k];
 			((float4 *)da)[k] =
 				store16x4(make_float4(x.x + g.x, x.y + g.y, x.z + g.z, x.w + g.w), ops);
 			((float4 *)db)[k] =
 				store16x4(make_float4(y.x + g.x, y.y + g.y, y.z + g.z, y.w + g.w), ops);
-		}
-		done = n4 * 4;
-	}
-	for (long k = done + i; k < n; k += stride) {
-		float g = dout[k];
-		da[k] = store16(da[k] + g, ops);
-		db[k] = store16(db[k] + g, ops);
-	}
+		},
+		[=](long k) {
+			float g = dout[k];
+			da[k] = store16(da[k] + g, ops);
+			db[k] = store16(db[k] + g, ops);
+		});
 }
 
 extern "C" void kern_residual_fwd_cuda(float *out, const float *a, const float *b, long n)
 {
 	if (n <= 0)
 		return;
-	int vec = aligned16(out, a, b);
+	int vec = kern_aligned16(out, a, b);
 	residual_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0,
 	                      kern_cuda_stream()>>>(out, a, b, n, vec, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
@@ -74,7 +59,7 @@ extern "C" void kern_residual_bwd_cuda(float *da, float *db, const float *dout, 
 {
 	if (n <= 0)
 		return;
-	int vec = aligned16(da, db, dout);
+	int vec = kern_aligned16(da, db, dout);
 	residual_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0,
 	                      kern_cuda_stream()>>>(da, db, dout, n, vec, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
