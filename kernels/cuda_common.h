@@ -100,12 +100,18 @@ double kern_cuda_peak_tensor16(int index);
  * kern_matmul_cuda_operands set it. */
 int kern_cuda_gemm_operands(void);
 void kern_cuda_set_gemm_operands(int dtype);
-/* With 16-bit operands the elementwise kernels also store what they write
+/* With 16-bit operands the element-wise kernels also store what they write
  * as 16-bit values (rounded to nearest even, held in their fp32 buffers),
  * as the CPU model rounds after them: LayerNorm's output and input gradient,
  * GELU's and the residual's outputs and gradients, the embedding's output,
  * softmax + cross-entropy's dlogits (not the parameter gradients, which the
- * trainer rounds when final, nor the losses and statistics). */
+ * trainer rounds when final, nor the losses and statistics). And they read
+ * their activation inputs as 16-bit values (LayerNorm's input and output
+ * gradient, GELU's input and output gradient, the residual's inputs, the
+ * logits in softmax + cross-entropy and the argmax, the output gradient in
+ * matmul's bias gradient), as the GEMMs do through their 16-bit operand
+ * copies: a GEMM's fp32 output then needs no rounding pass of its own
+ * before those read it. */
 
 /* ---- the stream and the cuBLAS handle -------------------------------------- */
 

@@ -6,7 +6,8 @@
  * and -2u clamped to [-87, 87] so that e and the gradient stay finite. expf
  * is CUDA's accurate one (2 ulp), not __expf. Memory-bound: 16-byte loads
  * and stores when every pointer is 16-byte aligned, a grid-stride loop.
- * With 16-bit operands the results are stored rounded (cuda_common.h).
+ * With 16-bit operands inputs are read and results stored as 16-bit values
+ * (cuda_common.h).
  */
 #include "gelu_cuda.h"
 
@@ -46,11 +47,11 @@ __global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int
 	grid_stride4(
 		n, vec,
 		[=](long k) {
-			float4 x = ((const float4 *)inp)[k];
+			float4 x = store16x4(((const float4 *)inp)[k], ops);
 			((float4 *)out)[k] =
 				store16x4(make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)), ops);
 		},
-		[=](long k) { out[k] = store16(gelu(inp[k]), ops); });
+		[=](long k) { out[k] = store16(gelu(store16(inp[k], ops)), ops); });
 }
 
 /* set: dinp = gelu'(inp) dout; else dinp += gelu'(inp) dout. The product is
@@ -62,7 +63,8 @@ __global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const floa
 	grid_stride4(
 		n, vec,
 		[=](long k) {
-			float4 x = ((const float4 *)inp)[k], dy = ((const float4 *)dout)[k];
+			float4 x = store16x4(((const float4 *)inp)[k], ops);
+			float4 dy = store16x4(((const float4 *)dout)[k], ops);
 			float4 g = make_float4(__fmul_rn(gelu_grad(x.x), dy.x), __fmul_rn(gelu_grad(x.y), dy.y),
 			                       __fmul_rn(gelu_grad(x.z), dy.z), __fmul_rn(gelu_grad(x.w), dy.w));
 			if (!set) {
@@ -72,7 +74,7 @@ __global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const floa
 			((float4 *)dinp)[k] = store16x4(g, ops);
 		},
 		[=](long k) {
-			float g = __fmul_rn(gelu_grad(inp[k]), dout[k]);
+			float g = __fmul_rn(gelu_grad(store16(inp[k], ops)), store16(dout[k], ops));
 			dinp[k] = store16(set ? g : dinp[k] + g, ops);
 		});
 }

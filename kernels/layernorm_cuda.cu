@@ -11,7 +11,8 @@
  *      and sums dout * norm and dout for dweight and dbias in registers,
  *      then stores them as the block's partials (the rows are still in L2);
  * then a second kernel adds the partials up per column in a fixed order.
- * With 16-bit operands out and dinp are stored rounded (cuda_common.h).
+ * With 16-bit operands inp and dout are read as 16-bit values, out and dinp
+ * stored so (cuda_common.h).
  * The order of every sum depends on n and c alone: no float atomics, the
  * same bits on every run.
  */
@@ -49,16 +50,16 @@ __global__ static void ln_fwd_kernel(float *out, float *mean, float *rstd, const
 	float *y = out + (size_t)row * c;
 	float s = 0.0f;
 	for (int j = lane; j < c; j += 32)
-		s += x[j];
+		s += store16(x[j], ops);
 	float m = warp_sum(s) / c;
 	float v = 0.0f;
 	for (int j = lane; j < c; j += 32) {
-		float d = x[j] - m;
+		float d = store16(x[j], ops) - m;
 		v += d * d;
 	}
 	float r = 1.0f / sqrtf(warp_sum(v) / c + KERN_LAYERNORM_EPS);
 	for (int j = lane; j < c; j += 32)
-		y[j] = store16((x[j] - m) * r * weight[j] + bias[j], ops);
+		y[j] = store16((store16(x[j], ops) - m) * r * weight[j] + bias[j], ops);
 	if (lane == 0) {
 		mean[row] = m;
 		rstd[row] = r;
@@ -82,7 +83,7 @@ __global__ static void ln_bwd_kernel(float *dinp, float *part, const float *dout
 		float m = mean[i], r = rstd[i];
 		float a = 0.0f, b = 0.0f;
 		for (int j = lane; j < c; j += 32) {
-			float norm = (x[j] - m) * r, dn = dy[j] * weight[j];
+			float norm = (store16(x[j], ops) - m) * r, dn = store16(dy[j], ops) * weight[j];
 			a += dn;
 			b += dn * norm;
 		}
@@ -103,8 +104,8 @@ __global__ static void ln_bwd_kernel(float *dinp, float *part, const float *dout
 		float w = weight[j], sw = 0.0f, sb = 0.0f;
 		for (int k = 0; k < rows; k++) {
 			size_t at = (size_t)(r0 + k) * c + j;
-			float dy = dout[at], r = s_rstd[k];
-			float norm = (inp[at] - s_mean[k]) * r, dn = dy * w;
+			float dy = store16(dout[at], ops), r = s_rstd[k];
+			float norm = (store16(inp[at], ops) - s_mean[k]) * r, dn = dy * w;
 			/* rounded before the add (no FMA): adding gives exactly
 			 * dinp + what the _set version writes */
 			float g = __fmul_rn(r, dn - s_mdn[k] - norm * s_mdnn[k]);

@@ -24,6 +24,7 @@
 #include <cublasLt.h>
 
 #include "cuda_common.h"
+#include "precision_cuda.cuh"
 #include "precision_cuda.h"
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -220,7 +221,7 @@ __global__ static void broadcast_rows_kernel(float *out, const float *bias, long
 /* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per
  * thread row (ty) and then over ty in order. Block (32, DBIAS_TY). */
 __global__ static void dbias_partial_kernel(double *part, const float *dout, int n, int oc,
-                                            int ldd)
+                                            int ldd, int ops)
 {
 	__shared__ double acc[DBIAS_TY][32];
 	int o = blockIdx.x * 32 + threadIdx.x;
@@ -229,7 +230,7 @@ __global__ static void dbias_partial_kernel(double *part, const float *dout, int
 	double s = 0;
 	if (o < oc)
 		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY)
-			s += dout[(size_t)i * ldd + o];
+			s += store16(dout[(size_t)i * ldd + o], ops);
 	acc[threadIdx.y][threadIdx.x] = s;
 	__syncthreads();
 	if (threadIdx.y == 0 && o < oc) {
@@ -264,7 +265,8 @@ static void dbias_colsum(float *dbias, const float *dout, int ldd, int n, int oc
 	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
 	double *part = (double *)kern_cuda_scratch_alloc(sizeof(double) * (size_t)nchunk * oc);
 	dim3 grid((unsigned)((oc + 31) / 32), (unsigned)nchunk), block(32, DBIAS_TY);
-	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd);
+	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd,
+	                                                              kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 	dbias_final_kernel<<<(unsigned)((oc + 31) / 32), dim3(32, DBIAS_FY), 0, kern_cuda_stream()>>>(
 		dbias, part, nchunk, oc);

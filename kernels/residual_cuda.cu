@@ -1,6 +1,7 @@
 /* kernels/residual_cuda.cu - residual connection on the GPU (see residual.h,
  * residual_cuda.h): one add per element, so the results equal the CPU's bit
- * for bit (with 16-bit operands, stored rounded: cuda_common.h). 16-byte
+ * for bit (with 16-bit operands, read and stored as 16-bit values:
+ * cuda_common.h). 16-byte
  * accesses when every pointer is 16-byte aligned. */
 #include "residual_cuda.h"
 
@@ -18,11 +19,12 @@ __global__ static void residual_fwd_kernel(float *out, const float *a, const flo
 	grid_stride4(
 		n, vec,
 		[=](long k) {
-			float4 x = ((const float4 *)a)[k], y = ((const float4 *)b)[k];
+			float4 x = store16x4(((const float4 *)a)[k], ops);
+			float4 y = store16x4(((const float4 *)b)[k], ops);
 			((float4 *)out)[k] =
 				store16x4(make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w), ops);
 		},
-		[=](long k) { out[k] = store16(a[k] + b[k], ops); });
+		[=](long k) { out[k] = store16(store16(a[k], ops) + store16(b[k], ops), ops); });
 }
 
 __global__ static void residual_bwd_kernel(float *da, float *db, const float *dout, long n,

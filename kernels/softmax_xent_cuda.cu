@@ -5,8 +5,9 @@
  * online (max m, sum s of exp(x - m)) over its strided share of the row;
  * the pairs are merged in a fixed order (butterfly within the warp, then the
  * warps' results in order), so lse has the same bits on every run.
- * Backward: a grid over (row, column block), one expf per logit; with 16-bit
- * operands dlogits is stored rounded (cuda_common.h).
+ * Backward: a grid over (row, column block), one expf per logit. With 16-bit
+ * operands the logits are read as 16-bit values (also by the argmax) and
+ * dlogits is stored so (cuda_common.h).
  * expf is CUDA's accurate one (2 ulp).
  */
 #include "softmax_xent_cuda.h"
@@ -32,7 +33,7 @@ __device__ static inline void lse_merge(float *m, float *s, float m2, float s2)
 }
 
 __global__ static void xent_fwd_kernel(float *losses, float *lse, const float *logits, int ld,
-                                       const int *targets, int v)
+                                       const int *targets, int v, int ops)
 {
 	__shared__ float sm[FWD_THREADS / 32], ss[FWD_THREADS / 32];
 	int row = blockIdx.x;
@@ -47,7 +48,7 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const float *l
 	const float *x = logits + (size_t)row * ld;
 	float m = -INFINITY, s = 0.0f;
 	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
-		float xj = x[j];
+		float xj = store16(x[j], ops);
 		if (xj > m) {
 			s = s * expf(m - xj) + 1.0f;
 			m = xj;
@@ -73,7 +74,7 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const float *l
 			lse_merge(&m, &s, sm[w], ss[w]);
 		float l = m + logf(s);
 		lse[row] = l;
-		losses[row] = l - x[tgt];
+		losses[row] = l - store16(x[tgt], ops);
 	}
 }
 
@@ -98,7 +99,8 @@ __global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float 
 			break;
 		float g = 0.0f;
 		if (tgt >= 0)
-			g = __fmul_rn(dloss, expf(logits[base + j] - l) - (j == tgt ? 1.0f : 0.0f));
+			g = __fmul_rn(dloss, expf(store16(logits[base + j], ops) - l) -
+			                         (j == tgt ? 1.0f : 0.0f));
 		dlogits[base + j] = store16(set ? g : dlogits[base + j] + g, ops);
 	}
 }
@@ -109,7 +111,7 @@ extern "C" void kern_softmax_xent_fwd_ld_cuda(float *losses, float *lse, const f
 	if (n <= 0 || v <= 0)
 		return;
 	xent_fwd_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, ld, targets,
-	                                                            v);
+	                                                            v, kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -167,7 +169,7 @@ __device__ static inline void best_merge(float *v, int *i, float v2, int i2)
 	}
 }
 
-__global__ static void argmax_kernel(int *best, const float *logits, int ld, int v)
+__global__ static void argmax_kernel(int *best, const float *logits, int ld, int v, int ops)
 {
 	__shared__ float sv[FWD_THREADS / 32];
 	__shared__ int si[FWD_THREADS / 32];
@@ -181,7 +183,7 @@ __global__ static void argmax_kernel(int *best, const float *logits, int ld, int
 	float bv = 0.0f;
 	int bi = -1;
 	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
-		float xj = x[j];
+		float xj = store16(x[j], ops);
 		if (!isnan(xj) && (bi < 0 || xj > bv)) {
 			bv = xj;
 			bi = j;
@@ -209,7 +211,8 @@ extern "C" void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld,
 {
 	if (n <= 0 || v <= 0)
 		return;
-	argmax_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, ld, v);
+	argmax_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, ld, v,
+	                                                         kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 }
 

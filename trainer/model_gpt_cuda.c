@@ -167,28 +167,26 @@ static struct gpt_block_acts *fwd_acts(struct gpt_cuda *g, int l)
 }
 
 /* Block l's forward from a->x with its weights bw as far as backward needs
- * it: everything in a. What each op writes is rounded (16-bit storage, as in
- * model_gpt.c): the GEMMs' outputs in a pass of their own, the elementwise
- * ops' as they store them (cuda_common.h), att by the attention
- * (attention_cuda.h). */
+ * it: everything in a. 16-bit storage as in model_gpt.c, which rounds what
+ * each op writes: here the element-wise ops store rounded values, the
+ * attention leaves att rounded (attention_cuda.h), and a GEMM's fp32 output
+ * is left as it is, because everything that reads it reads it as a 16-bit
+ * value: the GEMMs through their operand copies, the element-wise kernels
+ * as they load it (cuda_common.h). The same values, without a rounding
+ * pass. */
 static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts *a)
 {
-	struct trn_cuda_model *c = &g->c;
 	int B = g->B, T = g->T, C = g->C, NH = g->NH, BT = B * T;
 	long btc = (long)BT * C;
 #define W(which) (bw + g->rel[which])
 	kern_layernorm_fwd_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B), BT, C);
 	kern_matmul_fwd_cuda(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
-	trn_cuda_model_round(c, a->qkv, btc * 3);
 	kern_attention_fwd_cuda(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
-	trn_cuda_model_round(c, a->atty, btc);
 	kern_matmul_fwd_cuda(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
-	trn_cuda_model_round(c, g->tmp_c, btc);
 	kern_residual_fwd_cuda(a->res2, a->x, g->tmp_c, btc);
 	kern_layernorm_fwd_cuda(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W), W(P_LN2B),
 	                        BT, C);
 	kern_matmul_fwd_cuda(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
-	trn_cuda_model_round(c, a->fch, btc * 4);
 	kern_gelu_fwd_cuda(a->fch_gelu, a->fch, btc * 4);
 #undef W
 }
@@ -218,7 +216,6 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 		block_fwd(g, bw, a);
 		kern_matmul_fwd_cuda(g->tmp_c, a->fch_gelu, bw + g->rel[P_FCPW], bw + g->rel[P_FCPB],
 		                     BT, 4 * C, C);
-		trn_cuda_model_round(c, g->tmp_c, btc);
 		x = fwd_input(g, l + 1);
 		kern_residual_fwd_cuda(x, a->res2, g->tmp_c, btc);
 		if (g->act_cpu)
@@ -227,7 +224,6 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	kern_layernorm_fwd_cuda(g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf), wd(g, lf + 1),
 	                        BT, C);
 	kern_matmul_fwd_ld_cuda(g->logits, VP, g->lnf, wd(g, 0), NULL, BT, C, V);
-	trn_cuda_model_round(c, g->logits, (long)BT * VP);
 	kern_softmax_xent_fwd_ld_cuda(g->losses, g->lse, g->logits, VP, c->targets_dev, BT, V);
 	return trn_cuda_model_score(c, g->losses, g->logits, VP, b->targets, BT, V, st);
 }
@@ -261,7 +257,6 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	                                  c->targets_dev, BT, V);
 	kern_matmul_bwd_set_ld_cuda(g->dln, gd(g, 0), NULL, g->dlogits, VP, g->lnf, wd(g, 0), BT, C,
 	                            V);
-	trn_cuda_model_round(c, g->dln, btc);
 	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
 	                            g->lnf_mean, g->lnf_rstd, BT, C);
 	if (poff || out)
@@ -277,22 +272,17 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 #define G(which) (bg + g->rel[which])
 		kern_matmul_bwd_set_cuda(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
 		                         BT, 4 * C, C);
-		trn_cuda_model_round(c, g->dbig, btc * 4);
 		kern_gelu_bwd_set_cuda(g->dbig, a->fch, g->dbig, btc * 4);
 		kern_matmul_bwd_set_cuda(g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW), BT, C,
 		                         4 * C);
-		trn_cuda_model_round(c, g->dln, btc);
 		kern_layernorm_bwd_cuda(g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2, W(P_LN2W),
 		                        a->ln2_mean, a->ln2_rstd, BT, C);
 		kern_matmul_bwd_set_cuda(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW),
 		                         BT, C, C);
-		trn_cuda_model_round(c, g->datty, btc);
 		kern_attention_bwd_set_cuda(g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att, B, T, C,
 		                            NH);
-		trn_cuda_model_round(c, g->dqkv, btc * 3);
 		kern_matmul_bwd_set_cuda(g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1, W(P_QKVW), BT,
 		                         C, 3 * C);
-		trn_cuda_model_round(c, g->dln, btc);
 		kern_layernorm_bwd_cuda(g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
 		                        a->ln1_mean, a->ln1_rstd, BT, C);
 		if (poff) {

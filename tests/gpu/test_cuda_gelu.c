@@ -19,6 +19,7 @@
 #include "kernels/gelu.h"
 #include "kernels/gelu_cuda.h"
 #include "kernels/matmul_cuda.h"
+#include "kernels/precision.h"
 
 #define OUT_ATOL 1e-12
 #define OUT_RTOL 8e-6
@@ -125,8 +126,9 @@ static void test_empty(void)
 	CHECK(1);
 }
 
-/* With bf16 operands out and dinp are stored as bf16 values: the
- * reference's rounded (within one bf16 spacing), on both paths. */
+/* With bf16 operands inp and dout are read as bf16 values, and out and dinp
+ * stored so: the reference's on the rounded inputs, rounded (within one
+ * bf16 spacing), on both paths. */
 static void test_bf16_stores(void)
 {
 	for (int off = 0; off < 2; off++) {
@@ -137,8 +139,12 @@ static void test_bf16_stores(void)
 		dev_put(d_inp + off, inp, n);
 		dev_put(d_dout + off, dout, n);
 		float *want = host_zeros(n), *dwant = host_zeros(n);
-		kern_gelu_fwd_ref(want, inp, n);
-		kern_gelu_bwd_set_ref(dwant, inp, dout, n);
+		float *inp16 = host_copy(inp, n), *dout16 = host_copy(dout, n);
+		kern_round_bf16_cpu(inp16, n);
+		kern_round_bf16_cpu(dout16, n);
+		kern_gelu_fwd_ref(want, inp16, n);
+		kern_gelu_bwd_set_ref(dwant, inp16, dout16, n);
+		free(inp16), free(dout16);
 		kern_matmul_cuda_operands(KERN_MM_BF16);
 		kern_gelu_fwd_cuda(d_out + off, d_inp + off, n);
 		kern_gelu_bwd_set_cuda(d_dinp + off, d_inp + off, d_dout + off, n);

@@ -20,6 +20,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/layernorm_cuda.h"
 #include "kernels/matmul_cuda.h"
+#include "kernels/precision.h"
 
 static uint64_t rng = 51;
 
@@ -180,9 +181,9 @@ static void test_deterministic(void)
 	ln_free(&s);
 }
 
-/* With bf16 operands out and dinp are stored as bf16 values (the
- * reference's rounded, within one bf16 spacing); dweight and dbias, the
- * parameters' gradients, stay fp32 as without. */
+/* With bf16 operands inp and dout are read as bf16 values and out and dinp
+ * stored so (the reference's on the rounded inputs, rounded, within one
+ * bf16 spacing); dweight and dbias, the parameters' gradients, stay fp32. */
 static void test_bf16_stores(void)
 {
 	int n = 257, c = 1600;
@@ -190,9 +191,13 @@ static void test_bf16_stores(void)
 	struct ln s;
 	ln_init(&s, n, c);
 	float *out = host_zeros(nc), *mean = host_zeros(n), *rstd = host_zeros(n);
-	kern_layernorm_fwd_ref(out, mean, rstd, s.inp, s.weight, s.bias, n, c);
+	float *inp16 = host_copy(s.inp, nc), *dout16 = host_copy(s.dout, nc);
+	kern_round_bf16_cpu(inp16, nc);
+	kern_round_bf16_cpu(dout16, nc);
+	kern_layernorm_fwd_ref(out, mean, rstd, inp16, s.weight, s.bias, n, c);
 	float *sdinp = host_copy(s.dinp0, nc), *sdw = host_zeros(c), *sdb = host_zeros(c);
-	kern_layernorm_bwd_set_ref(sdinp, sdw, sdb, s.dout, s.inp, s.weight, mean, rstd, n, c);
+	kern_layernorm_bwd_set_ref(sdinp, sdw, sdb, dout16, inp16, s.weight, mean, rstd, n, c);
+	free(inp16), free(dout16);
 	kern_matmul_cuda_operands(KERN_MM_BF16);
 	kern_layernorm_fwd_cuda(s.d_out, s.d_mean, s.d_rstd, s.d_inp, s.d_weight, s.d_bias, n, c);
 	float *gout = dev_fetch(s.d_out, nc);

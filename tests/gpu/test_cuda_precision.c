@@ -223,6 +223,43 @@ static void gemm16(int n, int c, int oc, int bf16)
 	kern_cuda_free(d_out), kern_cuda_free(d_dinp), kern_cuda_free(d_dw), kern_cuda_free(d_db);
 }
 
+/* Unrounded operands: the GEMMs read them as 16-bit values (their operand
+ * copies), and so does the bias gradient's sum of dout: the results of the
+ * same operands rounded first. A GEMM's fp32 output can then go to the next
+ * one without a rounding pass (cuda_common.h). */
+static void test_gemm16_reads_16_bits(void)
+{
+	int n = 257, c = 129, oc = 511;
+	long nc = (long)n * c, oc_c = (long)oc * c, noc = (long)n * oc;
+	float *inp = host_rand(nc, -1, 1, &rng), *w = host_rand(oc_c, -1, 1, &rng);
+	float *dout = host_rand(noc, -1, 1, &rng);
+	float *inp16 = host_copy(inp, nc), *w16 = host_copy(w, oc_c), *dout16 = host_copy(dout, noc);
+	kern_round_bf16_cpu(inp16, nc);
+	kern_round_bf16_cpu(w16, oc_c);
+	kern_round_bf16_cpu(dout16, noc);
+	float *d_inp = dev_copy(inp, nc), *d_w = dev_copy(w, oc_c), *d_dout = dev_copy(dout, noc);
+	float *d_out = dev_alloc(noc), *d_dinp = dev_alloc(nc), *d_dw = dev_alloc(oc_c);
+	float *d_db = dev_alloc(oc);
+	float *out = host_zeros(noc), *dinp = host_zeros(nc), *dw = host_zeros(oc_c);
+	float *db = host_zeros(oc);
+	kern_matmul_fwd_ref(out, inp16, w16, NULL, n, c, oc);
+	kern_matmul_bwd_set_ref(dinp, dw, db, dout16, inp16, w16, n, c, oc);
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	kern_matmul_fwd_cuda(d_out, d_inp, d_w, NULL, n, c, oc);
+	kern_matmul_bwd_set_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, n, c, oc);
+	kern_matmul_cuda_operands(prev);
+	float *g_out = dev_fetch(d_out, noc), *g_dinp = dev_fetch(d_dinp, nc);
+	float *g_dw = dev_fetch(d_dw, oc_c), *g_db = dev_fetch(d_db, oc);
+	check_close("unrounded operands: forward", g_out, out, noc, tol(c), tol(c));
+	check_close("unrounded operands: dinp", g_dinp, dinp, nc, tol(oc), tol(oc));
+	check_close("unrounded operands: dweight", g_dw, dw, oc_c, tol(n), tol(n));
+	check_close("unrounded operands: dbias", g_db, db, oc, 1e-7, 1e-6);
+	free(inp), free(w), free(dout), free(inp16), free(w16), free(dout16);
+	free(out), free(dinp), free(dw), free(db), free(g_out), free(g_dinp), free(g_dw), free(g_db);
+	kern_cuda_free(d_inp), kern_cuda_free(d_w), kern_cuda_free(d_dout), kern_cuda_free(d_out);
+	kern_cuda_free(d_dinp), kern_cuda_free(d_dw), kern_cuda_free(d_db);
+}
+
 static void test_gemm16(void)
 {
 	const int shapes[][3] = { { 1, 1, 1 }, { 7, 13, 5 }, { 257, 129, 511 }, { 64, 768, 2304 },
@@ -238,6 +275,7 @@ int main(void)
 	CHECK_RUN(test_all_patterns);
 	CHECK_RUN(test_round_in_place);
 	CHECK_RUN(test_convert_unaligned);
+	CHECK_RUN(test_gemm16_reads_16_bits);
 	CHECK_RUN(test_nonfinite);
 	CHECK_RUN(test_gemm16);
 	return check_finish();

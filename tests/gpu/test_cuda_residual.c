@@ -10,6 +10,7 @@
 #include "gpu_test.h"
 #include "kernels/cuda_common.h"
 #include "kernels/matmul_cuda.h"
+#include "kernels/precision.h"
 #include "kernels/residual.h"
 #include "kernels/residual_cuda.h"
 
@@ -66,8 +67,9 @@ static void test_vs_ref(void)
 	}
 }
 
-/* With bf16 operands the outputs are stored as bf16 values: the
- * reference's (one add) rounded, bit for bit, on both paths. */
+/* With bf16 operands the forward reads its inputs as bf16 values and the
+ * outputs are stored so: the reference's (one add of the rounded inputs)
+ * rounded, bit for bit, on both paths. */
 static void test_bf16_stores(void)
 {
 	for (int off = 0; off < 2; off++) {
@@ -80,7 +82,11 @@ static void test_bf16_stores(void)
 		dev_put(d_b + off, b, n);
 		dev_put(d_dout + off, dout, n);
 		float *want = host_zeros(n), *da = host_copy(a, n), *db = host_copy(b, n);
-		kern_residual_fwd_ref(want, a, b, n);
+		float *a16 = host_copy(a, n), *b16 = host_copy(b, n);
+		kern_round_bf16_cpu(a16, n);
+		kern_round_bf16_cpu(b16, n);
+		kern_residual_fwd_ref(want, a16, b16, n);
+		free(a16), free(b16);
 		kern_residual_bwd_ref(da, db, dout, n);
 		kern_matmul_cuda_operands(KERN_MM_BF16);
 		kern_residual_fwd_cuda(d_out + off, d_a + off, d_b + off, n);

@@ -19,6 +19,7 @@
 #include "gpu_test.h"
 #include "kernels/cuda_common.h"
 #include "kernels/matmul_cuda.h"
+#include "kernels/precision.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/softmax_xent_cuda.h"
 
@@ -232,18 +233,26 @@ static void test_strided(void)
 	}
 }
 
-/* With bf16 operands dlogits is stored as bf16 values (the reference's
- * rounded, within one bf16 spacing), strided rows too; losses and lse stay
- * fp32. */
+/* With bf16 operands the logits are read as bf16 values and dlogits is
+ * stored so (the reference's on the rounded logits, rounded, within one
+ * bf16 spacing), strided rows too; losses and lse stay fp32; the argmax
+ * sees the rounded logits (two that differ only below bf16's precision
+ * tie, and the lower index wins). */
 static void test_bf16_stores(void)
 {
 	int n = 33, v = 1000, ld = 1024;
 	long nv = (long)n * v;
 	float *logits = host_rand(nv, -4, 4, &rng);
 	int *targets = rand_targets(n, v, 7);
+	for (int r = 0; r < n; r++) {        /* row r's top two: equal in bf16 */
+		logits[(long)r * v + 10] = 9.0f;
+		logits[(long)r * v + 20] = 9.0f + 0x1p-16f;
+	}
+	float *l16 = host_copy(logits, nv);
+	kern_round_bf16_cpu(l16, nv);
 	float *losses = host_zeros(n), *lse = host_zeros(n), *sdl = host_zeros(nv);
-	kern_softmax_xent_fwd_ref(losses, lse, logits, targets, n, v);
-	kern_softmax_xent_bwd_set_ref(sdl, 1.0f / (float)n, logits, lse, targets, n, v);
+	kern_softmax_xent_fwd_ref(losses, lse, l16, targets, n, v);
+	kern_softmax_xent_bwd_set_ref(sdl, 1.0f / (float)n, l16, lse, targets, n, v);
 	float *d_logits = dev_alloc((long)n * ld), *d_dl = dev_alloc((long)n * ld);
 	for (int r = 0; r < n; r++)
 		dev_put(d_logits + (long)r * ld, logits + (long)r * v, v);
@@ -251,7 +260,10 @@ static void test_bf16_stores(void)
 	float *d_lse = dev_copy(lse, n), *d_losses = dev_alloc(n);
 	kern_matmul_cuda_operands(KERN_MM_BF16);
 	kern_softmax_xent_fwd_ld_cuda(d_losses, d_lse, d_logits, ld, d_targets, n, v);
-	float *glse = dev_fetch(d_lse, n);
+	float *glse = dev_fetch(d_lse, n), *glosses = dev_fetch(d_losses, n);
+	int *d_best = kern_cuda_malloc(sizeof(int) * (size_t)n), *best = malloc(sizeof(int) * (size_t)n);
+	kern_argmax_rows_ld_cuda(d_best, d_logits, ld, n, v);
+	kern_cuda_download(best, d_best, sizeof(int) * (size_t)n);
 	dev_put(d_lse, lse, n);
 	kern_softmax_xent_bwd_set_ld_cuda(d_dl, 1.0f / (float)n, d_logits, ld, d_lse, d_targets, n,
 	                                  v);
@@ -260,9 +272,15 @@ static void test_bf16_stores(void)
 	for (int r = 0; r < n; r++)
 		memcpy(gdl + (long)r * v, all + (long)r * ld, sizeof(float) * (size_t)v);
 	check_stored_bf16("bf16 dlogits (rows 1024 apart)", gdl, sdl, nv, 0x1p-7);
-	check_close("fp32 lse beside bf16 stores", glse, lse, n, 1e-5, 1e-5);
+	check_close("lse of the rounded logits", glse, lse, n, 1e-5, 1e-5);
+	check_close("losses of the rounded logits", glosses, losses, n, 1e-5, 1e-5);
+	int ties = 1;
+	for (int r = 0; r < n; r++)
+		ties &= best[r] == 10;
+	CHECK_MSG(ties, "argmax of logits equal in bf16: the lower index (row 0: %d)", best[0]);
 	free(logits), free(targets), free(losses), free(lse), free(sdl), free(glse), free(all);
-	free(gdl);
+	free(gdl), free(l16), free(glosses), free(best);
+	kern_cuda_free(d_best);
 	kern_cuda_free(d_logits), kern_cuda_free(d_dl), kern_cuda_free(d_targets);
 	kern_cuda_free(d_lse), kern_cuda_free(d_losses);
 }

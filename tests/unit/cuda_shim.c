@@ -130,7 +130,7 @@ void kern_cuda_zero(void *dev, size_t bytes)
 /* the GEMM operands' type (kern_matmul_cuda_operands) */
 static int shim_operands = KERN_MM_FP32;
 
-/* x[0..n) stored as the 16-bit operands' type holds it, as the elementwise
+/* x[0..n) stored as the 16-bit operands' type holds it, as the element-wise
  * kernels store their outputs (cuda_common.h) */
 static void store16(float *x, long n)
 {
@@ -140,18 +140,40 @@ static void store16(float *x, long n)
 		kern_round_fp16_cpu(x, n);
 }
 
+/* x[0..n) read as the 16-bit operands' type holds it, as the GEMMs' operand
+ * copies and the element-wise kernels' loads read it (cuda_common.h): x
+ * itself in fp32, else a rounded copy in *tmp (free it; NULL otherwise). */
+static const float *as16(const float *x, long n, float **tmp)
+{
+	*tmp = NULL;
+	if (shim_operands == KERN_MM_FP32 || !x)
+		return x;
+	if (!(*tmp = malloc(sizeof(float) * (size_t)(n ? n : 1))))
+		abort();
+	memcpy(*tmp, x, sizeof(float) * (size_t)n);
+	store16(*tmp, n);
+	return *tmp;
+}
+
 /* with 16-bit operands att is left rounded, as attention_cuda.h says */
 void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float *qkv, int b,
                              int t, int c, int nh)
 {
-	kern_attention_fwd_cpu(out, preatt, att, qkv, b, t, c, nh);
+	float *t1;
+	kern_attention_fwd_cpu(out, preatt, att, as16(qkv, (long)b * t * 3 * c, &t1), b, t, c, nh);
 	store16(att, (long)b * nh * t * t);
+	free(t1);
 }
 
 void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
                                  const float *qkv, const float *att, int b, int t, int c, int nh)
 {
-	kern_attention_bwd_set_cpu(dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh);
+	float *t1, *t2;
+	long btc = (long)b * t * c;
+	kern_attention_bwd_set_cpu(dqkv, dpreatt, datt, as16(dout, btc, &t1), as16(qkv, 3 * btc, &t2),
+	                           att, b, t, c, nh);
+	free(t1);
+	free(t2);
 }
 
 void kern_embedding_fwd_cuda(float *out, const int *tokens, const float *wte, const float *wpe,
@@ -169,14 +191,19 @@ void kern_embedding_bwd_cuda(float *dwte, float *dwpe, const float *dout, const 
 
 void kern_gelu_fwd_cuda(float *out, const float *inp, long n)
 {
-	kern_gelu_fwd_cpu(out, inp, n);
+	float *t1;
+	kern_gelu_fwd_cpu(out, as16(inp, n, &t1), n);
 	store16(out, n);
+	free(t1);
 }
 
 void kern_gelu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n)
 {
-	kern_gelu_bwd_set_cpu(dinp, inp, dout, n);
+	float *t1, *t2;
+	kern_gelu_bwd_set_cpu(dinp, as16(inp, n, &t1), as16(dout, n, &t2), n);
 	store16(dinp, n);
+	free(t1);
+	free(t2);
 }
 
 void kern_relu_fwd_cuda(float *out, const float *inp, long n)
@@ -192,40 +219,56 @@ void kern_relu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, lo
 void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, const float *inp,
                              const float *weight, const float *bias, int n, int c)
 {
-	kern_layernorm_fwd_cpu(out, mean, rstd, inp, weight, bias, n, c);
+	float *t1;
+	kern_layernorm_fwd_cpu(out, mean, rstd, as16(inp, (long)n * c, &t1), weight, bias, n, c);
 	store16(out, (long)n * c);
+	free(t1);
+}
+
+static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean,
+                          const float *rstd, int n, int c, int set)
+{
+	float *t1, *t2;
+	long nc = (long)n * c;
+	(set ? kern_layernorm_bwd_set_cpu : kern_layernorm_bwd_cpu)(
+		dinp, dweight, dbias, as16(dout, nc, &t1), as16(inp, nc, &t2), weight, mean, rstd, n, c);
+	store16(dinp, nc);
+	free(t1);
+	free(t2);
 }
 
 void kern_layernorm_bwd_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                              const float *inp, const float *weight, const float *mean,
                              const float *rstd, int n, int c)
 {
-	kern_layernorm_bwd_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
-	store16(dinp, (long)n * c);
+	layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 0);
 }
 
 void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, const float *mean,
                                  const float *rstd, int n, int c)
 {
-	kern_layernorm_bwd_set_cpu(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
-	store16(dinp, (long)n * c);
+	layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 1);
 }
 
+/* The GEMMs on their operands as 16-bit copies hold them (the bias and the
+ * results fp32). */
 void kern_matmul_fwd_cuda(float *out, const float *inp, const float *weight, const float *bias,
                           int n, int c, int oc)
 {
-	kern_matmul_fwd_cpu(out, inp, weight, bias, n, c, oc);
+	kern_matmul_fwd_ld_cuda(out, oc, inp, weight, bias, n, c, oc);
 }
 
 void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                               const float *inp, const float *weight, int n, int c, int oc)
 {
-	kern_matmul_bwd_set_cpu(dinp, dweight, dbias, dout, inp, weight, n, c, oc);
+	kern_matmul_bwd_set_ld_cuda(dinp, dweight, dbias, dout, oc, inp, weight, n, c, oc);
 }
 
 /* The strided versions: rows ld apart gathered into (scattered from) n x v
- * contiguous floats, where the CPU kernel runs. */
+ * contiguous floats, where the CPU kernel runs; read as 16-bit values when
+ * the operands are (as16). */
 static float *packed(const float *x, int ld, int n, int v)
 {
 	float *p = calloc((size_t)n * (size_t)v, sizeof(float));
@@ -234,6 +277,8 @@ static float *packed(const float *x, int ld, int n, int v)
 	if (x)
 		for (int r = 0; r < n; r++)
 			memcpy(p + (size_t)r * v, x + (size_t)r * ld, sizeof(float) * (size_t)v);
+	if (x)
+		store16(p, (long)n * v);
 	return p;
 }
 
@@ -246,38 +291,46 @@ static void unpack(float *x, int ld, const float *p, int n, int v)
 void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float *weight,
                              const float *bias, int n, int c, int oc)
 {
-	float *o = packed(NULL, ldo, n, oc);
-	kern_matmul_fwd_cpu(o, inp, weight, bias, n, c, oc);
+	float *o = packed(NULL, ldo, n, oc), *t1, *t2;
+	kern_matmul_fwd_cpu(o, as16(inp, (long)n * c, &t1), as16(weight, (long)oc * c, &t2), bias, n,
+	                    c, oc);
 	unpack(out, ldo, o, n, oc);
 	free(o);
+	free(t1);
+	free(t2);
 }
 
 void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                                  int ldd, const float *inp, const float *weight, int n, int c,
                                  int oc)
 {
-	float *d = packed(dout, ldd, n, oc);
-	kern_matmul_bwd_set_cpu(dinp, dweight, dbias, d, inp, weight, n, c, oc);
+	float *d = packed(dout, ldd, n, oc), *t1, *t2;
+	kern_matmul_bwd_set_cpu(dinp, dweight, dbias, d, as16(inp, (long)n * c, &t1),
+	                        as16(weight, (long)oc * c, &t2), n, c, oc);
 	free(d);
+	free(t1);
+	free(t2);
 }
 
 void kern_residual_fwd_cuda(float *out, const float *a, const float *b, long n)
 {
-	kern_residual_fwd_cpu(out, a, b, n);
+	float *t1, *t2;
+	kern_residual_fwd_cpu(out, as16(a, n, &t1), as16(b, n, &t2), n);
 	store16(out, n);
+	free(t1);
+	free(t2);
 }
 
 void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const float *logits,
                                 const int *targets, int n, int v)
 {
-	kern_softmax_xent_fwd_cpu(losses, lse, logits, targets, n, v);
+	kern_softmax_xent_fwd_ld_cuda(losses, lse, logits, v, targets, n, v);
 }
 
 void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *logits,
                                     const float *lse, const int *targets, int n, int v)
 {
-	kern_softmax_xent_bwd_set_cpu(dlogits, dloss, logits, lse, targets, n, v);
-	store16(dlogits, (long)n * v);
+	kern_softmax_xent_bwd_set_ld_cuda(dlogits, dloss, logits, v, lse, targets, n, v);
 }
 
 void kern_softmax_xent_fwd_ld_cuda(float *losses, float *lse, const float *logits, int ld,
@@ -301,14 +354,16 @@ void kern_softmax_xent_bwd_set_ld_cuda(float *dlogits, float dloss, const float 
 
 void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int v)
 {
+	float *x = packed(logits, ld, n, v);
 	for (int r = 0; r < n; r++) {
-		const float *row = logits + (long)r * ld;
+		const float *row = x + (long)r * v;
 		int b = 0;
 		for (int j = 1; j < v; j++)
 			if (row[j] > row[b])
 				b = j;
 		best[r] = b;
 	}
+	free(x);
 }
 
 /* ---- the optimizers (trainer/optim_cuda.c's table) ------------------------------ */

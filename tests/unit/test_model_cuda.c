@@ -184,6 +184,8 @@ static void compare_models(const char *spec_text, const struct trn_dataset *ds, 
 		} else {
 			for (long i = 0; i < (long)n * ds->dim; i++)
 				b.x[i] = (float)((double)(next() % 2001) / 1000.0 - 1.0);
+			/* the input as the model stores it, as train.c hands it over */
+			trn_model_round(cpu, b.x, (long)n * ds->dim);
 			for (int i = 0; i < n; i++)
 				b.targets[i] = (int32_t)(next() % (uint64_t)ds->n_classes);
 		}
