@@ -306,10 +306,15 @@ void trn_model_weights_changed(struct trn_model *m)
 	m->w_version++;
 }
 
+void trn_model_range_changed(struct trn_model *m, long off, long n)
+{
+	if (m->ops->range_changed && n > 0)
+		m->ops->range_changed(m, off, n);
+}
+
 void trn_model_tensor_changed(struct trn_model *m, int p)
 {
-	if (m->ops->tensor_changed)
-		m->ops->tensor_changed(m, p);
+	trn_model_range_changed(m, m->params[p].offset, m->params[p].numel);
 }
 
 int trn_model_set_resident(struct trn_model *m)

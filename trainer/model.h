@@ -60,8 +60,8 @@ struct trn_model_ops {
 	 * the driver), of it, and the kernels' scratch pool's peak */
 	void (*device_memory)(const struct trn_model *m, double *in_use, double *total,
 	                      double *scratch_peak);
-	/* optional: w's parameter p changed (see trn_model_tensor_changed) */
-	void (*tensor_changed)(struct trn_model *m, int p);
+	/* optional: w's floats [off, off + n) changed (trn_model_range_changed) */
+	void (*range_changed)(struct trn_model *m, long off, long n);
 };
 
 struct trn_model {
@@ -184,11 +184,13 @@ void trn_model_grads_ready_as_they_are(struct trn_model *m);
 /* The trainer changed w (initialised, loaded, updated by the optimizer):
  * a GPU model refreshes its device copy before its next forward. */
 void trn_model_weights_changed(struct trn_model *m);
-/* The trainer changed parameter p in w and will not write it again before
- * the next forward (an update that follows backward): a GPU model that keeps
- * all of w on the device starts copying it there now, beside backward's
- * compute; once every parameter came so, trn_model_weights_changed costs
- * the next forward only a wait. */
+/* The trainer changed w's floats [off, off + n) and will not write them
+ * again before the next forward (an update that follows backward, or the
+ * optimizer offload's parameters coming back chunk by chunk): a GPU model
+ * that keeps all of w on the device starts copying them there now, beside
+ * what else runs; once all of w came so, trn_model_weights_changed costs
+ * the next forward only a wait. trn_model_tensor_changed: parameter p's. */
+void trn_model_range_changed(struct trn_model *m, long off, long n);
 void trn_model_tensor_changed(struct trn_model *m, int p);
 /* A GPU model becomes resident (see above); 0, or -1 on the CPU. */
 int trn_model_set_resident(struct trn_model *m);

@@ -260,17 +260,16 @@ void trn_cuda_model_gemms(const struct trn_cuda_model *c)
 	                                                            : KERN_MM_FP32);
 }
 
-void trn_cuda_model_tensor_changed(struct trn_model *base, int p)
+void trn_cuda_model_range_changed(struct trn_model *base, long off, long n)
 {
 	struct trn_cuda_model *c = (struct trn_cuda_model *)base;
 	if (base->resident || base->param_off)
 		return;                        /* the device's own, or the engine's to bring */
-	const struct trn_param *t = &base->params[p];
-	kern_cuda_copy_async(TRN_CUDA_W_IN_CHANNEL, c->w_dev + t->offset, base->w + t->offset,
-	                     sizeof(float) * (size_t)t->numel);
+	kern_cuda_copy_async(TRN_CUDA_W_IN_CHANNEL, c->w_dev + off, base->w + off,
+	                     sizeof(float) * (size_t)n);
 	if (c->w_streamed && c->w_streamed_version != base->w_version)
 		c->w_streamed = 0;             /* a step's worth from before: not this one's */
-	c->w_streamed += t->numel;
+	c->w_streamed += n;
 	c->w_streamed_version = base->w_version;
 }
 

@@ -133,14 +133,16 @@ void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order);
  * during the rest of backward. trn_cuda_model_blocks_out_done lands the
  * last. The same values add in the same order as trn_cuda_model_grads_out. */
 #define TRN_CUDA_GRAD_OUT_CHANNEL 6    /* and 7; param offload 0-3, activations 4-5 */
-/* Parameter p of w changed on the host (the update follows backward): sent
- * to w_dev on a channel of its own (one param offload leaves free: weights
- * in place on the device) after the compute enqueued so far, which is past
- * p's last use in this backward. Once all of w went so and w changed in no
- * other way since (one trn_model_weights_changed: the step's), the next
+/* w's floats [off, off + n) changed on the host for good until the next
+ * forward (model.h's trn_model_range_changed): sent to w_dev on a channel of
+ * its own (one param offload leaves free: weights in place on the device)
+ * after the compute enqueued so far, which is past their last use (an
+ * update that follows backward sends a tensor once its gradient is final).
+ * Once all of w went so and w changed in no other way since (one
+ * trn_model_weights_changed: the step's), the next
  * trn_cuda_model_sync_weights waits for the channel instead of uploading. */
 #define TRN_CUDA_W_IN_CHANNEL 0
-void trn_cuda_model_tensor_changed(struct trn_model *base, int p);
+void trn_cuda_model_range_changed(struct trn_model *base, long off, long n);
 int trn_cuda_model_streams_grads(const struct trn_cuda_model *c);
 void trn_cuda_model_block_out(struct trn_cuda_model *c, int b, const int *ready_order);
 void trn_cuda_model_blocks_out_done(struct trn_cuda_model *c, const int *ready_order);

@@ -336,7 +336,7 @@ static const struct trn_model_ops gpt_cuda_ops = {
 	.pull_weights = trn_cuda_model_pull_weights,
 	.publish_master = trn_cuda_model_publish_master,
 	.device_memory = trn_cuda_model_device_memory,
-	.tensor_changed = trn_cuda_model_tensor_changed,
+	.range_changed = trn_cuda_model_range_changed,
 };
 
 /* The CPU layout's table is model_gpt.c's: checked name by name, so that a

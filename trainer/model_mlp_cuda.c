@@ -234,7 +234,7 @@ static const struct trn_model_ops mlp_cuda_ops = {
 	.pull_weights = trn_cuda_model_pull_weights,
 	.publish_master = trn_cuda_model_publish_master,
 	.device_memory = trn_cuda_model_device_memory,
-	.tensor_changed = trn_cuda_model_tensor_changed,
+	.range_changed = trn_cuda_model_range_changed,
 };
 
 struct trn_model *trn_mlp_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,

@@ -96,6 +96,15 @@ static void round_to(enum trn_dtype dtype, float *x, long n)
 		kern_round_bf16_cpu(x, n);
 }
 
+/* Waits for the parameter copy c, and says so when asked. */
+static long wait_up(struct trn_opt_offload *o, struct trn_opt_copy *c)
+{
+	long a = c->n ? c->dst - o->dev_params : 0, n = wait_copy(c);
+	if (n && o->landed)
+		o->landed(o->landed_ctx, a, n);
+	return n;
+}
+
 void trn_opt_offload_params_in(struct trn_opt_offload *o)
 {
 	if (o->in_place) {
@@ -110,7 +119,7 @@ void trn_opt_offload_params_in(struct trn_opt_offload *o)
 		int s = (int)(k % 2);
 		/* the copy out of this staging buffer (chunk k - 2) before it is
 		 * written again */
-		o->floats_up += wait_copy(&o->up[s]);
+		o->floats_up += wait_up(o, &o->up[s]);
 		memcpy(o->stage[s], o->master + a, sizeof(float) * (size_t)n);
 		round_to(o->dtype, o->stage[s], n);
 		start_copy(&o->up[s], o->dev_params + a, o->stage[s], n);
@@ -119,6 +128,6 @@ void trn_opt_offload_params_in(struct trn_opt_offload *o)
 
 void trn_opt_offload_params_wait(struct trn_opt_offload *o)
 {
-	o->floats_up += wait_copy(&o->up[0]);
-	o->floats_up += wait_copy(&o->up[1]);
+	o->floats_up += wait_up(o, &o->up[0]);
+	o->floats_up += wait_up(o, &o->up[1]);
 }

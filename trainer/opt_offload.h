@@ -69,6 +69,10 @@ struct trn_opt_offload {
 	long chunk;
 	struct trn_opt_copy up[2];     /* host -> device, out of each staging buffer */
 	long floats_down, floats_up;   /* copied so far */
+	/* optional: a chunk [a, a + n) of the range's parameters is in
+	 * dev_params for good (its copy done), called as each lands */
+	void (*landed)(void *ctx, long a, long n);
+	void *landed_ctx;
 };
 
 /* Sets o up for a range of n floats whose gradients come from dev_grads in

@@ -466,6 +466,15 @@ static void stream_update(void *ctx, int p)
 	trn_model_tensor_changed(m, p);    /* on a GPU, on its way back now */
 }
 
+/* The optimizer offload's parameters [a, a + n) of this rank's range are in
+ * w for good: on a GPU they start for the device now, while the next chunk
+ * is rounded (two staging buffers and a copy channel: opt_offload.h). */
+static void params_landed(void *ctx, long a, long n)
+{
+	struct run *r = ctx;
+	trn_model_range_changed(r->model, r->dp.lo + a, n);
+}
+
 /* offload.optimizer "cpu": the master weights and the optimizer state are
  * the host's; the gradients come to it bucket by bucket, the parameters go
  * back in chunks of parallel.bucket_mb. With offload.params "cpu" the
@@ -485,6 +494,10 @@ static int setup_offload(struct run *r, struct trn_err *err)
 	r->offload = 1;
 	r->dp.bucket_started = offload_bucket;
 	r->dp.bucket_ctx = r;
+	if (r->comm->size == 1) {          /* (with ranks, the all-gather writes w after) */
+		r->off.landed = params_landed;
+		r->off.landed_ctx = r;
+	}
 	return 0;
 }
 

@@ -217,6 +217,15 @@ def main():
             c.check(a and a == b, f"gpt-recompute: the losses equal the run that keeps the "
                     f"activations bit for bit ({[(s, a[s], b.get(s)) for s in sorted(a)][:2]})")
 
+        # the same with clipping, for the optimizer offload that steps after
+        # backward
+        gpt_clip = {**gpt, "name": "gpt-clip",
+                    "optimizer": {"type": "adamw", "lr": 3e-3, "clip_grad_norm": 1.0}}
+        r = run(exe, gpt_clip, tmp / "gpt-clip", "cuda")
+        c.check(r.returncode == 0, f"gpt-clip: GPU run (exit {r.returncode}) "
+                f"{r.stderr.strip()[-300:]}")
+        gpu_clip = tmp / "gpt-clip" if r.returncode == 0 else None
+
         # the offloads: blocks' weights and gradients, and activations,
         # through the device's slots and the copy stream, and the optimizer
         # on the host; the same model, its gradients summed in another order
@@ -229,6 +238,7 @@ def main():
                 (gpt, gpu_job, "gpt-offload-acts", {"activations": "cpu"}),
                 (gpt, gpu_job, "gpt-offload-all", all3),
                 (gpt, gpu_job, "gpt-offload-optimizer", {"optimizer": "cpu"}),
+                (gpt_clip, gpu_clip, "gpt-offload-optimizer-clip", {"optimizer": "cpu"}),
                 (mlp, mlp_job, "mlp-offload-params", {"params": "cpu"}),
                 (mlp, mlp_job, "mlp-offload-acts", {"activations": "cpu"}),
                 (mlp, mlp_job, "mlp-offload-all", all3)):
@@ -237,9 +247,11 @@ def main():
             # the optimizer's, one micro-batch a step, no clipping: the update
             # follows backward (with the params offloaded each block's
             # gradients read from a window; without, each tensor sent back
-            # to the device as it is updated)
+            # to the device as it is updated); with clipping after it, the
+            # parameters sent back chunk by chunk
             if "optimizer" in off:
-                said = said and "the update follows backward" in r.stdout
+                follows = "the update follows backward" in r.stdout
+                said = said and follows == (spec is not gpt_clip)
             c.check(r.returncode == 0 and said,
                     f"{name}: GPU run (exit {r.returncode}, the memory report names the "
                     f"offloads: {said}) {r.stderr.strip()[-300:]}")

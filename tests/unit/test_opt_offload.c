@@ -4,8 +4,9 @@
  * not before it, twice in a row; the parameters come back rounded to fp32,
  * bf16 and fp16 through the two staging buffers for ranges of 0 to 1000
  * floats in chunks of 1 float to more than the range, with the last two
- * chunks in flight until the wait, and unaffected by master weights that
- * change after the send; and AdamW steps run on the host through the engine
+ * chunks in flight until the wait, unaffected by master weights that
+ * change after the send, and each chunk reported to the landed hook once,
+ * once it is in; and AdamW steps run on the host through the engine
  * end with the same bits as steps run in place; in place (host memory on
  * both sides) it holds and copies nothing. */
 #include <stdlib.h>
@@ -88,6 +89,23 @@ static float rounded(enum trn_dtype dt, float x)
 	return x;
 }
 
+/* what the landed hook saw: each chunk's floats already in dev, once */
+struct landings {
+	const float *dev;
+	const float *want;             /* the rounded master weights sent */
+	long covered, calls;
+	int early;                     /* a chunk reported before its floats were there */
+};
+
+static void record_landing(void *ctx, long a, long n)
+{
+	struct landings *l = ctx;
+	for (long i = a; i < a + n; i++)
+		l->early |= l->dev[i] != l->want[i];
+	l->covered += n;
+	l->calls++;
+}
+
 static void send_params(enum trn_dtype dt, long n, long chunk)
 {
 	float *master = malloc(sizeof(float) * (size_t)(n + 1));
@@ -125,6 +143,23 @@ static void send_params(enum trn_dtype dt, long n, long chunk)
 		CHECK_MSG(ok, "dtype %d, %ld floats in chunks of %ld: the device's parameters are not "
 		          "the rounded master weights", (int)dt, n, chunk);
 		CHECK_INT_EQ(o.floats_up, round * n);
+		/* again with the landed hook: every chunk reported once, after its
+		 * floats are in */
+		for (long i = 0; i < n; i++)
+			was[i] = rounded(dt, was[i]);
+		struct landings l = { .dev = dev, .want = was };
+		memcpy(master, was, sizeof(float) * (size_t)n);
+		for (long i = 0; i < n; i++)
+			dev[i] = -7.0f;
+		o.landed = record_landing;
+		o.landed_ctx = &l;
+		trn_opt_offload_params_in(&o);
+		trn_opt_offload_params_wait(&o);
+		o.landed = NULL;
+		CHECK_MSG(l.covered == n && l.calls == chunks && !l.early,
+		          "dtype %d, %ld floats in chunks of %ld: %ld floats in %ld landings (%ld "
+		          "chunks), early %d", (int)dt, n, chunk, l.covered, l.calls, chunks, l.early);
+		o.floats_up -= n;                 /* (the next round counts the first sends) */
 		free(was);
 	}
 	trn_opt_offload_release(&o);
