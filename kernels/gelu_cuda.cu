@@ -11,8 +11,6 @@
  */
 #include "gelu_cuda.h"
 
-#include <stdint.h>
-
 #include "cuda_common.h"
 #include "elementwise_cuda.cuh"
 #include "precision_cuda.cuh"

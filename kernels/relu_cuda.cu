@@ -4,8 +4,6 @@
  * a grid-stride loop. */
 #include "relu_cuda.h"
 
-#include <stdint.h>
-
 #include "cuda_common.h"
 #include "elementwise_cuda.cuh"
 

@@ -5,8 +5,6 @@
  * accesses when every pointer is 16-byte aligned. */
 #include "residual_cuda.h"
 
-#include <stdint.h>
-
 #include "cuda_common.h"
 #include "elementwise_cuda.cuh"
 #include "precision_cuda.cuh"

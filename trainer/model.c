@@ -44,6 +44,14 @@ long trn_model_block_range(const struct trn_model *m, int b, long *floats)
 	return block_off(m, b);
 }
 
+long trn_model_largest_block(const struct trn_model *m)
+{
+	long most = 0;
+	for (int b = 0; b < m->n_blocks; b++)
+		most = block_floats(m, b) > most ? block_floats(m, b) : most;
+	return most;
+}
+
 int trn_model_block_of(const struct trn_model *m, int p)
 {
 	int rel = p - m->block_first;

@@ -167,6 +167,8 @@ static inline void trn_model_grad_ready(struct trn_model *m, int param)
 
 /* Block b's first float in w and g, and in *floats its length. */
 long trn_model_block_range(const struct trn_model *m, int b, long *floats);
+/* The floats of the largest block (0 without blocks). */
+long trn_model_largest_block(const struct trn_model *m);
 /* The block parameter p belongs to, or -1 (a resident tensor). */
 int trn_model_block_of(const struct trn_model *m, int p);
 

@@ -426,14 +426,7 @@ void trn_cuda_model_block_out(struct trn_cuda_model *c, int blk, const int *read
 	float *dst = b->g + off;
 	if (!b->g_zeroed) {                   /* a later micro-batch: through a stage */
 		if (!c->out_stage[s]) {
-			long most = 0;
-			for (int l = 0; l < b->n_blocks; l++) {
-				long f;
-				trn_model_block_range(b, l, &f);
-				most = f > most ? f : most;
-			}
-			c->out_floats = most;
-			c->out_stage[s] = trn_cuda_copier.host_alloc(most + 1);
+			c->out_stage[s] = trn_cuda_copier.host_alloc(trn_model_largest_block(b) + 1);
 			if (!c->out_stage[s]) {
 				fprintf(stderr, "larch-train: out of host memory for the gradient stage\n");
 				abort();

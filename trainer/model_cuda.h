@@ -62,7 +62,6 @@ struct trn_cuda_model {
 	 * adding to what g holds (the largest block's floats, page-locked) */
 	int out_held[2];
 	float *out_stage[2];
-	long out_floats;
 	/* floats of w sent to w_dev tensor by tensor since the last upload
 	 * (trn_cuda_model_tensor_changed), on channel TRN_CUDA_W_IN_CHANNEL */
 	long w_streamed;

@@ -139,15 +139,8 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 		                                                                   : TRN_GRAD_STAGE_FLOATS);
 		/* gradients out block by block, added to the host's sum through two
 		 * stages of a block when micro-batches add up (model_cuda.h) */
-		if (!poff && !resident && s->batch.accum > 1) {
-			long most = 0;
-			for (int b = 0; b < m->n_blocks; b++) {
-				long f;
-				trn_model_block_range(m, b, &f);
-				most = f > most ? f : most;
-			}
-			p->bytes[TRN_PLAN_HOST_COPY] += 8.0 * (double)most;
-		}
+		if (!poff && !resident && s->batch.accum > 1)
+			p->bytes[TRN_PLAN_HOST_COPY] += 8.0 * (double)trn_model_largest_block(m);
 	}
 	if (p->zero)
 		p->bytes[TRN_PLAN_GRAD_SHARD] = 4.0 * (double)p->shard;
