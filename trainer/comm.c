@@ -2,8 +2,11 @@
  * comm.h. */
 #include "comm.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cuda_backend.h"
 
 /* ---- one process: every collective is the identity ------------------------------ */
 
@@ -172,6 +175,56 @@ struct trn_comm *trn_comm_open(int ranks, struct trn_err *err)
 
 void trn_comm_close(struct trn_comm *c)
 {
-	if (c)
-		c->ops->close(c);
+	if (!c)
+		return;
+	struct trn_comm *host = c->host;
+	c->ops->close(c);
+	trn_comm_close(host);
+}
+
+struct trn_comm *trn_comm_open_device(struct trn_comm *host, int device, struct trn_err *err)
+{
+	struct trn_err why = { 0 };
+	const struct trn_cuda_backend *be = trn_cuda_backend_get(&why);
+	struct trn_comm *dc = NULL;
+	if (be && !be->comm_open)
+		trn_err_set(&why, "the GPU backend has no device communicator");
+	else if (be)
+		dc = be->comm_open(host, device, &why);
+	/* all or none: a rank that goes on over the host alone would wait
+	 * forever on the others' device collectives */
+	double *failed = calloc((size_t)host->size, sizeof *failed);
+	struct trn_err aerr = { 0 };
+	int rc = -1;
+	if (failed) {
+		failed[host->rank] = !dc;
+		rc = trn_comm_allreduce_f64(host, failed, host->size, &aerr);
+	}
+	if (rc != 0) {
+		if (dc)
+			dc->ops->close(dc);
+		trn_err_set(err, "device communicator: %s", failed ? aerr.text : "out of memory");
+		free(failed);
+		return NULL;
+	}
+	int first = -1, n_failed = 0;
+	for (int r = 0; r < host->size; r++)
+		if (failed[r] > 0 && n_failed++ == 0)
+			first = r;
+	free(failed);
+	if (n_failed) {
+		if (dc)
+			dc->ops->close(dc);
+		if (why.set)
+			trn_err_set(err, "%s", why.text);
+		else
+			trn_err_set(err, "device communicator: it failed on %d of %d ranks, rank %d "
+			            "first (its output says why)", n_failed, host->size, first);
+		if (!dc && host->rank != 0)
+			fprintf(stderr, "larch-train: rank %d: %s\n", host->rank, why.text);
+		return NULL;
+	}
+	dc->device = 1;
+	dc->host = host;
+	return dc;
 }

@@ -8,6 +8,13 @@
  * request that trn_comm_wait completes (and frees), and trn_comm_progress
  * lets the library move outstanding ones along between compute.
  *
+ * A GPU run keeps a device communicator (trn_comm_open_device: the GPU
+ * backend's NCCL) over the host one: the same calls on device memory,
+ * ordered after the work enqueued on the kernels' stream, and that stream's
+ * later work ordered after them (a wait completes a request there, not on
+ * the host). Host memory given to it is staged through device memory, so
+ * every caller of the interface works unchanged.
+ *
  * Failure: a collective that fails returns -1 with err; the caller stops
  * the run, and trn_comm_abort ends every rank (MPI_Abort), so that no rank
  * waits forever on one that is gone. A rank killed outright is noticed by
@@ -44,6 +51,8 @@ struct trn_comm_ops {
 struct trn_comm {
 	const struct trn_comm_ops *ops;
 	int rank, size;
+	int device;                        /* a device communicator (see above) */
+	struct trn_comm *host;             /* a device communicator's host one, owned */
 };
 
 /* The communicator for a run of `ranks` processes. Under a launcher (mpirun
@@ -53,6 +62,14 @@ struct trn_comm {
  * what to do (launch with mpirun -n N, build with MPI). */
 struct trn_comm *trn_comm_open(int ranks, struct trn_err *err);
 void trn_comm_close(struct trn_comm *c);     /* accepts NULL */
+
+/* The device communicator of host's ranks on CUDA device `device` (the GPU
+ * backend's, trn_cuda_backend.comm_open), which takes host over: closing it
+ * closes host, aborting it ends host's ranks. Every rank calls it, and they
+ * agree: where it fails on any rank (a backend built without NCCL, an NCCL
+ * error) it returns NULL on all, with err saying why, and host stays the
+ * caller's. */
+struct trn_comm *trn_comm_open_device(struct trn_comm *host, int device, struct trn_err *err);
 
 /* MPI's world, for trn_comm_open (comm_mpi.c; built with MPI only). */
 struct trn_comm *trn_comm_mpi_open(int ranks, struct trn_err *err);

@@ -17,6 +17,7 @@
 #include "err.h"
 #include "spec.h"
 
+struct trn_comm;
 struct trn_model;
 struct trn_optim_kernels;
 
@@ -27,7 +28,14 @@ struct trn_cuda_backend {
 	/* the devices, one line each; returns how many */
 	int (*print_devices)(FILE *out);
 	const struct trn_optim_kernels *optim;  /* optim.h: the kernels on the device */
+	/* A communicator of host's ranks for device `device`'s memory (NCCL,
+	 * its unique id sent over host; comm.h), not owning host; NULL with err
+	 * where the backend has none or it fails. trn_comm_open_device calls it. */
+	struct trn_comm *(*comm_open)(struct trn_comm *host, int device, struct trn_err *err);
 };
+
+/* The backend's comm_open (comm_nccl_cuda.c). */
+struct trn_comm *trn_cuda_comm_open(struct trn_comm *host, int device, struct trn_err *err);
 
 /* The backend, loaded on the first call; NULL with err saying why (a build
  * without CUDA, or the library or its CUDA libraries not loadable). */

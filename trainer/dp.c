@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "kernels/optimizer.h"
+#include "optim.h"
 
 static double now(void)
 {
@@ -118,7 +119,9 @@ void trn_dp_release(struct trn_dp *dp)
 			free(dp->buckets[i].req);   /* only after a failed step */
 			free(dp->buckets[i].counts);
 		}
-	if (dp->zero)
+	if (dp->zero && dp->k && dp->gs)
+		dp->k->release(dp->gs);
+	else if (dp->zero)
 		free(dp->gs);
 	dp->gs = NULL;
 	free(dp->counts);
@@ -129,6 +132,22 @@ void trn_dp_release(struct trn_dp *dp)
 	dp->buckets = NULL;
 	dp->bucket_of = NULL;
 	dp->n_buckets = 0;
+}
+
+int trn_dp_move_to(struct trn_dp *dp, const struct trn_optim_kernels *k, float *g,
+                   struct trn_err *err)
+{
+	dp->g = g;
+	if (!dp->zero) {
+		dp->gs = g;
+		dp->k = k;
+		return 0;
+	}
+	free(dp->gs);
+	dp->k = k;
+	if (!(dp->gs = k->alloc_zeroed(sizeof(float) * (size_t)(dp->hi - dp->lo + 1))))
+		return trn_err_set(err, "ZeRO gradient shard: out of %s memory", k->name);
+	return 0;
 }
 
 void trn_dp_arm(struct trn_dp *dp)
@@ -161,6 +180,7 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 		b->started = 1;
 		if (dp->comm->size > 1)
 			dp->bytes += (double)b->numel * sizeof(float);
+		dp->early += !force;
 		if (dp->bucket_started)
 			dp->bucket_started(dp->bucket_ctx, dp->next);
 		dp->next++;
@@ -193,7 +213,9 @@ void trn_dp_unscale(const struct trn_dp *dp, float *x, float scale)
 	/* the reciprocal, then one product: for a power-of-two rank count and
 	 * scale, exactly the division (and nothing to do for a factor of 1) */
 	float f = scale / (float)dp->comm->size;
-	if (f != 1.0f)
+	if (f != 1.0f && dp->k)
+		dp->k->scale(x, dp->hi - dp->lo, f);
+	else if (f != 1.0f)
 		kern_scale_cpu(x, dp->hi - dp->lo, f);
 }
 

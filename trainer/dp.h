@@ -38,9 +38,12 @@ struct trn_dp_bucket {
 	int *counts;                   /* ZeRO: the bucket's floats in each rank's range */
 };
 
+struct trn_optim_kernels;
+
 struct trn_dp {
 	struct trn_comm *comm;
 	float *g;                      /* the model's gradient buffer */
+	const struct trn_optim_kernels *k;  /* gradients on a device (trn_dp_move_to), or NULL */
 	long n_floats;
 	int zero;                      /* ZeRO-1: reduce-scatter into gs */
 	long lo, hi;                   /* this rank's range of the buffer (all of it without ZeRO) */
@@ -64,6 +67,7 @@ struct trn_dp {
 	double wait_s;                 /* of which spent waiting in trn_dp_finish (not hidden) */
 	double bytes;                  /* reduced */
 	double gather_s;               /* ZeRO: in trn_dp_allgather (after the update, not hidden) */
+	long early;                    /* buckets started during backward (by grad_ready) */
 	long steps;
 };
 
@@ -72,6 +76,12 @@ struct trn_dp {
 int trn_dp_init(struct trn_dp *dp, struct trn_comm *comm, struct trn_model *m, long bucket_bytes,
                 int zero, struct trn_err *err);
 void trn_dp_release(struct trn_dp *dp);
+
+/* The gradients to reduce are the device buffer g (a resident run over a
+ * device communicator, comm.h): the ZeRO shard gs is allocated and the
+ * division done with k, the device's kernels. 0, or -1 with err. */
+int trn_dp_move_to(struct trn_dp *dp, const struct trn_optim_kernels *k, float *g,
+                   struct trn_err *err);
 
 /* The next backward is the step's last: its parameters' readiness starts
  * their buckets. */

@@ -388,6 +388,26 @@ void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
 		trn_model_grad_ready(b, ready_order[i]);
 }
 
+int trn_cuda_model_reports_on_device(const struct trn_cuda_model *c)
+{
+	return c->base.resident && c->base.grad_ready;
+}
+
+void trn_cuda_model_param_final(struct trn_cuda_model *c, int p)
+{
+	struct trn_model *b = &c->base;
+	const struct trn_param *t = &b->params[p];
+	trn_cuda_model_round(c, c->g_dev + t->offset, t->numel);
+	b->grad_ready(b->grad_ready_ctx, p);
+}
+
+void trn_cuda_model_block_final(struct trn_cuda_model *c, int blk, const int *ready_order)
+{
+	for (int k = 0; k < c->base.n_params; k++)
+		if (trn_model_block_of(&c->base, ready_order[k]) == blk)
+			trn_cuda_model_param_final(c, ready_order[k]);
+}
+
 int trn_cuda_model_streams_grads(const struct trn_cuda_model *c)
 {
 	return !c->base.resident && !c->base.param_off && c->base.n_blocks > 0;
@@ -482,6 +502,7 @@ const struct trn_cuda_backend *trn_cuda_backend_entry(void)
 		.model_new = trn_model_cuda_new,
 		.print_devices = trn_model_cuda_print_devices,
 		.optim = &trn_optim_cuda_kernels,
+		.comm_open = trn_cuda_comm_open,
 	};
 	return &backend;
 }

@@ -116,9 +116,19 @@ double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
 /* Backward's start: zeroes g_dev (unless resident: the micro-batches of a
  * step add up there, zeroed by trn_model_zero_grad). */
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c);
-/* Backward's end: g (+)= g_dev, then the grad_ready hooks in order (resident:
- * nothing, the gradients stay on the device). */
+/* Backward's end: g (+)= g_dev, then the grad_ready hooks in order
+ * (resident: nothing, the gradients stay on the device, rounded there). */
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order);
+
+/* Resident with a grad_ready hook (data parallel over a device
+ * communicator, comm.h): the model reports each parameter as backward
+ * finishes it, on the device, so that its bucket reduces there beside the
+ * rest of backward: trn_cuda_model_param_final rounds parameter p's
+ * gradient in g_dev and calls the hook; _block_final does so for block b's
+ * parameters in ready_order's order. The model then skips grads_out. */
+int trn_cuda_model_reports_on_device(const struct trn_cuda_model *c);
+void trn_cuda_model_param_final(struct trn_cuda_model *c, int p);
+void trn_cuda_model_block_final(struct trn_cuda_model *c, int b, const int *ready_order);
 
 /* Gradients that leave the device as backward finishes them (a run that is
  * not resident, without offload.params, which moves them its own way): the

@@ -242,6 +242,7 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	trn_cuda_model_grads_begin(c);
 	int poff = base->param_off != NULL;
 	int out = trn_cuda_model_streams_grads(c);  /* block by block, as they are final */
+	int dev = trn_cuda_model_reports_on_device(c);   /* the same, on the device */
 	if (!counted && poff) {            /* nothing to learn from: g as it is, every one final */
 		trn_model_grads_ready_as_they_are(base);
 		base->g_zeroed = 0;
@@ -259,8 +260,12 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	                            V);
 	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
 	                            g->lnf_mean, g->lnf_rstd, BT, C);
-	if (poff || out)
+	if (poff || out) {
 		resident_ready(g, lf, lf + 1);
+	} else if (dev) {
+		trn_cuda_model_param_final(c, lf + 1);
+		trn_cuda_model_param_final(c, lf);
+	}
 	for (int l = g->L - 1; l >= 0; l--) {
 		float *bg;
 		const float *bw = trn_model_block_bwd(base, l, &bg);
@@ -294,6 +299,8 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 			trn_model_block_bwd_end(base, l);
 		} else if (out) {
 			trn_cuda_model_block_out(c, l, g->ready);
+		} else if (dev) {
+			trn_cuda_model_block_final(c, l, g->ready);
 		}
 #undef W
 #undef G
@@ -303,6 +310,11 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	else if (out)
 		trn_cuda_model_blocks_out_done(c, g->ready);
 	kern_embedding_bwd_cuda(gd(g, 0), gd(g, 1), g->dres, c->tokens_dev, B, T, C, V);
+	if (dev) {
+		trn_cuda_model_param_final(c, 1);
+		trn_cuda_model_param_final(c, 0);
+		return;
+	}
 	if (!poff && !out) {
 		trn_cuda_model_grads_out(c, g->ready);
 		return;

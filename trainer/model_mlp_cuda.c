@@ -160,6 +160,7 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	int n = m->n, last = m->n_layers - 1;
 	int poff = base->param_off != NULL;
 	int out = trn_cuda_model_streams_grads(&m->c);  /* layer by layer, as they are final */
+	int dev = trn_cuda_model_reports_on_device(&m->c);   /* the same, on the device */
 	float *dout = m->dpre, *dinp = m->dpost;
 	trn_cuda_model_gemms(&m->c);
 	trn_cuda_model_grads_begin(&m->c);
@@ -191,6 +192,8 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 			trn_model_block_bwd_end(base, i);
 		} else if (out) {
 			trn_cuda_model_block_out(&m->c, i, m->ready);
+		} else if (dev) {
+			trn_cuda_model_block_final(&m->c, i, m->ready);
 		}
 		if (i > 0) {
 			trn_cuda_model_round(&m->c, dinp, (long)n * m->dims[i]);
@@ -200,7 +203,8 @@ static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 		}
 	}
 	if (!poff && !out) {
-		trn_cuda_model_grads_out(&m->c, m->ready);
+		if (!dev)
+			trn_cuda_model_grads_out(&m->c, m->ready);
 		return;
 	}
 	if (poff)

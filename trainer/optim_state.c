@@ -99,21 +99,44 @@ out:
 	return rc;
 }
 
-int trn_optim_state_gather(struct trn_optim_state *s, const struct trn_optim *o,
-                           struct trn_dp *dp, struct trn_err *err)
+/* A device's state (trn_optim_move_to; fp32): copied to the host, and
+ * with ZeRO every rank's range gathered on rank 0. */
+static int gather_device(struct trn_optim_state *s, const struct trn_optim *o, struct trn_dp *dp,
+                         struct trn_err *err)
 {
-	const struct trn_optim_q8 *q = o->q8;
-	if (!s->owned)
-		return 0;               /* the optimizer's own state is whole */
-	if (o->k != &trn_optim_cpu_kernels) {
-		/* a device's state: whole (trn_optim_move_to), copied to the host */
-		size_t bytes = sizeof(float) * (size_t)o->n_floats;
+	long n = o->hi - o->lo;
+	size_t bytes = sizeof(float) * (size_t)n;
+	if (n == o->n_floats) {
 		if (s->m)
 			o->k->to_host(s->m, o->m, bytes);
 		if (s->v)
 			o->k->to_host(s->v, o->v, bytes);
 		return 0;
 	}
+	float *part = malloc(bytes + sizeof(float));
+	if (!part)
+		return trn_err_set(err, "checkpoint: out of memory for the optimizer state");
+	int rc = 0;
+	if (s->m) {
+		o->k->to_host(part, o->m, bytes);
+		rc = trn_dp_gather(dp, part, s->m, err);
+	}
+	if (rc == 0 && s->v) {
+		o->k->to_host(part, o->v, bytes);
+		rc = trn_dp_gather(dp, part, s->v, err);
+	}
+	free(part);
+	return rc;
+}
+
+int trn_optim_state_gather(struct trn_optim_state *s, const struct trn_optim *o,
+                           struct trn_dp *dp, struct trn_err *err)
+{
+	const struct trn_optim_q8 *q = o->q8;
+	if (!s->owned)
+		return 0;               /* the optimizer's own state is whole */
+	if (o->k != &trn_optim_cpu_kernels)
+		return gather_device(s, o, dp, err);
 	if ((s->m && trn_dp_gather(dp, o->m, s->m, err) != 0) ||
 	    (s->v && trn_dp_gather(dp, o->v, s->v, err) != 0))
 		return -1;

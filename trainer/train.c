@@ -51,8 +51,9 @@ struct run {
 	float *master_dev;             /* resident in 16 bits: the fp32 master weights on the
 	                                  device (opt.k's memory), owned */
 	int offload;                   /* offload.optimizer "cpu": off moves grads and params */
-	int resident;                  /* one rank on a GPU with the optimizer there too: the
-	                                  device holds weights, gradients and state (model.h) */
+	int resident;                  /* on a GPU with the optimizer there too: the device
+	                                  holds weights, gradients and state (model.h); one
+	                                  rank, or ranks over a device communicator (comm.h) */
 	struct trn_opt_offload off;
 	/* the update follows backward (trn_spec_streams_update): the step's lr,
 	 * the squared gradient norm summed as tensors come, a tensor whose
@@ -318,7 +319,7 @@ static void print_plan(const struct run *r)
 	       r->steps_per_epoch, r->total_steps);
 	if (r->comm->size > 1)
 		printf("parallel: %d ranks over %s (started by %s), gradients %s in %d bucket%s of "
-		       "up to %.0f MiB\n", r->comm->size, r->comm->ops->name, trn_comm_launcher(),
+		       "up to %.3g MiB\n", r->comm->size, r->comm->ops->name, trn_comm_launcher(),
 		       r->dp.zero ? "reduce-scattered (ZeRO-1)" : "averaged", r->dp.n_buckets,
 		       r->dp.n_buckets == 1 ? "" : "s", mib((double)s->parallel.bucket_bytes));
 	printf("optimizer: %s, lr %.4g x %.4g = %.4g, warmup %ld steps from %.4g\n",
@@ -355,7 +356,9 @@ static int publish_params(struct run *r, struct trn_err *err)
 			trn_model_publish_master(m, r->master_dev);
 		else
 			trn_model_device_weights_changed(m);
-		return 0;
+		/* ZeRO: the other ranks' ranges of the rounding came from master
+		 * weights this rank does not update; theirs replace them */
+		return trn_dp_allgather(&r->dp, m->w_dev, err);
 	}
 	if (r->offload) {
 		/* host -> device; whole before it is gathered or computed with */
@@ -501,6 +504,14 @@ static int setup_offload(struct run *r, struct trn_err *err)
 	return 0;
 }
 
+/* Whether a GPU run keeps weights, gradients and optimizer state on the
+ * device: nothing offloaded to the host, and fp32 optimizer state. */
+static int stays_on_device(const struct trn_spec *s, const struct trn_model *m)
+{
+	return m->device && s->offload.optimizer == TRN_OFFLOAD_NONE &&
+	       s->optimizer.state_dtype != TRN_DTYPE_INT8 && m->param_offload == TRN_OFFLOAD_NONE;
+}
+
 /* Where this rank trains: -1 the CPU, else its index on the node (the
  * GPU is that modulo the node's GPUs: one rank per GPU). --device, else a
  * spec that asks for GPUs. */
@@ -566,6 +577,17 @@ static int setup(struct run *r, struct trn_err *err)
 		return TRN_EXIT_FAILED;
 	if (trn_batch_alloc(&r->batch, &r->ds, (int)s->batch.micro) != 0)
 		return trn_err_set(err, "batch: out of memory"), TRN_EXIT_FAILED;
+	/* one rank per GPU, everything on the devices: the collectives run
+	 * there too (the backend's NCCL); without one the gradients go over
+	 * MPI on the host and the optimizer steps there */
+	if (r->comm->size > 1 && stays_on_device(s, r->model)) {
+		struct trn_err why = { 0 };
+		struct trn_comm *dc = trn_comm_open_device(r->comm, device, &why);
+		if (dc)
+			r->comm = dc;
+		else if (r->lead)
+			printf("data parallel: the gradients go over the host: %s\n", why.text);
+	}
 	if (trn_dp_init(&r->dp, r->comm, r->model, s->parallel.bucket_bytes,
 	                s->parallel.zero_stage >= 1, err) != 0)
 		return TRN_EXIT_FAILED;
@@ -588,27 +610,30 @@ static int setup(struct run *r, struct trn_err *err)
 	}
 	if (s->offload.optimizer == TRN_OFFLOAD_CPU && setup_offload(r, err) != 0)
 		return TRN_EXIT_FAILED;
-	/* one rank on a GPU, neither the optimizer nor the parameters offloaded:
-	 * it steps the device copies in place (in 16 bits fp32 master weights
-	 * on the device, which it publishes rounded), and nothing crosses to the
-	 * host in a step */
+	/* on a GPU, neither the optimizer nor the parameters offloaded, one rank
+	 * or ranks over a device communicator: it steps the device copies in
+	 * place (in 16 bits fp32 master weights on the device, which it
+	 * publishes rounded), and nothing crosses to the host in a step; with
+	 * several ranks the gradients are reduced there (ZeRO: into a shard
+	 * there, the updated ranges gathered there) */
 	struct trn_model *m = r->model;
-	if (m->device && r->comm->size == 1 && !r->offload &&
-	    s->optimizer.state_dtype != TRN_DTYPE_INT8 && m->param_offload == TRN_OFFLOAD_NONE) {
+	if (stays_on_device(s, m) && (r->comm->size == 1 || r->comm->device)) {
 		const struct trn_optim_kernels *k = trn_optim_kernels_of(m);
 		if (trn_optim_move_to(&r->opt, k, err) != 0 || trn_model_set_resident(m) != 0)
 			return TRN_EXIT_FAILED;
 		r->resident = 1;
-		r->master = m->w_dev;
+		r->master = m->w_dev + r->dp.lo;
 		if (m->dtype != TRN_DTYPE_FP32) {
 			size_t bytes = sizeof(float) * (size_t)m->n_floats;
 			if (!(r->master_dev = k->alloc_zeroed(bytes)))
 				return trn_err_set(err, "master weights: out of %s memory", k->name),
 				       TRN_EXIT_FAILED;
-			r->master = r->master_dev;
+			r->master = r->master_dev + r->dp.lo;
 			free(r->master_owned);
 			r->master_owned = NULL;
 		}
+		if (r->comm->size > 1 && trn_dp_move_to(&r->dp, k, m->g_dev, err) != 0)
+			return TRN_EXIT_FAILED;
 	}
 	if (r->comm->size > 1 || r->offload) {
 		/* buckets start reducing (and for the host) while backward goes on */
@@ -653,6 +678,19 @@ static int setup(struct run *r, struct trn_err *err)
 	return TRN_EXIT_OK;
 }
 
+/* ZeRO: every rank's range of its copy of whole into rank 0's. */
+static int gather_range(struct run *r, float *whole, struct trn_err *err)
+{
+	long n = r->dp.hi - r->dp.lo;
+	float *mine = malloc(sizeof(float) * (size_t)(n + 1));
+	if (!mine)
+		return trn_err_set(err, "checkpoint: out of memory for the master weights");
+	memcpy(mine, whole + r->dp.lo, sizeof(float) * (size_t)n);
+	int rc = trn_dp_gather(&r->dp, mine, whole, err);
+	free(mine);
+	return rc;
+}
+
 /* Rank 0 writes the run's checkpoint; with ZeRO every rank first sends it
  * its shards (every rank calls this, at the same step). */
 static int save(struct run *r, struct trn_err *err)
@@ -669,8 +707,10 @@ static int save(struct run *r, struct trn_err *err)
 		trn_err_set(err, "checkpoint: out of memory for the master weights");
 		goto out;
 	}
-	if (r->master_dev)           /* resident: one rank, the device's */
+	if (r->master_dev)           /* resident: the device's (ZeRO: this rank's range) */
 		r->opt.k->to_host(master, r->master_dev, sizeof(float) * (size_t)n);
+	if (r->master_dev && r->dp.zero && gather_range(r, master, err) != 0)
+		goto out;
 	if (trn_optim_state_init(&os, &r->opt, err) != 0)
 		goto out;
 	/* without ZeRO the ranks' states are the same, rank 0's is the run's */
@@ -742,7 +782,7 @@ static int rollback(struct run *r, long step, const char *why, struct trn_err *e
 static float *step_grads(struct run *r, double scale, struct trn_err *err)
 {
 	float inv = (float)(1.0 / scale);
-	if (r->resident) {               /* one rank: the device's own, unscaled there */
+	if (r->resident && r->comm->size == 1) {  /* the device's own, unscaled there */
 		if (inv != 1.0f)
 			r->opt.k->scale(r->model->g_dev, r->model->n_floats, inv);
 		return r->model->g_dev;
@@ -924,7 +964,16 @@ static int train_loop(struct run *r, struct trn_err *err)
 		if (m->peak_flops > 0)
 			printf(", MFU %.1f%%", 100.0 * sps * m->flops_per_sample / m->peak_flops);
 		printf("\n");
-		if (r->comm->size > 1) {
+		if (r->comm->size > 1 && r->comm->device) {
+			/* the host does not wait for the device's collectives: what
+			 * shows the overlap is how many started during backward */
+			double per = 1.0 / (double)(r->dp.steps ? r->dp.steps : 1);
+			printf("parallel: %d ranks over %s, %.1f MiB %s per step on the devices, "
+			       "%.1f of %d buckets a step started during backward\n", r->comm->size,
+			       r->comm->ops->name, mib(r->dp.bytes * per),
+			       r->dp.zero ? "reduce-scattered" : "allreduced", (double)r->dp.early * per,
+			       r->dp.n_buckets);
+		} else if (r->comm->size > 1) {
 			double per = 1.0 / (double)(r->dp.steps ? r->dp.steps : 1);
 			printf("parallel: %d ranks, %.1f MiB %s per step, %.3f s per step in "
 			       "communication of which %.3f s waited (%.0f%% hidden)", r->comm->size,

@@ -159,6 +159,19 @@ if [ "${LARCH_GPU_CARRIED_PKGCONFIG:-0}" = 1 ] || ! command -v pkg-config >/dev/
 fi
 echo "prefix: $prefix ($(du -sh "$prefix" | cut -f1)); LARCH_BLAS=$LARCH_BLAS"
 
+# NCCL (the device communicator): the toolkit's, else the one PyTorch's wheel
+# brings (nvidia/nccl: include/nccl.h, lib/libnccl.so.2)
+nvcc_root=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
+if [ -z "${NCCL_ROOT:-}" ] && [ ! -e "$nvcc_root/include/nccl.h" ]; then
+	NCCL_ROOT=$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
+	if [ -n "$NCCL_ROOT" ]; then
+		export NCCL_ROOT
+		echo "NCCL: PyTorch's, $NCCL_ROOT"
+	else
+		echo "NCCL: none found (the device communicator's test will skip)"
+	fi
+fi
+
 # ---- configure and build ------------------------------------------------------
 step "configure (WITH_CUDA=ON, sm_90, WITH_MPI=OFF)"
 if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -33,6 +33,8 @@
 #include "kernels/residual_cuda.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/softmax_xent_cuda.h"
+#include "trainer/comm.h"
+#include "trainer/cuda_backend.h"
 
 long cuda_shim_live_buffers;             /* allocated and not freed */
 
@@ -492,4 +494,122 @@ void kern_cuda_host_unregister(void *p)
 size_t kern_cuda_scratch_peak(void)
 {
 	return 0;
+}
+
+/* ---- the device communicator ---------------------------------------------------- */
+
+/* The backend's device communicator (trainer/comm_nccl_cuda.c on a GPU):
+ * here "device" memory is host memory, so each collective is the host
+ * communicator's own, and a run that keeps its gradients and weights on
+ * the device reduces them with the very calls and order of a CPU run. */
+struct shim_comm {
+	struct trn_comm base;
+	struct trn_comm *host;
+};
+
+static struct trn_comm *shim_host(struct trn_comm *c)
+{
+	return ((struct shim_comm *)c)->host;
+}
+
+static int shim_allreduce_f32(struct trn_comm *c, float *buf, long n, struct trn_err *err)
+{
+	return trn_comm_allreduce_f32(shim_host(c), buf, n, err);
+}
+
+static int shim_allreduce_f64(struct trn_comm *c, double *buf, long n, struct trn_err *err)
+{
+	return trn_comm_allreduce_f64(shim_host(c), buf, n, err);
+}
+
+static int shim_iallreduce_f32(struct trn_comm *c, float *buf, long n,
+                               struct trn_comm_req **req, struct trn_err *err)
+{
+	return trn_comm_iallreduce_f32(shim_host(c), buf, n, req, err);
+}
+
+static int shim_ireduce_scatter_f32(struct trn_comm *c, const float *send, float *recv,
+                                    const int *counts, struct trn_comm_req **req,
+                                    struct trn_err *err)
+{
+	return trn_comm_ireduce_scatter_f32(shim_host(c), send, recv, counts, req, err);
+}
+
+static int shim_allgather_f32(struct trn_comm *c, float *buf, const long *counts,
+                              const long *displs, struct trn_err *err)
+{
+	return trn_comm_allgather_f32(shim_host(c), buf, counts, displs, err);
+}
+
+static int shim_gather_f32(struct trn_comm *c, const float *send, float *recv,
+                           const long *counts, const long *displs, int root,
+                           struct trn_err *err)
+{
+	return trn_comm_gather_f32(shim_host(c), send, recv, counts, displs, root, err);
+}
+
+static int shim_wait(struct trn_comm *c, struct trn_comm_req *req, struct trn_err *err)
+{
+	return trn_comm_wait(shim_host(c), req, err);
+}
+
+static void shim_progress(struct trn_comm *c)
+{
+	trn_comm_progress(shim_host(c));
+}
+
+static int shim_bcast(struct trn_comm *c, void *buf, long bytes, int root, struct trn_err *err)
+{
+	return trn_comm_bcast(shim_host(c), buf, bytes, root, err);
+}
+
+static int shim_barrier(struct trn_comm *c, struct trn_err *err)
+{
+	return trn_comm_barrier(shim_host(c), err);
+}
+
+static void shim_abort(struct trn_comm *c, int code)
+{
+	trn_comm_abort(shim_host(c), code);
+}
+
+static void shim_close(struct trn_comm *c)
+{
+	free(c);
+}
+
+static const struct trn_comm_ops shim_comm_ops = {
+	.name = "shim",
+	.allreduce_f32 = shim_allreduce_f32,
+	.allreduce_f64 = shim_allreduce_f64,
+	.iallreduce_f32 = shim_iallreduce_f32,
+	.ireduce_scatter_f32 = shim_ireduce_scatter_f32,
+	.allgather_f32 = shim_allgather_f32,
+	.gather_f32 = shim_gather_f32,
+	.wait = shim_wait,
+	.progress = shim_progress,
+	.bcast = shim_bcast,
+	.barrier = shim_barrier,
+	.abort = shim_abort,
+	.close = shim_close,
+};
+
+struct trn_comm *trn_cuda_comm_open(struct trn_comm *host, int device, struct trn_err *err)
+{
+	(void)device;
+	/* LARCH_SHIM_NO_DEVICE_COMM=all, or a rank: as a backend without one
+	 * (built without NCCL), or one whose NCCL failed on that rank */
+	const char *no = getenv("LARCH_SHIM_NO_DEVICE_COMM");
+	if (no && *no && (strcmp(no, "all") == 0 || atoi(no) == host->rank)) {
+		trn_err_set(err, "the CPU shim's device communicator is off (rank %d)", host->rank);
+		return NULL;
+	}
+	struct shim_comm *c = calloc(1, sizeof *c);
+	if (!c) {
+		trn_err_set(err, "device communicator: out of memory");
+		return NULL;
+	}
+	c->base = (struct trn_comm){ .ops = &shim_comm_ops, .rank = host->rank, .size = host->size };
+	c->host = host;
+	return &c->base;
 }
