@@ -156,7 +156,7 @@ void kern_cuda_zero(void *dev, size_t bytes);
  * channel: starting another on the same channel orders it after the first.
  * For copies to or from the host to overlap, pin the host memory
  * (kern_cuda_host_register). */
-#define KERN_CUDA_COPY_CHANNELS 8
+#define KERN_CUDA_COPY_CHANNELS 9
 void kern_cuda_copy_async(int chan, void *dst, const void *src, size_t bytes);
 /* The work enqueued on kern_cuda_stream() from now on waits for chan's last
  * copy; the host does not wait. */

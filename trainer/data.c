@@ -230,13 +230,32 @@ void trn_loader_seek(struct trn_loader *l, long epoch, long pos)
 	make_order(l);
 }
 
-void trn_loader_micro(const struct trn_loader *l, long a, struct trn_batch *b)
+/* Micro-batch a of the step at position pos of this epoch's order. */
+static void micro_at(const struct trn_loader *l, long pos, long a, struct trn_batch *b)
 {
-	long start = l->pos + (a * l->ranks + l->rank) * l->micro;
+	long start = pos + (a * l->ranks + l->rank) * l->micro;
 	long n = l->micro < b->cap ? l->micro : b->cap;
 	for (long k = 0; k < n; k++)
 		put_sample(b, (int)k, l->ds, l->split, l->order[start + k]);
 	b->n = (int)n;
+}
+
+void trn_loader_micro(const struct trn_loader *l, long a, struct trn_batch *b)
+{
+	micro_at(l, l->pos, a, b);
+}
+
+int trn_loader_next_micro(const struct trn_loader *l, long a, long accum, struct trn_batch *b)
+{
+	if (a + 1 < accum) {
+		micro_at(l, l->pos, a + 1, b);
+		return 1;
+	}
+	long next = l->pos + l->global;
+	if (l->split->n - next < l->global)
+		return 0;                      /* the next epoch's order is not made yet */
+	micro_at(l, next, 0, b);
+	return 1;
 }
 
 void trn_loader_advance(struct trn_loader *l)

@@ -98,6 +98,11 @@ void trn_loader_seek(struct trn_loader *l, long epoch, long pos);
 /* Fills b with this rank's micro-batch a (0 <= a < accum) of the current step. */
 void trn_loader_micro(const struct trn_loader *l, long a, struct trn_batch *b);
 
+/* Fills b with the micro-batch after micro-batch a of the current step
+ * (accum a step): a + 1, or the next step's first while that step is in
+ * this epoch's order. 1, or 0 (b untouched) at an epoch's end. */
+int trn_loader_next_micro(const struct trn_loader *l, long a, long accum, struct trn_batch *b);
+
 /* Moves past the current step; starts the next epoch when too few samples remain. */
 void trn_loader_advance(struct trn_loader *l);
 

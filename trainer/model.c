@@ -320,6 +320,17 @@ void trn_model_range_changed(struct trn_model *m, long off, long n)
 		m->ops->range_changed(m, off, n);
 }
 
+int trn_model_stages_batches(const struct trn_model *m)
+{
+	return m->ops->stage_batch != NULL;
+}
+
+void trn_model_stage_batch(struct trn_model *m, const struct trn_batch *b)
+{
+	if (m->ops->stage_batch)
+		m->ops->stage_batch(m, b);
+}
+
 void trn_model_tensor_changed(struct trn_model *m, int p)
 {
 	trn_model_range_changed(m, m->params[p].offset, m->params[p].numel);

@@ -62,6 +62,8 @@ struct trn_model_ops {
 	                      double *scratch_peak);
 	/* optional: w's floats [off, off + n) changed (trn_model_range_changed) */
 	void (*range_changed)(struct trn_model *m, long off, long n);
+	/* optional: b is the next forward's batch (trn_model_stage_batch) */
+	void (*stage_batch)(struct trn_model *m, const struct trn_batch *b);
 };
 
 struct trn_model {
@@ -141,6 +143,9 @@ struct trn_model {
 	 * 16-bit compute: each staged block and the resident tensors' device
 	 * copy), so that the trainer keeps no second fp32 copy */
 	int w_master;
+	/* forwards whose batch came from the copy started ahead of them
+	 * (trn_model_stage_batch), and staged batches no forward took */
+	long batches_ahead, batches_not_ahead;
 };
 
 /* Rounds x[0..n) to the model's compute dtype in place (nothing for fp32). */
@@ -194,6 +199,13 @@ void trn_model_weights_changed(struct trn_model *m);
  * the next forward only a wait. trn_model_tensor_changed: parameter p's. */
 void trn_model_range_changed(struct trn_model *m, long off, long n);
 void trn_model_tensor_changed(struct trn_model *m, int p);
+/* Whether the model copies batches ahead (a GPU model), and b, very likely
+ * the next forward's batch, to copy now: its copy to the device runs beside
+ * the compute enqueued after (the backward of the forward just done), and
+ * a forward whose batch holds the same data takes it from there, one whose
+ * batch differs copies its own. b is the caller's to reuse at once. */
+int trn_model_stages_batches(const struct trn_model *m);
+void trn_model_stage_batch(struct trn_model *m, const struct trn_batch *b);
 /* A GPU model becomes resident (see above); 0, or -1 on the CPU. */
 int trn_model_set_resident(struct trn_model *m);
 /* Resident: an optimizer on the device changed w_dev (w is stale). */

@@ -465,11 +465,116 @@ void trn_cuda_model_blocks_out_done(struct trn_cuda_model *c, const int *ready_o
 	land_block(c, 0, ready_order);
 }
 
+/* ---- batches copied ahead ------------------------------------------------------ */
+
+/* The staging for one batch at max_batch: 0, or -1 when out of memory (no
+ * batch is then copied ahead). */
+static int ahead_alloc(struct trn_cuda_model *c)
+{
+	if (c->ahead.targets)
+		return 0;
+	long xf = (long)c->base.max_batch * c->ahead.x_row;
+	c->ahead.targets = (int32_t *)trn_cuda_copier.host_alloc(c->rows);
+	c->ahead.tokens = c->ahead.x_row ? NULL : (int32_t *)trn_cuda_copier.host_alloc(c->rows);
+	c->ahead.x = xf ? trn_cuda_copier.host_alloc(xf) : NULL;
+	if (!c->ahead.targets || (!c->ahead.x_row && !c->ahead.tokens) || (xf && !c->ahead.x)) {
+		trn_cuda_copier.host_free((float *)c->ahead.targets);
+		trn_cuda_copier.host_free((float *)c->ahead.tokens);
+		trn_cuda_copier.host_free(c->ahead.x);
+		c->ahead.targets = c->ahead.tokens = NULL;
+		c->ahead.x = NULL;
+		return -1;
+	}
+	c->ahead.targets_dev = kern_cuda_malloc(sizeof(int) * (size_t)c->rows);
+	if (c->ahead.tokens)
+		c->ahead.tokens_dev = kern_cuda_malloc(sizeof(int) * (size_t)c->rows);
+	if (xf)
+		c->ahead.x_dev = kern_cuda_malloc(sizeof(float) * (size_t)xf);
+	return 0;
+}
+
+/* Rows of targets (and tokens) in b: samples x tokens, or samples. */
+static long batch_rows(const struct trn_batch *b)
+{
+	return b->tokens ? (long)b->n * b->seq : b->n;
+}
+
+void trn_cuda_model_stage_batch(struct trn_model *base, const struct trn_batch *b)
+{
+	struct trn_cuda_model *c = (struct trn_cuda_model *)base;
+	long rows = batch_rows(b), xf = (long)b->n * c->ahead.x_row;
+	if (b->n > base->max_batch || !b->tokens != (c->ahead.x_row != 0) || ahead_alloc(c) != 0)
+		return;
+	/* the host copies are free once the last copy from them landed */
+	kern_cuda_copy_wait_host(TRN_CUDA_BATCH_CHANNEL);
+	c->base.batches_not_ahead += c->ahead.live;   /* one no forward took */
+	memcpy(c->ahead.targets, b->targets, sizeof(int32_t) * (size_t)rows);
+	kern_cuda_copy_async(TRN_CUDA_BATCH_CHANNEL, c->ahead.targets_dev, c->ahead.targets,
+	                     sizeof(int32_t) * (size_t)rows);
+	if (b->tokens) {
+		memcpy(c->ahead.tokens, b->tokens, sizeof(int32_t) * (size_t)rows);
+		kern_cuda_copy_async(TRN_CUDA_BATCH_CHANNEL, c->ahead.tokens_dev, c->ahead.tokens,
+		                     sizeof(int32_t) * (size_t)rows);
+	}
+	if (xf) {
+		memcpy(c->ahead.x, b->x, sizeof(float) * (size_t)xf);
+		kern_cuda_copy_async(TRN_CUDA_BATCH_CHANNEL, c->ahead.x_dev, c->ahead.x,
+		                     sizeof(float) * (size_t)xf);
+	}
+	c->ahead.n = b->n;
+	c->ahead.live = 1;
+}
+
+/* Whether the staged copy holds b's data. */
+static int ahead_holds(const struct trn_cuda_model *c, const struct trn_batch *b, long rows,
+                       long xf)
+{
+	return c->ahead.live && b->n == c->ahead.n &&
+	       memcmp(c->ahead.targets, b->targets, sizeof(int32_t) * (size_t)rows) == 0 &&
+	       (!b->tokens ||
+	        memcmp(c->ahead.tokens, b->tokens, sizeof(int32_t) * (size_t)rows) == 0) &&
+	       (!xf || memcmp(c->ahead.x, b->x, sizeof(float) * (size_t)xf) == 0);
+}
+
+void trn_cuda_model_inputs(struct trn_cuda_model *c, const struct trn_batch *b, float *x_dev,
+                           long x_row)
+{
+	long rows = batch_rows(b), xf = (long)b->n * x_row;
+	if (ahead_holds(c, b, rows, xf)) {
+		kern_cuda_copy_wait(TRN_CUDA_BATCH_CHANNEL);
+		kern_cuda_copy(c->targets_dev, c->ahead.targets_dev, sizeof(int) * (size_t)rows);
+		if (b->tokens)
+			kern_cuda_copy(c->tokens_dev, c->ahead.tokens_dev, sizeof(int) * (size_t)rows);
+		if (xf)
+			kern_cuda_copy(x_dev, c->ahead.x_dev, sizeof(float) * (size_t)xf);
+		c->ahead.live = 0;
+		c->base.batches_ahead++;
+		return;
+	}
+	/* another batch (an evaluation, a skipped one): its own copy; what was
+	 * staged stays for the forward it was meant for */
+	kern_cuda_upload(c->targets_dev, b->targets, sizeof(int) * (size_t)rows);
+	if (b->tokens)
+		kern_cuda_upload(c->tokens_dev, b->tokens, sizeof(int) * (size_t)rows);
+	if (xf)
+		kern_cuda_upload(x_dev, b->x, sizeof(float) * (size_t)xf);
+}
+
 void trn_cuda_model_release(struct trn_cuda_model *c)
 {
 	for (int s = 0; s < 2; s++)
 		if (c->out_stage[s])
 			trn_cuda_copier.host_free(c->out_stage[s]);
+	if (c->ahead.targets) {
+		kern_cuda_copy_wait_host(TRN_CUDA_BATCH_CHANNEL);
+		trn_cuda_copier.host_free((float *)c->ahead.targets);
+		trn_cuda_copier.host_free((float *)c->ahead.tokens);
+		trn_cuda_copier.host_free(c->ahead.x);
+		kern_cuda_free(c->ahead.targets_dev);
+		kern_cuda_free(c->ahead.tokens_dev);
+		kern_cuda_free(c->ahead.x_dev);
+		memset(&c->ahead, 0, sizeof c->ahead);
+	}
 	if (c->base.param_off) {
 		trn_param_offload_release(c->base.param_off);
 		free(c->base.param_off);

@@ -66,6 +66,18 @@ struct trn_cuda_model {
 	 * (trn_cuda_model_tensor_changed), on channel TRN_CUDA_W_IN_CHANNEL */
 	long w_streamed;
 	long w_streamed_version;       /* base.w_version when they went */
+	/* the next batch, copied ahead (trn_cuda_model_stage_batch): page-locked
+	 * host copies, the device staging they go to on TRN_CUDA_BATCH_CHANNEL,
+	 * and what they hold */
+	struct {
+		int32_t *tokens, *targets;
+		float *x;
+		int *tokens_dev, *targets_dev;
+		float *x_dev;
+		long x_row;                /* floats of x a sample (mlp), 0 for tokens */
+		int n;                     /* samples held */
+		int live;                  /* a copy was started and not taken by a forward */
+	} ahead;
 	void (*free_impl)(struct trn_cuda_model *c);
 };
 
@@ -151,6 +163,16 @@ void trn_cuda_model_block_final(struct trn_cuda_model *c, int b, const int *read
  * trn_model_weights_changed: the step's), the next
  * trn_cuda_model_sync_weights waits for the channel instead of uploading. */
 #define TRN_CUDA_W_IN_CHANNEL 0
+/* The next batch's inputs (trn_cuda_model_stage_batch). */
+#define TRN_CUDA_BATCH_CHANNEL 8
+/* The stage_batch op of both models (model.h). */
+void trn_cuda_model_stage_batch(struct trn_model *base, const struct trn_batch *b);
+/* Forward's inputs on the device: b's tokens and targets into tokens_dev
+ * and targets_dev, and x_row floats a sample of b->x into x_dev (mlp; NULL
+ * and 0 for tokens), from the staged copy when it holds b's data (the
+ * kernels' stream waits for its copy), else copied now. */
+void trn_cuda_model_inputs(struct trn_cuda_model *c, const struct trn_batch *b, float *x_dev,
+                           long x_row);
 void trn_cuda_model_range_changed(struct trn_model *base, long off, long n);
 int trn_cuda_model_streams_grads(const struct trn_cuda_model *c);
 void trn_cuda_model_block_out(struct trn_cuda_model *c, int b, const int *ready_order);

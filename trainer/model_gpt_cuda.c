@@ -202,8 +202,7 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	struct trn_cuda_model *c = &g->c;
 	trn_cuda_model_sync_weights(c);
 	trn_cuda_model_gemms(c);
-	kern_cuda_upload(c->tokens_dev, b->tokens, sizeof(int) * (size_t)BT);
-	kern_cuda_upload(c->targets_dev, b->targets, sizeof(int) * (size_t)BT);
+	trn_cuda_model_inputs(c, b, NULL, 0);
 
 	float *x = fwd_input(g, 0);
 	/* what each op writes is rounded (16-bit storage), as in model_gpt.c:
@@ -349,6 +348,7 @@ static const struct trn_model_ops gpt_cuda_ops = {
 	.publish_master = trn_cuda_model_publish_master,
 	.device_memory = trn_cuda_model_device_memory,
 	.range_changed = trn_cuda_model_range_changed,
+	.stage_batch = trn_cuda_model_stage_batch,
 };
 
 /* The CPU layout's table is model_gpt.c's: checked name by name, so that a

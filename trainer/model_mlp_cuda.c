@@ -126,8 +126,7 @@ static double mlp_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	m->n = n;
 	trn_cuda_model_sync_weights(&m->c);
 	trn_cuda_model_gemms(&m->c);
-	kern_cuda_upload(m->x, b->x, sizeof(float) * (size_t)n * (size_t)m->dims[0]);
-	kern_cuda_upload(m->c.targets_dev, b->targets, sizeof(int) * (size_t)n);
+	trn_cuda_model_inputs(&m->c, b, m->x, m->dims[0]);
 	trn_model_fwd_start(base);
 	for (int i = 0; i < m->n_layers; i++) {
 		long len = (long)n * m->dims[i + 1];
@@ -239,6 +238,7 @@ static const struct trn_model_ops mlp_cuda_ops = {
 	.publish_master = trn_cuda_model_publish_master,
 	.device_memory = trn_cuda_model_device_memory,
 	.range_changed = trn_cuda_model_range_changed,
+	.stage_batch = trn_cuda_model_stage_batch,
 };
 
 struct trn_model *trn_mlp_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
@@ -280,6 +280,7 @@ struct trn_model *trn_mlp_cuda_new(const struct trn_spec *spec, const struct trn
 		return NULL;
 	}
 	carve(m, mode, max_batch, m->c.arena);
+	m->c.ahead.x_row = m->dims[0];     /* batches copied ahead carry x */
 	m->c.base.act_offload = mode;
 	m->c.base.act_bytes_none = carve(m, TRN_OFFLOAD_NONE, max_batch, NULL) * (long)sizeof(float);
 	int n_blocks = m->n_layers - 1;

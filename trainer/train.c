@@ -66,6 +66,8 @@ struct run {
 	struct trn_loader loader;
 	struct trn_schedule sched;
 	struct trn_batch batch;
+	struct trn_batch ahead;        /* the next micro-batch, for a model that copies it
+	                                  ahead (trn_model_stage_batch) */
 	struct trn_report rep;
 	struct trn_state state;
 	long steps_per_epoch, total_steps;
@@ -291,6 +293,10 @@ static void print_peak(const struct run *r)
 	if (m->device && planned.resources.gpus_per_node < 1)
 		planned.resources.gpus_per_node = 1;
 	int have = trn_plan_make(&p, &planned, 0, &err) == 0;
+	if (m->device)
+		printf("input: %ld batches copied to the device ahead, beside the compute, and "
+		       "taken by their forward; %ld not taken\n", m->batches_ahead,
+		       m->batches_not_ahead);
 	if (m->device && m->ops->device_memory) {
 		double used, total, scratch;
 		m->ops->device_memory(m, &used, &total, &scratch);
@@ -575,7 +581,9 @@ static int setup(struct run *r, struct trn_err *err)
 		return TRN_EXIT_USAGE;
 	if (!(r->model = trn_model_new_on(s, &r->ds, (int)s->batch.micro, device, err)))
 		return TRN_EXIT_FAILED;
-	if (trn_batch_alloc(&r->batch, &r->ds, (int)s->batch.micro) != 0)
+	if (trn_batch_alloc(&r->batch, &r->ds, (int)s->batch.micro) != 0 ||
+	    (trn_model_stages_batches(r->model) &&
+	     trn_batch_alloc(&r->ahead, &r->ds, (int)s->batch.micro) != 0))
 		return trn_err_set(err, "batch: out of memory"), TRN_EXIT_FAILED;
 	/* one rank per GPU, everything on the devices: the collectives run
 	 * there too (the backend's NCCL); without one the gradients go over
@@ -824,6 +832,12 @@ static int train_loop(struct run *r, struct trn_err *err)
 			if (r->batch.x)           /* the input as the model stores it */
 				trn_model_round(m, r->batch.x, (long)r->batch.n * r->ds.dim);
 			loss += trn_model_forward(m, &r->batch, NULL);
+			/* the next micro-batch's copy to the device beside this backward */
+			if (r->ahead.cap && trn_loader_next_micro(&r->loader, a, accum, &r->ahead)) {
+				if (r->ahead.x)
+					trn_model_round(m, r->ahead.x, (long)r->ahead.n * r->ds.dim);
+				trn_model_stage_batch(m, &r->ahead);
+			}
 			if (a == accum - 1)
 				trn_dp_arm(&r->dp);
 			trn_model_backward(m, &r->batch, (float)(scale / (double)accum));
@@ -1035,6 +1049,7 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 		r.opt.k->release(r.master_dev);
 	trn_watchdog_release(&r.wd);
 	trn_batch_release(&r.batch);
+	trn_batch_release(&r.ahead);
 	trn_model_free(r.model);
 	trn_loader_release(&r.loader);
 	trn_dataset_release(&r.ds);
