@@ -1,9 +1,9 @@
 /* trainer/comm.h - the communicator data parallel training runs on.
  *
- * One interface, two implementations: a single process (rank 0 of 1; every
- * collective is the identity) and MPI (comm_mpi.c, Open MPI from Debian;
+ * One interface, three implementations: a single process (rank 0 of 1;
+ * every collective is the identity), MPI (comm_mpi.c, Open MPI from Debian;
  * ranks from the launcher: `mpirun -n N larch-train ...`, or mpirun inside a
- * Slurm allocation). NCCL is to be a third, behind the same calls. Sums are
+ * Slurm allocation), and NCCL for GPUs (comm_nccl_cuda.c, below). Sums are
  * in place on fp32 or fp64 buffers; a non-blocking allreduce returns a
  * request that trn_comm_wait completes (and frees), and trn_comm_progress
  * lets the library move outstanding ones along between compute.
