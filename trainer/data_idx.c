@@ -3,7 +3,8 @@
  * An IDX file is a big-endian header (magic 0x00000803 and dims n, rows, cols
  * for images; 0x00000801 and n for labels) followed by n * rows * cols (or n)
  * unsigned bytes. zlib's gzread reads gzip and plain files alike. Pixels are
- * standardised with the mean and std of the train split's pixels.
+ * standardised with the mean and std of the train split's pixels, all of
+ * them (data.standardize "global") or each pixel's own ("per_feature").
  */
 #include "data_int.h"
 
@@ -174,9 +175,51 @@ fail:
 	return -1;
 }
 
-/* Standardised features and labels of samples [first, first + n) of img/lab. */
+/* data.standardize "per_feature": each pixel j's mean and std over the
+ * first n_train images (integer sums, exact), as x = v * scale[j] +
+ * shift[j]; a std below a tenth of the global one (sd) counts as that
+ * tenth. 0, or -1 when out of memory. */
+static int per_feature(const struct idx *img, long n_train, double sd, float **scale,
+                       float **shift)
+{
+	size_t dim = (size_t)img->rows * img->cols;
+	uint64_t *sum = calloc(dim, sizeof *sum), *sumsq = calloc(dim, sizeof *sumsq);
+	*scale = malloc(sizeof(float) * dim);
+	*shift = malloc(sizeof(float) * dim);
+	if (!sum || !sumsq || !*scale || !*shift) {
+		free(sum);
+		free(sumsq);
+		free(*scale);
+		free(*shift);
+		*scale = *shift = NULL;
+		return -1;
+	}
+	for (long i = 0; i < n_train; i++) {
+		const uint8_t *p = img->data + (size_t)i * dim;
+		for (size_t j = 0; j < dim; j++) {
+			sum[j] += p[j];
+			sumsq[j] += (uint64_t)p[j] * p[j];
+		}
+	}
+	double floor_sd = 0.1 * sd;
+	for (size_t j = 0; j < dim; j++) {
+		double m = (double)sum[j] / (double)n_train;
+		double var = (double)sumsq[j] / (double)n_train - m * m;
+		double s = var > floor_sd * floor_sd ? sqrt(var) : floor_sd;
+		(*scale)[j] = (float)(1.0 / s);
+		(*shift)[j] = (float)(-m / s);
+	}
+	free(sum);
+	free(sumsq);
+	return 0;
+}
+
+/* Standardised features and labels of samples [first, first + n) of
+ * img/lab: through lut (global), or each pixel's scale and shift
+ * (per_feature, when scale is not NULL). */
 static int make_split(struct trn_split *s, const struct idx *img, const struct idx *lab,
-                      long first, long n, const float lut[256])
+                      long first, long n, const float lut[256], const float *scale,
+                      const float *shift)
 {
 	size_t dim = (size_t)img->rows * img->cols;
 	s->n = n;
@@ -185,8 +228,13 @@ static int make_split(struct trn_split *s, const struct idx *img, const struct i
 	if (!s->x || !s->y)
 		return -1;
 	const uint8_t *p = img->data + (size_t)first * dim;
-	for (size_t i = 0; i < dim * (size_t)n; i++)
-		s->x[i] = lut[p[i]];
+	if (scale) {
+		for (size_t i = 0; i < dim * (size_t)n; i++)
+			s->x[i] = (float)p[i] * scale[i % dim] + shift[i % dim];
+	} else {
+		for (size_t i = 0; i < dim * (size_t)n; i++)
+			s->x[i] = lut[p[i]];
+	}
 	for (long i = 0; i < n; i++)
 		s->y[i] = lab->data[first + i];
 	return 0;
@@ -250,13 +298,25 @@ int trn_data_idx_load(struct trn_dataset *ds, const struct trn_spec *spec, struc
 	ds->dim = (int)dim;
 	ds->mean = mean;
 	ds->std = sd;
-	if (make_split(&ds->train, &ti, &tl, 0, n_train, lut) != 0 ||
-	    (n_val > 0 && held_out && make_split(&ds->val, &ti, &tl, n_train, n_val, lut) != 0) ||
-	    (n_val > 0 && !held_out && make_split(&ds->val, &vi, &vl, 0, n_val, lut) != 0)) {
+	float *scale = NULL, *shift = NULL;          /* per_feature: x = v * scale + shift */
+	if (d->standardize == TRN_STANDARDIZE_PER_FEATURE &&
+	    per_feature(&ti, n_train, sd, &scale, &shift) != 0) {
+		trn_err_set(err, "data: out of memory for the per-feature standardisation");
+		goto out;
+	}
+	if (make_split(&ds->train, &ti, &tl, 0, n_train, lut, scale, shift) != 0 ||
+	    (n_val > 0 && held_out &&
+	     make_split(&ds->val, &ti, &tl, n_train, n_val, lut, scale, shift) != 0) ||
+	    (n_val > 0 && !held_out &&
+	     make_split(&ds->val, &vi, &vl, 0, n_val, lut, scale, shift) != 0)) {
+		free(scale);
+		free(shift);
 		trn_err_set(err, "data: out of memory for %ld samples of %zu features",
 		            n_train + n_val, dim);
 		goto out;
 	}
+	free(scale);
+	free(shift);
 	int classes = max_label(&tl) + 1;
 	if (vl.data && max_label(&vl) + 1 > classes)
 		classes = max_label(&vl) + 1;

@@ -53,6 +53,13 @@ struct trn_spec_model {
 	                                  for tokens_u16, where the model uses 50257 (GPT-2) */
 };
 
+/* idx: pixels standardised with the train split's mean and std over all
+ * pixels (global), or each pixel with its own (per_feature: every input
+ * feature at mean 0 and std 1, which conditions a network's first layer
+ * better; a pixel that hardly varies, such as a border, is divided by a
+ * tenth of the global std instead of its own, so it is not blown up). */
+enum trn_standardize { TRN_STANDARDIZE_GLOBAL, TRN_STANDARDIZE_PER_FEATURE };
+
 struct trn_spec_data {
 	enum trn_data_format format;
 	char name[TRN_NAME_MAX + 1];   /* named dataset ("fashion-mnist"), "" otherwise */
@@ -63,6 +70,7 @@ struct trn_spec_data {
 	char val_labels[TRN_PATH_MAX];
 	double val_fraction;           /* held out of train when no val files; 0 = no validation */
 	int shuffle;                   /* default 1: a new permutation every epoch */
+	enum trn_standardize standardize;  /* idx: how pixels become features */
 };
 
 struct trn_spec_batch {

@@ -39,19 +39,20 @@ static int resolve(struct trn_fields *f, const char *root, const char *name, con
 }
 
 static const char *const formats[] = { "idx", "tokens_u16", "text", NULL };
-static const char *const format_keys[][6] = {
-	[TRN_DATA_IDX] = { "format", "train", "val", "val_fraction", "shuffle", NULL },
+static const char *const format_keys[][7] = {
+	[TRN_DATA_IDX] = { "format", "train", "val", "val_fraction", "shuffle", "standardize", NULL },
 	[TRN_DATA_TOKENS_U16] = { "format", "train", "val", "val_fraction", "shuffle", NULL },
 	[TRN_DATA_TEXT] = { "format", "path", "val_fraction", "shuffle", NULL },
 };
-static const char *const format_all_keys[] = { "train", "val", "path", NULL };
+static const char *const format_all_keys[] = { "train", "val", "path", "standardize", NULL };
+static const char *const standardizations[] = { "global", "per_feature", NULL };
 
 /* {"name": "fashion-mnist", "shuffle", "val_fraction"}: the canonical spec
  * keeps the name; the struct gets the resolved paths. val_fraction > 0 holds
  * validation out of train instead of using the dataset's own split. */
 static int parse_named(struct trn_fields *f, struct trn_spec_data *d)
 {
-	static const char *const keys[] = { "name", "shuffle", "val_fraction", NULL };
+	static const char *const keys[] = { "name", "shuffle", "val_fraction", "standardize", NULL };
 	const struct dataset *ds = NULL;
 	const char *root = getenv("LARCH_DATASET_ROOT");
 	char known[256], q[512];
@@ -71,11 +72,16 @@ static int parse_named(struct trn_fields *f, struct trn_spec_data *d)
 		return trn_fields_fail(f, "name", "unknown dataset %s (known: %s)",
 		                       trn_quote(d->name, q, sizeof q), known);
 	d->format = ds->format;
+	int std = 0;
 	if (trn_fields_num(f, "val_fraction", VAL_FRACTION, 0, 0, &d->val_fraction) < 0 ||
 	    trn_fields_bool(f, "shuffle", 1, &d->shuffle) < 0 ||
+	    (ds->format == TRN_DATA_IDX &&
+	     trn_fields_enum(f, "standardize", standardizations, 0, 0, &std) < 0) ||
 	    resolve(f, root, ds->name, ds->train, d->train) < 0 ||
 	    resolve(f, root, ds->name, ds->train_labels, d->train_labels) < 0)
 		return -1;
+	if (ds->format == TRN_DATA_IDX)
+		d->standardize = (enum trn_standardize)std;
 	if (d->val_fraction > 0)
 		return 0;
 	if (resolve(f, root, ds->name, ds->val, d->val) < 0 ||
@@ -111,9 +117,12 @@ static int parse_files(struct trn_fields *f, struct trn_spec_data *d)
 	if (trn_fields_known(f, format_keys[fmt], format_all_keys, what) < 0)
 		return -1;
 	if (fmt == TRN_DATA_IDX) {
+		int std = 0;
 		if (parse_idx_pair(f, "train", TRN_REQUIRED, d->train, d->train_labels) < 0 ||
-		    (has_val = parse_idx_pair(f, "val", 0, d->val, d->val_labels)) < 0)
+		    (has_val = parse_idx_pair(f, "val", 0, d->val, d->val_labels)) < 0 ||
+		    trn_fields_enum(f, "standardize", standardizations, 0, 0, &std) < 0)
 			return -1;
+		d->standardize = (enum trn_standardize)std;
 	} else if (fmt == TRN_DATA_TOKENS_U16) {
 		if (trn_fields_filepath(f, "train", TRN_REQUIRED, d->train) < 0 ||
 		    (has_val = trn_fields_filepath(f, "val", 0, d->val)) < 0)

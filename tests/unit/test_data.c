@@ -195,6 +195,63 @@ static void test_idx_load(void)
 	free(s);
 }
 
+/* data.standardize "per_feature": each pixel at mean 0 and std 1 over the
+ * train split, the val split with the train's figures; a pixel that is
+ * constant (0) or hardly varies (1) in train is divided by a tenth of the
+ * global std instead of its own. */
+static void test_idx_per_feature(void)
+{
+	uint8_t pix[TN * DIM];
+	memcpy(pix, train_pix, sizeof pix);
+	for (int i = 0; i < TN; i++) {
+		pix[i * DIM + 0] = 7;
+		pix[i * DIM + 1] = (uint8_t)(100 + i % 2);
+	}
+	write_images(tmp_path("pf-images"), pix, TN, ROWS, COLS, 0);
+	struct trn_spec *s = idx_spec("pf-images", "train-labels.gz", "val-images", "val-labels");
+	s->data.standardize = TRN_STANDARDIZE_PER_FEATURE;
+	struct trn_dataset ds;
+	struct trn_err err = { 0 };
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_MSG(!err.set, "%s", err.text);
+	double sum = 0, sumsq = 0;
+	for (int i = 0; i < TN * DIM; i++) {
+		sum += pix[i];
+		sumsq += (double)pix[i] * pix[i];
+	}
+	double gmean = sum / (TN * DIM), floor_sd = 0.1 * sqrt(sumsq / (TN * DIM) - gmean * gmean);
+	float want[VN * DIM];
+	int unit = 1;
+	for (int j = 0; j < DIM; j++) {
+		double m = 0, v = 0;
+		for (int i = 0; i < TN; i++)
+			m += pix[i * DIM + j];
+		m /= TN;
+		for (int i = 0; i < TN; i++)
+			v += (pix[i * DIM + j] - m) * (pix[i * DIM + j] - m);
+		double sd = sqrt(v / TN), den = sd > floor_sd ? sd : floor_sd;
+		double xm = 0, xv = 0;
+		for (int i = 0; i < TN; i++)
+			xm += ds.train.x[i * DIM + j];
+		xm /= TN;
+		for (int i = 0; i < TN; i++)
+			xv += (ds.train.x[i * DIM + j] - xm) * (ds.train.x[i * DIM + j] - xm);
+		xv /= TN;
+		/* the floored pixels keep their spread over the floor */
+		double want_var = (sd / den) * (sd / den);
+		unit &= fabs(xm) < 1e-4 && fabs(xv - want_var) < 1e-4;
+		if (j < 2)
+			CHECK_MSG(den == floor_sd && xv < 0.3, "pixel %d: std %g floored at %g, var %g", j,
+			          sd, floor_sd, xv);
+		for (int i = 0; i < VN; i++)
+			want[i * DIM + j] = (float)((val_pix[i * DIM + j] - m) / den);
+	}
+	CHECK_MSG(unit, "train features at mean 0 and std 1 (the floored ones below)");
+	check_close("val standardised per feature", ds.val.x, want, VN * DIM, 1e-5, 1e-5);
+	trn_dataset_release(&ds);
+	free(s);
+}
+
 static void test_idx_val_fraction(void)
 {
 	struct trn_spec *s = idx_spec("train-images.gz", "train-labels.gz", NULL, NULL);
@@ -684,6 +741,7 @@ int main(void)
 	tmp = check_tmpdir("data");
 	make_idx_files();
 	CHECK_RUN(test_idx_load);
+	CHECK_RUN(test_idx_per_feature);
 	CHECK_RUN(test_idx_val_fraction);
 	CHECK_RUN(test_idx_errors);
 	CHECK_RUN(test_fashion_mnist);
