@@ -5,6 +5,7 @@ with the difference to batch 256.
 
     /usr/bin/python3 tests/bench/bench_large_batch.py [--epochs 20] [--only NAME ...]
                                                      [--seeds 42] [--build build]
+                                                     [--standardize per_feature|global]
 
 Rows (the issue's reference, numpy on this machine kind: 256 -> 0.902;
 2048 linear + 5-epoch warmup -> 0.903; 8192 linear diverged, sqrt 0.885,
@@ -21,7 +22,10 @@ LARS 0.883):
   b256-fp16     b256 with fp16 compute (dynamic loss scale), fp32 master weights
   b256-bf16     b256 with bf16 compute
   b8192-lars-2r b8192-lars over 2 ranks (mpirun, one thread each), ZeRO-1
-Accuracy is the test split's (t10k) at the end of the run. Not a pass/fail test.
+Every row standardises its inputs the same way: per_feature (each pixel with
+its own train mean and std, data.standardize) by default, global (one mean
+and std over all pixels) with --standardize global. Accuracy is the test
+split's (t10k) at the end of the run. Not a pass/fail test.
 """
 import argparse
 import json
@@ -62,7 +66,8 @@ CONFIGS = [
 ]
 
 
-def run(exe, workdir, name, batch, micro, optimizer, schedule, epochs, seed, threads, extra=None):
+def run(exe, workdir, name, batch, micro, optimizer, schedule, epochs, seed, threads, extra=None,
+        standardize="per_feature"):
     extra = extra or {}
     ranks = extra.get("parallel", {}).get("ranks", 1)
     if ranks > 1:
@@ -70,7 +75,7 @@ def run(exe, workdir, name, batch, micro, optimizer, schedule, epochs, seed, thr
     spec = {
         "name": name,
         "model": {"type": "mlp", "hidden": [1024, 1024], "activation": "relu"},
-        "data": {"name": "fashion-mnist"},
+        "data": {"name": "fashion-mnist", "standardize": standardize},
         "batch": {"global": batch, "micro": micro, "reference": 256},
         "optimizer": optimizer,
         "schedule": schedule,
@@ -119,6 +124,7 @@ def main():
     ap.add_argument("--only", nargs="+", help="run only these rows (b256 always runs)")
     ap.add_argument("--build", default=os.environ.get("LARCH_BUILD_DIR", ROOT / "build"))
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--standardize", choices=["per_feature", "global"], default="per_feature")
     args = ap.parse_args()
     exe = pathlib.Path(args.build) / "trainer" / "larch-train"
     rows = {c[0]: (c, {}) for c in CONFIGS}
@@ -126,14 +132,15 @@ def main():
         rows[name] = ((name,) + rows[base][0][1:], extra)
     configs = [v for k, v in rows.items() if not args.only or k == "b256" or k in args.only]
 
-    print(f"# Fashion-MNIST, MLP 784-1024-1024-10, {args.epochs:g} epochs, seeds {args.seeds}")
+    print(f"# Fashion-MNIST, MLP 784-1024-1024-10, {args.epochs:g} epochs, seeds {args.seeds}, "
+          f"inputs standardised {args.standardize}")
     print(f"{'run':14s} {'batch':>6s} {'optimizer':>9s} {'prec':>5s} {'ranks':>5s} {'peak lr':>8s} {'steps':>6s} "
           f"{'test acc':>9s} {'vs b256':>8s} {'val loss':>9s} {'samples/s':>10s} {'wall':>7s}")
     base = None
     with tempfile.TemporaryDirectory(prefix="larch-bench-") as tmp:
         for (name, batch, micro, opt, sched), extra in configs:
             rows = [run(exe, pathlib.Path(tmp), name, batch, micro, opt, sched, args.epochs, s,
-                        args.threads, extra) for s in args.seeds]
+                        args.threads, extra, args.standardize) for s in args.seeds]
             accs = [r["acc"] for r in rows if r["acc"] is not None and r["status"] == "completed"]
             acc = sum(accs) / len(accs) if len(accs) == len(rows) else None
             if name == "b256":

@@ -29,7 +29,6 @@ reports each parameter as it is final on the device).
 import argparse
 import os
 import pathlib
-import random
 import re
 import shutil
 import subprocess
@@ -37,7 +36,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_train_cuda import Checks, image_set, metrics  # noqa: E402
+from test_train_cuda import Checks, image_set, metrics, resume_dir, write_corpus  # noqa: E402
 
 TOL = 2e-3           # relative, on losses after 12 updates, GPUs against the CPU
 TOL16 = 3e-2         # the same in 16 bits (the GEMMs round in another order)
@@ -144,10 +143,7 @@ def main():
                 {**mlp, "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9},
                  "precision": {"compute": "fp16"}}, shim, TOL16)
 
-        corpus = tmp / "corpus.txt"
-        rnd = random.Random(1)
-        words = "the of and to in larch trains large batches on many ranks quickly".split()
-        corpus.write_text(" ".join(rnd.choice(words) for _ in range(40000)))
+        corpus = write_corpus(tmp)
         gpt = {"name": "gpt", "model": {"type": "gpt", "layers": 2, "heads": 4, "dim": 64,
                                         "seq": 64},
                "data": {"format": "text", "path": str(corpus), "val_fraction": 0.05},
@@ -159,10 +155,7 @@ def main():
         gpu_job = compare(c, exe, tmp, "gpt-bf16-lamb-zero1", gpt, shim, TOL16)
 
         if gpu_job:
-            resumed = tmp / "gpt-resumed"
-            (resumed / "checkpoints").mkdir(parents=True)
-            shutil.copy(gpu_job / "checkpoints" / "step-00000006.safetensors",
-                        resumed / "checkpoints")
+            resumed = resume_dir(gpu_job, 6, tmp / "gpt-resumed")
             r = run(exe, gpt, resumed, "cuda", "--resume")
             c.check(r.returncode == 0 and "resume: from" in r.stdout,
                     f"gpt: resumed on the devices from step 6 (exit {r.returncode}) "

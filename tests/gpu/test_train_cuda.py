@@ -88,6 +88,22 @@ def image_set(root, n_train=512, n_val=128, side=16, classes=10):
     return spec
 
 
+def write_corpus(tmp):
+    """A text of common words for the byte-level GPT tiny; its path."""
+    corpus = tmp / "corpus.txt"
+    rnd = random.Random(1)
+    words = "the of and to in larch trains large batches on many ranks quickly".split()
+    corpus.write_text(" ".join(rnd.choice(words) for _ in range(40000)))
+    return corpus
+
+
+def resume_dir(job, step, dest):
+    """dest as a job dir holding only job's checkpoint of step, to resume from."""
+    (dest / "checkpoints").mkdir(parents=True)
+    shutil.copy(job / "checkpoints" / f"step-{step:08d}.safetensors", dest / "checkpoints")
+    return dest
+
+
 class Checks:
     def __init__(self):
         self.failed = 0
@@ -159,10 +175,7 @@ def main():
     c = Checks()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="larch-gpu-train."))
     try:
-        corpus = tmp / "corpus.txt"
-        rnd = random.Random(1)
-        words = "the of and to in larch trains large batches on many ranks quickly".split()
-        corpus.write_text(" ".join(rnd.choice(words) for _ in range(40000)))
+        corpus = write_corpus(tmp)
         gpt = {"name": "gpt", "model": {"type": "gpt", "layers": 2, "heads": 4, "dim": 64,
                                         "seq": 64},
                "data": {"format": "text", "path": str(corpus), "val_fraction": 0.05},
@@ -177,10 +190,7 @@ def main():
         mlp_job = compare(c, exe, tmp, "mlp", mlp, ("val/accuracy",))
 
         if gpu_job:
-            resumed = tmp / "gpt-resumed"
-            (resumed / "checkpoints").mkdir(parents=True)
-            shutil.copy(gpu_job / "checkpoints" / "step-00000005.safetensors",
-                        resumed / "checkpoints")
+            resumed = resume_dir(gpu_job, 5, tmp / "gpt-resumed")
             r = run(exe, gpt, resumed, "cuda", "--resume")
             c.check(r.returncode == 0 and "resume: from" in r.stdout,
                     f"gpt: resumed on the GPU from step 5 (exit {r.returncode}) "
