@@ -144,10 +144,12 @@ const char *trn_comm_launcher(void)
 		return mpi && strncmp(mpi, "pmix", 4) == 0 ? "srun --mpi=pmix" : "PMIx";
 	if (getenv("PMI_SIZE"))
 		return "PMI";
+	if (trn_comm_slurm_tasks() > 1)
+		return "srun";
 	return "none";
 }
 
-struct trn_comm *trn_comm_open(int ranks, struct trn_err *err)
+struct trn_comm *trn_comm_open(int ranks, const char *dir, struct trn_err *err)
 {
 	int launched = trn_comm_launched_size();
 	if (launched > 0 && trn_comm_have_mpi()) {
@@ -155,10 +157,13 @@ struct trn_comm *trn_comm_open(int ranks, struct trn_err *err)
 		return trn_comm_mpi_open(ranks, err);
 #endif
 	}
+	if (ranks > 1 && trn_comm_slurm_tasks() > 1)
+		return trn_comm_tcp_open(ranks, dir, err);
 	if (ranks > 1) {
 		if (!trn_comm_have_mpi())
-			trn_err_set(err, "parallel.ranks: %d ranks need MPI, and this larch-train was built "
-			            "without it (install libopenmpi-dev and rebuild)", ranks);
+			trn_err_set(err, "parallel.ranks: %d ranks need MPI or srun, and this larch-train "
+			            "was built without MPI (install libopenmpi-dev and rebuild, or start "
+			            "it with srun -n %d)", ranks, ranks);
 		else
 			trn_err_set(err, "parallel.ranks: the spec asks for %d ranks but larch-train runs "
 			            "as one process: start it with mpirun -n %d", ranks, ranks);

@@ -553,7 +553,7 @@ static int setup(struct run *r, struct trn_err *err)
 
 	if (check_supported(s, err) != 0)
 		return TRN_EXIT_USAGE;
-	if (!(r->comm = trn_comm_open(s->parallel.ranks, err)))
+	if (!(r->comm = trn_comm_open(s->parallel.ranks, dir, err)))
 		return TRN_EXIT_USAGE;
 	r->lead = r->comm->rank == 0;
 	if (r->lead && trn_report_connect(&r->rep, err) != 0)
