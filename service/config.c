@@ -65,9 +65,11 @@ static const struct key keys[] = {
 	  .metavar = "HOW", .help = "hand jobs to Slurm through libslurm (in-process) or an sbatch "
 	  "process each; auto: libslurm when built with it and slurm.conf is readable" },
 	{ .name = "slurm_mpi", .kind = K_CHOICE, .offset = FIELD(slurm_mpi), .def = "auto",
-	  .choices = (const char *const[]){ "auto", "pmix", "mpirun", NULL },
+	  .choices = (const char *const[]){ "auto", "pmix", "mpirun", "none", NULL },
 	  .metavar = "HOW", .help = "how a job of several ranks starts them in its allocation: "
-	  "srun --mpi=pmix, or Open MPI's mpirun; auto: pmix where the node's srun has it" },
+	  "srun --mpi=pmix, Open MPI's mpirun, or srun --mpi=none (the ranks meet through the "
+	  "job dir and talk TCP); auto: pmix where the node's srun has it, else mpirun where "
+	  "there is one, else none" },
 	{ .name = "trainer_path", .kind = K_AUTO_PATH, .offset = FIELD(trainer_path),
 	  .def = "auto", .metavar = "FILE",
 	  .help = "the larch-train jobs run (auto: beside larchd, or the build tree's)" },

@@ -139,9 +139,11 @@ enum exec_slurm_submit {
 
 /* How the batch script starts a job of several ranks. */
 enum exec_slurm_mpi {
-	EXEC_SLURM_MPI_AUTO,           /* pmix when the node's srun lists it, else mpirun */
+	EXEC_SLURM_MPI_AUTO,           /* pmix when the node's srun lists it, else mpirun
+	                                  where there is one, else none */
 	EXEC_SLURM_MPI_PMIX,           /* srun --mpi=pmix */
 	EXEC_SLURM_MPI_MPIRUN,         /* Open MPI's mpirun inside the allocation */
+	EXEC_SLURM_MPI_NONE,           /* srun --mpi=none: the ranks meet over TCP (comm_tcp.c) */
 };
 
 struct exec_slurm_config {

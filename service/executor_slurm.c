@@ -301,10 +301,12 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		         sx->cfg.report_flush_s);
 	/* One rank: a step of its own. Several: a step of N tasks wired up by
 	 * Slurm's PMIx plugin, or Open MPI's mpirun, which reads the allocation
-	 * and wires the ranks up itself (larch-train's comm.h takes either);
-	 * auto asks the node's srun which MPI plugins it has. */
-	char pmix[96], mpirun[128], launcher[384];
+	 * and wires the ranks up itself, or a step of N tasks without MPI, which
+	 * meet through the job dir (larch-train's comm.h takes any); auto asks
+	 * the node's srun which MPI plugins it has, then looks for mpirun. */
+	char pmix[96], mpirun[128], none[96], launcher[512];
 	snprintf(pmix, sizeof pmix, "srun --mpi=pmix --ntasks=%d --kill-on-bad-exit=1", j->ranks);
+	snprintf(none, sizeof none, "srun --mpi=none --ntasks=%d --kill-on-bad-exit=1", j->ranks);
 	snprintf(mpirun, sizeof mpirun, "mpirun -n %d --bind-to none "
 	         "$([ \"$(id -u)\" = 0 ] && echo --allow-run-as-root)", j->ranks);
 	if (j->ranks <= 1)
@@ -313,13 +315,17 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		snprintf(launcher, sizeof launcher, "launch='%s'\n", pmix);
 	else if (sx->cfg.mpi == EXEC_SLURM_MPI_MPIRUN)
 		snprintf(launcher, sizeof launcher, "launch=\"%s\"\n", mpirun);
+	else if (sx->cfg.mpi == EXEC_SLURM_MPI_NONE)
+		snprintf(launcher, sizeof launcher, "launch='%s'\n", none);
 	else
 		snprintf(launcher, sizeof launcher,
 		         "if srun --mpi=list 2>&1 | grep -qw pmix; then\n"
 		         "\tlaunch='%s'\n"
-		         "else\n"
+		         "elif command -v mpirun >/dev/null; then\n"
 		         "\tlaunch=\"%s\"\n"
-		         "fi\n", pmix, mpirun);
+		         "else\n"
+		         "\tlaunch='%s'\n"
+		         "fi\n", pmix, mpirun, none);
 	char *text = NULL;
 	int n = asprintf(&text,
 		"#!/bin/bash\n"

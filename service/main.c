@@ -274,6 +274,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 			                  ? EXEC_SLURM_SUBMIT_LIBSLURM : EXEC_SLURM_SUBMIT_AUTO,
 			.mpi = strcmp(d->cfg.slurm_mpi, "pmix") == 0 ? EXEC_SLURM_MPI_PMIX
 			       : strcmp(d->cfg.slurm_mpi, "mpirun") == 0 ? EXEC_SLURM_MPI_MPIRUN
+			       : strcmp(d->cfg.slurm_mpi, "none") == 0   ? EXEC_SLURM_MPI_NONE
 			                                                 : EXEC_SLURM_MPI_AUTO,
 			.grace_s = (int)d->cfg.cancel_grace,
 			.report_flush_s = REPORT_FLUSH_S,

@@ -310,12 +310,13 @@ def test_preemption_shows_preempted_and_resumes(tmp_path, slurm_cluster, servers
     assert_resumed_once(server, slurm_cluster, jid, sid, steps)
 
 
-@pytest.mark.parametrize("how", ["auto", "mpirun"])
+@pytest.mark.parametrize("how", ["auto", "mpirun", "none"])
 def test_two_ranks_run_as_one_slurm_job(tmp_path, slurm_cluster, servers, how):
     """parallel.ranks 2: sbatch --ntasks=2, and the batch script starts the
     ranks as a job step of 2 tasks with srun --mpi=pmix (auto: the dev
     cluster's srun has Slurm's PMIx plugin), or with Open MPI's mpirun
-    inside the allocation."""
+    inside the allocation, or as a step of 2 tasks without MPI that meet
+    through the job dir (none: larch-train's TCP communicator)."""
     env = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
     server = start(tmp_path, slurm_cluster, args=["--slurm-mpi", how], env=env)
     servers.append(server)
@@ -323,15 +324,17 @@ def test_two_ranks_run_as_one_slurm_job(tmp_path, slurm_cluster, servers, how):
     j = wait_state(server, jid, "COMPLETED", timeout=120)
     d = server.state_dir / "jobs" / jid
     script = (d / "slurm.sh").read_text()
-    assert "mpirun -n 2" in script
+    assert ("mpirun -n 2" in script) == (how != "none"), script
     assert ("srun --mpi=pmix --ntasks=2" in script) == (how == "auto"), script
+    assert ("srun --mpi=none --ntasks=2" in script) == (how in ("auto", "none")), script
     show = slurm_cluster.job(j["slurm_job_id"]) if slurm_cluster.run(
         "scontrol", "-o", "show", "job", j["slurm_job_id"], check=False).returncode == 0 else {}
     if show:
         assert show["NumTasks"] == "2" and show["NumCPUs"] == "2", show
     out = (d / "stdout.log").read_text()
-    launcher = "srun --mpi=pmix" if how == "auto" else "mpirun"
-    assert f"parallel: 2 ranks over mpi (started by {launcher})" in out, out[-2000:]
+    want = {"auto": "over mpi (started by srun --mpi=pmix)", "mpirun": "over mpi (started by mpirun)",
+            "none": "over tcp (started by srun)"}[how]
+    assert f"parallel: 2 ranks {want}" in out, out[-2000:]
     assert out.count("step 40/40") == 1, out[-2000:]
 
 
