@@ -61,6 +61,13 @@ static double now(void)
 
 /* ---- whole messages ---------------------------------------------------------- */
 
+/* A peer that died: its end of the stream, or a reset (it had unread data). */
+static int gone(int rank, struct trn_err *err)
+{
+	return trn_err_set(err, "communicator: rank %d is gone (its connection ended: it failed or "
+	                   "was stopped)", rank);
+}
+
 static int send_all(int fd, const void *buf, size_t len, int rank, struct trn_err *err)
 {
 	const char *p = buf;
@@ -68,6 +75,8 @@ static int send_all(int fd, const void *buf, size_t len, int rank, struct trn_er
 		ssize_t k = send(fd, p, len, MSG_NOSIGNAL);
 		if (k < 0 && errno == EINTR)
 			continue;
+		if (k < 0 && (errno == EPIPE || errno == ECONNRESET))
+			return gone(rank, err);
 		if (k < 0)
 			return trn_err_set(err, "communicator: sending to rank %d: %s", rank,
 			                   strerror(errno));
@@ -84,9 +93,8 @@ static int recv_all(int fd, void *buf, size_t len, int rank, struct trn_err *err
 		ssize_t k = recv(fd, p, len, 0);
 		if (k < 0 && errno == EINTR)
 			continue;
-		if (k == 0)
-			return trn_err_set(err, "communicator: rank %d is gone (it closed its connection: "
-			                   "it failed or was stopped)", rank);
+		if (k == 0 || (k < 0 && errno == ECONNRESET))
+			return gone(rank, err);
 		if (k < 0)
 			return trn_err_set(err, "communicator: receiving from rank %d: %s", rank,
 			                   strerror(errno));
