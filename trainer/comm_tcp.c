@@ -118,6 +118,31 @@ static int scratch(struct tcp_comm *t, size_t bytes, struct trn_err *err)
 
 /* ---- collectives through rank 0 ------------------------------------------------ */
 
+/* Rank 0: every other rank's n values added into acc (which holds rank
+ * 0's), in rank order. */
+static int sum_in(struct tcp_comm *t, void *acc, long n, int f64, struct trn_err *err)
+{
+	size_t bytes = (size_t)n * (f64 ? sizeof(double) : sizeof(float));
+	if (scratch(t, bytes, err) != 0)
+		return -1;
+	for (int r = 1; r < t->base.size; r++) {
+		if (recv_all(t->peer[r], t->scratch, bytes, r, err) != 0)
+			return -1;
+		if (f64) {
+			double *d = acc;
+			const double *s = (const double *)t->scratch;
+			for (long i = 0; i < n; i++)
+				d[i] += s[i];
+		} else {
+			float *d = acc;
+			const float *s = (const float *)t->scratch;
+			for (long i = 0; i < n; i++)
+				d[i] += s[i];
+		}
+	}
+	return 0;
+}
+
 /* buf summed over the ranks in rank order, on every rank. */
 static int tcp_allreduce(struct trn_comm *c, void *buf, long n, int f64, struct trn_err *err)
 {
@@ -127,23 +152,8 @@ static int tcp_allreduce(struct trn_comm *c, void *buf, long n, int f64, struct 
 		return 0;
 	if (c->rank != 0)
 		return send_all(t->hub, buf, bytes, 0, err) != 0 ? -1 : recv_all(t->hub, buf, bytes, 0, err);
-	if (scratch(t, bytes, err) != 0)
+	if (sum_in(t, buf, n, f64, err) != 0)
 		return -1;
-	for (int r = 1; r < c->size; r++) {
-		if (recv_all(t->peer[r], t->scratch, bytes, r, err) != 0)
-			return -1;
-		if (f64) {
-			double *d = buf;
-			const double *s = (const double *)t->scratch;
-			for (long i = 0; i < n; i++)
-				d[i] += s[i];
-		} else {
-			float *d = buf;
-			const float *s = (const float *)t->scratch;
-			for (long i = 0; i < n; i++)
-				d[i] += s[i];
-		}
-	}
 	for (int r = 1; r < c->size; r++)
 		if (send_all(t->peer[r], buf, bytes, r, err) != 0)
 			return -1;
@@ -186,18 +196,10 @@ static int tcp_ireduce_scatter_f32(struct trn_comm *c, const float *send, float 
 		return recv_all(t->hub, recv, sizeof(float) * (size_t)counts[c->rank], 0, err);
 	}
 	float *sum = malloc(sizeof(float) * (size_t)n);
-	if (!sum || scratch(t, sizeof(float) * (size_t)n, err) != 0) {
-		free(sum);
+	if (!sum)
 		return trn_err_set(err, "communicator: out of memory");
-	}
 	memcpy(sum, send, sizeof(float) * (size_t)n);
-	int rc = 0;
-	for (int r = 1; rc == 0 && r < c->size; r++) {
-		rc = recv_all(t->peer[r], t->scratch, sizeof(float) * (size_t)n, r, err);
-		const float *s = (const float *)t->scratch;
-		for (long i = 0; rc == 0 && i < n; i++)
-			sum[i] += s[i];
-	}
+	int rc = sum_in(t, sum, n, 0, err);
 	long at = counts[0];
 	for (int r = 1; rc == 0 && r < c->size; r++) {
 		rc = send_all(t->peer[r], sum + at, sizeof(float) * (size_t)counts[r], r, err);
