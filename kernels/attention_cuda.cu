@@ -54,9 +54,10 @@ __device__ static inline float warp_sum(float v)
 
 /* att[r, 0..i] = softmax(att[r, 0..i]), att[r, i+1..t) = 0, for the rows r
  * of all [t, t] blocks (i = r % t). With att16, each probability is rounded
- * to 16 bits (bf16 or fp16 by bf16) and written there too. */
-__global__ static void causal_softmax_kernel(float *att, uint16_t *att16, int bf16, long rows,
-                                             int t)
+ * to 16 bits (bf16 or fp16 by bf16) and written there, and also into att
+ * unless only16 (then att keeps the scores). */
+__global__ static void causal_softmax_kernel(float *att, uint16_t *att16, int bf16, int only16,
+                                             long rows, int t)
 {
 	long r = (long)blockIdx.x * SOFTMAX_WARPS + (threadIdx.x >> 5);
 	if (r >= rows)
@@ -76,7 +77,8 @@ __global__ static void causal_softmax_kernel(float *att, uint16_t *att16, int bf
 		for (int j = lane; j < t; j += 32) {
 			uint16_t h = to16_bits(j <= i ? expf(a[j] - m) * inv : 0.0f, bf16);
 			a16[j] = h;
-			a[j] = of16_bits(h, bf16);
+			if (!only16)
+				a[j] = of16_bits(h, bf16);
 		}
 		return;
 	}
@@ -86,15 +88,28 @@ __global__ static void causal_softmax_kernel(float *att, uint16_t *att16, int bf
 
 /* d[r, j] = att[r, j] (d[r, j] - sum_k att[r, k] d[r, k]) for j <= i, 0
  * above: datt becomes dpreatt; with d16, its 16-bit rounding (bf16 or fp16
- * by bf16) goes there too */
+ * by bf16) goes there too, and only there with att16 (packed 16-bit
+ * probabilities, read in place of att). */
 __global__ static void causal_softmax_bwd_kernel(float *d, uint16_t *d16, int bf16,
-                                                 const float *att, long rows, int t)
+                                                 const float *att, const uint16_t *att16,
+                                                 long rows, int t)
 {
 	long r = (long)blockIdx.x * SOFTMAX_WARPS + (threadIdx.x >> 5);
 	if (r >= rows)
 		return;
 	int lane = threadIdx.x & 31, i = (int)(r % t);
 	float *dr = d + (size_t)r * t;
+	if (att16) {
+		const uint16_t *ar = att16 + (size_t)r * t;
+		float s = 0.0f;
+		for (int j = lane; j <= i; j += 32)
+			s += of16_bits(ar[j], bf16) * dr[j];
+		s = warp_sum(s);
+		uint16_t *h = d16 + (size_t)r * t;
+		for (int j = lane; j < t; j += 32)
+			h[j] = to16_bits(j <= i ? of16_bits(ar[j], bf16) * (dr[j] - s) : 0.0f, bf16);
+		return;
+	}
 	const float *ar = att + (size_t)r * t;
 	float s = 0.0f;
 	for (int j = lane; j <= i; j += 32)
@@ -122,35 +137,52 @@ static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
 	                                            lda, sa, b, ldb, sb, &beta, c, ldc, sc, nh));
 }
 
-/* heads_gemm with 16-bit A and B (kern_cuda_gemm_operands' type) */
+/* the operands' 16-bit type (kern_cuda_gemm_operands) for cuBLAS */
+static cudaDataType type16(void)
+{
+	return kern_cuda_gemm_operands() == 2 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+/* heads_gemm with 16-bit A and B (kern_cuda_gemm_operands' type) and C of
+ * type ct: fp32, or that 16-bit type (rounded from the fp32 result) */
+static void heads_gemm16_to(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            float alpha, const uint16_t *a, int lda, long sa, const uint16_t *b,
+                            int ldb, long sb, float beta, void *c, cudaDataType ct, int ldc,
+                            long sc, int nh)
+{
+	cudaDataType t = type16();
+	KERN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(kern_cuda_cublas(), ta, tb, m, n, k, &alpha, a,
+	                                             t, lda, sa, b, t, ldb, sb, &beta, c, ct, ldc, sc,
+	                                             nh, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 static void heads_gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                          float alpha, const uint16_t *a, int lda, long sa, const uint16_t *b,
                          int ldb, long sb, float beta, float *c, int ldc, long sc, int nh)
 {
-	cudaDataType t = kern_cuda_gemm_operands() == 2 ? CUDA_R_16BF : CUDA_R_16F;
-	KERN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(kern_cuda_cublas(), ta, tb, m, n, k, &alpha, a,
-	                                             t, lda, sa, b, t, ldb, sb, &beta, c,
-	                                             CUDA_R_32F, ldc, sc, nh, CUBLAS_COMPUTE_32F,
-	                                             CUBLAS_GEMM_DEFAULT));
+	heads_gemm16_to(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, CUDA_R_32F, ldc, sc,
+	                nh);
 }
 
-/* att16 NULL: fp32 only */
-static void softmax_rows(float *att, uint16_t *att16, long rows, int t)
+/* att16 NULL: fp32 only; only16: the probabilities go to att16 alone */
+static void softmax_rows(float *att, uint16_t *att16, int only16, long rows, int t)
 {
 	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
 	int bf16 = kern_cuda_gemm_operands() == 2;
-	causal_softmax_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(att, att16, bf16,
-	                                                                            rows, t);
+	causal_softmax_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
+		att, att16, bf16, only16, rows, t);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
-/* datt becomes dpreatt over rows rows of t; d16 NULL: fp32 only */
-static void softmax_bwd_rows(float *datt, uint16_t *d16, const float *att, long rows, int t)
+/* datt becomes dpreatt over rows rows of t; d16 NULL: fp32 only; att16:
+ * the probabilities as packed 16-bit values, dpreatt to d16 alone */
+static void softmax_bwd_rows(float *datt, uint16_t *d16, const float *att, const uint16_t *att16,
+                             long rows, int t)
 {
 	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
 	int bf16 = kern_cuda_gemm_operands() == 2;
 	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
-		datt, d16, bf16, att, rows, t);
+		datt, d16, bf16, att, att16, rows, t);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -172,7 +204,7 @@ extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, c
 		}
 		uint16_t *att16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)b *
 		                                                      (size_t)nh * (size_t)tt);
-		softmax_rows(att, att16, (long)b * nh * t, t);
+		softmax_rows(att, att16, 0, (long)b * nh * t, t);
 		for (int bb = 0; bb < b; bb++) {
 			const uint16_t *v = qkv16 + (size_t)bb * t * 3 * c + 2 * c;
 			heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, 1.0f, v, 3 * c, hs,
@@ -189,7 +221,7 @@ extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, c
 		heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs,
 		           0.0f, a, t, tt, nh);
 	}
-	softmax_rows(att, NULL, (long)b * nh * t, t);
+	softmax_rows(att, NULL, 0, (long)b * nh * t, t);
 	for (int bb = 0; bb < b; bb++) {
 		const float *v = qkv + (size_t)bb * t * 3 * c + 2 * c;
 		const float *a = att + (size_t)bb * nh * tt;
@@ -221,7 +253,7 @@ static void attention_bwd16(float *dqkv, float *datt, const float *dout, const f
 	kern_cuda_scratch_free(dout16);
 	uint16_t *dp16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)rows *
 	                                                     (size_t)t);
-	softmax_bwd_rows(datt, dp16, att, rows, t);
+	softmax_bwd_rows(datt, dp16, att, NULL, rows, t);
 	for (int bb = 0; bb < b; bb++) {
 		size_t o3 = (size_t)bb * t * 3 * c;
 		const uint16_t *q = qkv16 + o3, *k = q + c, *dp = dp16 + (size_t)bb * nh * tt;
@@ -257,7 +289,7 @@ static void attention_bwd(float *dqkv, float *datt, const float *dout, const flo
 		heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, 1.0f, dy, c, hs, a, t, tt, dbeta,
 		           dqkv + o3 + 2 * c, 3 * c, hs, nh);
 	}
-	softmax_bwd_rows(datt, NULL, att, (long)b * nh * t, t);
+	softmax_bwd_rows(datt, NULL, att, NULL, (long)b * nh * t, t);
 	for (int bb = 0; bb < b; bb++) {
 		size_t o3 = (size_t)bb * t * 3 * c;
 		const float *q = qkv + o3, *k = q + c, *dp = datt + (size_t)bb * nh * tt;
@@ -282,4 +314,78 @@ extern "C" void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *
 {
 	(void)dpreatt;
 	attention_bwd(dqkv, datt, dout, qkv, att, b, t, c, nh, 0.0f);
+}
+
+/* ---- 16-bit activations (cuda_common.h) ------------------------------------ */
+
+extern "C" void kern_attention_fwd_act_cuda(int a16, void *out, float *preatt, void *att,
+                                            const void *qkv, int b, int t, int c, int nh)
+{
+	kern_cuda_act_operands(a16, "attention forward");
+	if (!a16) {
+		kern_attention_fwd_cuda((float *)out, preatt, (float *)att, (const float *)qkv, b, t, c,
+		                        nh);
+		return;
+	}
+	if (b <= 0 || t <= 0 || c <= 0 || nh <= 0)
+		return;
+	int hs = c / nh;
+	float scale = (float)(1.0 / sqrt((double)hs));
+	long tt = (long)t * t;
+	const uint16_t *qkv16 = (const uint16_t *)qkv;
+	uint16_t *att16 = (uint16_t *)att;
+	for (int bb = 0; bb < b; bb++) {
+		const uint16_t *q = qkv16 + (size_t)bb * t * 3 * c, *k = q + c;
+		heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs, 0.0f,
+		             preatt + (size_t)bb * nh * tt, t, tt, nh);
+	}
+	softmax_rows(preatt, att16, 1, (long)b * nh * t, t);
+	for (int bb = 0; bb < b; bb++) {
+		const uint16_t *v = qkv16 + (size_t)bb * t * 3 * c + 2 * c;
+		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, 1.0f, v, 3 * c, hs,
+		                att16 + (size_t)bb * nh * tt, t, tt, 0.0f,
+		                (uint16_t *)out + (size_t)bb * t * c, type16(), c, hs, nh);
+	}
+}
+
+extern "C" void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float *datt,
+                                                const void *dout, const void *qkv,
+                                                const void *att, int b, int t, int c, int nh)
+{
+	kern_cuda_act_operands(a16, "attention backward");
+	if (!a16) {
+		kern_attention_bwd_set_cuda((float *)dqkv, dpreatt, datt, (const float *)dout,
+		                            (const float *)qkv, (const float *)att, b, t, c, nh);
+		return;
+	}
+	if (b <= 0 || t <= 0 || c <= 0 || nh <= 0)
+		return;
+	int hs = c / nh;
+	float scale = (float)(1.0 / sqrt((double)hs));
+	long tt = (long)t * t, rows = (long)b * nh * t;
+	cudaDataType t16 = type16();
+	const uint16_t *qkv16 = (const uint16_t *)qkv, *dout16 = (const uint16_t *)dout;
+	const uint16_t *att16 = (const uint16_t *)att;
+	uint16_t *dqkv16 = (uint16_t *)dqkv;
+	for (int bb = 0; bb < b; bb++) {
+		size_t o3 = (size_t)bb * t * 3 * c, o1 = (size_t)bb * t * c;
+		const uint16_t *v = qkv16 + o3 + 2 * c, *dy = dout16 + o1;
+		heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, 1.0f, v, 3 * c, hs, dy, c, hs, 0.0f,
+		             datt + (size_t)bb * nh * tt, t, tt, nh);
+		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, 1.0f, dy, c, hs,
+		                att16 + (size_t)bb * nh * tt, t, tt, 0.0f, dqkv16 + o3 + 2 * c, t16,
+		                3 * c, hs, nh);
+	}
+	uint16_t *dp16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)rows *
+	                                                     (size_t)t);
+	softmax_bwd_rows(datt, dp16, NULL, att16, rows, t);
+	for (int bb = 0; bb < b; bb++) {
+		size_t o3 = (size_t)bb * t * 3 * c;
+		const uint16_t *q = qkv16 + o3, *k = q + c, *dp = dp16 + (size_t)bb * nh * tt;
+		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, scale, k, 3 * c, hs, dp, t, tt, 0.0f,
+		                dqkv16 + o3, t16, 3 * c, hs, nh);
+		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, scale, q, 3 * c, hs, dp, t, tt, 0.0f,
+		                dqkv16 + o3 + c, t16, 3 * c, hs, nh);
+	}
+	kern_cuda_scratch_free(dp16);
 }

@@ -25,6 +25,18 @@ void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const
                                  const float *qkv, const float *att, int b, int t, int c,
                                  int nh);
 
+/* The same on activations stored as a16 says (cuda_common.h). With
+ * KERN_ACT_16, out, qkv, dout and dqkv are packed 16-bit values, and so is
+ * att [b, nh, t, t]: the probabilities, rounded, as the products with v and
+ * q, k use them. preatt [b, nh, t, t] is then the forward's fp32 scratch for
+ * the scores (required), datt the backward's (dout v^T); dpreatt is not
+ * used. */
+void kern_attention_fwd_act_cuda(int a16, void *out, float *preatt, void *att, const void *qkv,
+                                 int b, int t, int c, int nh);
+void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float *datt,
+                                     const void *dout, const void *qkv, const void *att, int b,
+                                     int t, int c, int nh);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,13 @@ extern "C" void kern_cuda_set_gemm_operands(int dtype)
 	g_gemm_operands = dtype;
 }
 
+extern "C" int kern_cuda_act_operands(int a16, const char *op)
+{
+	if (a16 && !g_gemm_operands)
+		kern_cuda_fail(__FILE__, __LINE__, op, "16-bit activations with fp32 GEMM operands");
+	return g_gemm_operands;
+}
+
 extern "C" void kern_cuda_fail(const char *file, int line, const char *what, const char *err)
 {
 	fprintf(stderr, "larch: %s:%d: %s: %s\n", file, line, what, err);

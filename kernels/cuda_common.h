@@ -112,6 +112,22 @@ void kern_cuda_set_gemm_operands(int dtype);
  * matmul's bias gradient), as the GEMMs do through their 16-bit operand
  * copies: a GEMM's fp32 output then needs no rounding pass of its own
  * before those read it. */
+/* Activations stored as 16 bits: the _act_cuda entry points of the ops a
+ * GPT runs (layernorm, matmul, attention, gelu, residual, embedding,
+ * softmax + cross-entropy) take their activations and activation gradients
+ * as void pointers and an a16 flag. a16 0: fp32 buffers, exactly as the
+ * plain entry points (which call them so). a16 1, with 16-bit operands
+ * only: the buffers hold packed 16-bit values of the operands' type (half
+ * the bytes), read exactly and written rounded to nearest even, the CPU's
+ * bits, in the op's own store; the GEMMs read them in place and write their
+ * outputs as 16 bits from fp32 sums (cuBLAS rounds to nearest). Parameters,
+ * their gradients and the ops' statistics (LayerNorm's mean and rstd, the
+ * losses and lse) stay fp32 either way. */
+#define KERN_ACT_F32 0
+#define KERN_ACT_16 1
+/* kern_cuda_gemm_operands() for an op on activations stored as a16 says;
+ * aborts, naming op, where a16 asks for 16 bits and the operands are fp32. */
+int kern_cuda_act_operands(int a16, const char *op);
 
 /* ---- the stream and the cuBLAS handle -------------------------------------- */
 

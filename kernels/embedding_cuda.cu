@@ -18,8 +18,8 @@
 #define THREADS 256
 #define DWTE_THREADS 128
 
-__global__ static void embedding_fwd_kernel(float *out, const int *tokens, const float *wte,
-                                            const float *wpe, long total, int t, int c,
+__global__ static void embedding_fwd_kernel(void *out, const int *tokens, const float *wte,
+                                            const float *wpe, long total, int t, int c, int a16,
                                             int ops)
 {
 	long stride = (long)gridDim.x * blockDim.x;
@@ -27,7 +27,7 @@ __global__ static void embedding_fwd_kernel(float *out, const int *tokens, const
 		long row = k / c;
 		int j = (int)(k - row * c);
 		float w = wte[(size_t)tokens[row] * c + j];
-		out[k] = store16(wpe ? w + wpe[(size_t)(row % t) * c + j] : w, ops);
+		act_st(out, k, wpe ? w + wpe[(size_t)(row % t) * c + j] : w, a16, ops);
 	}
 }
 
@@ -40,8 +40,9 @@ __global__ static void iota_kernel(unsigned *x, long n)
 
 /* Block i handles the run of equal tokens that starts at sorted index i
  * (blocks inside a run return at once). */
-__global__ static void dwte_kernel(float *dwte, const float *dout, const unsigned *tok_sorted,
-                                   const unsigned *pos_sorted, long rows, int c)
+__global__ static void dwte_kernel(float *dwte, const void *dout, const unsigned *tok_sorted,
+                                   const unsigned *pos_sorted, long rows, int c, int a16,
+                                   int ops)
 {
 	long i = blockIdx.x;
 	unsigned tok = tok_sorted[i];
@@ -54,44 +55,61 @@ __global__ static void dwte_kernel(float *dwte, const float *dout, const unsigne
 	for (int j = threadIdx.x; j < c; j += DWTE_THREADS) {
 		float acc = dst[j];
 		for (long k = i; k < end; k++)
-			acc += dout[(size_t)pos_sorted[k] * c + j];
+			acc += act_raw(dout, (size_t)pos_sorted[k] * c + j, a16, ops);
 		dst[j] = acc;
 	}
 }
 
 /* dwpe[p, j] += dout[0, p, j], then dout[1, p, j], ... */
-__global__ static void dwpe_kernel(float *dwpe, const float *dout, int b, int t, int c)
+__global__ static void dwpe_kernel(float *dwpe, const void *dout, int b, int t, int c, int a16,
+                                   int ops)
 {
 	long tc = (long)t * c;
 	long stride = (long)gridDim.x * blockDim.x;
 	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < tc; k += stride) {
 		float acc = dwpe[k];
 		for (int i = 0; i < b; i++)
-			acc += dout[(size_t)i * tc + k];
+			acc += act_raw(dout, (size_t)i * tc + k, a16, ops);
 		dwpe[k] = acc;
 	}
+}
+
+extern "C" void kern_embedding_fwd_act_cuda(int a16, void *out, const int *tokens,
+                                            const float *wte, const float *wpe, int b, int t,
+                                            int c)
+{
+	int ops = kern_cuda_act_operands(a16, "embedding forward");
+	long total = (long)b * t * c;
+	if (total <= 0)
+		return;
+	embedding_fwd_kernel<<<kern_cuda_grid(total, THREADS), THREADS, 0, kern_cuda_stream()>>>(
+		out, tokens, wte, wpe, total, t, c, a16, ops);
+	KERN_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void kern_embedding_fwd_cuda(float *out, const int *tokens, const float *wte,
                                         const float *wpe, int b, int t, int c)
 {
-	long total = (long)b * t * c;
-	if (total <= 0)
-		return;
-	embedding_fwd_kernel<<<kern_cuda_grid(total, THREADS), THREADS, 0, kern_cuda_stream()>>>(
-		out, tokens, wte, wpe, total, t, c, kern_cuda_gemm_operands());
-	KERN_CUDA_CHECK_LAUNCH();
+	kern_embedding_fwd_act_cuda(KERN_ACT_F32, out, tokens, wte, wpe, b, t, c);
 }
 
 extern "C" void kern_embedding_bwd_cuda(float *dwte, float *dwpe, const float *dout,
                                         const int *tokens, int b, int t, int c, int vocab)
 {
+	kern_embedding_bwd_act_cuda(KERN_ACT_F32, dwte, dwpe, dout, tokens, b, t, c, vocab);
+}
+
+extern "C" void kern_embedding_bwd_act_cuda(int a16, float *dwte, float *dwpe, const void *dout,
+                                            const int *tokens, int b, int t, int c, int vocab)
+{
+	int ops = kern_cuda_act_operands(a16, "embedding backward");
 	long rows = (long)b * t;
 	if (rows <= 0 || c <= 0)
 		return;
 	cudaStream_t st = kern_cuda_stream();
 	if (dwpe) {
-		dwpe_kernel<<<kern_cuda_grid((long)t * c, THREADS), THREADS, 0, st>>>(dwpe, dout, b, t, c);
+		dwpe_kernel<<<kern_cuda_grid((long)t * c, THREADS), THREADS, 0, st>>>(dwpe, dout, b, t, c,
+		                                                                 a16, ops);
 		KERN_CUDA_CHECK_LAUNCH();
 	}
 	if (!dwte)
@@ -113,7 +131,7 @@ extern "C" void kern_embedding_bwd_cuda(float *dwte, float *dwpe, const float *d
 	                                                tok_sorted, pos, pos_sorted, rows, 0,
 	                                                end_bit, st));
 	dwte_kernel<<<(unsigned)rows, DWTE_THREADS, 0, st>>>(dwte, dout, tok_sorted, pos_sorted, rows,
-	                                                     c);
+	                                                     c, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 	kern_cuda_scratch_free(temp);
 	kern_cuda_scratch_free(buf);

@@ -17,6 +17,12 @@ void kern_embedding_fwd_cuda(float *out, const int *tokens, const float *wte,
 void kern_embedding_bwd_cuda(float *dwte, float *dwpe, const float *dout,
                              const int *tokens, int b, int t, int c, int vocab);
 
+/* The same with out (dout) stored as a16 says (cuda_common.h). */
+void kern_embedding_fwd_act_cuda(int a16, void *out, const int *tokens, const float *wte,
+                                 const float *wpe, int b, int t, int c);
+void kern_embedding_bwd_act_cuda(int a16, float *dwte, float *dwpe, const void *dout,
+                                 const int *tokens, int b, int t, int c, int vocab);
+
 #ifdef __cplusplus
 }
 #endif

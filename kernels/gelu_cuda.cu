@@ -6,8 +6,8 @@
  * and -2u clamped to [-87, 87] so that e and the gradient stay finite. expf
  * is CUDA's accurate one (2 ulp), not __expf. Memory-bound: 16-byte loads
  * and stores when every pointer is 16-byte aligned, a grid-stride loop.
- * With 16-bit operands inputs are read and results stored as 16-bit values
- * (cuda_common.h).
+ * With 16-bit operands inputs are read and results stored as 16-bit values,
+ * in fp32 buffers or packed (a16: one value a thread; cuda_common.h).
  */
 #include "gelu_cuda.h"
 
@@ -40,7 +40,8 @@ __device__ static inline float gelu_grad(float x)
 	return sg + 2.0f * x * sech2_4 * (float)GELU_S * (1.0f + 3.0f * (float)GELU_A * x * x);
 }
 
-__global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int vec, int ops)
+__global__ static void gelu_fwd_kernel(void *out, const void *inp, long n, int vec, int a16,
+                                       int ops)
 {
 	grid_stride4(
 		n, vec,
@@ -49,14 +50,14 @@ __global__ static void gelu_fwd_kernel(float *out, const float *inp, long n, int
 			((float4 *)out)[k] =
 				store16x4(make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)), ops);
 		},
-		[=](long k) { out[k] = store16(gelu(store16(inp[k], ops)), ops); });
+		[=](long k) { act_st(out, k, gelu(act_ld(inp, k, a16, ops)), a16, ops); });
 }
 
 /* set: dinp = gelu'(inp) dout; else dinp += gelu'(inp) dout. The product is
  * rounded before the add (__fmul_rn: no FMA), so that adding gives exactly
- * dinp + what the _set version writes. */
-__global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, long n,
-                                       int vec, int set, int ops)
+ * dinp + what the _set version writes. vec: fp32 buffers only. */
+__global__ static void gelu_bwd_kernel(void *dinp, const void *inp, const void *dout, long n,
+                                       int vec, int set, int a16, int ops)
 {
 	grid_stride4(
 		n, vec,
@@ -72,37 +73,50 @@ __global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const floa
 			((float4 *)dinp)[k] = store16x4(g, ops);
 		},
 		[=](long k) {
-			float g = __fmul_rn(gelu_grad(store16(inp[k], ops)), store16(dout[k], ops));
-			dinp[k] = store16(set ? g : dinp[k] + g, ops);
+			float g = __fmul_rn(gelu_grad(act_ld(inp, k, a16, ops)), act_ld(dout, k, a16, ops));
+			act_st(dinp, k, set ? g : act_raw(dinp, k, a16, ops) + g, a16, ops);
 		});
+}
+
+extern "C" void kern_gelu_fwd_act_cuda(int a16, void *out, const void *inp, long n)
+{
+	int ops = kern_cuda_act_operands(a16, "gelu forward");
+	if (n <= 0)
+		return;
+	int vec = !a16 && kern_aligned16(out, inp, inp);
+	gelu_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
+		out, inp, n, vec, a16, ops);
+	KERN_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void kern_gelu_fwd_cuda(float *out, const float *inp, long n)
 {
+	kern_gelu_fwd_act_cuda(KERN_ACT_F32, out, inp, n);
+}
+
+static void gelu_bwd(int a16, void *dinp, const void *inp, const void *dout, long n, int set)
+{
+	int ops = kern_cuda_act_operands(a16, "gelu backward");
 	if (n <= 0)
 		return;
-	int vec = kern_aligned16(out, inp, inp);
-	gelu_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
-		out, inp, n, vec, kern_cuda_gemm_operands());
+	int vec = !a16 && kern_aligned16(dinp, inp, dout);
+	gelu_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
+		dinp, inp, dout, n, vec, set, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
-static void gelu_bwd(float *dinp, const float *inp, const float *dout, long n, int set)
+extern "C" void kern_gelu_bwd_set_act_cuda(int a16, void *dinp, const void *inp,
+                                           const void *dout, long n)
 {
-	if (n <= 0)
-		return;
-	int vec = kern_aligned16(dinp, inp, dout);
-	gelu_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
-		dinp, inp, dout, n, vec, set, kern_cuda_gemm_operands());
-	KERN_CUDA_CHECK_LAUNCH();
+	gelu_bwd(a16, dinp, inp, dout, n, 1);
 }
 
 extern "C" void kern_gelu_bwd_cuda(float *dinp, const float *inp, const float *dout, long n)
 {
-	gelu_bwd(dinp, inp, dout, n, 0);
+	gelu_bwd(KERN_ACT_F32, dinp, inp, dout, n, 0);
 }
 
 extern "C" void kern_gelu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n)
 {
-	gelu_bwd(dinp, inp, dout, n, 1);
+	gelu_bwd(KERN_ACT_F32, dinp, inp, dout, n, 1);
 }

@@ -13,6 +13,10 @@ void kern_gelu_fwd_cuda(float *out, const float *inp, long n);
 void kern_gelu_bwd_cuda(float *dinp, const float *inp, const float *dout, long n);
 void kern_gelu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n);
 
+/* The same on activations stored as a16 says (cuda_common.h). */
+void kern_gelu_fwd_act_cuda(int a16, void *out, const void *inp, long n);
+void kern_gelu_bwd_set_act_cuda(int a16, void *dinp, const void *inp, const void *dout, long n);
+
 #ifdef __cplusplus
 }
 #endif

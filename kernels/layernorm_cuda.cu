@@ -12,7 +12,7 @@
  *      then stores them as the block's partials (the rows are still in L2);
  * then a second kernel adds the partials up per column in a fixed order.
  * With 16-bit operands inp and dout are read as 16-bit values, out and dinp
- * stored so (cuda_common.h).
+ * stored so: in fp32 buffers, or packed as 16 bits (a16, cuda_common.h).
  * The order of every sum depends on n and c alone: no float atomics, the
  * same bits on every run.
  */
@@ -38,28 +38,28 @@ __device__ static inline float warp_sum(float v)
 	return __shfl_sync(0xffffffffu, v, 0);
 }
 
-__global__ static void ln_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+__global__ static void ln_fwd_kernel(void *out, float *mean, float *rstd, const void *inp,
                                      const float *weight, const float *bias, int n, int c,
-                                     int ops)
+                                     int a16, int ops)
 {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * FWD_WARPS + (threadIdx.x >> 5);
 	if (row >= n)
 		return;
-	const float *x = inp + (size_t)row * c;
-	float *y = out + (size_t)row * c;
+	size_t x0 = (size_t)row * c;
 	float s = 0.0f;
 	for (int j = lane; j < c; j += 32)
-		s += store16(x[j], ops);
+		s += act_ld(inp, x0 + j, a16, ops);
 	float m = warp_sum(s) / c;
 	float v = 0.0f;
 	for (int j = lane; j < c; j += 32) {
-		float d = store16(x[j], ops) - m;
+		float d = act_ld(inp, x0 + j, a16, ops) - m;
 		v += d * d;
 	}
 	float r = 1.0f / sqrtf(warp_sum(v) / c + KERN_LAYERNORM_EPS);
 	for (int j = lane; j < c; j += 32)
-		y[j] = store16((store16(x[j], ops) - m) * r * weight[j] + bias[j], ops);
+		act_st(out, x0 + j, (act_ld(inp, x0 + j, a16, ops) - m) * r * weight[j] + bias[j], a16,
+		       ops);
 	if (lane == 0) {
 		mean[row] = m;
 		rstd[row] = r;
@@ -67,9 +67,9 @@ __global__ static void ln_fwd_kernel(float *out, float *mean, float *rstd, const
 }
 
 /* part: [gridDim.x][2][c], the block's dweight sums then its dbias sums */
-__global__ static void ln_bwd_kernel(float *dinp, float *part, const float *dout,
-                                     const float *inp, const float *weight, const float *mean,
-                                     const float *rstd, int n, int c, int set, int ops)
+__global__ static void ln_bwd_kernel(void *dinp, float *part, const void *dout,
+                                     const void *inp, const float *weight, const float *mean,
+                                     const float *rstd, int n, int c, int set, int a16, int ops)
 {
 	__shared__ float s_mean[ROWS], s_rstd[ROWS], s_mdn[ROWS], s_mdnn[ROWS];
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -79,11 +79,12 @@ __global__ static void ln_bwd_kernel(float *dinp, float *part, const float *dout
 	/* 1: the row sums behind dinp */
 	if (warp < rows) {
 		int i = r0 + warp;
-		const float *x = inp + (size_t)i * c, *dy = dout + (size_t)i * c;
+		size_t x0 = (size_t)i * c;
 		float m = mean[i], r = rstd[i];
 		float a = 0.0f, b = 0.0f;
 		for (int j = lane; j < c; j += 32) {
-			float norm = (store16(x[j], ops) - m) * r, dn = store16(dy[j], ops) * weight[j];
+			float norm = (act_ld(inp, x0 + j, a16, ops) - m) * r;
+			float dn = act_ld(dout, x0 + j, a16, ops) * weight[j];
 			a += dn;
 			b += dn * norm;
 		}
@@ -104,12 +105,12 @@ __global__ static void ln_bwd_kernel(float *dinp, float *part, const float *dout
 		float w = weight[j], sw = 0.0f, sb = 0.0f;
 		for (int k = 0; k < rows; k++) {
 			size_t at = (size_t)(r0 + k) * c + j;
-			float dy = store16(dout[at], ops), r = s_rstd[k];
-			float norm = (store16(inp[at], ops) - s_mean[k]) * r, dn = dy * w;
+			float dy = act_ld(dout, at, a16, ops), r = s_rstd[k];
+			float norm = (act_ld(inp, at, a16, ops) - s_mean[k]) * r, dn = dy * w;
 			/* rounded before the add (no FMA): adding gives exactly
 			 * dinp + what the _set version writes */
 			float g = __fmul_rn(r, dn - s_mdn[k] - norm * s_mdnn[k]);
-			dinp[at] = store16(set ? g : dinp[at] + g, ops);
+			act_st(dinp, at, set ? g : act_raw(dinp, at, a16, ops) + g, a16, ops);
 			sw += dy * norm;
 			sb += dy;
 		}
@@ -145,27 +146,35 @@ __global__ static void ln_bwd_final_kernel(float *dweight, float *dbias, const f
 	}
 }
 
-extern "C" void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, const float *inp,
-                                        const float *weight, const float *bias, int n, int c)
+extern "C" void kern_layernorm_fwd_act_cuda(int a16, void *out, float *mean, float *rstd,
+                                            const void *inp, const float *weight,
+                                            const float *bias, int n, int c)
 {
+	int ops = kern_cuda_act_operands(a16, "layernorm forward");
 	if (n <= 0 || c <= 0)
 		return;
 	ln_fwd_kernel<<<(n + FWD_WARPS - 1) / FWD_WARPS, FWD_WARPS * 32, 0, kern_cuda_stream()>>>(
-		out, mean, rstd, inp, weight, bias, n, c, kern_cuda_gemm_operands());
+		out, mean, rstd, inp, weight, bias, n, c, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
-static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, const float *mean,
+extern "C" void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, const float *inp,
+                                        const float *weight, const float *bias, int n, int c)
+{
+	kern_layernorm_fwd_act_cuda(KERN_ACT_F32, out, mean, rstd, inp, weight, bias, n, c);
+}
+
+static void layernorm_bwd(int a16, void *dinp, float *dweight, float *dbias, const void *dout,
+                          const void *inp, const float *weight, const float *mean,
                           const float *rstd, int n, int c, int set)
 {
+	int ops = kern_cuda_act_operands(a16, "layernorm backward");
 	if (n <= 0 || c <= 0)
 		return;
 	int nblk = (n + ROWS - 1) / ROWS;
 	float *part = (float *)kern_cuda_scratch_alloc(sizeof(float) * 2 * (size_t)c * nblk);
 	ln_bwd_kernel<<<nblk, BWD_THREADS, 0, kern_cuda_stream()>>>(dinp, part, dout, inp, weight,
-	                                                            mean, rstd, n, c, set,
-	                                                            kern_cuda_gemm_operands());
+	                                                            mean, rstd, n, c, set, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 	ln_bwd_final_kernel<<<(2 * c + 31) / 32, dim3(32, FINAL_TY), 0, kern_cuda_stream()>>>(
 		dweight, dbias, part, nblk, c);
@@ -173,11 +182,27 @@ static void layernorm_bwd(float *dinp, float *dweight, float *dbias, const float
 	kern_cuda_scratch_free(part);
 }
 
+extern "C" void kern_layernorm_bwd_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                            const void *dout, const void *inp,
+                                            const float *weight, const float *mean,
+                                            const float *rstd, int n, int c)
+{
+	layernorm_bwd(a16, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 0);
+}
+
+extern "C" void kern_layernorm_bwd_set_act_cuda(int a16, void *dinp, float *dweight,
+                                                float *dbias, const void *dout, const void *inp,
+                                                const float *weight, const float *mean,
+                                                const float *rstd, int n, int c)
+{
+	layernorm_bwd(a16, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 1);
+}
+
 extern "C" void kern_layernorm_bwd_cuda(float *dinp, float *dweight, float *dbias,
                                         const float *dout, const float *inp, const float *weight,
                                         const float *mean, const float *rstd, int n, int c)
 {
-	layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 0);
+	layernorm_bwd(KERN_ACT_F32, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 0);
 }
 
 extern "C" void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
@@ -185,5 +210,5 @@ extern "C" void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *
                                             const float *weight, const float *mean,
                                             const float *rstd, int n, int c)
 {
-	layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 1);
+	layernorm_bwd(KERN_ACT_F32, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 1);
 }

@@ -19,6 +19,17 @@ void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
                                  const float *dout, const float *inp, const float *weight,
                                  const float *mean, const float *rstd, int n, int c);
 
+/* The same on activations (out, inp; dinp, dout) stored as a16 says
+ * (cuda_common.h): packed 16-bit values with a16 KERN_ACT_16. */
+void kern_layernorm_fwd_act_cuda(int a16, void *out, float *mean, float *rstd, const void *inp,
+                                 const float *weight, const float *bias, int n, int c);
+void kern_layernorm_bwd_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                 const void *dout, const void *inp, const float *weight,
+                                 const float *mean, const float *rstd, int n, int c);
+void kern_layernorm_bwd_set_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                     const void *dout, const void *inp, const float *weight,
+                                     const float *mean, const float *rstd, int n, int c);
+
 #ifdef __cplusplus
 }
 #endif

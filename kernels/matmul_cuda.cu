@@ -74,17 +74,31 @@ static uint16_t *to16_rows_padded(const float *weight, int rows, int ld, int c)
 	return w16;
 }
 
-/* C (fp32, ldc) = alpha op(A) op(B) + beta C with A and B in 16 bits, the
- * products exact and summed in fp32 on the tensor cores. */
+/* the operands' 16-bit type for cuBLAS */
+static cudaDataType type16(void)
+{
+	return kern_cuda_gemm_operands() == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+/* C (ldc, of type ct: fp32, or the operands' 16-bit type, rounded to nearest
+ * from the fp32 result) = alpha op(A) op(B) + beta C with A and B in 16
+ * bits, the products exact and summed in fp32 on the tensor cores. */
+static void gemm16_to(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                      const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
+                      void *c, cudaDataType ct, int ldc)
+{
+	const float one = 1.0f;
+	cudaDataType t = type16();
+	KERN_CUBLAS_CHECK(cublasGemmEx(kern_cuda_cublas(), ta, tb, m, n, k, &one, a, t, lda, b, t,
+	                               ldb, &beta, c, ct, ldc, CUBLAS_COMPUTE_32F,
+	                               CUBLAS_GEMM_DEFAULT));
+}
+
 static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                    const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
                    float *c, int ldc)
 {
-	const float one = 1.0f;
-	cudaDataType t = kern_cuda_gemm_operands() == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-	KERN_CUBLAS_CHECK(cublasGemmEx(kern_cuda_cublas(), ta, tb, m, n, k, &one, a, t, lda, b, t,
-	                               ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-	                               CUBLAS_GEMM_DEFAULT));
+	gemm16_to(ta, tb, m, n, k, a, lda, b, ldb, beta, c, CUDA_R_32F, ldc);
 }
 
 /* ---- forward through cuBLASLt (bias in the epilogue) --------------------- */
@@ -95,6 +109,7 @@ struct lt_plan {
 	int used;
 	int n, c, oc, ldo;
 	cudaDataType ab;                   /* the operands' type: fp32, bf16 or fp16 */
+	cudaDataType dt;                   /* out's: fp32, or ab when 16-bit activations */
 	unsigned align[4];
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t a, b, d;
@@ -125,13 +140,13 @@ static void plan_release(struct lt_plan *p)
 	memset(p, 0, sizeof *p);
 }
 
-static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab,
+static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab, cudaDataType dt,
                                 const unsigned align[4])
 {
 	for (int i = 0; i < LT_CACHE; i++) {
 		struct lt_plan *p = &g_plans[i];
 		if (p->used && p->n == n && p->c == c && p->oc == oc && p->ldo == ldo && p->ab == ab &&
-		    memcmp(p->align, align, sizeof p->align) == 0)
+		    p->dt == dt && memcmp(p->align, align, sizeof p->align) == 0)
 			return p;
 	}
 	if (!g_lt) {
@@ -142,7 +157,7 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab,
 	g_plan_next = (g_plan_next + 1) % LT_CACHE;
 	plan_release(p);
 	p->used = 1;
-	p->n = n, p->c = c, p->oc = oc, p->ldo = ldo, p->ab = ab;
+	p->n = n, p->c = c, p->oc = oc, p->ldo = ldo, p->ab = ab, p->dt = dt;
 	memcpy(p->align, align, sizeof p->align);
 
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -157,7 +172,7 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab,
 	/* column-major views: weight [c, oc], inp [c, n], out [oc, n] (columns ldo apart) */
 	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, ab, c, oc, c));
 	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, ab, c, n, c));
-	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, oc, n, ldo));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, dt, oc, n, ldo));
 
 	cublasLtMatmulPreference_t pref;
 	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -184,10 +199,12 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab,
 }
 
 /* out = weight^T-GEMM + bias in one cuBLASLt call, with weight and inp of
- * type ab (16-bit ones are copies the caller made); 0 when cuBLASLt has no
- * algorithm for this shape and alignment (the caller falls back). */
-static int fwd_lt(float *out, int ldo, const void *inp, const void *weight, cudaDataType ab,
-                  const float *bias, int n, int c, int oc)
+ * type ab (16-bit ones are copies the caller made, or 16-bit activations)
+ * and out of type dt: fp32 with an fp32 bias, or ab with a bias of type ab;
+ * 0 when cuBLASLt has no algorithm for this shape and alignment (the caller
+ * falls back). */
+static int fwd_lt(void *out, int ldo, const void *inp, const void *weight, cudaDataType ab,
+                  cudaDataType dt, const void *bias, int n, int c, int oc)
 {
 	/* cuBLASLt takes no alignment preference for the bias: give it only
 	 * 16-byte aligned ones (cudaMalloc's are), in case the epilogue reads
@@ -195,7 +212,7 @@ static int fwd_lt(float *out, int ldo, const void *inp, const void *weight, cuda
 	if (ptr_align(bias) < 16)
 		return 0;
 	unsigned align[4] = { ptr_align(weight), ptr_align(inp), ptr_align(out), ptr_align(out) };
-	struct lt_plan *p = plan_get(n, c, oc, ldo, ab, align);
+	struct lt_plan *p = plan_get(n, c, oc, ldo, ab, dt, align);
 	if (!p->ok)
 		return 0;
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -218,10 +235,20 @@ __global__ static void broadcast_rows_kernel(float *out, const float *bias, long
 		out[k / oc * ldo + k % oc] = bias ? bias[k % oc] : 0.0f;
 }
 
+/* out[i, o] = round16(tmp[i, o] + bias[o]), rows ldo apart: the fused
+ * bias's fallback with 16-bit activations (tmp fp32, n x oc) */
+__global__ static void bias_store16_kernel(uint16_t *out, const float *tmp, const float *bias,
+                                           long total, int oc, int ldo, int ops)
+{
+	long stride = (long)gridDim.x * blockDim.x;
+	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride)
+		out[k / oc * ldo + k % oc] = to16_bits(tmp[k] + bias[k % oc], ops == KERN_MM_BF16);
+}
+
 /* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per
  * thread row (ty) and then over ty in order. Block (32, DBIAS_TY). */
-__global__ static void dbias_partial_kernel(double *part, const float *dout, int n, int oc,
-                                            int ldd, int ops)
+__global__ static void dbias_partial_kernel(double *part, const void *dout, int n, int oc,
+                                            int ldd, int a16, int ops)
 {
 	__shared__ double acc[DBIAS_TY][32];
 	int o = blockIdx.x * 32 + threadIdx.x;
@@ -230,7 +257,7 @@ __global__ static void dbias_partial_kernel(double *part, const float *dout, int
 	double s = 0;
 	if (o < oc)
 		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY)
-			s += store16(dout[(size_t)i * ldd + o], ops);
+			s += act_ld(dout, (size_t)i * ldd + o, a16, ops);
 	acc[threadIdx.y][threadIdx.x] = s;
 	__syncthreads();
 	if (threadIdx.y == 0 && o < oc) {
@@ -260,12 +287,12 @@ __global__ static void dbias_final_kernel(float *dbias, const double *part, int 
 	}
 }
 
-static void dbias_colsum(float *dbias, const float *dout, int ldd, int n, int oc)
+static void dbias_colsum(float *dbias, const void *dout, int a16, int ldd, int n, int oc)
 {
 	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
 	double *part = (double *)kern_cuda_scratch_alloc(sizeof(double) * (size_t)nchunk * oc);
 	dim3 grid((unsigned)((oc + 31) / 32), (unsigned)nchunk), block(32, DBIAS_TY);
-	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd,
+	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd, a16,
 	                                                              kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 	dbias_final_kernel<<<(unsigned)((oc + 31) / 32), dim3(32, DBIAS_FY), 0, kern_cuda_stream()>>>(
@@ -295,7 +322,7 @@ extern "C" void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp,
 	if (kern_cuda_gemm_operands() != KERN_MM_FP32 && c > 0) {
 		uint16_t *w16 = to16(weight, (long)oc * c), *x16 = to16(inp, (long)n * c);
 		cudaDataType ab = kern_cuda_gemm_operands() == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-		if (bias && g_fused_bias && fwd_lt(out, ldo, x16, w16, ab, bias, n, c, oc)) {
+		if (bias && g_fused_bias && fwd_lt(out, ldo, x16, w16, ab, CUDA_R_32F, bias, n, c, oc)) {
 			kern_cuda_scratch_free(w16);
 			kern_cuda_scratch_free(x16);
 			return;
@@ -313,7 +340,8 @@ extern "C" void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp,
 		return;
 	}
 	if (c <= 0 ||
-	    (bias && (!g_fused_bias || !fwd_lt(out, ldo, inp, weight, CUDA_R_32F, bias, n, c, oc)))) {
+	    (bias && (!g_fused_bias ||
+	              !fwd_lt(out, ldo, inp, weight, CUDA_R_32F, CUDA_R_32F, bias, n, c, oc)))) {
 		/* out = bias (or 0), then the GEMM adds onto it */
 		broadcast_rows_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
 			out, bias, total, oc, ldo);
@@ -379,7 +407,7 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 		                              dout, ldd, &one, dweight, c));
 	}
 	if (dbias)
-		dbias_colsum(dbias, dout, ldd, n, oc);
+		dbias_colsum(dbias, dout, KERN_ACT_F32, ldd, n, oc);
 }
 
 extern "C" void kern_matmul_bwd_cuda(float *dinp, float *dweight, float *dbias,
@@ -401,4 +429,118 @@ extern "C" void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *
                                             const float *weight, int n, int c, int oc)
 {
 	matmul_bwd(dinp, dweight, dbias, dout, ldd, inp, weight, n, c, oc, 0.0f);
+}
+
+/* ---- 16-bit activations (cuda_common.h) ------------------------------------ */
+
+/* The forward with inp and out packed 16-bit values: the GEMM reads inp in
+ * place and writes out rounded from its fp32 sums, the bias (exact as a
+ * 16-bit value, as the model's weights are) added in cuBLASLt's epilogue
+ * before that rounding, or where cuBLASLt has no algorithm, to an fp32
+ * result in scratch by a kernel that then rounds. */
+static void matmul_fwd16(uint16_t *out, int ldo, const uint16_t *inp, const float *weight,
+                         const float *bias, int n, int c, int oc)
+{
+	cudaDataType t = type16();
+	if (c <= 0) {
+		float *zero = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)oc);
+		kern_cuda_zero(zero, sizeof(float) * (size_t)oc);
+		long total = (long)n * oc;
+		bias_store16_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
+			out, zero, bias ? bias : zero, total, oc, ldo, kern_cuda_gemm_operands());
+		KERN_CUDA_CHECK_LAUNCH();
+		kern_cuda_scratch_free(zero);
+		return;
+	}
+	if (!bias) {
+		int padded = ldo > oc && ldo % 8 == 0;   /* zero rows give zeros in the padding */
+		uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldo, c) : to16(weight, (long)oc * c);
+		gemm16_to(CUBLAS_OP_T, CUBLAS_OP_N, padded ? ldo : oc, n, c, w16, c, inp, c, 0.0f, out, t,
+		          ldo);
+		kern_cuda_scratch_free(w16);
+		return;
+	}
+	uint16_t *w16 = to16(weight, (long)oc * c), *b16 = to16(bias, oc);
+	int fused = g_fused_bias && fwd_lt(out, ldo, inp, w16, t, t, b16, n, c, oc);
+	if (!fused) {
+		long total = (long)n * oc;
+		float *tmp = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)total);
+		gemm16(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, w16, c, inp, c, 0.0f, tmp, oc);
+		bias_store16_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
+			out, tmp, bias, total, oc, ldo, kern_cuda_gemm_operands());
+		KERN_CUDA_CHECK_LAUNCH();
+		kern_cuda_scratch_free(tmp);
+	}
+	kern_cuda_scratch_free(b16);
+	kern_cuda_scratch_free(w16);
+}
+
+extern "C" void kern_matmul_fwd_ld_act_cuda(int a16, void *out, int ldo, const void *inp,
+                                            const float *weight, const float *bias, int n, int c,
+                                            int oc)
+{
+	kern_cuda_act_operands(a16, "matmul forward");
+	if (!a16) {
+		kern_matmul_fwd_ld_cuda((float *)out, ldo, (const float *)inp, weight, bias, n, c, oc);
+		return;
+	}
+	if (n > 0 && oc > 0)
+		matmul_fwd16((uint16_t *)out, ldo, (const uint16_t *)inp, weight, bias, n, c, oc);
+}
+
+extern "C" void kern_matmul_fwd_act_cuda(int a16, void *out, const void *inp, const float *weight,
+                                         const float *bias, int n, int c, int oc)
+{
+	kern_matmul_fwd_ld_act_cuda(a16, out, oc, inp, weight, bias, n, c, oc);
+}
+
+/* The _set backward with dinp, dout and inp packed 16-bit values: the GEMMs
+ * read dout and inp in place; dinp is written rounded from the fp32 sums,
+ * dweight gets fp32 sums added. With ldd > oc (a multiple of 8) dinp's sum
+ * runs over all ldd columns against zero rows of weight, reading dout's
+ * padding, which must hold finite values (the caller zeroes it once). */
+static void matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const uint16_t *dout,
+                             int ldd, const uint16_t *inp, const float *weight, int n, int c,
+                             int oc)
+{
+	if (oc <= 0) {
+		if (dinp && c > 0)
+			kern_cuda_zero(dinp, sizeof(uint16_t) * (size_t)n * (size_t)c);
+		return;
+	}
+	if (c > 0) {
+		int padded = ldd > oc && ldd % 8 == 0;
+		uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldd, c)
+		                       : to16(weight, (long)oc * c);
+		if (dinp)
+			gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, c, n, padded ? ldd : oc, w16, c, dout, ldd,
+			          0.0f, dinp, type16(), c);
+		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, ldd, 1.0f, dweight, c);
+		kern_cuda_scratch_free(w16);
+	}
+	if (dbias)
+		dbias_colsum(dbias, dout, KERN_ACT_16, ldd, n, oc);
+}
+
+extern "C" void kern_matmul_bwd_set_ld_act_cuda(int a16, void *dinp, float *dweight,
+                                                float *dbias, const void *dout, int ldd,
+                                                const void *inp, const float *weight, int n,
+                                                int c, int oc)
+{
+	kern_cuda_act_operands(a16, "matmul backward");
+	if (!a16) {
+		kern_matmul_bwd_set_ld_cuda((float *)dinp, dweight, dbias, (const float *)dout, ldd,
+		                            (const float *)inp, weight, n, c, oc);
+		return;
+	}
+	if (n > 0)
+		matmul_bwd_set16((uint16_t *)dinp, dweight, dbias, (const uint16_t *)dout, ldd,
+		                 (const uint16_t *)inp, weight, n, c, oc);
+}
+
+extern "C" void kern_matmul_bwd_set_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                             const void *dout, const void *inp,
+                                             const float *weight, int n, int c, int oc)
+{
+	kern_matmul_bwd_set_ld_act_cuda(a16, dinp, dweight, dbias, dout, oc, inp, weight, n, c, oc);
 }

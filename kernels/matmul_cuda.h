@@ -51,6 +51,25 @@ int kern_matmul_cuda_fused_bias(int on);
 enum { KERN_MM_FP32, KERN_MM_FP16, KERN_MM_BF16 };
 int kern_matmul_cuda_operands(int dtype);
 
+/* The same on activations (out, inp; dinp, dout) stored as a16 says
+ * (cuda_common.h). With KERN_ACT_16 the GEMMs read the 16-bit activations
+ * in place and write out and dinp as 16 bits, rounded from the fp32 sums
+ * (the bias added before, in cuBLASLt's epilogue: the bias and weight must
+ * hold 16-bit values, as a mixed-precision model's do); dweight and dbias
+ * get fp32 sums. In the _ld backward with ldd > oc, dout's padding columns
+ * are read (times zero rows of weight) and must hold finite values: zero
+ * them once. */
+void kern_matmul_fwd_act_cuda(int a16, void *out, const void *inp, const float *weight,
+                              const float *bias, int n, int c, int oc);
+void kern_matmul_fwd_ld_act_cuda(int a16, void *out, int ldo, const void *inp,
+                                 const float *weight, const float *bias, int n, int c, int oc);
+void kern_matmul_bwd_set_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                  const void *dout, const void *inp, const float *weight, int n,
+                                  int c, int oc);
+void kern_matmul_bwd_set_ld_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                     const void *dout, int ldd, const void *inp,
+                                     const float *weight, int n, int c, int oc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #ifndef LARCH_KERNELS_PRECISION_CUDA_CUH
 #define LARCH_KERNELS_PRECISION_CUDA_CUH
 
+#include <stddef.h>
 #include <stdint.h>
 
 __device__ static inline uint16_t fp16_of_bits(uint32_t x)
@@ -77,6 +78,34 @@ __device__ static inline float4 store16x4(float4 v, int ops)
 {
 	return make_float4(store16(v.x, ops), store16(v.y, ops), store16(v.z, ops),
 	                   store16(v.w, ops));
+}
+
+/* Element i of an activation buffer (cuda_common.h, "activations"): with
+ * a16 the buffer holds packed 16-bit values of ops' type (1 fp16, 2 bf16),
+ * read exactly and stored rounded to nearest even; without, fp32 values,
+ * read and stored as ops' type holds them (store16). act_raw reads an fp32
+ * buffer's value as it is, for the inputs the kernels read without
+ * rounding. */
+__device__ static inline float act_ld(const void *p, size_t i, int a16, int ops)
+{
+	if (a16)
+		return of16_bits(((const uint16_t *)p)[i], ops == 2);
+	return store16(((const float *)p)[i], ops);
+}
+
+__device__ static inline float act_raw(const void *p, size_t i, int a16, int ops)
+{
+	if (a16)
+		return of16_bits(((const uint16_t *)p)[i], ops == 2);
+	return ((const float *)p)[i];
+}
+
+__device__ static inline void act_st(void *p, size_t i, float x, int a16, int ops)
+{
+	if (a16)
+		((uint16_t *)p)[i] = to16_bits(x, ops == 2);
+	else
+		((float *)p)[i] = store16(x, ops);
 }
 
 #endif

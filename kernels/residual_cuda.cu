@@ -1,8 +1,8 @@
 /* kernels/residual_cuda.cu - residual connection on the GPU (see residual.h,
  * residual_cuda.h): one add per element, so the results equal the CPU's bit
- * for bit (with 16-bit operands, read and stored as 16-bit values:
- * cuda_common.h). 16-byte
- * accesses when every pointer is 16-byte aligned. */
+ * for bit (with 16-bit operands, read and stored as 16-bit values, in fp32
+ * buffers or packed: cuda_common.h). 16-byte accesses when every pointer is
+ * 16-byte aligned and the buffers are fp32. */
 #include "residual_cuda.h"
 
 #include "cuda_common.h"
@@ -11,8 +11,8 @@
 
 #define THREADS 256
 
-__global__ static void residual_fwd_kernel(float *out, const float *a, const float *b, long n,
-                                           int vec, int ops)
+__global__ static void residual_fwd_kernel(void *out, const void *a, const void *b, long n,
+                                           int vec, int a16, int ops)
 {
 	grid_stride4(
 		n, vec,
@@ -22,7 +22,9 @@ __global__ static void residual_fwd_kernel(float *out, const float *a, const flo
 			((float4 *)out)[k] =
 				store16x4(make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w), ops);
 		},
-		[=](long k) { out[k] = store16(store16(a[k], ops) + store16(b[k], ops), ops); });
+		[=](long k) {
+			act_st(out, k, act_ld(a, k, a16, ops) + act_ld(b, k, a16, ops), a16, ops);
+		});
 }
 
 __global__ static void residual_bwd_kernel(float *da, float *db, const float *dout, long n,
@@ -45,14 +47,21 @@ __global__ static void residual_bwd_kernel(float *da, float *db, const float *do
 		});
 }
 
-extern "C" void kern_residual_fwd_cuda(float *out, const float *a, const float *b, long n)
+extern "C" void kern_residual_fwd_act_cuda(int a16, void *out, const void *a, const void *b,
+                                           long n)
 {
+	int ops = kern_cuda_act_operands(a16, "residual forward");
 	if (n <= 0)
 		return;
-	int vec = kern_aligned16(out, a, b);
+	int vec = !a16 && kern_aligned16(out, a, b);
 	residual_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0,
-	                      kern_cuda_stream()>>>(out, a, b, n, vec, kern_cuda_gemm_operands());
+	                      kern_cuda_stream()>>>(out, a, b, n, vec, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void kern_residual_fwd_cuda(float *out, const float *a, const float *b, long n)
+{
+	kern_residual_fwd_act_cuda(KERN_ACT_F32, out, a, b, n);
 }
 
 extern "C" void kern_residual_bwd_cuda(float *da, float *db, const float *dout, long n)

@@ -11,6 +11,9 @@ extern "C" {
 void kern_residual_fwd_cuda(float *out, const float *a, const float *b, long n);
 void kern_residual_bwd_cuda(float *da, float *db, const float *dout, long n);
 
+/* The forward on activations stored as a16 says (cuda_common.h). */
+void kern_residual_fwd_act_cuda(int a16, void *out, const void *a, const void *b, long n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,7 @@
  * warps' results in order), so lse has the same bits on every run.
  * Backward: a grid over (row, column block), one expf per logit. With 16-bit
  * operands the logits are read as 16-bit values (also by the argmax) and
- * dlogits is stored so (cuda_common.h).
+ * dlogits is stored so, in fp32 buffers or packed (a16, cuda_common.h).
  * expf is CUDA's accurate one (2 ulp).
  */
 #include "softmax_xent_cuda.h"
@@ -32,8 +32,8 @@ __device__ static inline void lse_merge(float *m, float *s, float m2, float s2)
 	*m = mx;
 }
 
-__global__ static void xent_fwd_kernel(float *losses, float *lse, const float *logits, int ld,
-                                       const int *targets, int v, int ops)
+__global__ static void xent_fwd_kernel(float *losses, float *lse, const void *logits, int ld,
+                                       const int *targets, int v, int a16, int ops)
 {
 	__shared__ float sm[FWD_THREADS / 32], ss[FWD_THREADS / 32];
 	int row = blockIdx.x;
@@ -45,10 +45,10 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const float *l
 		}
 		return;
 	}
-	const float *x = logits + (size_t)row * ld;
+	size_t x0 = (size_t)row * ld;
 	float m = -INFINITY, s = 0.0f;
 	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
-		float xj = store16(x[j], ops);
+		float xj = act_ld(logits, x0 + j, a16, ops);
 		if (xj > m) {
 			s = s * expf(m - xj) + 1.0f;
 			m = xj;
@@ -74,16 +74,16 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const float *l
 			lse_merge(&m, &s, sm[w], ss[w]);
 		float l = m + logf(s);
 		lse[row] = l;
-		losses[row] = l - store16(x[tgt], ops);
+		losses[row] = l - act_ld(logits, x0 + tgt, a16, ops);
 	}
 }
 
 /* set: dlogits = g; else dlogits += g, with g = dloss (p - [j == target])
  * rounded before the add (__fmul_rn), so that adding gives exactly dlogits
  * + what the _set version writes. Rows with a negative target: g = 0. */
-__global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float *logits, int ld,
+__global__ static void xent_bwd_kernel(void *dlogits, float dloss, const void *logits, int ld,
                                        const float *lse, const int *targets, int v, int set,
-                                       int ops)
+                                       int a16, int ops)
 {
 	int row = blockIdx.x;
 	int tgt = targets[row];
@@ -99,20 +99,28 @@ __global__ static void xent_bwd_kernel(float *dlogits, float dloss, const float 
 			break;
 		float g = 0.0f;
 		if (tgt >= 0)
-			g = __fmul_rn(dloss, expf(store16(logits[base + j], ops) - l) -
+			g = __fmul_rn(dloss, expf(act_ld(logits, base + j, a16, ops) - l) -
 			                         (j == tgt ? 1.0f : 0.0f));
-		dlogits[base + j] = store16(set ? g : dlogits[base + j] + g, ops);
+		act_st(dlogits, base + j, set ? g : act_raw(dlogits, base + j, a16, ops) + g, a16, ops);
 	}
+}
+
+extern "C" void kern_softmax_xent_fwd_ld_act_cuda(int a16, float *losses, float *lse,
+                                                  const void *logits, int ld, const int *targets,
+                                                  int n, int v)
+{
+	int ops = kern_cuda_act_operands(a16, "softmax_xent forward");
+	if (n <= 0 || v <= 0)
+		return;
+	xent_fwd_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, ld, targets,
+	                                                            v, a16, ops);
+	KERN_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void kern_softmax_xent_fwd_ld_cuda(float *losses, float *lse, const float *logits,
                                               int ld, const int *targets, int n, int v)
 {
-	if (n <= 0 || v <= 0)
-		return;
-	xent_fwd_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, ld, targets,
-	                                                            v, kern_cuda_gemm_operands());
-	KERN_CUDA_CHECK_LAUNCH();
+	kern_softmax_xent_fwd_ld_act_cuda(KERN_ACT_F32, losses, lse, logits, ld, targets, n, v);
 }
 
 extern "C" void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const float *logits,
@@ -121,37 +129,46 @@ extern "C" void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const floa
 	kern_softmax_xent_fwd_ld_cuda(losses, lse, logits, v, targets, n, v);
 }
 
-static void xent_bwd(float *dlogits, float dloss, const float *logits, int ld, const float *lse,
-                     const int *targets, int n, int v, int set)
+static void xent_bwd(int a16, void *dlogits, float dloss, const void *logits, int ld,
+                     const float *lse, const int *targets, int n, int v, int set)
 {
+	int ops = kern_cuda_act_operands(a16, "softmax_xent backward");
 	if (n <= 0 || v <= 0)
 		return;
 	dim3 grid((unsigned)n, (unsigned)((v + BWD_THREADS * BWD_PER_THREAD - 1) /
 	                                  (BWD_THREADS * BWD_PER_THREAD)));
 	xent_bwd_kernel<<<grid, BWD_THREADS, 0, kern_cuda_stream()>>>(dlogits, dloss, logits, ld,
-	                                                              lse, targets, v, set,
-	                                                              kern_cuda_gemm_operands());
+	                                                              lse, targets, v, set, a16,
+	                                                              ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void kern_softmax_xent_bwd_cuda(float *dlogits, float dloss, const float *logits,
                                            const float *lse, const int *targets, int n, int v)
 {
-	xent_bwd(dlogits, dloss, logits, v, lse, targets, n, v, 0);
+	xent_bwd(KERN_ACT_F32, dlogits, dloss, logits, v, lse, targets, n, v, 0);
 }
 
 extern "C" void kern_softmax_xent_bwd_set_cuda(float *dlogits, float dloss, const float *logits,
                                                const float *lse, const int *targets, int n,
                                                int v)
 {
-	xent_bwd(dlogits, dloss, logits, v, lse, targets, n, v, 1);
+	xent_bwd(KERN_ACT_F32, dlogits, dloss, logits, v, lse, targets, n, v, 1);
 }
 
 extern "C" void kern_softmax_xent_bwd_set_ld_cuda(float *dlogits, float dloss,
                                                   const float *logits, int ld, const float *lse,
                                                   const int *targets, int n, int v)
 {
-	xent_bwd(dlogits, dloss, logits, ld, lse, targets, n, v, 1);
+	xent_bwd(KERN_ACT_F32, dlogits, dloss, logits, ld, lse, targets, n, v, 1);
+}
+
+extern "C" void kern_softmax_xent_bwd_set_ld_act_cuda(int a16, void *dlogits, float dloss,
+                                                      const void *logits, int ld,
+                                                      const float *lse, const int *targets,
+                                                      int n, int v)
+{
+	xent_bwd(a16, dlogits, dloss, logits, ld, lse, targets, n, v, 1);
 }
 
 /* ---- argmax per row ------------------------------------------------------- */
@@ -169,13 +186,14 @@ __device__ static inline void best_merge(float *v, int *i, float v2, int i2)
 	}
 }
 
-__global__ static void argmax_kernel(int *best, const float *logits, int ld, int v, int ops)
+__global__ static void argmax_kernel(int *best, const void *logits, int ld, int v, int a16,
+                                     int ops)
 {
 	__shared__ float sv[FWD_THREADS / 32];
 	__shared__ int si[FWD_THREADS / 32];
 	int row = blockIdx.x;
-	const float *x = logits + (size_t)row * ld;
-	if (isnan(x[0])) {                  /* the scan starts there and nothing beats NaN */
+	size_t x0 = (size_t)row * ld;
+	if (isnan(act_raw(logits, x0, a16, ops))) {                  /* the scan starts there and nothing beats NaN */
 		if (threadIdx.x == 0)
 			best[row] = 0;
 		return;
@@ -183,7 +201,7 @@ __global__ static void argmax_kernel(int *best, const float *logits, int ld, int
 	float bv = 0.0f;
 	int bi = -1;
 	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
-		float xj = store16(x[j], ops);
+		float xj = act_ld(logits, x0 + j, a16, ops);
 		if (!isnan(xj) && (bi < 0 || xj > bv)) {
 			bv = xj;
 			bi = j;
@@ -207,13 +225,19 @@ __global__ static void argmax_kernel(int *best, const float *logits, int ld, int
 	}
 }
 
-extern "C" void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int v)
+extern "C" void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld,
+                                             int n, int v)
 {
+	int ops = kern_cuda_act_operands(a16, "argmax");
 	if (n <= 0 || v <= 0)
 		return;
-	argmax_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, ld, v,
-	                                                         kern_cuda_gemm_operands());
+	argmax_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, ld, v, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int v)
+{
+	kern_argmax_rows_ld_act_cuda(KERN_ACT_F32, best, logits, ld, n, v);
 }
 
 extern "C" void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v)

@@ -30,6 +30,14 @@ void kern_softmax_xent_bwd_set_ld_cuda(float *dlogits, float dloss, const float 
                                        const float *lse, const int *targets, int n, int v);
 void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int v);
 
+/* The _ld versions with logits and dlogits stored as a16 says (cuda_common.h). */
+void kern_softmax_xent_fwd_ld_act_cuda(int a16, float *losses, float *lse, const void *logits,
+                                       int ld, const int *targets, int n, int v);
+void kern_softmax_xent_bwd_set_ld_act_cuda(int a16, void *dlogits, float dloss,
+                                           const void *logits, int ld, const float *lse,
+                                           const int *targets, int n, int v);
+void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld, int n, int v);
+
 #ifdef __cplusplus
 }
 #endif

@@ -253,6 +253,12 @@ void trn_cuda_model_round(const struct trn_cuda_model *c, float *x, long n)
 		kern_round_fp16_cuda(x, n);
 }
 
+int trn_cuda_act16_wanted(void)
+{
+	const char *v = getenv("LARCH_CUDA_ACT16");
+	return !v || strcmp(v, "0") != 0;
+}
+
 void trn_cuda_model_gemms(const struct trn_cuda_model *c)
 {
 	kern_matmul_cuda_operands(c->base.dtype == TRN_DTYPE_BF16   ? KERN_MM_BF16
@@ -295,13 +301,13 @@ void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
 	c->w_version = c->base.w_version;
 }
 
-double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
-                            const float *logits_dev, int ld, const int32_t *targets, long rows,
+double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev, int a16,
+                            const void *logits_dev, int ld, const int32_t *targets, long rows,
                             int classes, struct trn_fwd_stats *st)
 {
 	kern_cuda_download(c->losses_host, losses_dev, sizeof(float) * (size_t)rows);
 	if (st) {
-		kern_argmax_rows_ld_cuda(c->best_dev, logits_dev, ld, (int)rows, classes);
+		kern_argmax_rows_ld_act_cuda(a16, c->best_dev, logits_dev, ld, (int)rows, classes);
 		kern_cuda_download(c->best_host, c->best_dev, sizeof(int) * (size_t)rows);
 	}
 	return trn_model_score_top1(st ? c->best_host : NULL, c->losses_host, targets, rows, st);

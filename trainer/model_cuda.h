@@ -121,10 +121,15 @@ static inline float *trn_cuda_model_dev(const struct trn_cuda_model *c, float *d
  * [off, off + n) (within one resident range), now. */
 void trn_cuda_model_grads_range(struct trn_cuda_model *c, long off, long n);
 /* The scored rows' mean loss (and st, when not NULL) from the device's
- * per-row losses and, for st, logits [rows, classes] in rows ld apart. */
-double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev,
-                            const float *logits_dev, int ld, const int32_t *targets, long rows,
+ * per-row losses and, for st, logits [rows, classes] in rows ld apart,
+ * stored as a16 says (cuda_common.h). */
+double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev, int a16,
+                            const void *logits_dev, int ld, const int32_t *targets, long rows,
                             int classes, struct trn_fwd_stats *st);
+/* Whether a 16-bit GPT keeps its activations as 16-bit values (the
+ * default) or, with LARCH_CUDA_ACT16=0 in the environment, in fp32 buffers
+ * holding 16-bit values (the earlier layout, for comparisons): 1 or 0. */
+int trn_cuda_act16_wanted(void);
 /* Backward's start: zeroes g_dev (unless resident: the micro-batches of a
  * step add up there, zeroed by trn_model_zero_grad). */
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c);

@@ -46,15 +46,20 @@ static const char *const block_names[P_PER_BLOCK] = {
 	[P_FCB] = "mlp.fc.bias", [P_FCPW] = "mlp.proj.weight", [P_FCPB] = "mlp.proj.bias",
 };
 
+/* Activations and their gradients are void pointers: fp32 buffers, or with
+ * 16-bit activations (a16) packed 16-bit values (cuda_common.h); the
+ * LayerNorm statistics, the losses and lse are fp32 either way. */
 struct gpt_block_acts {
-	float *x;                          /* [B,T,C] the block's input */
-	float *ln1, *ln1_mean, *ln1_rstd;
-	float *qkv;                        /* [B,T,3C] */
-	float *atty;                       /* [B,T,C] */
-	float *att;                        /* [B,NH,T,T] */
-	float *res2;
-	float *ln2, *ln2_mean, *ln2_rstd;
-	float *fch, *fch_gelu;             /* [B,T,4C] */
+	void *x;                           /* [B,T,C] the block's input */
+	void *ln1;
+	float *ln1_mean, *ln1_rstd;
+	void *qkv;                         /* [B,T,3C] */
+	void *atty;                        /* [B,T,C] */
+	void *att;                         /* [B,NH,T,T] */
+	void *res2;
+	void *ln2;
+	float *ln2_mean, *ln2_rstd;
+	void *fch, *fch_gelu;              /* [B,T,4C] */
 };
 
 /* The logits' rows (and their gradient's) are VP floats apart, V rounded
@@ -72,10 +77,14 @@ struct gpt_cuda {
 	int recompute;                     /* offload.activations "recompute" */
 	int act_cpu;                       /* offload.activations "cpu" */
 	struct trn_act_offload off;        /* cpu */
-	long btc_max;                      /* floats of one [B,T,C] at the largest batch */
-	float *inputs;                     /* recompute: [L][B,T,C] every block's input */
-	float *top, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses, *lse, *tmp_c;
-	float *dres, *dln, *datty, *dbig, *dqkv, *datt, *dlogits;
+	int a16;                           /* activations stored as 16 bits (KERN_ACT_16) */
+	size_t es;                         /* bytes of one activation: 4, or 2 with a16 */
+	long btc_max;                      /* values of one [B,T,C] at the largest batch */
+	void *inputs;                      /* recompute: [L][B,T,C] every block's input */
+	void *top, *lnf, *logits, *tmp_c;
+	float *lnf_mean, *lnf_rstd, *losses, *lse;
+	void *dres, *dln, *datty, *dbig, *dqkv, *dlogits;
+	float *datt;                       /* [B,NH,T,T] fp32: attention's scratch with a16 */
 	int *ready;                        /* model_gpt.c's grad_ready order */
 	long rel[P_PER_BLOCK];             /* a block's parameters' floats from its first */
 };
@@ -83,40 +92,56 @@ struct gpt_cuda {
 static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + which; }
 
 /* Lays the arena out from base (NULL: only counts) for offload.activations
- * mode; each buffer starts on 256 bytes, a block's buffers one after the
- * other from its x (the region the activation offload copies). Returns its
- * floats. */
-static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, float *base)
+ * mode, with activations of es bytes; each buffer starts on 256 bytes, a
+ * block's buffers one after the other from its x (the region the activation
+ * offload copies). Returns its floats. */
+static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, size_t es, float *base)
 {
 	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
 	long used = 0;
 	int recompute = mode == TRN_OFFLOAD_RECOMPUTE;
 	int n_blocks = recompute ? (g->L > 0) : mode == TRN_OFFLOAD_CPU ? 2 * (g->L > 0) : g->L;
-#define TAKE(ptr, n) do { if (base) (ptr) = base + used; used += ((n) + 63) / 64 * 64; } while (0)
+	/* n fp32 values (TAKE) or n activations (TAKE_A), in whole 256 bytes */
+#define TAKE_BYTES(ptr, bytes)                                                                   \
+	do {                                                                                     \
+		if (base)                                                                        \
+			(ptr) = (void *)(base + used);                                           \
+		used += ((long)(bytes) + 255) / 256 * 64;                                        \
+	} while (0)
+#define TAKE(ptr, n) TAKE_BYTES(ptr, (n) * (long)sizeof(float))
+#define TAKE_A(ptr, n) TAKE_BYTES(ptr, (n) * (long)es)
 	if (recompute)
-		TAKE(g->inputs, g->L * BT * C);   /* x of the scratch points into it */
+		TAKE_A(g->inputs, g->L * BT * C);   /* x of the scratch points into it */
 	for (int l = 0; l < n_blocks; l++) {
 		struct gpt_block_acts *a = base ? &g->blocks[l] : NULL;
 		struct gpt_block_acts dummy;
 		if (!a)
 			a = &dummy;
 		if (!recompute)
-			TAKE(a->x, BT * C);
-		TAKE(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
-		TAKE(a->qkv, BT * 3 * C); TAKE(a->atty, BT * C); TAKE(a->att, att);
-		TAKE(a->res2, BT * C);
-		TAKE(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
-		TAKE(a->fch, BT * 4 * C); TAKE(a->fch_gelu, BT * 4 * C);
+			TAKE_A(a->x, BT * C);
+		TAKE_A(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
+		TAKE_A(a->qkv, BT * 3 * C); TAKE_A(a->atty, BT * C); TAKE_A(a->att, att);
+		TAKE_A(a->res2, BT * C);
+		TAKE_A(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
+		TAKE_A(a->fch, BT * 4 * C); TAKE_A(a->fch_gelu, BT * 4 * C);
 	}
-	TAKE(g->top, BT * C);
-	TAKE(g->lnf, BT * C); TAKE(g->lnf_mean, BT); TAKE(g->lnf_rstd, BT);
-	TAKE(g->logits, BT * g->VP); TAKE(g->losses, BT); TAKE(g->lse, BT);
-	TAKE(g->tmp_c, BT * C);
-	TAKE(g->dres, BT * C); TAKE(g->dln, BT * C); TAKE(g->datty, BT * C);
-	TAKE(g->dbig, BT * 4 * C); TAKE(g->dqkv, BT * 3 * C);
-	TAKE(g->datt, att); TAKE(g->dlogits, BT * g->VP);
+	TAKE_A(g->top, BT * C);
+	TAKE_A(g->lnf, BT * C); TAKE(g->lnf_mean, BT); TAKE(g->lnf_rstd, BT);
+	TAKE_A(g->logits, BT * g->VP); TAKE(g->losses, BT); TAKE(g->lse, BT);
+	TAKE_A(g->tmp_c, BT * C);
+	TAKE_A(g->dres, BT * C); TAKE_A(g->dln, BT * C); TAKE_A(g->datty, BT * C);
+	TAKE_A(g->dbig, BT * 4 * C); TAKE_A(g->dqkv, BT * 3 * C);
+	TAKE(g->datt, att); TAKE_A(g->dlogits, BT * g->VP);
+#undef TAKE_A
 #undef TAKE
+#undef TAKE_BYTES
 	return used;
+}
+
+/* activation i of buffer p (es bytes each) */
+static void *act_at(const struct gpt_cuda *g, void *p, long i)
+{
+	return (char *)p + (size_t)i * g->es;
 }
 
 /* a resident parameter's device weights and gradients (the embeddings, the
@@ -146,13 +171,13 @@ static void resident_ready(struct gpt_cuda *g, int p0, int p1)
 
 /* Where block l's input goes in forward (the embedding's output for block
  * 0, block l - 1's output otherwise; top for l = L). */
-static float *fwd_input(struct gpt_cuda *g, int l)
+static void *fwd_input(struct gpt_cuda *g, int l)
 {
 	if (l == g->L)
 		return g->top;
 	if (g->act_cpu)                    /* its slot, once block l - 2 is out of it */
 		return g->blocks[trn_act_offload_fwd_begin(&g->off, l)].x;
-	return g->recompute ? g->inputs + l * g->btc_max : g->blocks[l].x;
+	return g->recompute ? act_at(g, g->inputs, l * g->btc_max) : g->blocks[l].x;
 }
 
 /* The buffers block l's forward writes to, its input in place. */
@@ -162,32 +187,35 @@ static struct gpt_block_acts *fwd_acts(struct gpt_cuda *g, int l)
 		return &g->blocks[l % 2];
 	if (!g->recompute)
 		return &g->blocks[l];
-	g->blocks[0].x = g->inputs + l * g->btc_max;
+	g->blocks[0].x = act_at(g, g->inputs, l * g->btc_max);
 	return &g->blocks[0];
 }
 
 /* Block l's forward from a->x with its weights bw as far as backward needs
  * it: everything in a. 16-bit storage as in model_gpt.c, which rounds what
- * each op writes: here the element-wise ops store rounded values, the
- * attention leaves att rounded (attention_cuda.h), and a GEMM's fp32 output
- * is left as it is, because everything that reads it reads it as a 16-bit
- * value: the GEMMs through their operand copies, the element-wise kernels
- * as they load it (cuda_common.h). The same values, without a rounding
- * pass. */
+ * each op writes. With a16 every op stores its outputs as 16-bit values
+ * (attention's probabilities too). Without, in fp32 buffers: the
+ * element-wise ops store rounded values, the attention leaves att rounded
+ * (attention_cuda.h), and a GEMM's fp32 output is left as it is, because
+ * everything that reads it reads it as a 16-bit value: the GEMMs through
+ * their operand copies, the element-wise kernels as they load it
+ * (cuda_common.h). The same values either way, without a rounding pass. */
 static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts *a)
 {
-	int B = g->B, T = g->T, C = g->C, NH = g->NH, BT = B * T;
+	int B = g->B, T = g->T, C = g->C, NH = g->NH, BT = B * T, a16 = g->a16;
 	long btc = (long)BT * C;
 #define W(which) (bw + g->rel[which])
-	kern_layernorm_fwd_cuda(a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W), W(P_LN1B), BT, C);
-	kern_matmul_fwd_cuda(a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
-	kern_attention_fwd_cuda(a->atty, NULL, a->att, a->qkv, B, T, C, NH);
-	kern_matmul_fwd_cuda(g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
-	kern_residual_fwd_cuda(a->res2, a->x, g->tmp_c, btc);
-	kern_layernorm_fwd_cuda(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W), W(P_LN2B),
-	                        BT, C);
-	kern_matmul_fwd_cuda(a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
-	kern_gelu_fwd_cuda(a->fch_gelu, a->fch, btc * 4);
+	kern_layernorm_fwd_act_cuda(a16, a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W),
+	                            W(P_LN1B), BT, C);
+	kern_matmul_fwd_act_cuda(a16, a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
+	kern_attention_fwd_act_cuda(a16, a->atty, a16 ? g->datt : NULL, a->att, a->qkv, B, T, C,
+	                            NH);
+	kern_matmul_fwd_act_cuda(a16, g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
+	kern_residual_fwd_act_cuda(a16, a->res2, a->x, g->tmp_c, btc);
+	kern_layernorm_fwd_act_cuda(a16, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W),
+	                            W(P_LN2B), BT, C);
+	kern_matmul_fwd_act_cuda(a16, a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
+	kern_gelu_fwd_act_cuda(a16, a->fch_gelu, a->fch, btc * 4);
 #undef W
 }
 
@@ -195,7 +223,7 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
                                struct trn_fwd_stats *st)
 {
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
-	int B = b->n, T = g->T, C = g->C, V = g->V, VP = g->VP, BT = B * T;
+	int B = b->n, T = g->T, C = g->C, V = g->V, VP = g->VP, BT = B * T, a16 = g->a16;
 	long btc = (long)BT * C;
 	int lf = block_param(g->L, 0);
 	g->B = B;
@@ -204,33 +232,35 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	trn_cuda_model_gemms(c);
 	trn_cuda_model_inputs(c, b, NULL, 0);
 
-	float *x = fwd_input(g, 0);
+	void *x = fwd_input(g, 0);
 	/* what each op writes is rounded (16-bit storage), as in model_gpt.c:
 	 * see block_fwd */
 	trn_model_fwd_start(base);
-	kern_embedding_fwd_cuda(x, c->tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
+	kern_embedding_fwd_act_cuda(a16, x, c->tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
 	for (int l = 0; l < g->L; l++) {
 		const float *bw = trn_model_block_fwd(base, l);
 		struct gpt_block_acts *a = fwd_acts(g, l);
 		block_fwd(g, bw, a);
-		kern_matmul_fwd_cuda(g->tmp_c, a->fch_gelu, bw + g->rel[P_FCPW], bw + g->rel[P_FCPB],
-		                     BT, 4 * C, C);
+		kern_matmul_fwd_act_cuda(a16, g->tmp_c, a->fch_gelu, bw + g->rel[P_FCPW],
+		                         bw + g->rel[P_FCPB], BT, 4 * C, C);
 		x = fwd_input(g, l + 1);
-		kern_residual_fwd_cuda(x, a->res2, g->tmp_c, btc);
+		kern_residual_fwd_act_cuda(a16, x, a->res2, g->tmp_c, btc);
 		if (g->act_cpu)
 			trn_act_offload_fwd_end(&g->off, l);
 	}
-	kern_layernorm_fwd_cuda(g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf), wd(g, lf + 1),
-	                        BT, C);
-	kern_matmul_fwd_ld_cuda(g->logits, VP, g->lnf, wd(g, 0), NULL, BT, C, V);
-	kern_softmax_xent_fwd_ld_cuda(g->losses, g->lse, g->logits, VP, c->targets_dev, BT, V);
-	return trn_cuda_model_score(c, g->losses, g->logits, VP, b->targets, BT, V, st);
+	kern_layernorm_fwd_act_cuda(a16, g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf),
+	                            wd(g, lf + 1), BT, C);
+	kern_matmul_fwd_ld_act_cuda(a16, g->logits, VP, g->lnf, wd(g, 0), NULL, BT, C, V);
+	kern_softmax_xent_fwd_ld_act_cuda(a16, g->losses, g->lse, g->logits, VP, c->targets_dev, BT,
+	                                  V);
+	return trn_cuda_model_score(c, g->losses, a16, g->logits, VP, b->targets, BT, V, st);
 }
 
 static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b, float scale)
 {
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
 	int B = g->B, T = g->T, C = g->C, V = g->V, VP = g->VP, NH = g->NH, BT = B * T;
+	int a16 = g->a16;
 	long btc = (long)BT * C;
 	int lf = block_param(g->L, 0);
 	long counted = 0;
@@ -253,12 +283,12 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	}
 	/* as in forward, the activation gradient each op writes is rounded;
 	 * parameter gradients are rounded at grad_ready */
-	kern_softmax_xent_bwd_set_ld_cuda(g->dlogits, scale / (float)counted, g->logits, VP, g->lse,
-	                                  c->targets_dev, BT, V);
-	kern_matmul_bwd_set_ld_cuda(g->dln, gd(g, 0), NULL, g->dlogits, VP, g->lnf, wd(g, 0), BT, C,
-	                            V);
-	kern_layernorm_bwd_set_cuda(g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top, wd(g, lf),
-	                            g->lnf_mean, g->lnf_rstd, BT, C);
+	kern_softmax_xent_bwd_set_ld_act_cuda(a16, g->dlogits, scale / (float)counted, g->logits, VP,
+	                                      g->lse, c->targets_dev, BT, V);
+	kern_matmul_bwd_set_ld_act_cuda(a16, g->dln, gd(g, 0), NULL, g->dlogits, VP, g->lnf,
+	                                wd(g, 0), BT, C, V);
+	kern_layernorm_bwd_set_act_cuda(a16, g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top,
+	                                wd(g, lf), g->lnf_mean, g->lnf_rstd, BT, C);
 	if (poff || out) {
 		resident_ready(g, lf, lf + 1);
 	} else if (dev) {
@@ -274,21 +304,21 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 			block_fwd(g, bw, a);   /* the block's activations again, from its input */
 #define W(which) (bw + g->rel[which])
 #define G(which) (bg + g->rel[which])
-		kern_matmul_bwd_set_cuda(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
-		                         BT, 4 * C, C);
-		kern_gelu_bwd_set_cuda(g->dbig, a->fch, g->dbig, btc * 4);
-		kern_matmul_bwd_set_cuda(g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW), BT, C,
-		                         4 * C);
-		kern_layernorm_bwd_cuda(g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2, W(P_LN2W),
-		                        a->ln2_mean, a->ln2_rstd, BT, C);
-		kern_matmul_bwd_set_cuda(g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty, W(P_PROJW),
-		                         BT, C, C);
-		kern_attention_bwd_set_cuda(g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att, B, T, C,
-		                            NH);
-		kern_matmul_bwd_set_cuda(g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1, W(P_QKVW), BT,
-		                         C, 3 * C);
-		kern_layernorm_bwd_cuda(g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
-		                        a->ln1_mean, a->ln1_rstd, BT, C);
+		kern_matmul_bwd_set_act_cuda(a16, g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu,
+		                             W(P_FCPW), BT, 4 * C, C);
+		kern_gelu_bwd_set_act_cuda(a16, g->dbig, a->fch, g->dbig, btc * 4);
+		kern_matmul_bwd_set_act_cuda(a16, g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW),
+		                             BT, C, 4 * C);
+		kern_layernorm_bwd_act_cuda(a16, g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2,
+		                            W(P_LN2W), a->ln2_mean, a->ln2_rstd, BT, C);
+		kern_matmul_bwd_set_act_cuda(a16, g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty,
+		                             W(P_PROJW), BT, C, C);
+		kern_attention_bwd_set_act_cuda(a16, g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att,
+		                                B, T, C, NH);
+		kern_matmul_bwd_set_act_cuda(a16, g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1,
+		                             W(P_QKVW), BT, C, 3 * C);
+		kern_layernorm_bwd_act_cuda(a16, g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
+		                            a->ln1_mean, a->ln1_rstd, BT, C);
 		if (poff) {
 			/* the block's gradients are final: rounded in their slot, which
 			 * goes out to g as it is */
@@ -308,7 +338,7 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 		trn_model_blocks_bwd_done(base);
 	else if (out)
 		trn_cuda_model_blocks_out_done(c, g->ready);
-	kern_embedding_bwd_cuda(gd(g, 0), gd(g, 1), g->dres, c->tokens_dev, B, T, C, V);
+	kern_embedding_bwd_act_cuda(a16, gd(g, 0), gd(g, 1), g->dres, c->tokens_dev, B, T, C, V);
 	if (dev) {
 		trn_cuda_model_param_final(c, 1);
 		trn_cuda_model_param_final(c, 0);
@@ -420,20 +450,27 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->recompute = mode == TRN_OFFLOAD_RECOMPUTE;
 	g->act_cpu = mode == TRN_OFFLOAD_CPU;
 	g->btc_max = (long)max_batch * g->T * g->C;
-	long floats = carve(g, max_batch, mode, NULL);
+	g->a16 = cpu->dtype != TRN_DTYPE_FP32 && trn_cuda_act16_wanted() ? KERN_ACT_16 : KERN_ACT_F32;
+	g->es = g->a16 ? sizeof(uint16_t) : sizeof(float);
+	long floats = carve(g, max_batch, mode, g->es, NULL);
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
 		gpt_cuda_free(&g->c.base);
 		return NULL;
 	}
-	carve(g, max_batch, mode, g->c.arena);
+	carve(g, max_batch, mode, g->es, g->c.arena);
+	/* The arena starts zeroed (trn_cuda_model_init): so do the padding
+	 * columns of the logits' gradient, which no op writes and the 16-bit
+	 * GEMM reads (matmul_cuda.h). */
 	g->c.base.act_offload = mode;
-	g->c.base.act_bytes_none = carve(g, max_batch, TRN_OFFLOAD_NONE, NULL) * (long)sizeof(float);
+	g->c.base.act_bytes_none = carve(g, max_batch, TRN_OFFLOAD_NONE, g->es, NULL) *
+	                           (long)sizeof(float);
 	if (g->act_cpu && g->L > 0) {
 		/* every block's region is one slot's: from a slot's x to the next's */
 		long *region = malloc(sizeof *region * (size_t)g->L);
 		int rc = region ? 0 : -1;
 		for (int l = 0; rc == 0 && l < g->L; l++)
-			region[l] = g->blocks[1].x - g->blocks[0].x;
+			region[l] = ((char *)g->blocks[1].x - (char *)g->blocks[0].x) /
+			            (long)sizeof(float);
 		if (rc == 0)
 			rc = trn_act_offload_init(&g->off, g->L, region, g->blocks[0].x, g->blocks[1].x,
 			                          &trn_cuda_copier, TRN_PARAM_OFFLOAD_CHANNELS);

@@ -148,8 +148,8 @@ static double mlp_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	int classes = m->dims[m->n_layers];
 	const float *logits = m->pre[m->n_layers - 1];
 	kern_softmax_xent_fwd_cuda(m->losses, m->lse, logits, m->c.targets_dev, n, classes);
-	return trn_cuda_model_score(&m->c, m->losses, logits, classes, b->targets, n, classes,
-	                            st);
+	return trn_cuda_model_score(&m->c, m->losses, KERN_ACT_F32, logits, classes, b->targets, n,
+	                            classes, st);
 }
 
 static void mlp_cuda_backward(struct trn_model *base, const struct trn_batch *b, float scale)

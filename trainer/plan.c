@@ -35,8 +35,7 @@ const char *trn_plan_item_name(enum trn_plan_item item)
 }
 
 /* Bytes of one stored element: 16-bit values are held in floats on the
- * CPU, and so far on a GPU too (its kernels compute on fp32 buffers that
- * hold 16-bit values; kernels/README.md has the plan for 16-bit storage). */
+ * CPU, and on a GPU too but for a 16-bit GPT's activations (below). */
 static double elem_bytes(enum trn_dtype dt, int gpus)
 {
 	(void)dt;
@@ -163,6 +162,15 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	p->bytes[TRN_PLAN_OPTIMIZER] = optimizer_bytes(&s->optimizer, m, 0, p->shard);
 	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
 	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
+	if (gpus && dt != TRN_DTYPE_FP32 && s->model.type == TRN_MODEL_GPT) {
+		/* a 16-bit GPT on a GPU stores its activations in 2 bytes, but for
+		 * the fp32 statistics and one fp32 [B, NH, T, T] for attention's
+		 * scores and their gradient (model_gpt_cuda.c), the same walk over
+		 * the buffers as the CPU's */
+		double att = (double)micro * s->model.heads * s->model.seq * s->model.seq;
+		p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 2.0 + 2.0 * att;
+		p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 2.0;
+	}
 	/* checkpoints: rank 0 gathers the master weights with ZeRO, and the
 	 * whole optimizer state; a resident run brings both from the device */
 	double ckpt = 0;

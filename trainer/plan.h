@@ -10,7 +10,8 @@
  *
  * Where items live. On the CPU backend (resources.gpus_per_node 0) every
  * item is host memory. 16-bit values are held in floats (4 bytes) on both
- * backends: the GPU's kernels emulate 16-bit storage in fp32 buffers so far.
+ * backends, but for a 16-bit GPT's activations on a GPU, which are 16-bit
+ * values (2 bytes; its attention scratch and statistics stay fp32).
  * A GPU holds the parameters, gradients and activations; its model keeps
  * host copies of the parameters and gradients too, and a stage for adding
  * each backward's gradients into them (host_copy). Only a run that steps

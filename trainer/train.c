@@ -250,14 +250,18 @@ static void print_memory(const struct run *r)
 		                           : "none: the update reads and writes the params' host "
 		                             "copies in place");
 	}
+	/* the activations' values: the CPU's are floats; a GPU model's sizes
+	 * are the bytes it holds, shown whole (a 16-bit GPT's are 16-bit values
+	 * but for fp32 scratch and statistics) */
+	double act_elem = m->device && dt != TRN_DTYPE_FP32 ? 2.0 : 4.0;
 	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
 	if (m->act_offload != TRN_OFFLOAD_NONE)
 		snprintf(note, sizeof note, "at micro-batch %ld, offload.activations %s (none: %.2f MiB)",
 		         r->spec->batch.micro, m->act_offload == TRN_OFFLOAD_CPU ? "cpu" : "recompute",
-		         mib((double)m->act_bytes_none / 4 * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
-	total += mem_line("activations", dt, (double)m->act_bytes / 4, dev, note);
+		         mib((double)m->act_bytes_none / act_elem * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
+	total += mem_line("activations", dt, (double)m->act_bytes / act_elem, dev, note);
 	if (m->act_offload == TRN_OFFLOAD_CPU)
-		host_total += mem_line("act offload", dt, (double)m->act_host_bytes / 4,
+		host_total += mem_line("act offload", dt, (double)m->act_host_bytes / act_elem,
 		                       dev ? "host" : NULL, dev ? "" : "host memory, not in the total");
 	if (poff) {
 		host_total += mem_line("params host", dt, n, "host", "the params' home");

@@ -9,10 +9,12 @@ The model: GPT-2 small (12 layers, 12 heads, dim 768, seq 1024, vocab
 50257, tied embeddings), AdamW, on random tokens the script writes in
 llm.c's format. Printed side by side:
 
-  larch-train, --device cuda: fp32 (one rank is resident: weights,
-  gradients and AdamW on the GPU), and bf16 (16-bit storage emulated in
-  fp32 buffers, the GEMMs' operands converted to bf16 for the tensor cores,
-  the master weights and AdamW on the host)
+  larch-train, --device cuda: fp32 and bf16, resident (weights, gradients,
+  the master weights and AdamW on the GPU); bf16 keeps its activations as
+  16-bit values that the GEMMs read in place (cuda_common.h), and a second
+  bf16 row ("act32", LARCH_CUDA_ACT16=0) runs the earlier layout, fp32
+  buffers holding bf16 values that each GEMM converts, for the ratio of the
+  two
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -60,8 +62,8 @@ def flops_per_token(L, C, T, V):
     return (L * (72.0 * T * C * C + 12.0 * T * T * C) + 6.0 * T * C * V) / T
 
 
-def run_larch(exe, tmp, a, precision):
-    spec = {"name": f"gpt2-bench-{precision}",
+def run_larch(exe, tmp, a, precision, env=None, tag=""):
+    spec = {"name": f"gpt2-bench-{precision}{tag}",
             "precision": {"compute": precision},
             "model": {"type": "gpt", "layers": a.layers, "heads": a.heads, "dim": a.dim,
                       "seq": a.seq, "vocab": a.vocab},
@@ -72,10 +74,11 @@ def run_larch(exe, tmp, a, precision):
                           "weight_decay": 0.1},
             "steps": a.steps, "log_every": a.log_every, "seed": 1}
     (tmp / "spec.json").write_text(json.dumps(spec))
-    job = tmp / f"job-{precision}"
+    job = tmp / f"job-{precision}{tag}"
     t0 = time.time()
     p = subprocess.run([str(exe), "--spec", str(tmp / "spec.json"), "--job-dir",
-                        str(job), "--device", "cuda"], capture_output=True, text=True)
+                        str(job), "--device", "cuda"], capture_output=True, text=True,
+                       env=dict(os.environ, **(env or {})))
     wall = time.time() - t0
     if p.returncode != 0:
         print(p.stdout[-2000:], p.stderr[-2000:])
@@ -209,13 +212,15 @@ def main():
         tmp = pathlib.Path(t)
         write_tokens(tmp / "train.bin", max(a.micro * a.seq * 4, 1 << 20), a.vocab, 1)
         write_tokens(tmp / "val.bin", a.seq * 2 + 1, a.vocab, 2)
-        for prec in ("fp32", "bf16"):
-            r = run_larch(exe, tmp, a, prec)
+        for prec, env, tag in (("fp32", None, ""), ("bf16", None, ""),
+                               ("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")):
+            r = run_larch(exe, tmp, a, prec, env, tag)
             if "error" in r:
-                print(f"larch-train {prec} failed: {r['error']}")
+                print(f"larch-train {prec}{tag} failed: {r['error']}")
                 continue
-            print(f"# larch-train {prec} {r['device']}\n# larch-train {prec} {r['done']}")
-            rows.append(("larch-train", prec, r["tokens_s"],
+            print(f"# larch-train {prec}{tag} {r['device']}\n"
+                  f"# larch-train {prec}{tag} {r['done']}")
+            rows.append(("larch-train" + (f" ({tag[1:]})" if tag else ""), prec, r["tokens_s"],
                          fp32_peak if prec == "fp32" else bf16_peak(line)))
     name = line
     if not a.no_torch:
@@ -237,14 +242,14 @@ def main():
                     f"{n} {m}x{k}x{nn} {f / 1e12:.1f} TFLOP/s" for n, m, k, nn, f in g))
         except Exception as e:  # noqa: BLE001 - the baseline is optional, say why it is missing
             print(f"# PyTorch baseline unavailable: {type(e).__name__}: {e}")
-    base = next((r[2] for r in rows if r[1] == "bf16"), None)
+    base = next((r[2] for r in rows if r[0].startswith("PyTorch") and r[1] == "bf16"), None)
     f32 = next((r[2] for r in rows if r[0] == "larch-train" and r[1] == "fp32"), None)
     print(f"{'run':28s} {'precision':>9s} {'tokens/s':>10s} {'MFU':>7s} {'vs PyTorch bf16':>16s} "
           f"{'vs larch fp32':>14s}")
     for run, prec, tps, peak in rows:
         mfu = fpt * tps / peak
         ratio = f"{tps / base:.2f}x" if base else "-"
-        own = f"{tps / f32:.2f}x" if f32 and run == "larch-train" else "-"
+        own = f"{tps / f32:.2f}x" if f32 and run.startswith("larch-train") else "-"
         print(f"{run:28s} {prec:>9s} {tps:10.0f} {mfu:7.1%} {ratio:>16s} {own:>14s}")
     return 0
 

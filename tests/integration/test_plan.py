@@ -106,6 +106,18 @@ def test_plan_follows_the_spec(tmp_path):
                                                  "state_dtype": "int8"}))
     assert gi8["device_bytes_per_gpu"] == gpu["device_bytes_per_gpu"] - 12 * n
     assert "checkpoint" not in gi8["items"]
+    # a 16-bit GPT on a GPU stores its activations in 2 bytes, but for one
+    # fp32 [B, NH, T, T] of attention scratch; the same on the CPU, and in
+    # fp32, as the CPU layout's floats
+    gpu_gpt = dict(resources={"gpus_per_node": 1})
+    g32, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, **gpu_gpt))
+    g16, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
+                                          **gpu_gpt))
+    c16, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"}))
+    att = 16 * 4 * 256 * 256
+    assert g32["items"]["activations"] == none["items"]["activations"]
+    assert c16["items"]["activations"] == none["items"]["activations"]
+    assert g16["items"]["activations"] == none["items"]["activations"] // 2 + 2 * att
 
 
 def test_plan_limits_say_the_largest_micro_batch(tmp_path):

@@ -8,6 +8,7 @@
  * order, scoring) against the CPU models, bit for bit; the CUDA kernels
  * themselves are checked against the CPU references on a GPU (tests/gpu).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,14 @@ void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes)
 {
 	if (bytes)
 		memcpy(dev_dst, host_src, bytes);
+}
+
+void *kern_cuda_dup(const void *host_src, size_t bytes)
+{
+	void *p = kern_cuda_malloc(bytes);
+	if (p)
+		memcpy(p, host_src, bytes);
+	return p;
 }
 
 void kern_cuda_download(void *host_dst, const void *dev_src, size_t bytes)
@@ -365,6 +374,338 @@ void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int
 				b = j;
 		best[r] = b;
 	}
+	free(x);
+}
+
+/* ---- 16-bit activations (cuda_common.h) -------------------------------------- */
+
+/* Each _act op with a16 runs the fp32 version above on fp32 copies of its
+ * packed inputs (exact) and packs its outputs, rounded, as the CUDA kernels
+ * store them: every activation the GPU model keeps is then the CPU model's
+ * value after its rounding, in half the bytes. */
+static void act_check(int a16)
+{
+	if (a16 && shim_operands == KERN_MM_FP32) {
+		fprintf(stderr, "cuda_shim: 16-bit activations with fp32 GEMM operands\n");
+		abort();
+	}
+}
+
+static float *from16(const void *x, long n)
+{
+	float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+	if (!f)
+		abort();
+	if (shim_operands == KERN_MM_BF16)
+		kern_bf16_to_fp32_cpu(f, x, n);
+	else
+		kern_fp16_to_fp32_cpu(f, x, n);
+	return f;
+}
+
+/* a fresh fp32 buffer of n values, NaN until written */
+static float *fresh32(long n)
+{
+	float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+	if (!f)
+		abort();
+	memset(f, 0xff, sizeof(float) * (size_t)(n > 0 ? n : 1));
+	return f;
+}
+
+static void to16(void *dst, const float *x, long n)
+{
+	if (shim_operands == KERN_MM_BF16)
+		kern_fp32_to_bf16_cpu(dst, x, n);
+	else
+		kern_fp32_to_fp16_cpu(dst, x, n);
+}
+
+void kern_embedding_fwd_act_cuda(int a16, void *out, const int *tokens, const float *wte,
+                                 const float *wpe, int b, int t, int c)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_embedding_fwd_cuda(out, tokens, wte, wpe, b, t, c);
+		return;
+	}
+	long n = (long)b * t * c;
+	float *o = fresh32(n);
+	kern_embedding_fwd_cuda(o, tokens, wte, wpe, b, t, c);
+	to16(out, o, n);
+	free(o);
+}
+
+void kern_embedding_bwd_act_cuda(int a16, float *dwte, float *dwpe, const void *dout,
+                                 const int *tokens, int b, int t, int c, int vocab)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_embedding_bwd_cuda(dwte, dwpe, dout, tokens, b, t, c, vocab);
+		return;
+	}
+	float *d = from16(dout, (long)b * t * c);
+	kern_embedding_bwd_cuda(dwte, dwpe, d, tokens, b, t, c, vocab);
+	free(d);
+}
+
+void kern_layernorm_fwd_act_cuda(int a16, void *out, float *mean, float *rstd, const void *inp,
+                                 const float *weight, const float *bias, int n, int c)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_layernorm_fwd_cuda(out, mean, rstd, inp, weight, bias, n, c);
+		return;
+	}
+	long nc = (long)n * c;
+	float *x = from16(inp, nc), *o = fresh32(nc);
+	kern_layernorm_fwd_cuda(o, mean, rstd, x, weight, bias, n, c);
+	to16(out, o, nc);
+	free(x);
+	free(o);
+}
+
+static void layernorm_bwd_act(int a16, void *dinp, float *dweight, float *dbias,
+                              const void *dout, const void *inp, const float *weight,
+                              const float *mean, const float *rstd, int n, int c, int set)
+{
+	act_check(a16);
+	if (!a16) {
+		layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, set);
+		return;
+	}
+	long nc = (long)n * c;
+	float *d = from16(dout, nc), *x = from16(inp, nc);
+	float *di = set ? fresh32(nc) : from16(dinp, nc);
+	layernorm_bwd(di, dweight, dbias, d, x, weight, mean, rstd, n, c, set);
+	to16(dinp, di, nc);
+	free(d);
+	free(x);
+	free(di);
+}
+
+void kern_layernorm_bwd_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                 const void *dout, const void *inp, const float *weight,
+                                 const float *mean, const float *rstd, int n, int c)
+{
+	layernorm_bwd_act(a16, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 0);
+}
+
+void kern_layernorm_bwd_set_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                     const void *dout, const void *inp, const float *weight,
+                                     const float *mean, const float *rstd, int n, int c)
+{
+	layernorm_bwd_act(a16, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 1);
+}
+
+/* rows of v values ld apart: the 16-bit ones as fp32 (the padding NaN) */
+static float *from16_rows(const void *x, int ld, int n, int v)
+{
+	float *f = fresh32((long)n * ld);
+	for (int r = 0; r < n; r++) {
+		float *row = from16((const uint16_t *)x + (size_t)r * ld, v);
+		memcpy(f + (size_t)r * ld, row, sizeof(float) * (size_t)v);
+		free(row);
+	}
+	return f;
+}
+
+static void to16_rows(void *dst, int ld, const float *x, int n, int v)
+{
+	for (int r = 0; r < n; r++)
+		to16((uint16_t *)dst + (size_t)r * ld, x + (size_t)r * ld, v);
+}
+
+void kern_matmul_fwd_ld_act_cuda(int a16, void *out, int ldo, const void *inp,
+                                 const float *weight, const float *bias, int n, int c, int oc)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_matmul_fwd_ld_cuda(out, ldo, inp, weight, bias, n, c, oc);
+		return;
+	}
+	float *x = from16(inp, (long)n * c), *o = fresh32((long)n * ldo);
+	kern_matmul_fwd_ld_cuda(o, ldo, x, weight, bias, n, c, oc);
+	to16_rows(out, ldo, o, n, oc);
+	free(x);
+	free(o);
+}
+
+void kern_matmul_fwd_act_cuda(int a16, void *out, const void *inp, const float *weight,
+                              const float *bias, int n, int c, int oc)
+{
+	kern_matmul_fwd_ld_act_cuda(a16, out, oc, inp, weight, bias, n, c, oc);
+}
+
+/* matmul_cuda.h: with ldd > oc (a multiple of 8) the CUDA backward reads
+ * dout's padding columns, which must hold finite values */
+static void check_padding(const void *dout, int ldd, int n, int oc)
+{
+	if (ldd <= oc || ldd % 8)
+		return;
+	for (int r = 0; r < n; r++) {
+		float *pad = from16((const uint16_t *)dout + (size_t)r * ldd + oc, ldd - oc);
+		for (int j = 0; j < ldd - oc; j++)
+			if (!isfinite(pad[j])) {
+				fprintf(stderr, "cuda_shim: matmul backward: dout's padding holds %g at "
+				        "row %d, column %d\n", pad[j], r, oc + j);
+				abort();
+			}
+		free(pad);
+	}
+}
+
+void kern_matmul_bwd_set_ld_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                     const void *dout, int ldd, const void *inp,
+                                     const float *weight, int n, int c, int oc)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_matmul_bwd_set_ld_cuda(dinp, dweight, dbias, dout, ldd, inp, weight, n, c, oc);
+		return;
+	}
+	check_padding(dout, ldd, n, oc);
+	float *d = from16_rows(dout, ldd, n, oc), *x = from16(inp, (long)n * c);
+	float *di = dinp ? fresh32((long)n * c) : NULL;
+	kern_matmul_bwd_set_ld_cuda(di, dweight, dbias, d, ldd, x, weight, n, c, oc);
+	if (dinp)
+		to16(dinp, di, (long)n * c);
+	free(d);
+	free(x);
+	free(di);
+}
+
+void kern_matmul_bwd_set_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
+                                  const void *dout, const void *inp, const float *weight, int n,
+                                  int c, int oc)
+{
+	kern_matmul_bwd_set_ld_act_cuda(a16, dinp, dweight, dbias, dout, oc, inp, weight, n, c, oc);
+}
+
+/* preatt and datt are the CUDA version's fp32 scratch: left NaN here, so
+ * that a model reading them after the op shows */
+void kern_attention_fwd_act_cuda(int a16, void *out, float *preatt, void *att, const void *qkv,
+                                 int b, int t, int c, int nh)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_attention_fwd_cuda(out, preatt, att, qkv, b, t, c, nh);
+		return;
+	}
+	long btc = (long)b * t * c, att_n = (long)b * nh * t * t;
+	float *x = from16(qkv, 3 * btc), *o = fresh32(btc), *a = fresh32(att_n);
+	kern_attention_fwd_cuda(o, NULL, a, x, b, t, c, nh);
+	to16(out, o, btc);
+	to16(att, a, att_n);
+	memset(preatt, 0xff, sizeof(float) * (size_t)att_n);
+	free(x);
+	free(o);
+	free(a);
+}
+
+void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float *datt,
+                                     const void *dout, const void *qkv, const void *att, int b,
+                                     int t, int c, int nh)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_attention_bwd_set_cuda(dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh);
+		return;
+	}
+	long btc = (long)b * t * c, att_n = (long)b * nh * t * t;
+	float *d = from16(dout, btc), *x = from16(qkv, 3 * btc), *a = from16(att, att_n);
+	float *dx = fresh32(3 * btc);
+	kern_attention_bwd_set_cuda(dx, NULL, datt, d, x, a, b, t, c, nh);
+	to16(dqkv, dx, 3 * btc);
+	memset(datt, 0xff, sizeof(float) * (size_t)att_n);
+	free(d);
+	free(x);
+	free(a);
+	free(dx);
+}
+
+void kern_gelu_fwd_act_cuda(int a16, void *out, const void *inp, long n)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_gelu_fwd_cuda(out, inp, n);
+		return;
+	}
+	float *x = from16(inp, n), *o = fresh32(n);
+	kern_gelu_fwd_cuda(o, x, n);
+	to16(out, o, n);
+	free(x);
+	free(o);
+}
+
+void kern_gelu_bwd_set_act_cuda(int a16, void *dinp, const void *inp, const void *dout, long n)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_gelu_bwd_set_cuda(dinp, inp, dout, n);
+		return;
+	}
+	float *x = from16(inp, n), *d = from16(dout, n), *di = fresh32(n);
+	kern_gelu_bwd_set_cuda(di, x, d, n);
+	to16(dinp, di, n);
+	free(x);
+	free(d);
+	free(di);
+}
+
+void kern_residual_fwd_act_cuda(int a16, void *out, const void *a, const void *b, long n)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_residual_fwd_cuda(out, a, b, n);
+		return;
+	}
+	float *x = from16(a, n), *y = from16(b, n), *o = fresh32(n);
+	kern_residual_fwd_cuda(o, x, y, n);
+	to16(out, o, n);
+	free(x);
+	free(y);
+	free(o);
+}
+
+void kern_softmax_xent_fwd_ld_act_cuda(int a16, float *losses, float *lse, const void *logits,
+                                       int ld, const int *targets, int n, int v)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_softmax_xent_fwd_ld_cuda(losses, lse, logits, ld, targets, n, v);
+		return;
+	}
+	float *x = from16_rows(logits, ld, n, v);
+	kern_softmax_xent_fwd_ld_cuda(losses, lse, x, ld, targets, n, v);
+	free(x);
+}
+
+void kern_softmax_xent_bwd_set_ld_act_cuda(int a16, void *dlogits, float dloss,
+                                           const void *logits, int ld, const float *lse,
+                                           const int *targets, int n, int v)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_softmax_xent_bwd_set_ld_cuda(dlogits, dloss, logits, ld, lse, targets, n, v);
+		return;
+	}
+	float *x = from16_rows(logits, ld, n, v), *d = fresh32((long)n * ld);
+	kern_softmax_xent_bwd_set_ld_cuda(d, dloss, x, ld, lse, targets, n, v);
+	to16_rows(dlogits, ld, d, n, v);
+	free(x);
+	free(d);
+}
+
+void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld, int n, int v)
+{
+	act_check(a16);
+	if (!a16) {
+		kern_argmax_rows_ld_cuda(best, logits, ld, n, v);
+		return;
+	}
+	float *x = from16_rows(logits, ld, n, v);
+	kern_argmax_rows_ld_cuda(best, x, ld, n, v);
 	free(x);
 }
 

@@ -1,0 +1,443 @@
+/* tests/gpu/test_cuda_act16.c - the _act_cuda entry points with 16-bit
+ * activations (KERN_ACT_16, cuda_common.h) against the same ops on fp32
+ * buffers holding the same 16-bit values (KERN_ACT_F32), which the other
+ * test_cuda_<op>.c check against the CPU references. In bf16 and fp16, on
+ * odd sizes and GPT-like ones.
+ *
+ * Tolerances: the element-wise ops (LayerNorm, GELU, residual, embedding,
+ * softmax + cross-entropy, argmax) read the same values and round the same
+ * results in their own store, so their outputs are the fp32 path's bit for
+ * bit, and so are the fp32 statistics and parameter gradients. A GEMM's
+ * 16-bit output is rounded from fp32 sums, which cuBLAS may add in another
+ * order for 16-bit outputs than for fp32 ones: within two 16-bit spacings
+ * of the fp32 path's result, or 1e-3 of the output's largest value (sums
+ * that cancel). The weight gradients are fp32 sums of the same products:
+ * rtol 1e-5 of the largest.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test.h"
+#include "kernels/attention_cuda.h"
+#include "kernels/cuda_common.h"
+#include "kernels/embedding_cuda.h"
+#include "kernels/gelu_cuda.h"
+#include "kernels/layernorm_cuda.h"
+#include "kernels/matmul_cuda.h"
+#include "kernels/precision.h"
+#include "kernels/residual_cuda.h"
+#include "kernels/softmax_xent_cuda.h"
+
+static uint64_t rng = 77;
+static int g_bf16;                     /* the operands' type under test */
+
+static const char *type_name(void)
+{
+	return g_bf16 ? "bf16" : "fp16";
+}
+
+/* n random 16-bit values in [lo, hi), as floats */
+static float *rand16(long n, float lo, float hi)
+{
+	float *x = host_rand(n, lo, hi, &rng);
+	if (g_bf16)
+		kern_round_bf16_cpu(x, n);
+	else
+		kern_round_fp16_cpu(x, n);
+	return x;
+}
+
+/* a device buffer of x[0..n) packed as 16 bits */
+static void *dev16(const float *x, long n)
+{
+	uint16_t *h = malloc(sizeof *h * (size_t)(n > 0 ? n : 1));
+	if (!h)
+		abort();
+	if (g_bf16)
+		kern_fp32_to_bf16_cpu(h, x, n);
+	else
+		kern_fp32_to_fp16_cpu(h, x, n);
+	void *d = kern_cuda_dup(h, sizeof *h * (size_t)n);
+	free(h);
+	return d;
+}
+
+static void *dev16_alloc(long n)
+{
+	return kern_cuda_malloc(sizeof(uint16_t) * (size_t)n);
+}
+
+/* device 16-bit values back as floats */
+static float *fetch16(const void *d, long n)
+{
+	uint16_t *h = malloc(sizeof *h * (size_t)(n > 0 ? n : 1));
+	float *x = malloc(sizeof *x * (size_t)(n > 0 ? n : 1));
+	if (!h || !x)
+		abort();
+	kern_cuda_download(h, d, sizeof *h * (size_t)n);
+	if (g_bf16)
+		kern_bf16_to_fp32_cpu(x, h, n);
+	else
+		kern_fp16_to_fp32_cpu(x, h, n);
+	free(h);
+	return x;
+}
+
+/* want rounded to 16 bits in place */
+static void round16(float *want, long n)
+{
+	if (g_bf16)
+		kern_round_bf16_cpu(want, n);
+	else
+		kern_round_fp16_cpu(want, n);
+}
+
+/* got (16-bit) against the fp32 path's want: bit for bit with gemm 0, else
+ * within two spacings or 1e-3 of want's largest magnitude */
+static void check16(const char *what, const float *got, float *want, long n, int gemm)
+{
+	char label[160];
+	snprintf(label, sizeof label, "%s %s", type_name(), what);
+	round16(want, n);
+	if (!gemm) {
+		check_same_bits(label, got, want, n);
+		return;
+	}
+	double big = 0;
+	for (long i = 0; i < n; i++)
+		big = fmax(big, fabs(want[i]));
+	double spacing = g_bf16 ? 0x1p-7 : 0x1p-10;
+	for (long i = 0; i < n; i++) {
+		double tol = 2 * spacing * fabs(want[i]) + 1e-3 * big;
+		if (!(fabs(got[i] - want[i]) <= tol)) {
+			CHECK_MSG(0, "%s: [%ld] %.9g, the fp32 path's %.9g (tolerance %.3g)", label, i,
+			          got[i], want[i], tol);
+			return;
+		}
+	}
+}
+
+static void check_rel(const char *what, const float *got, const float *want, long n, double rtol)
+{
+	char label[160];
+	snprintf(label, sizeof label, "%s %s", type_name(), what);
+	double big = 0;
+	for (long i = 0; i < n; i++)
+		big = fmax(big, fabs(want[i]));
+	check_close(label, got, want, n, rtol * big, 0);
+}
+
+static void check_bits(const char *what, const float *got, const float *want, long n)
+{
+	char label[160];
+	snprintf(label, sizeof label, "%s %s", type_name(), what);
+	check_same_bits(label, got, want, n);
+}
+
+static void test_layernorm(void)
+{
+	static const int shapes[][2] = { { 37, 771 }, { 256, 768 } };
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		int n = shapes[s][0], c = shapes[s][1];
+		long nc = (long)n * c;
+		float *x = rand16(nc, -2, 2), *dy = rand16(nc, -1, 1), *di0 = rand16(nc, -1, 1);
+		float *w = rand16(c, 0.5f, 1.5f), *b = rand16(c, -0.5f, 0.5f);
+		float *d_x = dev_copy(x, nc), *d_dy = dev_copy(dy, nc), *d_w = dev_copy(w, c);
+		float *d_b = dev_copy(b, c), *d_out = dev_alloc(nc), *d_di = dev_copy(di0, nc);
+		float *d_mean = dev_alloc(n), *d_rstd = dev_alloc(n), *d_mean16 = dev_alloc(n);
+		float *d_rstd16 = dev_alloc(n);
+		void *x16 = dev16(x, nc), *dy16 = dev16(dy, nc), *out16 = dev16_alloc(nc);
+		void *di16 = dev16(di0, nc);
+		float *z = host_zeros(c);
+		float *d_gw = dev_copy(z, c), *d_gb = dev_copy(z, c);
+		float *d_gw16 = dev_copy(z, c), *d_gb16 = dev_copy(z, c);
+		char what[96];
+
+		kern_layernorm_fwd_act_cuda(KERN_ACT_F32, d_out, d_mean, d_rstd, d_x, d_w, d_b, n, c);
+		kern_layernorm_fwd_act_cuda(KERN_ACT_16, out16, d_mean16, d_rstd16, x16, d_w, d_b, n, c);
+		float *want = dev_fetch(d_out, nc), *got = fetch16(out16, nc);
+		snprintf(what, sizeof what, "layernorm out %dx%d", n, c);
+		check16(what, got, want, nc, 0);
+		float *m = dev_fetch(d_mean, n), *m16 = dev_fetch(d_mean16, n);
+		float *r = dev_fetch(d_rstd, n), *r16 = dev_fetch(d_rstd16, n);
+		check_bits("layernorm mean", m16, m, n);
+		check_bits("layernorm rstd", r16, r, n);
+
+		/* backward adding into dinp, then the _set one */
+		for (int set = 0; set < 2; set++) {
+			(set ? kern_layernorm_bwd_set_act_cuda : kern_layernorm_bwd_act_cuda)(
+				KERN_ACT_F32, d_di, d_gw, d_gb, d_dy, d_x, d_w, d_mean, d_rstd, n, c);
+			(set ? kern_layernorm_bwd_set_act_cuda : kern_layernorm_bwd_act_cuda)(
+				KERN_ACT_16, di16, d_gw16, d_gb16, dy16, x16, d_w, d_mean, d_rstd, n, c);
+			float *dw = dev_fetch(d_di, nc), *dg = fetch16(di16, nc);
+			snprintf(what, sizeof what, "layernorm dinp %dx%d set=%d", n, c, set);
+			check16(what, dg, dw, nc, 0);
+			free(dw), free(dg);
+		}
+		float *gw = dev_fetch(d_gw, c), *gw16 = dev_fetch(d_gw16, c);
+		float *gb = dev_fetch(d_gb, c), *gb16 = dev_fetch(d_gb16, c);
+		check_bits("layernorm dweight", gw16, gw, c);
+		check_bits("layernorm dbias", gb16, gb, c);
+
+		free(x), free(dy), free(di0), free(w), free(b), free(want), free(got), free(m);
+		free(m16), free(r), free(r16), free(gw), free(gw16), free(gb), free(gb16), free(z);
+		kern_cuda_free(d_x), kern_cuda_free(d_dy), kern_cuda_free(d_w), kern_cuda_free(d_b);
+		kern_cuda_free(d_out), kern_cuda_free(d_di), kern_cuda_free(d_mean);
+		kern_cuda_free(d_rstd), kern_cuda_free(d_mean16), kern_cuda_free(d_rstd16);
+		kern_cuda_free(x16), kern_cuda_free(dy16), kern_cuda_free(out16), kern_cuda_free(di16);
+		kern_cuda_free(d_gw), kern_cuda_free(d_gb), kern_cuda_free(d_gw16);
+		kern_cuda_free(d_gb16);
+	}
+}
+
+static void test_gelu_residual(void)
+{
+	static const long sizes[] = { 1, 7, 100003, 8 * 1024 * 3072L + 5 };
+	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+		long n = sizes[s];
+		float *x = rand16(n, -4, 4), *y = rand16(n, -1, 1);
+		float *d_x = dev_copy(x, n), *d_y = dev_copy(y, n), *d_o = dev_alloc(n);
+		void *x16 = dev16(x, n), *y16 = dev16(y, n), *o16 = dev16_alloc(n);
+		char what[96];
+
+		kern_gelu_fwd_act_cuda(KERN_ACT_F32, d_o, d_x, n);
+		kern_gelu_fwd_act_cuda(KERN_ACT_16, o16, x16, n);
+		float *want = dev_fetch(d_o, n), *got = fetch16(o16, n);
+		snprintf(what, sizeof what, "gelu out n=%ld", n);
+		check16(what, got, want, n, 0);
+		free(want), free(got);
+
+		/* the backward in place (dinp == dout), as the GPT runs it */
+		kern_gelu_bwd_set_act_cuda(KERN_ACT_F32, d_y, d_x, d_y, n);
+		kern_gelu_bwd_set_act_cuda(KERN_ACT_16, y16, x16, y16, n);
+		want = dev_fetch(d_y, n), got = fetch16(y16, n);
+		snprintf(what, sizeof what, "gelu dinp in place n=%ld", n);
+		check16(what, got, want, n, 0);
+		free(want), free(got);
+
+		/* the residual into its first input, as the GPT's stream */
+		kern_residual_fwd_act_cuda(KERN_ACT_F32, d_x, d_x, d_o, n);
+		kern_residual_fwd_act_cuda(KERN_ACT_16, x16, x16, o16, n);
+		want = dev_fetch(d_x, n), got = fetch16(x16, n);
+		snprintf(what, sizeof what, "residual out n=%ld", n);
+		check16(what, got, want, n, 0);
+		free(want), free(got);
+
+		free(x), free(y);
+		kern_cuda_free(d_x), kern_cuda_free(d_y), kern_cuda_free(d_o);
+		kern_cuda_free(x16), kern_cuda_free(y16), kern_cuda_free(o16);
+	}
+}
+
+static void test_embedding(void)
+{
+	int b = 3, t = 37, c = 100, vocab = 61;
+	long btc = (long)b * t * c;
+	int *tokens = malloc(sizeof(int) * (size_t)(b * t));
+	if (!tokens)
+		abort();
+	for (int i = 0; i < b * t; i++)
+		tokens[i] = (int)((unsigned)(i * 7919 + 13) % (unsigned)vocab) % (i % 5 ? vocab : 4);
+	float *wte = rand16((long)vocab * c, -1, 1), *wpe = rand16((long)t * c, -1, 1);
+	float *dy = rand16(btc, -1, 1);
+	int *d_tok = kern_cuda_dup(tokens, sizeof(int) * (size_t)(b * t));
+	float *d_wte = dev_copy(wte, (long)vocab * c), *d_wpe = dev_copy(wpe, (long)t * c);
+	float *d_o = dev_alloc(btc), *d_dy = dev_copy(dy, btc);
+	void *o16 = dev16_alloc(btc), *dy16 = dev16(dy, btc);
+	float *z = host_zeros((long)vocab * c);
+	float *d_gte = dev_copy(z, (long)vocab * c), *d_gpe = dev_copy(z, (long)t * c);
+	float *d_gte16 = dev_copy(z, (long)vocab * c), *d_gpe16 = dev_copy(z, (long)t * c);
+
+	kern_embedding_fwd_act_cuda(KERN_ACT_F32, d_o, d_tok, d_wte, d_wpe, b, t, c);
+	kern_embedding_fwd_act_cuda(KERN_ACT_16, o16, d_tok, d_wte, d_wpe, b, t, c);
+	float *want = dev_fetch(d_o, btc), *got = fetch16(o16, btc);
+	check16("embedding out", got, want, btc, 0);
+
+	kern_embedding_bwd_act_cuda(KERN_ACT_F32, d_gte, d_gpe, d_dy, d_tok, b, t, c, vocab);
+	kern_embedding_bwd_act_cuda(KERN_ACT_16, d_gte16, d_gpe16, dy16, d_tok, b, t, c, vocab);
+	float *gte = dev_fetch(d_gte, (long)vocab * c), *gte16 = dev_fetch(d_gte16, (long)vocab * c);
+	float *gpe = dev_fetch(d_gpe, (long)t * c), *gpe16 = dev_fetch(d_gpe16, (long)t * c);
+	check_bits("embedding dwte", gte16, gte, (long)vocab * c);
+	check_bits("embedding dwpe", gpe16, gpe, (long)t * c);
+
+	free(tokens), free(wte), free(wpe), free(dy), free(want), free(got), free(z);
+	free(gte), free(gte16), free(gpe), free(gpe16);
+	kern_cuda_free(d_tok), kern_cuda_free(d_wte), kern_cuda_free(d_wpe), kern_cuda_free(d_o);
+	kern_cuda_free(d_dy), kern_cuda_free(o16), kern_cuda_free(dy16), kern_cuda_free(d_gte);
+	kern_cuda_free(d_gpe), kern_cuda_free(d_gte16), kern_cuda_free(d_gpe16);
+}
+
+static void test_softmax_xent(void)
+{
+	int n = 45, v = 1001, ld = 1024;
+	long total = (long)n * ld;
+	float *x = rand16(total, -8, 8);
+	int *tgt = malloc(sizeof(int) * (size_t)n);
+	if (!tgt)
+		abort();
+	for (int i = 0; i < n; i++)
+		tgt[i] = i % 9 == 4 ? -1 : (i * 37) % v;
+	int *d_tgt = kern_cuda_dup(tgt, sizeof(int) * (size_t)n);
+	float *z = host_zeros(total);
+	float *d_x = dev_copy(x, total), *d_d = dev_copy(z, total);
+	void *x16 = dev16(x, total), *d16 = dev16(z, total);
+	float *d_l = dev_alloc(n), *d_lse = dev_alloc(n), *d_l16 = dev_alloc(n);
+	float *d_lse16 = dev_alloc(n);
+	int *d_best = kern_cuda_malloc(sizeof(int) * (size_t)n);
+	int *d_best16 = kern_cuda_malloc(sizeof(int) * (size_t)n);
+
+	kern_softmax_xent_fwd_ld_act_cuda(KERN_ACT_F32, d_l, d_lse, d_x, ld, d_tgt, n, v);
+	kern_softmax_xent_fwd_ld_act_cuda(KERN_ACT_16, d_l16, d_lse16, x16, ld, d_tgt, n, v);
+	float *l = dev_fetch(d_l, n), *l16 = dev_fetch(d_l16, n);
+	float *lse = dev_fetch(d_lse, n), *lse16 = dev_fetch(d_lse16, n);
+	check_bits("xent losses", l16, l, n);
+	check_bits("xent lse", lse16, lse, n);
+
+	kern_softmax_xent_bwd_set_ld_act_cuda(KERN_ACT_F32, d_d, 0.37f, d_x, ld, d_lse, d_tgt, n, v);
+	kern_softmax_xent_bwd_set_ld_act_cuda(KERN_ACT_16, d16, 0.37f, x16, ld, d_lse, d_tgt, n, v);
+	float *want = dev_fetch(d_d, total), *got = fetch16(d16, total);
+	check16("xent dlogits (padding included)", got, want, total, 0);
+
+	kern_argmax_rows_ld_act_cuda(KERN_ACT_F32, d_best, d_x, ld, n, v);
+	kern_argmax_rows_ld_act_cuda(KERN_ACT_16, d_best16, x16, ld, n, v);
+	int *best = malloc(sizeof(int) * (size_t)n), *best16 = malloc(sizeof(int) * (size_t)n);
+	if (!best || !best16)
+		abort();
+	kern_cuda_download(best, d_best, sizeof(int) * (size_t)n);
+	kern_cuda_download(best16, d_best16, sizeof(int) * (size_t)n);
+	CHECK_MSG(memcmp(best, best16, sizeof(int) * (size_t)n) == 0, "%s argmax differs",
+	          type_name());
+
+	free(x), free(tgt), free(l), free(l16), free(lse), free(lse16), free(want), free(got);
+	free(best), free(best16), free(z);
+	kern_cuda_free(d_tgt), kern_cuda_free(d_x), kern_cuda_free(d_d), kern_cuda_free(x16);
+	kern_cuda_free(d16), kern_cuda_free(d_l), kern_cuda_free(d_lse), kern_cuda_free(d_l16);
+	kern_cuda_free(d_lse16), kern_cuda_free(d_best), kern_cuda_free(d_best16);
+}
+
+/* one matmul shape: forward (bias or not, out rows ld apart) and the _set
+ * backward (dout rows ld apart, its padding zero) */
+static void matmul_case(int n, int c, int oc, int ld, int with_bias)
+{
+	char what[128];
+	float *x = rand16((long)n * c, -1, 1), *w = rand16((long)oc * c, -0.2f, 0.2f);
+	float *b = rand16(oc, -0.5f, 0.5f), *dy = rand16((long)n * ld, -1, 1);
+	for (int i = 0; i < n; i++)        /* the padding of dout: zeros, as the GPT keeps it */
+		for (int j = oc; j < ld; j++)
+			dy[(long)i * ld + j] = 0.0f;
+	float *d_x = dev_copy(x, (long)n * c), *d_w = dev_copy(w, (long)oc * c);
+	float *d_b = dev_copy(b, oc), *d_o = dev_alloc((long)n * ld);
+	float *d_dy = dev_copy(dy, (long)n * ld), *d_di = dev_alloc((long)n * c);
+	void *x16 = dev16(x, (long)n * c), *o16 = dev16_alloc((long)n * ld);
+	void *dy16 = dev16(dy, (long)n * ld), *di16 = dev16_alloc((long)n * c);
+	float *zw = host_zeros((long)oc * c);
+	float *d_gw = dev_copy(zw, (long)oc * c), *d_gb = dev_copy(zw, oc);
+	float *d_gw16 = dev_copy(zw, (long)oc * c), *d_gb16 = dev_copy(zw, oc);
+	const float *bias = with_bias ? d_b : NULL;
+
+	kern_matmul_fwd_ld_act_cuda(KERN_ACT_F32, d_o, ld, d_x, d_w, bias, n, c, oc);
+	kern_matmul_fwd_ld_act_cuda(KERN_ACT_16, o16, ld, x16, d_w, bias, n, c, oc);
+	float *want = dev_fetch(d_o, (long)n * ld), *got = fetch16(o16, (long)n * ld);
+	float *wr = malloc(sizeof(float) * (size_t)n * oc), *gr = malloc(sizeof(float) * (size_t)n * oc);
+	if (!wr || !gr)
+		abort();
+	for (int i = 0; i < n; i++) {
+		memcpy(wr + (long)i * oc, want + (long)i * ld, sizeof(float) * (size_t)oc);
+		memcpy(gr + (long)i * oc, got + (long)i * ld, sizeof(float) * (size_t)oc);
+	}
+	snprintf(what, sizeof what, "matmul out n=%d c=%d oc=%d ld=%d bias=%d", n, c, oc, ld,
+	         with_bias);
+	check16(what, gr, wr, (long)n * oc, 1);
+
+	kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_F32, d_di, d_gw, d_gb, d_dy, ld, d_x, d_w, n, c, oc);
+	kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_16, di16, d_gw16, d_gb16, dy16, ld, x16, d_w, n, c,
+	                                oc);
+	float *di = dev_fetch(d_di, (long)n * c), *di_16 = fetch16(di16, (long)n * c);
+	snprintf(what, sizeof what, "matmul dinp n=%d c=%d oc=%d ld=%d", n, c, oc, ld);
+	check16(what, di_16, di, (long)n * c, 1);
+	float *gw = dev_fetch(d_gw, (long)oc * c), *gw16 = dev_fetch(d_gw16, (long)oc * c);
+	float *gb = dev_fetch(d_gb, oc), *gb16 = dev_fetch(d_gb16, oc);
+	snprintf(what, sizeof what, "matmul dweight n=%d c=%d oc=%d", n, c, oc);
+	check_rel(what, gw16, gw, (long)oc * c, 1e-5);
+	check_bits("matmul dbias", gb16, gb, oc);
+
+	free(x), free(w), free(b), free(dy), free(zw), free(want), free(got), free(wr), free(gr);
+	free(di), free(di_16), free(gw), free(gw16), free(gb), free(gb16);
+	kern_cuda_free(d_x), kern_cuda_free(d_w), kern_cuda_free(d_b), kern_cuda_free(d_o);
+	kern_cuda_free(d_dy), kern_cuda_free(d_di), kern_cuda_free(x16), kern_cuda_free(o16);
+	kern_cuda_free(dy16), kern_cuda_free(di16), kern_cuda_free(d_gw), kern_cuda_free(d_gb);
+	kern_cuda_free(d_gw16), kern_cuda_free(d_gb16);
+}
+
+static void test_matmul(void)
+{
+	matmul_case(65, 100, 77, 77, 1);      /* odd: cuBLASLt may refuse, the fallback */
+	matmul_case(256, 768, 2304, 2304, 1); /* a GPT-2 qkv */
+	matmul_case(128, 3072, 768, 768, 1);  /* a GPT-2 mlp.proj */
+	matmul_case(96, 64, 250, 256, 0);     /* logits: no bias, padded rows */
+	matmul_case(33, 48, 77, 77, 0);
+}
+
+static void attention_case(int b, int t, int c, int nh)
+{
+	char what[128];
+	long btc = (long)b * t * c, tt = (long)b * nh * t * t;
+	float *qkv = rand16(3 * btc, -1, 1), *dy = rand16(btc, -1, 1);
+	float *d_qkv = dev_copy(qkv, 3 * btc), *d_o = dev_alloc(btc), *d_att = dev_alloc(tt);
+	float *d_dy = dev_copy(dy, btc), *d_dq = dev_alloc(3 * btc), *d_datt = dev_alloc(tt);
+	void *qkv16 = dev16(qkv, 3 * btc), *o16 = dev16_alloc(btc), *att16 = dev16_alloc(tt);
+	void *dy16 = dev16(dy, btc), *dq16 = dev16_alloc(3 * btc);
+	float *d_scratch = dev_alloc(tt);
+
+	kern_attention_fwd_act_cuda(KERN_ACT_F32, d_o, NULL, d_att, d_qkv, b, t, c, nh);
+	kern_attention_fwd_act_cuda(KERN_ACT_16, o16, d_scratch, att16, qkv16, b, t, c, nh);
+	float *att = dev_fetch(d_att, tt), *att_16 = fetch16(att16, tt);
+	snprintf(what, sizeof what, "attention att b=%d t=%d c=%d nh=%d", b, t, c, nh);
+	check16(what, att_16, att, tt, 1);
+	float *o = dev_fetch(d_o, btc), *o_16 = fetch16(o16, btc);
+	snprintf(what, sizeof what, "attention out b=%d t=%d c=%d nh=%d", b, t, c, nh);
+	check16(what, o_16, o, btc, 1);
+
+	kern_attention_bwd_set_act_cuda(KERN_ACT_F32, d_dq, NULL, d_datt, d_dy, d_qkv, d_att, b, t,
+	                                c, nh);
+	kern_attention_bwd_set_act_cuda(KERN_ACT_16, dq16, NULL, d_scratch, dy16, qkv16, att16, b, t,
+	                                c, nh);
+	float *dq = dev_fetch(d_dq, 3 * btc), *dq_16 = fetch16(dq16, 3 * btc);
+	snprintf(what, sizeof what, "attention dqkv b=%d t=%d c=%d nh=%d", b, t, c, nh);
+	check16(what, dq_16, dq, 3 * btc, 1);
+
+	free(qkv), free(dy), free(att), free(att_16), free(o), free(o_16), free(dq), free(dq_16);
+	kern_cuda_free(d_qkv), kern_cuda_free(d_o), kern_cuda_free(d_att), kern_cuda_free(d_dy);
+	kern_cuda_free(d_dq), kern_cuda_free(d_datt), kern_cuda_free(qkv16), kern_cuda_free(o16);
+	kern_cuda_free(att16), kern_cuda_free(dy16), kern_cuda_free(dq16);
+	kern_cuda_free(d_scratch);
+}
+
+static void test_attention(void)
+{
+	attention_case(2, 67, 48, 3);
+	attention_case(2, 256, 768, 12);
+}
+
+static void run_all(void)
+{
+	CHECK_RUN(test_layernorm);
+	CHECK_RUN(test_gelu_residual);
+	CHECK_RUN(test_embedding);
+	CHECK_RUN(test_softmax_xent);
+	CHECK_RUN(test_matmul);
+	CHECK_RUN(test_attention);
+}
+
+int main(void)
+{
+	gpu_test_init("test_cuda_act16");
+	for (g_bf16 = 1; g_bf16 >= 0; g_bf16--) {
+		kern_matmul_cuda_operands(g_bf16 ? KERN_MM_BF16 : KERN_MM_FP16);
+		run_all();
+	}
+	kern_matmul_cuda_operands(KERN_MM_FP32);
+	return check_finish();
+}
