@@ -1,8 +1,8 @@
 /* kernels/elementwise_cuda.cuh - the loop of the memory-bound element-wise
  * kernels (relu, gelu, residual, precision): a grid-stride loop that moves
- * 16 bytes a thread (a float4 of each operand) while every pointer is
- * 16-byte aligned, and the scalar loop for the rest or for misaligned
- * views. CUDA only (nvcc). */
+ * four values a thread (a float4 of each operand, or four packed 16-bit
+ * activations) while every pointer is aligned for that, and the scalar
+ * loop for the rest or for misaligned views. CUDA only (nvcc). */
 #ifndef LARCH_KERNELS_ELEMENTWISE_CUDA_CUH
 #define LARCH_KERNELS_ELEMENTWISE_CUDA_CUH
 
@@ -12,6 +12,14 @@
 static inline int kern_aligned16(const void *a, const void *b, const void *c)
 {
 	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+}
+
+/* Whether groups of four activations can be moved whole (precision_cuda.cuh's
+ * act_ld4 / act_st4): 8-byte aligned pointers with a16 (packed 16-bit
+ * values), 16-byte aligned ones without. */
+static inline int kern_aligned_act4(int a16, const void *a, const void *b, const void *c)
+{
+	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & (a16 ? 7 : 15)) == 0;
 }
 
 /* For n values: four(k) for each group k of four (values 4k .. 4k + 3) when

@@ -7,7 +7,7 @@
  * is CUDA's accurate one (2 ulp), not __expf. Memory-bound: 16-byte loads
  * and stores when every pointer is 16-byte aligned, a grid-stride loop.
  * With 16-bit operands inputs are read and results stored as 16-bit values,
- * in fp32 buffers or packed (a16: one value a thread; cuda_common.h).
+ * in fp32 buffers or packed (a16: 8-byte accesses; cuda_common.h).
  */
 #include "gelu_cuda.h"
 
@@ -46,31 +46,29 @@ __global__ static void gelu_fwd_kernel(void *out, const void *inp, long n, int v
 	grid_stride4(
 		n, vec,
 		[=](long k) {
-			float4 x = store16x4(((const float4 *)inp)[k], ops);
-			((float4 *)out)[k] =
-				store16x4(make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)), ops);
+			float4 x = act_ld4(inp, k, a16, ops);
+			act_st4(out, k, make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)), a16, ops);
 		},
 		[=](long k) { act_st(out, k, gelu(act_ld(inp, k, a16, ops)), a16, ops); });
 }
 
 /* set: dinp = gelu'(inp) dout; else dinp += gelu'(inp) dout. The product is
  * rounded before the add (__fmul_rn: no FMA), so that adding gives exactly
- * dinp + what the _set version writes. vec: fp32 buffers only. */
+ * dinp + what the _set version writes. */
 __global__ static void gelu_bwd_kernel(void *dinp, const void *inp, const void *dout, long n,
                                        int vec, int set, int a16, int ops)
 {
 	grid_stride4(
 		n, vec,
 		[=](long k) {
-			float4 x = store16x4(((const float4 *)inp)[k], ops);
-			float4 dy = store16x4(((const float4 *)dout)[k], ops);
+			float4 x = act_ld4(inp, k, a16, ops), dy = act_ld4(dout, k, a16, ops);
 			float4 g = make_float4(__fmul_rn(gelu_grad(x.x), dy.x), __fmul_rn(gelu_grad(x.y), dy.y),
 			                       __fmul_rn(gelu_grad(x.z), dy.z), __fmul_rn(gelu_grad(x.w), dy.w));
 			if (!set) {
-				float4 d = ((const float4 *)dinp)[k];
+				float4 d = act_raw4(dinp, k, a16, ops);
 				g = make_float4(d.x + g.x, d.y + g.y, d.z + g.z, d.w + g.w);
 			}
-			((float4 *)dinp)[k] = store16x4(g, ops);
+			act_st4(dinp, k, g, a16, ops);
 		},
 		[=](long k) {
 			float g = __fmul_rn(gelu_grad(act_ld(inp, k, a16, ops)), act_ld(dout, k, a16, ops));
@@ -83,7 +81,7 @@ extern "C" void kern_gelu_fwd_act_cuda(int a16, void *out, const void *inp, long
 	int ops = kern_cuda_act_operands(a16, "gelu forward");
 	if (n <= 0)
 		return;
-	int vec = !a16 && kern_aligned16(out, inp, inp);
+	int vec = kern_aligned_act4(a16, out, inp, inp);
 	gelu_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
 		out, inp, n, vec, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
@@ -99,7 +97,7 @@ static void gelu_bwd(int a16, void *dinp, const void *inp, const void *dout, lon
 	int ops = kern_cuda_act_operands(a16, "gelu backward");
 	if (n <= 0)
 		return;
-	int vec = !a16 && kern_aligned16(dinp, inp, dout);
+	int vec = kern_aligned_act4(a16, dinp, inp, dout);
 	gelu_bwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0, kern_cuda_stream()>>>(
 		dinp, inp, dout, n, vec, set, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();

@@ -108,4 +108,43 @@ __device__ static inline void act_st(void *p, size_t i, float x, int a16, int op
 		((float *)p)[i] = store16(x, ops);
 }
 
+/* Group k of four activations (cuda_common.h): 8 bytes of packed 16-bit
+ * values with a16 (element 4k in the low half of the first word), else a
+ * float4, read as act_ld (act_raw4: as act_raw) and stored as act_st. The
+ * caller checks the alignment (8 or 16 bytes). */
+__device__ static inline float4 unpack16x4(uint2 u, int bf16)
+{
+	return make_float4(of16_bits((uint16_t)(u.x & 0xffffu), bf16),
+	                   of16_bits((uint16_t)(u.x >> 16), bf16),
+	                   of16_bits((uint16_t)(u.y & 0xffffu), bf16),
+	                   of16_bits((uint16_t)(u.y >> 16), bf16));
+}
+
+__device__ static inline float4 act_ld4(const void *p, long k, int a16, int ops)
+{
+	if (a16)
+		return unpack16x4(((const uint2 *)p)[k], ops == 2);
+	return store16x4(((const float4 *)p)[k], ops);
+}
+
+__device__ static inline float4 act_raw4(const void *p, long k, int a16, int ops)
+{
+	if (a16)
+		return unpack16x4(((const uint2 *)p)[k], ops == 2);
+	return ((const float4 *)p)[k];
+}
+
+__device__ static inline void act_st4(void *p, long k, float4 v, int a16, int ops)
+{
+	if (a16) {
+		int bf16 = ops == 2;
+		uint2 u;
+		u.x = (uint32_t)to16_bits(v.x, bf16) | (uint32_t)to16_bits(v.y, bf16) << 16;
+		u.y = (uint32_t)to16_bits(v.z, bf16) | (uint32_t)to16_bits(v.w, bf16) << 16;
+		((uint2 *)p)[k] = u;
+		return;
+	}
+	((float4 *)p)[k] = store16x4(v, ops);
+}
+
 #endif

@@ -1,8 +1,8 @@
 /* kernels/residual_cuda.cu - residual connection on the GPU (see residual.h,
  * residual_cuda.h): one add per element, so the results equal the CPU's bit
  * for bit (with 16-bit operands, read and stored as 16-bit values, in fp32
- * buffers or packed: cuda_common.h). 16-byte accesses when every pointer is
- * 16-byte aligned and the buffers are fp32. */
+ * buffers or packed: cuda_common.h). Four values a thread when every
+ * pointer is aligned for it (16 bytes, or 8 for packed 16-bit values). */
 #include "residual_cuda.h"
 
 #include "cuda_common.h"
@@ -17,10 +17,8 @@ __global__ static void residual_fwd_kernel(void *out, const void *a, const void 
 	grid_stride4(
 		n, vec,
 		[=](long k) {
-			float4 x = store16x4(((const float4 *)a)[k], ops);
-			float4 y = store16x4(((const float4 *)b)[k], ops);
-			((float4 *)out)[k] =
-				store16x4(make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w), ops);
+			float4 x = act_ld4(a, k, a16, ops), y = act_ld4(b, k, a16, ops);
+			act_st4(out, k, make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w), a16, ops);
 		},
 		[=](long k) {
 			act_st(out, k, act_ld(a, k, a16, ops) + act_ld(b, k, a16, ops), a16, ops);
@@ -53,7 +51,7 @@ extern "C" void kern_residual_fwd_act_cuda(int a16, void *out, const void *a, co
 	int ops = kern_cuda_act_operands(a16, "residual forward");
 	if (n <= 0)
 		return;
-	int vec = !a16 && kern_aligned16(out, a, b);
+	int vec = kern_aligned_act4(a16, out, a, b);
 	residual_fwd_kernel<<<kern_cuda_grid(vec ? n / 4 : n, THREADS), THREADS, 0,
 	                      kern_cuda_stream()>>>(out, a, b, n, vec, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
