@@ -37,6 +37,22 @@ void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float 
                                      const void *dout, const void *qkv, const void *att, int b,
                                      int t, int c, int nh);
 
+/* Fused (flash) causal attention on 16-bit activations
+ * (attention_flash_cuda.cu): out and qkv packed 16-bit values of the
+ * operands' type, as with KERN_ACT_16, but no [b, nh, t, t] anywhere; the
+ * forward leaves each row's log-sum-exp of the scaled scores in lse
+ * [b, nh, t] (fp32), which the backward takes with the forward's out to
+ * recompute the probabilities. The probabilities are rounded to 16 bits for
+ * their product with v as att is; the backward overwrites dqkv (the _set
+ * semantics). Head size 64 only: kern_attention_flash_supported says
+ * whether a shape (and the operands) can run it. */
+int kern_attention_flash_supported(int t, int c, int nh);
+void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b, int t, int c,
+                                   int nh);
+void kern_attention_flash_bwd_set_cuda(void *dqkv, const void *dout, const void *out,
+                                       const void *qkv, const float *lse, int b, int t, int c,
+                                       int nh);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,177 @@
+/* tests/unit/test_flash_emu.cc - the fused attention's kernels
+ * (kernels/attention_flash_cuda.cuh) run on the CPU through cuda_emu.hh,
+ * against attention_cpu.c's reference on the same 16-bit inputs: the
+ * tiling, the causal masks, partial tiles (t not a multiple of 64), both
+ * passes of the forward and both backward kernels, in bf16 and fp16. The
+ * GPU runs them in tests/gpu/test_cuda_act16.c.
+ *
+ * Tolerances (against the fp32 reference on the same 16-bit values), as
+ * tests/gpu/test_cuda_attention.c holds the GEMM path to: lse 1e-5 of the
+ * largest |lse|; out and dqkv normwise, ||got - want|| / ||want|| <= 3u
+ * (u = 2^-9 bf16, 2^-12 fp16): the probabilities (and ds) rounded to 16
+ * bits for their products, 2u as there, and one more u for the 16-bit
+ * out that D = rowsum(dout * out) and the stored results are made of.
+ */
+#include "cuda_emu.hh"
+
+#include <cstdio>
+
+extern "C" {
+#include "check.h"
+#include "kernels/attention.h"
+#include "kernels/precision.h"
+}
+
+#include "kernels/precision_cuda.cuh"
+
+float nvcuda::wmma::emu_value(const __half *p)
+{
+	return fp32_of_fp16(p->bits);
+}
+
+float nvcuda::wmma::emu_value(const __nv_bfloat16 *p)
+{
+	return fp32_of_bf16(p->bits);
+}
+
+#include "kernels/attention_flash_cuda.cuh"
+
+static uint64_t rng = 12345;
+
+static float uniform(float lo, float hi)
+{
+	rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+	return lo + (hi - lo) * (float)((rng >> 40) * 0x1p-24);
+}
+
+struct buf16 {
+	std::vector<float> f;              /* the values */
+	std::vector<uint16_t> h;           /* their bits */
+};
+
+static buf16 rand16(long n, float lo, float hi, int bf16)
+{
+	buf16 b;
+	b.f.resize((size_t)n);
+	b.h.resize((size_t)n);
+	for (long i = 0; i < n; i++) {
+		float x = uniform(lo, hi);
+		b.h[(size_t)i] = bf16 ? kern_fp32_to_bf16(x) : kern_fp32_to_fp16(x);
+		b.f[(size_t)i] = bf16 ? kern_bf16_to_fp32(b.h[(size_t)i]) : kern_fp16_to_fp32(b.h[(size_t)i]);
+	}
+	return b;
+}
+
+static std::vector<float> of16(const std::vector<uint16_t> &h, int bf16)
+{
+	std::vector<float> f(h.size());
+	for (size_t i = 0; i < h.size(); i++)
+		f[i] = bf16 ? kern_bf16_to_fp32(h[i]) : kern_fp16_to_fp32(h[i]);
+	return f;
+}
+
+/* every |got - want| <= rel_big max |want| */
+static void near(const char *what, const std::vector<float> &got, const std::vector<float> &want,
+                 double rel_big)
+{
+	double big = 0;
+	for (float w : want)
+		big = std::fmax(big, std::fabs(w));
+	for (size_t i = 0; i < want.size(); i++)
+		if (!(std::fabs(got[i] - want[i]) <= rel_big * big)) {
+			CHECK_MSG(0, "%s: [%zu] %.9g, the reference's %.9g", what, i, got[i], want[i]);
+			return;
+		}
+	CHECK(1);
+}
+
+/* ||got - want|| <= bound ||want|| */
+static void normwise(const char *what, const std::vector<float> &got,
+                     const std::vector<float> &want, double bound)
+{
+	double se = 0, sw = 0;
+	for (size_t i = 0; i < want.size(); i++) {
+		se += (got[i] - want[i]) * (double)(got[i] - want[i]);
+		sw += want[i] * (double)want[i];
+	}
+	CHECK_MSG(std::sqrt(se) <= bound * std::sqrt(sw), "%s: normwise error %.3g, bound %.3g", what,
+	          std::sqrt(se / sw), bound);
+}
+
+template <typename T>
+static void run_case(int b, int t, int nh, int bf16)
+{
+	int c = nh * FA_HS;
+	long btc = (long)b * t * c;
+	char what[160];
+	const char *ty = bf16 ? "bf16" : "fp16";
+	double u = bf16 ? 0x1p-9 : 0x1p-12;
+	buf16 qkv = rand16(3 * btc, -1.5f, 1.5f, bf16), dout = rand16(btc, -1, 1, bf16);
+	float scale = (float)(1.0 / std::sqrt((double)FA_HS));
+
+	/* the reference on the same values */
+	std::vector<float> out_ref((size_t)btc), att((size_t)b * nh * t * t);
+	std::vector<float> preatt(att.size()), dqkv_ref((size_t)(3 * btc)), datt(att.size());
+	std::vector<float> dpreatt(att.size());
+	kern_attention_fwd_ref(out_ref.data(), preatt.data(), att.data(), qkv.f.data(), b, t, c, nh);
+
+	std::vector<uint16_t> out16((size_t)btc, 0xffff), dqkv16((size_t)(3 * btc), 0xffff);
+	std::vector<float> lse((size_t)b * nh * t, NAN), dd((size_t)b * nh * t, NAN);
+	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
+	emu_launch(grid, dim3(FA_THREADS), [&] {
+		fa_fwd_kernel<T>(out16.data(), lse.data(), qkv.h.data(), t, c, nh, scale, bf16);
+	});
+
+	/* lse against the scores the reference left in preatt (scaled) */
+	std::vector<float> lse_ref(lse.size());
+	for (long r = 0; r < (long)lse.size(); r++) {
+		int i = (int)(r % t);
+		const float *s = preatt.data() + (size_t)r * t;
+		double m = -INFINITY, sum = 0;
+		for (int j = 0; j <= i; j++)
+			m = std::fmax(m, s[j]);
+		for (int j = 0; j <= i; j++)
+			sum += std::exp(s[j] - m);
+		lse_ref[(size_t)r] = (float)(m + std::log(sum));
+	}
+	snprintf(what, sizeof what, "%s lse b=%d t=%d nh=%d", ty, b, t, nh);
+	near(what, lse, lse_ref, 1e-5);
+	std::vector<float> out = of16(out16, bf16);
+	snprintf(what, sizeof what, "%s out b=%d t=%d nh=%d", ty, b, t, nh);
+	normwise(what, out, out_ref, 3 * u);
+
+	/* backward: D, then the two kernels; the reference from the same out */
+	long rows = (long)b * nh * t;
+	emu_launch(dim3((unsigned)((rows + 7) / 8)), dim3(256), [&] {
+		fa_rowdot_kernel(dd.data(), dout.h.data(), out16.data(), b, t, c, nh, bf16);
+	});
+	emu_launch(grid, dim3(FA_THREADS), [&] {
+		fa_bwd_kv_kernel<T>(dqkv16.data(), dout.h.data(), qkv.h.data(), lse.data(), dd.data(), t,
+		                    c, nh, scale, bf16);
+	});
+	emu_launch(grid, dim3(FA_THREADS), [&] {
+		fa_bwd_q_kernel<T>(dqkv16.data(), dout.h.data(), qkv.h.data(), lse.data(), dd.data(), t,
+		                   c, nh, scale, bf16);
+	});
+	std::fill(dqkv_ref.begin(), dqkv_ref.end(), 0.0f);
+	kern_attention_bwd_ref(dqkv_ref.data(), dpreatt.data(), datt.data(), dout.f.data(),
+	                       qkv.f.data(), att.data(), b, t, c, nh);
+	std::vector<float> dqkv = of16(dqkv16, bf16);
+	snprintf(what, sizeof what, "%s dqkv b=%d t=%d nh=%d", ty, b, t, nh);
+	normwise(what, dqkv, dqkv_ref, 3 * u);
+}
+
+static void test_flash(void)
+{
+	static const int shapes[][3] = { { 1, 1, 1 }, { 2, 67, 2 }, { 1, 64, 1 }, { 1, 130, 2 } };
+	for (const auto &s : shapes) {
+		run_case<__nv_bfloat16>(s[0], s[1], s[2], 1);
+		run_case<__half>(s[0], s[1], s[2], 0);
+	}
+}
+
+int main(void)
+{
+	CHECK_RUN(test_flash);
+	return check_finish();
+}
