@@ -44,8 +44,8 @@ void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float 
  * [b, nh, t] (fp32), which the backward takes with the forward's out to
  * recompute the probabilities. The probabilities are rounded to 16 bits for
  * their product with v as att is; the backward overwrites dqkv (the _set
- * semantics). Head size 64 only: kern_attention_flash_supported says
- * whether a shape (and the operands) can run it. */
+ * semantics). 16-bit operands (kern_matmul_cuda_operands) and head size
+ * 64 only: kern_attention_flash_supported says whether a shape can run. */
 int kern_attention_flash_supported(int t, int c, int nh);
 void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b, int t, int c,
                                    int nh);

@@ -48,8 +48,7 @@
 
 extern "C" int kern_attention_flash_supported(int t, int c, int nh)
 {
-	int ops = kern_cuda_gemm_operands();
-	return ops != KERN_MM_FP32 && t > 0 && nh > 0 && c == nh * FA_HS;
+	return t > 0 && nh > 0 && c == nh * FA_HS;
 }
 
 /* Lets kernel k use bytes of dynamic shared memory (over 48 KiB needs the

@@ -259,6 +259,12 @@ int trn_cuda_act16_wanted(void)
 	return !v || strcmp(v, "0") != 0;
 }
 
+int trn_cuda_flash_wanted(void)
+{
+	const char *v = getenv("LARCH_CUDA_ATTENTION");
+	return v && strcmp(v, "flash") == 0;
+}
+
 void trn_cuda_model_gemms(const struct trn_cuda_model *c)
 {
 	kern_matmul_cuda_operands(c->base.dtype == TRN_DTYPE_BF16   ? KERN_MM_BF16

@@ -55,7 +55,8 @@ struct gpt_block_acts {
 	float *ln1_mean, *ln1_rstd;
 	void *qkv;                         /* [B,T,3C] */
 	void *atty;                        /* [B,T,C] */
-	void *att;                         /* [B,NH,T,T] */
+	void *att;                         /* [B,NH,T,T]; none with flash */
+	float *lse;                        /* flash: [B,NH,T] the rows' log-sum-exp */
 	void *res2;
 	void *ln2;
 	float *ln2_mean, *ln2_rstd;
@@ -78,6 +79,7 @@ struct gpt_cuda {
 	int act_cpu;                       /* offload.activations "cpu" */
 	struct trn_act_offload off;        /* cpu */
 	int a16;                           /* activations stored as 16 bits (KERN_ACT_16) */
+	int flash;                         /* attention fused (attention_cuda.h's flash) */
 	size_t es;                         /* bytes of one activation: 4, or 2 with a16 */
 	long btc_max;                      /* values of one [B,T,C] at the largest batch */
 	void *inputs;                      /* recompute: [L][B,T,C] every block's input */
@@ -97,7 +99,10 @@ static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + 
  * offload copies). Returns its floats. */
 static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, size_t es, float *base)
 {
-	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
+	/* the fused attention keeps a row's log-sum-exp where the other keeps
+	 * [T, T], and needs no scratch */
+	long BT = B * g->T, C = g->C, att = g->flash ? 0 : B * g->NH * g->T * g->T;
+	long lse = g->flash ? B * g->NH * g->T : 0;
 	long used = 0;
 	int recompute = mode == TRN_OFFLOAD_RECOMPUTE;
 	int n_blocks = recompute ? (g->L > 0) : mode == TRN_OFFLOAD_CPU ? 2 * (g->L > 0) : g->L;
@@ -121,6 +126,7 @@ static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, size_t es, 
 			TAKE_A(a->x, BT * C);
 		TAKE_A(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
 		TAKE_A(a->qkv, BT * 3 * C); TAKE_A(a->atty, BT * C); TAKE_A(a->att, att);
+		TAKE(a->lse, lse);
 		TAKE_A(a->res2, BT * C);
 		TAKE_A(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
 		TAKE_A(a->fch, BT * 4 * C); TAKE_A(a->fch_gelu, BT * 4 * C);
@@ -208,8 +214,11 @@ static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts
 	kern_layernorm_fwd_act_cuda(a16, a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W),
 	                            W(P_LN1B), BT, C);
 	kern_matmul_fwd_act_cuda(a16, a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
-	kern_attention_fwd_act_cuda(a16, a->atty, a16 ? g->datt : NULL, a->att, a->qkv, B, T, C,
-	                            NH);
+	if (g->flash)
+		kern_attention_flash_fwd_cuda(a->atty, a->lse, a->qkv, B, T, C, NH);
+	else
+		kern_attention_fwd_act_cuda(a16, a->atty, a16 ? g->datt : NULL, a->att, a->qkv, B, T,
+		                            C, NH);
 	kern_matmul_fwd_act_cuda(a16, g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
 	kern_residual_fwd_act_cuda(a16, a->res2, a->x, g->tmp_c, btc);
 	kern_layernorm_fwd_act_cuda(a16, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W),
@@ -313,8 +322,12 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 		                            W(P_LN2W), a->ln2_mean, a->ln2_rstd, BT, C);
 		kern_matmul_bwd_set_act_cuda(a16, g->datty, G(P_PROJW), G(P_PROJB), g->dres, a->atty,
 		                             W(P_PROJW), BT, C, C);
-		kern_attention_bwd_set_act_cuda(a16, g->dqkv, NULL, g->datt, g->datty, a->qkv, a->att,
-		                                B, T, C, NH);
+		if (g->flash)
+			kern_attention_flash_bwd_set_cuda(g->dqkv, g->datty, a->atty, a->qkv, a->lse, B,
+			                                  T, C, NH);
+		else
+			kern_attention_bwd_set_act_cuda(a16, g->dqkv, NULL, g->datt, g->datty, a->qkv,
+			                                a->att, B, T, C, NH);
 		kern_matmul_bwd_set_act_cuda(a16, g->dln, G(P_QKVW), G(P_QKVB), g->dqkv, a->ln1,
 		                             W(P_QKVW), BT, C, 3 * C);
 		kern_layernorm_bwd_act_cuda(a16, g->dres, G(P_LN1W), G(P_LN1B), g->dln, a->x, W(P_LN1W),
@@ -452,6 +465,8 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->btc_max = (long)max_batch * g->T * g->C;
 	g->a16 = cpu->dtype != TRN_DTYPE_FP32 && trn_cuda_act16_wanted() ? KERN_ACT_16 : KERN_ACT_F32;
 	g->es = g->a16 ? sizeof(uint16_t) : sizeof(float);
+	g->flash = g->a16 && trn_cuda_flash_wanted() &&
+	           kern_attention_flash_supported(g->T, g->C, g->NH);
 	long floats = carve(g, max_batch, mode, g->es, NULL);
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
 		gpt_cuda_free(&g->c.base);

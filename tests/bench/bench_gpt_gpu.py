@@ -14,7 +14,8 @@ llm.c's format. Printed side by side:
   16-bit values that the GEMMs read in place (cuda_common.h), and a second
   bf16 row ("act32", LARCH_CUDA_ACT16=0) runs the earlier layout, fp32
   buffers holding bf16 values that each GEMM converts, for the ratio of the
-  two
+  two; "flash" (LARCH_CUDA_ATTENTION=flash) runs the fused attention in
+  place of cuBLAS's batched GEMMs and the [T, T] softmax
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -213,6 +214,7 @@ def main():
         write_tokens(tmp / "train.bin", max(a.micro * a.seq * 4, 1 << 20), a.vocab, 1)
         write_tokens(tmp / "val.bin", a.seq * 2 + 1, a.vocab, 2)
         for prec, env, tag in (("fp32", None, ""), ("bf16", None, ""),
+                               ("bf16", {"LARCH_CUDA_ATTENTION": "flash"}, "-flash"),
                                ("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")):
             r = run_larch(exe, tmp, a, prec, env, tag)
             if "error" in r:

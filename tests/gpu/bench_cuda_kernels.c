@@ -37,6 +37,7 @@
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_cuda.h"
 #include "kernels/parallel.h"
+#include "kernels/precision_cuda.h"
 #include "kernels/relu.h"
 #include "kernels/relu_cuda.h"
 #include "kernels/residual.h"
@@ -503,6 +504,82 @@ static void bench_attention(int b, int t, int c, int nh)
 	kern_cuda_free(a.d_datt), kern_cuda_free(a.d_dqkv);
 }
 
+/* bf16 attention on 16-bit activations: the GEMM path (cuBLAS batched
+ * GEMMs, the [t, t] softmax, att kept as 16 bits) beside the fused one,
+ * forward and backward, GPU only */
+struct ab16 {
+	int b, t, c, nh;
+	void *qkv, *out, *att, *dout, *dqkv;
+	float *scratch, *lse;
+};
+
+static void att16_fwd_gemm(void *p)
+{
+	struct ab16 *a = p;
+	kern_attention_fwd_act_cuda(KERN_ACT_16, a->out, a->scratch, a->att, a->qkv, a->b, a->t,
+	                            a->c, a->nh);
+}
+
+static void att16_bwd_gemm(void *p)
+{
+	struct ab16 *a = p;
+	kern_attention_bwd_set_act_cuda(KERN_ACT_16, a->dqkv, NULL, a->scratch, a->dout, a->qkv,
+	                                a->att, a->b, a->t, a->c, a->nh);
+}
+
+static void att16_fwd_flash(void *p)
+{
+	struct ab16 *a = p;
+	kern_attention_flash_fwd_cuda(a->out, a->lse, a->qkv, a->b, a->t, a->c, a->nh);
+}
+
+static void att16_bwd_flash(void *p)
+{
+	struct ab16 *a = p;
+	kern_attention_flash_bwd_set_cuda(a->dqkv, a->dout, a->out, a->qkv, a->lse, a->b, a->t,
+	                                  a->c, a->nh);
+}
+
+static void bench_attention16(int b, int t, int c, int nh)
+{
+	char name[128];
+	snprintf(name, sizeof name, "attention bf16 b=%d t=%d c=%d nh=%d", b, t, c, nh);
+	if (only && !strstr(name, only))
+		return;
+	if (!kern_attention_flash_supported(t, c, nh))
+		return;
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	struct ab16 a = { .b = b, .t = t, .c = c, .nh = nh };
+	long btc = (long)b * t * c, tt = (long)b * nh * t * t;
+	float *h = hbuf(3 * btc, -1, 1), *d = dbuf(h, 3 * btc);
+	a.qkv = kern_cuda_malloc(2 * 3 * (size_t)btc);
+	kern_fp32_to_bf16_cuda(a.qkv, d, 3 * btc);
+	a.out = kern_cuda_malloc(2 * (size_t)btc);
+	a.dout = kern_cuda_malloc(2 * (size_t)btc);
+	kern_fp32_to_bf16_cuda(a.dout, d, btc);
+	a.dqkv = kern_cuda_malloc(2 * 3 * (size_t)btc);
+	a.att = kern_cuda_malloc(2 * (size_t)tt);
+	a.scratch = kern_cuda_malloc(sizeof(float) * (size_t)tt);
+	a.lse = kern_cuda_malloc(sizeof(float) * (size_t)b * nh * t);
+	double flop = 2.0 * b * c * (double)t * t / 2;
+	att16_fwd_gemm(&a);
+	double fg = time_gpu_ms(att16_fwd_gemm, &a), bg = time_gpu_ms(att16_bwd_gemm, &a);
+	att16_fwd_flash(&a);
+	double ff = time_gpu_ms(att16_fwd_flash, &a), bf = time_gpu_ms(att16_bwd_flash, &a);
+	printf("%-40s fwd: gemm %8.4f ms %7.1f TFLOP/s, flash %8.4f ms %7.1f TFLOP/s, gemm/flash "
+	       "x%.2f\n", name, fg, 2 * flop / (fg * 1e-3) / 1e12, ff, 2 * flop / (ff * 1e-3) / 1e12,
+	       fg / ff);
+	printf("%-40s bwd: gemm %8.4f ms %7.1f TFLOP/s, flash %8.4f ms %7.1f TFLOP/s, gemm/flash "
+	       "x%.2f\n", name, bg, 4 * flop / (bg * 1e-3) / 1e12, bf, 4 * flop / (bf * 1e-3) / 1e12,
+	       bg / bf);
+	fflush(stdout);
+	free(h);
+	kern_cuda_free(d), kern_cuda_free(a.qkv), kern_cuda_free(a.out), kern_cuda_free(a.dout);
+	kern_cuda_free(a.dqkv), kern_cuda_free(a.att), kern_cuda_free(a.scratch);
+	kern_cuda_free(a.lse);
+	kern_matmul_cuda_operands(prev);
+}
+
 /* ---- matmul ------------------------------------------------------------------ */
 
 struct mmb {
@@ -611,6 +688,7 @@ int main(int argc, char **argv)
 	bench_optimizer(quick ? (4L << 20) : (32L << 20));
 	bench_embedding(quick ? 1 : 8, 1024, c, 50257);
 	bench_attention(quick ? 1 : 8, 1024, c, 12);
+	bench_attention16(quick ? 1 : 8, 1024, c, 12);
 
 	/* GPT-2 small's linear layers, then the Fashion-MNIST MLP's */
 	int n = (int)tokens;

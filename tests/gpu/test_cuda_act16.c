@@ -12,7 +12,8 @@
  * order for 16-bit outputs than for fp32 ones: within two 16-bit spacings
  * of the fp32 path's result, or 1e-3 of the output's largest value (sums
  * that cancel). The weight gradients are fp32 sums of the same products:
- * rtol 1e-5 of the largest.
+ * rtol 1e-5 of the largest. The fused attention, which has no fp32-buffer
+ * version, against the CPU reference (test_flash).
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "gpu_test.h"
+#include "kernels/attention.h"
 #include "kernels/attention_cuda.h"
 #include "kernels/cuda_common.h"
 #include "kernels/embedding_cuda.h"
@@ -421,6 +423,83 @@ static void test_attention(void)
 	attention_case(2, 256, 768, 12);
 }
 
+/* ||got - want|| <= bound ||want|| */
+static void check_normwise16(const char *what, const float *got, const float *want, long n,
+                             double bound)
+{
+	double se = 0, sw = 0;
+	for (long i = 0; i < n; i++) {
+		se += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+		sw += (double)want[i] * want[i];
+	}
+	CHECK_MSG(sqrt(se) <= bound * sqrt(sw), "%s %s: normwise error %.3g, bound %.3g",
+	          type_name(), what, sqrt(se / (sw > 0 ? sw : 1)), bound);
+}
+
+/* The fused attention against the reference on the same 16-bit values, as
+ * tests/unit/test_flash_emu.cc holds the same kernels on the CPU: lse 1e-5
+ * of the largest, out and dqkv normwise within 3u; and the same bits on a
+ * second run. */
+static void flash_case(int b, int t, int nh)
+{
+	char what[128];
+	int c = nh * 64;
+	long btc = (long)b * t * c, tt = (long)b * nh * t * t, rows = (long)b * nh * t;
+	double u = g_bf16 ? 0x1p-9 : 0x1p-12;
+	float *qkv = rand16(3 * btc, -1.5f, 1.5f), *dy = rand16(btc, -1, 1);
+	float *out = host_zeros(btc), *pre = host_zeros(tt), *att = host_zeros(tt);
+	float *dq = host_zeros(3 * btc), *dpre = host_zeros(tt), *datt = host_zeros(tt);
+	kern_attention_fwd_ref(out, pre, att, qkv, b, t, c, nh);
+	kern_attention_bwd_ref(dq, dpre, datt, dy, qkv, att, b, t, c, nh);
+	float *lse_ref = host_zeros(rows);
+	for (long r = 0; r < rows; r++) {
+		int i = (int)(r % t);
+		double m = -INFINITY, sum = 0;
+		for (int j = 0; j <= i; j++)
+			m = fmax(m, pre[r * t + j]);
+		for (int j = 0; j <= i; j++)
+			sum += exp(pre[r * t + j] - m);
+		lse_ref[r] = (float)(m + log(sum));
+	}
+
+	void *qkv16 = dev16(qkv, 3 * btc), *dy16 = dev16(dy, btc), *o16 = dev16_alloc(btc);
+	void *dq16 = dev16_alloc(3 * btc);
+	float *d_lse = dev_alloc(rows);
+	float *got_o[2], *got_dq[2], *got_lse = NULL;
+	for (int run = 0; run < 2; run++) {
+		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
+		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
+		got_o[run] = fetch16(o16, btc);
+		got_dq[run] = fetch16(dq16, 3 * btc);
+		if (run == 0)
+			got_lse = dev_fetch(d_lse, rows);
+	}
+	snprintf(what, sizeof what, "flash lse b=%d t=%d nh=%d", b, t, nh);
+	check_rel(what, got_lse, lse_ref, rows, 1e-5);
+	snprintf(what, sizeof what, "flash out b=%d t=%d nh=%d", b, t, nh);
+	check_normwise16(what, got_o[0], out, btc, 3 * u);
+	snprintf(what, sizeof what, "flash dqkv b=%d t=%d nh=%d", b, t, nh);
+	check_normwise16(what, got_dq[0], dq, 3 * btc, 3 * u);
+	check_bits("flash out, run twice", got_o[1], got_o[0], btc);
+	check_bits("flash dqkv, run twice", got_dq[1], got_dq[0], 3 * btc);
+
+	free(qkv), free(dy), free(out), free(pre), free(att), free(dq), free(dpre), free(datt);
+	free(lse_ref), free(got_lse);
+	for (int run = 0; run < 2; run++)
+		free(got_o[run]), free(got_dq[run]);
+	kern_cuda_free(qkv16), kern_cuda_free(dy16), kern_cuda_free(o16), kern_cuda_free(dq16);
+	kern_cuda_free(d_lse);
+}
+
+static void test_flash(void)
+{
+	CHECK(kern_attention_flash_supported(1024, 768, 12) && !kern_attention_flash_supported(8, 48, 3));
+	flash_case(1, 1, 1);
+	flash_case(2, 67, 2);
+	flash_case(2, 256, 12);
+	flash_case(1, 1024, 12);
+}
+
 static void run_all(void)
 {
 	CHECK_RUN(test_layernorm);
@@ -429,6 +508,7 @@ static void run_all(void)
 	CHECK_RUN(test_softmax_xent);
 	CHECK_RUN(test_matmul);
 	CHECK_RUN(test_attention);
+	CHECK_RUN(test_flash);
 }
 
 int main(void)

@@ -624,6 +624,98 @@ void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float 
 	free(dx);
 }
 
+/* The fused attention: the CPU model's attention on the same 16-bit values
+ * (its out, its gradients: the model's orchestration is what is checked
+ * here; the kernels' numerics in test_flash_emu and on a GPU), and each
+ * row's log-sum-exp of the scaled scores into lse. The backward takes att
+ * again from a forward on its qkv and checks that lse and out are what the
+ * forward left for that qkv: a model handing over another block's shows. */
+long cuda_shim_flash_calls;
+
+int kern_attention_flash_supported(int t, int c, int nh)
+{
+	return t > 0 && nh > 0 && c == nh * 64;
+}
+
+/* out (fp32) and att (rounded) of qkv (16-bit values) by the CPU model's
+ * kernel, and the rows' log-sum-exp of the scaled scores (in double) */
+static void flash_ref(float *out, float *att, float *lse, const float *qkv, int b, int t, int c,
+                      int nh)
+{
+	int hs = c / nh;
+	double scale = 1.0 / sqrt((double)hs);
+	kern_attention_fwd_cpu(out, NULL, att, qkv, b, t, c, nh);
+	store16(att, (long)b * nh * t * t);   /* as the model keeps it */
+	for (long r = 0; r < (long)b * nh * t; r++) {
+		int i = (int)(r % t), h = (int)(r / t % nh), bb = (int)(r / t / nh);
+		const float *q = qkv + ((size_t)bb * t + i) * 3 * c + (size_t)h * hs;
+		double m = -INFINITY, sum = 0;
+		for (int pass = 0; pass < 2; pass++)
+			for (int j = 0; j <= i; j++) {
+				const float *k = qkv + ((size_t)bb * t + j) * 3 * c + c + (size_t)h * hs;
+				double dot = 0;
+				for (int d = 0; d < hs; d++)
+					dot += (double)q[d] * k[d];
+				if (pass == 0)
+					m = fmax(m, dot * scale);
+				else
+					sum += exp(dot * scale - m);
+			}
+		lse[r] = (float)(m + log(sum));
+	}
+}
+
+void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b, int t, int c,
+                                   int nh)
+{
+	act_check(1);
+	if (!kern_attention_flash_supported(t, c, nh))
+		abort();
+	cuda_shim_flash_calls++;
+	long btc = (long)b * t * c;
+	float *x = from16(qkv, 3 * btc), *o = fresh32(btc), *a = fresh32((long)b * nh * t * t);
+	flash_ref(o, a, lse, x, b, t, c, nh);
+	to16(out, o, btc);
+	free(x);
+	free(o);
+	free(a);
+}
+
+void kern_attention_flash_bwd_set_cuda(void *dqkv, const void *dout, const void *out,
+                                       const void *qkv, const float *lse, int b, int t, int c,
+                                       int nh)
+{
+	act_check(1);
+	if (!kern_attention_flash_supported(t, c, nh))
+		abort();
+	cuda_shim_flash_calls++;
+	long btc = (long)b * t * c, att_n = (long)b * nh * t * t, rows = (long)b * nh * t;
+	float *x = from16(qkv, 3 * btc), *o = fresh32(btc), *a = fresh32(att_n);
+	float *l = fresh32(rows), *d = from16(dout, btc), *dx = fresh32(3 * btc);
+	float *datt = fresh32(att_n);
+	uint16_t *o16 = malloc(sizeof *o16 * (size_t)btc);
+	if (!o16)
+		abort();
+	flash_ref(o, a, l, x, b, t, c, nh);
+	to16(o16, o, btc);
+	if (memcmp(l, lse, sizeof(float) * (size_t)rows) != 0 ||
+	    memcmp(o16, out, sizeof *o16 * (size_t)btc) != 0) {
+		fprintf(stderr, "cuda_shim: flash attention backward: lse or out is not the "
+		        "forward's of this qkv\n");
+		abort();
+	}
+	kern_attention_bwd_set_cpu(dx, NULL, datt, d, x, a, b, t, c, nh);
+	to16(dqkv, dx, 3 * btc);
+	free(x);
+	free(o);
+	free(a);
+	free(l);
+	free(d);
+	free(dx);
+	free(datt);
+	free(o16);
+}
+
 void kern_gelu_fwd_act_cuda(int a16, void *out, const void *inp, long n)
 {
 	act_check(a16);

@@ -269,6 +269,40 @@ static void test_gpt(void)
 	               " \"steps\": 1}", &ds, 2, "gpt one block, padded vocab");
 }
 
+/* LARCH_CUDA_ATTENTION=flash: a 16-bit GPT with head size 64 runs the
+ * fused attention (the shim's, which checks that backward is handed the
+ * forward's out and lse), keeping each block's lse where the other keeps
+ * [T, T]; alone, recomputed and offloaded, against the CPU model */
+extern long cuda_shim_flash_calls;
+
+static void test_gpt_flash(void)
+{
+	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
+	static const struct { int layers; const char *extra, *what; } cases[] = {
+		{ 2, "\"precision\": {\"compute\": \"bf16\"},", "gpt flash bf16" },
+		{ 2, "\"precision\": {\"compute\": \"fp16\"},", "gpt flash fp16" },
+		{ 3, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"activations\":"
+		     " \"recompute\"},", "gpt flash bf16 recompute" },
+		{ 3, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"activations\":"
+		     " \"cpu\"},", "gpt flash bf16 offload.activations cpu" },
+	};
+	setenv("LARCH_CUDA_ATTENTION", "flash", 1);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char text[1024];
+		snprintf(text, sizeof text, "{\"model\": {\"type\": \"gpt\", \"layers\": %d, \"heads\": 2,"
+		         " \"dim\": 128, \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\","
+		         " \"train\": \"x.bin\"}, \"batch\": {\"global\": 3}, \"optimizer\": {\"type\":"
+		         " \"adamw\", \"lr\": 0.001}, %s \"steps\": 1}", cases[i].layers, cases[i].extra);
+		long before = cuda_shim_flash_calls;
+		compare_models(text, &ds, 3, cases[i].what);
+		/* with 16-bit activations (not under LARCH_CUDA_ACT16=0) */
+		CHECK_MSG((cuda_shim_flash_calls > before) == trn_cuda_act16_wanted(),
+		          "%s: %ld fused attention calls", cases[i].what,
+		          cuda_shim_flash_calls - before);
+	}
+	unsetenv("LARCH_CUDA_ATTENTION");
+}
+
 static void test_mlp(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_CLASSIFY, .dim = 20, .n_classes = 7 };
@@ -463,6 +497,7 @@ int main(void)
 {
 	tmp = check_tmpdir("model_cuda");
 	CHECK_RUN(test_gpt);
+	CHECK_RUN(test_gpt_flash);
 	CHECK_RUN(test_mlp);
 	CHECK_RUN(test_train_same_run);
 	CHECK_MSG(cuda_shim_live_buffers == 0, "%ld device buffers not freed", cuda_shim_live_buffers);
