@@ -6,7 +6,10 @@
  * Tiles of 64 queries (or keys) a block of 4 warps, 16 rows a warp; the
  * block's tiles of q, k, v, dout sit in shared memory, rows padded to 72
  * values against bank conflicts. Each warp keeps a 16 x 72 fp32 buffer for
- * its scores, in which two lanes own a row (32 columns each).
+ * its scores, in which two lanes own a row, the even and the odd columns
+ * (with the buffer's row stride, 68 floats, the 32 lanes' reads fall on
+ * 16 banks, against 4 with halves of rows). The forward and dq kernels
+ * take the query tiles from the last (the longest walk over the keys).
  *
  * Forward, two passes over the key tiles up to the diagonal: the first
  * finds each row's max and sum of exponentials (online, per lane, merged

@@ -20,9 +20,11 @@ using namespace nvcuda;
 #define FA_WARPS 4                     /* 16 rows of the tile each */
 #define FA_THREADS (FA_WARPS * 32)
 #define FA_LD (FA_HS + 8)              /* a 16-bit tile's row stride (values) */
-#define FA_LDS 72                      /* a warp buffer's fp32 row stride */
+#define FA_LDS 68                      /* a warp buffer's fp32 row stride */
 #define FA_TILE_VALUES (FA_TILE * FA_LD)
-#define FA_WBUF (16 * FA_LDS)          /* floats of one warp's buffer */
+/* floats of one warp's buffer: 16 fp32 rows of FA_LDS, or two 16-bit
+ * [16, FA_LD] (p and ds), whichever is larger */
+#define FA_WBUF (16 * FA_LD)
 
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
 
@@ -96,23 +98,23 @@ __device__ static void warp_store(uint16_t *dst, long ld, int row0, int t, acc_f
 	__syncwarp();
 	int lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1;
 	if (row0 + row < t) {
-		uint16_t *o = dst + (size_t)(row0 + row) * ld + half * 32;
-		const float *src = wb + row * FA_LDS + half * 32;
+		uint16_t *o = dst + (size_t)(row0 + row) * ld + half;
+		const float *src = wb + row * FA_LDS + half;
 		for (int j = 0; j < 32; j++)
-			o[j] = to16_bits(src[j] * scale, bf16);
+			o[2 * j] = to16_bits(src[2 * j] * scale, bf16);
 	}
 	__syncwarp();
 }
 
-/* 32 values per lane into the warp buffer as 16 bits, rows FA_LD apart,
- * at this lane's row and half */
+/* a lane's 32 values (its columns of its row: lane_col) into the warp
+ * buffer as 16 bits, rows FA_LD apart */
 __device__ static void lane_put16(uint16_t *buf, const float *v, int bf16)
 {
 	int lane = threadIdx.x & 31;
-	uint16_t *d = buf + (lane >> 1) * FA_LD + (lane & 1) * 32;
+	uint16_t *d = buf + (lane >> 1) * FA_LD + (lane & 1);
 #pragma unroll
 	for (int j = 0; j < 32; j++)
-		d[j] = to16_bits(v[j], bf16);
+		d[2 * j] = to16_bits(v[j], bf16);
 }
 
 /* ---- forward ------------------------------------------------------------------ */
@@ -127,7 +129,7 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1;
 	float *wb = (float *)(vs + FA_TILE_VALUES) + warp * FA_WBUF;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
-	int q0 = blockIdx.x * FA_TILE;
+	int q0 = (gridDim.x - 1 - blockIdx.x) * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	const uint16_t *qw = qs + warp * 16 * FA_LD;
@@ -143,12 +145,12 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 		__syncthreads();
 		warp_abt<T>(wb, qw, ks);
 		__syncwarp();
-		const float *sr = wb + row * FA_LDS + half * 32;
+		const float *sr = wb + row * FA_LDS + half;
 		for (int j = 0; j < 32; j++) {
-			int kj = k0 + half * 32 + j;
+			int kj = k0 + 2 * j + half;
 			if (kj > qi || qi >= t)
 				break;
-			float s = sr[j] * scale;
+			float s = sr[2 * j] * scale;
 			if (s > m) {
 				l = l * expf(m - s) + 1.0f;
 				m = s;
@@ -177,11 +179,11 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 		warp_abt<T>(wb, qw, ks);
 		__syncwarp();
 		float p[32];
-		const float *sr = wb + row * FA_LDS + half * 32;
+		const float *sr = wb + row * FA_LDS + half;
 #pragma unroll
 		for (int j = 0; j < 32; j++) {
-			int kj = k0 + half * 32 + j;
-			p[j] = kj <= qi && qi < t ? expf(sr[j] * scale - row_lse) : 0.0f;
+			int kj = k0 + 2 * j + half;
+			p[j] = kj <= qi && qi < t ? expf(sr[2 * j] * scale - row_lse) : 0.0f;
 		}
 		__syncwarp();                  /* every lane has read its scores */
 		lane_put16((uint16_t *)wb, p, bf16);
@@ -259,12 +261,12 @@ fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, cons
 		warp_abt<T>(wb, ks + warp * 16 * FA_LD, qs);
 		__syncwarp();
 		float p[32], ds[32];
-		const float *sr = wb + row * FA_LDS + half * 32;
+		const float *sr = wb + row * FA_LDS + half;
 #pragma unroll
 		for (int j = 0; j < 32; j++) {
-			int q = q0 + half * 32 + j;
+			int q = q0 + 2 * j + half;
 			p[j] = kj <= q && q < t && kj < t
-			               ? expf(sr[j] * scale - lse_s[half * 32 + j]) : 0.0f;
+			               ? expf(sr[2 * j] * scale - lse_s[2 * j + half]) : 0.0f;
 		}
 		__syncwarp();
 		/* dp^T = v dout^T for this warp's keys */
@@ -272,7 +274,7 @@ fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, cons
 		__syncwarp();
 #pragma unroll
 		for (int j = 0; j < 32; j++)
-			ds[j] = p[j] * (sr[j] - dd_s[half * 32 + j]);
+			ds[j] = p[j] * (sr[2 * j] - dd_s[2 * j + half]);
 		__syncwarp();
 		lane_put16(p16, p, bf16);
 		lane_put16(ds16, ds, bf16);
@@ -299,7 +301,7 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 	float *wb = wbs + warp * FA_WBUF;
 	uint16_t *ds16 = (uint16_t *)wb + 16 * FA_LD;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
-	int q0 = blockIdx.x * FA_TILE;
+	int q0 = (gridDim.x - 1 - blockIdx.x) * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	int qi = q0 + warp * 16 + row;
@@ -321,18 +323,18 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 		warp_abt<T>(wb, qs + warp * 16 * FA_LD, ks);
 		__syncwarp();
 		float p[32], ds[32];
-		const float *sr = wb + row * FA_LDS + half * 32;
+		const float *sr = wb + row * FA_LDS + half;
 #pragma unroll
 		for (int j = 0; j < 32; j++) {
-			int k = k0 + half * 32 + j;
-			p[j] = k <= qi && qi < t ? expf(sr[j] * scale - row_lse) : 0.0f;
+			int k = k0 + 2 * j + half;
+			p[j] = k <= qi && qi < t ? expf(sr[2 * j] * scale - row_lse) : 0.0f;
 		}
 		__syncwarp();
 		warp_abt<T>(wb, dos + warp * 16 * FA_LD, vs);
 		__syncwarp();
 #pragma unroll
 		for (int j = 0; j < 32; j++)
-			ds[j] = p[j] * (sr[j] - row_dd);
+			ds[j] = p[j] * (sr[2 * j] - row_dd);
 		__syncwarp();
 		lane_put16(ds16, ds, bf16);
 		__syncwarp();
