@@ -473,6 +473,13 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 		return NULL;
 	}
 	carve(g, max_batch, mode, g->es, g->c.arena);
+	if (cpu->dtype != TRN_DTYPE_FP32) {     /* for the "device:" line larch-train prints */
+		char *d = g->c.base.device_desc;
+		size_t len = strlen(d);
+		snprintf(d + len, sizeof g->c.base.device_desc - len, "; activations %s%s",
+		         g->a16 ? "stored as 16 bits" : "in fp32 buffers (LARCH_CUDA_ACT16=0)",
+		         g->flash ? ", attention fused" : "");
+	}
 	/* The arena starts zeroed (trn_cuda_model_init): so do the padding
 	 * columns of the logits' gradient, which no op writes and the 16-bit
 	 * GEMM reads (matmul_cuda.h). */
