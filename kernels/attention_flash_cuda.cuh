@@ -26,6 +26,12 @@ using namespace nvcuda;
  * [16, FA_LD] (p and ds), whichever is larger */
 #define FA_WBUF (16 * FA_LD)
 
+/* the block's dynamic shared memory, 128-byte aligned (the CPU emulation
+ * brings its own) */
+#ifndef KERN_DYNAMIC_SMEM
+#define KERN_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
 
 /* Rows [r0, r0 + 64) of one head's 64 columns of src (rows ld values apart)
@@ -124,7 +130,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int nh, float scale,
               int bf16)
 {
-	extern __shared__ __align__(128) unsigned char smem[];
+	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *qs = (uint16_t *)smem, *ks = qs + FA_TILE_VALUES, *vs = ks + FA_TILE_VALUES;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1;
 	float *wb = (float *)(vs + FA_TILE_VALUES) + warp * FA_WBUF;
@@ -224,7 +230,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                  const float *dd, int t, int c, int nh, float scale, int bf16)
 {
-	extern __shared__ __align__(128) unsigned char smem[];
+	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *ks = (uint16_t *)smem, *vs = ks + FA_TILE_VALUES, *qs = vs + FA_TILE_VALUES;
 	uint16_t *dos = qs + FA_TILE_VALUES;
 	float *wbs = (float *)(dos + FA_TILE_VALUES);
@@ -293,7 +299,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
 fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                 const float *dd, int t, int c, int nh, float scale, int bf16)
 {
-	extern __shared__ __align__(128) unsigned char smem[];
+	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *qs = (uint16_t *)smem, *dos = qs + FA_TILE_VALUES, *ks = dos + FA_TILE_VALUES;
 	uint16_t *vs = ks + FA_TILE_VALUES;
 	float *wbs = (float *)(vs + FA_TILE_VALUES);

@@ -15,95 +15,7 @@
 #include <math.h>
 
 #include "cuda_common.h"
-#include "precision_cuda.cuh"
-
-#define FWD_THREADS 512
-#define BWD_THREADS 256
-#define BWD_PER_THREAD 4
-
-/* (m, s) merge: the sum of exp(x - max) over both sets. Empty sets have
- * m = -inf, s = 0. */
-__device__ static inline void lse_merge(float *m, float *s, float m2, float s2)
-{
-	float mx = fmaxf(*m, m2);
-	if (mx == -INFINITY) /* both empty (or all -inf) */
-		return;
-	*s = *s * expf(*m - mx) + s2 * expf(m2 - mx);
-	*m = mx;
-}
-
-__global__ static void xent_fwd_kernel(float *losses, float *lse, const void *logits, int ld,
-                                       const int *targets, int v, int a16, int ops)
-{
-	__shared__ float sm[FWD_THREADS / 32], ss[FWD_THREADS / 32];
-	int row = blockIdx.x;
-	int tgt = targets[row];
-	if (tgt < 0) {
-		if (threadIdx.x == 0) {
-			losses[row] = 0.0f;
-			lse[row] = 0.0f;
-		}
-		return;
-	}
-	size_t x0 = (size_t)row * ld;
-	float m = -INFINITY, s = 0.0f;
-	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
-		float xj = act_ld(logits, x0 + j, a16, ops);
-		if (xj > m) {
-			s = s * expf(m - xj) + 1.0f;
-			m = xj;
-		} else if (xj != -INFINITY) { /* NaN goes here, and into s */
-			s += expf(xj - m);
-		}
-	}
-	for (int off = 16; off > 0; off >>= 1) {
-		float m2 = __shfl_xor_sync(0xffffffffu, m, off);
-		float s2 = __shfl_xor_sync(0xffffffffu, s, off);
-		lse_merge(&m, &s, m2, s2);
-	}
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	if (lane == 0) {
-		sm[warp] = m;
-		ss[warp] = s;
-	}
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		m = sm[0];
-		s = ss[0];
-		for (int w = 1; w < FWD_THREADS / 32; w++)
-			lse_merge(&m, &s, sm[w], ss[w]);
-		float l = m + logf(s);
-		lse[row] = l;
-		losses[row] = l - act_ld(logits, x0 + tgt, a16, ops);
-	}
-}
-
-/* set: dlogits = g; else dlogits += g, with g = dloss (p - [j == target])
- * rounded before the add (__fmul_rn), so that adding gives exactly dlogits
- * + what the _set version writes. Rows with a negative target: g = 0. */
-__global__ static void xent_bwd_kernel(void *dlogits, float dloss, const void *logits, int ld,
-                                       const float *lse, const int *targets, int v, int set,
-                                       int a16, int ops)
-{
-	int row = blockIdx.x;
-	int tgt = targets[row];
-	if (tgt < 0 && !set)
-		return;
-	float l = tgt < 0 ? 0.0f : lse[row];
-	size_t base = (size_t)row * ld;
-	int j0 = blockIdx.y * (BWD_THREADS * BWD_PER_THREAD) + threadIdx.x;
-#pragma unroll
-	for (int k = 0; k < BWD_PER_THREAD; k++) {
-		int j = j0 + k * BWD_THREADS;
-		if (j >= v)
-			break;
-		float g = 0.0f;
-		if (tgt >= 0)
-			g = __fmul_rn(dloss, expf(act_ld(logits, base + j, a16, ops) - l) -
-			                         (j == tgt ? 1.0f : 0.0f));
-		act_st(dlogits, base + j, set ? g : act_raw(dlogits, base + j, a16, ops) + g, a16, ops);
-	}
-}
+#include "softmax_xent_kernels.cuh"
 
 extern "C" void kern_softmax_xent_fwd_ld_act_cuda(int a16, float *losses, float *lse,
                                                   const void *logits, int ld, const int *targets,
@@ -112,8 +24,8 @@ extern "C" void kern_softmax_xent_fwd_ld_act_cuda(int a16, float *losses, float 
 	int ops = kern_cuda_act_operands(a16, "softmax_xent forward");
 	if (n <= 0 || v <= 0)
 		return;
-	xent_fwd_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, ld, targets,
-	                                                            v, a16, ops);
+	xent_fwd_kernel<<<n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, ld,
+	                                                                 targets, v, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -135,11 +47,10 @@ static void xent_bwd(int a16, void *dlogits, float dloss, const void *logits, in
 	int ops = kern_cuda_act_operands(a16, "softmax_xent backward");
 	if (n <= 0 || v <= 0)
 		return;
-	dim3 grid((unsigned)n, (unsigned)((v + BWD_THREADS * BWD_PER_THREAD - 1) /
-	                                  (BWD_THREADS * BWD_PER_THREAD)));
-	xent_bwd_kernel<<<grid, BWD_THREADS, 0, kern_cuda_stream()>>>(dlogits, dloss, logits, ld,
-	                                                              lse, targets, v, set, a16,
-	                                                              ops);
+	dim3 grid((unsigned)n, (unsigned)((v + XENT_BWD_THREADS * XENT_BWD_PER_THREAD - 1) /
+	                                  (XENT_BWD_THREADS * XENT_BWD_PER_THREAD)));
+	xent_bwd_kernel<<<grid, XENT_BWD_THREADS, 0, kern_cuda_stream()>>>(
+		dlogits, dloss, logits, ld, lse, targets, v, set, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -171,67 +82,13 @@ extern "C" void kern_softmax_xent_bwd_set_ld_act_cuda(int a16, void *dlogits, fl
 	xent_bwd(a16, dlogits, dloss, logits, ld, lse, targets, n, v, 1);
 }
 
-/* ---- argmax per row ------------------------------------------------------- */
-
-/* (value, index) of the better candidate as a left-to-right scan with a
- * strict > keeps it: the larger value, the lower index on a tie; a NaN never
- * wins (the scan's x > best is false for it). */
-__device__ static inline void best_merge(float *v, int *i, float v2, int i2)
-{
-	if (i2 < 0)
-		return;
-	if (*i < 0 || v2 > *v || (v2 == *v && i2 < *i)) {
-		*v = v2;
-		*i = i2;
-	}
-}
-
-__global__ static void argmax_kernel(int *best, const void *logits, int ld, int v, int a16,
-                                     int ops)
-{
-	__shared__ float sv[FWD_THREADS / 32];
-	__shared__ int si[FWD_THREADS / 32];
-	int row = blockIdx.x;
-	size_t x0 = (size_t)row * ld;
-	if (isnan(act_raw(logits, x0, a16, ops))) {                  /* the scan starts there and nothing beats NaN */
-		if (threadIdx.x == 0)
-			best[row] = 0;
-		return;
-	}
-	float bv = 0.0f;
-	int bi = -1;
-	for (int j = threadIdx.x; j < v; j += FWD_THREADS) {
-		float xj = act_ld(logits, x0 + j, a16, ops);
-		if (!isnan(xj) && (bi < 0 || xj > bv)) {
-			bv = xj;
-			bi = j;
-		}
-	}
-	for (int off = 16; off > 0; off >>= 1) {
-		float v2 = __shfl_xor_sync(0xffffffffu, bv, off);
-		int i2 = __shfl_xor_sync(0xffffffffu, bi, off);
-		best_merge(&bv, &bi, v2, i2);
-	}
-	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	if (lane == 0) {
-		sv[warp] = bv;
-		si[warp] = bi;
-	}
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		for (int w = 1; w < FWD_THREADS / 32; w++)
-			best_merge(&bv, &bi, sv[w], si[w]);
-		best[row] = bi < 0 ? 0 : bi;
-	}
-}
-
 extern "C" void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld,
                                              int n, int v)
 {
 	int ops = kern_cuda_act_operands(a16, "argmax");
 	if (n <= 0 || v <= 0)
 		return;
-	argmax_kernel<<<n, FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, ld, v, a16, ops);
+	argmax_kernel<<<n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(best, logits, ld, v, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,8 +6,8 @@
  * real threads (std::thread), so __syncthreads and __syncwarp are
  * barriers: a kernel that reads what another thread has not written yet,
  * or skips a barrier, reads stale data here as on a GPU (or deadlocks).
- * Dynamic shared memory is one buffer (smem, the name our kernels give
- * it), each block's in turn.
+ * A kernel's __shared__ arrays become static ones, and dynamic shared
+ * memory (KERN_DYNAMIC_SMEM) one buffer, each block's in turn.
  *
  * WMMA (nvcuda::wmma, 16x16x16): every lane of a warp holds the whole
  * fragment and does the whole operation, which is what a warp-collective
@@ -40,7 +40,8 @@
 #define __forceinline__ inline
 #define __launch_bounds__(n)
 #define __align__(n) __attribute__((aligned(n)))
-#define __shared__
+/* a kernel's __shared__ arrays: one for all threads (blocks run in turn) */
+#define __shared__ static
 
 struct dim3 {
 	unsigned x, y, z;
@@ -65,6 +66,7 @@ static inline float4 make_float4(float x, float y, float z, float w)
 }
 
 inline thread_local dim3 threadIdx, blockIdx;
+inline thread_local unsigned emu_tid;  /* the thread's linear index in its block */
 inline dim3 blockDim, gridDim;
 
 /* the block's barriers and the warps' exchange slots */
@@ -75,8 +77,9 @@ struct emu_block {
 };
 inline emu_block *emu_cur;
 
-/* the kernels' extern __shared__ array (one translation unit a test) */
-alignas(128) unsigned char smem[1 << 17];
+/* dynamic shared memory (one translation unit a test) */
+alignas(128) unsigned char emu_smem[1 << 17];
+#define KERN_DYNAMIC_SMEM(name) unsigned char *name = emu_smem
 
 static inline void __syncthreads()
 {
@@ -86,7 +89,7 @@ static inline void __syncthreads()
 static inline void __syncwarp(unsigned mask = 0xffffffffu)
 {
 	(void)mask;
-	emu_cur->warps[threadIdx.x / 32]->arrive_and_wait();
+	emu_cur->warps[emu_tid / 32]->arrive_and_wait();
 }
 
 static inline uint32_t __float_as_uint(float f)
@@ -125,12 +128,29 @@ static inline V __shfl_xor_sync(unsigned mask, V v, int off)
 {
 	(void)mask;
 	static_assert(sizeof(V) == 4, "32-bit values");
-	unsigned lane = threadIdx.x % 32, base = threadIdx.x - lane;
+	unsigned lane = emu_tid % 32, base = emu_tid - lane;
 	uint32_t bits;
 	std::memcpy(&bits, &v, 4);
-	emu_cur->slot[threadIdx.x] = bits;
+	emu_cur->slot[emu_tid] = bits;
 	__syncwarp();
 	bits = emu_cur->slot[base + (lane ^ (unsigned)off)];
+	__syncwarp();
+	std::memcpy(&v, &bits, 4);
+	return v;
+}
+
+/* lane src's value, for every lane */
+template <typename V>
+static inline V __shfl_sync(unsigned mask, V v, int src)
+{
+	(void)mask;
+	static_assert(sizeof(V) == 4, "32-bit values");
+	unsigned lane = emu_tid % 32, base = emu_tid - lane;
+	uint32_t bits;
+	std::memcpy(&bits, &v, 4);
+	emu_cur->slot[emu_tid] = bits;
+	__syncwarp();
+	bits = emu_cur->slot[base + (unsigned)src];
 	__syncwarp();
 	std::memcpy(&v, &bits, 4);
 	return v;
@@ -154,7 +174,9 @@ static inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>
 			std::vector<std::thread> threads;
 			for (unsigned i = 0; i < n; i++)
 				threads.emplace_back([&, i] {
-					threadIdx = dim3(i, 0, 0);
+					emu_tid = i;
+					threadIdx = dim3(i % block.x, i / block.x % block.y,
+					                 i / (block.x * block.y));
 					blockIdx = dim3(bx, by, 0);
 					kernel();
 				});

@@ -1,0 +1,311 @@
+/* tests/unit/test_act16_emu.cc - the element-wise CUDA kernels that store
+ * activations as 16 bits (KERN_ACT_16: LayerNorm, GELU, the residual,
+ * softmax + cross-entropy and its argmax; kernels/<op>_kernels.cuh) run on
+ * the CPU through cuda_emu.hh, in bf16 and fp16:
+ *   - with packed 16-bit buffers (a16 1) each output is the fp32-buffer
+ *     path's (a16 0) bit for bit, once packed: the same values read, the
+ *     same rounding in the store; statistics and parameter gradients equal;
+ *   - the fp32-buffer path is the CPU reference's on the same 16-bit
+ *     values, within the tolerances of tests/unit/test_kern_<op>.c, which
+ *     checks that the emulation runs the kernels as a GPU would;
+ * on odd sizes, the four-a-thread paths (8-byte packed accesses) and the
+ * scalar ones (a view one value off alignment). tests/gpu/test_cuda_act16.c
+ * does the same on a GPU.
+ */
+#include "cuda_emu.hh"
+
+#include <cstdio>
+
+extern "C" {
+#include "check.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/precision.h"
+#include "kernels/residual.h"
+#include "kernels/softmax_xent.h"
+}
+
+#include "kernels/gelu_kernels.cuh"
+#include "kernels/layernorm_kernels.cuh"
+#include "kernels/residual_kernels.cuh"
+#include "kernels/softmax_xent_kernels.cuh"
+
+static uint64_t rng = 4242;
+static int g_ops;                      /* 1 fp16, 2 bf16 (kern_cuda_gemm_operands) */
+
+static const char *ty()
+{
+	return g_ops == 2 ? "bf16" : "fp16";
+}
+
+static float uniform(float lo, float hi)
+{
+	rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+	return lo + (hi - lo) * (float)((rng >> 40) * 0x1p-24);
+}
+
+static uint16_t bits16(float x)
+{
+	return g_ops == 2 ? kern_fp32_to_bf16(x) : kern_fp32_to_fp16(x);
+}
+
+static float value16(uint16_t h)
+{
+	return g_ops == 2 ? kern_bf16_to_fp32(h) : kern_fp16_to_fp32(h);
+}
+
+/* n 16-bit values in [lo, hi) as floats */
+static std::vector<float> rand16(long n, float lo, float hi)
+{
+	std::vector<float> x((size_t)n);
+	for (auto &v : x)
+		v = value16(bits16(uniform(lo, hi)));
+	return x;
+}
+
+static std::vector<uint16_t> pack(const std::vector<float> &x)
+{
+	std::vector<uint16_t> h(x.size());
+	for (size_t i = 0; i < x.size(); i++)
+		h[i] = bits16(x[i]);
+	return h;
+}
+
+/* got (packed) is want (fp32 buffer) packed, bit for bit */
+static void same16(const char *what, const uint16_t *got, const float *want, long n)
+{
+	for (long i = 0; i < n; i++)
+		if (got[i] != bits16(want[i])) {
+			CHECK_MSG(0, "%s %s: [%ld] %#06x, the fp32 path's %.9g (%#06x)", ty(), what, i,
+			          got[i], want[i], bits16(want[i]));
+			return;
+		}
+	CHECK(1);
+}
+
+static void same32(const char *what, const float *got, const float *want, long n)
+{
+	CHECK_MSG(std::memcmp(got, want, sizeof(float) * (size_t)n) == 0, "%s %s differs", ty(),
+	          what);
+}
+
+/* |got - want| <= atol + rtol |want| */
+static void close(const char *what, const float *got, const float *want, long n, double atol,
+                  double rtol)
+{
+	for (long i = 0; i < n; i++)
+		if (!(std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i]))) {
+			CHECK_MSG(0, "%s %s: [%ld] %.9g, the reference's %.9g", ty(), what, i, got[i],
+			          want[i]);
+			return;
+		}
+	CHECK(1);
+}
+
+static void test_layernorm()
+{
+	const int n = 37, c = 77;
+	long nc = (long)n * c;
+	int nblk = (n + LN_ROWS - 1) / LN_ROWS;
+	auto x = rand16(nc, -2, 2), dy = rand16(nc, -1, 1), di0 = rand16(nc, -1, 1);
+	auto w = rand16(c, 0.5f, 1.5f), b = rand16(c, -0.5f, 0.5f);
+	auto x16 = pack(x), dy16 = pack(dy);
+	std::vector<float> out((size_t)nc), mean(n), rstd(n), mean16(n), rstd16(n);
+	std::vector<uint16_t> out16((size_t)nc);
+	dim3 fgrid((unsigned)((n + LN_FWD_WARPS - 1) / LN_FWD_WARPS));
+	emu_launch(fgrid, dim3(LN_FWD_WARPS * 32), [&] {
+		ln_fwd_kernel(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), n, c,
+		              0, g_ops);
+	});
+	emu_launch(fgrid, dim3(LN_FWD_WARPS * 32), [&] {
+		ln_fwd_kernel(out16.data(), mean16.data(), rstd16.data(), x16.data(), w.data(),
+		              b.data(), n, c, 1, g_ops);
+	});
+	same16("layernorm out", out16.data(), out.data(), nc);
+	same32("layernorm mean", mean16.data(), mean.data(), n);
+	same32("layernorm rstd", rstd16.data(), rstd.data(), n);
+	std::vector<float> ref((size_t)nc), rmean(n), rrstd(n);
+	kern_layernorm_fwd_ref(ref.data(), rmean.data(), rrstd.data(), x.data(), w.data(), b.data(),
+	                       n, c);
+	for (auto &v : ref)
+		v = value16(bits16(v));
+	/* within a 16-bit spacing of the reference's rounding (a sum's order) */
+	close("layernorm out vs reference", out.data(), ref.data(), nc, 1e-5, g_ops == 2 ? 0x1p-7 : 0x1p-10);
+
+	for (int set = 0; set < 2; set++) {
+		std::vector<float> di(di0), gw(c, 0.0f), gb(c, 0.0f), gw16(c, 0.0f), gb16(c, 0.0f);
+		auto di16 = pack(di0);
+		std::vector<float> part((size_t)2 * c * nblk), part16(part.size());
+		emu_launch(dim3((unsigned)nblk), dim3(LN_BWD_THREADS), [&] {
+			ln_bwd_kernel(di.data(), part.data(), dy.data(), x.data(), w.data(), mean.data(),
+			              rstd.data(), n, c, set, 0, g_ops);
+		});
+		emu_launch(dim3((unsigned)nblk), dim3(LN_BWD_THREADS), [&] {
+			ln_bwd_kernel(di16.data(), part16.data(), dy16.data(), x16.data(), w.data(),
+			              mean.data(), rstd.data(), n, c, set, 1, g_ops);
+		});
+		dim3 g2((unsigned)((2 * c + 31) / 32)), b2(32, LN_FINAL_TY);
+		emu_launch(g2, b2, [&] { ln_bwd_final_kernel(gw.data(), gb.data(), part.data(), nblk, c); });
+		emu_launch(g2, b2, [&] {
+			ln_bwd_final_kernel(gw16.data(), gb16.data(), part16.data(), nblk, c);
+		});
+		char what[64];
+		std::snprintf(what, sizeof what, "layernorm dinp set=%d", set);
+		same16(what, di16.data(), di.data(), nc);
+		same32("layernorm dweight", gw16.data(), gw.data(), c);
+		same32("layernorm dbias", gb16.data(), gb.data(), c);
+		/* the reference: the same sums, dinp rounded as the kernel stores it */
+		std::vector<float> rdi(di0), rgw(c, 0.0f), rgb(c, 0.0f);
+		(set ? kern_layernorm_bwd_set_ref : kern_layernorm_bwd_ref)(
+			rdi.data(), rgw.data(), rgb.data(), dy.data(), x.data(), w.data(), mean.data(),
+			rstd.data(), n, c);
+		for (auto &v : rdi)
+			v = value16(bits16(v));
+		std::snprintf(what, sizeof what, "layernorm dinp set=%d vs reference", set);
+		close(what, di.data(), rdi.data(), nc, 1e-5, g_ops == 2 ? 0x1p-7 : 0x1p-10);
+		close("layernorm dweight vs reference", gw.data(), rgw.data(), c, 1e-4, 1e-4);
+		close("layernorm dbias vs reference", gb.data(), rgb.data(), c, 1e-4, 1e-4);
+	}
+}
+
+/* GELU forward and backward in place and the residual into its first
+ * input, on n values starting off values into the buffers (off 1: the
+ * packed views are not 8-byte aligned, so the scalar loop runs) */
+static void elementwise_case(long n, int off)
+{
+	char what[96];
+	auto x = rand16(n + off, -4, 4), y = rand16(n + off, -1, 1);
+	auto x16 = pack(x), y16 = pack(y);
+	std::vector<float> o((size_t)(n + off)), yy(y), xx(x);
+	std::vector<uint16_t> o16((size_t)(n + off)), yy16(y16), xx16(x16);
+	int vec32 = kern_aligned_act4(0, o.data() + off, x.data() + off, x.data() + off);
+	int vec16 = kern_aligned_act4(1, o16.data() + off, x16.data() + off, x16.data() + off);
+	dim3 grid(3), block(64);
+	emu_launch(grid, block, [&] {
+		gelu_fwd_kernel(o.data() + off, x.data() + off, n, vec32, 0, g_ops);
+	});
+	emu_launch(grid, block, [&] {
+		gelu_fwd_kernel(o16.data() + off, x16.data() + off, n, vec16, 1, g_ops);
+	});
+	std::snprintf(what, sizeof what, "gelu out n=%ld off=%d vec=%d", n, off, vec16);
+	same16(what, o16.data() + off, o.data() + off, n);
+	std::vector<float> ref((size_t)n);
+	kern_gelu_fwd_ref(ref.data(), x.data() + off, n);
+	for (auto &v : ref)
+		v = value16(bits16(v));
+	std::snprintf(what, sizeof what, "gelu out n=%ld vs reference", n);
+	close(what, o.data() + off, ref.data(), n, 1e-6, g_ops == 2 ? 0x1p-7 : 0x1p-10);
+
+	emu_launch(grid, block, [&] {
+		gelu_bwd_kernel(yy.data() + off, x.data() + off, yy.data() + off, n, vec32, 1, 0, g_ops);
+	});
+	emu_launch(grid, block, [&] {
+		gelu_bwd_kernel(yy16.data() + off, x16.data() + off, yy16.data() + off, n, vec16, 1, 1,
+		                g_ops);
+	});
+	std::snprintf(what, sizeof what, "gelu dinp in place n=%ld off=%d", n, off);
+	same16(what, yy16.data() + off, yy.data() + off, n);
+
+	emu_launch(grid, block, [&] {
+		residual_fwd_kernel(xx.data() + off, xx.data() + off, o.data() + off, n, vec32, 0, g_ops);
+	});
+	emu_launch(grid, block, [&] {
+		residual_fwd_kernel(xx16.data() + off, xx16.data() + off, o16.data() + off, n, vec16, 1,
+		                    g_ops);
+	});
+	std::snprintf(what, sizeof what, "residual n=%ld off=%d", n, off);
+	same16(what, xx16.data() + off, xx.data() + off, n);
+	std::vector<float> rres((size_t)n);
+	kern_residual_fwd_ref(rres.data(), x.data() + off, o.data() + off, n);
+	for (auto &v : rres)
+		v = value16(bits16(v));
+	std::snprintf(what, sizeof what, "residual n=%ld vs reference", n);
+	close(what, xx.data() + off, rres.data(), n, 0, 0);
+	/* the residual's backward (fp32 buffers only): both gradients add dout */
+	std::vector<float> da(y), db(x), rda(y), rdb(x);
+	int vecb = kern_aligned16(da.data() + off, db.data() + off, o.data() + off);
+	emu_launch(grid, block, [&] {
+		residual_bwd_kernel(da.data() + off, db.data() + off, o.data() + off, n, vecb, g_ops);
+	});
+	kern_residual_bwd_ref(rda.data() + off, rdb.data() + off, o.data() + off, n);
+	for (long i = off; i < n + off; i++) {   /* as the kernel stores them */
+		rda[(size_t)i] = value16(bits16(rda[(size_t)i]));
+		rdb[(size_t)i] = value16(bits16(rdb[(size_t)i]));
+	}
+	std::snprintf(what, sizeof what, "residual backward n=%ld off=%d", n, off);
+	close(what, da.data() + off, rda.data() + off, n, 0, 0);
+	close(what, db.data() + off, rdb.data() + off, n, 0, 0);
+}
+
+static void test_elementwise()
+{
+	for (long n : { 1L, 3L, 4L, 7L, 64L, 1003L }) {
+		elementwise_case(n, 0);
+		elementwise_case(n, 1);
+	}
+}
+
+static void test_softmax_xent()
+{
+	const int n = 9, v = 1001, ld = 1024;
+	long total = (long)n * ld;
+	auto x = rand16(total, -8, 8);
+	auto x16 = pack(x);
+	std::vector<int> tgt(n);
+	for (int i = 0; i < n; i++)
+		tgt[i] = i == 4 ? -1 : (i * 37) % v;
+	std::vector<float> l(n), lse(n), l16(n), lse16(n);
+	emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
+		xent_fwd_kernel(l.data(), lse.data(), x.data(), ld, tgt.data(), v, 0, g_ops);
+	});
+	emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
+		xent_fwd_kernel(l16.data(), lse16.data(), x16.data(), ld, tgt.data(), v, 1, g_ops);
+	});
+	same32("xent losses", l16.data(), l.data(), n);
+	same32("xent lse", lse16.data(), lse.data(), n);
+	std::vector<float> packed((size_t)n * v), rl(n), rlse(n);
+	for (int r = 0; r < n; r++)
+		std::memcpy(packed.data() + (size_t)r * v, x.data() + (size_t)r * ld, sizeof(float) * v);
+	kern_softmax_xent_fwd_ref(rl.data(), rlse.data(), packed.data(), tgt.data(), n, v);
+	close("xent losses vs reference", l.data(), rl.data(), n, 1e-5, 1e-5);
+
+	std::vector<float> d(total, 0.0f);
+	std::vector<uint16_t> d16(total, 0);
+	dim3 grid(n, (unsigned)((v + XENT_BWD_THREADS * XENT_BWD_PER_THREAD - 1) /
+	                        (XENT_BWD_THREADS * XENT_BWD_PER_THREAD)));
+	emu_launch(grid, dim3(XENT_BWD_THREADS), [&] {
+		xent_bwd_kernel(d.data(), 0.37f, x.data(), ld, lse.data(), tgt.data(), v, 1, 0, g_ops);
+	});
+	emu_launch(grid, dim3(XENT_BWD_THREADS), [&] {
+		xent_bwd_kernel(d16.data(), 0.37f, x16.data(), ld, lse.data(), tgt.data(), v, 1, 1,
+		                g_ops);
+	});
+	same16("xent dlogits (padding included)", d16.data(), d.data(), total);
+
+	std::vector<int> best(n), best16(n);
+	emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
+		argmax_kernel(best.data(), x.data(), ld, v, 0, g_ops);
+	});
+	emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
+		argmax_kernel(best16.data(), x16.data(), ld, v, 1, g_ops);
+	});
+	CHECK_MSG(best == best16, "%s argmax differs", ty());
+	for (int r = 0; r < n; r++) {
+		int want = 0;
+		for (int j = 1; j < v; j++)
+			if (x[(size_t)r * ld + j] > x[(size_t)r * ld + want])
+				want = j;
+		CHECK_MSG(best[(size_t)r] == want, "%s argmax row %d: %d, the scan's %d", ty(), r,
+		          best[(size_t)r], want);
+	}
+}
+
+int main(void)
+{
+	for (g_ops = 2; g_ops >= 1; g_ops--) {
+		CHECK_RUN(test_layernorm);
+		CHECK_RUN(test_elementwise);
+		CHECK_RUN(test_softmax_xent);
+	}
+	return check_finish();
+}
