@@ -2,12 +2,17 @@
 """tests/bench/bench_gpt_gpu.py - GPT-2 124M on one GPU: larch-train beside
 PyTorch, in one run on the same GPU (issue #7's benchmark).
 
-    python3 tests/bench/bench_gpt_gpu.py [--build build-gpu] [--micro 8] [--steps 30]
-                                         [--no-torch] [--layers 12] [--dim 768] [--seq 1024]
+    python3 tests/bench/bench_gpt_gpu.py [--build build-gpu] [--micro auto|N] [--micro-cap 32]
+                                         [--steps 30] [--no-torch] [--layers 12] [--dim 768]
+                                         [--seq 1024]
 
 The model: GPT-2 small (12 layers, 12 heads, dim 768, seq 1024, vocab
 50257, tied embeddings), AdamW, on random tokens the script writes in
-llm.c's format. Printed side by side:
+llm.c's format, at the largest micro-batch that fits (issue #7): with
+--micro auto (the default) the largest power of two up to --micro-cap that
+`larch plan` says fits in 80% of the GPU's free memory, for fp32 and for
+bf16; PyTorch runs the same micro-batch, halved until it fits (the table
+says which ran). Printed side by side:
 
   larch-train, --device cuda: fp32 and bf16, resident (weights, gradients,
   the master weights and AdamW on the GPU); bf16 keeps its activations as
@@ -63,17 +68,42 @@ def flops_per_token(L, C, T, V):
     return (L * (72.0 * T * C * C + 12.0 * T * T * C) + 6.0 * T * C * V) / T
 
 
-def run_larch(exe, tmp, a, precision, env=None, tag=""):
-    spec = {"name": f"gpt2-bench-{precision}{tag}",
+def larch_spec(tmp, a, precision, micro, tag=""):
+    return {"name": f"gpt2-bench-{precision}{tag}",
             "precision": {"compute": precision},
             "model": {"type": "gpt", "layers": a.layers, "heads": a.heads, "dim": a.dim,
                       "seq": a.seq, "vocab": a.vocab},
             "data": {"format": "tokens_u16", "train": str(tmp / "train.bin"),
                      "val": str(tmp / "val.bin")},
-            "batch": {"global": a.micro, "micro": a.micro},
+            "batch": {"global": micro, "micro": micro},
             "optimizer": {"type": "adamw", "lr": 6e-4, "betas": [0.9, 0.95],
                           "weight_decay": 0.1},
-            "steps": a.steps, "log_every": a.log_every, "seed": 1}
+            "steps": a.steps, "log_every": a.log_every, "seed": 1,
+            "resources": {"gpus_per_node": 1}}
+
+
+def plan_micro(cli, tmp, a, precision, gpu_gib):
+    """The largest power-of-two micro-batch up to a.micro_cap that `larch plan`
+    says fits in gpu_gib (the memory preflight of larchd's 422), or None when
+    the plan cannot be had."""
+    path = tmp / f"plan-{precision}.json"
+    path.write_text(json.dumps(larch_spec(tmp, a, precision, a.micro_cap)))
+    p = subprocess.run([str(cli), "plan", str(path), "--gpu-mem", f"{gpu_gib:.2f}", "--json"],
+                       capture_output=True, text=True)
+    try:
+        plan = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        print(f"# larch plan failed: {p.stderr.strip()[-300:]}")
+        return None
+    most = a.micro_cap if plan.get("fits") else plan.get("largest_micro", 0)
+    micro = 1
+    while micro * 2 <= most:
+        micro *= 2
+    return micro
+
+
+def run_larch(exe, tmp, a, precision, micro, env=None, tag=""):
+    spec = larch_spec(tmp, a, precision, micro, tag)
     (tmp / "spec.json").write_text(json.dumps(spec))
     job = tmp / f"job-{precision}{tag}"
     t0 = time.time()
@@ -89,7 +119,7 @@ def run_larch(exe, tmp, a, precision, env=None, tag=""):
     dev = next((l for l in p.stdout.splitlines() if l.startswith("device:")), "device: ?")
     done = next((l for l in p.stdout.splitlines() if l.startswith("done:")), "")
     return {"tokens_s": statistics.median(rates[2:] or rates), "device": dev, "done": done,
-            "wall": wall}
+            "wall": wall, "micro": micro}
 
 
 TORCH_GPT = r'''
@@ -185,7 +215,11 @@ def bf16_peak(name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("LARCH_BUILD", "build-gpu"))
-    ap.add_argument("--micro", type=int, default=8)
+    ap.add_argument("--micro", default="auto",
+                    help="micro-batch, or auto (default): the largest power of two up to "
+                         "--micro-cap that larch plan says fits the GPU, for each precision; "
+                         "PyTorch runs the same, halved until it fits")
+    ap.add_argument("--micro-cap", type=int, default=32)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--log-every", type=int, default=5)
     ap.add_argument("--layers", type=int, default=12)
@@ -208,22 +242,37 @@ def main():
     fpt = flops_per_token(a.layers, a.dim, a.seq, a.vocab)
     print(f"# GPT {a.layers} layers, {a.heads} heads, dim {a.dim}, seq {a.seq}, vocab {a.vocab}, "
           f"micro-batch {a.micro}, {a.steps} steps; {fpt / 1e9:.3f} GFLOP per token")
+    # the micro-batch of each precision: given, or the largest larch plan
+    # fits in 80% of the GPU's free memory (the rest for cuBLAS's workspace
+    # and the kernels' stream-ordered scratch, which the plan leaves out)
+    micro = {}
+    if a.micro != "auto":
+        micro = {"fp32": int(a.micro), "bf16": int(a.micro)}
+    m = re.search(r"GiB \(([\d.]+) free\)", line)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-gpt-gpu.") as t:
         tmp = pathlib.Path(t)
-        write_tokens(tmp / "train.bin", max(a.micro * a.seq * 4, 1 << 20), a.vocab, 1)
+        most = int(a.micro) if a.micro != "auto" else a.micro_cap
+        write_tokens(tmp / "train.bin", max(most * a.seq * 4, 1 << 20), a.vocab, 1)
         write_tokens(tmp / "val.bin", a.seq * 2 + 1, a.vocab, 2)
+        cli = exe.parent.parent / "service" / "larch"
+        for prec in ("fp32", "bf16"):
+            if prec not in micro:
+                found = plan_micro(cli, tmp, a, prec, 0.8 * float(m.group(1))) if m else None
+                micro[prec] = found or 8
+                print(f"# micro-batch {prec}: {micro[prec]}"
+                      + (" (larch plan)" if found else " (no plan: the default)"))
         for prec, env, tag in (("fp32", None, ""), ("bf16", None, ""),
                                ("bf16", {"LARCH_CUDA_ATTENTION": "flash"}, "-flash"),
                                ("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")):
-            r = run_larch(exe, tmp, a, prec, env, tag)
+            r = run_larch(exe, tmp, a, prec, micro[prec], env, tag)
             if "error" in r:
                 print(f"larch-train {prec}{tag} failed: {r['error']}")
                 continue
             print(f"# larch-train {prec}{tag} {r['device']}\n"
                   f"# larch-train {prec}{tag} {r['done']}")
             rows.append(("larch-train" + (f" ({tag[1:]})" if tag else ""), prec, r["tokens_s"],
-                         fp32_peak if prec == "fp32" else bf16_peak(line)))
+                         fp32_peak if prec == "fp32" else bf16_peak(line), r["micro"]))
     name = line
     if not a.no_torch:
         try:
@@ -232,27 +281,36 @@ def main():
             exec(TORCH_GPT, ns)
             name = torch.cuda.get_device_name(0)
             for bf16 in (False, True):
-                tps, loss = ns["bench"](a.layers, a.heads, a.dim, a.seq, a.vocab, a.micro,
-                                        max(a.steps, 12), bf16)
+                b = micro["bf16" if bf16 else "fp32"]
+                while True:                # larch's micro-batch, halved until it fits
+                    try:
+                        tps, loss = ns["bench"](a.layers, a.heads, a.dim, a.seq, a.vocab, b,
+                                                max(a.steps, 12), bf16)
+                        break
+                    except torch.cuda.OutOfMemoryError:
+                        torch.cuda.empty_cache()
+                        if b == 1:
+                            raise
+                        b //= 2
                 rows.append((f"PyTorch {torch.__version__}" + (" compile" if bf16 else ""),
                              "bf16" if bf16 else "fp32", tps,
-                             bf16_peak(name) if bf16 else fp32_peak))
+                             bf16_peak(name) if bf16 else fp32_peak, b))
                 torch.cuda.empty_cache()
             for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-                g = ns["gemms"](a.micro, a.seq, a.dim, a.vocab, dtype)
+                g = ns["gemms"](micro["bf16"], a.seq, a.dim, a.vocab, dtype)
                 print(f"# cuBLAS GEMMs ({label}, torch.matmul): " + ", ".join(
                     f"{n} {m}x{k}x{nn} {f / 1e12:.1f} TFLOP/s" for n, m, k, nn, f in g))
         except Exception as e:  # noqa: BLE001 - the baseline is optional, say why it is missing
             print(f"# PyTorch baseline unavailable: {type(e).__name__}: {e}")
     base = next((r[2] for r in rows if r[0].startswith("PyTorch") and r[1] == "bf16"), None)
     f32 = next((r[2] for r in rows if r[0] == "larch-train" and r[1] == "fp32"), None)
-    print(f"{'run':28s} {'precision':>9s} {'tokens/s':>10s} {'MFU':>7s} {'vs PyTorch bf16':>16s} "
-          f"{'vs larch fp32':>14s}")
-    for run, prec, tps, peak in rows:
+    print(f"{'run':28s} {'precision':>9s} {'micro':>5s} {'tokens/s':>10s} {'MFU':>7s} "
+          f"{'vs PyTorch bf16':>16s} {'vs larch fp32':>14s}")
+    for run, prec, tps, peak, b in rows:
         mfu = fpt * tps / peak
         ratio = f"{tps / base:.2f}x" if base else "-"
         own = f"{tps / f32:.2f}x" if f32 and run.startswith("larch-train") else "-"
-        print(f"{run:28s} {prec:>9s} {tps:10.0f} {mfu:7.1%} {ratio:>16s} {own:>14s}")
+        print(f"{run:28s} {prec:>9s} {b:5d} {tps:10.0f} {mfu:7.1%} {ratio:>16s} {own:>14s}")
     return 0
 
 
