@@ -31,102 +31,10 @@
 
 #include <math.h>
 
+#include "attention_kernels.cuh"
 #include "cuda_common.h"
 #include "precision_cuda.cuh"
 #include "precision_cuda.h"
-
-#define SOFTMAX_WARPS 8 /* rows per block */
-
-/* butterfly reductions, then lane 0's value for everyone */
-__device__ static inline float warp_max(float v)
-{
-	for (int off = 16; off > 0; off >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-	return __shfl_sync(0xffffffffu, v, 0);
-}
-
-__device__ static inline float warp_sum(float v)
-{
-	for (int off = 16; off > 0; off >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, off);
-	return __shfl_sync(0xffffffffu, v, 0);
-}
-
-/* att[r, 0..i] = softmax(att[r, 0..i]), att[r, i+1..t) = 0, for the rows r
- * of all [t, t] blocks (i = r % t). With att16, each probability is rounded
- * to 16 bits (bf16 or fp16 by bf16) and written there, and also into att
- * unless only16 (then att keeps the scores). */
-__global__ static void causal_softmax_kernel(float *att, uint16_t *att16, int bf16, int only16,
-                                             long rows, int t)
-{
-	long r = (long)blockIdx.x * SOFTMAX_WARPS + (threadIdx.x >> 5);
-	if (r >= rows)
-		return;
-	int lane = threadIdx.x & 31, i = (int)(r % t);
-	float *a = att + (size_t)r * t;
-	float m = -INFINITY;
-	for (int j = lane; j <= i; j += 32)
-		m = fmaxf(m, a[j]);
-	m = warp_max(m);
-	float s = 0.0f;
-	for (int j = lane; j <= i; j += 32)
-		s += expf(a[j] - m);
-	float inv = 1.0f / warp_sum(s);
-	if (att16) {
-		uint16_t *a16 = att16 + (size_t)r * t;
-		for (int j = lane; j < t; j += 32) {
-			uint16_t h = to16_bits(j <= i ? expf(a[j] - m) * inv : 0.0f, bf16);
-			a16[j] = h;
-			if (!only16)
-				a[j] = of16_bits(h, bf16);
-		}
-		return;
-	}
-	for (int j = lane; j < t; j += 32)
-		a[j] = j <= i ? expf(a[j] - m) * inv : 0.0f;
-}
-
-/* d[r, j] = att[r, j] (d[r, j] - sum_k att[r, k] d[r, k]) for j <= i, 0
- * above: datt becomes dpreatt; with d16, its 16-bit rounding (bf16 or fp16
- * by bf16) goes there too, and only there with att16 (packed 16-bit
- * probabilities, read in place of att). */
-__global__ static void causal_softmax_bwd_kernel(float *d, uint16_t *d16, int bf16,
-                                                 const float *att, const uint16_t *att16,
-                                                 long rows, int t)
-{
-	long r = (long)blockIdx.x * SOFTMAX_WARPS + (threadIdx.x >> 5);
-	if (r >= rows)
-		return;
-	int lane = threadIdx.x & 31, i = (int)(r % t);
-	float *dr = d + (size_t)r * t;
-	if (att16) {
-		const uint16_t *ar = att16 + (size_t)r * t;
-		float s = 0.0f;
-		for (int j = lane; j <= i; j += 32)
-			s += of16_bits(ar[j], bf16) * dr[j];
-		s = warp_sum(s);
-		uint16_t *h = d16 + (size_t)r * t;
-		for (int j = lane; j < t; j += 32)
-			h[j] = to16_bits(j <= i ? of16_bits(ar[j], bf16) * (dr[j] - s) : 0.0f, bf16);
-		return;
-	}
-	const float *ar = att + (size_t)r * t;
-	float s = 0.0f;
-	for (int j = lane; j <= i; j += 32)
-		s += ar[j] * dr[j];
-	s = warp_sum(s);
-	if (d16) {
-		uint16_t *h = d16 + (size_t)r * t;
-		for (int j = lane; j < t; j += 32) {
-			float v = j <= i ? ar[j] * (dr[j] - s) : 0.0f;
-			dr[j] = v;
-			h[j] = to16_bits(v, bf16);
-		}
-		return;
-	}
-	for (int j = lane; j < t; j += 32)
-		dr[j] = j <= i ? ar[j] * (dr[j] - s) : 0.0f;
-}
 
 /* C (m x n, ldc, strideC) = alpha op(A) op(B) + beta C over the nh heads */
 static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -167,9 +75,9 @@ static void heads_gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int 
 /* att16 NULL: fp32 only; only16: the probabilities go to att16 alone */
 static void softmax_rows(float *att, uint16_t *att16, int only16, long rows, int t)
 {
-	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
+	unsigned blocks = (unsigned)((rows + ATT_SOFTMAX_WARPS - 1) / ATT_SOFTMAX_WARPS);
 	int bf16 = kern_cuda_gemm_operands() == 2;
-	causal_softmax_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
+	causal_softmax_kernel<<<blocks, ATT_SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
 		att, att16, bf16, only16, rows, t);
 	KERN_CUDA_CHECK_LAUNCH();
 }
@@ -179,9 +87,9 @@ static void softmax_rows(float *att, uint16_t *att16, int only16, long rows, int
 static void softmax_bwd_rows(float *datt, uint16_t *d16, const float *att, const uint16_t *att16,
                              long rows, int t)
 {
-	unsigned blocks = (unsigned)((rows + SOFTMAX_WARPS - 1) / SOFTMAX_WARPS);
+	unsigned blocks = (unsigned)((rows + ATT_SOFTMAX_WARPS - 1) / ATT_SOFTMAX_WARPS);
 	int bf16 = kern_cuda_gemm_operands() == 2;
-	causal_softmax_bwd_kernel<<<blocks, SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
+	causal_softmax_bwd_kernel<<<blocks, ATT_SOFTMAX_WARPS * 32, 0, kern_cuda_stream()>>>(
 		datt, d16, bf16, att, att16, rows, t);
 	KERN_CUDA_CHECK_LAUNCH();
 }

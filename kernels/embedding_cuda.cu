@@ -13,66 +13,8 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_common.h"
+#include "embedding_kernels.cuh"
 #include "precision_cuda.cuh"
-
-#define THREADS 256
-#define DWTE_THREADS 128
-
-__global__ static void embedding_fwd_kernel(void *out, const int *tokens, const float *wte,
-                                            const float *wpe, long total, int t, int c, int a16,
-                                            int ops)
-{
-	long stride = (long)gridDim.x * blockDim.x;
-	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride) {
-		long row = k / c;
-		int j = (int)(k - row * c);
-		float w = wte[(size_t)tokens[row] * c + j];
-		act_st(out, k, wpe ? w + wpe[(size_t)(row % t) * c + j] : w, a16, ops);
-	}
-}
-
-__global__ static void iota_kernel(unsigned *x, long n)
-{
-	long stride = (long)gridDim.x * blockDim.x;
-	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)
-		x[k] = (unsigned)k;
-}
-
-/* Block i handles the run of equal tokens that starts at sorted index i
- * (blocks inside a run return at once). */
-__global__ static void dwte_kernel(float *dwte, const void *dout, const unsigned *tok_sorted,
-                                   const unsigned *pos_sorted, long rows, int c, int a16,
-                                   int ops)
-{
-	long i = blockIdx.x;
-	unsigned tok = tok_sorted[i];
-	if (i > 0 && tok_sorted[i - 1] == tok)
-		return;
-	long end = i + 1;
-	while (end < rows && tok_sorted[end] == tok)
-		end++;
-	float *dst = dwte + (size_t)tok * c;
-	for (int j = threadIdx.x; j < c; j += DWTE_THREADS) {
-		float acc = dst[j];
-		for (long k = i; k < end; k++)
-			acc += act_raw(dout, (size_t)pos_sorted[k] * c + j, a16, ops);
-		dst[j] = acc;
-	}
-}
-
-/* dwpe[p, j] += dout[0, p, j], then dout[1, p, j], ... */
-__global__ static void dwpe_kernel(float *dwpe, const void *dout, int b, int t, int c, int a16,
-                                   int ops)
-{
-	long tc = (long)t * c;
-	long stride = (long)gridDim.x * blockDim.x;
-	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < tc; k += stride) {
-		float acc = dwpe[k];
-		for (int i = 0; i < b; i++)
-			acc += act_raw(dout, (size_t)i * tc + k, a16, ops);
-		dwpe[k] = acc;
-	}
-}
 
 extern "C" void kern_embedding_fwd_act_cuda(int a16, void *out, const int *tokens,
                                             const float *wte, const float *wpe, int b, int t,
@@ -82,7 +24,8 @@ extern "C" void kern_embedding_fwd_act_cuda(int a16, void *out, const int *token
 	long total = (long)b * t * c;
 	if (total <= 0)
 		return;
-	embedding_fwd_kernel<<<kern_cuda_grid(total, THREADS), THREADS, 0, kern_cuda_stream()>>>(
+	unsigned blocks = kern_cuda_grid(total, EMB_THREADS);
+	embedding_fwd_kernel<<<blocks, EMB_THREADS, 0, kern_cuda_stream()>>>(
 		out, tokens, wte, wpe, total, t, c, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
@@ -108,8 +51,8 @@ extern "C" void kern_embedding_bwd_act_cuda(int a16, float *dwte, float *dwpe, c
 		return;
 	cudaStream_t st = kern_cuda_stream();
 	if (dwpe) {
-		dwpe_kernel<<<kern_cuda_grid((long)t * c, THREADS), THREADS, 0, st>>>(dwpe, dout, b, t, c,
-		                                                                 a16, ops);
+		unsigned blocks = kern_cuda_grid((long)t * c, EMB_THREADS);
+		dwpe_kernel<<<blocks, EMB_THREADS, 0, st>>>(dwpe, dout, b, t, c, a16, ops);
 		KERN_CUDA_CHECK_LAUNCH();
 	}
 	if (!dwte)
@@ -120,7 +63,7 @@ extern "C" void kern_embedding_bwd_act_cuda(int a16, float *dwte, float *dwpe, c
 		end_bit++;
 	unsigned *buf = (unsigned *)kern_cuda_scratch_alloc(sizeof(unsigned) * 3 * (size_t)rows);
 	unsigned *tok_sorted = buf, *pos = buf + rows, *pos_sorted = buf + 2 * rows;
-	iota_kernel<<<kern_cuda_grid(rows, THREADS), THREADS, 0, st>>>(pos, rows);
+	iota_kernel<<<kern_cuda_grid(rows, EMB_THREADS), EMB_THREADS, 0, st>>>(pos, rows);
 	KERN_CUDA_CHECK_LAUNCH();
 	size_t temp_bytes = 0;
 	KERN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const unsigned *)tokens,
@@ -130,8 +73,8 @@ extern "C" void kern_embedding_bwd_act_cuda(int a16, float *dwte, float *dwpe, c
 	KERN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, (const unsigned *)tokens,
 	                                                tok_sorted, pos, pos_sorted, rows, 0,
 	                                                end_bit, st));
-	dwte_kernel<<<(unsigned)rows, DWTE_THREADS, 0, st>>>(dwte, dout, tok_sorted, pos_sorted, rows,
-	                                                     c, a16, ops);
+	dwte_kernel<<<(unsigned)rows, EMB_DWTE_THREADS, 0, st>>>(dwte, dout, tok_sorted, pos_sorted,
+	                                                         rows, c, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 	kern_cuda_scratch_free(temp);
 	kern_cuda_scratch_free(buf);

@@ -24,15 +24,12 @@
 #include <cublasLt.h>
 
 #include "cuda_common.h"
+#include "matmul_kernels.cuh"
 #include "precision_cuda.cuh"
 #include "precision_cuda.h"
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define LT_CACHE 16
-/* bias gradient: rows per partial, and the block shape (32 columns wide) */
-#define DBIAS_ROWS 256
-#define DBIAS_TY 8
-#define DBIAS_FY 16
 
 static int g_fused_bias = 1;
 
@@ -225,67 +222,6 @@ static int fwd_lt(void *out, int ldo, const void *inp, const void *weight, cudaD
 }
 
 /* ---- small kernels --------------------------------------------------------- */
-
-/* out[i, o] = bias[o] (or 0 without bias), rows ldo apart */
-__global__ static void broadcast_rows_kernel(float *out, const float *bias, long total, int oc,
-                                             int ldo)
-{
-	long stride = (long)gridDim.x * blockDim.x;
-	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride)
-		out[k / oc * ldo + k % oc] = bias ? bias[k % oc] : 0.0f;
-}
-
-/* out[i, o] = round16(tmp[i, o] + bias[o]), rows ldo apart: the fused
- * bias's fallback with 16-bit activations (tmp fp32, n x oc) */
-__global__ static void bias_store16_kernel(uint16_t *out, const float *tmp, const float *bias,
-                                           long total, int oc, int ldo, int ops)
-{
-	long stride = (long)gridDim.x * blockDim.x;
-	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride)
-		out[k / oc * ldo + k % oc] = to16_bits(tmp[k] + bias[k % oc], ops == KERN_MM_BF16);
-}
-
-/* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per
- * thread row (ty) and then over ty in order. Block (32, DBIAS_TY). */
-__global__ static void dbias_partial_kernel(double *part, const void *dout, int n, int oc,
-                                            int ldd, int a16, int ops)
-{
-	__shared__ double acc[DBIAS_TY][32];
-	int o = blockIdx.x * 32 + threadIdx.x;
-	int r0 = blockIdx.y * DBIAS_ROWS;
-	int r1 = min(n, r0 + DBIAS_ROWS);
-	double s = 0;
-	if (o < oc)
-		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY)
-			s += act_ld(dout, (size_t)i * ldd + o, a16, ops);
-	acc[threadIdx.y][threadIdx.x] = s;
-	__syncthreads();
-	if (threadIdx.y == 0 && o < oc) {
-		for (int y = 1; y < DBIAS_TY; y++)
-			s += acc[y][threadIdx.x];
-		part[(size_t)blockIdx.y * oc + o] = s;
-	}
-}
-
-/* dbias[o] += sum over chunks of part[chunk, o]: thread row ty sums chunks
- * ty, ty + DBIAS_FY, ... in order, then row 0 adds those in order. Block
- * (32, DBIAS_FY). */
-__global__ static void dbias_final_kernel(float *dbias, const double *part, int nchunk, int oc)
-{
-	__shared__ double acc[DBIAS_FY][32];
-	int o = blockIdx.x * 32 + threadIdx.x;
-	double s = 0;
-	if (o < oc)
-		for (int k = threadIdx.y; k < nchunk; k += DBIAS_FY)
-			s += part[(size_t)k * oc + o];
-	acc[threadIdx.y][threadIdx.x] = s;
-	__syncthreads();
-	if (threadIdx.y == 0 && o < oc) {
-		for (int y = 1; y < DBIAS_FY; y++)
-			s += acc[y][threadIdx.x];
-		dbias[o] += (float)s;
-	}
-}
 
 static void dbias_colsum(float *dbias, const void *dout, int a16, int ldd, int n, int oc)
 {

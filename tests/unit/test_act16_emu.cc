@@ -1,7 +1,9 @@
-/* tests/unit/test_act16_emu.cc - the element-wise CUDA kernels that store
- * activations as 16 bits (KERN_ACT_16: LayerNorm, GELU, the residual,
- * softmax + cross-entropy and its argmax; kernels/<op>_kernels.cuh) run on
- * the CPU through cuda_emu.hh, in bf16 and fp16:
+/* tests/unit/test_act16_emu.cc - the CUDA kernels that store activations
+ * as 16 bits (KERN_ACT_16: LayerNorm, GELU, the residual, softmax +
+ * cross-entropy and its argmax, the embedding, attention's causal softmax,
+ * matmul's bias store and bias gradient; kernels/<op>_kernels.cuh; not the
+ * GEMMs, which are cuBLAS's) run on the CPU through cuda_emu.hh, in bf16
+ * and fp16:
  *   - with packed 16-bit buffers (a16 1) each output is the fp32-buffer
  *     path's (a16 0) bit for bit, once packed: the same values read, the
  *     same rounding in the store; statistics and parameter gradients equal;
@@ -14,6 +16,7 @@
  */
 #include "cuda_emu.hh"
 
+#include <algorithm>
 #include <cstdio>
 
 extern "C" {
@@ -25,8 +28,13 @@ extern "C" {
 #include "kernels/softmax_xent.h"
 }
 
+#include "kernels/matmul_cuda.h"
+
+#include "kernels/attention_kernels.cuh"
+#include "kernels/embedding_kernels.cuh"
 #include "kernels/gelu_kernels.cuh"
 #include "kernels/layernorm_kernels.cuh"
+#include "kernels/matmul_kernels.cuh"
 #include "kernels/residual_kernels.cuh"
 #include "kernels/softmax_xent_kernels.cuh"
 
@@ -300,12 +308,195 @@ static void test_softmax_xent()
 	}
 }
 
+/* attention's causal softmax over random scores: the probabilities as 16
+ * bits alone (the 16-bit path) or beside fp32 ones (the fp32 path), then
+ * the backward from 16-bit probabilities or fp32 ones holding them */
+static void test_attention_softmax()
+{
+	const int t = 37;
+	const long rows = 2L * 3 * t, tt = rows * t;
+	std::vector<float> sc((size_t)tt), g((size_t)tt);
+	for (auto &v : sc)
+		v = uniform(-3, 3);
+	for (auto &v : g)
+		v = uniform(-1, 1);
+	std::vector<float> att(sc), scores(sc);
+	std::vector<uint16_t> a16a((size_t)tt), a16b((size_t)tt);
+	dim3 grid((unsigned)((rows + ATT_SOFTMAX_WARPS - 1) / ATT_SOFTMAX_WARPS));
+	dim3 block(ATT_SOFTMAX_WARPS * 32);
+	emu_launch(grid, block, [&] {
+		causal_softmax_kernel(att.data(), a16a.data(), g_ops == 2, 0, rows, t);
+	});
+	emu_launch(grid, block, [&] {
+		causal_softmax_kernel(scores.data(), a16b.data(), g_ops == 2, 1, rows, t);
+	});
+	CHECK_MSG(a16a == a16b, "%s softmax: the 16-bit probabilities differ", ty());
+	CHECK_MSG(scores == sc, "%s softmax: only16 wrote over the scores", ty());
+	same16("softmax att (fp32 path, rounded)", a16a.data(), att.data(), tt);
+	std::vector<float> ref((size_t)tt, 0.0f);
+	for (long r = 0; r < rows; r++) {
+		int i = (int)(r % t);
+		double m = -INFINITY, sum = 0;
+		for (int j = 0; j <= i; j++)
+			m = std::fmax(m, sc[(size_t)(r * t + j)]);
+		for (int j = 0; j <= i; j++)
+			sum += std::exp(sc[(size_t)(r * t + j)] - m);
+		for (int j = 0; j <= i; j++)
+			ref[(size_t)(r * t + j)] = value16(bits16((float)(std::exp(sc[(size_t)(r * t + j)] - m) / sum)));
+	}
+	close("softmax att vs reference", att.data(), ref.data(), tt, 1e-6,
+	      g_ops == 2 ? 0x1p-7 : 0x1p-10);
+
+	std::vector<float> d32(g), d16in(g);
+	std::vector<uint16_t> h32((size_t)tt), h16((size_t)tt);
+	emu_launch(grid, block, [&] {
+		causal_softmax_bwd_kernel(d32.data(), h32.data(), g_ops == 2, att.data(), nullptr, rows,
+		                          t);
+	});
+	emu_launch(grid, block, [&] {
+		causal_softmax_bwd_kernel(d16in.data(), h16.data(), g_ops == 2, nullptr, a16a.data(),
+		                          rows, t);
+	});
+	CHECK_MSG(h32 == h16, "%s softmax backward: dpreatt from 16-bit probabilities differs",
+	          ty());
+	same16("softmax dpreatt (fp32 path, rounded)", h16.data(), d32.data(), tt);
+}
+
+/* matmul's bias gradient from a packed dout and an fp32 one (rows ld
+ * apart), and the fallback's rounded sum + bias */
+static void test_matmul_small()
+{
+	const int n = 300, oc = 45, ld = 48;
+	auto dout = rand16((long)n * ld, -1, 1);
+	auto d16 = pack(dout);
+	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
+	std::vector<double> part((size_t)nchunk * oc), part16(part.size());
+	std::vector<float> db(oc, 0.5f), db16(oc, 0.5f);
+	dim3 grid((unsigned)((oc + 31) / 32), (unsigned)nchunk), block(32, DBIAS_TY);
+	emu_launch(grid, block, [&] {
+		dbias_partial_kernel(part.data(), dout.data(), n, oc, ld, 0, g_ops);
+	});
+	emu_launch(grid, block, [&] {
+		dbias_partial_kernel(part16.data(), d16.data(), n, oc, ld, 1, g_ops);
+	});
+	dim3 g2((unsigned)((oc + 31) / 32)), b2(32, DBIAS_FY);
+	emu_launch(g2, b2, [&] { dbias_final_kernel(db.data(), part.data(), nchunk, oc); });
+	emu_launch(g2, b2, [&] { dbias_final_kernel(db16.data(), part16.data(), nchunk, oc); });
+	same32("matmul dbias", db16.data(), db.data(), oc);
+	std::vector<float> ref(oc);
+	for (int o = 0; o < oc; o++) {
+		double sum = 0;
+		for (int i = 0; i < n; i++)
+			sum += dout[(size_t)i * ld + o];
+		ref[(size_t)o] = (float)(0.5 + sum);
+	}
+	close("matmul dbias vs reference", db.data(), ref.data(), oc, 1e-5, 1e-6);
+
+	std::vector<float> tmp((size_t)n * oc), bias(oc);
+	for (auto &v : tmp)
+		v = uniform(-2, 2);
+	for (auto &v : bias)
+		v = uniform(-1, 1);
+	long total = (long)n * oc;
+	/* the bias broadcast (fp32 path's fallback): rows ld apart, padding kept */
+	std::vector<float> bc((size_t)n * ld, -7.0f);
+	emu_launch(dim3(4), dim3(64), [&] {
+		broadcast_rows_kernel(bc.data(), bias.data(), total, oc, ld);
+	});
+	int wrong = 0;
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < ld; j++)
+			wrong += bc[(size_t)i * ld + j] != (j < oc ? bias[(size_t)j] : -7.0f);
+	CHECK_MSG(!wrong, "%s bias broadcast: %d values wrong", ty(), wrong);
+	std::vector<uint16_t> out((size_t)n * ld, 0x7777);
+	emu_launch(dim3(4), dim3(64), [&] {
+		bias_store16_kernel(out.data(), tmp.data(), bias.data(), total, oc, ld, g_ops);
+	});
+	int bad = 0;
+	for (int i = 0; i < n && !bad; i++)
+		for (int j = 0; j < ld; j++) {
+			uint16_t want = j < oc ? bits16(tmp[(size_t)i * oc + j] + bias[(size_t)j]) : 0x7777;
+			if (out[(size_t)i * ld + j] != want) {
+				CHECK_MSG(0, "%s bias store: [%d, %d] %#06x, want %#06x", ty(), i, j,
+				          out[(size_t)i * ld + j], want);
+				bad = 1;
+				break;
+			}
+		}
+}
+
+/* the embedding's forward into a packed buffer and an fp32 one, and its
+ * backward from a packed dout and an fp32 one (the positions sorted by
+ * token as CUB's stable radix sort leaves them) */
+static void test_embedding()
+{
+	const int b = 3, t = 29, c = 40, vocab = 23;
+	const long rows = (long)b * t, btc = rows * c;
+	std::vector<int> tokens((size_t)rows);
+	for (long r = 0; r < rows; r++)
+		tokens[(size_t)r] = (int)((r * 7 + r / 5) % (r % 3 ? vocab : 5));
+	auto wte = rand16((long)vocab * c, -1, 1), wpe = rand16((long)t * c, -1, 1);
+	std::vector<float> out((size_t)btc);
+	std::vector<uint16_t> out16((size_t)btc);
+	emu_launch(dim3(5), dim3(EMB_THREADS), [&] {
+		embedding_fwd_kernel(out.data(), tokens.data(), wte.data(), wpe.data(), btc, t, c, 0,
+		                     g_ops);
+	});
+	emu_launch(dim3(5), dim3(EMB_THREADS), [&] {
+		embedding_fwd_kernel(out16.data(), tokens.data(), wte.data(), wpe.data(), btc, t, c, 1,
+		                     g_ops);
+	});
+	same16("embedding out", out16.data(), out.data(), btc);
+
+	auto dout = rand16(btc, -1, 1);
+	auto d16 = pack(dout);
+	std::vector<unsigned> tok_sorted((size_t)rows), pos_sorted((size_t)rows);
+	emu_launch(dim3(2), dim3(EMB_THREADS), [&] { iota_kernel(pos_sorted.data(), rows); });
+	for (long r = 0; r < rows; r++)
+		CHECK(pos_sorted[(size_t)r] == (unsigned)r);
+	std::stable_sort(pos_sorted.begin(), pos_sorted.end(),
+	                 [&](unsigned x, unsigned y) { return tokens[x] < tokens[y]; });
+	for (long r = 0; r < rows; r++)
+		tok_sorted[(size_t)r] = (unsigned)tokens[pos_sorted[(size_t)r]];
+	std::vector<float> dwte((size_t)vocab * c, 0.25f), dwte16(dwte), dwpe((size_t)t * c, 0.5f);
+	std::vector<float> dwpe16(dwpe);
+	emu_launch(dim3((unsigned)rows), dim3(EMB_DWTE_THREADS), [&] {
+		dwte_kernel(dwte.data(), dout.data(), tok_sorted.data(), pos_sorted.data(), rows, c, 0,
+		            g_ops);
+	});
+	emu_launch(dim3((unsigned)rows), dim3(EMB_DWTE_THREADS), [&] {
+		dwte_kernel(dwte16.data(), d16.data(), tok_sorted.data(), pos_sorted.data(), rows, c, 1,
+		            g_ops);
+	});
+	emu_launch(dim3(3), dim3(EMB_THREADS), [&] {
+		dwpe_kernel(dwpe.data(), dout.data(), b, t, c, 0, g_ops);
+	});
+	emu_launch(dim3(3), dim3(EMB_THREADS), [&] {
+		dwpe_kernel(dwpe16.data(), d16.data(), b, t, c, 1, g_ops);
+	});
+	same32("embedding dwte", dwte16.data(), dwte.data(), (long)dwte.size());
+	same32("embedding dwpe", dwpe16.data(), dwpe.data(), (long)dwpe.size());
+	/* the reference's order: positions in order for a token, batches in
+	 * order for a position */
+	std::vector<float> rte((size_t)vocab * c, 0.25f), rpe((size_t)t * c, 0.5f);
+	for (long r = 0; r < rows; r++)
+		for (int j = 0; j < c; j++) {
+			rte[(size_t)tokens[(size_t)r] * c + j] += dout[(size_t)r * c + j];
+			rpe[(size_t)(r % t) * c + j] += dout[(size_t)r * c + j];
+		}
+	close("embedding dwte vs reference", dwte.data(), rte.data(), (long)rte.size(), 0, 0);
+	close("embedding dwpe vs reference", dwpe.data(), rpe.data(), (long)rpe.size(), 0, 0);
+}
+
 int main(void)
 {
 	for (g_ops = 2; g_ops >= 1; g_ops--) {
 		CHECK_RUN(test_layernorm);
 		CHECK_RUN(test_elementwise);
 		CHECK_RUN(test_softmax_xent);
+		CHECK_RUN(test_attention_softmax);
+		CHECK_RUN(test_matmul_small);
+		CHECK_RUN(test_embedding);
 	}
 	return check_finish();
 }
