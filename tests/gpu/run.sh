@@ -15,6 +15,10 @@
 #
 # Environment (all optional):
 #   LARCH_GPU_BUILD=DIR       build directory (default build-gpu, wiped first)
+#   LARCH_GPU_REUSE=1         keep the build directory and build on it (a second
+#                             call on a warm machine: seconds instead of minutes)
+#   LARCH_GPU_TESTS=0         skip the GPU tests (ctest -L gpu), e.g. for a call
+#                             that only runs a benchmark
 #   LARCH_GPU_NO_GPU=1        for trying the script on a machine without a
 #                             GPU: the GPU tests then skip instead of failing
 #   LARCH_GPU_CARRIED_PKGCONFIG=1   use the carried pkgconf even when the
@@ -49,7 +53,10 @@ jobs=$(nproc)
 start=$(date +%s)
 failed=()
 
-rm -rf "$build"
+if [ "${LARCH_GPU_REUSE:-0}" != 1 ]; then
+	rm -rf "$build"
+fi
+rm -rf "$logs"
 mkdir -p "$logs"
 
 step() { printf '\n== %s (%ds)\n' "$*" $(($(date +%s) - start)); }
@@ -204,14 +211,16 @@ echo "bench_cuda_kernels loads:" | tee -a "$logs/build.txt"
 ldd "$build/tests/gpu/bench_cuda_kernels" | grep -E 'cuda|cublas|larch' | tee -a "$logs/build.txt" || true
 
 # ---- tests ------------------------------------------------------------------------
-step "GPU tests (ctest -L gpu)"
-if ! ctest --test-dir "$build" -L gpu --output-on-failure -j "$jobs" --timeout 300 \
-	2>&1 | tee "$logs/ctest-gpu.txt"; then
-	failed+=("ctest -L gpu")
-fi
-if [ "$no_gpu" != 1 ] && grep -q 'Skipped' "$logs/ctest-gpu.txt"; then
-	echo "GPU tests were skipped on a machine that should have a GPU (see machine.txt)"
-	failed+=("gpu tests skipped")
+if [ "${LARCH_GPU_TESTS:-1}" != 0 ]; then
+	step "GPU tests (ctest -L gpu)"
+	if ! ctest --test-dir "$build" -L gpu --output-on-failure -j "$jobs" --timeout 300 \
+		2>&1 | tee "$logs/ctest-gpu.txt"; then
+		failed+=("ctest -L gpu")
+	fi
+	if [ "$no_gpu" != 1 ] && grep -q 'Skipped' "$logs/ctest-gpu.txt"; then
+		echo "GPU tests were skipped on a machine that should have a GPU (see machine.txt)"
+		failed+=("gpu tests skipped")
+	fi
 fi
 
 if [ "${LARCH_GPU_UNIT:-1}" != 0 ]; then
