@@ -121,39 +121,34 @@ static inline int min(int a, int b)
 	return a < b ? a : b;
 }
 
-/* lane's value of lane ^ off: every lane puts its value, then takes its
- * partner's */
+/* every lane of the warp puts its value, then takes lane src's */
 template <typename V>
-static inline V __shfl_xor_sync(unsigned mask, V v, int off)
+static inline V emu_exchange(V v, unsigned src)
 {
-	(void)mask;
 	static_assert(sizeof(V) == 4, "32-bit values");
-	unsigned lane = emu_tid % 32, base = emu_tid - lane;
+	unsigned base = emu_tid - emu_tid % 32;
 	uint32_t bits;
 	std::memcpy(&bits, &v, 4);
 	emu_cur->slot[emu_tid] = bits;
 	__syncwarp();
-	bits = emu_cur->slot[base + (lane ^ (unsigned)off)];
+	bits = emu_cur->slot[base + src];
 	__syncwarp();
 	std::memcpy(&v, &bits, 4);
 	return v;
 }
 
-/* lane src's value, for every lane */
+template <typename V>
+static inline V __shfl_xor_sync(unsigned mask, V v, int off)
+{
+	(void)mask;
+	return emu_exchange(v, (emu_tid % 32) ^ (unsigned)off);
+}
+
 template <typename V>
 static inline V __shfl_sync(unsigned mask, V v, int src)
 {
 	(void)mask;
-	static_assert(sizeof(V) == 4, "32-bit values");
-	unsigned lane = emu_tid % 32, base = emu_tid - lane;
-	uint32_t bits;
-	std::memcpy(&bits, &v, 4);
-	emu_cur->slot[emu_tid] = bits;
-	__syncwarp();
-	bits = emu_cur->slot[base + (unsigned)src];
-	__syncwarp();
-	std::memcpy(&v, &bits, 4);
-	return v;
+	return emu_exchange(v, (unsigned)src);
 }
 
 /* Runs kernel() as every thread of every block of grid x block. */
