@@ -36,7 +36,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from test_train_cuda import Checks, image_set, metrics, resume_dir, write_corpus  # noqa: E402
+from test_train_cuda import (Checks, check_metrics, image_set, resume_dir,  # noqa: E402
+                             write_corpus)
 
 TOL = 2e-3           # relative, on losses after 12 updates, GPUs against the CPU
 TOL16 = 3e-2         # the same in 16 bits (the GEMMs round in another order)
@@ -90,13 +91,7 @@ def compare(c, exe, tmp, name, spec, exact, tol, env=None, expect=None):
             same = ckpt(cpu, step) == ckpt(gpu, step)
             c.check(same, f"{name}: the step-{step} checkpoint equals the CPU run's byte for byte")
     else:
-        for metric in ("train/loss", "val/loss"):
-            a, b = metrics(cpu, metric), metrics(gpu, metric)
-            worst = max((abs(a[s] - b[s]) / max(abs(a[s]), 1e-12) for s in a if s in b),
-                        default=0)
-            c.check(a.keys() == b.keys() and worst <= tol,
-                    f"{name}: {metric} at {len(a)} steps, largest relative difference "
-                    f"{worst:.2e} (tolerance {tol:g})")
+        check_metrics(c, name, cpu, gpu, ("train/loss", "val/loss"), tol)
     return gpu
 
 

@@ -113,6 +113,17 @@ class Checks:
         self.failed += not ok
 
 
+def check_metrics(c, name, cpu, gpu, names, tol):
+    """Each metric of names logged at the same steps by both jobs, within a
+    relative difference of tol."""
+    for metric in names:
+        a, b = metrics(cpu, metric), metrics(gpu, metric)
+        worst = max((abs(a[s] - b[s]) / max(abs(a[s]), 1e-12) for s in a if s in b), default=0)
+        c.check(a.keys() == b.keys() and worst <= tol,
+                f"{name}: {metric} at {len(a)} steps, largest relative difference {worst:.2e} "
+                f"(tolerance {tol:g})")
+
+
 def check16(c, name, cpu, gpu, reference):
     """The 16-bit criterion (4. above) on train/loss and val/loss; prints
     the losses step by step."""
@@ -153,12 +164,7 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None):
     if reference is not None:
         check16(c, name, cpu, gpu, reference)
         return gpu
-    for metric in ("train/loss", "val/loss", *extra_names):
-        a, b = metrics(cpu, metric), metrics(gpu, metric)
-        worst = max((abs(a[s] - b[s]) / max(abs(a[s]), 1e-12) for s in a if s in b), default=0)
-        c.check(a.keys() == b.keys() and worst <= tol,
-                f"{name}: {metric} at {len(a)} steps, largest relative difference {worst:.2e} "
-                f"(tolerance {tol:g})")
+    check_metrics(c, name, cpu, gpu, ("train/loss", "val/loss", *extra_names), tol)
     return gpu
 
 
