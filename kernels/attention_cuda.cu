@@ -94,6 +94,72 @@ static void softmax_bwd_rows(float *datt, uint16_t *d16, const float *att, const
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
+/* element i of a buffer of GEMM results of type ty (fp32 or 16-bit) */
+static void *elem(void *p, cudaDataType ty, size_t i)
+{
+	return (char *)p + i * (ty == CUDA_R_32F ? sizeof(float) : sizeof(uint16_t));
+}
+
+/* The forward on 16-bit q, k, v (qkv16): the scaled scores into scores
+ * (fp32), the probabilities rounded to 16 bits into att16 (with only16 0
+ * also over the scores, as fp32 values), and their product with v into out
+ * (rows c apart) of type ot: fp32, or the operands' 16-bit type. */
+static void fwd16(void *out, cudaDataType ot, float *scores, uint16_t *att16, int only16,
+                  const uint16_t *qkv16, int b, int t, int c, int nh)
+{
+	int hs = c / nh;
+	float scale = (float)(1.0 / sqrt((double)hs));
+	long tt = (long)t * t;
+	for (int bb = 0; bb < b; bb++) {
+		const uint16_t *q = qkv16 + (size_t)bb * t * 3 * c, *k = q + c;
+		heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs, 0.0f,
+		             scores + (size_t)bb * nh * tt, t, tt, nh);
+	}
+	softmax_rows(scores, att16, only16, (long)b * nh * t, t);
+	for (int bb = 0; bb < b; bb++) {
+		const uint16_t *v = qkv16 + (size_t)bb * t * 3 * c + 2 * c;
+		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, 1.0f, v, 3 * c, hs,
+		                att16 + (size_t)bb * nh * tt, t, tt, 0.0f,
+		                elem(out, ot, (size_t)bb * t * c), ot, c, hs, nh);
+	}
+}
+
+/* The backward on 16-bit dout, q, k, v and probabilities (dout16, qkv16,
+ * att16) into dqkv of type dt (fp32, or the operands' 16-bit type; dbeta 1
+ * adds into it, 0 overwrites it), datt the fp32 scratch for dout v^T:
+ * dpreatt there at the end where att (the same probabilities as fp32
+ * values) is given, else the softmax backward reads att16 and keeps
+ * dpreatt as 16 bits only, which is what the products with q and k read. */
+static void bwd16(void *dqkv, cudaDataType dt, float dbeta, float *datt, const uint16_t *dout16,
+                  const uint16_t *qkv16, const uint16_t *att16, const float *att, int b, int t,
+                  int c, int nh)
+{
+	int hs = c / nh;
+	float scale = (float)(1.0 / sqrt((double)hs));
+	long tt = (long)t * t, rows = (long)b * nh * t;
+	for (int bb = 0; bb < b; bb++) {
+		size_t o3 = (size_t)bb * t * 3 * c, o1 = (size_t)bb * t * c;
+		const uint16_t *v = qkv16 + o3 + 2 * c, *dy = dout16 + o1;
+		heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, 1.0f, v, 3 * c, hs, dy, c, hs, 0.0f,
+		             datt + (size_t)bb * nh * tt, t, tt, nh);
+		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, 1.0f, dy, c, hs,
+		                att16 + (size_t)bb * nh * tt, t, tt, dbeta, elem(dqkv, dt, o3 + 2 * c),
+		                dt, 3 * c, hs, nh);
+	}
+	uint16_t *dp16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)rows *
+	                                                     (size_t)t);
+	softmax_bwd_rows(datt, dp16, att, att ? NULL : att16, rows, t);
+	for (int bb = 0; bb < b; bb++) {
+		size_t o3 = (size_t)bb * t * 3 * c;
+		const uint16_t *q = qkv16 + o3, *k = q + c, *dp = dp16 + (size_t)bb * nh * tt;
+		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, scale, k, 3 * c, hs, dp, t, tt,
+		                dbeta, elem(dqkv, dt, o3), dt, 3 * c, hs, nh);
+		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, scale, q, 3 * c, hs, dp, t, tt,
+		                dbeta, elem(dqkv, dt, o3 + c), dt, 3 * c, hs, nh);
+	}
+	kern_cuda_scratch_free(dp16);
+}
+
 extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float *qkv,
                                         int b, int t, int c, int nh)
 {
@@ -104,21 +170,11 @@ extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, c
 	float scale = (float)(1.0 / sqrt((double)hs));
 	long tt = (long)t * t;
 	if (kern_cuda_gemm_operands()) {
+		/* from 16-bit copies, att left rounded, out fp32 */
 		uint16_t *qkv16 = kern_cuda_to16_scratch(qkv, (long)b * t * 3 * c);
-		for (int bb = 0; bb < b; bb++) {
-			const uint16_t *q = qkv16 + (size_t)bb * t * 3 * c, *k = q + c;
-			heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs,
-			             0.0f, att + (size_t)bb * nh * tt, t, tt, nh);
-		}
 		uint16_t *att16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)b *
 		                                                      (size_t)nh * (size_t)tt);
-		softmax_rows(att, att16, 0, (long)b * nh * t, t);
-		for (int bb = 0; bb < b; bb++) {
-			const uint16_t *v = qkv16 + (size_t)bb * t * 3 * c + 2 * c;
-			heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, 1.0f, v, 3 * c, hs,
-			             att16 + (size_t)bb * nh * tt, t, tt, 0.0f, out + (size_t)bb * t * c, c,
-			             hs, nh);
-		}
+		fwd16(out, CUDA_R_32F, att, att16, 0, qkv16, b, t, c, nh);
 		kern_cuda_scratch_free(att16);
 		kern_cuda_scratch_free(qkv16);
 		return;
@@ -138,39 +194,16 @@ extern "C" void kern_attention_fwd_cuda(float *out, float *preatt, float *att, c
 	}
 }
 
-/* attention_bwd with 16-bit operands */
+/* attention_bwd with 16-bit operands: from 16-bit copies, dqkv fp32 */
 static void attention_bwd16(float *dqkv, float *datt, const float *dout, const float *qkv,
                             const float *att, int b, int t, int c, int nh, float dbeta)
 {
-	int hs = c / nh;
-	float scale = (float)(1.0 / sqrt((double)hs));
-	long tt = (long)t * t, rows = (long)b * nh * t;
 	uint16_t *qkv16 = kern_cuda_to16_scratch(qkv, (long)b * t * 3 * c);
 	uint16_t *dout16 = kern_cuda_to16_scratch(dout, (long)b * t * c);
-	uint16_t *att16 = kern_cuda_to16_scratch(att, (long)b * nh * tt);
-	for (int bb = 0; bb < b; bb++) {
-		size_t o3 = (size_t)bb * t * 3 * c, o1 = (size_t)bb * t * c;
-		const uint16_t *v = qkv16 + o3 + 2 * c, *dy = dout16 + o1;
-		heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, 1.0f, v, 3 * c, hs, dy, c, hs, 0.0f,
-		             datt + (size_t)bb * nh * tt, t, tt, nh);
-		heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, 1.0f, dy, c, hs,
-		             att16 + (size_t)bb * nh * tt, t, tt, dbeta, dqkv + o3 + 2 * c, 3 * c, hs,
-		             nh);
-	}
+	uint16_t *att16 = kern_cuda_to16_scratch(att, (long)b * nh * t * t);
+	bwd16(dqkv, CUDA_R_32F, dbeta, datt, dout16, qkv16, att16, att, b, t, c, nh);
 	kern_cuda_scratch_free(att16);
 	kern_cuda_scratch_free(dout16);
-	uint16_t *dp16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)rows *
-	                                                     (size_t)t);
-	softmax_bwd_rows(datt, dp16, att, NULL, rows, t);
-	for (int bb = 0; bb < b; bb++) {
-		size_t o3 = (size_t)bb * t * 3 * c;
-		const uint16_t *q = qkv16 + o3, *k = q + c, *dp = dp16 + (size_t)bb * nh * tt;
-		heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, scale, k, 3 * c, hs, dp, t, tt, dbeta,
-		             dqkv + o3, 3 * c, hs, nh);
-		heads_gemm16(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, scale, q, 3 * c, hs, dp, t, tt, dbeta,
-		             dqkv + o3 + c, 3 * c, hs, nh);
-	}
-	kern_cuda_scratch_free(dp16);
 	kern_cuda_scratch_free(qkv16);
 }
 
@@ -235,25 +268,8 @@ extern "C" void kern_attention_fwd_act_cuda(int a16, void *out, float *preatt, v
 		                        nh);
 		return;
 	}
-	if (b <= 0 || t <= 0 || c <= 0 || nh <= 0)
-		return;
-	int hs = c / nh;
-	float scale = (float)(1.0 / sqrt((double)hs));
-	long tt = (long)t * t;
-	const uint16_t *qkv16 = (const uint16_t *)qkv;
-	uint16_t *att16 = (uint16_t *)att;
-	for (int bb = 0; bb < b; bb++) {
-		const uint16_t *q = qkv16 + (size_t)bb * t * 3 * c, *k = q + c;
-		heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, scale, k, 3 * c, hs, q, 3 * c, hs, 0.0f,
-		             preatt + (size_t)bb * nh * tt, t, tt, nh);
-	}
-	softmax_rows(preatt, att16, 1, (long)b * nh * t, t);
-	for (int bb = 0; bb < b; bb++) {
-		const uint16_t *v = qkv16 + (size_t)bb * t * 3 * c + 2 * c;
-		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, 1.0f, v, 3 * c, hs,
-		                att16 + (size_t)bb * nh * tt, t, tt, 0.0f,
-		                (uint16_t *)out + (size_t)bb * t * c, type16(), c, hs, nh);
-	}
+	if (b > 0 && t > 0 && c > 0 && nh > 0)
+		fwd16(out, type16(), preatt, (uint16_t *)att, 1, (const uint16_t *)qkv, b, t, c, nh);
 }
 
 extern "C" void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float *datt,
@@ -266,34 +282,7 @@ extern "C" void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpre
 		                            (const float *)qkv, (const float *)att, b, t, c, nh);
 		return;
 	}
-	if (b <= 0 || t <= 0 || c <= 0 || nh <= 0)
-		return;
-	int hs = c / nh;
-	float scale = (float)(1.0 / sqrt((double)hs));
-	long tt = (long)t * t, rows = (long)b * nh * t;
-	cudaDataType t16 = type16();
-	const uint16_t *qkv16 = (const uint16_t *)qkv, *dout16 = (const uint16_t *)dout;
-	const uint16_t *att16 = (const uint16_t *)att;
-	uint16_t *dqkv16 = (uint16_t *)dqkv;
-	for (int bb = 0; bb < b; bb++) {
-		size_t o3 = (size_t)bb * t * 3 * c, o1 = (size_t)bb * t * c;
-		const uint16_t *v = qkv16 + o3 + 2 * c, *dy = dout16 + o1;
-		heads_gemm16(CUBLAS_OP_T, CUBLAS_OP_N, t, t, hs, 1.0f, v, 3 * c, hs, dy, c, hs, 0.0f,
-		             datt + (size_t)bb * nh * tt, t, tt, nh);
-		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, 1.0f, dy, c, hs,
-		                att16 + (size_t)bb * nh * tt, t, tt, 0.0f, dqkv16 + o3 + 2 * c, t16,
-		                3 * c, hs, nh);
-	}
-	uint16_t *dp16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)rows *
-	                                                     (size_t)t);
-	softmax_bwd_rows(datt, dp16, NULL, att16, rows, t);
-	for (int bb = 0; bb < b; bb++) {
-		size_t o3 = (size_t)bb * t * 3 * c;
-		const uint16_t *q = qkv16 + o3, *k = q + c, *dp = dp16 + (size_t)bb * nh * tt;
-		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, hs, t, t, scale, k, 3 * c, hs, dp, t, tt, 0.0f,
-		                dqkv16 + o3, t16, 3 * c, hs, nh);
-		heads_gemm16_to(CUBLAS_OP_N, CUBLAS_OP_T, hs, t, t, scale, q, 3 * c, hs, dp, t, tt, 0.0f,
-		                dqkv16 + o3 + c, t16, 3 * c, hs, nh);
-	}
-	kern_cuda_scratch_free(dp16);
+	if (b > 0 && t > 0 && c > 0 && nh > 0)
+		bwd16(dqkv, type16(), 0.0f, datt, (const uint16_t *)dout, (const uint16_t *)qkv,
+		      (const uint16_t *)att, NULL, b, t, c, nh);
 }

@@ -102,15 +102,22 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	kern_cuda_scratch_free(dd);
 }
 
+/* The operands' type for a fused attention call (what names it), once
+ * they are known to be 16-bit and, for a non-empty call, the head size 64. */
+static int flash_ops(const char *what, int b, int t, int c, int nh)
+{
+	int ops = kern_cuda_act_operands(KERN_ACT_16, what);
+	if (b > 0 && t > 0 && !kern_attention_flash_supported(t, c, nh))
+		kern_cuda_fail(__FILE__, __LINE__, what, "head size other than 64");
+	return ops;
+}
+
 extern "C" void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b,
                                               int t, int c, int nh)
 {
-	int ops = kern_cuda_act_operands(KERN_ACT_16, "flash attention forward");
+	int ops = flash_ops("flash attention forward", b, t, c, nh);
 	if (b <= 0 || t <= 0)
 		return;
-	if (!kern_attention_flash_supported(t, c, nh))
-		kern_cuda_fail(__FILE__, __LINE__, "flash attention forward",
-		               "head size other than 64");
 	if (ops == KERN_MM_BF16)
 		flash_fwd<__nv_bfloat16>((uint16_t *)out, lse, (const uint16_t *)qkv, b, t, c, nh, 1);
 	else
@@ -121,12 +128,9 @@ extern "C" void kern_attention_flash_bwd_set_cuda(void *dqkv, const void *dout, 
                                                   const void *qkv, const float *lse, int b,
                                                   int t, int c, int nh)
 {
-	int ops = kern_cuda_act_operands(KERN_ACT_16, "flash attention backward");
+	int ops = flash_ops("flash attention backward", b, t, c, nh);
 	if (b <= 0 || t <= 0)
 		return;
-	if (!kern_attention_flash_supported(t, c, nh))
-		kern_cuda_fail(__FILE__, __LINE__, "flash attention backward",
-		               "head size other than 64");
 	const uint16_t *d = (const uint16_t *)dout, *o = (const uint16_t *)out;
 	const uint16_t *x = (const uint16_t *)qkv;
 	if (ops == KERN_MM_BF16)

@@ -86,18 +86,17 @@ __device__ static inline float4 store16x4(float4 v, int ops)
  * read and stored as ops' type holds them (store16). act_raw reads an fp32
  * buffer's value as it is, for the inputs the kernels read without
  * rounding. */
-__device__ static inline float act_ld(const void *p, size_t i, int a16, int ops)
-{
-	if (a16)
-		return of16_bits(((const uint16_t *)p)[i], ops == 2);
-	return store16(((const float *)p)[i], ops);
-}
-
 __device__ static inline float act_raw(const void *p, size_t i, int a16, int ops)
 {
 	if (a16)
 		return of16_bits(((const uint16_t *)p)[i], ops == 2);
 	return ((const float *)p)[i];
+}
+
+__device__ static inline float act_ld(const void *p, size_t i, int a16, int ops)
+{
+	float x = act_raw(p, i, a16, ops);
+	return a16 ? x : store16(x, ops);
 }
 
 __device__ static inline void act_st(void *p, size_t i, float x, int a16, int ops)
@@ -120,18 +119,17 @@ __device__ static inline float4 unpack16x4(uint2 u, int bf16)
 	                   of16_bits((uint16_t)(u.y >> 16), bf16));
 }
 
-__device__ static inline float4 act_ld4(const void *p, long k, int a16, int ops)
-{
-	if (a16)
-		return unpack16x4(((const uint2 *)p)[k], ops == 2);
-	return store16x4(((const float4 *)p)[k], ops);
-}
-
 __device__ static inline float4 act_raw4(const void *p, long k, int a16, int ops)
 {
 	if (a16)
 		return unpack16x4(((const uint2 *)p)[k], ops == 2);
 	return ((const float4 *)p)[k];
+}
+
+__device__ static inline float4 act_ld4(const void *p, long k, int a16, int ops)
+{
+	float4 v = act_raw4(p, k, a16, ops);
+	return a16 ? v : store16x4(v, ops);
 }
 
 __device__ static inline void act_st4(void *p, long k, float4 v, int a16, int ops)

@@ -80,7 +80,6 @@ struct gpt_cuda {
 	struct trn_act_offload off;        /* cpu */
 	int a16;                           /* activations stored as 16 bits (KERN_ACT_16) */
 	int flash;                         /* attention fused (attention_cuda.h's flash) */
-	size_t es;                         /* bytes of one activation: 4, or 2 with a16 */
 	long btc_max;                      /* values of one [B,T,C] at the largest batch */
 	void *inputs;                      /* recompute: [L][B,T,C] every block's input */
 	void *top, *lnf, *logits, *tmp_c;
@@ -93,12 +92,19 @@ struct gpt_cuda {
 
 static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + which; }
 
-/* Lays the arena out from base (NULL: only counts) for offload.activations
- * mode, with activations of es bytes; each buffer starts on 256 bytes, a
- * block's buffers one after the other from its x (the region the activation
- * offload copies). Returns its floats. */
-static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, size_t es, float *base)
+/* bytes of one activation: 2 with a16, else 4 */
+static size_t act_size(const struct gpt_cuda *g)
 {
+	return g->a16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+/* Lays the arena out from base (NULL: only counts) for offload.activations
+ * mode; each buffer starts on 256 bytes, a block's buffers one after the
+ * other from its x (the region the activation offload copies). Returns its
+ * floats. */
+static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, float *base)
+{
+	long es = (long)act_size(g);
 	/* the fused attention keeps a row's log-sum-exp where the other keeps
 	 * [T, T], and needs no scratch */
 	long BT = B * g->T, C = g->C, att = g->flash ? 0 : B * g->NH * g->T * g->T;
@@ -114,7 +120,7 @@ static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, size_t es, 
 		used += ((long)(bytes) + 255) / 256 * 64;                                        \
 	} while (0)
 #define TAKE(ptr, n) TAKE_BYTES(ptr, (n) * (long)sizeof(float))
-#define TAKE_A(ptr, n) TAKE_BYTES(ptr, (n) * (long)es)
+#define TAKE_A(ptr, n) TAKE_BYTES(ptr, (n) * es)
 	if (recompute)
 		TAKE_A(g->inputs, g->L * BT * C);   /* x of the scratch points into it */
 	for (int l = 0; l < n_blocks; l++) {
@@ -144,10 +150,10 @@ static long carve(struct gpt_cuda *g, long B, enum trn_offload mode, size_t es, 
 	return used;
 }
 
-/* activation i of buffer p (es bytes each) */
+/* activation i of buffer p */
 static void *act_at(const struct gpt_cuda *g, void *p, long i)
 {
-	return (char *)p + (size_t)i * g->es;
+	return (char *)p + (size_t)i * act_size(g);
 }
 
 /* a resident parameter's device weights and gradients (the embeddings, the
@@ -464,15 +470,14 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->act_cpu = mode == TRN_OFFLOAD_CPU;
 	g->btc_max = (long)max_batch * g->T * g->C;
 	g->a16 = cpu->dtype != TRN_DTYPE_FP32 && trn_cuda_act16_wanted() ? KERN_ACT_16 : KERN_ACT_F32;
-	g->es = g->a16 ? sizeof(uint16_t) : sizeof(float);
 	g->flash = g->a16 && trn_cuda_flash_wanted() &&
 	           kern_attention_flash_supported(g->T, g->C, g->NH);
-	long floats = carve(g, max_batch, mode, g->es, NULL);
+	long floats = carve(g, max_batch, mode, NULL);
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
 		gpt_cuda_free(&g->c.base);
 		return NULL;
 	}
-	carve(g, max_batch, mode, g->es, g->c.arena);
+	carve(g, max_batch, mode, g->c.arena);
 	if (cpu->dtype != TRN_DTYPE_FP32) {     /* for the "device:" line larch-train prints */
 		char *d = g->c.base.device_desc;
 		size_t len = strlen(d);
@@ -484,8 +489,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	 * columns of the logits' gradient, which no op writes and the 16-bit
 	 * GEMM reads (matmul_cuda.h). */
 	g->c.base.act_offload = mode;
-	g->c.base.act_bytes_none = carve(g, max_batch, TRN_OFFLOAD_NONE, g->es, NULL) *
-	                           (long)sizeof(float);
+	g->c.base.act_bytes_none = carve(g, max_batch, TRN_OFFLOAD_NONE, NULL) * (long)sizeof(float);
 	if (g->act_cpu && g->L > 0) {
 		/* every block's region is one slot's: from a slot's x to the next's */
 		long *region = malloc(sizeof *region * (size_t)g->L);

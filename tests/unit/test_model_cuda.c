@@ -221,6 +221,19 @@ out:
 	trn_spec_release(&spec);
 }
 
+/* A small GPT of layers blocks, dim wide in 2 heads, with AdamW and what
+ * extra adds to the spec, against the CPU model. */
+static void compare_gpt(const struct trn_dataset *ds, int layers, int dim, const char *extra,
+                        const char *what)
+{
+	char text[1024];
+	snprintf(text, sizeof text, "{\"model\": {\"type\": \"gpt\", \"layers\": %d, \"heads\": 2,"
+	         " \"dim\": %d, \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\","
+	         " \"train\": \"x.bin\"}, \"batch\": {\"global\": 3}, \"optimizer\": {\"type\":"
+	         " \"adamw\", \"lr\": 0.001}, %s \"steps\": 1}", layers, dim, extra);
+	compare_models(text, ds, 3, what);
+}
+
 static void test_gpt(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
@@ -254,14 +267,8 @@ static void test_gpt(void)
 		{ 2, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"params\": \"cpu\"},",
 		  "gpt bf16 offload.params" },
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		char text[1024];
-		snprintf(text, sizeof text, "{\"model\": {\"type\": \"gpt\", \"layers\": %d, \"heads\": 2,"
-		         " \"dim\": 16, \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\","
-		         " \"train\": \"x.bin\"}, \"batch\": {\"global\": 3}, \"optimizer\": {\"type\":"
-		         " \"adamw\", \"lr\": 0.001}, %s \"steps\": 1}", cases[i].layers, cases[i].extra);
-		compare_models(text, &ds, 3, cases[i].what);
-	}
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		compare_gpt(&ds, cases[i].layers, 16, cases[i].extra, cases[i].what);
 	/* one block, one head, a vocabulary wider than the data's */
 	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 1, \"dim\": 8,"
 	               " \"seq\": 8, \"vocab\": 300}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
@@ -288,13 +295,8 @@ static void test_gpt_flash(void)
 	};
 	setenv("LARCH_CUDA_ATTENTION", "flash", 1);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		char text[1024];
-		snprintf(text, sizeof text, "{\"model\": {\"type\": \"gpt\", \"layers\": %d, \"heads\": 2,"
-		         " \"dim\": 128, \"seq\": 8, \"vocab\": 37}, \"data\": {\"format\": \"tokens_u16\","
-		         " \"train\": \"x.bin\"}, \"batch\": {\"global\": 3}, \"optimizer\": {\"type\":"
-		         " \"adamw\", \"lr\": 0.001}, %s \"steps\": 1}", cases[i].layers, cases[i].extra);
 		long before = cuda_shim_flash_calls;
-		compare_models(text, &ds, 3, cases[i].what);
+		compare_gpt(&ds, cases[i].layers, 128, cases[i].extra, cases[i].what);
 		/* with 16-bit activations (not under LARCH_CUDA_ACT16=0) */
 		CHECK_MSG((cuda_shim_flash_calls > before) == trn_cuda_act16_wanted(),
 		          "%s: %ld fused attention calls", cases[i].what,
