@@ -1,29 +1,30 @@
 /* kernels/attention_flash_cuda.cu - fused (flash-style) causal attention on
  * 16-bit activations (see attention_cuda.h): the [t, t] scores never leave
- * the SM. Head size 64, bf16 or fp16 (kern_cuda_gemm_operands), products on
- * the tensor cores through WMMA 16x16x16 fragments with fp32 sums.
+ * the registers. Head size 64, bf16 or fp16 (kern_cuda_gemm_operands),
+ * products on the tensor cores through mma.m16n8k16 with fp32 sums
+ * (kernels/mma_cuda.cuh: documented register layouts, so a product's
+ * result is the next product's operand without a trip through shared
+ * memory, FlashAttention-2's scheme).
  *
  * Tiles of 64 queries (or keys) a block of 4 warps, 16 rows a warp; the
  * block's tiles of q, k, v, dout sit in shared memory, rows padded to 72
- * values against bank conflicts. Each warp keeps a 16 x 72 fp32 buffer for
- * its scores, in which two lanes own a row, the even and the odd columns
- * (with the buffer's row stride, 68 floats, the 32 lanes' reads fall on
- * 16 banks, against 4 with halves of rows). The forward and dq kernels
- * take the query tiles from the last (the longest walk over the keys).
+ * values (144 bytes: ldmatrix's eight row addresses fall on distinct banks).
+ * A lane holds two rows' (g and g + 8) scores, eight columns a row of a
+ * 64-column tile, and the four lanes of a row agree on its max by two
+ * shuffles. The forward and dq kernels take the query tiles from the last
+ * (the longest walk over the keys).
  *
- * Forward, two passes over the key tiles up to the diagonal: the first
- * finds each row's max and sum of exponentials (online, per lane, merged
- * across the lane pair), i.e. its log-sum-exp; the second computes the
- * normalised probabilities exp(s - lse), rounds them to 16 bits and adds
- * their product with v into the warp's accumulators. So the probabilities
- * are rounded where the CPU model rounds att, and the accumulators never
- * need rescaling (WMMA's fragment layout is opaque). lse goes out for
- * backward.
+ * Forward, one pass over the key tiles up to the diagonal with an online
+ * softmax in base 2: per tile the row max m is updated, the accumulators
+ * and the row's sum of exp2(s - m) rescaled by exp2(m_old - m), and
+ * p = exp2(s - m) rounded to 16 bits times v added in; at the end out is
+ * divided by the row's sum and lse = m + log2(sum) (natural log) goes out
+ * for backward.
  *
  * Backward without atomics, in two kernels that each recompute p and
  * dp = dout v^T from q, k, v and lse:
  *   dk, dv: a block per key tile walks the query tiles from the diagonal
- *           down: dv += p^T dout, dk += ds^T q;
+ *           down: dv += p^T dout, dk += ds^T q (a warp's rows are keys);
  *   dq:     a block per query tile walks the key tiles up to the diagonal:
  *           dq += ds k;
  * with ds = p (dp - D) and D = rowsum(dout * out) (a small kernel first),
@@ -37,7 +38,6 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include "attention_flash_cuda.cuh"
 #include "cuda_common.h"
@@ -45,33 +45,20 @@
 
 /* ---- entry points ------------------------------------------------------------- */
 
-#define FA_FWD_SMEM (3 * FA_TILE_VALUES * sizeof(uint16_t) + FA_WARPS * FA_WBUF * sizeof(float))
-#define FA_BWD_SMEM (4 * FA_TILE_VALUES * sizeof(uint16_t) + FA_WARPS * FA_WBUF * sizeof(float) + \
-                     2 * FA_TILE * sizeof(float))
+#define FA_FWD_SMEM (3 * FA_TILE_VALUES * sizeof(uint16_t))
+#define FA_BWD_SMEM (4 * FA_TILE_VALUES * sizeof(uint16_t) + 2 * FA_TILE * sizeof(float))
+/* within the 48 KiB a block gets without opting in */
+static_assert(FA_FWD_SMEM <= 48 * 1024 && FA_BWD_SMEM <= 48 * 1024, "flash attention's tiles");
 
 extern "C" int kern_attention_flash_supported(int t, int c, int nh)
 {
 	return t > 0 && nh > 0 && c == nh * FA_HS;
 }
 
-/* Lets kernel k use bytes of dynamic shared memory (over 48 KiB needs the
- * opt-in), once per kernel. */
-template <typename K>
-static void allow_smem(K k, size_t bytes, int *done)
-{
-	if (*done)
-		return;
-	KERN_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-	                                     (int)bytes));
-	*done = 1;
-}
-
 template <typename T>
 static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int t, int c, int nh,
                       int bf16)
 {
-	static int smem_ok;
-	allow_smem(fa_fwd_kernel<T>, FA_FWD_SMEM, &smem_ok);
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
 	fa_fwd_kernel<T><<<grid, FA_THREADS, FA_FWD_SMEM, kern_cuda_stream()>>>(out, lse, qkv, t, c,
@@ -83,9 +70,6 @@ template <typename T>
 static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
                       const uint16_t *qkv, const float *lse, int b, int t, int c, int nh, int bf16)
 {
-	static int kv_ok, q_ok;
-	allow_smem(fa_bwd_kv_kernel<T>, FA_BWD_SMEM, &kv_ok);
-	allow_smem(fa_bwd_q_kernel<T>, FA_BWD_SMEM, &q_ok);
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	long rows = (long)b * nh * t;
 	float *dd = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)rows);

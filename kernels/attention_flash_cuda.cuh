@@ -2,37 +2,30 @@
  * (flash) causal attention, attention_flash_cuda.cu's kernels (that file
  * says how they work). A header of its own so that tests/unit/test_flash_emu
  * can run the same kernels on the CPU through an emulation of the few CUDA
- * and WMMA features they use; CUDA C++ otherwise (nvcc). The includer
- * brings nvcuda::wmma (<mma.h>) and the 16-bit types (<cuda_bf16.h>,
- * <cuda_fp16.h>). */
+ * features and tensor-core primitives they use; CUDA C++ otherwise (nvcc).
+ * The includer brings the 16-bit types (<cuda_bf16.h>, <cuda_fp16.h>). */
 #ifndef LARCH_KERNELS_ATTENTION_FLASH_CUDA_CUH
 #define LARCH_KERNELS_ATTENTION_FLASH_CUDA_CUH
 
 #include <math.h>
 #include <stdint.h>
 
+#include "mma_cuda.cuh"
 #include "precision_cuda.cuh"
-
-using namespace nvcuda;
 
 #define FA_HS 64                       /* head size */
 #define FA_TILE 64                     /* queries or keys a tile */
 #define FA_WARPS 4                     /* 16 rows of the tile each */
 #define FA_THREADS (FA_WARPS * 32)
-#define FA_LD (FA_HS + 8)              /* a 16-bit tile's row stride (values) */
-#define FA_LDS 68                      /* a warp buffer's fp32 row stride */
+#define FA_LD (FA_HS + 8)              /* a tile's row stride (values): 144 bytes */
 #define FA_TILE_VALUES (FA_TILE * FA_LD)
-/* floats of one warp's buffer: 16 fp32 rows of FA_LDS, or two 16-bit
- * [16, FA_LD] (p and ds), whichever is larger */
-#define FA_WBUF (16 * FA_LD)
+#define FA_LOG2E 1.4426950408889634f
 
 /* the block's dynamic shared memory, 128-byte aligned (the CPU emulation
  * brings its own) */
 #ifndef KERN_DYNAMIC_SMEM
 #define KERN_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
-
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_frag;
 
 /* Rows [r0, r0 + 64) of one head's 64 columns of src (rows ld values apart)
  * into a tile, zeros for rows at or past t. 16-byte copies. */
@@ -47,80 +40,86 @@ __device__ static void load_tile(uint16_t *dst, const uint16_t *src, long ld, in
 	}
 }
 
-/* s[16, 64] (fp32, rows FA_LDS apart) = a[16, 64] b[64, 64]^T: a this
- * warp's 16 rows of a tile, b a whole tile, both 16-bit rows of FA_LD. */
-template <typename T>
-__device__ static void warp_abt(float *s, const uint16_t *a, const uint16_t *b)
+/* The a operands of rows [r0, r0 + 16) of a tile, all 64 columns: f[k] for
+ * columns 16k.. */
+__device__ static void warp_rows(uint32_t f[FA_HS / 16][4], const uint16_t *tile, int r0)
 {
-	acc_frag acc[FA_TILE / 16];
+	int lane = threadIdx.x & 31;
 #pragma unroll
-	for (int n = 0; n < FA_TILE / 16; n++)
-		wmma::fill_fragment(acc[n], 0.0f);
-#pragma unroll
-	for (int k = 0; k < FA_HS / 16; k++) {
-		wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-		wmma::load_matrix_sync(fa, (const T *)(a + k * 16), FA_LD);
-#pragma unroll
-		for (int n = 0; n < FA_TILE / 16; n++) {
-			/* b^T's (k, j) is b[j][k]: column-major with b's row stride */
-			wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-			wmma::load_matrix_sync(fb, (const T *)(b + n * 16 * FA_LD + k * 16), FA_LD);
-			wmma::mma_sync(acc[n], fa, fb, acc[n]);
-		}
-	}
-#pragma unroll
-	for (int n = 0; n < FA_TILE / 16; n++)
-		wmma::store_matrix_sync(s + n * 16, acc[n], FA_LDS, wmma::mem_row_major);
+	for (int k = 0; k < FA_HS / 16; k++)
+		ldsm_x4(f[k], ldsm_at(tile, FA_LD, r0, 16 * k, lane));
 }
 
-/* acc[16, 64] += p[16, 64] x[64, 64]: p 16-bit rows of FA_LD (a warp
- * buffer), x a tile. */
+/* s[16, 64] = a[16, 64] x^T with a this warp's rows (warp_rows) and x a
+ * whole tile: s[j] holds columns 8j.. (x's rows 8j..), as mma16816's d. */
 template <typename T>
-__device__ static void warp_ab(acc_frag *acc, const uint16_t *p, const uint16_t *x)
+__device__ static void warp_abt(float s[FA_TILE / 8][4], const uint32_t a[FA_HS / 16][4],
+                                const uint16_t *x)
+{
+	int lane = threadIdx.x & 31;
+#pragma unroll
+	for (int j = 0; j < FA_TILE / 8; j++)
+		s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+	for (int n = 0; n < FA_TILE / 16; n++)
+#pragma unroll
+		for (int k = 0; k < FA_HS / 16; k++) {
+			uint32_t r[4];
+			ldsm_x4(r, ldsm_at(x, FA_LD, 16 * n, 16 * k, lane));
+			mma16816<T>(s[2 * n], a[k], r[0], r[2]);
+			mma16816<T>(s[2 * n + 1], a[k], r[1], r[3]);
+		}
+}
+
+/* p[16, 64] (as mma16816's d, columns 8j.. in p[j]) rounded to 16 bits as
+ * the a operands of its four [16, 16] column blocks */
+__device__ static void to_rows16(uint32_t f[FA_TILE / 16][4], const float p[FA_TILE / 8][4],
+                                 int bf16)
 {
 #pragma unroll
 	for (int k = 0; k < FA_TILE / 16; k++) {
-		wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-		wmma::load_matrix_sync(fa, (const T *)(p + k * 16), FA_LD);
-#pragma unroll
-		for (int n = 0; n < FA_HS / 16; n++) {
-			wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-			wmma::load_matrix_sync(fb, (const T *)(x + k * 16 * FA_LD + n * 16), FA_LD);
-			wmma::mma_sync(acc[n], fa, fb, acc[n]);
-		}
+		f[k][0] = pack16x2(p[2 * k][0], p[2 * k][1], bf16);
+		f[k][1] = pack16x2(p[2 * k][2], p[2 * k][3], bf16);
+		f[k][2] = pack16x2(p[2 * k + 1][0], p[2 * k + 1][1], bf16);
+		f[k][3] = pack16x2(p[2 * k + 1][2], p[2 * k + 1][3], bf16);
 	}
 }
 
-/* The warp's accumulators [16, 64] times scale, rounded to 16 bits, into
- * rows row0 .. row0 + 15 (those below t) of dst (rows ld values apart),
- * through the warp's buffer. */
-__device__ static void warp_store(uint16_t *dst, long ld, int row0, int t, acc_frag *acc,
-                                  float *wb, float scale, int bf16)
-{
-	__syncwarp();
-#pragma unroll
-	for (int n = 0; n < FA_HS / 16; n++)
-		wmma::store_matrix_sync(wb + n * 16, acc[n], FA_LDS, wmma::mem_row_major);
-	__syncwarp();
-	int lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1;
-	if (row0 + row < t) {
-		uint16_t *o = dst + (size_t)(row0 + row) * ld + half;
-		const float *src = wb + row * FA_LDS + half;
-		for (int j = 0; j < 32; j++)
-			o[2 * j] = to16_bits(src[2 * j] * scale, bf16);
-	}
-	__syncwarp();
-}
-
-/* a lane's 32 values (its columns of its row: lane_col) into the warp
- * buffer as 16 bits, rows FA_LD apart */
-__device__ static void lane_put16(uint16_t *buf, const float *v, int bf16)
+/* acc[16, 64] += p[16, 64] x[64, 64]: p as a operands (to_rows16), x a
+ * whole tile (its rows are p's columns) */
+template <typename T>
+__device__ static void warp_ab(float acc[FA_HS / 8][4], const uint32_t p[FA_TILE / 16][4],
+                               const uint16_t *x)
 {
 	int lane = threadIdx.x & 31;
-	uint16_t *d = buf + (lane >> 1) * FA_LD + (lane & 1);
 #pragma unroll
-	for (int j = 0; j < 32; j++)
-		d[2 * j] = to16_bits(v[j], bf16);
+	for (int k = 0; k < FA_TILE / 16; k++)
+#pragma unroll
+		for (int n = 0; n < FA_HS / 16; n++) {
+			uint32_t r[4];
+			ldsm_x4_t(r, ldsm_at(x, FA_LD, 16 * k, 16 * n, lane));
+			mma16816<T>(acc[2 * n], p[k], r[0], r[1]);
+			mma16816<T>(acc[2 * n + 1], p[k], r[2], r[3]);
+		}
+}
+
+/* acc[16, 64] (as mma16816's d) times scale[h] for its row g + 8h, rounded
+ * to 16 bits, into rows row0 + g and row0 + g + 8 (those below t) of dst
+ * (rows ld values apart) */
+__device__ static void warp_store(uint16_t *dst, long ld, int row0, int t,
+                                  const float acc[FA_HS / 8][4], const float scale[2], int bf16)
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		int row = row0 + g + 8 * h;
+		if (row >= t)
+			continue;
+		uint32_t *o = (uint32_t *)(dst + (size_t)row * ld + 2 * q);
+#pragma unroll
+		for (int j = 0; j < FA_HS / 8; j++)
+			o[4 * j] = pack16x2(acc[j][2 * h] * scale[h], acc[j][2 * h + 1] * scale[h], bf16);
+	}
 }
 
 /* ---- forward ------------------------------------------------------------------ */
@@ -132,74 +131,78 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 {
 	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *qs = (uint16_t *)smem, *ks = qs + FA_TILE_VALUES, *vs = ks + FA_TILE_VALUES;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1;
-	float *wb = (float *)(vs + FA_TILE_VALUES) + warp * FA_WBUF;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
 	int q0 = (gridDim.x - 1 - blockIdx.x) * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
-	const uint16_t *qw = qs + warp * 16 * FA_LD;
-	int qi = q0 + warp * 16 + row;     /* this lane's query */
+	int row0 = q0 + warp * 16 + g;     /* this lane's rows: row0 and row0 + 8 */
 	int kend = min(t, q0 + FA_TILE);   /* the keys any query of the tile sees */
+	float sl2 = scale * FA_LOG2E;      /* scores in base 2 */
 	load_tile(qs, base, ld, q0, t);
+	__syncthreads();
+	uint32_t qf[FA_HS / 16][4];
+	warp_rows(qf, qs, warp * 16);
 
-	/* 1: max and sum of exp over this lane's half of the row, online */
-	float m = -INFINITY, l = 0.0f;
-	for (int k0 = 0; k0 < kend; k0 += FA_TILE) {
-		__syncthreads();
-		load_tile(ks, base + c, ld, k0, t);
-		__syncthreads();
-		warp_abt<T>(wb, qw, ks);
-		__syncwarp();
-		const float *sr = wb + row * FA_LDS + half;
-		for (int j = 0; j < 32; j++) {
-			int kj = k0 + 2 * j + half;
-			if (kj > qi || qi >= t)
-				break;
-			float s = sr[2 * j] * scale;
-			if (s > m) {
-				l = l * expf(m - s) + 1.0f;
-				m = s;
-			} else {
-				l += expf(s - m);
-			}
-		}
-		__syncwarp();
-	}
-	float m2 = __shfl_xor_sync(0xffffffffu, m, 1), l2 = __shfl_xor_sync(0xffffffffu, l, 1);
-	float mx = fmaxf(m, m2);
-	float sum = (m == -INFINITY ? 0.0f : l * expf(m - mx)) +
-	            (m2 == -INFINITY ? 0.0f : l2 * expf(m2 - mx));
-	float row_lse = mx + logf(sum);
-
-	/* 2: out = round16(exp(s - lse)) v */
-	acc_frag acc[FA_HS / 16];
+	/* online softmax: m the running max (base 2) of each of the lane's two
+	 * rows, l its part of the sum of exp2(s - m), o the unnormalised out */
+	float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f }, o[FA_HS / 8][4];
 #pragma unroll
-	for (int n = 0; n < FA_HS / 16; n++)
-		wmma::fill_fragment(acc[n], 0.0f);
+	for (int j = 0; j < FA_HS / 8; j++)
+		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 	for (int k0 = 0; k0 < kend; k0 += FA_TILE) {
 		__syncthreads();
 		load_tile(ks, base + c, ld, k0, t);
 		load_tile(vs, base + 2 * c, ld, k0, t);
 		__syncthreads();
-		warp_abt<T>(wb, qw, ks);
-		__syncwarp();
-		float p[32];
-		const float *sr = wb + row * FA_LDS + half;
+		float s[FA_TILE / 8][4];
+		warp_abt<T>(s, qf, ks);
+		/* scale and mask; every row sees key k0 <= q0, so its max is finite
+		 * (rows at or past t too: they see the zero keys, never stored) */
+		float mx[2] = { m[0], m[1] };
 #pragma unroll
-		for (int j = 0; j < 32; j++) {
-			int kj = k0 + 2 * j + half;
-			p[j] = kj <= qi && qi < t ? expf(sr[2 * j] * scale - row_lse) : 0.0f;
+		for (int j = 0; j < FA_TILE / 8; j++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				int key = k0 + 8 * j + 2 * q + (i & 1), row = row0 + 8 * (i >> 1);
+				float v = key <= row ? s[j][i] * sl2 : -INFINITY;
+				s[j][i] = v;
+				mx[i >> 1] = fmaxf(mx[i >> 1], v);
+			}
+		float alpha[2];
+#pragma unroll
+		for (int r = 0; r < 2; r++) {  /* the row's four lanes agree on its max */
+			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+			alpha[r] = exp2f(m[r] - mx[r]);
+			m[r] = mx[r];
+			l[r] *= alpha[r];
 		}
-		__syncwarp();                  /* every lane has read its scores */
-		lane_put16((uint16_t *)wb, p, bf16);
-		__syncwarp();
-		warp_ab<T>(acc, (const uint16_t *)wb, vs);
+#pragma unroll
+		for (int j = 0; j < FA_TILE / 8; j++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				float p = exp2f(s[j][i] - m[i >> 1]);
+				s[j][i] = p;
+				l[i >> 1] += p;
+				o[j][i] *= alpha[i >> 1];
+			}
+		uint32_t pf[FA_TILE / 16][4];
+		to_rows16(pf, s, bf16);
+		warp_ab<T>(o, pf, vs);
 	}
-	warp_store(out + (size_t)b * t * c + (size_t)h * FA_HS, c, q0 + warp * 16, t, acc, wb, 1.0f,
-	           bf16);
-	if (half == 0 && qi < t)
-		lse[(size_t)bh * t + qi] = row_lse;
+	float inv[2];
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+		inv[r] = 1.0f / l[r];
+	}
+	warp_store(out + (size_t)b * t * c + (size_t)h * FA_HS, c, q0 + warp * 16, t, o, inv, bf16);
+	if (q == 0)
+		for (int r = 0; r < 2; r++)
+			if (row0 + 8 * r < t)
+				lse[(size_t)bh * t + row0 + 8 * r] = (m[r] + log2f(l[r])) / FA_LOG2E;
 }
 
 /* ---- backward ----------------------------------------------------------------- */
@@ -224,7 +227,8 @@ __global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const u
 }
 
 /* one block per key tile: dk and dv of its 64 keys over every query that
- * sees them */
+ * sees them; a warp's rows are 16 keys, its columns a query tile's 64
+ * queries (the transposes of p and dp) */
 template <typename T>
 __global__ static void __launch_bounds__(FA_THREADS)
 fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
@@ -233,64 +237,62 @@ fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, cons
 	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *ks = (uint16_t *)smem, *vs = ks + FA_TILE_VALUES, *qs = vs + FA_TILE_VALUES;
 	uint16_t *dos = qs + FA_TILE_VALUES;
-	float *wbs = (float *)(dos + FA_TILE_VALUES);
-	float *lse_s = wbs + FA_WARPS * FA_WBUF, *dd_s = lse_s + FA_TILE;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1;
-	float *wb = wbs + warp * FA_WBUF;
-	uint16_t *p16 = (uint16_t *)wb, *ds16 = p16 + 16 * FA_LD;
+	float *lse_s = (float *)(dos + FA_TILE_VALUES), *dd_s = lse_s + FA_TILE;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
 	int k0 = blockIdx.x * FA_TILE;
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	const uint16_t *dbase = dout + (size_t)b * t * c + (size_t)h * FA_HS;
-	int kj = k0 + warp * 16 + row;     /* this lane's key */
+	int key0 = k0 + warp * 16 + g;     /* this lane's keys: key0 and key0 + 8 */
+	float sl2 = scale * FA_LOG2E;
 	load_tile(ks, base + c, ld, k0, t);
 	load_tile(vs, base + 2 * c, ld, k0, t);
+	__syncthreads();
+	uint32_t kf[FA_HS / 16][4], vf[FA_HS / 16][4];
+	warp_rows(kf, ks, warp * 16);
+	warp_rows(vf, vs, warp * 16);
 
-	acc_frag dk[FA_HS / 16], dv[FA_HS / 16];
+	float dk[FA_HS / 8][4], dv[FA_HS / 8][4];
 #pragma unroll
-	for (int n = 0; n < FA_HS / 16; n++) {
-		wmma::fill_fragment(dk[n], 0.0f);
-		wmma::fill_fragment(dv[n], 0.0f);
-	}
+	for (int j = 0; j < FA_HS / 8; j++)
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			dk[j][i] = dv[j][i] = 0.0f;
 	for (int q0 = k0; q0 < t; q0 += FA_TILE) {
 		__syncthreads();
 		load_tile(qs, base, ld, q0, t);
 		load_tile(dos, dbase, c, q0, t);
 		for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
-			int q = q0 + i;
-			lse_s[i] = q < t ? lse[(size_t)bh * t + q] : 0.0f;
-			dd_s[i] = q < t ? dd[(size_t)bh * t + q] : 0.0f;
+			int qi = q0 + i;
+			lse_s[i] = qi < t ? lse[(size_t)bh * t + qi] * FA_LOG2E : 0.0f;
+			dd_s[i] = qi < t ? dd[(size_t)bh * t + qi] : 0.0f;
 		}
 		__syncthreads();
-		/* p^T: the scores of this warp's keys against the tile's queries */
-		warp_abt<T>(wb, ks + warp * 16 * FA_LD, qs);
-		__syncwarp();
-		float p[32], ds[32];
-		const float *sr = wb + row * FA_LDS + half;
+		/* p^T = exp2(k q^T - lse), dp^T = v dout^T; ds^T = p^T (dp^T - D) */
+		float p[FA_TILE / 8][4], ds[FA_TILE / 8][4];
+		warp_abt<T>(p, kf, qs);
+		warp_abt<T>(ds, vf, dos);
 #pragma unroll
-		for (int j = 0; j < 32; j++) {
-			int q = q0 + 2 * j + half;
-			p[j] = kj <= q && q < t && kj < t
-			               ? expf(sr[2 * j] * scale - lse_s[2 * j + half]) : 0.0f;
-		}
-		__syncwarp();
-		/* dp^T = v dout^T for this warp's keys */
-		warp_abt<T>(wb, vs + warp * 16 * FA_LD, dos);
-		__syncwarp();
+		for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
-		for (int j = 0; j < 32; j++)
-			ds[j] = p[j] * (sr[2 * j] - dd_s[2 * j + half]);
-		__syncwarp();
-		lane_put16(p16, p, bf16);
-		lane_put16(ds16, ds, bf16);
-		__syncwarp();
-		warp_ab<T>(dv, p16, dos);
-		warp_ab<T>(dk, ds16, qs);
+			for (int i = 0; i < 4; i++) {
+				int col = 8 * j + 2 * q + (i & 1), qi = q0 + col, key = key0 + 8 * (i >> 1);
+				float e = key <= qi && qi < t && key < t
+				                  ? exp2f(p[j][i] * sl2 - lse_s[col]) : 0.0f;
+				p[j][i] = e;
+				ds[j][i] = e * (ds[j][i] - dd_s[col]);
+			}
+		uint32_t pf[FA_TILE / 16][4], dsf[FA_TILE / 16][4];
+		to_rows16(pf, p, bf16);
+		to_rows16(dsf, ds, bf16);
+		warp_ab<T>(dv, pf, dos);
+		warp_ab<T>(dk, dsf, qs);
 	}
 	uint16_t *dbase3 = dqkv + (size_t)b * t * ld + (size_t)h * FA_HS;
-	warp_store(dbase3 + c, ld, k0 + warp * 16, t, dk, wb, scale, bf16);
-	warp_store(dbase3 + 2 * c, ld, k0 + warp * 16, t, dv, wb, 1.0f, bf16);
+	const float kscale[2] = { scale, scale }, one[2] = { 1.0f, 1.0f };
+	warp_store(dbase3 + c, ld, k0 + warp * 16, t, dk, kscale, bf16);
+	warp_store(dbase3 + 2 * c, ld, k0 + warp * 16, t, dv, one, bf16);
 }
 
 /* one block per query tile: dq of its 64 queries over the keys they see */
@@ -302,52 +304,56 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *qs = (uint16_t *)smem, *dos = qs + FA_TILE_VALUES, *ks = dos + FA_TILE_VALUES;
 	uint16_t *vs = ks + FA_TILE_VALUES;
-	float *wbs = (float *)(vs + FA_TILE_VALUES);
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1;
-	float *wb = wbs + warp * FA_WBUF;
-	uint16_t *ds16 = (uint16_t *)wb + 16 * FA_LD;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
 	int q0 = (gridDim.x - 1 - blockIdx.x) * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
-	int qi = q0 + warp * 16 + row;
+	int row0 = q0 + warp * 16 + g;
 	int kend = min(t, q0 + FA_TILE);
+	float sl2 = scale * FA_LOG2E;
 	load_tile(qs, base, ld, q0, t);
 	load_tile(dos, dout + (size_t)b * t * c + (size_t)h * FA_HS, c, q0, t);
-	float row_lse = qi < t ? lse[(size_t)bh * t + qi] : 0.0f;
-	float row_dd = qi < t ? dd[(size_t)bh * t + qi] : 0.0f;
-
-	acc_frag dq[FA_HS / 16];
+	__syncthreads();
+	uint32_t qf[FA_HS / 16][4], dof[FA_HS / 16][4];
+	warp_rows(qf, qs, warp * 16);
+	warp_rows(dof, dos, warp * 16);
+	float row_lse[2], row_dd[2];
 #pragma unroll
-	for (int n = 0; n < FA_HS / 16; n++)
-		wmma::fill_fragment(dq[n], 0.0f);
+	for (int r = 0; r < 2; r++) {
+		int row = row0 + 8 * r;
+		row_lse[r] = row < t ? lse[(size_t)bh * t + row] * FA_LOG2E : 0.0f;
+		row_dd[r] = row < t ? dd[(size_t)bh * t + row] : 0.0f;
+	}
+
+	float dq[FA_HS / 8][4];
+#pragma unroll
+	for (int j = 0; j < FA_HS / 8; j++)
+		dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
 	for (int k0 = 0; k0 < kend; k0 += FA_TILE) {
 		__syncthreads();
 		load_tile(ks, base + c, ld, k0, t);
 		load_tile(vs, base + 2 * c, ld, k0, t);
 		__syncthreads();
-		warp_abt<T>(wb, qs + warp * 16 * FA_LD, ks);
-		__syncwarp();
-		float p[32], ds[32];
-		const float *sr = wb + row * FA_LDS + half;
+		float s[FA_TILE / 8][4], ds[FA_TILE / 8][4];
+		warp_abt<T>(s, qf, ks);
+		warp_abt<T>(ds, dof, vs);
 #pragma unroll
-		for (int j = 0; j < 32; j++) {
-			int k = k0 + 2 * j + half;
-			p[j] = k <= qi && qi < t ? expf(sr[2 * j] * scale - row_lse) : 0.0f;
-		}
-		__syncwarp();
-		warp_abt<T>(wb, dos + warp * 16 * FA_LD, vs);
-		__syncwarp();
+		for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
-		for (int j = 0; j < 32; j++)
-			ds[j] = p[j] * (sr[2 * j] - row_dd);
-		__syncwarp();
-		lane_put16(ds16, ds, bf16);
-		__syncwarp();
-		warp_ab<T>(dq, ds16, ks);
+			for (int i = 0; i < 4; i++) {
+				int key = k0 + 8 * j + 2 * q + (i & 1), row = row0 + 8 * (i >> 1);
+				float e = key <= row && row < t
+				                  ? exp2f(s[j][i] * sl2 - row_lse[i >> 1]) : 0.0f;
+				ds[j][i] = e * (ds[j][i] - row_dd[i >> 1]);
+			}
+		uint32_t dsf[FA_TILE / 16][4];
+		to_rows16(dsf, ds, bf16);
+		warp_ab<T>(dq, dsf, ks);
 	}
-	warp_store(dqkv + (size_t)b * t * ld + (size_t)h * FA_HS, ld, q0 + warp * 16, t, dq, wb,
-	           scale, bf16);
+	const float qscale[2] = { scale, scale };
+	warp_store(dqkv + (size_t)b * t * ld + (size_t)h * FA_HS, ld, q0 + warp * 16, t, dq, qscale,
+	           bf16);
 }
 
 #endif

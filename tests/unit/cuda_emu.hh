@@ -9,16 +9,14 @@
  * A kernel's __shared__ arrays become static ones, and dynamic shared
  * memory (KERN_DYNAMIC_SMEM) one buffer, each block's in turn.
  *
- * WMMA (nvcuda::wmma, 16x16x16): every lane of a warp holds the whole
- * fragment and does the whole operation, which is what a warp-collective
- * operation looks like from any one lane; loads and stores read and write
- * the documented layouts (row_major: element (r, c) at p[r * ldm + c];
- * col_major: at p[c * ldm + r]). Products and sums in fp32, in k order.
- * A store is seen by the whole warp at once (each lane writes it all), so
- * a missing __syncwarp after one goes unnoticed; one before a load does
- * not (the lanes read, then meet).
+ * The tensor cores' warp-level primitives of kernels/mma_cuda.cuh
+ * (ldmatrix, mma.m16n8k16) gather the warp's registers or addresses and
+ * give each lane the values the PTX ISA's layout tables say it holds, so a
+ * kernel that puts a value in the wrong lane's register computes the wrong
+ * product here too. ldmatrix checks that each row address is 16-byte
+ * aligned; mma sums in fp32 in k order.
  * The 16-bit types are their bit patterns. What this cannot show: timing,
- * occupancy, bank conflicts, and alignment faults.
+ * occupancy, bank conflicts, and other alignment faults.
  */
 #ifndef LARCH_TESTS_CUDA_EMU_HH
 #define LARCH_TESTS_CUDA_EMU_HH
@@ -26,6 +24,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -74,6 +73,7 @@ struct emu_block {
 	std::unique_ptr<std::barrier<>> all;
 	std::vector<std::unique_ptr<std::barrier<>>> warps;
 	std::vector<uint32_t> slot;
+	std::vector<unsigned char> wide;   /* emu_gather's: 64 bytes a thread */
 };
 inline emu_block *emu_cur;
 
@@ -151,6 +151,19 @@ static inline V __shfl_sync(unsigned mask, V v, int src)
 	return emu_exchange(v, (unsigned)src);
 }
 
+/* every lane of the warp puts v, then takes all 32 lanes' */
+template <typename V>
+static inline void emu_gather(const V &v, V all[32])
+{
+	static_assert(sizeof(V) <= 64, "at most 64 bytes a lane");
+	unsigned base = emu_tid - emu_tid % 32;
+	std::memcpy(&emu_cur->wide[(size_t)emu_tid * 64], &v, sizeof v);
+	__syncwarp();
+	for (unsigned l = 0; l < 32; l++)
+		std::memcpy(&all[l], &emu_cur->wide[(size_t)(base + l) * 64], sizeof(V));
+	__syncwarp();
+}
+
 /* Runs kernel() as every thread of every block of grid x block. */
 static inline void emu_launch(dim3 grid, dim3 block, const std::function<void()> &kernel)
 {
@@ -165,6 +178,7 @@ static inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>
 				b.warps.push_back(std::make_unique<std::barrier<>>(
 					n - w * 32 < 32 ? n - w * 32 : 32));
 			b.slot.assign(n, 0);
+			b.wide.assign((size_t)n * 64, 0);
 			emu_cur = &b;
 			std::vector<std::thread> threads;
 			for (unsigned i = 0; i < n; i++)
@@ -181,7 +195,7 @@ static inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>
 		}
 }
 
-/* ---- 16-bit types and WMMA -------------------------------------------------- */
+/* ---- 16-bit types ------------------------------------------------------------ */
 
 struct __half {
 	uint16_t bits;
@@ -190,70 +204,81 @@ struct __nv_bfloat16 {
 	uint16_t bits;
 };
 
-namespace nvcuda {
-namespace wmma {
+/* the value of a 16-bit pattern, bf16 or fp16 (the test defines it) */
+float emu_of16(uint16_t bits, bool bf16);
 
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
+/* ---- kernels/mma_cuda.cuh's primitives, lane by lane ---------------------- */
 
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
-	float x[16 * 16];
-};
+#define KERN_MMA_EMULATED 1
 
-float emu_value(const __half *p);
-float emu_value(const __nv_bfloat16 *p);
-
-template <typename Use, typename T, typename Layout>
-static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p,
-                                    unsigned ldm)
+/* ldmatrix .x4: lane l gets, of matrix i (rows at lanes 8i..8i+7's
+ * addresses), row l / 4's values 2 (l % 4) and 2 (l % 4) + 1; transposed,
+ * the rows 2 (l % 4) and 2 (l % 4) + 1's value l / 4 */
+static inline void emu_ldsm(uint32_t r[4], const uint16_t *p, bool trans)
 {
-	constexpr bool col = std::is_same_v<Layout, col_major>;
-	for (int r = 0; r < 16; r++)
-		for (int c = 0; c < 16; c++)
-			f.x[r * 16 + c] = emu_value(col ? p + (size_t)c * ldm + r : p + (size_t)r * ldm + c);
-	__syncwarp();
-}
-
-static inline void fill_fragment(fragment<accumulator, 16, 16, 16, float> &f, float v)
-{
-	for (float &e : f.x)
-		e = v;
-}
-
-template <typename T, typename LA, typename LB>
-static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
-                            const fragment<matrix_a, 16, 16, 16, T, LA> &a,
-                            const fragment<matrix_b, 16, 16, 16, T, LB> &b,
-                            const fragment<accumulator, 16, 16, 16, float> &c)
-{
-	float out[256];
-	for (int i = 0; i < 16; i++)
-		for (int j = 0; j < 16; j++) {
-			float s = c.x[i * 16 + j];
-			for (int k = 0; k < 16; k++)
-				s += a.x[i * 16 + k] * b.x[k * 16 + j];
-			out[i * 16 + j] = s;
+	if ((uintptr_t)p % 16) {
+		std::fprintf(stderr, "cuda_emu: ldmatrix row address %p is not 16-byte aligned\n",
+		             (const void *)p);
+		std::abort();
+	}
+	const uint16_t *rows[32];
+	emu_gather(p, rows);
+	unsigned lane = emu_tid % 32, g = lane / 4, q = lane % 4;
+	for (int i = 0; i < 4; i++) {
+		uint16_t lo, hi;
+		if (trans) {
+			lo = rows[8 * i + 2 * q][g];
+			hi = rows[8 * i + 2 * q + 1][g];
+		} else {
+			lo = rows[8 * i + g][2 * q];
+			hi = rows[8 * i + g][2 * q + 1];
 		}
-	std::memcpy(d.x, out, sizeof out);
+		r[i] = lo | (uint32_t)hi << 16;
+	}
 }
 
-/* every lane writes the whole tile (the same values), then the warp meets */
-static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
-                                     unsigned ldm, layout_t layout)
+static inline void ldsm_x4(uint32_t r[4], const uint16_t *p)
 {
-	for (int r = 0; r < 16; r++)
-		for (int c = 0; c < 16; c++)
-			p[layout == mem_row_major ? (size_t)r * ldm + c : (size_t)c * ldm + r] =
-				f.x[r * 16 + c];
-	__syncwarp();
+	emu_ldsm(r, p, false);
 }
 
-} // namespace wmma
-} // namespace nvcuda
+static inline void ldsm_x4_t(uint32_t r[4], const uint16_t *p)
+{
+	emu_ldsm(r, p, true);
+}
+
+/* mma.m16n8k16 with fp32 accumulators: the warp's a and b registers
+ * gathered into the [16, 16] and [16, 8] operands by the layout tables,
+ * then this lane's four elements of d */
+template <typename T>
+static inline void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+	struct regs {
+		uint32_t a[4], b[2];
+	} mine = { { a[0], a[1], a[2], a[3] }, { b0, b1 } }, all[32];
+	emu_gather(mine, all);
+	auto value = [](uint32_t reg, int high) {
+		return emu_of16((uint16_t)(high ? reg >> 16 : reg & 0xffffu),
+		                std::is_same_v<T, __nv_bfloat16>);
+	};
+	float am[16][16], bm[16][8];
+	for (unsigned l = 0; l < 32; l++) {
+		unsigned g = l / 4, q = l % 4;
+		for (int i = 0; i < 8; i++) {
+			unsigned row = g + ((i / 2) % 2) * 8, col = 2 * q + i % 2 + (i / 4) * 8;
+			am[row][col] = value(all[l].a[i / 2], i % 2);
+		}
+		for (int i = 0; i < 4; i++)
+			bm[2 * q + i % 2 + (i / 2) * 8][g] = value(all[l].b[i / 2], i % 2);
+	}
+	unsigned lane = emu_tid % 32, g = lane / 4, q = lane % 4;
+	for (int i = 0; i < 4; i++) {
+		unsigned row = g + (i / 2) * 8, col = 2 * q + i % 2;
+		float s = d[i];
+		for (int k = 0; k < 16; k++)
+			s += am[row][k] * bm[k][col];
+		d[i] = s;
+	}
+}
 
 #endif

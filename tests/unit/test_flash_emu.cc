@@ -1,9 +1,11 @@
 /* tests/unit/test_flash_emu.cc - the fused attention's kernels
  * (kernels/attention_flash_cuda.cuh) run on the CPU through cuda_emu.hh,
  * against attention_cpu.c's reference on the same 16-bit inputs: the
- * tiling, the causal masks, partial tiles (t not a multiple of 64), both
- * passes of the forward and both backward kernels, in bf16 and fp16. The
- * GPU runs them in tests/gpu/test_cuda_act16.c.
+ * tiling, the causal masks, partial tiles (t not a multiple of 64), the
+ * forward's online softmax over several key tiles, both backward kernels,
+ * and which lane holds which value of the tensor cores' operands (the
+ * emulated mma and ldmatrix follow the PTX ISA's layouts), in bf16 and
+ * fp16. The GPU runs them in tests/gpu/test_cuda_act16.c.
  *
  * Tolerances (against the fp32 reference on the same 16-bit values), as
  * tests/gpu/test_cuda_attention.c holds the GEMM path to: lse 1e-5 of the
@@ -24,14 +26,9 @@ extern "C" {
 
 #include "kernels/precision_cuda.cuh"
 
-float nvcuda::wmma::emu_value(const __half *p)
+float emu_of16(uint16_t bits, bool bf16)
 {
-	return fp32_of_fp16(p->bits);
-}
-
-float nvcuda::wmma::emu_value(const __nv_bfloat16 *p)
-{
-	return fp32_of_bf16(p->bits);
+	return bf16 ? fp32_of_bf16(bits) : fp32_of_fp16(bits);
 }
 
 #include "kernels/attention_flash_cuda.cuh"
