@@ -2,12 +2,10 @@
  * stream and cuBLAS handle of the CUDA kernels (see cuda_common.h). */
 #include "cuda_common.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* cuBLAS workspace: what NVIDIA recommends for Hopper (32 MiB). */
-#define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
 static cudaStream_t g_stream; /* 0: the legacy default stream */
 static int g_gemm_operands;   /* 0 fp32, 1 fp16, 2 bf16 */
@@ -207,15 +205,15 @@ extern "C" cublasHandle_t kern_cuda_cublas(void)
 		/* plain FP32: no TF32 (it would not meet the FP32 tolerances) */
 		KERN_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
 		KERN_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
-		workspace = kern_cuda_malloc(CUBLAS_WORKSPACE_BYTES);
+		workspace = kern_cuda_malloc(KERN_CUBLAS_WORKSPACE_BYTES);
 		bound = g_stream;
 		KERN_CUBLAS_CHECK(cublasSetStream(handle, bound));
-		KERN_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, CUBLAS_WORKSPACE_BYTES));
+		KERN_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, KERN_CUBLAS_WORKSPACE_BYTES));
 	} else if (bound != g_stream) {
 		/* cublasSetStream drops the workspace back to cuBLAS's own pool */
 		bound = g_stream;
 		KERN_CUBLAS_CHECK(cublasSetStream(handle, bound));
-		KERN_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, CUBLAS_WORKSPACE_BYTES));
+		KERN_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, KERN_CUBLAS_WORKSPACE_BYTES));
 	}
 	return handle;
 }
@@ -226,6 +224,16 @@ extern "C" void kern_cuda_sync(void)
 }
 
 /* ---- device memory ------------------------------------------------------- */
+
+/* kern_cuda_malloc's live buffers and their sizes (cudaFree does not say
+ * one), for kern_cuda_alloc_bytes; a few dozen at most, set up and torn
+ * down outside the step loop */
+static struct live_buf {
+	void *p;
+	size_t bytes;
+} *g_live;
+static size_t g_nlive, g_live_cap, g_alloc_now, g_alloc_peak;
+static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
 
 extern "C" void *kern_cuda_malloc(size_t bytes)
 {
@@ -238,13 +246,44 @@ extern "C" void *kern_cuda_malloc(size_t bytes)
 		snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
 		kern_cuda_fail(__FILE__, __LINE__, what, cudaGetErrorString(err));
 	}
+	pthread_mutex_lock(&g_live_lock);
+	if (g_nlive == g_live_cap) {
+		size_t cap = g_live_cap ? 2 * g_live_cap : 64;
+		struct live_buf *more = (struct live_buf *)realloc(g_live, cap * sizeof *more);
+		if (!more)
+			kern_cuda_fail(__FILE__, __LINE__, "kern_cuda_malloc", "out of host memory");
+		g_live = more;
+		g_live_cap = cap;
+	}
+	g_live[g_nlive++] = { p, bytes };
+	g_alloc_now += bytes;
+	if (g_alloc_now > g_alloc_peak)
+		g_alloc_peak = g_alloc_now;
+	pthread_mutex_unlock(&g_live_lock);
 	return p;
 }
 
 extern "C" void kern_cuda_free(void *dev)
 {
-	if (dev)
-		KERN_CUDA_CHECK(cudaFree(dev));
+	if (!dev)
+		return;
+	KERN_CUDA_CHECK(cudaFree(dev));
+	pthread_mutex_lock(&g_live_lock);
+	for (size_t i = 0; i < g_nlive; i++)
+		if (g_live[i].p == dev) {
+			g_alloc_now -= g_live[i].bytes;
+			g_live[i] = g_live[--g_nlive];
+			break;
+		}
+	pthread_mutex_unlock(&g_live_lock);
+}
+
+extern "C" void kern_cuda_alloc_bytes(size_t *now, size_t *peak)
+{
+	pthread_mutex_lock(&g_live_lock);
+	*now = g_alloc_now;
+	*peak = g_alloc_peak;
+	pthread_mutex_unlock(&g_live_lock);
 }
 
 extern "C" void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes)

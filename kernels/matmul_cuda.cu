@@ -28,7 +28,6 @@
 #include "precision_cuda.cuh"
 #include "precision_cuda.h"
 
-#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define LT_CACHE 16
 
 static int g_fused_bias = 1;
@@ -148,7 +147,7 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab, 
 	}
 	if (!g_lt) {
 		KERN_CUBLAS_CHECK(cublasLtCreate(&g_lt));
-		g_lt_workspace = kern_cuda_malloc(LT_WORKSPACE_BYTES);
+		g_lt_workspace = kern_cuda_malloc(KERN_CUBLASLT_WORKSPACE_BYTES);
 	}
 	struct lt_plan *p = &g_plans[g_plan_next];
 	g_plan_next = (g_plan_next + 1) % LT_CACHE;
@@ -173,7 +172,7 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab, 
 
 	cublasLtMatmulPreference_t pref;
 	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-	uint64_t ws = LT_WORKSPACE_BYTES;
+	uint64_t ws = KERN_CUBLASLT_WORKSPACE_BYTES;
 	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
 		pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
 	const cublasLtMatmulPreferenceAttributes_t attr[4] = {
@@ -217,7 +216,7 @@ static int fwd_lt(void *out, int ldo, const void *inp, const void *weight, cudaD
 	const float one = 1.0f, zero = 0.0f;
 	KERN_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &one, weight, p->a, inp, p->b, &zero, out,
 	                                 p->d, out, p->d, &p->algo, g_lt_workspace,
-	                                 LT_WORKSPACE_BYTES, kern_cuda_stream()));
+	                                 KERN_CUBLASLT_WORKSPACE_BYTES, kern_cuda_stream()));
 	return 1;
 }
 
@@ -378,12 +377,12 @@ static void matmul_fwd16(uint16_t *out, int ldo, const uint16_t *inp, const floa
                          const float *bias, int n, int c, int oc)
 {
 	cudaDataType t = type16();
-	if (c <= 0) {
+	if (c <= 0) {                      /* out = bias, or zeros */
 		float *zero = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)oc);
 		kern_cuda_zero(zero, sizeof(float) * (size_t)oc);
 		long total = (long)n * oc;
 		bias_store16_kernel<<<kern_cuda_grid(total, 256), 256, 0, kern_cuda_stream()>>>(
-			out, zero, bias ? bias : zero, total, oc, ldo, kern_cuda_gemm_operands());
+			out, NULL, bias ? bias : zero, total, oc, ldo, kern_cuda_gemm_operands());
 		KERN_CUDA_CHECK_LAUNCH();
 		kern_cuda_scratch_free(zero);
 		return;

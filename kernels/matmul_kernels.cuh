@@ -25,13 +25,15 @@ __global__ static void broadcast_rows_kernel(float *out, const float *bias, long
 }
 
 /* out[i, o] = round16(tmp[i, o] + bias[o]), rows ldo apart: the fused
- * bias's fallback with 16-bit activations (tmp fp32, n x oc) */
+ * bias's fallback with 16-bit activations (tmp fp32, n x oc; NULL: zeros,
+ * an empty product's) */
 __global__ static void bias_store16_kernel(uint16_t *out, const float *tmp, const float *bias,
                                            long total, int oc, int ldo, int ops)
 {
 	long stride = (long)gridDim.x * blockDim.x;
 	for (long k = (long)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += stride)
-		out[k / oc * ldo + k % oc] = to16_bits(tmp[k] + bias[k % oc], ops == KERN_MM_BF16);
+		out[k / oc * ldo + k % oc] =
+			to16_bits((tmp ? tmp[k] : 0.0f) + bias[k % oc], ops == KERN_MM_BF16);
 }
 
 /* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per

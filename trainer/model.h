@@ -41,6 +41,15 @@ struct trn_fwd_stats {
 struct trn_model;
 struct trn_param_offload;
 
+/* A GPU model's device memory, in bytes. */
+struct trn_device_memory {
+	double in_use;                 /* now, the whole process's (the driver's figure) */
+	double total;                  /* the device's */
+	double alloc_peak;             /* the most larch's own buffers held at once:
+	                                * what larch plan predicts */
+	double scratch_peak;           /* the kernels' stream-ordered scratch pool's peak */
+};
+
 struct trn_model_ops {
 	/* Runs the forward pass on b (b->n <= max_batch) and keeps what backward
 	 * needs. Adds to st when st is not NULL. Returns the mean loss. */
@@ -56,10 +65,8 @@ struct trn_model_ops {
 	/* the device's w = master (device fp32 master weights), rounded to the
 	 * compute dtype */
 	void (*publish_master)(struct trn_model *m, const float *master);
-	/* bytes of the device's memory in use now (the whole process's, from
-	 * the driver), of it, and the kernels' scratch pool's peak */
-	void (*device_memory)(const struct trn_model *m, double *in_use, double *total,
-	                      double *scratch_peak);
+	/* the device's memory, in bytes (struct trn_device_memory) */
+	void (*device_memory)(const struct trn_model *m, struct trn_device_memory *out);
 	/* optional: w's floats [off, off + n) changed (trn_model_range_changed) */
 	void (*range_changed)(struct trn_model *m, long off, long n);
 	/* optional: b is the next forward's batch (trn_model_stage_batch) */

@@ -339,15 +339,16 @@ void trn_cuda_model_publish_master(struct trn_model *base, const float *master)
 	trn_cuda_model_round(c, c->w_dev, base->n_floats);
 }
 
-void trn_cuda_model_device_memory(const struct trn_model *base, double *in_use, double *total,
-                                  double *scratch_peak)
+void trn_cuda_model_device_memory(const struct trn_model *base, struct trn_device_memory *out)
 {
 	(void)base;
-	size_t free_b = 0, total_b = 0;
+	size_t free_b = 0, total_b = 0, now = 0, peak = 0;
 	kern_cuda_mem_info(&free_b, &total_b);
-	*in_use = (double)(total_b - free_b);
-	*total = (double)total_b;
-	*scratch_peak = (double)kern_cuda_scratch_peak();
+	kern_cuda_alloc_bytes(&now, &peak);
+	out->in_use = (double)(total_b - free_b);
+	out->total = (double)total_b;
+	out->alloc_peak = (double)peak;
+	out->scratch_peak = (double)kern_cuda_scratch_peak();
 }
 
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c)

@@ -191,8 +191,7 @@ void trn_cuda_model_blocks_out_done(struct trn_cuda_model *c, const int *ready_o
 void trn_cuda_model_zero_device_grads(struct trn_model *base);
 void trn_cuda_model_pull_weights(struct trn_model *base);
 void trn_cuda_model_publish_master(struct trn_model *base, const float *master);
-void trn_cuda_model_device_memory(const struct trn_model *base, double *in_use, double *total,
-                                  double *scratch_peak);
+void trn_cuda_model_device_memory(const struct trn_model *base, struct trn_device_memory *out);
 /* Frees what trn_cuda_model_init made (and the CPU layout). */
 void trn_cuda_model_release(struct trn_cuda_model *c);
 

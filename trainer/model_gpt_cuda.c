@@ -67,7 +67,9 @@ struct gpt_block_acts {
  * up to a multiple of LOGITS_ALIGN: with GPT-2's odd vocabulary (50257)
  * unpadded, cuBLAS falls back to its slow unaligned kernels for the three
  * largest GEMMs of the step (llm.c pads the vocabulary for the same reason).
- * The padding columns are never read. */
+ * The logits' padding columns are never read; their gradient's are, by the
+ * 16-bit backward GEMM (over all VP columns against zero weight rows), and
+ * stay zero: the arena starts zeroed and no op writes them. */
 #define LOGITS_ALIGN 64
 
 struct gpt_cuda {

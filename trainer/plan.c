@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
+#include "kernels/cuda_common.h"
 #include "kernels/quant8.h"
 #include "model.h"
 #include "opt_offload.h"
@@ -27,6 +28,7 @@ static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_HOST_COPY] = "host_copy",
 	[TRN_PLAN_CHECKPOINT] = "checkpoint",
 	[TRN_PLAN_DATA] = "data",
+	[TRN_PLAN_WORKSPACE] = "workspace",
 };
 
 const char *trn_plan_item_name(enum trn_plan_item item)
@@ -182,12 +184,23 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	double sample = ds->task == TRN_TASK_CLASSIFY ? (double)ds->dim * 4 + 4
 	                                              : (double)s->model.seq * 8;
 	p->bytes[TRN_PLAN_DATA] = trn_dataset_bytes(ds) + sample * (double)micro;
+	/* a GPU's fixed cost: the GEMM libraries' workspaces; and the batch's
+	 * int rows (targets, tokens, the argmax; the next batch's targets and
+	 * tokens, or its inputs) (model_cuda.c) */
+	if (gpus) {
+		int tokens = ds->task != TRN_TASK_CLASSIFY;
+		double rows = tokens ? (double)micro * s->model.seq : (double)micro;
+		p->bytes[TRN_PLAN_WORKSPACE] = (double)KERN_CUDA_WORKSPACE_BYTES +
+		                               4.0 * rows * (tokens ? 5 : 4) +
+		                               (tokens ? 0.0 : 4.0 * (double)micro * ds->dim);
+	}
 	trn_model_free(m);
 
 	for (int i = 0; i < TRN_PLAN_N; i++) {
 		/* on a GPU: the model's working copies, its activations and, when it
 		 * steps there, the optimizer's items */
 		int dev = i == TRN_PLAN_PARAMS || i == TRN_PLAN_GRADS || i == TRN_PLAN_ACTIVATIONS ||
+		          i == TRN_PLAN_WORKSPACE ||
 		          (resident && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER));
 		int host = !gpus || !dev;
 		p->on_host[i] = host;

@@ -54,6 +54,8 @@ enum trn_plan_item {
 	TRN_PLAN_HOST_COPY,           /* a GPU model's host params and grads, and its grad stages */
 	TRN_PLAN_CHECKPOINT,          /* ZeRO-1 rank 0: the gathered state while it writes */
 	TRN_PLAN_DATA,                /* the loaded data set and a micro-batch */
+	TRN_PLAN_WORKSPACE,           /* a GPU's: cuBLAS's and cuBLASLt's workspaces, the
+	                               * batch's tokens and targets (and the next one's) */
 	TRN_PLAN_N
 };
 

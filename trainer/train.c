@@ -302,11 +302,15 @@ static void print_peak(const struct run *r)
 		       "taken by their forward; %ld not taken\n", m->batches_ahead,
 		       m->batches_not_ahead);
 	if (m->device && m->ops->device_memory) {
-		double used, total, scratch;
-		m->ops->device_memory(m, &used, &total, &scratch);
-		printf("device memory: %.1f MiB of %.1f MiB in use at the end, planned %.1f MiB "
-		       "(+ the CUDA context); the kernels' scratch peaked at %.1f MiB\n", mib(used),
-		       mib(total), have ? mib(p.device_bytes) : 0.0, mib(scratch));
+		struct trn_device_memory d;
+		m->ops->device_memory(m, &d);
+		printf("device memory: %.1f MiB of %.1f MiB in use at the end (with the CUDA "
+		       "context); larch's buffers peaked at %.1f MiB, planned %.1f MiB (%+.1f%%); the "
+		       "kernels' scratch peaked at %.1f MiB\n", mib(d.in_use), mib(d.total),
+		       mib(d.alloc_peak), have ? mib(p.device_bytes) : 0.0,
+		       have && p.device_bytes > 0
+		               ? 100.0 * (d.alloc_peak - p.device_bytes) / p.device_bytes : 0.0,
+		       mib(d.scratch_peak));
 	}
 	if (peak <= 0 || !have || p.host_bytes <= 0)
 		return;

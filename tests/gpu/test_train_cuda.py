@@ -31,12 +31,20 @@ library only: the GPU machine has no numpy of ours to rely on.
    recompute), offload.activations "cpu", and all three offloads together
    (one micro-batch a step, no clipping: the update follows backward)
    within TOL of them; the MLP's offloads likewise.
+6. The device memory larch's own buffers held at their peak (what
+   kern_cuda_malloc handed out: the model's arena, weights, gradients,
+   optimizer state, staging, the GEMM libraries' workspaces) against larch
+   plan's device figure for the same spec: within PLAN_TOL of the plan's
+   part beside those workspaces (a fixed 64 MiB that would hide a small
+   model's error), for a GPT in fp32 and bf16, recomputed, with its
+   parameters or its optimizer offloaded, and for the MLP.
 """
 import argparse
 import gzip
 import json
 import pathlib
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -46,6 +54,8 @@ import tempfile
 TOL = 2e-3           # relative, on losses after 10 updates
 FIRST16 = 0.5        # step 1: |gpu - cpu| <= FIRST16 |cpu - cpu fp32|
 NOISE16 = 2.0        # later: |gpu - cpu| <= NOISE16 max so far |cpu - cpu fp32|
+PLAN_TOL = 0.10      # device buffers' peak against larch plan (issue #8's preflight)
+WORKSPACE_MIB = 64   # kernels/cuda_common.h's KERN_CUDA_WORKSPACE_BYTES
 
 
 def run(exe, spec, job, device, *extra):
@@ -168,6 +178,23 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None):
     return gpu
 
 
+def check_plan(c, exe, tmp, name, spec):
+    """The run's device buffers' peak within PLAN_TOL of larch plan's device
+    figure (both printed by larch-train, from the same spec and planner)."""
+    r = run(exe, {**spec, "name": name}, tmp / name, "cuda")
+    m = re.search(r"larch's buffers peaked at ([\d.]+) MiB, planned ([\d.]+) MiB", r.stdout)
+    if not m:
+        c.check(False, f"{name}: GPU run with its device memory line (exit {r.returncode}) "
+                f"{r.stderr.strip()[-300:]}")
+        return
+    got, want = float(m.group(1)), float(m.group(2))
+    model = want - WORKSPACE_MIB
+    c.check(model > 0 and abs(got - want) <= PLAN_TOL * model,
+            f"{name}: device buffers peaked at {got:.1f} MiB, larch plan said {want:.1f} MiB "
+            f"({100 * (got - want) / model:+.1f}% of its {model:.1f} MiB beside the "
+            f"workspaces; bound {PLAN_TOL:.0%})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--larch-train", required=True)
@@ -276,6 +303,22 @@ def main():
                 worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in a if s in b), default=1)
                 c.check(a.keys() == b.keys() and worst <= TOL,
                         f"{name}: losses within {TOL:g} of the plain run's (largest {worst:.2e})")
+
+        # the device memory against the plan, at a size where the model's
+        # buffers, not the workspaces, are most of it
+        big = {**gpt, "model": {"type": "gpt", "layers": 2, "heads": 4, "dim": 128, "seq": 128},
+               "batch": {"global": 16}, "steps": 2, "checkpoint_every": 0}
+        for name, spec in (
+                ("plan-gpt", big),
+                ("plan-gpt-bf16", {**big, "precision": {"compute": "bf16"}}),
+                ("plan-gpt-recompute", {**big, "precision": {"compute": "bf16"},
+                                        "offload": {"activations": "recompute"}}),
+                ("plan-gpt-params", {**big, "offload": {"params": "cpu"}}),
+                ("plan-gpt-optimizer", {**big, "precision": {"compute": "bf16"},
+                                        "offload": {"optimizer": "cpu"}}),
+                ("plan-mlp", {**mlp, "model": {"type": "mlp", "hidden": [2048, 2048]},
+                              "batch": {"global": 256}, "steps": 2})):
+            check_plan(c, exe, tmp, name, spec)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"test_train_cuda: {'all passed' if not c.failed else f'{c.failed} FAILED'}")

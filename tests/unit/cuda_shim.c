@@ -89,25 +89,64 @@ double kern_cuda_peak_tensor16(int index)
 	return 8e12;
 }
 
+/* kern_cuda_alloc_bytes's figures: a buffer's size sits in a header before
+ * it (cudaMalloc's 256-byte alignment kept) */
+#define SHIM_HEAD 256
+static size_t shim_alloc_now, shim_alloc_peak;
+
+static void shim_account(size_t add, size_t sub)
+{
+	shim_alloc_now = shim_alloc_now + add - sub;
+	if (shim_alloc_now > shim_alloc_peak)
+		shim_alloc_peak = shim_alloc_now;
+}
+
 void *kern_cuda_malloc(size_t bytes)
 {
 	if (!bytes)
 		return NULL;
-	void *p = malloc(bytes);
-	if (!p) {
+	size_t whole = (SHIM_HEAD + bytes + SHIM_HEAD - 1) / SHIM_HEAD * SHIM_HEAD;
+	unsigned char *raw = aligned_alloc(SHIM_HEAD, whole);
+	if (!raw) {
 		fprintf(stderr, "cuda_shim: out of memory (%zu bytes)\n", bytes);
 		abort();
 	}
+	memcpy(raw, &bytes, sizeof bytes);
+	void *p = raw + SHIM_HEAD;
 	memset(p, 0xff, bytes);            /* NaN in every float */
 	cuda_shim_live_buffers++;
+	shim_account(bytes, 0);
 	return p;
 }
 
 void kern_cuda_free(void *dev)
 {
-	if (dev)
-		cuda_shim_live_buffers--;
-	free(dev);
+	if (!dev)
+		return;
+	unsigned char *raw = (unsigned char *)dev - SHIM_HEAD;
+	size_t bytes;
+	memcpy(&bytes, raw, sizeof bytes);
+	cuda_shim_live_buffers--;
+	shim_account(0, bytes);
+	free(raw);
+}
+
+/* The workspaces the CUDA library takes through kern_cuda_malloc on its
+ * first GEMM (cuBLAS's and cuBLASLt's): the stand-in needs none, so it
+ * counts them, once, without holding them. */
+static void shim_workspaces(void)
+{
+	static int counted;
+	if (!counted) {
+		counted = 1;
+		shim_account(KERN_CUDA_WORKSPACE_BYTES, 0);
+	}
+}
+
+void kern_cuda_alloc_bytes(size_t *now, size_t *peak)
+{
+	*now = shim_alloc_now;
+	*peak = shim_alloc_peak;
 }
 
 void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes)
@@ -302,6 +341,7 @@ static void unpack(float *x, int ld, const float *p, int n, int v)
 void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float *weight,
                              const float *bias, int n, int c, int oc)
 {
+	shim_workspaces();
 	float *o = packed(NULL, ldo, n, oc), *t1, *t2;
 	kern_matmul_fwd_cpu(o, as16(inp, (long)n * c, &t1), as16(weight, (long)oc * c, &t2), bias, n,
 	                    c, oc);

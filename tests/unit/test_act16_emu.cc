@@ -408,21 +408,27 @@ static void test_matmul_small()
 		for (int j = 0; j < ld; j++)
 			wrong += bc[(size_t)i * ld + j] != (j < oc ? bias[(size_t)j] : -7.0f);
 	CHECK_MSG(!wrong, "%s bias broadcast: %d values wrong", ty(), wrong);
-	std::vector<uint16_t> out((size_t)n * ld, 0x7777);
-	emu_launch(dim3(4), dim3(64), [&] {
-		bias_store16_kernel(out.data(), tmp.data(), bias.data(), total, oc, ld, g_ops);
-	});
-	int bad = 0;
-	for (int i = 0; i < n && !bad; i++)
-		for (int j = 0; j < ld; j++) {
-			uint16_t want = j < oc ? bits16(tmp[(size_t)i * oc + j] + bias[(size_t)j]) : 0x7777;
-			if (out[(size_t)i * ld + j] != want) {
-				CHECK_MSG(0, "%s bias store: [%d, %d] %#06x, want %#06x", ty(), i, j,
-				          out[(size_t)i * ld + j], want);
-				bad = 1;
-				break;
+	/* the product, then an empty one (no tmp: the bias alone) */
+	for (int empty = 0; empty < 2; empty++) {
+		std::vector<uint16_t> out((size_t)n * ld, 0x7777);
+		const float *t = empty ? nullptr : tmp.data();
+		emu_launch(dim3(4), dim3(64), [&] {
+			bias_store16_kernel(out.data(), t, bias.data(), total, oc, ld, g_ops);
+		});
+		int bad = 0;
+		for (int i = 0; i < n && !bad; i++)
+			for (int j = 0; j < ld; j++) {
+				float x = j < oc ? (t ? t[(size_t)i * oc + j] : 0.0f) + bias[(size_t)j] : 0;
+				uint16_t want = j < oc ? bits16(x) : 0x7777;
+				if (out[(size_t)i * ld + j] != want) {
+					CHECK_MSG(0, "%s bias store%s: [%d, %d] %#06x, want %#06x", ty(),
+					          empty ? " (empty product)" : "", i, j,
+					          out[(size_t)i * ld + j], want);
+					bad = 1;
+					break;
+				}
 			}
-		}
+	}
 }
 
 /* the embedding's forward into a packed buffer and an fp32 one, and its
