@@ -24,8 +24,9 @@ library only: the GPU machine has no numpy of ours to rely on.
    rounding that flips (an ulp, 2^-8) until bf16 and fp32 differ by 16%
    by step 9, and the GPU's and the CPU's bf16 runs drift apart the same
    way; a fixed relative tolerance on the late steps measures that chaos,
-   not the GPU. fp16 with the dynamic loss scale trains (the loss falls,
-   the scale is reported).
+   not the GPU. The same for a GPT with head size 64 on the fused
+   attention (LARCH_CUDA_ATTENTION=flash). fp16 with the dynamic loss
+   scale trains (the loss falls, the scale is reported).
 5. offload.activations "recompute" gives the losses of the run that keeps
    the activations, bit for bit; offload.params "cpu" (with and without
    recompute), offload.activations "cpu", and all three offloads together
@@ -42,6 +43,7 @@ library only: the GPU machine has no numpy of ours to rely on.
 import argparse
 import gzip
 import json
+import os
 import pathlib
 import random
 import re
@@ -58,11 +60,12 @@ PLAN_TOL = 0.10      # device buffers' peak against larch plan (issue #8's prefl
 WORKSPACE_MIB = 64   # kernels/cuda_common.h's KERN_CUDA_WORKSPACE_BYTES
 
 
-def run(exe, spec, job, device, *extra):
+def run(exe, spec, job, device, *extra, env=None):
     path = job.parent / f"{job.name}.json"
     path.write_text(json.dumps(spec))
     cmd = [exe, "--spec", str(path), "--job-dir", str(job), "--device", device, *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **env} if env else None)
 
 
 def metrics(job, name):
@@ -159,11 +162,12 @@ def check16(c, name, cpu, gpu, reference):
             f"{name}: val/loss within bf16's own noise ({[(s, va[s], vb.get(s), vr.get(s)) for s in va]})")
 
 
-def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None):
-    """Runs spec on both devices; checks losses per step within tol, or
-    with reference (the CPU job dir of the same run in fp32) by check16."""
+def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, env=None):
+    """Runs spec on both devices (env: the GPU run's extra environment);
+    checks losses per step within tol, or with reference (the CPU job dir of
+    the same run in fp32) by check16."""
     cpu, gpu = tmp / f"{name}-cpu", tmp / f"{name}-gpu"
-    rc, rg = run(exe, spec, cpu, "cpu"), run(exe, spec, gpu, "cuda")
+    rc, rg = run(exe, spec, cpu, "cpu"), run(exe, spec, gpu, "cuda", env=env)
     c.check(rc.returncode == 0, f"{name}: CPU run (exit {rc.returncode}) {rc.stderr.strip()[-300:]}")
     c.check(rg.returncode == 0, f"{name}: GPU run (exit {rg.returncode}) {rg.stderr.strip()[-300:]}")
     if rc.returncode or rg.returncode:
@@ -171,6 +175,8 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None):
     for line in rg.stdout.splitlines():
         if line.startswith(("device:", "done:")):
             print("     " + line)
+    if env and env.get("LARCH_CUDA_ATTENTION") == "flash":
+        c.check("attention fused" in rg.stdout, f"{name}: the fused attention ran")
     if reference is not None:
         check16(c, name, cpu, gpu, reference)
         return gpu
@@ -238,6 +244,14 @@ def main():
         compare(c, exe, tmp, "gpt-bf16", {**gpt, "name": "gpt-bf16",
                                           "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-cpu")
+        # the fused attention (head size 64, LARCH_CUDA_ATTENTION=flash)
+        # in bf16, against the CPU's bf16 by the same criterion
+        h64 = {**gpt, "name": "gpt-h64",
+               "model": {"type": "gpt", "layers": 2, "heads": 2, "dim": 128, "seq": 64}}
+        r = run(exe, h64, tmp / "gpt-h64-cpu", "cpu")
+        c.check(r.returncode == 0, f"gpt-h64: CPU fp32 run (exit {r.returncode})")
+        compare(c, exe, tmp, "gpt-h64-bf16-flash", {**h64, "precision": {"compute": "bf16"}},
+                reference=tmp / "gpt-h64-cpu", env={"LARCH_CUDA_ATTENTION": "flash"})
         fp16 = {**gpt, "name": "gpt-fp16", "precision": {"compute": "fp16"}, "steps": 30}
         r = run(exe, fp16, tmp / "gpt-fp16", "cuda")
         c.check(r.returncode == 0, f"gpt-fp16: GPU run (exit {r.returncode}) "
