@@ -24,6 +24,7 @@
 #include <cublasLt.h>
 
 #include "cuda_common.h"
+#include "gelu_cuda.h"
 #include "matmul_kernels.cuh"
 #include "precision_cuda.cuh"
 #include "precision_cuda.h"
@@ -31,12 +32,26 @@
 #define LT_CACHE 16
 
 static int g_fused_bias = 1;
+static int g_fused_gelu = 0;
+static long g_fused_gelu_gemms;        /* GEMMs that took GELU into their epilogue */
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
 {
 	int prev = g_fused_bias;
 	g_fused_bias = !!on;
 	return prev;
+}
+
+extern "C" int kern_matmul_cuda_fused_gelu(int on)
+{
+	int prev = g_fused_gelu;
+	g_fused_gelu = !!on;
+	return prev;
+}
+
+extern "C" long kern_matmul_cuda_fused_gelu_gemms(void)
+{
+	return g_fused_gelu_gemms;
 }
 
 extern "C" int kern_matmul_cuda_operands(int dtype)
@@ -97,20 +112,30 @@ static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 	gemm16_to(ta, tb, m, n, k, a, lda, b, ldb, beta, c, CUDA_R_32F, ldc);
 }
 
-/* ---- forward through cuBLASLt (bias in the epilogue) --------------------- */
+/* ---- cuBLASLt: GEMMs with an epilogue --------------------------------------- */
 
-/* A plan for one shape and set of pointer alignments: cuBLASLt's descriptors
- * and the algorithm its heuristic picked. */
+/* One cuBLASLt problem, column-major: D[m, n] (rows ldd apart, type dt) =
+ * op(A) B with op(A) = A^T (A [k, m], lda) for ta T or A ([m, k], lda) for
+ * N, B [k, n] (ldb), A and B of type ab, fp32 sums; the epilogue epi, with a
+ * bias of D's type and (GELU_AUX_BIAS out, DGELU in) an aux matrix of D's
+ * type and shape, rows aux_ld apart. Plans are cached by everything the
+ * heuristic sees, pointer alignments included. */
+struct lt_key {
+	cublasOperation_t ta;
+	int m, n, k, lda, ldb, ldd;
+	cudaDataType ab, dt;
+	cublasLtEpilogue_t epi;
+	long aux_ld;                       /* 0: no aux matrix */
+	unsigned align[5];                 /* A, B, C (= D), D, aux */
+};
+
 struct lt_plan {
 	int used;
-	int n, c, oc, ldo;
-	cudaDataType ab;                   /* the operands' type: fp32, bf16 or fp16 */
-	cudaDataType dt;                   /* out's: fp32, or ab when 16-bit activations */
-	unsigned align[4];
+	struct lt_key key;
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t a, b, d;
 	cublasLtMatmulAlgo_t algo;
-	int ok; /* 0: no algorithm for this shape, use the unfused path */
+	int ok; /* 0: no algorithm for this problem, the caller's other path */
 };
 
 static cublasLtHandle_t g_lt;
@@ -136,13 +161,11 @@ static void plan_release(struct lt_plan *p)
 	memset(p, 0, sizeof *p);
 }
 
-static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab, cudaDataType dt,
-                                const unsigned align[4])
+static struct lt_plan *plan_get(const struct lt_key *key, const void *aux)
 {
 	for (int i = 0; i < LT_CACHE; i++) {
 		struct lt_plan *p = &g_plans[i];
-		if (p->used && p->n == n && p->c == c && p->oc == oc && p->ldo == ldo && p->ab == ab &&
-		    p->dt == dt && memcmp(p->align, align, sizeof p->align) == 0)
+		if (p->used && memcmp(&p->key, key, sizeof *key) == 0)
 			return p;
 	}
 	if (!g_lt) {
@@ -153,22 +176,29 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab, 
 	g_plan_next = (g_plan_next + 1) % LT_CACHE;
 	plan_release(p);
 	p->used = 1;
-	p->n = n, p->c = c, p->oc = oc, p->ldo = ldo, p->ab = ab, p->dt = dt;
-	memcpy(p->align, align, sizeof p->align);
+	p->key = *key;
 
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-	cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+	cublasOperation_t tb = CUBLAS_OP_N;
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA,
-	                                                 &ta, sizeof ta));
+	                                                 &key->ta, sizeof key->ta));
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB,
 	                                                 &tb, sizeof tb));
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-	                                                 &epi, sizeof epi));
-	/* column-major views: weight [c, oc], inp [c, n], out [oc, n] (columns ldo apart) */
-	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, ab, c, oc, c));
-	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, ab, c, n, c));
-	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, dt, oc, n, ldo));
+	                                                 &key->epi, sizeof key->epi));
+	if (key->aux_ld) {
+		/* the heuristic reads the aux pointer's alignment, not its data */
+		int64_t ld = key->aux_ld;
+		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+	}
+	int am = key->ta == CUBLAS_OP_T ? key->k : key->m, an = key->ta == CUBLAS_OP_T ? key->m
+	                                                                                : key->k;
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, key->ab, am, an, key->lda));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, key->ab, key->k, key->n, key->ldb));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, key->dt, key->m, key->n, key->ldd));
 
 	cublasLtMatmulPreference_t pref;
 	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -180,7 +210,7 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab, 
 		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
 	};
 	for (int i = 0; i < 4; i++) {
-		uint32_t al = align[i];
+		uint32_t al = key->align[i];
 		KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al, sizeof al));
 	}
 	cublasLtMatmulHeuristicResult_t res;
@@ -194,6 +224,44 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab, 
 	return p;
 }
 
+/* The problem of struct lt_key in one cuBLASLt call (beta 0); 0 when
+ * cuBLASLt has no algorithm for it, or the bias or aux matrix is not as the
+ * epilogue needs it (the caller takes its other path). */
+static int lt_gemm(cublasOperation_t ta, int m, int n, int k, const void *a, int lda,
+                   const void *b, int ldb, void *d, int ldd, cudaDataType ab, cudaDataType dt,
+                   cublasLtEpilogue_t epi, const void *bias, const void *aux, long aux_ld)
+{
+	/* cuBLASLt takes no alignment preference for the bias or the aux
+	 * matrix: give it only 16-byte aligned ones (cudaMalloc's are, and the
+	 * arena's buffers), in case the epilogue reads them in vectors; the aux
+	 * matrix's rows a multiple of 8 apart (cublasLt.h) */
+	if ((bias && ptr_align(bias) < 16) || (aux && (ptr_align(aux) < 16 || aux_ld % 8)))
+		return 0;
+	struct lt_key key;
+	memset(&key, 0, sizeof key);       /* the padding too: keys compare by memcmp */
+	key.ta = ta;
+	key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
+	key.ab = ab, key.dt = dt, key.epi = epi;
+	key.aux_ld = aux ? aux_ld : 0;
+	unsigned al[5] = { ptr_align(a), ptr_align(b), ptr_align(d), ptr_align(d),
+	                   aux ? ptr_align(aux) : 0 };
+	memcpy(key.align, al, sizeof al);
+	struct lt_plan *p = plan_get(&key, aux);
+	if (!p->ok)
+		return 0;
+	if (bias)
+		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+	if (aux)
+		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+	const float one = 1.0f, zero = 0.0f;
+	KERN_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &one, a, p->a, b, p->b, &zero, d, p->d, d,
+	                                 p->d, &p->algo, g_lt_workspace,
+	                                 KERN_CUBLASLT_WORKSPACE_BYTES, kern_cuda_stream()));
+	return 1;
+}
+
 /* out = weight^T-GEMM + bias in one cuBLASLt call, with weight and inp of
  * type ab (16-bit ones are copies the caller made, or 16-bit activations)
  * and out of type dt: fp32 with an fp32 bias, or ab with a bias of type ab;
@@ -202,22 +270,9 @@ static struct lt_plan *plan_get(int n, int c, int oc, int ldo, cudaDataType ab, 
 static int fwd_lt(void *out, int ldo, const void *inp, const void *weight, cudaDataType ab,
                   cudaDataType dt, const void *bias, int n, int c, int oc)
 {
-	/* cuBLASLt takes no alignment preference for the bias: give it only
-	 * 16-byte aligned ones (cudaMalloc's are), in case the epilogue reads
-	 * it in vectors */
-	if (ptr_align(bias) < 16)
-		return 0;
-	unsigned align[4] = { ptr_align(weight), ptr_align(inp), ptr_align(out), ptr_align(out) };
-	struct lt_plan *p = plan_get(n, c, oc, ldo, ab, dt, align);
-	if (!p->ok)
-		return 0;
-	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-	                                                 &bias, sizeof bias));
-	const float one = 1.0f, zero = 0.0f;
-	KERN_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &one, weight, p->a, inp, p->b, &zero, out,
-	                                 p->d, out, p->d, &p->algo, g_lt_workspace,
-	                                 KERN_CUBLASLT_WORKSPACE_BYTES, kern_cuda_stream()));
-	return 1;
+	/* column-major views: weight [c, oc] (transposed), inp [c, n], out [oc, n] */
+	return lt_gemm(CUBLAS_OP_T, oc, n, c, weight, c, inp, c, out, ldo, ab, dt,
+	               CUBLASLT_EPILOGUE_BIAS, bias, NULL, 0);
 }
 
 /* ---- small kernels --------------------------------------------------------- */
@@ -433,28 +488,38 @@ extern "C" void kern_matmul_fwd_act_cuda(int a16, void *out, const void *inp, co
  * read dout and inp in place; dinp is written rounded from the fp32 sums,
  * dweight gets fp32 sums added. With ldd > oc (a multiple of 8) dinp's sum
  * runs over all ldd columns against zero rows of weight, reading dout's
- * padding, which must hold finite values (the caller zeroes it once). */
-static void matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const uint16_t *dout,
-                             int ldd, const uint16_t *inp, const float *weight, int n, int c,
-                             int oc)
+ * padding, which must hold finite values (the caller zeroes it once).
+ * With pre (16-bit, [n, c]: the GELU's input that made inp), dinp's GEMM
+ * applies GELU's gradient at pre in cuBLASLt's epilogue (DGELU) when
+ * cuBLASLt has an algorithm for it: returns 1 then, 0 when dinp is the
+ * GEMM's alone. */
+static int matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const uint16_t *dout,
+                            int ldd, const uint16_t *inp, const float *weight, int n, int c,
+                            int oc, const uint16_t *pre)
 {
+	int dgelu = 0;
 	if (oc <= 0) {
 		if (dinp && c > 0)
 			kern_cuda_zero(dinp, sizeof(uint16_t) * (size_t)n * (size_t)c);
-		return;
+		return 0;
 	}
 	if (c > 0) {
 		int padded = ldd > oc && ldd % 8 == 0;
 		uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldd, c)
 		                       : to16(weight, (long)oc * c);
-		if (dinp)
-			gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, c, n, padded ? ldd : oc, w16, c, dout, ldd,
-			          0.0f, dinp, type16(), c);
+		int k = padded ? ldd : oc;
+		cudaDataType t = type16();
+		if (dinp && pre)
+			dgelu = lt_gemm(CUBLAS_OP_N, c, n, k, w16, c, dout, ldd, dinp, c, t, t,
+			                CUBLASLT_EPILOGUE_DGELU, NULL, pre, c);
+		if (dinp && !dgelu)
+			gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, c, n, k, w16, c, dout, ldd, 0.0f, dinp, t, c);
 		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, ldd, 1.0f, dweight, c);
 		kern_cuda_scratch_free(w16);
 	}
 	if (dbias)
 		dbias_colsum(dbias, dout, KERN_ACT_16, ldd, n, oc);
+	return dgelu;
 }
 
 extern "C" void kern_matmul_bwd_set_ld_act_cuda(int a16, void *dinp, float *dweight,
@@ -470,7 +535,7 @@ extern "C" void kern_matmul_bwd_set_ld_act_cuda(int a16, void *dinp, float *dwei
 	}
 	if (n > 0)
 		matmul_bwd_set16((uint16_t *)dinp, dweight, dbias, (const uint16_t *)dout, ldd,
-		                 (const uint16_t *)inp, weight, n, c, oc);
+		                 (const uint16_t *)inp, weight, n, c, oc, NULL);
 }
 
 extern "C" void kern_matmul_bwd_set_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
@@ -478,4 +543,47 @@ extern "C" void kern_matmul_bwd_set_act_cuda(int a16, void *dinp, float *dweight
                                              const float *weight, int n, int c, int oc)
 {
 	kern_matmul_bwd_set_ld_act_cuda(a16, dinp, dweight, dbias, dout, oc, inp, weight, n, c, oc);
+}
+
+/* ---- the fc layer and its GELU, fused (matmul_cuda.h) ----------------------- */
+
+extern "C" void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, const void *inp,
+                                              const float *weight, const float *bias, int n,
+                                              int c, int oc)
+{
+	kern_cuda_act_operands(a16, "matmul + GELU forward");
+	int fused = 0;
+	if (g_fused_gelu && a16 && bias && n > 0 && c > 0 && oc > 0) {
+		cudaDataType t = type16();
+		uint16_t *w16 = to16(weight, (long)oc * c), *b16 = to16(bias, oc);
+		fused = lt_gemm(CUBLAS_OP_T, oc, n, c, w16, c, inp, c, out, oc, t, t,
+		                CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b16, pre, oc);
+		g_fused_gelu_gemms += fused;
+		kern_cuda_scratch_free(b16);
+		kern_cuda_scratch_free(w16);
+	}
+	if (!fused) {
+		kern_matmul_fwd_act_cuda(a16, pre, inp, weight, bias, n, c, oc);
+		kern_gelu_fwd_act_cuda(a16, out, pre, (long)n * oc);
+	}
+}
+
+extern "C" void kern_matmul_bwd_set_dgelu_act_cuda(int a16, void *dpre, float *dweight,
+                                                   float *dbias, const void *dout,
+                                                   const void *inp, const float *weight,
+                                                   const void *pre, int n, int c, int oc)
+{
+	kern_cuda_act_operands(a16, "matmul backward + GELU backward");
+	if (!g_fused_gelu || !a16) {
+		kern_matmul_bwd_set_act_cuda(a16, dpre, dweight, dbias, dout, inp, weight, n, c, oc);
+		kern_gelu_bwd_set_act_cuda(a16, dpre, pre, dpre, (long)n * c);
+		return;
+	}
+	if (n <= 0)
+		return;
+	if (matmul_bwd_set16((uint16_t *)dpre, dweight, dbias, (const uint16_t *)dout, oc,
+	                     (const uint16_t *)inp, weight, n, c, oc, (const uint16_t *)pre))
+		g_fused_gelu_gemms++;
+	else
+		kern_gelu_bwd_set_act_cuda(a16, dpre, pre, dpre, (long)n * c);
 }

@@ -70,6 +70,32 @@ void kern_matmul_bwd_set_ld_act_cuda(int a16, void *dinp, float *dweight, float 
                                      const void *dout, int ldd, const void *inp,
                                      const float *weight, int n, int c, int oc);
 
+/* A fully connected layer followed by GELU, as a GPT's MLP has it:
+ *   forward   pre = inp weight^T + bias, out = gelu(pre)    (out, pre [n, oc])
+ *   backward  for the layer that reads out (inp here is that out, [n, c]),
+ *             dpre = gelu'(pre) * (dout weight)             (dpre, pre [n, c])
+ *             with dweight and dbias as kern_matmul_bwd_set_act_cuda's.
+ * Without kern_matmul_cuda_fused_gelu, or with fp32 buffers, they are
+ * kern_matmul_*_act_cuda and kern_gelu_*_act_cuda one after the other. With
+ * it and 16-bit storage, GELU goes into the GEMM's epilogue (cuBLASLt's
+ * GELU_AUX_BIAS forward, writing pre beside out; DGELU backward, reading
+ * it), where cuBLASLt has an algorithm for the shape: GELU then takes the
+ * fp32 sum where the separate kernel takes pre rounded to 16 bits (and its
+ * gradient the product's fp32 sum), so the values move by about a 16-bit
+ * spacing; tests/gpu/test_cuda_act16.c holds them to that. */
+void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, const void *inp,
+                                   const float *weight, const float *bias, int n, int c, int oc);
+void kern_matmul_bwd_set_dgelu_act_cuda(int a16, void *dpre, float *dweight, float *dbias,
+                                        const void *dout, const void *inp, const float *weight,
+                                        const void *pre, int n, int c, int oc);
+/* Whether those fuse GELU into the GEMMs (default 0: measured first;
+ * LARCH_CUDA_GELU=fused asks the GPU GPT for it). Returns the previous
+ * setting. */
+int kern_matmul_cuda_fused_gelu(int on);
+/* How many GEMMs have taken GELU into their epilogue so far (those cuBLASLt
+ * had an algorithm for), for tests and benchmarks. */
+long kern_matmul_cuda_fused_gelu_gemms(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -259,6 +259,12 @@ int trn_cuda_act16_wanted(void)
 	return !v || strcmp(v, "0") != 0;
 }
 
+int trn_cuda_gelu_fused_wanted(void)
+{
+	const char *v = getenv("LARCH_CUDA_GELU");
+	return v && strcmp(v, "fused") == 0;
+}
+
 int trn_cuda_flash_wanted(void)
 {
 	const char *v = getenv("LARCH_CUDA_ATTENTION");

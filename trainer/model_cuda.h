@@ -135,6 +135,9 @@ int trn_cuda_act16_wanted(void);
  * environment, until it has been measured against the GEMM path it would
  * replace (cuBLAS batched GEMMs and a [T, T] softmax): 1 or 0. */
 int trn_cuda_flash_wanted(void);
+/* Whether a 16-bit GPT's fc layer takes GELU into its GEMMs' epilogues
+ * (kern_matmul_cuda_fused_gelu): LARCH_CUDA_GELU=fused, until measured. */
+int trn_cuda_gelu_fused_wanted(void);
 /* Backward's start: zeroes g_dev (unless resident: the micro-batches of a
  * step add up there, zeroed by trn_model_zero_grad). */
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c);

@@ -231,8 +231,8 @@ static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts
 	kern_residual_fwd_act_cuda(a16, a->res2, a->x, g->tmp_c, btc);
 	kern_layernorm_fwd_act_cuda(a16, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W),
 	                            W(P_LN2B), BT, C);
-	kern_matmul_fwd_act_cuda(a16, a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C, 4 * C);
-	kern_gelu_fwd_act_cuda(a16, a->fch_gelu, a->fch, btc * 4);
+	kern_matmul_gelu_fwd_act_cuda(a16, a->fch_gelu, a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C,
+	                              4 * C);
 #undef W
 }
 
@@ -278,7 +278,6 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
 	int B = g->B, T = g->T, C = g->C, V = g->V, VP = g->VP, NH = g->NH, BT = B * T;
 	int a16 = g->a16;
-	long btc = (long)BT * C;
 	int lf = block_param(g->L, 0);
 	long counted = 0;
 	for (long r = 0; r < BT; r++)
@@ -321,9 +320,8 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 			block_fwd(g, bw, a);   /* the block's activations again, from its input */
 #define W(which) (bw + g->rel[which])
 #define G(which) (bg + g->rel[which])
-		kern_matmul_bwd_set_act_cuda(a16, g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu,
-		                             W(P_FCPW), BT, 4 * C, C);
-		kern_gelu_bwd_set_act_cuda(a16, g->dbig, a->fch, g->dbig, btc * 4);
+		kern_matmul_bwd_set_dgelu_act_cuda(a16, g->dbig, G(P_FCPW), G(P_FCPB), g->dres,
+		                                   a->fch_gelu, W(P_FCPW), a->fch, BT, 4 * C, C);
 		kern_matmul_bwd_set_act_cuda(a16, g->dln, G(P_FCW), G(P_FCB), g->dbig, a->ln2, W(P_FCW),
 		                             BT, C, 4 * C);
 		kern_layernorm_bwd_act_cuda(a16, g->dres, G(P_LN2W), G(P_LN2B), g->dln, a->res2,
@@ -474,6 +472,8 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->a16 = cpu->dtype != TRN_DTYPE_FP32 && trn_cuda_act16_wanted() ? KERN_ACT_16 : KERN_ACT_F32;
 	g->flash = g->a16 && trn_cuda_flash_wanted() &&
 	           kern_attention_flash_supported(g->T, g->C, g->NH);
+	int gelu_fused = g->a16 && trn_cuda_gelu_fused_wanted();
+	kern_matmul_cuda_fused_gelu(gelu_fused);
 	long floats = carve(g, max_batch, mode, NULL);
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
 		gpt_cuda_free(&g->c.base);
@@ -483,9 +483,10 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	if (cpu->dtype != TRN_DTYPE_FP32) {     /* for the "device:" line larch-train prints */
 		char *d = g->c.base.device_desc;
 		size_t len = strlen(d);
-		snprintf(d + len, sizeof g->c.base.device_desc - len, "; activations %s%s",
+		snprintf(d + len, sizeof g->c.base.device_desc - len, "; activations %s%s%s",
 		         g->a16 ? "stored as 16 bits" : "in fp32 buffers (LARCH_CUDA_ACT16=0)",
-		         g->flash ? ", attention fused" : "");
+		         g->flash ? ", attention fused" : "",
+		         gelu_fused ? ", GELU in the fc GEMMs' epilogues" : "");
 	}
 	/* The arena starts zeroed (trn_cuda_model_init): so do the padding
 	 * columns of the logits' gradient, which no op writes and the 16-bit

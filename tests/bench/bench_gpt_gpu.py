@@ -20,7 +20,9 @@ says which ran). Printed side by side:
   bf16 row ("act32", LARCH_CUDA_ACT16=0) runs the earlier layout, fp32
   buffers holding bf16 values that each GEMM converts, for the ratio of the
   two; "flash" (LARCH_CUDA_ATTENTION=flash) runs the fused attention in
-  place of cuBLAS's batched GEMMs and the [T, T] softmax
+  place of cuBLAS's batched GEMMs and the [T, T] softmax, "gelu"
+  (LARCH_CUDA_GELU=fused) GELU in the fc GEMMs' cuBLASLt epilogues, and
+  "flash-gelu" both: the rows that decide which become the defaults
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -262,8 +264,10 @@ def main():
                 micro[prec] = found or 8
                 print(f"# micro-batch {prec}: {micro[prec]}"
                       + (" (larch plan)" if found else " (no plan: the default)"))
+        flash, gelu = {"LARCH_CUDA_ATTENTION": "flash"}, {"LARCH_CUDA_GELU": "fused"}
         for prec, env, tag in (("fp32", None, ""), ("bf16", None, ""),
-                               ("bf16", {"LARCH_CUDA_ATTENTION": "flash"}, "-flash"),
+                               ("bf16", flash, "-flash"), ("bf16", gelu, "-gelu"),
+                               ("bf16", {**flash, **gelu}, "-flash-gelu"),
                                ("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")):
             r = run_larch(exe, tmp, a, prec, micro[prec], env, tag)
             if "error" in r:

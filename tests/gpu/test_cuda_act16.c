@@ -13,7 +13,8 @@
  * of the fp32 path's result, or 1e-3 of the output's largest value (sums
  * that cancel). The weight gradients are fp32 sums of the same products:
  * rtol 1e-5 of the largest. The fused attention, which has no fp32-buffer
- * version, against the CPU reference (test_flash).
+ * version, against the CPU reference (test_flash). GELU in the fc GEMMs'
+ * epilogues against the two ops (test_gelu_fused).
  */
 #include <math.h>
 #include <stdio.h>
@@ -96,14 +97,15 @@ static void round16(float *want, long n)
 		kern_round_fp16_cpu(want, n);
 }
 
-/* got (16-bit) against the fp32 path's want: bit for bit with gemm 0, else
- * within two spacings or 1e-3 of want's largest magnitude */
-static void check16(const char *what, const float *got, float *want, long n, int gemm)
+/* got (16-bit) against want (rounded to 16 bits here): within spacings
+ * 16-bit spacings or 1e-3 of want's largest magnitude; bit for bit with 0 */
+static void check16_within(const char *what, const float *got, float *want, long n,
+                           int spacings)
 {
 	char label[160];
 	snprintf(label, sizeof label, "%s %s", type_name(), what);
 	round16(want, n);
-	if (!gemm) {
+	if (!spacings) {
 		check_same_bits(label, got, want, n);
 		return;
 	}
@@ -112,13 +114,20 @@ static void check16(const char *what, const float *got, float *want, long n, int
 		big = fmax(big, fabs(want[i]));
 	double spacing = g_bf16 ? 0x1p-7 : 0x1p-10;
 	for (long i = 0; i < n; i++) {
-		double tol = 2 * spacing * fabs(want[i]) + 1e-3 * big;
+		double tol = spacings * spacing * fabs(want[i]) + 1e-3 * big;
 		if (!(fabs(got[i] - want[i]) <= tol)) {
-			CHECK_MSG(0, "%s: [%ld] %.9g, the fp32 path's %.9g (tolerance %.3g)", label, i,
-			          got[i], want[i], tol);
+			CHECK_MSG(0, "%s: [%ld] %.9g, against %.9g (tolerance %.3g)", label, i, got[i],
+			          want[i], tol);
 			return;
 		}
 	}
+}
+
+/* got (16-bit) against the fp32 path's want: bit for bit with gemm 0, else
+ * within two spacings or 1e-3 of want's largest magnitude */
+static void check16(const char *what, const float *got, float *want, long n, int gemm)
+{
+	check16_within(what, got, want, n, gemm ? 2 : 0);
 }
 
 static void check_rel(const char *what, const float *got, const float *want, long n, double rtol)
@@ -500,6 +509,70 @@ static void test_flash(void)
 	flash_case(1, 1024, 12);
 }
 
+/* The fc layer and its GELU with GELU in the GEMMs' epilogues
+ * (kern_matmul_cuda_fused_gelu) against the two ops one after the other,
+ * 16-bit storage both: pre within two spacings (a GEMM's sum in another
+ * order), out within three (GELU of the fp32 sum instead of the rounded
+ * pre); the next layer's backward, dpre within three (one rounding fewer),
+ * dweight rtol 1e-5 and dbias bit for bit (the same GEMM and kernel). The
+ * GPT-2 shape must have been fused in bf16 (cuBLASLt has the epilogue). */
+static void gelu_fused_case(int n, int c, int oc)
+{
+	char what[128];
+	float *x = rand16((long)n * c, -1, 1), *w = rand16((long)oc * c, -0.2f, 0.2f);
+	float *b = rand16(oc, -0.5f, 0.5f), *w2 = rand16((long)c * oc, -0.2f, 0.2f);
+	float *dy = rand16((long)n * c, -1, 1), *zw = host_zeros((long)c * oc);
+	void *x16 = dev16(x, (long)n * c), *dy16 = dev16(dy, (long)n * c);
+	float *d_w = dev_copy(w, (long)oc * c), *d_b = dev_copy(b, oc);
+	float *d_w2 = dev_copy(w2, (long)c * oc);
+	float *got_pre[2], *got_out[2], *got_dpre[2], *got_gw[2], *got_gb[2];
+	long before = kern_matmul_cuda_fused_gelu_gemms();
+	for (int fused = 0; fused < 2; fused++) {
+		int prev = kern_matmul_cuda_fused_gelu(fused);
+		void *pre16 = dev16_alloc((long)n * oc), *out16 = dev16_alloc((long)n * oc);
+		void *dpre16 = dev16_alloc((long)n * oc);
+		float *d_gw = dev_copy(zw, (long)c * oc), *d_gb = dev_copy(zw, c);
+		kern_matmul_gelu_fwd_act_cuda(KERN_ACT_16, out16, pre16, x16, d_w, d_b, n, c, oc);
+		/* the next layer: oc -> c, reading out; its backward into dpre */
+		kern_matmul_bwd_set_dgelu_act_cuda(KERN_ACT_16, dpre16, d_gw, d_gb, dy16, out16, d_w2,
+		                                   pre16, n, oc, c);
+		got_pre[fused] = fetch16(pre16, (long)n * oc);
+		got_out[fused] = fetch16(out16, (long)n * oc);
+		got_dpre[fused] = fetch16(dpre16, (long)n * oc);
+		got_gw[fused] = dev_fetch(d_gw, (long)c * oc);
+		got_gb[fused] = dev_fetch(d_gb, c);
+		kern_matmul_cuda_fused_gelu(prev);
+		kern_cuda_free(pre16), kern_cuda_free(out16), kern_cuda_free(dpre16);
+		kern_cuda_free(d_gw), kern_cuda_free(d_gb);
+	}
+	long fused_gemms = kern_matmul_cuda_fused_gelu_gemms() - before;
+	printf("  %s fc+GELU n=%d c=%d oc=%d: %ld of 2 GEMMs took GELU into the epilogue\n",
+	       type_name(), n, c, oc, fused_gemms);
+	if (g_bf16 && c == 768)
+		CHECK_MSG(fused_gemms == 2, "bf16 GPT-2 fc: %ld GEMMs fused, want 2", fused_gemms);
+	snprintf(what, sizeof what, "fused fc pre n=%d c=%d oc=%d", n, c, oc);
+	check16_within(what, got_pre[1], got_pre[0], (long)n * oc, 2);
+	snprintf(what, sizeof what, "fused fc gelu n=%d c=%d oc=%d", n, c, oc);
+	check16_within(what, got_out[1], got_out[0], (long)n * oc, 3);
+	snprintf(what, sizeof what, "fused proj dgelu n=%d c=%d oc=%d", n, c, oc);
+	check16_within(what, got_dpre[1], got_dpre[0], (long)n * oc, 3);
+	check_rel("fused proj dweight", got_gw[1], got_gw[0], (long)c * oc, 1e-5);
+	check_bits("fused proj dbias", got_gb[1], got_gb[0], c);
+
+	free(x), free(w), free(b), free(w2), free(dy), free(zw);
+	for (int f = 0; f < 2; f++)
+		free(got_pre[f]), free(got_out[f]), free(got_dpre[f]), free(got_gw[f]), free(got_gb[f]);
+	kern_cuda_free(x16), kern_cuda_free(dy16), kern_cuda_free(d_w), kern_cuda_free(d_b);
+	kern_cuda_free(d_w2);
+}
+
+static void test_gelu_fused(void)
+{
+	gelu_fused_case(256, 768, 3072);  /* GPT-2's */
+	gelu_fused_case(67, 64, 256);     /* odd rows */
+	gelu_fused_case(33, 40, 100);     /* aux rows not a multiple of 8: the two ops */
+}
+
 static void run_all(void)
 {
 	CHECK_RUN(test_layernorm);
@@ -509,6 +582,7 @@ static void run_all(void)
 	CHECK_RUN(test_matmul);
 	CHECK_RUN(test_attention);
 	CHECK_RUN(test_flash);
+	CHECK_RUN(test_gelu_fused);
 }
 
 int main(void)

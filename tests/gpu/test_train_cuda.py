@@ -25,7 +25,8 @@ library only: the GPU machine has no numpy of ours to rely on.
    by step 9, and the GPU's and the CPU's bf16 runs drift apart the same
    way; a fixed relative tolerance on the late steps measures that chaos,
    not the GPU. The same for a GPT with head size 64 on the fused
-   attention (LARCH_CUDA_ATTENTION=flash). fp16 with the dynamic loss
+   attention (LARCH_CUDA_ATTENTION=flash), and with GELU in the fc GEMMs'
+   epilogues (LARCH_CUDA_GELU=fused). fp16 with the dynamic loss
    scale trains (the loss falls, the scale is reported).
 5. offload.activations "recompute" gives the losses of the run that keeps
    the activations, bit for bit; offload.params "cpu" (with and without
@@ -177,6 +178,9 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, en
             print("     " + line)
     if env and env.get("LARCH_CUDA_ATTENTION") == "flash":
         c.check("attention fused" in rg.stdout, f"{name}: the fused attention ran")
+    if env and env.get("LARCH_CUDA_GELU") == "fused":
+        c.check("GELU in the fc GEMMs' epilogues" in rg.stdout,
+                f"{name}: GELU went into the fc GEMMs' epilogues")
     if reference is not None:
         check16(c, name, cpu, gpu, reference)
         return gpu
@@ -252,6 +256,10 @@ def main():
         c.check(r.returncode == 0, f"gpt-h64: CPU fp32 run (exit {r.returncode})")
         compare(c, exe, tmp, "gpt-h64-bf16-flash", {**h64, "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-h64-cpu", env={"LARCH_CUDA_ATTENTION": "flash"})
+        # GELU in the fc GEMMs' epilogues (LARCH_CUDA_GELU=fused), the same
+        compare(c, exe, tmp, "gpt-bf16-gelu", {**gpt, "name": "gpt-bf16-gelu",
+                                               "precision": {"compute": "bf16"}},
+                reference=tmp / "gpt-cpu", env={"LARCH_CUDA_GELU": "fused"})
         fp16 = {**gpt, "name": "gpt-fp16", "precision": {"compute": "fp16"}, "steps": 30}
         r = run(exe, fp16, tmp / "gpt-fp16", "cuda")
         c.check(r.returncode == 0, f"gpt-fp16: GPU run (exit {r.returncode}) "

@@ -785,6 +785,37 @@ void kern_gelu_bwd_set_act_cuda(int a16, void *dinp, const void *inp, const void
 	free(di);
 }
 
+/* the fc layer and its GELU: the two ops one after the other, the CPU
+ * model's numerics, fused or not (which only moves bits on a GPU) */
+static int shim_fused_gelu;
+
+int kern_matmul_cuda_fused_gelu(int on)
+{
+	int prev = shim_fused_gelu;
+	shim_fused_gelu = !!on;
+	return prev;
+}
+
+long kern_matmul_cuda_fused_gelu_gemms(void)
+{
+	return 0;
+}
+
+void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, const void *inp,
+                                   const float *weight, const float *bias, int n, int c, int oc)
+{
+	kern_matmul_fwd_act_cuda(a16, pre, inp, weight, bias, n, c, oc);
+	kern_gelu_fwd_act_cuda(a16, out, pre, (long)n * oc);
+}
+
+void kern_matmul_bwd_set_dgelu_act_cuda(int a16, void *dpre, float *dweight, float *dbias,
+                                        const void *dout, const void *inp, const float *weight,
+                                        const void *pre, int n, int c, int oc)
+{
+	kern_matmul_bwd_set_act_cuda(a16, dpre, dweight, dbias, dout, inp, weight, n, c, oc);
+	kern_gelu_bwd_set_act_cuda(a16, dpre, pre, dpre, (long)n * c);
+}
+
 void kern_residual_fwd_act_cuda(int a16, void *out, const void *a, const void *b, long n)
 {
 	act_check(a16);
