@@ -253,24 +253,6 @@ void trn_cuda_model_round(const struct trn_cuda_model *c, float *x, long n)
 		kern_round_fp16_cuda(x, n);
 }
 
-int trn_cuda_act16_wanted(void)
-{
-	const char *v = getenv("LARCH_CUDA_ACT16");
-	return !v || strcmp(v, "0") != 0;
-}
-
-int trn_cuda_gelu_fused_wanted(void)
-{
-	const char *v = getenv("LARCH_CUDA_GELU");
-	return v && strcmp(v, "fused") == 0;
-}
-
-int trn_cuda_flash_wanted(void)
-{
-	const char *v = getenv("LARCH_CUDA_ATTENTION");
-	return v && strcmp(v, "flash") == 0;
-}
-
 void trn_cuda_model_gemms(const struct trn_cuda_model *c)
 {
 	kern_matmul_cuda_operands(c->base.dtype == TRN_DTYPE_BF16   ? KERN_MM_BF16

@@ -126,18 +126,6 @@ void trn_cuda_model_grads_range(struct trn_cuda_model *c, long off, long n);
 double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev, int a16,
                             const void *logits_dev, int ld, const int32_t *targets, long rows,
                             int classes, struct trn_fwd_stats *st);
-/* Whether a 16-bit GPT keeps its activations as 16-bit values (the
- * default) or, with LARCH_CUDA_ACT16=0 in the environment, in fp32 buffers
- * holding 16-bit values (the earlier layout, for comparisons): 1 or 0. */
-int trn_cuda_act16_wanted(void);
-/* Whether a 16-bit GPT with head size 64 runs the fused attention
- * (attention_cuda.h's flash kernels): LARCH_CUDA_ATTENTION=flash in the
- * environment, until it has been measured against the GEMM path it would
- * replace (cuBLAS batched GEMMs and a [T, T] softmax): 1 or 0. */
-int trn_cuda_flash_wanted(void);
-/* Whether a 16-bit GPT's fc layer takes GELU into its GEMMs' epilogues
- * (kern_matmul_cuda_fused_gelu): LARCH_CUDA_GELU=fused, until measured. */
-int trn_cuda_gelu_fused_wanted(void);
 /* Backward's start: zeroes g_dev (unless resident: the micro-batches of a
  * step add up there, zeroed by trn_model_zero_grad). */
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c);

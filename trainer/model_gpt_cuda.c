@@ -33,6 +33,7 @@
 #include "act_offload.h"
 #include "model_cuda.h"
 #include "param_offload.h"
+#include "plan.h"
 
 /* parameter indices within one block, in model_gpt.c's table order
  * (trn_gpt_block_names; check_table holds the two together) */
@@ -469,10 +470,12 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->recompute = mode == TRN_OFFLOAD_RECOMPUTE;
 	g->act_cpu = mode == TRN_OFFLOAD_CPU;
 	g->btc_max = (long)max_batch * g->T * g->C;
-	g->a16 = cpu->dtype != TRN_DTYPE_FP32 && trn_cuda_act16_wanted() ? KERN_ACT_16 : KERN_ACT_F32;
-	g->flash = g->a16 && trn_cuda_flash_wanted() &&
-	           kern_attention_flash_supported(g->T, g->C, g->NH);
-	int gelu_fused = g->a16 && trn_cuda_gelu_fused_wanted();
+	/* the layout larch plan counts (plan.h) */
+	struct trn_gpt_gpu_layout lay;
+	trn_gpt_gpu_layout(ms, cpu->dtype, &lay);
+	g->a16 = lay.a16 ? KERN_ACT_16 : KERN_ACT_F32;
+	g->flash = lay.flash && kern_attention_flash_supported(g->T, g->C, g->NH);
+	int gelu_fused = lay.gelu_fused;
 	kern_matmul_cuda_fused_gelu(gelu_fused);
 	long floats = carve(g, max_batch, mode, NULL);
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {

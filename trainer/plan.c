@@ -31,6 +31,22 @@ static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_WORKSPACE] = "workspace",
 };
 
+/* an environment switch: name's value is on (NULL: dflt) */
+static int env_is(const char *name, const char *on, int dflt)
+{
+	const char *v = getenv(name);
+	return v ? strcmp(v, on) == 0 : dflt;
+}
+
+void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,
+                        struct trn_gpt_gpu_layout *out)
+{
+	out->a16 = compute != TRN_DTYPE_FP32 && !env_is("LARCH_CUDA_ACT16", "0", 0);
+	out->flash = out->a16 && env_is("LARCH_CUDA_ATTENTION", "flash", 0) && model->heads > 0 &&
+	             model->dim == model->heads * TRN_FLASH_HEAD_SIZE;
+	out->gelu_fused = out->a16 && env_is("LARCH_CUDA_GELU", "fused", 0);
+}
+
 const char *trn_plan_item_name(enum trn_plan_item item)
 {
 	return item >= 0 && item < TRN_PLAN_N ? item_names[item] : "?";
@@ -164,7 +180,9 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	p->bytes[TRN_PLAN_OPTIMIZER] = optimizer_bytes(&s->optimizer, m, 0, p->shard);
 	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
 	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
-	if (gpus && dt != TRN_DTYPE_FP32 && s->model.type == TRN_MODEL_GPT) {
+	struct trn_gpt_gpu_layout lay;
+	trn_gpt_gpu_layout(&s->model, dt, &lay);
+	if (gpus && s->model.type == TRN_MODEL_GPT && lay.a16) {
 		/* a 16-bit GPT on a GPU stores its activations in 2 bytes, but for
 		 * the fp32 statistics and one fp32 [B, NH, T, T] for attention's
 		 * scores and their gradient (model_gpt_cuda.c), the same walk over
@@ -172,6 +190,19 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 		double att = (double)micro * s->model.heads * s->model.seq * s->model.seq;
 		p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 2.0 + 2.0 * att;
 		p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 2.0;
+		if (lay.flash) {
+			/* the fused attention: each kept block holds its rows' fp32
+			 * log-sum-exp in place of the 16-bit [T, T], and there is no
+			 * fp32 scratch (the 2 bytes of it the walk counted, and the 2
+			 * added above) */
+			int mode = s->offload.activations, layers = s->model.layers;
+			double kept = mode == TRN_OFFLOAD_RECOMPUTE ? (layers > 0)
+			              : mode == TRN_OFFLOAD_CPU ? 2 * (layers > 0) : layers;
+			double lse = 4.0 * micro * s->model.heads * s->model.seq;
+			p->bytes[TRN_PLAN_ACTIVATIONS] += kept * (lse - 2.0 * att) - 4.0 * att;
+			if (mode == TRN_OFFLOAD_CPU)
+				p->bytes[TRN_PLAN_ACT_OFFLOAD] += layers * (lse - 2.0 * att);
+		}
 	}
 	/* checkpoints: rank 0 gathers the master weights with ZeRO, and the
 	 * whole optimizer state; a resident run brings both from the device */

@@ -71,6 +71,20 @@ struct trn_plan {
 	double device_bytes;          /* per rank (per GPU); 0 on the CPU backend */
 };
 
+/* How the GPU GPT lays out its activations (model_gpt_cuda.c), which larch
+ * plan counts: a16, 16-bit compute keeps them as 16-bit values (unless
+ * LARCH_CUDA_ACT16=0 in the environment: fp32 buffers, for comparisons);
+ * flash, with a16 and head size 64, the fused attention keeps each row's
+ * log-sum-exp where the GEMM path keeps [T, T] (LARCH_CUDA_ATTENTION=flash,
+ * until measured); gelu_fused, with a16, GELU in the fc GEMMs' epilogues
+ * (LARCH_CUDA_GELU=fused, until measured; the same memory). */
+struct trn_gpt_gpu_layout {
+	int a16, flash, gelu_fused;
+};
+#define TRN_FLASH_HEAD_SIZE 64
+void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,
+                        struct trn_gpt_gpu_layout *out);
+
 /* trn_plan_make's answer for a model whose buffers at the micro-batch would
  * be petabytes: no plan (its sizes would overflow), and nothing can fit. */
 #define TRN_PLAN_TOO_LARGE (-2)

@@ -39,7 +39,8 @@ library only: the GPU machine has no numpy of ours to rely on.
    plan's device figure for the same spec: within PLAN_TOL of the plan's
    part beside those workspaces (a fixed 64 MiB that would hide a small
    model's error), for a GPT in fp32 and bf16, recomputed, with its
-   parameters or its optimizer offloaded, and for the MLP.
+   parameters or its optimizer offloaded, on the fused attention, in the
+   fp32-buffer layout, and for the MLP.
 """
 import argparse
 import gzip
@@ -188,10 +189,11 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, en
     return gpu
 
 
-def check_plan(c, exe, tmp, name, spec):
+def check_plan(c, exe, tmp, name, spec, env=None):
     """The run's device buffers' peak within PLAN_TOL of larch plan's device
-    figure (both printed by larch-train, from the same spec and planner)."""
-    r = run(exe, {**spec, "name": name}, tmp / name, "cuda")
+    figure (both printed by larch-train, from the same spec and planner, under
+    the same environment's layout switches)."""
+    r = run(exe, {**spec, "name": name}, tmp / name, "cuda", env=env)
     m = re.search(r"larch's buffers peaked at ([\d.]+) MiB, planned ([\d.]+) MiB", r.stdout)
     if not m:
         c.check(False, f"{name}: GPU run with its device memory line (exit {r.returncode}) "
@@ -330,6 +332,15 @@ def main():
         # buffers, not the workspaces, are most of it
         big = {**gpt, "model": {"type": "gpt", "layers": 2, "heads": 4, "dim": 128, "seq": 128},
                "batch": {"global": 16}, "steps": 2, "checkpoint_every": 0}
+        flash = {"LARCH_CUDA_ATTENTION": "flash"}
+        big64 = {**big, "model": {**big["model"], "heads": 2}, "precision": {"compute": "bf16"}}
+        for name, spec, env in (
+                ("plan-gpt-flash", big64, flash),
+                ("plan-gpt-flash-recompute", {**big64, "offload": {"activations": "recompute"}},
+                 flash),
+                ("plan-gpt-act32", {**big, "precision": {"compute": "bf16"}},
+                 {"LARCH_CUDA_ACT16": "0"})):
+            check_plan(c, exe, tmp, name, spec, env)
         for name, spec in (
                 ("plan-gpt", big),
                 ("plan-gpt-bf16", {**big, "precision": {"compute": "bf16"}}),

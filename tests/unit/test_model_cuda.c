@@ -20,10 +20,21 @@
 #include "trainer/model.h"
 #include "trainer/model_cuda.h"
 #include "trainer/param_offload.h"
+#include "trainer/plan.h"
 #include "trainer/spec.h"
 #include "trainer/train.h"
 
 extern long cuda_shim_live_buffers;
+
+/* whether a 16-bit GPT keeps its activations as 16-bit values here
+ * (plan.h's layout: not under LARCH_CUDA_ACT16=0) */
+static int act16_wanted(enum trn_dtype dt)
+{
+	struct trn_spec_model m = { .heads = 1, .dim = 64 };
+	struct trn_gpt_gpu_layout lay;
+	trn_gpt_gpu_layout(&m, dt, &lay);
+	return lay.a16;
+}
 
 static const char *tmp;
 static uint64_t rng = 99;
@@ -201,8 +212,7 @@ static void compare_models(const char *spec_text, const struct trn_dataset *ds, 
 		nudge(cpu, gpu);
 	}
 	/* a 16-bit GPT keeps its activations in 2 bytes (model_gpt_cuda.c) */
-	long act16 = strstr(spec_text, "\"gpt\"") && gpu->dtype != TRN_DTYPE_FP32 &&
-	             trn_cuda_act16_wanted() ? 2 : 1;
+	long act16 = strstr(spec_text, "\"gpt\"") && act16_wanted(gpu->dtype) ? 2 : 1;
 	if (strstr(spec_text, "\"activations\": \"cpu\""))   /* blocks went out and back */
 		CHECK_MSG(cpu->act_host_bytes > 0 &&
 		          gpu->act_host_bytes * act16 >= cpu->act_host_bytes &&
@@ -298,7 +308,7 @@ static void test_gpt_flash(void)
 		long before = cuda_shim_flash_calls;
 		compare_gpt(&ds, cases[i].layers, 128, cases[i].extra, cases[i].what);
 		/* with 16-bit activations (not under LARCH_CUDA_ACT16=0) */
-		CHECK_MSG((cuda_shim_flash_calls > before) == trn_cuda_act16_wanted(),
+		CHECK_MSG((cuda_shim_flash_calls > before) == act16_wanted(TRN_DTYPE_BF16),
 		          "%s: %ld fused attention calls", cases[i].what,
 		          cuda_shim_flash_calls - before);
 	}
