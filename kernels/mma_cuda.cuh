@@ -20,13 +20,13 @@
  *     8i..8i+7 giving the addresses of matrix i's rows (16-byte aligned);
  *     r[i] gets (g, 2q..2q+1) of matrix i, or with _t of its transpose.
  *   ldsm_at gives lane l's address for the matrices (r0, c0), (r0 + 8, c0),
- *   (r0, c0 + 8), (r0 + 8, c0 + 8) of a row-major tile, so that from a
- *   [16, 16] block at (r0, c0):
- *     ldsm_x4            is an a operand: {r[0], r[1], r[2], r[3]};
- *     ldsm_x4, rows n    is b of columns r0.. and of r0 + 8..: {r[0], r[2]},
- *     and k columns      {r[1], r[3]} (b = the block's transpose: x k^T);
- *     ldsm_x4_t, rows k  is b of columns c0.. and of c0 + 8..: {r[0], r[1]},
- *     and n columns      {r[2], r[3]} (b = the block itself: x v).
+ *   (r0, c0 + 8), (r0 + 8, c0 + 8) of a row-major tile. What one load of
+ *   the [16, 16] block X at (r0, c0) gives:
+ *     ldsm_x4 (X as a):  the a operand {r[0], r[1], r[2], r[3]};
+ *     ldsm_x4 (b = X^T, X's rows the n index, as keys in q k^T): b0, b1 of
+ *       n = r0.. in {r[0], r[2]}, of n = r0 + 8.. in {r[1], r[3]};
+ *     ldsm_x4_t (b = X, X's rows the k index, as values in p v): b0, b1 of
+ *       n = c0.. in {r[0], r[1]}, of n = c0 + 8.. in {r[2], r[3]}.
  *
  * tests/unit/cuda_emu.hh brings its own versions of these (it defines
  * KERN_MMA_EMULATED), the documented layouts written out lane by lane, so
