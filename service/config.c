@@ -96,7 +96,7 @@ static const struct key keys[] = {
 	  .metavar = "FILE", .help = "append the log to FILE (- for stderr)" },
 	{ .name = "threads", .kind = K_UINT, .offset = FIELD(threads), .def = "auto",
 	  .min = 1, .max = 1024, .allow_auto = 1, .metavar = "N",
-	  .help = "HTTP threads, each with its own epoll loop (auto: the CPUs)" },
+	  .help = "HTTP threads, each with its own poll loop (auto: the CPUs)" },
 	{ .name = "max_connections", .kind = K_UINT, .offset = FIELD(max_connections),
 	  .def = "1024", .min = 1, .max = 65536, .metavar = "N",
 	  .help = "open connections at most" },

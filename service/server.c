@@ -444,7 +444,13 @@ struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *e
 		return NULL;
 	}
 	unsigned threads = cfg->threads ? cfg->threads : 1;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+	/* poll(), not epoll: with epoll, MHD_quiesce_daemon and a polling
+	 * thread can both take the listening socket out of the thread's epoll
+	 * set, and the one that loses the race aborts the process ("Failed to
+	 * remove listen FD from epoll set", libmicrohttpd 0.9.75, seen at a
+	 * SIGTERM in CI). With poll() a quiesced thread just leaves the socket
+	 * out of its next poll set. */
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
 	                 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
 	struct MHD_OptionItem options[8] = {
 		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL },   /* first: MHD asks */
@@ -485,12 +491,11 @@ const char *svc_server_address(const struct svc_server *srv)
 void svc_server_quiesce(struct svc_server *srv)
 {
 	atomic_store(&srv->draining, 1);
-	/* MHD hands the listening socket back, but its polling threads take it
-	 * out of their epoll sets only on their next turn: closing it now would
-	 * make that fail (MHD aborts: "Failed to remove listen FD from epoll
-	 * set"). shutdown() stops listening at once (new connections are
-	 * refused) and keeps the descriptor valid; it is closed once the daemon
-	 * has stopped. */
+	/* MHD hands the listening socket back, but its polling threads leave it
+	 * out of their poll sets only on their next turn: closing it now could
+	 * hand a thread a closed descriptor (or another file's). shutdown()
+	 * stops listening at once (new connections are refused) and keeps the
+	 * descriptor valid; it is closed once the daemon has stopped. */
 	srv->quiesced_fd = MHD_quiesce_daemon(srv->mhd);
 	if (srv->quiesced_fd != MHD_INVALID_SOCKET)
 		shutdown(srv->quiesced_fd, SHUT_RDWR);

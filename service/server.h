@@ -1,7 +1,8 @@
 /* service/server.h - larchd's HTTP server: libmicrohttpd around a route table.
  *
- * The daemon runs MHD's internal epoll loop in a pool of threads (one epoll
- * per thread, all accepting on the one listening socket). For each request
+ * The daemon runs MHD's internal poll() loop in a pool of threads (all
+ * accepting on the one listening socket; not epoll, whose quiescing races
+ * in libmicrohttpd 0.9.75: server.c). For each request
  * the server, in this order:
  *   - while shutting down: 503 overloaded, Connection: close;
  *   - a body (Content-Length > 0 or chunked) must be application/json (a
@@ -33,7 +34,7 @@
 struct svc_server_config {
 	const struct sockaddr *addr;     /* where to listen (port 0: any free port) */
 	socklen_t addr_len;
-	unsigned threads;                /* MHD threads (epoll each); 0 means 1 */
+	unsigned threads;                /* MHD threads (a poll loop each); 0 means 1 */
 	unsigned max_connections;        /* 0: MHD's default */
 	unsigned connection_timeout;     /* seconds a connection may idle; 0: never */
 	unsigned request_timeout;        /* seconds from a request's start to its whole

@@ -1,5 +1,5 @@
 /* tests/bench/hello_mhd.c - the ceiling larchd's HTTP path is measured
- * against: libmicrohttpd with larchd's threading (internal epoll loops in a
+ * against: libmicrohttpd with larchd's threading (internal poll loops in a
  * pool of threads, listening socket shared), answering every request with
  * {"status":"ok","version":"0.1.0"} built and serialised by jansson, as
  * larchd's GET /healthz does, and nothing else: no routing, no checks, no
@@ -73,7 +73,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
 	                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct MHD_Daemon *d = MHD_start_daemon(
-		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC, 0, NULL, NULL,
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC, 0, NULL, NULL,
 		on_access, NULL, MHD_OPTION_SOCK_ADDR, &addr,
 		MHD_OPTION_CONNECTION_LIMIT, 1024u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
 		threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (unsigned)threads,
