@@ -574,16 +574,16 @@ extern "C" void kern_matmul_bwd_set_dgelu_act_cuda(int a16, void *dpre, float *d
                                                    const void *pre, int n, int c, int oc)
 {
 	kern_cuda_act_operands(a16, "matmul backward + GELU backward");
-	if (!g_fused_gelu || !a16) {
+	if (g_fused_gelu && a16) {
+		if (n <= 0)
+			return;
+		if (matmul_bwd_set16((uint16_t *)dpre, dweight, dbias, (const uint16_t *)dout, oc,
+		                     (const uint16_t *)inp, weight, n, c, oc, (const uint16_t *)pre)) {
+			g_fused_gelu_gemms++;
+			return;
+		}
+	} else {
 		kern_matmul_bwd_set_act_cuda(a16, dpre, dweight, dbias, dout, inp, weight, n, c, oc);
-		kern_gelu_bwd_set_act_cuda(a16, dpre, pre, dpre, (long)n * c);
-		return;
 	}
-	if (n <= 0)
-		return;
-	if (matmul_bwd_set16((uint16_t *)dpre, dweight, dbias, (const uint16_t *)dout, oc,
-	                     (const uint16_t *)inp, weight, n, c, oc, (const uint16_t *)pre))
-		g_fused_gelu_gemms++;
-	else
-		kern_gelu_bwd_set_act_cuda(a16, dpre, pre, dpre, (long)n * c);
+	kern_gelu_bwd_set_act_cuda(a16, dpre, pre, dpre, (long)n * c);
 }

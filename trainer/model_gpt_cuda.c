@@ -475,8 +475,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	trn_gpt_gpu_layout(ms, cpu->dtype, &lay);
 	g->a16 = lay.a16 ? KERN_ACT_16 : KERN_ACT_F32;
 	g->flash = lay.flash && kern_attention_flash_supported(g->T, g->C, g->NH);
-	int gelu_fused = lay.gelu_fused;
-	kern_matmul_cuda_fused_gelu(gelu_fused);
+	kern_matmul_cuda_fused_gelu(lay.gelu_fused);
 	long floats = carve(g, max_batch, mode, NULL);
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
 		gpt_cuda_free(&g->c.base);
@@ -489,7 +488,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 		snprintf(d + len, sizeof g->c.base.device_desc - len, "; activations %s%s%s",
 		         g->a16 ? "stored as 16 bits" : "in fp32 buffers (LARCH_CUDA_ACT16=0)",
 		         g->flash ? ", attention fused" : "",
-		         gelu_fused ? ", GELU in the fc GEMMs' epilogues" : "");
+		         lay.gelu_fused ? ", GELU in the fc GEMMs' epilogues" : "");
 	}
 	/* The arena starts zeroed (trn_cuda_model_init): so do the padding
 	 * columns of the logits' gradient, which no op writes and the 16-bit
