@@ -9,7 +9,8 @@
 # (bench_gpt_gpu.py), the kernel times of a GPT-2 step under ncu
 # (profile_gpt.py) and a compute-sanitizer memcheck pass over the GPU tests.
 # Logs go to build-gpu/logs and, when $OUT is set, to $OUT (summary.txt and
-# gpu-logs.tar.gz holding them all).
+# gpu-logs.tar.gz holding them all), refreshed after every step: a call
+# killed at its time limit still brings back what the finished steps wrote.
 #
 #   tests/gpu/run.sh          from anywhere; exit status 0 when all passed
 #
@@ -38,6 +39,15 @@
 #   LARCH_GPU_GPT_BENCH=0     skip the GPT-2 benchmark; LARCH_GPU_GPT_ARGS=...
 #                             its arguments (e.g. --micro 16 --steps 20);
 #   LARCH_GPU_GPT_S=N         its time limit in seconds (default 420)
+#   LARCH_GPU_DEADLINE_S=N    the whole run's time: no step starts once fewer
+#                             than 20 s of N are left, and each step's limit is
+#                             cut to what is left (for a device call's
+#                             timeout_s: N = timeout_s - 40 leaves the logs time
+#                             to come back); steps left out are named in the
+#                             summary. After the build the steps go in the
+#                             order of what they are worth: GPU tests, GPT-2
+#                             benchmark, micro-benchmark, offload benchmark,
+#                             ncu table, memcheck, CPU unit tests
 #   LARCH_WERROR=ON           -Werror (default OFF: another compiler version
 #                             may warn where ours does not; warnings are
 #                             counted in the log)
@@ -59,7 +69,55 @@ fi
 rm -rf "$logs"
 mkdir -p "$logs"
 
-step() { printf '\n== %s (%ds)\n' "$*" $(($(date +%s) - start)); }
+deadline=
+[ -n "${LARCH_GPU_DEADLINE_S:-}" ] && deadline=$((start + LARCH_GPU_DEADLINE_S))
+left_out=()                            # steps the deadline left out
+current=start
+
+# summary [RC]: the summary so far (RC empty: the run goes on)
+summary() {
+	local IFS=';'
+	echo "elapsed: $(($(date +%s) - start)) s"
+	[ ${#left_out[@]} -eq 0 ] || echo "left out for time: ${left_out[*]}"
+	if [ -z "${1:-}" ]; then
+		echo "result: running, in step: $current${failed[*]:+; failed so far: ${failed[*]}}"
+	elif [ ${#failed[@]} -eq 0 ] && [ "$1" -eq 0 ]; then
+		echo "result: all passed"
+	else
+		echo "result: FAILED: ${failed[*]:-exit status $1}"
+	fi
+}
+
+# the logs so far to $OUT, where the device tool brings them back from
+publish() {
+	[ -n "${OUT:-}" ] || return 0
+	mkdir -p "$OUT"
+	cp "$logs/summary.txt" "$OUT"/ 2>/dev/null || true
+	tar -czf "$OUT/gpu-logs.tar.gz" -C "$build" logs 2>/dev/null || true
+}
+
+# step NAME...: a step begins; what the last one wrote goes out first
+step() {
+	summary >"$logs/summary.txt"
+	publish
+	current=$*
+	printf '\n== %s (%ds)\n' "$*" $(($(date +%s) - start))
+}
+
+# budget SECONDS NAME: sets lim to SECONDS, or to what the deadline leaves
+# if less; returns 1 (NAME is left out, and named in the summary) when
+# under 20 s are left
+budget() {
+	lim=$1
+	[ -n "$deadline" ] || return 0
+	local left=$((deadline - $(date +%s)))
+	if [ "$left" -lt 20 ]; then
+		left_out+=("$2")
+		echo "== $2: left out ($left s left of LARCH_GPU_DEADLINE_S)"
+		return 1
+	fi
+	[ "$left" -ge "$lim" ] || lim=$left
+}
 
 # logged LIMIT LOG NAME OK CMD...: runs CMD for at most LIMIT seconds, its
 # output shown and kept in LOG; an exit status not among OK (a list such as
@@ -71,25 +129,18 @@ logged() {
 	timeout "$limit" "$@" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	set -e
-	case " $ok " in *" $rc "*) ;; *) failed+=("$name (exit $rc)") ;; esac
+	case " $ok " in *" $rc "*) return 0 ;; esac
+	if [ "$rc" = 124 ]; then
+		failed+=("$name (stopped at its $limit s limit)")
+	else
+		failed+=("$name (exit $rc)")
+	fi
 }
 
 save_logs() {
 	local rc=$?
-	{
-		echo "elapsed: $(($(date +%s) - start)) s"
-		if [ ${#failed[@]} -eq 0 ] && [ "$rc" -eq 0 ]; then
-			echo "result: all passed"
-		else
-			local IFS=';'
-			echo "result: FAILED: ${failed[*]:-exit status $rc}"
-		fi
-	} | tee "$logs/summary.txt"
-	if [ -n "${OUT:-}" ]; then
-		mkdir -p "$OUT"
-		cp "$logs/summary.txt" "$OUT"/ 2>/dev/null || true
-		tar -czf "$OUT/gpu-logs.tar.gz" -C "$build" logs 2>/dev/null || true
-	fi
+	summary "$rc" | tee "$logs/summary.txt"
+	publish
 }
 trap save_logs EXIT
 
@@ -210,71 +261,65 @@ ldd "$build/trainer/larch-train" | grep -E 'jansson|libz|crypto|larch' | tee -a 
 echo "bench_cuda_kernels loads:" | tee -a "$logs/build.txt"
 ldd "$build/tests/gpu/bench_cuda_kernels" | grep -E 'cuda|cublas|larch' | tee -a "$logs/build.txt" || true
 
-# ---- tests ------------------------------------------------------------------------
-if [ "${LARCH_GPU_TESTS:-1}" != 0 ]; then
-	step "GPU tests (ctest -L gpu)"
-	if ! ctest --test-dir "$build" -L gpu --output-on-failure -j "$jobs" --timeout 300 \
-		2>&1 | tee "$logs/ctest-gpu.txt"; then
-		failed+=("ctest -L gpu")
-	fi
+# ---- GPU tests ----------------------------------------------------------------------
+if [ "${LARCH_GPU_TESTS:-1}" != 0 ] && budget 420 "ctest -L gpu"; then
+	step "GPU tests (ctest -L gpu, $lim s at most)"
+	logged "$lim" "$logs/ctest-gpu.txt" "ctest -L gpu" 0 \
+		ctest --test-dir "$build" -L gpu --output-on-failure -j "$jobs" --timeout 300
 	if [ "$no_gpu" != 1 ] && grep -q 'Skipped' "$logs/ctest-gpu.txt"; then
 		echo "GPU tests were skipped on a machine that should have a GPU (see machine.txt)"
 		failed+=("gpu tests skipped")
 	fi
 fi
 
-if [ "${LARCH_GPU_UNIT:-1}" != 0 ]; then
-	step "CPU unit tests (ctest -L unit)"
-	if ! ctest --test-dir "$build" -L unit --output-on-failure -j "$jobs" --timeout 300 \
-		2>&1 | tee "$logs/ctest-unit.txt"; then
-		failed+=("ctest -L unit")
-	fi
-fi
-
-# ---- benchmark --------------------------------------------------------------------
-if [ "${LARCH_GPU_BENCH:-1}" != 0 ]; then
-	step "GPU micro-benchmark (bench_cuda_kernels ${LARCH_GPU_BENCH_ARGS:-})"
-	ok=0
-	[ "$no_gpu" = 1 ] && ok="0 77"
-	# shellcheck disable=SC2086
-	logged 300 "$logs/bench.txt" bench "$ok" "$build/tests/gpu/bench_cuda_kernels" \
-		${LARCH_GPU_BENCH_ARGS:-}
-fi
-
 # ---- GPT-2 124M: larch-train beside PyTorch ---------------------------------------------
-if [ "${LARCH_GPU_GPT_BENCH:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
-	step "GPT-2 124M, larch-train beside PyTorch (tests/bench/bench_gpt_gpu.py ${LARCH_GPU_GPT_ARGS:-})"
+if [ "${LARCH_GPU_GPT_BENCH:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
+	budget "${LARCH_GPU_GPT_S:-420}" bench_gpt_gpu; then
+	step "GPT-2 124M, larch-train beside PyTorch (tests/bench/bench_gpt_gpu.py ${LARCH_GPU_GPT_ARGS:-}; $lim s at most)"
 	# shellcheck disable=SC2086
-	logged "${LARCH_GPU_GPT_S:-420}" "$logs/bench-gpt.txt" bench_gpt_gpu 0 \
+	PYTHONUNBUFFERED=1 logged "$lim" "$logs/bench-gpt.txt" bench_gpt_gpu 0 \
 		python3 "$root/tests/bench/bench_gpt_gpu.py" --build "$build" ${LARCH_GPU_GPT_ARGS:-}
 fi
 
-# ---- offloading: optimizer offload's cost, the largest model (off by default: long) ----
-if [ "${LARCH_GPU_OFFLOAD_BENCH:-0}" != 0 ] && [ "$no_gpu" != 1 ]; then
-	step "offloading on the GPU (tests/bench/bench_offload_gpu.py ${LARCH_GPU_OFFLOAD_ARGS:-})"
+# ---- kernel micro-benchmark -------------------------------------------------------------
+if [ "${LARCH_GPU_BENCH:-1}" != 0 ] && budget 300 bench_cuda_kernels; then
+	step "GPU micro-benchmark (bench_cuda_kernels ${LARCH_GPU_BENCH_ARGS:-}; $lim s at most)"
+	ok=0
+	[ "$no_gpu" = 1 ] && ok="0 77"
 	# shellcheck disable=SC2086
-	logged "${LARCH_GPU_OFFLOAD_S:-600}" "$logs/bench-offload.txt" bench_offload_gpu 0 \
+	logged "$lim" "$logs/bench.txt" bench "$ok" "$build/tests/gpu/bench_cuda_kernels" \
+		${LARCH_GPU_BENCH_ARGS:-}
+fi
+
+# ---- offloading: optimizer offload's cost, the largest model (off by default: long) ----
+if [ "${LARCH_GPU_OFFLOAD_BENCH:-0}" != 0 ] && [ "$no_gpu" != 1 ] &&
+	budget "${LARCH_GPU_OFFLOAD_S:-600}" bench_offload_gpu; then
+	step "offloading on the GPU (tests/bench/bench_offload_gpu.py ${LARCH_GPU_OFFLOAD_ARGS:-}; $lim s at most)"
+	# shellcheck disable=SC2086
+	PYTHONUNBUFFERED=1 logged "$lim" "$logs/bench-offload.txt" bench_offload_gpu 0 \
 		python3 "$root/tests/bench/bench_offload_gpu.py" --build "$build" ${LARCH_GPU_OFFLOAD_ARGS:-}
 fi
 
 # ---- where a GPT-2 step's GPU time goes (Nsight Compute) ---------------------------
-if [ "${LARCH_GPU_PROFILE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
-	step "GPT-2 124M kernel times under ncu (tests/gpu/profile_gpt.py ${LARCH_GPU_PROFILE_ARGS:-})"
+if [ "${LARCH_GPU_PROFILE:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
+	budget "${LARCH_GPU_PROFILE_S:-180}" profile_gpt; then
+	step "GPT-2 124M kernel times under ncu (tests/gpu/profile_gpt.py ${LARCH_GPU_PROFILE_ARGS:-}; $lim s at most)"
 	# shellcheck disable=SC2086
-	logged "${LARCH_GPU_PROFILE_S:-180}" "$logs/profile.txt" profile_gpt "0 77" \
+	PYTHONUNBUFFERED=1 logged "$lim" "$logs/profile.txt" profile_gpt "0 77" \
 		python3 "$root/tests/gpu/profile_gpt.py" --build "$build" ${LARCH_GPU_PROFILE_ARGS:-}
 fi
 
 # ---- compute-sanitizer ------------------------------------------------------------
-if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
-	san_s=${LARCH_GPU_SANITIZE_S:-150}
+if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
+	budget "${LARCH_GPU_SANITIZE_S:-150}" memcheck; then
+	san_s=$lim
 	step "compute-sanitizer memcheck over the GPU tests ($san_s s at most)"
 	san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 	if [ -z "$san" ]; then
 		echo "compute-sanitizer: not found, skipped" | tee "$logs/sanitizer.txt"
 	else
 		: >"$logs/sanitizer.txt"
-		deadline=$(($(date +%s) + san_s))
+		san_end=$(($(date +%s) + san_s))
 		exes=("$build"/tests/gpu/test_cuda_*)
 		if [ -n "${LARCH_GPU_SANITIZE_TESTS:-}" ]; then
 			exes=()
@@ -283,7 +328,7 @@ if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
 			done
 		fi
 		for exe in "${exes[@]}"; do
-			left=$((deadline - $(date +%s)))
+			left=$((san_end - $(date +%s)))
 			if [ "$left" -le 5 ]; then
 				echo "$(basename "$exe"): not run (time)" | tee -a "$logs/sanitizer.txt"
 				continue
@@ -305,4 +350,12 @@ if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ]; then
 	fi
 fi
 
+# ---- CPU unit tests (CI runs them too: last) -------------------------------------------
+if [ "${LARCH_GPU_UNIT:-1}" != 0 ] && budget 300 "ctest -L unit"; then
+	step "CPU unit tests (ctest -L unit, $lim s at most)"
+	logged "$lim" "$logs/ctest-unit.txt" "ctest -L unit" 0 \
+		ctest --test-dir "$build" -L unit --output-on-failure -j "$jobs" --timeout 300
+fi
+
+current=end
 [ ${#failed[@]} -eq 0 ]
