@@ -7,7 +7,8 @@
 # runs the GPU tests (ctest -L gpu), the CPU unit tests (ctest -L unit), the
 # GPU micro-benchmark, GPT-2 124M in larch-train beside PyTorch
 # (bench_gpt_gpu.py), the kernel times of a GPT-2 step under ncu
-# (profile_gpt.py) and a compute-sanitizer memcheck pass over the GPU tests.
+# (profile_gpt.py), compute-sanitizer's racecheck and synccheck over the fused
+# attention and its memcheck over the GPU tests.
 # Logs go to build-gpu/logs and, when $OUT is set, to $OUT (summary.txt and
 # gpu-logs.tar.gz holding them all), refreshed after every step: a call
 # killed at its time limit still brings back what the finished steps wrote.
@@ -36,6 +37,9 @@
 #   LARCH_GPU_SANITIZE=0      skip the compute-sanitizer pass;
 #   LARCH_GPU_SANITIZE_S=N    its time limit in seconds (default 150);
 #   LARCH_GPU_SANITIZE_TESTS="matmul attention"   only those tests (default all)
+#   LARCH_GPU_RACECHECK=0     skip compute-sanitizer's racecheck and synccheck
+#                             over the fused attention (test_cuda_act16's
+#                             test_flash); LARCH_GPU_RACECHECK_S=N (120)
 #   LARCH_GPU_GPT_BENCH=0     skip the GPT-2 benchmark; LARCH_GPU_GPT_ARGS=...
 #                             its arguments (e.g. --micro 16 --steps 20);
 #   LARCH_GPU_GPT_S=N         its time limit in seconds (default 420)
@@ -46,8 +50,9 @@
 #                             to come back); steps left out are named in the
 #                             summary. After the build the steps go in the
 #                             order of what they are worth: GPU tests, GPT-2
-#                             benchmark, micro-benchmark, offload benchmark,
-#                             ncu table, memcheck, CPU unit tests
+#                             benchmark, micro-benchmark, racecheck of the
+#                             fused attention, offload benchmark, ncu table,
+#                             memcheck, CPU unit tests
 #   LARCH_WERROR=ON           -Werror (default OFF: another compiler version
 #                             may warn where ours does not; warnings are
 #                             counted in the log)
@@ -289,6 +294,41 @@ if [ "${LARCH_GPU_BENCH:-1}" != 0 ] && budget 300 bench_cuda_kernels; then
 	# shellcheck disable=SC2086
 	logged "$lim" "$logs/bench.txt" bench "$ok" "$build/tests/gpu/bench_cuda_kernels" \
 		${LARCH_GPU_BENCH_ARGS:-}
+fi
+
+# ---- racecheck and synccheck over the fused attention's kernels ---------------------
+# (shared memory hazards and barriers: what the CPU emulation can only catch
+# by chance)
+if [ "${LARCH_GPU_RACECHECK:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
+	budget "${LARCH_GPU_RACECHECK_S:-120}" racecheck; then
+	step "compute-sanitizer racecheck and synccheck over the fused attention ($lim s at most)"
+	san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+	if [ -z "$san" ]; then
+		echo "compute-sanitizer: not found, skipped" | tee "$logs/racecheck.txt"
+	else
+		: >"$logs/racecheck.txt"
+		race_end=$(($(date +%s) + lim))
+		for tool in racecheck synccheck; do
+			left=$((race_end - $(date +%s)))
+			if [ "$left" -le 5 ]; then
+				echo "$tool: not run (time)" | tee -a "$logs/racecheck.txt"
+				continue
+			fi
+			set +e
+			CHECK_ONLY=test_flash timeout "$left" "$san" --tool "$tool" --error-exitcode 99 \
+				--print-limit 20 "$build/tests/gpu/test_cuda_act16" >"$logs/racecheck.one" 2>&1
+			rc=$?
+			set -e
+			case $rc in
+			0) verdict="clean" ;;
+			124) verdict="timed out (not an error)" ;;
+			*) verdict="FAILED (exit $rc)"; failed+=("$tool test_flash")
+			   grep -E '=========|FAIL' "$logs/racecheck.one" | head -30 >>"$logs/racecheck.txt" ;;
+			esac
+			echo "$tool (test_cuda_act16, test_flash): $verdict" | tee -a "$logs/racecheck.txt"
+		done
+		rm -f "$logs/racecheck.one"
+	fi
 fi
 
 # ---- offloading: optimizer offload's cost, the largest model (off by default: long) ----

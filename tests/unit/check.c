@@ -79,8 +79,29 @@ int check_close(const char *what, const float *got, const float *want, long n,
 	return 1;
 }
 
+/* CHECK_ONLY (names separated by spaces or commas): run only those cases */
+static int selected(const char *name)
+{
+	const char *only = getenv("CHECK_ONLY");
+	if (!only || !*only)
+		return 1;
+	size_t len = strlen(name);
+	for (const char *p = only; *p;) {
+		size_t n = strcspn(p, " ,");
+		if (n == len && strncmp(p, name, len) == 0)
+			return 1;
+		p += n;
+		p += strspn(p, " ,");
+	}
+	return 0;
+}
+
 void check_run(const char *name, void (*fn)(void))
 {
+	if (!selected(name)) {
+		fprintf(stderr, "SKIP %s (CHECK_ONLY)\n", name);
+		return;
+	}
 	int before = n_failed;
 	current_case = name;
 	fn();

@@ -4,6 +4,8 @@
  * check_finish(): 0 when every check passed, 1 otherwise (77 = skipped, for
  * tests that need what this machine lacks). Failed checks print file:line and
  * what was expected; numeric comparisons print the worst element.
+ * CHECK_ONLY="test_a test_b" in the environment runs only those cases (for
+ * a slow tool over one case: compute-sanitizer, a debugger).
  */
 #ifndef LARCH_TESTS_CHECK_H
 #define LARCH_TESTS_CHECK_H
