@@ -14,56 +14,12 @@
 #include "optimizer_cuda.h"
 
 #include "cuda_common.h"
+#include "optimizer_kernels.cuh"
 
 #define THREADS 256
 #define NORM_THREADS 256
 #define NORM_BLOCKS 1024  /* chunks at most */
 #define NORM_MIN 8192L    /* elements per chunk at least */
-
-/* ---- per-element formulas, as in optimizer_cpu.c --------------------------- */
-
-__device__ static inline void sgd_step(float *w, float *m, float g, float lr, float mu,
-                                       float wd, int nesterov)
-{
-	float d = g + wd * *w;
-	*m = mu * *m + d;
-	*w -= lr * (nesterov ? d + mu * *m : *m);
-}
-
-__device__ static inline void sgd_step_nomomentum(float *w, float g, float lr, float wd)
-{
-	float d = g + wd * *w;
-	*w -= lr * d;
-}
-
-__device__ static inline void adamw_step(float *w, float *m, float *v, float g, float lr,
-                                         float b1, float b2, float eps, float wd, float bc1,
-                                         float bc2)
-{
-	*w -= lr * wd * *w;
-	*m = b1 * *m + (1 - b1) * g;
-	*v = b2 * *v + (1 - b2) * g * g;
-	*w -= lr * (*m / bc1) / (sqrtf(*v / bc2) + eps);
-}
-
-__device__ static inline void lars_step(float *w, float *m, float g, float step, float mu,
-                                        float wd)
-{
-	*m = mu * *m + step * (g + wd * *w);
-	*w -= *m;
-}
-
-__device__ static inline void lamb_moments_step(float *m, float *v, float g, float b1, float b2)
-{
-	*m = b1 * *m + (1 - b1) * g;
-	*v = b2 * *v + (1 - b2) * g * g;
-}
-
-__device__ static inline float lamb_u(float m, float v, float w, float eps, float wd, float bc1,
-                                      float bc2)
-{
-	return (m / bc1) / (sqrtf(v / bc2) + eps) + wd * w;
-}
 
 /* ---- norms ----------------------------------------------------------------- */
 

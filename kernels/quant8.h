@@ -53,6 +53,13 @@ const char *kern_q8_map_name(enum kern_q8_map map);
 const float *kern_q8_values_s(enum kern_q8_map map);
 const float *kern_q8_values_u(enum kern_q8_map map);
 
+/* The midpoints between neighbouring values that encoding counts (a
+ * code's magnitude is the number of them below |x| / scale): of the signed
+ * magnitudes, 127 ascending; of the unsigned values, 255 ascending. Static
+ * storage. */
+const float *kern_q8_midpoints_s(enum kern_q8_map map);
+const float *kern_q8_midpoints_u(enum kern_q8_map map);
+
 /* The widest gap between neighbouring values of the signed (u = 0) or
  * unsigned (u = 1) table: twice the worst relative round-trip error. */
 double kern_q8_max_gap(enum kern_q8_map map, int u);

@@ -142,6 +142,16 @@ const float *kern_q8_values_u(enum kern_q8_map map)
 	return table(map)->u;
 }
 
+const float *kern_q8_midpoints_s(enum kern_q8_map map)
+{
+	return table(map)->mid_s;
+}
+
+const float *kern_q8_midpoints_u(enum kern_q8_map map)
+{
+	return table(map)->mid_u;
+}
+
 double kern_q8_max_gap(enum kern_q8_map map, int u)
 {
 	const struct q8_table *t = table(map);
