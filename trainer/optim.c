@@ -34,6 +34,11 @@ const struct trn_optim_kernels trn_optim_cpu_kernels = {
 	.lars = kern_lars_update_cpu,
 	.lamb_moments = kern_lamb_moments_cpu,
 	.lamb_apply = kern_lamb_apply_cpu,
+	.sgd_q8 = kern_sgd_update_q8_cpu,
+	.adamw_q8 = kern_adamw_update_q8_cpu,
+	.lars_q8 = kern_lars_update_q8_cpu,
+	.lamb_norm_q8 = kern_lamb_norm_q8_cpu,
+	.lamb_q8 = kern_lamb_update_q8_cpu,
 	.alloc_zeroed = cpu_alloc_zeroed,
 	.release = free,
 	.zero = cpu_zero,
@@ -125,26 +130,40 @@ int trn_optim_move_to(struct trn_optim *o, const struct trn_optim_kernels *k,
 {
 	if (k == o->k)
 		return 0;
-	if (o->q8)
-		return trn_err_set(err, "optimizer.state_dtype: int8 state is kept in host memory");
-	size_t bytes = sizeof(float) * (size_t)(o->hi - o->lo);
-	float *m = o->m ? k->alloc_zeroed(bytes) : NULL, *v = o->v ? k->alloc_zeroed(bytes) : NULL;
-	if ((o->m && !m) || (o->v && !v)) {
-		if (m)
-			k->release(m);
-		if (v)
-			k->release(v);
+	struct trn_optim_q8 *q = o->q8;
+	if (q && (o->lo != 0 || o->hi != o->n_floats))
+		return trn_err_set(err, "optimizer.state_dtype: int8 state of a ZeRO shard is kept in "
+		                   "host memory");
+	size_t len = (size_t)(o->hi - o->lo), nb = q ? (size_t)q->n_blocks + 1 : 0;
+	/* the state's buffers (int8 codes with a byte to spare, as allocated) */
+	void **buf[6] = { (void **)&o->m, (void **)&o->v };
+	size_t bytes[6] = { sizeof(float) * len, sizeof(float) * len };
+	int n = 2;
+	if (q) {
+		buf[n] = (void **)&q->m, bytes[n++] = len + 1;
+		buf[n] = (void **)&q->v, bytes[n++] = len + 1;
+		buf[n] = (void **)&q->ms, bytes[n++] = sizeof(float) * nb;
+		buf[n] = (void **)&q->vs, bytes[n++] = sizeof(float) * nb;
+	}
+	void *to[6] = { NULL };
+	int ok = 1;
+	for (int i = 0; i < n; i++)
+		if (*buf[i] && !(to[i] = k->alloc_zeroed(bytes[i])))
+			ok = 0;
+	if (!ok) {
+		for (int i = 0; i < n; i++)
+			if (to[i])
+				k->release(to[i]);
 		return trn_err_set(err, "optimizer: out of %s memory for the state of %ld parameters",
 		                   k->name, o->hi - o->lo);
 	}
-	if (m)
-		k->from_host(m, o->m, bytes);
-	if (v)
-		k->from_host(v, o->v, bytes);
-	o->k->release(o->m);
-	o->k->release(o->v);
-	o->m = m;
-	o->v = v;
+	for (int i = 0; i < n; i++) {
+		if (!*buf[i])
+			continue;
+		k->from_host(to[i], *buf[i], bytes[i]);
+		o->k->release(*buf[i]);
+		*buf[i] = to[i];
+	}
 	o->k = k;
 	return 0;
 }
@@ -160,7 +179,7 @@ void trn_optim_release(struct trn_optim *o)
 	free(o->adapt);
 	free(o->trust);
 	free(o->norms);
-	trn_optim_q8_free(o->q8);
+	trn_optim_q8_free(o->q8, k);
 	o->q8 = NULL;
 	o->norms = NULL;
 	o->m = o->v = NULL;
@@ -186,12 +205,12 @@ void trn_optim_reset(struct trn_optim *o)
 	if (o->v)
 		o->k->zero(o->v, sizeof(float) * len);
 	if (q && q->m) {
-		memset(q->m, 0, len);
-		memset(q->ms, 0, sizeof(float) * (size_t)q->n_blocks);
+		o->k->zero(q->m, len);
+		o->k->zero(q->ms, sizeof(float) * (size_t)q->n_blocks);
 	}
 	if (q && q->v) {
-		memset(q->v, 0, len);
-		memset(q->vs, 0, sizeof(float) * (size_t)q->n_blocks);
+		o->k->zero(q->v, len);
+		o->k->zero(q->vs, sizeof(float) * (size_t)q->n_blocks);
 	}
 	o->t = 0;
 }

@@ -24,7 +24,11 @@
  * ranks take the largest absmax (one small allreduce per step) and
  * requantize at it, so the codes are those one rank would store. The code
  * map is dynamic (optim_q8.c says why); LARCH_INT8_CODE=linear picks the
- * affine one, for measurements only.
+ * affine one, for measurements only. An optimizer of the whole buffer can
+ * move int8 state to a GPU as fp32 state (trn_optim_move_to): the codes and
+ * scales then live there and its kernels' q8 updates give the CPU's bits;
+ * with ZeRO it stays on the host (the cut blocks' shared scales are agreed
+ * on there).
  */
 #ifndef LARCH_TRAINER_OPTIM_H
 #define LARCH_TRAINER_OPTIM_H
@@ -33,6 +37,7 @@
 
 #include "comm.h"
 #include "err.h"
+#include "kernels/quant8.h"
 #include "model.h"
 #include "spec.h"
 
@@ -55,6 +60,21 @@ struct trn_optim_kernels {
 	                       float b2, float eps, float wd, float bc1, float bc2);
 	void (*lamb_apply)(float *w, const float *m, const float *v, long n, float step, float eps,
 	                   float wd, float bc1, float bc2);
+	/* int8 state (kernels/quant8.h): the fused block-wise updates */
+	void (*sgd_q8)(float *w, int8_t *mq, float *ms, const float *g, long n, float lr, float mu,
+	               float wd, int nesterov, enum kern_q8_map map);
+	void (*adamw_q8)(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs, const float *g,
+	                 long n, float lr, float b1, float b2, float eps, float wd, float bc1,
+	                 float bc2, enum kern_q8_map map);
+	void (*lars_q8)(float *w, int8_t *mq, float *ms, const float *g, long n, float step,
+	                float mu, float wd, enum kern_q8_map map);
+	double (*lamb_norm_q8)(const int8_t *mq, const float *ms, const uint8_t *vq,
+	                       const float *vs, const float *g, const float *w, long n, float b1,
+	                       float b2, float eps, float wd, float bc1, float bc2,
+	                       enum kern_q8_map map);
+	void (*lamb_q8)(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs, const float *g,
+	                long n, float step, float b1, float b2, float eps, float wd, float bc1,
+	                float bc2, enum kern_q8_map map);
 	/* state memory: a zeroed buffer (NULL when out of memory), its release,
 	 * zeroing, and copies between it and host memory */
 	void *(*alloc_zeroed)(size_t bytes);
@@ -133,9 +153,9 @@ int trn_optim_init_shard(struct trn_optim *o, const struct trn_spec_optimizer *c
                          long lo, long hi, struct trn_comm *comm, struct trn_err *err);
 void trn_optim_release(struct trn_optim *o);
 
-/* Moves o's (fp32, zeroed) state to k's memory: from then on its steps
- * take w and g there. A whole-buffer optimizer without int8 state only.
- * 0, or -1 with err. */
+/* Moves o's state (fp32, or int8 codes and scales) to k's memory: from
+ * then on its steps take w and g there. A whole-buffer optimizer only (int8
+ * state with ZeRO stays on the host). 0, or -1 with err. */
 int trn_optim_move_to(struct trn_optim *o, const struct trn_optim_kernels *k,
                       struct trn_err *err);
 

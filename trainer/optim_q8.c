@@ -121,18 +121,23 @@ oom:
 	return trn_err_set(err, "optimizer: out of memory for the int8 state of %ld parameters", len);
 }
 
-void trn_optim_q8_free(struct trn_optim_q8 *q)
+void trn_optim_q8_free(struct trn_optim_q8 *q, const struct trn_optim_kernels *k)
 {
 	if (!q)
 		return;
-	free(q->m);
-	free(q->v);
-	free(q->ms);
-	free(q->vs);
+	void (*release)(void *) = k ? k->release : free;
+	if (q->m)
+		release(q->m);
+	if (q->v)
+		release(q->v);
+	if (q->ms)
+		release(q->ms);
+	if (q->vs)
+		release(q->vs);
 	free(q->first);
-	for (int k = 0; k < 2; k++) {
-		free(q->cut[k].m);
-		free(q->cut[k].v);
+	for (int c = 0; c < 2; c++) {
+		free(q->cut[c].m);
+		free(q->cut[c].v);
 	}
 	free(q->amax);
 	free(q);
@@ -180,9 +185,9 @@ double trn_optim_q8_lamb_norm(struct trn_optim *o, int i, const float *w, const 
 	trn_optim_piece(o, i, &at);
 	double s = 0;
 	if (n)
-		s = kern_lamb_norm_q8_cpu(q->m + a, q->ms + blk, q->v + a, q->vs + blk, g + (a - at),
-		                          w + (a - at), n, (float)c->beta1, (float)c->beta2,
-		                          (float)c->eps, wd, bc1, bc2, q->map);
+		s = o->k->lamb_norm_q8(q->m + a, q->ms + blk, q->v + a, q->vs + blk, g + (a - at),
+		                       w + (a - at), n, (float)c->beta1, (float)c->beta2,
+		                       (float)c->eps, wd, bc1, bc2, q->map);
 	/* the part blocks' moments are made here, once, and kept for the update */
 	for (int k = 0; k < q->n_cut; k++) {
 		struct trn_optim_q8_cut *p = &q->cut[k];
@@ -207,16 +212,17 @@ void trn_optim_q8_update(struct trn_optim *o, int i, float *w, const float *g, f
 		int8_t *mq = q->m + a;
 		float *ms = q->ms + blk, *wa = w + (a - at);
 		const float *ga = g + (a - at);
+		const struct trn_optim_kernels *k = o->k;
 		if (c->type == TRN_OPT_SGD)
-			kern_sgd_update_q8_cpu(wa, mq, ms, ga, n, lr, mu, wd, c->nesterov, q->map);
+			k->sgd_q8(wa, mq, ms, ga, n, lr, mu, wd, c->nesterov, q->map);
 		else if (c->type == TRN_OPT_ADAMW)
-			kern_adamw_update_q8_cpu(wa, mq, ms, q->v + a, q->vs + blk, ga, n, lr, b1, b2, eps,
-			                         wd, bc1, bc2, q->map);
+			k->adamw_q8(wa, mq, ms, q->v + a, q->vs + blk, ga, n, lr, b1, b2, eps, wd, bc1,
+			            bc2, q->map);
 		else if (c->type == TRN_OPT_LARS)
-			kern_lars_update_q8_cpu(wa, mq, ms, ga, n, lr, mu, wd, q->map);
+			k->lars_q8(wa, mq, ms, ga, n, lr, mu, wd, q->map);
 		else
-			kern_lamb_update_q8_cpu(wa, mq, ms, q->v + a, q->vs + blk, ga, n, lr, b1, b2, eps,
-			                        wd, bc1, bc2, q->map);
+			k->lamb_q8(wa, mq, ms, q->v + a, q->vs + blk, ga, n, lr, b1, b2, eps, wd, bc1,
+			           bc2, q->map);
 	}
 	for (int k = 0; k < q->n_cut; k++) {
 		struct trn_optim_q8_cut *p = &q->cut[k];

@@ -99,18 +99,28 @@ out:
 	return rc;
 }
 
-/* A device's state (trn_optim_move_to; fp32): copied to the host, and
- * with ZeRO every rank's range gathered on rank 0. */
+/* A device's state (trn_optim_move_to): copied to the host, and with ZeRO
+ * (fp32 state only) every rank's range gathered on rank 0. */
 static int gather_device(struct trn_optim_state *s, const struct trn_optim *o, struct trn_dp *dp,
                          struct trn_err *err)
 {
+	const struct trn_optim_q8 *q = o->q8;
 	long n = o->hi - o->lo;
 	size_t bytes = sizeof(float) * (size_t)n;
 	if (n == o->n_floats) {
+		size_t scales = q ? sizeof(float) * (size_t)q->n_blocks : 0;
 		if (s->m)
 			o->k->to_host(s->m, o->m, bytes);
 		if (s->v)
 			o->k->to_host(s->v, o->v, bytes);
+		if (s->mq) {
+			o->k->to_host(s->mq, q->m, (size_t)n);
+			o->k->to_host(s->ms, q->ms, scales);
+		}
+		if (s->vq) {
+			o->k->to_host(s->vq, q->v, (size_t)n);
+			o->k->to_host(s->vs, q->vs, scales);
+		}
 		return 0;
 	}
 	float *part = malloc(bytes + sizeof(float));
@@ -172,11 +182,11 @@ void trn_optim_state_take(struct trn_optim *o, const struct trn_optim_state *s)
 	if (s->v)
 		o->k->from_host(o->v, s->v + o->lo, sizeof(float) * n);
 	if (s->mq) {
-		memcpy(q->m, s->mq + o->lo, n);
-		memcpy(q->ms, s->ms + q->blk0, sizeof(float) * nb);
+		o->k->from_host(q->m, s->mq + o->lo, n);
+		o->k->from_host(q->ms, s->ms + q->blk0, sizeof(float) * nb);
 	}
 	if (s->vq) {
-		memcpy(q->v, s->vq + o->lo, n);
-		memcpy(q->vs, s->vs + q->blk0, sizeof(float) * nb);
+		o->k->from_host(q->v, s->vq + o->lo, n);
+		o->k->from_host(q->vs, s->vs + q->blk0, sizeof(float) * nb);
 	}
 }

@@ -131,10 +131,9 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	double eb = elem_bytes(dt, gpus);
 	int opt_off = s->offload.optimizer == TRN_OFFLOAD_CPU;
 	int poff = m->param_offload == TRN_OFFLOAD_CPU;
-	/* one rank on a GPU with nothing offloaded and fp32 state steps on the
-	 * device (train.c); any other GPU run steps on the host */
-	int resident = gpus && ranks == 1 && !opt_off && !poff &&
-	               s->optimizer.state_dtype != TRN_DTYPE_INT8;
+	/* one rank on a GPU with nothing offloaded steps on the device (its
+	 * state fp32 or int8: train.c); any other GPU run steps on the host */
+	int resident = gpus && ranks == 1 && !opt_off && !poff;
 	/* offload.params cpu: each a working copy of two blocks' staging, plus
 	 * the resident tensors on a GPU, and the host copies of both */
 	double held = (double)n;

@@ -519,11 +519,15 @@ static int setup_offload(struct run *r, struct trn_err *err)
 }
 
 /* Whether a GPU run keeps weights, gradients and optimizer state on the
- * device: nothing offloaded to the host, and fp32 optimizer state. */
+ * device: nothing offloaded to the host, and the optimizer's state whole
+ * on each rank where it is int8 (ZeRO's cut blocks are agreed on on the
+ * host: trn_optim_move_to). */
 static int stays_on_device(const struct trn_spec *s, const struct trn_model *m)
 {
-	return m->device && s->offload.optimizer == TRN_OFFLOAD_NONE &&
-	       s->optimizer.state_dtype != TRN_DTYPE_INT8 && m->param_offload == TRN_OFFLOAD_NONE;
+	int int8_sharded = s->optimizer.state_dtype == TRN_DTYPE_INT8 &&
+	                   s->parallel.zero_stage >= 1 && s->parallel.ranks > 1;
+	return m->device && s->offload.optimizer == TRN_OFFLOAD_NONE && !int8_sharded &&
+	       m->param_offload == TRN_OFFLOAD_NONE;
 }
 
 /* Where this rank trains: -1 the CPU, else its index on the node (the

@@ -10,6 +10,10 @@
  *   norms (sumsq, lamb's ||u||^2): rtol 2.2e-16 n. The squares are exact in
  *   double; only the order of the n - 1 double additions differs.
  *   _dev norms: the same bits as the returning ones; two runs: the same bits.
+ *   int8 state (kernels/quant8_cuda.cu against quant8_cpu.c): the weights,
+ *   codes and block scales of every fused update, and the LAMB norm as a
+ *   double, bit for bit; both code maps, sizes with a short last block and
+ *   more blocks than the norm's chunks.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +24,8 @@
 #include "kernels/cuda_common.h"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_cuda.h"
+#include "kernels/quant8.h"
+#include "kernels/quant8_cuda.h"
 
 static uint64_t rng = 71;
 
@@ -143,10 +149,117 @@ static void test_norms(void)
 	CHECK(kern_sumsq_cuda(NULL, 0) == 0);
 }
 
+/* ---- int8 state --------------------------------------------------------------- */
+
+/* n bytes: host to a new device buffer, and back into a new host buffer */
+static void *dev_bytes(const void *host, size_t n)
+{
+	void *d = kern_cuda_malloc(n ? n : 1);
+	kern_cuda_upload(d, host, n);
+	return d;
+}
+
+static void *fetch_bytes(const void *dev, size_t n)
+{
+	void *h = malloc(n ? n : 1);
+	if (!h)
+		abort();
+	kern_cuda_download(h, dev, n);
+	return h;
+}
+
+static void same_bytes(const char *what, const void *dev, const void *host, size_t n)
+{
+	void *got = fetch_bytes(dev, n);
+	size_t i = 0;
+	while (i < n && ((const unsigned char *)got)[i] == ((const unsigned char *)host)[i])
+		i++;
+	CHECK_MSG(i == n, "%s: byte %zu of %zu differs from the CPU's", what, i, n);
+	free(got);
+}
+
+/* state of n values quantized by the CPU (m of both signs, v positive and
+ * spread over decades), the CPU's update against the GPU's, op: 0 sgd, 1
+ * sgd nesterov, 2 adamw, 3 lars, 4 lamb (norm pass, then update) */
+static void q8_case(long n, int op, enum kern_q8_map map)
+{
+	long nb = kern_q8_blocks(n);
+	float *w = host_rand(n, -1, 1, &rng), *g = host_rand(n, -1, 1, &rng);
+	float *m = host_rand(n, -0.01f, 0.01f, &rng), *v = host_rand(n, 0, 1, &rng);
+	for (long i = 0; i < n; i++)
+		v[i] = 1e-4f * powf(10.0f, -6.0f * v[i]);
+	int8_t *mq = malloc((size_t)n);
+	uint8_t *vq = malloc((size_t)n);
+	float *ms = malloc(sizeof(float) * (size_t)nb), *vs = malloc(sizeof(float) * (size_t)nb);
+	if (!mq || !vq || !ms || !vs)
+		abort();
+	kern_q8_quantize_s_cpu(m, n, mq, ms, map);
+	kern_q8_quantize_u_cpu(v, n, vq, vs, map);
+	float *d_w = dev_copy(w, n), *d_g = dev_copy(g, n);
+	int8_t *d_mq = dev_bytes(mq, (size_t)n);
+	uint8_t *d_vq = dev_bytes(vq, (size_t)n);
+	float *d_ms = dev_copy(ms, nb), *d_vs = dev_copy(vs, nb);
+	static const char *const names[] = { "sgd", "sgd nesterov", "adamw", "lars", "lamb" };
+	char what[128];
+	snprintf(what, sizeof what, "int8 %s %s n=%ld", names[op], kern_q8_map_name(map), n);
+	const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, bc1 = 0.1f, bc2 = 0.001f;
+	switch (op) {
+	case 0:
+	case 1:
+		kern_sgd_update_q8_cpu(w, mq, ms, g, n, 0.01f, 0.9f, wd, op, map);
+		kern_sgd_update_q8_cuda(d_w, d_mq, d_ms, d_g, n, 0.01f, 0.9f, wd, op, map);
+		break;
+	case 2:
+		kern_adamw_update_q8_cpu(w, mq, ms, vq, vs, g, n, 1e-3f, b1, b2, eps, wd, bc1, bc2,
+		                         map);
+		kern_adamw_update_q8_cuda(d_w, d_mq, d_ms, d_vq, d_vs, d_g, n, 1e-3f, b1, b2, eps, wd,
+		                          bc1, bc2, map);
+		break;
+	case 3:
+		kern_lars_update_q8_cpu(w, mq, ms, g, n, 0.3f, 0.9f, wd, map);
+		kern_lars_update_q8_cuda(d_w, d_mq, d_ms, d_g, n, 0.3f, 0.9f, wd, map);
+		break;
+	default: {
+		double want = kern_lamb_norm_q8_cpu(mq, ms, vq, vs, g, w, n, b1, b2, eps, wd, bc1, bc2,
+		                                    map);
+		double got = kern_lamb_norm_q8_cuda(d_mq, d_ms, d_vq, d_vs, d_g, d_w, n, b1, b2, eps,
+		                                    wd, bc1, bc2, map);
+		CHECK_MSG(memcmp(&got, &want, sizeof got) == 0, "%s norm: %.17g, the CPU's %.17g",
+		          what, got, want);
+		kern_lamb_update_q8_cpu(w, mq, ms, vq, vs, g, n, 0.02f, b1, b2, eps, wd, bc1, bc2, map);
+		kern_lamb_update_q8_cuda(d_w, d_mq, d_ms, d_vq, d_vs, d_g, n, 0.02f, b1, b2, eps, wd,
+		                         bc1, bc2, map);
+	}
+	}
+	int has_v = op == 2 || op == 4;
+	float *got_w = dev_fetch(d_w, n);
+	check_same_bits(what, got_w, w, n);
+	free(got_w);
+	same_bytes(what, d_mq, mq, (size_t)n);
+	same_bytes(what, d_ms, ms, sizeof(float) * (size_t)nb);
+	if (has_v) {
+		same_bytes(what, d_vq, vq, (size_t)n);
+		same_bytes(what, d_vs, vs, sizeof(float) * (size_t)nb);
+	}
+	free(w), free(g), free(m), free(v), free(mq), free(vq), free(ms), free(vs);
+	kern_cuda_free(d_w), kern_cuda_free(d_g), kern_cuda_free(d_mq), kern_cuda_free(d_vq);
+	kern_cuda_free(d_ms), kern_cuda_free(d_vs);
+}
+
+static void test_int8(void)
+{
+	static const long q8_sizes[] = { 1, 2048, 3 * 2048 + 37, 1030L * 2048 - 100 };
+	for (int map = 0; map < 2; map++)
+		for (size_t k = 0; k < sizeof q8_sizes / sizeof q8_sizes[0]; k++)
+			for (int op = 0; op < 5; op++)
+				q8_case(q8_sizes[k], op, map ? KERN_Q8_LINEAR : KERN_Q8_DYNAMIC);
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_optimizer");
 	CHECK_RUN(test_updates);
 	CHECK_RUN(test_norms);
+	CHECK_RUN(test_int8);
 	return check_finish();
 }

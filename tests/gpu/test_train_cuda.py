@@ -13,7 +13,9 @@ library only: the GPU machine has no numpy of ours to rely on.
    the same, with the validation accuracy.
 3. A checkpoint written on the GPU resumes on the GPU: steps 6-10 from the
    step-5 checkpoint give the uninterrupted run's losses bit for bit (the
-   kernels and cuBLAS are deterministic run to run).
+   kernels and cuBLAS are deterministic run to run). int8 optimizer state
+   (AdamW, LAMB) stays on the device, within TOL of the CPU's int8 run,
+   and its checkpoints resume bit for bit too.
 4. bf16 on the GPU against bf16 on the CPU (16-bit storage, the GEMMs on
    the tensor cores), measured against bf16's own noise: how far the CPU's
    bf16 run is from its fp32 run at the same step. The first step (the
@@ -39,8 +41,8 @@ library only: the GPU machine has no numpy of ours to rely on.
    plan's device figure for the same spec: within PLAN_TOL of the plan's
    part beside those workspaces (a fixed 64 MiB that would hide a small
    model's error), for a GPT in fp32 and bf16, recomputed, with its
-   parameters or its optimizer offloaded, on the fused attention, in the
-   fp32-buffer layout, and for the MLP.
+   parameters or its optimizer offloaded, with int8 optimizer state, on the
+   fused attention, in the fp32-buffer layout, and for the MLP.
 """
 import argparse
 import gzip
@@ -164,10 +166,12 @@ def check16(c, name, cpu, gpu, reference):
             f"{name}: val/loss within bf16's own noise ({[(s, va[s], vb.get(s), vr.get(s)) for s in va]})")
 
 
-def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, env=None):
+def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, env=None,
+            expect=()):
     """Runs spec on both devices (env: the GPU run's extra environment);
     checks losses per step within tol, or with reference (the CPU job dir of
-    the same run in fp32) by check16."""
+    the same run in fp32) by check16; and that the GPU run printed each
+    string of expect."""
     cpu, gpu = tmp / f"{name}-cpu", tmp / f"{name}-gpu"
     rc, rg = run(exe, spec, cpu, "cpu"), run(exe, spec, gpu, "cuda", env=env)
     c.check(rc.returncode == 0, f"{name}: CPU run (exit {rc.returncode}) {rc.stderr.strip()[-300:]}")
@@ -179,6 +183,8 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, en
             print("     " + line)
     if env and env.get("LARCH_CUDA_ATTENTION") == "flash":
         c.check("attention fused" in rg.stdout, f"{name}: the fused attention ran")
+    for text in expect:
+        c.check(text in rg.stdout, f"{name}: the GPU run says \"{text}\"")
     if env and env.get("LARCH_CUDA_GELU") == "fused":
         c.check("GELU in the fc GEMMs' epilogues" in rg.stdout,
                 f"{name}: GELU went into the fc GEMMs' epilogues")
@@ -187,6 +193,22 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, en
         return gpu
     check_metrics(c, name, cpu, gpu, ("train/loss", "val/loss", *extra_names), tol)
     return gpu
+
+
+def check_resume(c, exe, tmp, name, spec, job):
+    """Steps 6-10 resumed on the GPU from job's step-5 checkpoint equal the
+    uninterrupted run's bit for bit."""
+    resumed = resume_dir(job, 5, tmp / f"{name}-resumed")
+    r = run(exe, spec, resumed, "cuda", "--resume")
+    c.check(r.returncode == 0 and "resume: from" in r.stdout,
+            f"{name}: resumed on the GPU from step 5 (exit {r.returncode}) "
+            f"{r.stderr.strip()[-300:]}")
+    if r.returncode == 0:
+        a, b = metrics(job, "train/loss"), metrics(resumed, "train/loss")
+        later = [s for s in a if s > 5]
+        c.check(later and all(b.get(s) == a[s] for s in later),
+                f"{name}: steps 6-10 after the resume equal the uninterrupted run's "
+                f"bit for bit ({[(s, a[s], b.get(s)) for s in later][:2]})")
 
 
 def check_plan(c, exe, tmp, name, spec, env=None):
@@ -235,17 +257,19 @@ def main():
         mlp_job = compare(c, exe, tmp, "mlp", mlp, ("val/accuracy",))
 
         if gpu_job:
-            resumed = resume_dir(gpu_job, 5, tmp / "gpt-resumed")
-            r = run(exe, gpt, resumed, "cuda", "--resume")
-            c.check(r.returncode == 0 and "resume: from" in r.stdout,
-                    f"gpt: resumed on the GPU from step 5 (exit {r.returncode}) "
-                    f"{r.stderr.strip()[-300:]}")
-            if r.returncode == 0:
-                a, b = metrics(gpu_job, "train/loss"), metrics(resumed, "train/loss")
-                later = [s for s in a if s > 5]
-                c.check(later and all(b.get(s) == a[s] for s in later),
-                        f"gpt: steps 6-10 after the resume equal the uninterrupted run's "
-                        f"bit for bit ({[(s, a[s], b.get(s)) for s in later][:2]})")
+            check_resume(c, exe, tmp, "gpt", gpt, gpu_job)
+
+        # int8 optimizer state on the device (kernels/quant8_cuda.cu), AdamW
+        # and LAMB (its norm pass too): within TOL of the CPU's int8 run (the
+        # same updates of gradients summed in another order), the state kept
+        # on the device, and its checkpoint resumed bit for bit
+        for name, opt in (("gpt-int8-adamw", "adamw"), ("gpt-int8-lamb", "lamb")):
+            spec = {**gpt, "name": name,
+                    "optimizer": {"type": opt, "lr": 3e-3, "state_dtype": "int8"}}
+            job = compare(c, exe, tmp, name, spec,
+                          expect=("weights, gradients and optimizer state on the device",))
+            if job:
+                check_resume(c, exe, tmp, name, spec, job)
 
         compare(c, exe, tmp, "gpt-bf16", {**gpt, "name": "gpt-bf16",
                                           "precision": {"compute": "bf16"}},
@@ -349,6 +373,8 @@ def main():
                 ("plan-gpt-params", {**big, "offload": {"params": "cpu"}}),
                 ("plan-gpt-optimizer", {**big, "precision": {"compute": "bf16"},
                                         "offload": {"optimizer": "cpu"}}),
+                ("plan-gpt-int8", {**big, "optimizer": {"type": "adamw", "lr": 3e-3,
+                                                        "state_dtype": "int8"}}),
                 ("plan-mlp", {**mlp, "model": {"type": "mlp", "hidden": [2048, 2048]},
                               "batch": {"global": 256}, "steps": 2})):
             check_plan(c, exe, tmp, name, spec)
