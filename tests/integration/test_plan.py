@@ -99,13 +99,16 @@ def test_plan_follows_the_spec(tmp_path):
     assert gpu["items"]["params"] == 4 * n and gpu["device_bytes_per_gpu"] > 0
     assert gpu["items"]["host_copy"] == 8 * n + 4 * min(n, 1 << 20)
     assert gpu["items"]["master"] == 4 * n and gpu["items"]["checkpoint"] == 4 * n + 8 * n
-    # a GPU run that steps on the host (int8 state): master and state there
+    # int8 state steps on the GPU too: master and state there, the state a
+    # quarter of fp32's, and the checkpoint's copy of both on the host
     gi8, _ = plan_json(tmp_path, dict(BIG_MLP, name="gpu-int8", precision={"compute": "bf16"},
                                       resources={"gpus_per_node": 1},
                                       optimizer={"type": "adamw", "lr": 1e-3,
                                                  "state_dtype": "int8"}))
-    assert gi8["device_bytes_per_gpu"] == gpu["device_bytes_per_gpu"] - 12 * n
-    assert "checkpoint" not in gi8["items"]
+    q8 = int8["items"]["optimizer"]
+    assert gi8["items"]["optimizer"] == q8
+    assert gi8["device_bytes_per_gpu"] == gpu["device_bytes_per_gpu"] - 8 * n + q8
+    assert gi8["items"]["checkpoint"] == 4 * n + q8
     # a 16-bit GPT on a GPU stores its activations in 2 bytes, but for one
     # fp32 [B, NH, T, T] of attention scratch; the same on the CPU, and in
     # fp32, as the CPU layout's floats
