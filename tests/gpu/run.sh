@@ -142,6 +142,35 @@ logged() {
 	fi
 }
 
+# sanitized TOOL EXE LOG END NAME: EXE under compute-sanitizer's TOOL until
+# the time END at most, its verdict appended to LOG (with the tool's report
+# when it found something, recorded as a failure of NAME); a run the time
+# cuts short is no failure
+sanitized() {
+	local tool=$1 exe=$2 log=$3 end=$4 name=$5 left rc verdict san
+	san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+	left=$((end - $(date +%s)))
+	if [ -z "$san" ]; then
+		verdict="not run (no compute-sanitizer)"
+	elif [ "$left" -le 5 ]; then
+		verdict="not run (time)"
+	else
+		set +e
+		timeout "$left" "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$exe" \
+			>"$log.one" 2>&1
+		rc=$?
+		set -e
+		case $rc in
+		0) verdict="clean" ;;
+		124) verdict="timed out (not an error)" ;;
+		*) verdict="FAILED (exit $rc)"; failed+=("$name")
+		   grep -E '=========|^FAIL' "$log.one" | head -30 >>"$log" ;;
+		esac
+		rm -f "$log.one"
+	fi
+	echo "$tool $(basename "$exe")${CHECK_ONLY:+ ($CHECK_ONLY)}: $verdict" | tee -a "$log"
+}
+
 save_logs() {
 	local rc=$?
 	summary "$rc" | tee "$logs/summary.txt"
@@ -302,33 +331,12 @@ fi
 if [ "${LARCH_GPU_RACECHECK:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
 	budget "${LARCH_GPU_RACECHECK_S:-120}" racecheck; then
 	step "compute-sanitizer racecheck and synccheck over the fused attention ($lim s at most)"
-	san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-	if [ -z "$san" ]; then
-		echo "compute-sanitizer: not found, skipped" | tee "$logs/racecheck.txt"
-	else
-		: >"$logs/racecheck.txt"
-		race_end=$(($(date +%s) + lim))
-		for tool in racecheck synccheck; do
-			left=$((race_end - $(date +%s)))
-			if [ "$left" -le 5 ]; then
-				echo "$tool: not run (time)" | tee -a "$logs/racecheck.txt"
-				continue
-			fi
-			set +e
-			CHECK_ONLY=test_flash timeout "$left" "$san" --tool "$tool" --error-exitcode 99 \
-				--print-limit 20 "$build/tests/gpu/test_cuda_act16" >"$logs/racecheck.one" 2>&1
-			rc=$?
-			set -e
-			case $rc in
-			0) verdict="clean" ;;
-			124) verdict="timed out (not an error)" ;;
-			*) verdict="FAILED (exit $rc)"; failed+=("$tool test_flash")
-			   grep -E '=========|FAIL' "$logs/racecheck.one" | head -30 >>"$logs/racecheck.txt" ;;
-			esac
-			echo "$tool (test_cuda_act16, test_flash): $verdict" | tee -a "$logs/racecheck.txt"
-		done
-		rm -f "$logs/racecheck.one"
-	fi
+	end=$(($(date +%s) + lim))
+	: >"$logs/racecheck.txt"
+	for tool in racecheck synccheck; do
+		CHECK_ONLY=test_flash sanitized "$tool" "$build/tests/gpu/test_cuda_act16" \
+			"$logs/racecheck.txt" "$end" "$tool test_flash"
+	done
 fi
 
 # ---- offloading: optimizer offload's cost, the largest model (off by default: long) ----
@@ -349,45 +357,22 @@ if [ "${LARCH_GPU_PROFILE:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
 		python3 "$root/tests/gpu/profile_gpt.py" --build "$build" ${LARCH_GPU_PROFILE_ARGS:-}
 fi
 
-# ---- compute-sanitizer ------------------------------------------------------------
+# ---- compute-sanitizer memcheck ------------------------------------------------------
 if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
 	budget "${LARCH_GPU_SANITIZE_S:-150}" memcheck; then
-	san_s=$lim
-	step "compute-sanitizer memcheck over the GPU tests ($san_s s at most)"
-	san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-	if [ -z "$san" ]; then
-		echo "compute-sanitizer: not found, skipped" | tee "$logs/sanitizer.txt"
-	else
-		: >"$logs/sanitizer.txt"
-		san_end=$(($(date +%s) + san_s))
-		exes=("$build"/tests/gpu/test_cuda_*)
-		if [ -n "${LARCH_GPU_SANITIZE_TESTS:-}" ]; then
-			exes=()
-			for name in $LARCH_GPU_SANITIZE_TESTS; do
-				exes+=("$build/tests/gpu/test_cuda_$name")
-			done
-		fi
-		for exe in "${exes[@]}"; do
-			left=$((san_end - $(date +%s)))
-			if [ "$left" -le 5 ]; then
-				echo "$(basename "$exe"): not run (time)" | tee -a "$logs/sanitizer.txt"
-				continue
-			fi
-			set +e
-			timeout "$left" "$san" --tool memcheck --error-exitcode 99 --print-limit 20 \
-				"$exe" >"$logs/sanitizer.one" 2>&1
-			rc=$?
-			set -e
-			case $rc in
-			0) verdict="clean" ;;
-			124) verdict="timed out (not an error)" ;;
-			*) verdict="FAILED (exit $rc)"; failed+=("memcheck $(basename "$exe")")
-			   grep -E '=========' "$logs/sanitizer.one" | head -30 >>"$logs/sanitizer.txt" ;;
-			esac
-			echo "$(basename "$exe"): $verdict" | tee -a "$logs/sanitizer.txt"
+	step "compute-sanitizer memcheck over the GPU tests ($lim s at most)"
+	end=$(($(date +%s) + lim))
+	: >"$logs/sanitizer.txt"
+	exes=("$build"/tests/gpu/test_cuda_*)
+	if [ -n "${LARCH_GPU_SANITIZE_TESTS:-}" ]; then
+		exes=()
+		for name in $LARCH_GPU_SANITIZE_TESTS; do
+			exes+=("$build/tests/gpu/test_cuda_$name")
 		done
-		rm -f "$logs/sanitizer.one"
 	fi
+	for exe in "${exes[@]}"; do
+		sanitized memcheck "$exe" "$logs/sanitizer.txt" "$end" "memcheck $(basename "$exe")"
+	done
 fi
 
 # ---- CPU unit tests (CI runs them too: last) -------------------------------------------
