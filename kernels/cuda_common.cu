@@ -3,6 +3,7 @@
 #include "cuda_common.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,10 +389,30 @@ extern "C" void kern_cuda_zero(void *dev, size_t bytes)
 		KERN_CUDA_CHECK(cudaMemsetAsync(dev, 0, bytes, g_stream));
 }
 
+/* The current device's pool keeps the memory it once held (release
+ * threshold: all of it). By default it hands whatever is free back to the
+ * driver at every synchronisation (a step has several: the losses, the
+ * norms), and the next step's scratch is then mapped afresh: a driver call
+ * per cudaMallocAsync, which may also wait. Once per device. */
+static void keep_pool(void)
+{
+	static unsigned char kept[64];
+	int dev = kern_cuda_current_device();
+	if (dev < 0 || dev >= (int)sizeof kept || kept[dev])
+		return;
+	kept[dev] = 1;
+	cudaMemPool_t pool;
+	uint64_t all = UINT64_MAX;
+	if (cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||
+	    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &all) != cudaSuccess)
+		(void)cudaGetLastError();  /* a pool that will not keep: slower, not wrong */
+}
+
 extern "C" void *kern_cuda_scratch_alloc(size_t bytes)
 {
 	if (bytes == 0)
 		return NULL;
+	keep_pool();
 	void *p = NULL;
 	cudaError_t err = cudaMallocAsync(&p, bytes, g_stream);
 	if (err != cudaSuccess) {

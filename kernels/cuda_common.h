@@ -193,7 +193,8 @@ void kern_cuda_copy_wait(int chan);
 void kern_cuda_copy_wait_host(int chan);
 
 /* Stream-ordered scratch for the kernels' partial sums (cudaMallocAsync on
- * the stream, from the device's memory pool): valid for work enqueued on the
+ * the stream, from the device's memory pool, which keeps what it once held:
+ * after the first step no call maps memory): valid for work enqueued on the
  * stream until kern_cuda_scratch_free. Aborts on failure; NULL for 0 bytes. */
 void *kern_cuda_scratch_alloc(size_t bytes);
 void kern_cuda_scratch_free(void *dev);
