@@ -125,6 +125,28 @@ oom:
 	return trn_err_set(err, "optimizer: out of memory for the state of %ld parameters", len);
 }
 
+/* A buffer of bytes in k's memory for the host buffer old (none for none);
+ * *ok cleared when k is out of memory. */
+static void *alloc_like(const struct trn_optim_kernels *k, const void *old, size_t bytes, int *ok)
+{
+	if (!old)
+		return NULL;
+	void *p = k->alloc_zeroed(bytes);
+	*ok &= p != NULL;
+	return p;
+}
+
+/* to takes old's bytes; old is released (o's kernels); returns to */
+static void *take(const struct trn_optim *o, const struct trn_optim_kernels *k, void *to,
+                  void *old, size_t bytes)
+{
+	if (!old)
+		return NULL;
+	k->from_host(to, old, bytes);
+	o->k->release(old);
+	return to;
+}
+
 int trn_optim_move_to(struct trn_optim *o, const struct trn_optim_kernels *k,
                       struct trn_err *err)
 {
@@ -134,35 +156,31 @@ int trn_optim_move_to(struct trn_optim *o, const struct trn_optim_kernels *k,
 	if (q && (o->lo != 0 || o->hi != o->n_floats))
 		return trn_err_set(err, "optimizer.state_dtype: int8 state of a ZeRO shard is kept in "
 		                   "host memory");
-	size_t len = (size_t)(o->hi - o->lo), nb = q ? (size_t)q->n_blocks + 1 : 0;
-	/* the state's buffers (int8 codes with a byte to spare, as allocated) */
-	void **buf[6] = { (void **)&o->m, (void **)&o->v };
-	size_t bytes[6] = { sizeof(float) * len, sizeof(float) * len };
-	int n = 2;
-	if (q) {
-		buf[n] = (void **)&q->m, bytes[n++] = len + 1;
-		buf[n] = (void **)&q->v, bytes[n++] = len + 1;
-		buf[n] = (void **)&q->ms, bytes[n++] = sizeof(float) * nb;
-		buf[n] = (void **)&q->vs, bytes[n++] = sizeof(float) * nb;
-	}
-	void *to[6] = { NULL };
+	/* int8 codes with a byte to spare and scales with a float to spare, as
+	 * trn_optim_q8_init allocates them */
+	size_t len = (size_t)(o->hi - o->lo), f32 = sizeof(float) * len;
+	size_t scales = q ? sizeof(float) * ((size_t)q->n_blocks + 1) : 0;
 	int ok = 1;
-	for (int i = 0; i < n; i++)
-		if (*buf[i] && !(to[i] = k->alloc_zeroed(bytes[i])))
-			ok = 0;
+	void *m = alloc_like(k, o->m, f32, &ok), *v = alloc_like(k, o->v, f32, &ok);
+	void *mq = q ? alloc_like(k, q->m, len + 1, &ok) : NULL;
+	void *vq = q ? alloc_like(k, q->v, len + 1, &ok) : NULL;
+	void *ms = q ? alloc_like(k, q->ms, scales, &ok) : NULL;
+	void *vs = q ? alloc_like(k, q->vs, scales, &ok) : NULL;
 	if (!ok) {
-		for (int i = 0; i < n; i++)
-			if (to[i])
-				k->release(to[i]);
+		void *made[] = { m, v, mq, vq, ms, vs };
+		for (size_t i = 0; i < sizeof made / sizeof made[0]; i++)
+			if (made[i])
+				k->release(made[i]);
 		return trn_err_set(err, "optimizer: out of %s memory for the state of %ld parameters",
 		                   k->name, o->hi - o->lo);
 	}
-	for (int i = 0; i < n; i++) {
-		if (!*buf[i])
-			continue;
-		k->from_host(to[i], *buf[i], bytes[i]);
-		o->k->release(*buf[i]);
-		*buf[i] = to[i];
+	o->m = take(o, k, m, o->m, f32);
+	o->v = take(o, k, v, o->v, f32);
+	if (q) {
+		q->m = take(o, k, mq, q->m, len + 1);
+		q->v = take(o, k, vq, q->v, len + 1);
+		q->ms = take(o, k, ms, q->ms, scales);
+		q->vs = take(o, k, vs, q->vs, scales);
 	}
 	o->k = k;
 	return 0;
