@@ -2,8 +2,8 @@
  * quant8.h, quant8_cuda.h; the device code is quant8_kernels.cuh).
  *
  * One thread block per state block of KERN_Q8_BLOCK values, eight a
- * thread: the codes are dequantized with the map's table (a kernel
- * argument, copied to shared memory), each element updated by
+ * thread: the codes are dequantized with the map's table (in device
+ * memory, copied to shared memory by each block), each element updated by
  * optimizer_kernels.cuh's formula, the block's new absmax found on the
  * values' bits (a NaN wins, as on the CPU), and each value encoded as the
  * count of the map's midpoints below |x| / absmax, by bisection over the
@@ -20,6 +20,19 @@
 
 #include "cuda_common.h"
 #include "quant8_kernels.cuh"
+
+/* map's table in device memory, uploaded on first use (a few KiB, kept
+ * for the process) */
+static const struct q8_table *dev_table(enum kern_q8_map map)
+{
+	static struct q8_table *tables[2];
+	int i = map == KERN_Q8_LINEAR;
+	if (!tables[i]) {
+		struct q8_table t = q8_table_of(map);
+		tables[i] = (struct q8_table *)kern_cuda_dup(&t, sizeof t);
+	}
+	return tables[i];
+}
 
 /* the scalars of struct q8_hyper (unused ones 0) */
 static struct q8_hyper hyper(float lr, float mu, float wd, float b1, float b2, float eps,
@@ -39,7 +52,7 @@ static void update(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs, cons
 	if (nb == 0)
 		return;
 	q8_update_kernel<OP><<<(unsigned)nb, Q8_THREADS, 0, kern_cuda_stream()>>>(
-		q8_table_of(map), w, mq, ms, vq, vs, g, n, *h);
+		dev_table(map), w, mq, ms, vq, vs, g, n, *h);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -88,7 +101,7 @@ extern "C" double kern_lamb_norm_q8_cuda(const int8_t *mq, const float *ms, cons
 	double *part = (double *)kern_cuda_scratch_alloc(sizeof(double) * (size_t)(nb + 1));
 	double *result = part + nb;
 	q8_lamb_norm_kernel<<<(unsigned)nb, Q8_THREADS, 0, kern_cuda_stream()>>>(
-		q8_table_of(map), part, mq, ms, vq, vs, g, w, n, h);
+		dev_table(map), part, mq, ms, vq, vs, g, w, n, h);
 	KERN_CUDA_CHECK_LAUNCH();
 	long per = (nb + Q8_NORM_CHUNKS - 1) / Q8_NORM_CHUNKS;
 	q8_norm_sum_kernel<<<1, Q8_THREADS, 0, kern_cuda_stream()>>>(result, part, nb, per);

@@ -21,8 +21,9 @@ extern "C" {
  * (quant8_cpu.c's Q8_MAX_CHUNKS: the same cut, the same sums) */
 #define Q8_NORM_CHUNKS 1024L
 
-/* One code map (quant8.h), as a kernel argument: 3.5 KiB, copied to shared
- * memory by each block. */
+/* One code map (quant8.h): 3.5 KiB in device memory, which each block
+ * copies to shared memory (coalesced; as a kernel argument the copy would
+ * go through the constant cache one address at a time). */
 struct q8_table {
 	float s[256];                  /* signed values by (uint8_t)q */
 	float u[256];                  /* unsigned values by q */
@@ -124,14 +125,14 @@ __device__ static inline uint32_t q8_block_max(uint32_t x, uint32_t *red)
  * of optimizer_kernels.cuh element by element (as kern_<op>_update_ref runs
  * it on the CPU), then m and v requantized at their new block absmax. */
 template <int OP>
-__global__ static void q8_update_kernel(struct q8_table tab, float *w, int8_t *mq, float *ms,
+__global__ static void q8_update_kernel(const struct q8_table *tab, float *w, int8_t *mq, float *ms,
                                         uint8_t *vq, float *vs, const float *g, long n,
                                         struct q8_hyper h)
 {
 	__shared__ struct q8_table t;
 	__shared__ uint32_t red[2][Q8_THREADS / 32];
 	const int has_v = OP == Q8_ADAMW || OP == Q8_LAMB;
-	q8_load_table(&t, &tab);
+	q8_load_table(&t, tab);
 	long b = blockIdx.x, lo = b * KERN_Q8_BLOCK;
 	int len = q8_block_len(n, b);
 	float sm = ms[b], sv = has_v ? vs[b] : 0.0f;
@@ -183,14 +184,14 @@ __global__ static void q8_update_kernel(struct q8_table tab, float *w, int8_t *m
  * moments this step makes, in element order as kern_lamb_moments_ref sums
  * it (one thread adds the block's squares, which the others put in shared
  * memory), into part[b]. Nothing is stored. */
-__global__ static void q8_lamb_norm_kernel(struct q8_table tab, double *part, const int8_t *mq,
+__global__ static void q8_lamb_norm_kernel(const struct q8_table *tab, double *part, const int8_t *mq,
                                            const float *ms, const uint8_t *vq, const float *vs,
                                            const float *g, const float *w, long n,
                                            struct q8_hyper h)
 {
 	__shared__ struct q8_table t;
 	__shared__ double sq[KERN_Q8_BLOCK];
-	q8_load_table(&t, &tab);
+	q8_load_table(&t, tab);
 	long b = blockIdx.x, lo = b * KERN_Q8_BLOCK;
 	int len = q8_block_len(n, b);
 	float sm = ms[b], sv = vs[b];

@@ -102,7 +102,7 @@ static void run_update(state &s, long n, enum kern_q8_map map, const q8_hyper &h
 {
 	q8_table tab = q8_table_of(map);
 	emu_launch(dim3((unsigned)kern_q8_blocks(n)), dim3(Q8_THREADS), [&] {
-		q8_update_kernel<OP>(tab, s.w.data(), s.mq.data(), s.ms.data(), s.vq.data(),
+		q8_update_kernel<OP>(&tab, s.w.data(), s.mq.data(), s.ms.data(), s.vq.data(),
 		                     s.vs.data(), s.g.data(), n, h);
 	});
 }
@@ -167,7 +167,7 @@ static void norm_case(long n, enum kern_q8_map map)
 	q8_table tab = q8_table_of(map);
 	q8_hyper h = hyper(0, 0, WD, 0);
 	emu_launch(dim3((unsigned)nb), dim3(Q8_THREADS), [&] {
-		q8_lamb_norm_kernel(tab, part.data(), s.mq.data(), s.ms.data(), s.vq.data(),
+		q8_lamb_norm_kernel(&tab, part.data(), s.mq.data(), s.ms.data(), s.vq.data(),
 		                    s.vs.data(), s.g.data(), s.w.data(), n, h);
 	});
 	emu_launch(dim3(1), dim3(Q8_THREADS), [&] {
