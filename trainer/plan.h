@@ -15,8 +15,8 @@
  * A GPU holds the parameters, gradients and activations; its model keeps
  * host copies of the parameters and gradients too, and a stage for adding
  * each backward's gradients into them (host_copy). Only a run that steps
- * on the device (one rank, nothing offloaded, fp32 optimizer state) holds
- * the master weights and the optimizer state there; its checkpoints bring
+ * on the device (one rank, nothing offloaded; its optimizer state fp32 or
+ * int8) holds the master weights and the optimizer state there; its checkpoints bring
  * both to the host. Every other GPU run steps on the host (the ranks reduce
  * host gradients over MPI), and its master weights, optimizer state and
  * ZeRO-1 gradient shard are host memory. offload.optimizer "cpu"
