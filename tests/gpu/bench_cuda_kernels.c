@@ -38,6 +38,8 @@
 #include "kernels/optimizer_cuda.h"
 #include "kernels/parallel.h"
 #include "kernels/precision_cuda.h"
+#include "kernels/quant8.h"
+#include "kernels/quant8_cuda.h"
 #include "kernels/relu.h"
 #include "kernels/relu_cuda.h"
 #include "kernels/residual.h"
@@ -338,6 +340,10 @@ static void bench_softmax_xent(int n, int v)
 struct ob {
 	long n;
 	float *w, *m, *v, *g, *d_w, *d_m, *d_v, *d_g;
+	/* int8 state (quant8.h): codes and block scales, host and device */
+	int8_t *mq, *d_mq;
+	uint8_t *vq, *d_vq;
+	float *ms, *vs, *d_ms, *d_vs;
 	double sink;
 };
 
@@ -372,6 +378,48 @@ OPT_PAIR(lamb_apply,
          kern_lamb_apply_cpu(o->w, o->m, o->v, o->n, 1e-6f, 1e-6f, 0.01f, 0.5f, 0.1f),
          kern_lamb_apply_cuda(o->d_w, o->d_m, o->d_v, o->n, 1e-6f, 1e-6f, 0.01f, 0.5f, 0.1f))
 
+OPT_PAIR(adamw_q8,
+         kern_adamw_update_q8_cpu(o->w, o->mq, o->ms, o->vq, o->vs, o->g, o->n, 1e-4f, 0.9f,
+                                  0.999f, 1e-8f, 0.1f, 0.5f, 0.1f, KERN_Q8_DYNAMIC),
+         kern_adamw_update_q8_cuda(o->d_w, o->d_mq, o->d_ms, o->d_vq, o->d_vs, o->d_g, o->n,
+                                   1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f, 0.1f, KERN_Q8_DYNAMIC))
+OPT_PAIR(lamb_norm_q8,
+         o->sink += kern_lamb_norm_q8_cpu(o->mq, o->ms, o->vq, o->vs, o->g, o->w, o->n, 0.9f,
+                                          0.999f, 1e-6f, 0.01f, 0.5f, 0.1f, KERN_Q8_DYNAMIC),
+         o->sink += kern_lamb_norm_q8_cuda(o->d_mq, o->d_ms, o->d_vq, o->d_vs, o->d_g, o->d_w,
+                                           o->n, 0.9f, 0.999f, 1e-6f, 0.01f, 0.5f, 0.1f,
+                                           KERN_Q8_DYNAMIC))
+
+/* n bytes of host data in a new device buffer */
+static void *dbytes(const void *h, size_t n)
+{
+	void *d = kern_cuda_malloc(n);
+	kern_cuda_upload(d, h, n);
+	return d;
+}
+
+/* int8 state's AdamW and LAMB norm beside the fp32 ones: bytes moved are
+ * w, g (read), w (written), the codes of m and v (read and written) */
+static void bench_optimizer_q8(struct ob *o)
+{
+	long n = o->n, nb = kern_q8_blocks(n);
+	o->mq = malloc((size_t)n), o->vq = malloc((size_t)n);
+	o->ms = malloc(sizeof(float) * (size_t)nb), o->vs = malloc(sizeof(float) * (size_t)nb);
+	if (!o->mq || !o->vq || !o->ms || !o->vs)
+		abort();
+	kern_q8_quantize_s_cpu(o->m, n, o->mq, o->ms, KERN_Q8_DYNAMIC);
+	kern_q8_quantize_u_cpu(o->v, n, o->vq, o->vs, KERN_Q8_DYNAMIC);
+	o->d_mq = dbytes(o->mq, (size_t)n), o->d_vq = dbytes(o->vq, (size_t)n);
+	o->d_ms = dbuf(o->ms, nb), o->d_vs = dbuf(o->vs, nb);
+	char shape[64];
+	snprintf(shape, sizeof shape, "n=%ld", n);
+	bench("adamw update int8", shape, 16.0 * n, 0, adamw_q8_c, adamw_q8_g, o);
+	bench("lamb norm int8", shape, 10.0 * n, 0, lamb_norm_q8_c, lamb_norm_q8_g, o);
+	free(o->mq), free(o->vq), free(o->ms), free(o->vs);
+	kern_cuda_free(o->d_mq), kern_cuda_free(o->d_vq), kern_cuda_free(o->d_ms);
+	kern_cuda_free(o->d_vs);
+}
+
 static void bench_optimizer(long n)
 {
 	struct ob o = { .n = n };
@@ -386,6 +434,7 @@ static void bench_optimizer(long n)
 	bench("lars update", shape, 20.0 * n, 0, lars_c, lars_g, &o);
 	bench("lamb moments", shape, 24.0 * n, 0, lamb_moments_c, lamb_moments_g, &o);
 	bench("lamb apply", shape, 16.0 * n, 0, lamb_apply_c, lamb_apply_g, &o);
+	bench_optimizer_q8(&o);
 	free(o.w), free(o.m), free(o.v), free(o.g);
 	kern_cuda_free(o.d_w), kern_cuda_free(o.d_m), kern_cuda_free(o.d_v), kern_cuda_free(o.d_g);
 }
