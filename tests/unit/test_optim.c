@@ -4,7 +4,13 @@
  * same bits as trn_optim_step over the whole buffer: parameters, state (fp32,
  * or int8 codes and block scales) and trust ratios, for SGD (momentum,
  * Nesterov, none), AdamW, LARS and LAMB, with tensors excluded from decay
- * and adaptation and tensors of several int8 blocks, over several steps. */
+ * and adaptation and tensors of several int8 blocks, over several steps.
+ * And trn_optim_move_to, onto a stand-in "device" (the CPU's kernels over
+ * allocations of its own, counted, that can be made to fail): fp32 and
+ * int8 state move with every value and step on as before, an allocation
+ * that fails leaves the optimizer as it was with nothing leaked, and a
+ * ZeRO shard's int8 state refuses to move. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,8 +133,145 @@ static void test_tensor_by_tensor_is_the_whole_step(void)
 	}
 }
 
+/* ---- trn_optim_move_to ----------------------------------------------------------- */
+
+static int dev_live;                   /* the stand-in device's buffers now */
+static int dev_fail_at;                /* its allocation that fails (1, 2, ...); 0 none */
+static int dev_calls;
+
+static void *dev_alloc_zeroed(size_t bytes)
+{
+	if (++dev_calls == dev_fail_at)
+		return NULL;
+	void *p = calloc(bytes ? bytes : 1, 1);
+	dev_live += p != NULL;
+	return p;
+}
+
+static void dev_release(void *p)
+{
+	dev_live -= p != NULL;
+	free(p);
+}
+
+static struct trn_optim_kernels dev_kernels(void)
+{
+	struct trn_optim_kernels k = trn_optim_cpu_kernels;
+	k.name = "stand-in";
+	k.alloc_zeroed = dev_alloc_zeroed;
+	k.release = dev_release;
+	return k;
+}
+
+/* an optimizer moved after its first step against one that stays, over
+ * STEPS steps: the same parameters and state; its state's buffers all on
+ * the stand-in, and none left there after release */
+static void moved_steps_on(struct trn_spec_optimizer cfg, const char *what)
+{
+	long n = layout();
+	struct trn_optim_kernels k = dev_kernels();
+	float *w_host = malloc(sizeof(float) * (size_t)n), *w_dev = malloc(sizeof(float) * (size_t)n);
+	float *g = malloc(sizeof(float) * (size_t)n);
+	uint64_t rng = 5;
+	struct trn_optim host, dev;
+	struct trn_err err = { 0 };
+	CHECK(w_host && w_dev && g);
+	check_fill(w_host, n, -1.0f, 1.0f, &rng);
+	memcpy(w_dev, w_host, sizeof(float) * (size_t)n);
+	CHECK_INT_EQ(trn_optim_init(&host, &cfg, params, N_PARAMS, n, NULL), 0);
+	CHECK_INT_EQ(trn_optim_init(&dev, &cfg, params, N_PARAMS, n, NULL), 0);
+	dev_live = dev_calls = dev_fail_at = 0;
+	for (int step = 0; step < STEPS; step++) {
+		check_fill(g, n, -0.5f, 0.5f, &rng);
+		if (step == 1) {          /* state that is not all zero moves */
+			CHECK_INT_EQ(trn_optim_move_to(&dev, &k, &err), 0);
+			CHECK_MSG(dev.k == &k && dev_live == (dev.q8 ? 4 : dev.n_state),
+			          "%s: %d buffers on the stand-in", what, dev_live);
+		}
+		CHECK_INT_EQ(trn_optim_step(&host, w_host, g, 0.01, NULL), 0);
+		CHECK_INT_EQ(trn_optim_step(&dev, w_dev, g, 0.01, NULL), 0);
+		CHECK_MSG(memcmp(w_host, w_dev, sizeof(float) * (size_t)n) == 0 &&
+		          same_state(&host, &dev, n), "%s step %d: moved and not differ", what,
+		          step + 1);
+	}
+	trn_optim_release(&dev);
+	CHECK_MSG(dev_live == 0, "%s: %d buffers left on the stand-in", what, dev_live);
+	trn_optim_release(&host);
+	free(w_host);
+	free(w_dev);
+	free(g);
+}
+
+/* each of the move's allocations failing in turn: -1 and a message, the
+ * optimizer still on the host with its state, nothing left on the stand-in */
+static void failed_moves(struct trn_spec_optimizer cfg, const char *what)
+{
+	long n = layout();
+	struct trn_optim_kernels k = dev_kernels();
+	float *w = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
+	uint64_t rng = 9;
+	CHECK(w && g);
+	check_fill(w, n, -1.0f, 1.0f, &rng);
+	check_fill(g, n, -0.5f, 0.5f, &rng);
+	for (int fail = 1; fail <= 4; fail++) {
+		struct trn_optim o, ref;
+		struct trn_err err = { 0 };
+		CHECK_INT_EQ(trn_optim_init(&o, &cfg, params, N_PARAMS, n, NULL), 0);
+		CHECK_INT_EQ(trn_optim_init(&ref, &cfg, params, N_PARAMS, n, NULL), 0);
+		CHECK_INT_EQ(trn_optim_step(&o, w, g, 0.01, NULL), 0);
+		CHECK_INT_EQ(trn_optim_step(&ref, w, g, 0.01, NULL), 0);
+		dev_live = dev_calls = 0;
+		dev_fail_at = fail;
+		int rc = trn_optim_move_to(&o, &k, &err);
+		int used = dev_calls;
+		dev_fail_at = 0;
+		if (fail > used) {        /* fewer buffers than this: it moved */
+			CHECK_INT_EQ(rc, 0);
+			trn_optim_release(&o);
+			trn_optim_release(&ref);
+			break;
+		}
+		CHECK_MSG(rc == -1 && strstr(err.text, "out of stand-in memory") && dev_live == 0 &&
+		          o.k == &trn_optim_cpu_kernels && same_state(&o, &ref, n),
+		          "%s, allocation %d fails: rc %d, \"%s\", %d left on the stand-in", what, fail,
+		          rc, err.text, dev_live);
+		trn_optim_release(&o);
+		trn_optim_release(&ref);
+	}
+	free(w);
+	free(g);
+}
+
+static void test_move_to(void)
+{
+	struct trn_spec_optimizer cfg = { .type = TRN_OPT_ADAMW, .lr = 0.01, .beta1 = 0.9,
+	                                  .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01 };
+	moved_steps_on(cfg, "adamw fp32");
+	failed_moves(cfg, "adamw fp32");
+	cfg.state_dtype = TRN_DTYPE_INT8;
+	moved_steps_on(cfg, "adamw int8");
+	failed_moves(cfg, "adamw int8");
+	struct trn_spec_optimizer lamb = cfg;
+	lamb.type = TRN_OPT_LAMB;
+	lamb.eps = 1e-6;
+	moved_steps_on(lamb, "lamb int8");
+
+	/* a ZeRO shard (a range of the buffer) keeps int8 state on the host */
+	long n = layout();
+	struct trn_optim o;
+	struct trn_err err = { 0 };
+	struct trn_optim_kernels k = dev_kernels();
+	CHECK_INT_EQ(trn_optim_init_shard(&o, &cfg, params, N_PARAMS, n, 1000, n, NULL, &err), 0);
+	dev_live = dev_calls = dev_fail_at = 0;
+	CHECK_INT_EQ(trn_optim_move_to(&o, &k, &err), -1);
+	CHECK_MSG(strstr(err.text, "ZeRO shard") && dev_calls == 0 && o.k == &trn_optim_cpu_kernels,
+	          "int8 shard: \"%s\", %d allocations", err.text, dev_calls);
+	trn_optim_release(&o);
+}
+
 int main(void)
 {
 	CHECK_RUN(test_tensor_by_tensor_is_the_whole_step);
+	CHECK_RUN(test_move_to);
 	return check_finish();
 }
