@@ -389,18 +389,19 @@ extern "C" void kern_cuda_zero(void *dev, size_t bytes)
 		KERN_CUDA_CHECK(cudaMemsetAsync(dev, 0, bytes, g_stream));
 }
 
-/* The current device's pool keeps the memory it once held (release
- * threshold: all of it). By default it hands whatever is free back to the
- * driver at every synchronisation (a step has several: the losses, the
- * norms), and the next step's scratch is then mapped afresh: a driver call
- * per cudaMallocAsync, which may also wait. Once per device. */
+/* The device's pool keeps the memory it once held (release threshold: all
+ * of it). By default it hands whatever is free back to the driver at every
+ * synchronisation (a step has several: the losses, the norms), and the next
+ * step's scratch is then mapped afresh: a driver call per cudaMallocAsync,
+ * which may also wait. Once, at the first scratch: a process of ours uses
+ * one device (a rank per GPU). */
 static void keep_pool(void)
 {
-	static unsigned char kept[64];
-	int dev = kern_cuda_current_device();
-	if (dev < 0 || dev >= (int)sizeof kept || kept[dev])
+	static int kept;
+	if (kept)
 		return;
-	kept[dev] = 1;
+	kept = 1;
+	int dev = kern_cuda_current_device();
 	cudaMemPool_t pool;
 	uint64_t all = UINT64_MAX;
 	if (cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess ||

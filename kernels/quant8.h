@@ -103,8 +103,14 @@ void kern_lars_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, lo
 
 /* LAMB in two passes over int8 state. Pass 1 changes nothing: it returns
  * ||u||^2 of the moments this step makes (kern_lamb_moments's sum, per
- * block in order, blocks summed in a layout that depends on n only). Pass 2
+ * block in order, then per chunk of kern_q8_norm_chunk(blocks) blocks in
+ * order, then the chunks in order: a layout that depends on n only, which
+ * the GPU's version keeps too). Pass 2
  * makes the same moments again, applies w -= step * u and stores them. */
+/* The LAMB norm's blocks are summed in at most KERN_Q8_NORM_CHUNKS chunks
+ * of this many blocks each (the last may hold fewer). */
+#define KERN_Q8_NORM_CHUNKS 1024L
+long kern_q8_norm_chunk(long blocks);
 double kern_lamb_norm_q8_cpu(const int8_t *mq, const float *ms, const uint8_t *vq,
                              const float *vs, const float *g, const float *w, long n, float b1,
                              float b2, float eps, float wd, float bc1, float bc2,

@@ -21,8 +21,6 @@
 
 /* Below this many values a pass runs on one thread. */
 #define Q8_PAR_MIN 32768L
-/* The LAMB norm sums blocks in at most this many chunks (on the stack). */
-#define Q8_MAX_CHUNKS 1024L
 /* Encoding buckets: a in [2^-24, 2) by exponent and BUCKET_BITS mantissa
  * bits; smaller a (and NaN) count no midpoint. */
 #define BUCKET_BITS 7
@@ -443,6 +441,11 @@ void kern_lars_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, lo
 	}
 }
 
+long kern_q8_norm_chunk(long blocks)
+{
+	return blocks > 0 ? (blocks + KERN_Q8_NORM_CHUNKS - 1) / KERN_Q8_NORM_CHUNKS : 1;
+}
+
 double kern_lamb_norm_q8_cpu(const int8_t *mq, const float *ms, const uint8_t *vq,
                              const float *vs, const float *g, const float *w, long n, float b1,
                              float b2, float eps, float wd, float bc1, float bc2,
@@ -452,8 +455,8 @@ double kern_lamb_norm_q8_cpu(const int8_t *mq, const float *ms, const uint8_t *v
 	long nb = kern_q8_blocks(n);
 	if (nb == 0)
 		return 0;
-	long per = (nb + Q8_MAX_CHUNKS - 1) / Q8_MAX_CHUNKS, nchunks = (nb + per - 1) / per;
-	double part[Q8_MAX_CHUNKS];
+	long per = kern_q8_norm_chunk(nb), nchunks = (nb + per - 1) / per;
+	double part[KERN_Q8_NORM_CHUNKS];
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long c = 0; c < nchunks; c++) {
 		float m[KERN_Q8_BLOCK], v[KERN_Q8_BLOCK];

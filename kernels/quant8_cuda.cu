@@ -103,8 +103,8 @@ extern "C" double kern_lamb_norm_q8_cuda(const int8_t *mq, const float *ms, cons
 	q8_lamb_norm_kernel<<<(unsigned)nb, Q8_THREADS, 0, kern_cuda_stream()>>>(
 		dev_table(map), part, mq, ms, vq, vs, g, w, n, h);
 	KERN_CUDA_CHECK_LAUNCH();
-	long per = (nb + Q8_NORM_CHUNKS - 1) / Q8_NORM_CHUNKS;
-	q8_norm_sum_kernel<<<1, Q8_THREADS, 0, kern_cuda_stream()>>>(result, part, nb, per);
+	q8_norm_sum_kernel<<<1, Q8_THREADS, 0, kern_cuda_stream()>>>(result, part, nb,
+	                                                             kern_q8_norm_chunk(nb));
 	KERN_CUDA_CHECK_LAUNCH();
 	double s;
 	kern_cuda_download(&s, result, sizeof s);

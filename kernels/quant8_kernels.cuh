@@ -17,9 +17,6 @@ extern "C" {
 /* a thread block per state block, Q8_PER_THREAD values a thread */
 #define Q8_THREADS 256
 #define Q8_PER_THREAD ((int)(KERN_Q8_BLOCK / Q8_THREADS))
-/* the LAMB norm's blocks summed in at most this many chunks, as on the CPU
- * (quant8_cpu.c's Q8_MAX_CHUNKS: the same cut, the same sums) */
-#define Q8_NORM_CHUNKS 1024L
 
 /* One code map (quant8.h): 3.5 KiB in device memory, which each block
  * copies to shared memory (coalesced; as a kernel argument the copy would
@@ -211,11 +208,12 @@ __global__ static void q8_lamb_norm_kernel(const struct q8_table *tab, double *p
 }
 
 /* The block sums of q8_lamb_norm_kernel, nb of them, added as
- * kern_lamb_norm_q8_cpu adds them: per chunks of per blocks in order, then
- * the chunks in order; one thread block. */
+ * kern_lamb_norm_q8_cpu adds them: per chunks of per blocks in order
+ * (per = kern_q8_norm_chunk(nb)), then the chunks in order; one thread
+ * block. */
 __global__ static void q8_norm_sum_kernel(double *result, const double *part, long nb, long per)
 {
-	__shared__ double chunk[Q8_NORM_CHUNKS];
+	__shared__ double chunk[KERN_Q8_NORM_CHUNKS];
 	long nchunks = (nb + per - 1) / per;
 	for (long c = threadIdx.x; c < nchunks; c += Q8_THREADS) {
 		double s = 0;

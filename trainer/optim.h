@@ -75,8 +75,8 @@ struct trn_optim_kernels {
 	void (*lamb_q8)(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs, const float *g,
 	                long n, float step, float b1, float b2, float eps, float wd, float bc1,
 	                float bc2, enum kern_q8_map map);
-	/* state memory: a zeroed buffer (NULL when out of memory), its release,
-	 * zeroing, and copies between it and host memory */
+	/* state memory: a zeroed buffer (NULL when out of memory), its release
+	 * (which accepts NULL), zeroing, and copies between it and host memory */
 	void *(*alloc_zeroed)(size_t bytes);
 	void (*release)(void *p);
 	void (*zero)(void *p, size_t bytes);

@@ -18,7 +18,7 @@ long trn_optim_piece(const struct trn_optim *o, int i, long *a);
 
 /* o->q8 for o's range, with m and/or v. 0, or -1 with err. */
 int trn_optim_q8_init(struct trn_optim *o, int want_m, int want_v, struct trn_err *err);
-/* q's buffers with k's release (NULL: the host's); accepts NULL */
+/* q, its codes and scales with k's release (where they live); accepts NULL */
 void trn_optim_q8_free(struct trn_optim_q8 *q, const struct trn_optim_kernels *k);
 
 /* The number of blocks of the whole buffer that start before flat offset x. */

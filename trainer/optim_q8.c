@@ -125,15 +125,10 @@ void trn_optim_q8_free(struct trn_optim_q8 *q, const struct trn_optim_kernels *k
 {
 	if (!q)
 		return;
-	void (*release)(void *) = k ? k->release : free;
-	if (q->m)
-		release(q->m);
-	if (q->v)
-		release(q->v);
-	if (q->ms)
-		release(q->ms);
-	if (q->vs)
-		release(q->vs);
+	k->release(q->m);
+	k->release(q->v);
+	k->release(q->ms);
+	k->release(q->vs);
 	free(q->first);
 	for (int c = 0; c < 2; c++) {
 		free(q->cut[c].m);

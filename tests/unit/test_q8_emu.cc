@@ -162,7 +162,7 @@ static void norm_case(long n, enum kern_q8_map map)
 	double want = kern_lamb_norm_q8_cpu(s.mq.data(), s.ms.data(), s.vq.data(), s.vs.data(),
 	                                    s.g.data(), s.w.data(), n, B1, B2, EPS, WD, BC1, BC2,
 	                                    map);
-	long nb = kern_q8_blocks(n), per = (nb + Q8_NORM_CHUNKS - 1) / Q8_NORM_CHUNKS;
+	long nb = kern_q8_blocks(n), per = kern_q8_norm_chunk(nb);
 	std::vector<double> part((size_t)nb + 1, NAN);
 	q8_table tab = q8_table_of(map);
 	q8_hyper h = hyper(0, 0, WD, 0);
@@ -234,7 +234,7 @@ static void test_norm(void)
 {
 	norm_case(2 * KERN_Q8_BLOCK + 5, KERN_Q8_DYNAMIC);
 	/* more blocks than chunks: two blocks a chunk, the last chunk one */
-	norm_case((Q8_NORM_CHUNKS + 3) * KERN_Q8_BLOCK - 100, KERN_Q8_LINEAR);
+	norm_case((KERN_Q8_NORM_CHUNKS + 3) * KERN_Q8_BLOCK - 100, KERN_Q8_LINEAR);
 }
 
 int main(void)
