@@ -63,19 +63,70 @@ extern "C" int kern_matmul_cuda_operands(int dtype)
 
 /* ---- 16-bit operands (kern_matmul_cuda_operands) --------------------------- */
 
-/* A 16-bit copy of x[0..n) in stream-ordered scratch (free it with
- * kern_cuda_scratch_free once the GEMM is enqueued). */
-static uint16_t *to16(const float *x, long n)
+/* The caller's 16-bit copy of its weights (kern_matmul_cuda_weights16). */
+static struct {
+	uintptr_t w;                       /* the fp32 weights' first float; 0: none */
+	const uint16_t *w16;
+	long n, pad_at, pad;
+	int dtype;                         /* the copy's KERN_MM_* */
+} g_kept;
+
+extern "C" void kern_matmul_cuda_weights16(const float *w, const uint16_t *w16, long n,
+                                           long pad_at, long pad, int dtype)
 {
-	return kern_cuda_to16_scratch(x, n);
+	g_kept.w = w16 && n > 0 ? (uintptr_t)w : 0;
+	g_kept.w16 = w16;
+	g_kept.n = n;
+	g_kept.pad_at = pad_at;
+	g_kept.pad = pad;
+	g_kept.dtype = dtype;
+}
+
+/* x[0..n)'s place in the kept 16-bit copy, followed there by at least
+ * zeros zero values; NULL when the copy does not hold it so (another dtype,
+ * outside it, across its gap), or not 16-byte aligned there: the operands'
+ * scratch copies are, and cuBLASLt's bias epilogue is known to fail on a
+ * bias that is not. */
+static const uint16_t *kept16(const float *x, long n, long zeros)
+{
+	uintptr_t a = (uintptr_t)x;
+	if (!g_kept.w || g_kept.dtype != kern_cuda_gemm_operands() || a < g_kept.w ||
+	    (a - g_kept.w) % sizeof(float) != 0)
+		return NULL;
+	long i = (long)((a - g_kept.w) / sizeof(float));
+	if (i > g_kept.n - n || (i < g_kept.pad_at && i + n > g_kept.pad_at))
+		return NULL;
+	if (zeros > 0 && !(i + n == g_kept.pad_at && zeros <= g_kept.pad))
+		return NULL;
+	const uint16_t *h = g_kept.w16 + i + (i >= g_kept.pad_at ? g_kept.pad : 0);
+	return (uintptr_t)h % 16 == 0 ? h : NULL;
+}
+
+/* Releases what to16 or to16_rows_padded gave: scratch, or nothing when it
+ * was the kept copy. */
+static void free16(const uint16_t *h)
+{
+	if (!g_kept.w || h < g_kept.w16 || h >= g_kept.w16 + g_kept.n + g_kept.pad)
+		kern_cuda_scratch_free((void *)h);
+}
+
+/* A 16-bit copy of x[0..n): the kept one, or one made in stream-ordered
+ * scratch (either way, free16 it once the GEMM is enqueued). */
+static const uint16_t *to16(const float *x, long n)
+{
+	const uint16_t *k = kept16(x, n, 0);
+	return k ? k : kern_cuda_to16_scratch(x, n);
 }
 
 /* A 16-bit copy of weight [rows, c] with rows padded to [ld, c] by zero
  * rows: with a padded dimension of a multiple of 8 the tensor cores' aligned
  * kernels run where an odd rows (GPT-2's vocabulary, 50257) makes cuBLAS
- * fall back to slow ones. */
-static uint16_t *to16_rows_padded(const float *weight, int rows, int ld, int c)
+ * fall back to slow ones. The kept copy where its gap follows weight. */
+static const uint16_t *to16_rows_padded(const float *weight, int rows, int ld, int c)
 {
+	const uint16_t *k = kept16(weight, (long)rows * c, (long)(ld - rows) * c);
+	if (k)
+		return k;
 	uint16_t *w16 = (uint16_t *)kern_cuda_scratch_alloc(sizeof(uint16_t) * (size_t)ld * c);
 	if (kern_cuda_gemm_operands() == KERN_MM_BF16)
 		kern_fp32_to_bf16_cuda(w16, weight, (long)rows * c);
@@ -303,18 +354,18 @@ extern "C" void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp,
 	if (kern_cuda_gemm_operands() != KERN_MM_FP32 && c > 0 && !bias && ldo > oc && ldo % 8 == 0) {
 		/* the GEMM over all ldo columns, zero rows of weight giving zeros in
 		 * the padding: an aligned problem */
-		uint16_t *w16 = to16_rows_padded(weight, oc, ldo, c), *x16 = to16(inp, (long)n * c);
+		const uint16_t *w16 = to16_rows_padded(weight, oc, ldo, c), *x16 = to16(inp, (long)n * c);
 		gemm16(CUBLAS_OP_T, CUBLAS_OP_N, ldo, n, c, w16, c, x16, c, 0.0f, out, ldo);
-		kern_cuda_scratch_free(w16);
-		kern_cuda_scratch_free(x16);
+		free16(w16);
+		free16(x16);
 		return;
 	}
 	if (kern_cuda_gemm_operands() != KERN_MM_FP32 && c > 0) {
-		uint16_t *w16 = to16(weight, (long)oc * c), *x16 = to16(inp, (long)n * c);
+		const uint16_t *w16 = to16(weight, (long)oc * c), *x16 = to16(inp, (long)n * c);
 		cudaDataType ab = kern_cuda_gemm_operands() == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 		if (bias && g_fused_bias && fwd_lt(out, ldo, x16, w16, ab, CUDA_R_32F, bias, n, c, oc)) {
-			kern_cuda_scratch_free(w16);
-			kern_cuda_scratch_free(x16);
+			free16(w16);
+			free16(x16);
 			return;
 		}
 		/* out = bias (or 0), then the 16-bit GEMM adds onto it */
@@ -325,8 +376,8 @@ extern "C" void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp,
 		}
 		gemm16(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, w16, c, x16, c, bias ? 1.0f : 0.0f, out,
 		       ldo);
-		kern_cuda_scratch_free(w16);
-		kern_cuda_scratch_free(x16);
+		free16(w16);
+		free16(x16);
 		return;
 	}
 	if (c <= 0 ||
@@ -372,10 +423,10 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 		 * (an aligned problem): zero rows of weight and, in the copy of dout,
 		 * zeros in place of whatever its padding held */
 		int padded = ldd > oc && ldd % 8 == 0;
-		uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldd, c)
-		                       : to16(weight, (long)oc * c);
-		uint16_t *d16 = to16(dout, (long)n * ldd);
-		uint16_t *x16 = to16(inp, (long)n * c);
+		const uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldd, c)
+		                             : to16(weight, (long)oc * c);
+		uint16_t *d16 = kern_cuda_to16_scratch(dout, (long)n * ldd);   /* written below */
+		const uint16_t *x16 = to16(inp, (long)n * c);
 		if (padded)
 			KERN_CUDA_CHECK(cudaMemset2DAsync(d16 + oc, sizeof(uint16_t) * (size_t)ldd, 0,
 			                                  sizeof(uint16_t) * (size_t)(ldd - oc), (size_t)n,
@@ -384,9 +435,9 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 			gemm16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, padded ? ldd : oc, w16, c, d16, ldd,
 			       dinp_beta, dinp, c);
 		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, x16, c, d16, ldd, 1.0f, dweight, c);
-		kern_cuda_scratch_free(w16);
+		free16(w16);
 		kern_cuda_scratch_free(d16);
-		kern_cuda_scratch_free(x16);
+		free16(x16);
 	} else if (c > 0) {
 		cublasHandle_t h = kern_cuda_cublas();
 		const float one = 1.0f;
@@ -444,13 +495,14 @@ static void matmul_fwd16(uint16_t *out, int ldo, const uint16_t *inp, const floa
 	}
 	if (!bias) {
 		int padded = ldo > oc && ldo % 8 == 0;   /* zero rows give zeros in the padding */
-		uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldo, c) : to16(weight, (long)oc * c);
+		const uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldo, c)
+		                             : to16(weight, (long)oc * c);
 		gemm16_to(CUBLAS_OP_T, CUBLAS_OP_N, padded ? ldo : oc, n, c, w16, c, inp, c, 0.0f, out, t,
 		          ldo);
-		kern_cuda_scratch_free(w16);
+		free16(w16);
 		return;
 	}
-	uint16_t *w16 = to16(weight, (long)oc * c), *b16 = to16(bias, oc);
+	const uint16_t *w16 = to16(weight, (long)oc * c), *b16 = to16(bias, oc);
 	int fused = g_fused_bias && fwd_lt(out, ldo, inp, w16, t, t, b16, n, c, oc);
 	if (!fused) {
 		long total = (long)n * oc;
@@ -461,8 +513,8 @@ static void matmul_fwd16(uint16_t *out, int ldo, const uint16_t *inp, const floa
 		KERN_CUDA_CHECK_LAUNCH();
 		kern_cuda_scratch_free(tmp);
 	}
-	kern_cuda_scratch_free(b16);
-	kern_cuda_scratch_free(w16);
+	free16(b16);
+	free16(w16);
 }
 
 extern "C" void kern_matmul_fwd_ld_act_cuda(int a16, void *out, int ldo, const void *inp,
@@ -505,8 +557,8 @@ static int matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const 
 	}
 	if (c > 0) {
 		int padded = ldd > oc && ldd % 8 == 0;
-		uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldd, c)
-		                       : to16(weight, (long)oc * c);
+		const uint16_t *w16 = padded ? to16_rows_padded(weight, oc, ldd, c)
+		                             : to16(weight, (long)oc * c);
 		int k = padded ? ldd : oc;
 		cudaDataType t = type16();
 		if (dinp && pre)
@@ -515,7 +567,7 @@ static int matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const 
 		if (dinp && !dgelu)
 			gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, c, n, k, w16, c, dout, ldd, 0.0f, dinp, t, c);
 		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, ldd, 1.0f, dweight, c);
-		kern_cuda_scratch_free(w16);
+		free16(w16);
 	}
 	if (dbias)
 		dbias_colsum(dbias, dout, KERN_ACT_16, ldd, n, oc);
@@ -555,12 +607,12 @@ extern "C" void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, con
 	int fused = 0;
 	if (g_fused_gelu && a16 && bias && n > 0 && c > 0 && oc > 0) {
 		cudaDataType t = type16();
-		uint16_t *w16 = to16(weight, (long)oc * c), *b16 = to16(bias, oc);
+		const uint16_t *w16 = to16(weight, (long)oc * c), *b16 = to16(bias, oc);
 		fused = lt_gemm(CUBLAS_OP_T, oc, n, c, w16, c, inp, c, out, oc, t, t,
 		                CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b16, pre, oc);
 		g_fused_gelu_gemms += fused;
-		kern_cuda_scratch_free(b16);
-		kern_cuda_scratch_free(w16);
+		free16(b16);
+		free16(w16);
 	}
 	if (!fused) {
 		kern_matmul_fwd_act_cuda(a16, pre, inp, weight, bias, n, c, oc);

@@ -9,6 +9,8 @@
 #ifndef LARCH_KERNELS_MATMUL_CUDA_H
 #define LARCH_KERNELS_MATMUL_CUDA_H
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -50,6 +52,21 @@ int kern_matmul_cuda_fused_bias(int on);
  * returns the previous setting. */
 enum { KERN_MM_FP32, KERN_MM_FP16, KERN_MM_BF16 };
 int kern_matmul_cuda_operands(int dtype);
+
+/* The caller's 16-bit copy (of KERN_MM_* type dtype) of the fp32 weights
+ * w[0..n): the GEMMs read a weight or bias that lies in w[0..n) with 16-bit
+ * operands of that type from w16 instead of converting it at each call, at
+ * w16 + i for w + i, but past a gap of pad values at pad_at: w16 + i + pad
+ * for i >= pad_at. Those pad values must be zeros: they are the rows a
+ * padded ld adds to the weight that ends at pad_at (the _ld functions
+ * below, ldo or ldd > oc), which then needs no padded copy either. Only
+ * where the copy is 16-byte aligned (the scratch copies are; cuBLASLt's
+ * bias epilogue needs it): a tensor at an odd offset is converted as
+ * before. The caller keeps w16 equal to w's values (which must be 16-bit
+ * values) for as long as it is set, and sets it again (NULL: none) when
+ * that stops. */
+void kern_matmul_cuda_weights16(const float *w, const uint16_t *w16, long n, long pad_at,
+                                long pad, int dtype);
 
 /* The same on activations (out, inp; dinp, dout) stored as a16 says
  * (cuda_common.h). With KERN_ACT_16 the GEMMs read the 16-bit activations

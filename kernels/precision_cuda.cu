@@ -48,6 +48,29 @@ template <int BF16> __global__ static void to16_kernel(uint16_t *out, const floa
 		[=](long k) { out[k] = to16<BF16>(inp[k]); });
 }
 
+/* out = inp rounded (fp32) and out16 = its 16-bit pattern, in one pass */
+template <int BF16> __global__ static void publish16_kernel(float *out, uint16_t *out16,
+                                                            const float *inp, long n, int vec)
+{
+	grid_stride4(
+		n, vec,
+		[=](long k) {
+			float4 v = ((const float4 *)inp)[k];
+			ushort4 h = make_ushort4(to16<BF16>(v.x), to16<BF16>(v.y), to16<BF16>(v.z),
+			                         to16<BF16>(v.w));
+			((ushort4 *)out16)[k] = h;
+			((float4 *)out)[k] = BF16 ? make_float4(fp32_of_bf16(h.x), fp32_of_bf16(h.y),
+			                                        fp32_of_bf16(h.z), fp32_of_bf16(h.w))
+			                          : make_float4(fp32_of_fp16(h.x), fp32_of_fp16(h.y),
+			                                        fp32_of_fp16(h.z), fp32_of_fp16(h.w));
+		},
+		[=](long k) {
+			uint16_t h = to16<BF16>(inp[k]);
+			out16[k] = h;
+			out[k] = BF16 ? fp32_of_bf16(h) : fp32_of_fp16(h);
+		});
+}
+
 /* an OR of every element's "exponent all ones": any order, the same answer */
 __global__ static void nonfinite_kernel(unsigned *bad, const float *x, long n)
 {
@@ -102,6 +125,16 @@ extern "C" void kern_fp32_to_fp16_cuda(uint16_t *out, const float *inp, long n)
 extern "C" void kern_fp32_to_bf16_cuda(uint16_t *out, const float *inp, long n)
 {
 	LAUNCH_VEC(to16_kernel<1>, n, kern_aligned16(inp, inp, inp) && aligned8(out), out, inp, n);
+}
+
+extern "C" void kern_publish16_cuda(float *out, uint16_t *out16, const float *inp, long n,
+                                    int bf16)
+{
+	int vec = kern_aligned16(out, inp, inp) && aligned8(out16);
+	if (bf16)
+		LAUNCH_VEC(publish16_kernel<1>, n, vec, out, out16, inp, n);
+	else
+		LAUNCH_VEC(publish16_kernel<0>, n, vec, out, out16, inp, n);
 }
 
 extern "C" uint16_t *kern_cuda_to16_scratch(const float *x, long n)

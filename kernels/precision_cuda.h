@@ -21,6 +21,11 @@ void kern_round_bf16_cuda(float *x, long n);
 void kern_fp32_to_fp16_cuda(uint16_t *out, const float *inp, long n);
 void kern_fp32_to_bf16_cuda(uint16_t *out, const float *inp, long n);
 
+/* out[i] = fp32(bf16(inp[i])) (bf16 1; else fp16) and out16[i] = its 16-bit
+ * pattern, in one pass: master weights published to a model's rounded fp32
+ * copy and to the 16-bit one its GEMMs read (kern_matmul_cuda_weights16). */
+void kern_publish16_cuda(float *out, uint16_t *out16, const float *inp, long n, int bf16);
+
 /* A 16-bit copy of x[0..n) in the GEMM operands' type (kern_cuda_gemm_operands:
  * bf16 or fp16), in stream-ordered scratch: free it with
  * kern_cuda_scratch_free once the work that reads it is enqueued. */

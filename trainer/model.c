@@ -354,6 +354,8 @@ void trn_model_publish_master(struct trn_model *m, const float *master_dev)
 void trn_model_device_weights_changed(struct trn_model *m)
 {
 	m->w_device_newer = 1;
+	if (m->ops->device_weights_changed)
+		m->ops->device_weights_changed(m);
 }
 
 void trn_model_pull_weights(struct trn_model *m)

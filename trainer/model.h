@@ -65,6 +65,9 @@ struct trn_model_ops {
 	/* the device's w = master (device fp32 master weights), rounded to the
 	 * compute dtype */
 	void (*publish_master)(struct trn_model *m, const float *master);
+	/* optional: something besides publish_master changed the device's w
+	 * (trn_model_device_weights_changed) */
+	void (*device_weights_changed)(struct trn_model *m);
 	/* the device's memory, in bytes (struct trn_device_memory) */
 	void (*device_memory)(const struct trn_model *m, struct trn_device_memory *out);
 	/* optional: w's floats [off, off + n) changed (trn_model_range_changed) */
@@ -215,7 +218,8 @@ int trn_model_stages_batches(const struct trn_model *m);
 void trn_model_stage_batch(struct trn_model *m, const struct trn_batch *b);
 /* A GPU model becomes resident (see above); 0, or -1 on the CPU. */
 int trn_model_set_resident(struct trn_model *m);
-/* Resident: an optimizer on the device changed w_dev (w is stale). */
+/* Resident: an optimizer on the device, or the ranks' all-gather, changed
+ * w_dev (w is stale, and what the model derives from w_dev). */
 void trn_model_device_weights_changed(struct trn_model *m);
 /* Resident: makes w the device's weights (a copy when stale); else nothing. */
 void trn_model_pull_weights(struct trn_model *m);

@@ -216,14 +216,25 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	if (!c->g_stage || !c->losses_host || !c->best_host)
 		return trn_err_set(err, "model: out of memory for the host side of the GPU model");
 	size_t free_b = 0, total_b = 0;
+	/* in 16 bits, with every parameter on the device, the GEMMs' 16-bit copy
+	 * of them (with the model's gap: w16_pad_at, w16_pad) */
+	size_t n16 = b->dtype != TRN_DTYPE_FP32 && c->res_head == cpu->n_floats && nf > 0
+	                     ? nf + (size_t)c->w16_pad
+	                     : 0;
 	size_t need = sizeof(float) * (2 * held + 2 * (size_t)b->param_stage_floats +
-	                              (size_t)arena_floats) + 3 * sizeof(int) * (size_t)rows;
+	                              (size_t)arena_floats) + 3 * sizeof(int) * (size_t)rows +
+	              sizeof(uint16_t) * n16;
 	if (kern_cuda_mem_info(&free_b, &total_b) == 0 && need > free_b)
 		return trn_err_set(err, "cuda: the model needs %.1f MiB of GPU memory at micro-batch "
 		                   "%d, %.1f MiB are free (a smaller batch.micro, or larch plan)",
 		                   (double)need / 1048576.0, b->max_batch, (double)free_b / 1048576.0);
 	c->w_dev = b->w_dev = kern_cuda_malloc(sizeof(float) * held);
 	c->g_dev = b->g_dev = kern_cuda_malloc(sizeof(float) * held);
+	if (n16) {
+		c->w16_dev = kern_cuda_malloc(sizeof(uint16_t) * n16);
+		if (c->w16_pad)            /* the gap: zeros for good */
+			kern_cuda_zero(c->w16_dev + c->w16_pad_at, sizeof(uint16_t) * (size_t)c->w16_pad);
+	}
 	if (b->param_offload == TRN_OFFLOAD_CPU && param_offload_setup(c) != 0)
 		return trn_err_set(err, "model: out of memory for the parameter offload's staging");
 	c->arena = kern_cuda_malloc(sizeof(float) * (size_t)arena_floats);
@@ -253,11 +264,33 @@ void trn_cuda_model_round(const struct trn_cuda_model *c, float *x, long n)
 		kern_round_fp16_cuda(x, n);
 }
 
-void trn_cuda_model_gemms(const struct trn_cuda_model *c)
+/* w16_dev[0..n) from w_dev's rounded floats [0, n) (the gap left as it is) */
+static void weights16_from(const struct trn_cuda_model *c, const float *w, long n)
 {
-	kern_matmul_cuda_operands(c->base.dtype == TRN_DTYPE_BF16   ? KERN_MM_BF16
-	                          : c->base.dtype == TRN_DTYPE_FP16 ? KERN_MM_FP16
-	                                                            : KERN_MM_FP32);
+	long head = n < c->w16_pad_at ? n : c->w16_pad_at;
+	void (*to16)(uint16_t *, const float *, long) =
+		c->base.dtype == TRN_DTYPE_BF16 ? kern_fp32_to_bf16_cuda : kern_fp32_to_fp16_cuda;
+	to16(c->w16_dev, w, head);
+	to16(c->w16_dev + head + c->w16_pad, w + head, n - head);
+}
+
+void trn_cuda_model_gemms(struct trn_cuda_model *c)
+{
+	int mm = c->base.dtype == TRN_DTYPE_BF16   ? KERN_MM_BF16
+	         : c->base.dtype == TRN_DTYPE_FP16 ? KERN_MM_FP16
+	                                           : KERN_MM_FP32;
+	kern_matmul_cuda_operands(mm);
+	long n = c->base.n_floats;
+	if (c->w16_dev && !c->w16_fresh) {
+		weights16_from(c, c->w_dev, n);
+		c->w16_fresh = 1;
+	}
+	kern_matmul_cuda_weights16(c->w_dev, c->w16_dev, n, c->w16_pad_at, c->w16_pad, mm);
+}
+
+void trn_cuda_model_device_weights_changed(struct trn_model *base)
+{
+	((struct trn_cuda_model *)base)->w16_fresh = 0;
 }
 
 void trn_cuda_model_range_changed(struct trn_model *base, long off, long n)
@@ -280,6 +313,7 @@ void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
 	c->w_streamed = 0;
 	if (c->w_version == c->base.w_version)
 		return;
+	c->w16_fresh = 0;                  /* w_dev changes below */
 	long n = c->base.n_floats;
 	if (streamed == n && just_that) {  /* every tensor on its way: wait for the last */
 		kern_cuda_copy_wait(TRN_CUDA_W_IN_CHANNEL);
@@ -323,8 +357,19 @@ void trn_cuda_model_pull_weights(struct trn_model *base)
 void trn_cuda_model_publish_master(struct trn_model *base, const float *master)
 {
 	struct trn_cuda_model *c = (struct trn_cuda_model *)base;
-	kern_cuda_copy(c->w_dev, master, sizeof(float) * (size_t)base->n_floats);
-	trn_cuda_model_round(c, c->w_dev, base->n_floats);
+	long n = base->n_floats;
+	if (!c->w16_dev) {
+		kern_cuda_copy(c->w_dev, master, sizeof(float) * (size_t)n);
+		trn_cuda_model_round(c, c->w_dev, n);
+		return;
+	}
+	/* both copies in one pass (the gap left as it is) */
+	long head = n < c->w16_pad_at ? n : c->w16_pad_at;
+	int bf16 = base->dtype == TRN_DTYPE_BF16;
+	kern_publish16_cuda(c->w_dev, c->w16_dev, master, head, bf16);
+	kern_publish16_cuda(c->w_dev + head, c->w16_dev + head + c->w16_pad, master + head,
+	                    n - head, bf16);
+	c->w16_fresh = 1;
 }
 
 void trn_cuda_model_device_memory(const struct trn_model *base, struct trn_device_memory *out)
@@ -581,6 +626,8 @@ void trn_cuda_model_release(struct trn_cuda_model *c)
 		free(c->base.param_off);
 		c->base.param_off = NULL;
 	}
+	kern_matmul_cuda_weights16(NULL, NULL, 0, 0, 0, KERN_MM_FP32);   /* no longer kept */
+	kern_cuda_free(c->w16_dev);
 	kern_cuda_free(c->w_dev);
 	kern_cuda_free(c->g_dev);
 	kern_cuda_free(c->arena);

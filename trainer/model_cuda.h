@@ -47,6 +47,14 @@ struct trn_cuda_model {
 	                                  with offload.params the resident ones */
 	long res_head, res_tail;       /* the resident floats: [0, head) and [tail, n_floats)
 	                                  (without offload.params head = tail = n_floats) */
+	/* in 16 bits without offload.params: w_dev's values as 16-bit values, the
+	 * copy the GEMMs read (kern_matmul_cuda_weights16), written with w_dev
+	 * by publish_master, else from it at the first GEMM after it changed;
+	 * with a gap of w16_pad zeros after float w16_pad_at (the model sets
+	 * both before trn_cuda_model_init: gpt's vocabulary rows padded) */
+	uint16_t *w16_dev;
+	long w16_pad_at, w16_pad;
+	int w16_fresh;                 /* w16_dev holds w_dev's values */
 	float *arena;                  /* activations and scratch, device */
 	long arena_floats;
 	int *tokens_dev, *targets_dev; /* [rows]: gpt tokens / targets, mlp targets */
@@ -105,9 +113,10 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 /* Rounds x[0..n) on the device to the model's compute dtype (nothing in
  * fp32): model.h's trn_model_round, where the CPU model calls it. */
 void trn_cuda_model_round(const struct trn_cuda_model *c, float *x, long n);
-/* Sets the GEMMs' operands to the compute dtype (kern_matmul_cuda_operands):
- * forward and backward call it first. */
-void trn_cuda_model_gemms(const struct trn_cuda_model *c);
+/* Sets the GEMMs' operands to the compute dtype (kern_matmul_cuda_operands)
+ * and their weights' 16-bit copy, refreshed first if w_dev changed since:
+ * forward (after trn_cuda_model_sync_weights) and backward call it first. */
+void trn_cuda_model_gemms(struct trn_cuda_model *c);
 /* Uploads w when the trainer changed it since the last upload (with
  * offload.params the resident floats; the engine brings the blocks'). */
 void trn_cuda_model_sync_weights(struct trn_cuda_model *c);
@@ -182,6 +191,7 @@ void trn_cuda_model_blocks_out_done(struct trn_cuda_model *c, const int *ready_o
 void trn_cuda_model_zero_device_grads(struct trn_model *base);
 void trn_cuda_model_pull_weights(struct trn_model *base);
 void trn_cuda_model_publish_master(struct trn_model *base, const float *master);
+void trn_cuda_model_device_weights_changed(struct trn_model *base);
 void trn_cuda_model_device_memory(const struct trn_model *base, struct trn_device_memory *out);
 /* Frees what trn_cuda_model_init made (and the CPU layout). */
 void trn_cuda_model_release(struct trn_cuda_model *c);

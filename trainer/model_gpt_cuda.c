@@ -71,7 +71,7 @@ struct gpt_block_acts {
  * The logits' padding columns are never read; their gradient's are, by the
  * 16-bit backward GEMM (over all VP columns against zero weight rows), and
  * stay zero: the arena starts zeroed and no op writes them. */
-#define LOGITS_ALIGN 64
+#define LOGITS_ALIGN TRN_GPT_LOGITS_ALIGN
 
 struct gpt_cuda {
 	struct trn_cuda_model c;           /* first */
@@ -396,6 +396,7 @@ static const struct trn_model_ops gpt_cuda_ops = {
 	.zero_device_grads = trn_cuda_model_zero_device_grads,
 	.pull_weights = trn_cuda_model_pull_weights,
 	.publish_master = trn_cuda_model_publish_master,
+	.device_weights_changed = trn_cuda_model_device_weights_changed,
 	.device_memory = trn_cuda_model_device_memory,
 	.range_changed = trn_cuda_model_range_changed,
 	.stage_batch = trn_cuda_model_stage_batch,
@@ -477,6 +478,10 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->flash = lay.flash && kern_attention_flash_supported(g->T, g->C, g->NH);
 	kern_matmul_cuda_fused_gelu(lay.gelu_fused);
 	long floats = carve(g, max_batch, mode, NULL);
+	/* the GEMMs' 16-bit weights: wte's rows padded to VP with zeros, for the
+	 * logits' GEMMs (forward and dinp) over the padded vocabulary */
+	g->c.w16_pad_at = (long)g->V * g->C;
+	g->c.w16_pad = (long)(g->VP - g->V) * g->C;
 	if (trn_cuda_model_init(&g->c, cpu, &gpt_cuda_ops, (long)max_batch * g->T, floats, err) != 0) {
 		gpt_cuda_free(&g->c.base);
 		return NULL;

@@ -236,6 +236,7 @@ static const struct trn_model_ops mlp_cuda_ops = {
 	.zero_device_grads = trn_cuda_model_zero_device_grads,
 	.pull_weights = trn_cuda_model_pull_weights,
 	.publish_master = trn_cuda_model_publish_master,
+	.device_weights_changed = trn_cuda_model_device_weights_changed,
 	.device_memory = trn_cuda_model_device_memory,
 	.range_changed = trn_cuda_model_range_changed,
 	.stage_batch = trn_cuda_model_stage_batch,

@@ -17,6 +17,7 @@
 static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_PARAMS] = "params",
 	[TRN_PLAN_GRADS] = "grads",
+	[TRN_PLAN_PARAMS16] = "params16",
 	[TRN_PLAN_GRAD_SHARD] = "grad_shard",
 	[TRN_PLAN_MASTER] = "master",
 	[TRN_PLAN_OPTIMIZER] = "optimizer",
@@ -147,6 +148,18 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	}
 	p->bytes[TRN_PLAN_PARAMS] = eb * held;
 	p->bytes[TRN_PLAN_GRADS] = eb * held;
+	/* a 16-bit model on a GPU that holds all its parameters keeps them as
+	 * 16-bit values too, for its GEMMs; gpt's token embedding with its rows
+	 * padded as the logits' are (model_cuda.h) */
+	if (gpus && dt != TRN_DTYPE_FP32 && !poff) {
+		double pad = 0;
+		if (s->model.type == TRN_MODEL_GPT) {
+			long v = m->params[0].shape[0];
+			pad = (double)((v + TRN_GPT_LOGITS_ALIGN - 1) / TRN_GPT_LOGITS_ALIGN *
+			               TRN_GPT_LOGITS_ALIGN - v) * (double)s->model.dim;
+		}
+		p->bytes[TRN_PLAN_PARAMS16] = 2.0 * ((double)n + pad);
+	}
 	/* a GPU model's host side: the params and grads (unless they are the
 	 * offload's) and the stage that adds a backward's gradients into them */
 	if (gpus) {
@@ -229,7 +242,8 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	for (int i = 0; i < TRN_PLAN_N; i++) {
 		/* on a GPU: the model's working copies, its activations and, when it
 		 * steps there, the optimizer's items */
-		int dev = i == TRN_PLAN_PARAMS || i == TRN_PLAN_GRADS || i == TRN_PLAN_ACTIVATIONS ||
+		int dev = i == TRN_PLAN_PARAMS || i == TRN_PLAN_GRADS || i == TRN_PLAN_PARAMS16 ||
+		          i == TRN_PLAN_ACTIVATIONS ||
 		          i == TRN_PLAN_WORKSPACE ||
 		          (resident && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER));
 		int host = !gpus || !dev;

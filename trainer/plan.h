@@ -12,7 +12,9 @@
  * item is host memory. 16-bit values are held in floats (4 bytes) on both
  * backends, but for a 16-bit GPT's activations on a GPU, which are 16-bit
  * values (2 bytes; its attention scratch and statistics stay fp32).
- * A GPU holds the parameters, gradients and activations; its model keeps
+ * A GPU holds the parameters, gradients and activations (and in 16 bits,
+ * unless the params are offloaded, a 16-bit copy of the params for the
+ * GEMMs, params16); its model keeps
  * host copies of the parameters and gradients too, and a stage for adding
  * each backward's gradients into them (host_copy). Only a run that steps
  * on the device (one rank, nothing offloaded; its optimizer state fp32 or
@@ -43,6 +45,7 @@
 enum trn_plan_item {
 	TRN_PLAN_PARAMS,
 	TRN_PLAN_GRADS,
+	TRN_PLAN_PARAMS16,            /* a 16-bit GPU model's copy of its params for the GEMMs */
 	TRN_PLAN_GRAD_SHARD,          /* ZeRO-1: this rank's averaged fp32 gradients */
 	TRN_PLAN_MASTER,              /* fp32 master weights, when not the parameters themselves */
 	TRN_PLAN_OPTIMIZER,           /* m, v (momentum): fp32, or int8 codes and block scales */
@@ -78,6 +81,11 @@ struct trn_plan {
  * log-sum-exp where the GEMM path keeps [T, T] (LARCH_CUDA_ATTENTION=flash,
  * until measured); gelu_fused, with a16, GELU in the fc GEMMs' epilogues
  * (LARCH_CUDA_GELU=fused, until measured; the same memory). */
+/* The GPU GPT's logits rows are the vocabulary rounded up to a multiple
+ * of this (model_gpt_cuda.c), and so are the rows of its 16-bit copy of
+ * the token embedding (params16). */
+#define TRN_GPT_LOGITS_ALIGN 64
+
 struct trn_gpt_gpu_layout {
 	int a16, flash, gelu_fused;
 };

@@ -368,11 +368,12 @@ static int publish_params(struct run *r, struct trn_err *err)
 	if (r->resident) {               /* updated in place on the device */
 		if (r->master_dev)
 			trn_model_publish_master(m, r->master_dev);
-		else
-			trn_model_device_weights_changed(m);
 		/* ZeRO: the other ranks' ranges of the rounding came from master
 		 * weights this rank does not update; theirs replace them */
-		return trn_dp_allgather(&r->dp, m->w_dev, err);
+		int rc = trn_dp_allgather(&r->dp, m->w_dev, err);
+		if (!r->master_dev || r->dp.zero)
+			trn_model_device_weights_changed(m);
+		return rc;
 	}
 	if (r->offload) {
 		/* host -> device; whole before it is gathered or computed with */

@@ -37,6 +37,7 @@
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_cuda.h"
 #include "kernels/parallel.h"
+#include "kernels/precision.h"
 #include "kernels/precision_cuda.h"
 #include "kernels/quant8.h"
 #include "kernels/quant8_cuda.h"
@@ -693,6 +694,67 @@ static void bench_matmul(const char *label, int n, int c, int oc, int bias, int 
 	kern_cuda_free(m.d_dw), kern_cuda_free(m.d_db);
 }
 
+/* A 16-bit layer's forward and _set backward on 16-bit activations, its
+ * weights converted to 16 bits by each GEMM or read from a kept 16-bit copy
+ * (kern_matmul_cuda_weights16, as a 16-bit GPU model keeps them). */
+struct kb16 {
+	int n, c, oc, kept;
+	void *inp, *out, *dout, *dinp;
+	float *w, *b, *dw, *db;
+	uint16_t *w16;
+};
+
+static void kept16_step(void *p)
+{
+	struct kb16 *k = p;
+	long occ = (long)k->oc * k->c;
+	kern_matmul_cuda_weights16(k->kept ? k->w : NULL, k->kept ? k->w16 : NULL, occ + k->oc, 0,
+	                           0, KERN_MM_BF16);
+	kern_matmul_fwd_act_cuda(KERN_ACT_16, k->out, k->inp, k->w, k->b, k->n, k->c, k->oc);
+	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, k->dinp, k->dw, k->db, k->dout, k->inp, k->w,
+	                             k->n, k->c, k->oc);
+	kern_matmul_cuda_weights16(NULL, NULL, 0, 0, 0, KERN_MM_FP32);
+}
+
+static void bench_kept16(const char *label, int n, int c, int oc)
+{
+	char name[128];
+	snprintf(name, sizeof name, "matmul bf16 %s weights %d x %d -> %d", label, n, c, oc);
+	if (only && !strstr(name, only))
+		return;
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	struct kb16 k = { .n = n, .c = c, .oc = oc };
+	long nc = (long)n * c, no = (long)n * oc, occ = (long)oc * c;
+	float *h = hbuf(occ + oc, -0.05f, 0.05f), *a = hbuf(nc > no ? nc : no, -1, 1);
+	kern_round_bf16_cpu(h, occ + oc);
+	k.w = dbuf(h, occ + oc);           /* the weight, its bias after it */
+	k.b = k.w + occ;
+	k.w16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)(occ + oc));
+	kern_fp32_to_bf16_cuda(k.w16, k.w, occ + oc);
+	float *d = dbuf(a, nc > no ? nc : no);
+	k.inp = kern_cuda_malloc(2 * (size_t)nc), k.dinp = kern_cuda_malloc(2 * (size_t)nc);
+	k.out = kern_cuda_malloc(2 * (size_t)no), k.dout = kern_cuda_malloc(2 * (size_t)no);
+	kern_fp32_to_bf16_cuda(k.inp, d, nc);
+	kern_fp32_to_bf16_cuda(k.dout, d, no);
+	k.dw = kern_cuda_malloc(sizeof(float) * (size_t)occ);
+	k.db = kern_cuda_malloc(sizeof(float) * (size_t)oc);
+	kern_cuda_zero(k.dw, sizeof(float) * (size_t)occ);
+	kern_cuda_zero(k.db, sizeof(float) * (size_t)oc);
+	double ms[2];
+	for (k.kept = 0; k.kept < 2; k.kept++)
+		ms[k.kept] = time_gpu_ms(kept16_step, &k);
+	double flop = 6.0 * n * c * oc;
+	printf("%-40s fwd+bwd: converted %8.4f ms %7.1f TFLOP/s, kept %8.4f ms %7.1f TFLOP/s, "
+	       "converted/kept x%.2f\n", name, ms[0], flop / (ms[0] * 1e-3) / 1e12, ms[1],
+	       flop / (ms[1] * 1e-3) / 1e12, ms[0] / ms[1]);
+	fflush(stdout);
+	free(h), free(a);
+	kern_cuda_free(k.w), kern_cuda_free(k.w16), kern_cuda_free(d), kern_cuda_free(k.inp);
+	kern_cuda_free(k.dinp), kern_cuda_free(k.out), kern_cuda_free(k.dout);
+	kern_cuda_free(k.dw), kern_cuda_free(k.db);
+	kern_matmul_cuda_operands(prev);
+}
+
 int main(int argc, char **argv)
 {
 	int threads = 0;
@@ -746,6 +808,10 @@ int main(int argc, char **argv)
 	bench_matmul("gpt fc", n, c, 4 * c, 1, 1);
 	bench_matmul("gpt fcproj", n, 4 * c, c, 1, 1);
 	bench_matmul("gpt lm_head", n, c, 50257, 0, !quick);
+	/* GPT-2 small's fc with its weights kept as 16 bits or converted, at a
+	 * large micro-batch and at one sequence (a large model's small one) */
+	bench_kept16("gpt fc", n, c, 4 * c);
+	bench_kept16("gpt fc", 1024, c, 4 * c);
 	int mb = quick ? 1024 : 8192;
 	bench_matmul("mlp in", mb, 784, 1024, 1, 1);
 	bench_matmul("mlp hidden", mb, 1024, 1024, 1, 1);

@@ -30,6 +30,7 @@
 #include "kernels/layernorm_cuda.h"
 #include "kernels/matmul_cuda.h"
 #include "kernels/precision.h"
+#include "kernels/precision_cuda.h"
 #include "kernels/residual_cuda.h"
 #include "kernels/softmax_xent_cuda.h"
 
@@ -573,6 +574,102 @@ static void test_gelu_fused(void)
 	gelu_fused_case(33, 40, 100);     /* aux rows not a multiple of 8: the two ops */
 }
 
+/* The GEMMs reading the caller's 16-bit copy of the weights
+ * (kern_matmul_cuda_weights16) in place of converting each weight at each
+ * call, as a 16-bit model keeps it: master weights published into their
+ * rounded fp32 copy and the 16-bit one in one pass (kern_publish16_cuda:
+ * the CPU's rounding, bit for bit), with a gap of zeros after the first
+ * weight for the rows its padded ld adds (the logits' GEMMs). Each GEMM,
+ * 16-bit activations and fp32 buffers, gives with the copy set what it
+ * gives without (within the GEMMs' tolerance: the operands' addresses, and
+ * with them cuBLAS's choice of kernel, differ). The model's layout here:
+ * weight [oc, c], bias [oc], weight2 [c, oc]. */
+static void kept_case(int n, int c, int oc, int ld)
+{
+	char what[128];
+	long wn = (long)oc * c, total = 2 * wn + oc, pad = (long)(ld - oc) * c;
+	int mm = g_bf16 ? KERN_MM_BF16 : KERN_MM_FP16;
+	float *master = host_rand(total, -0.2f, 0.2f, &rng), *rounded = host_copy(master, total);
+	round16(rounded, total);
+	float *d_master = dev_copy(master, total), *d_w = dev_alloc(total);
+	uint16_t *d_w16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)(total + pad));
+	kern_cuda_zero(d_w16 + wn, sizeof(uint16_t) * (size_t)pad);
+	kern_publish16_cuda(d_w, d_w16, d_master, wn, g_bf16);
+	kern_publish16_cuda(d_w + wn, d_w16 + wn + pad, d_master + wn, total - wn, g_bf16);
+	float *w = dev_fetch(d_w, total), *w16 = fetch16(d_w16, total + pad);
+	snprintf(what, sizeof what, "publish16 fp32 copy, %ld values", total);
+	check_bits(what, w, rounded, total);
+	snprintf(what, sizeof what, "publish16 16-bit copy, %ld values", total);
+	check_bits(what, w16, rounded, wn);
+	check_bits(what, w16 + wn + pad, rounded + wn, total - wn);
+	float *zeros = host_zeros(pad > 0 ? pad : 1);
+	check_bits("the 16-bit copy's gap", w16 + wn, zeros, pad);
+
+	float *x = rand16((long)n * c, -1, 1), *dy = rand16((long)n * ld, -1, 1);
+	for (int i = 0; i < n; i++)        /* the padding of dout: zeros, as the GPT keeps it */
+		for (int j = oc; j < ld; j++)
+			dy[(long)i * ld + j] = 0.0f;
+	void *x16 = dev16(x, (long)n * c), *dy16 = dev16(dy, (long)n * ld);
+	float *d_x = dev_copy(x, (long)n * c), *zw = host_zeros(wn + oc);
+	const float *bias = d_w + wn, *w2 = d_w + wn + oc;
+	float *logits[2], *y[2], *z[2], *di[2], *gw[2], *gb[2], *o32[2], *gw32[2];
+	for (int k = 0; k < 2; k++) {
+		kern_matmul_cuda_weights16(k ? d_w : NULL, k ? d_w16 : NULL, total, wn, pad, mm);
+		void *lo16 = dev16_alloc((long)n * ld), *y16 = dev16_alloc((long)n * oc);
+		void *z16 = dev16_alloc((long)n * c), *di16 = dev16_alloc((long)n * c);
+		float *d_gw = dev_copy(zw, wn), *d_gb = dev_copy(zw, oc), *d_gw32 = dev_copy(zw, wn);
+		float *d_o32 = dev_alloc((long)n * ld);
+		kern_matmul_fwd_ld_act_cuda(KERN_ACT_16, lo16, ld, x16, d_w, NULL, n, c, oc);
+		kern_matmul_fwd_act_cuda(KERN_ACT_16, y16, x16, d_w, bias, n, c, oc);
+		kern_matmul_fwd_act_cuda(KERN_ACT_16, z16, y16, w2, NULL, n, oc, c);
+		kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_16, di16, d_gw, d_gb, dy16, ld, x16, d_w, n,
+		                                c, oc);
+		kern_matmul_fwd_ld_cuda(d_o32, ld, d_x, d_w, NULL, n, c, oc);
+		kern_matmul_bwd_set_ld_cuda(NULL, d_gw32, NULL, d_o32, ld, d_x, d_w, n, c, oc);
+		logits[k] = fetch16(lo16, (long)n * ld);
+		y[k] = fetch16(y16, (long)n * oc);
+		z[k] = fetch16(z16, (long)n * c);
+		di[k] = fetch16(di16, (long)n * c);
+		gw[k] = dev_fetch(d_gw, wn);
+		gb[k] = dev_fetch(d_gb, oc);
+		o32[k] = dev_fetch(d_o32, (long)n * ld);
+		gw32[k] = dev_fetch(d_gw32, wn);
+		kern_cuda_free(lo16), kern_cuda_free(y16), kern_cuda_free(z16), kern_cuda_free(di16);
+		kern_cuda_free(d_gw), kern_cuda_free(d_gb), kern_cuda_free(d_gw32);
+		kern_cuda_free(d_o32);
+	}
+	kern_matmul_cuda_weights16(NULL, NULL, 0, 0, 0, KERN_MM_FP32);
+	snprintf(what, sizeof what, "kept weights: padded logits n=%d c=%d oc=%d ld=%d", n, c, oc,
+	         ld);
+	check16(what, logits[1], logits[0], (long)n * ld, 1);
+	snprintf(what, sizeof what, "kept weights: fc with bias n=%d c=%d oc=%d", n, c, oc);
+	check16(what, y[1], y[0], (long)n * oc, 1);
+	snprintf(what, sizeof what, "kept weights: the second fc n=%d c=%d oc=%d", n, oc, c);
+	check16(what, z[1], z[0], (long)n * c, 1);
+	snprintf(what, sizeof what, "kept weights: padded dinp n=%d c=%d oc=%d ld=%d", n, c, oc,
+	         ld);
+	check16(what, di[1], di[0], (long)n * c, 1);
+	check_rel("kept weights: dweight", gw[1], gw[0], wn, 1e-5);
+	check_bits("kept weights: dbias", gb[1], gb[0], oc);
+	snprintf(what, sizeof what, "kept weights, fp32 buffers: padded logits n=%d ld=%d", n, ld);
+	check_rel(what, o32[1], o32[0], (long)n * ld, 1e-5);
+	check_rel("kept weights, fp32 buffers: dweight", gw32[1], gw32[0], wn, 1e-5);
+
+	for (int k = 0; k < 2; k++)
+		free(logits[k]), free(y[k]), free(z[k]), free(di[k]), free(gw[k]), free(gb[k]),
+			free(o32[k]), free(gw32[k]);
+	free(master), free(rounded), free(w), free(w16), free(zeros), free(x), free(dy), free(zw);
+	kern_cuda_free(d_master), kern_cuda_free(d_w), kern_cuda_free(d_w16), kern_cuda_free(x16);
+	kern_cuda_free(dy16), kern_cuda_free(d_x);
+}
+
+static void test_kept_weights(void)
+{
+	kept_case(96, 64, 250, 256);      /* logits' rows padded: the gap */
+	kept_case(128, 768, 2304, 2304);  /* a GPT-2 qkv, no gap */
+	kept_case(33, 48, 77, 80);        /* odd sizes, a gap of 3 rows */
+}
+
 static void run_all(void)
 {
 	CHECK_RUN(test_layernorm);
@@ -583,6 +680,7 @@ static void run_all(void)
 	CHECK_RUN(test_attention);
 	CHECK_RUN(test_flash);
 	CHECK_RUN(test_gelu_fused);
+	CHECK_RUN(test_kept_weights);
 }
 
 int main(void)

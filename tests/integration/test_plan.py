@@ -9,9 +9,11 @@ import os
 import re
 import subprocess
 
+import numpy as np
 import pytest
 import requests
 
+from datasets import write_tokens_u16
 from larchd import BUILD, Larchd
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -121,6 +123,22 @@ def test_plan_follows_the_spec(tmp_path):
     assert g32["items"]["activations"] == none["items"]["activations"]
     assert c16["items"]["activations"] == none["items"]["activations"]
     assert g16["items"]["activations"] == none["items"]["activations"] // 2 + 2 * att
+    # a 16-bit model on a GPU keeps a 16-bit copy of its params for the
+    # GEMMs: none in fp32, nor with the params offloaded (they stream)
+    assert gpu["items"]["params16"] == 2 * n
+    assert g16["items"]["params16"] == 2 * g16["params"]       # vocabulary 256: no padding
+    assert "params16" not in g32["items"] and "params16" not in c16["items"]
+    streamed, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
+                                               offload={"params": "cpu"}, **gpu_gpt))
+    assert "params16" not in streamed["items"]
+    # GPT-2's vocabulary: the token embedding's copy has its rows padded to
+    # a multiple of 64 with zeros, as the logits' rows are
+    write_tokens_u16(tmp_path / "tokens.bin", np.arange(4096) % 50257)
+    wide = gpt_spec(tmp_path, 4, precision={"compute": "bf16"}, **gpu_gpt)
+    wide["model"] = dict(wide["model"], vocab=50257)
+    wide["data"] = {"format": "tokens_u16", "train": str(tmp_path / "tokens.bin")}
+    g2, _ = plan_json(tmp_path, wide)
+    assert g2["items"]["params16"] == 2 * (g2["params"] + (50304 - 50257) * 256), g2
 
 
 def test_plan_limits_say_the_largest_micro_batch(tmp_path):

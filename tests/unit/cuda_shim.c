@@ -304,6 +304,67 @@ void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias, cons
 	layernorm_bwd(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c, 1);
 }
 
+/* The weights' 16-bit copy the model keeps (kern_matmul_cuda_weights16):
+ * the GEMMs read a weight or bias in it from there, as the CUDA version
+ * does, so that a copy the model let go stale, or a gap it did not zero,
+ * shows as a difference from the CPU model. */
+static struct {
+	const float *w;
+	const uint16_t *w16;
+	long n, pad_at, pad;
+	int dtype;
+} kept;
+
+void kern_matmul_cuda_weights16(const float *w, const uint16_t *w16, long n, long pad_at,
+                                long pad, int dtype)
+{
+	kept.w = w16 && n > 0 ? w : NULL;
+	kept.w16 = w16;
+	kept.n = n;
+	kept.pad_at = pad_at;
+	kept.pad = pad;
+	kept.dtype = dtype;
+}
+
+static float *from16(const void *x, long n);
+
+/* x[0..n) as the GEMMs read it (the bias too: its 16-bit value): from the
+ * kept copy where it lies there 16-byte aligned (NULL else), decoded into a
+ * buffer to free. With a padded ld (zeros > 0) the copy's gap must follow
+ * x and hold zeros, which the CUDA GEMM multiplies with the padding. */
+static float *kept_values(const float *x, long n, long zeros)
+{
+	if (!kept.w || !x || kept.dtype != shim_operands || x < kept.w || x >= kept.w + kept.n)
+		return NULL;
+	long i = x - kept.w;
+	if (i + n > kept.n || (i < kept.pad_at && i + n > kept.pad_at))
+		return NULL;
+	const uint16_t *h = kept.w16 + i + (i >= kept.pad_at ? kept.pad : 0);
+	if ((uintptr_t)h % 16 != 0)
+		return NULL;                   /* converted, as the CUDA version does */
+	if (zeros > 0) {
+		if (i + n != kept.pad_at || zeros > kept.pad) {
+			fprintf(stderr, "cuda_shim: a padded GEMM's weight is kept without its gap\n");
+			abort();
+		}
+		for (long j = 0; j < zeros; j++)
+			if (h[n + j] != 0) {
+				fprintf(stderr, "cuda_shim: the kept weights' gap holds %#x at %ld\n",
+				        h[n + j], j);
+				abort();
+			}
+	}
+	return from16(h, n);
+}
+
+/* as16 for a GEMM's weight or bias: the kept copy's values, else as16 */
+static const float *weight16(const float *x, long n, long zeros, float **tmp)
+{
+	if ((*tmp = kept_values(x, n, zeros)))
+		return *tmp;
+	return as16(x, n, tmp);
+}
+
 /* The GEMMs on their operands as 16-bit copies hold them (the bias and the
  * results fp32). */
 void kern_matmul_fwd_cuda(float *out, const float *inp, const float *weight, const float *bias,
@@ -344,22 +405,25 @@ void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float 
                              const float *bias, int n, int c, int oc)
 {
 	shim_workspaces();
-	float *o = packed(NULL, ldo, n, oc), *t1, *t2;
-	kern_matmul_fwd_cpu(o, as16(inp, (long)n * c, &t1), as16(weight, (long)oc * c, &t2), bias, n,
-	                    c, oc);
+	long zeros = ldo > oc && ldo % 8 == 0 && !bias ? (long)(ldo - oc) * c : 0;
+	float *o = packed(NULL, ldo, n, oc), *t1, *t2, *t3;
+	kern_matmul_fwd_cpu(o, as16(inp, (long)n * c, &t1), weight16(weight, (long)oc * c, zeros, &t2),
+	                    bias ? weight16(bias, oc, 0, &t3) : (t3 = NULL), n, c, oc);
 	unpack(out, ldo, o, n, oc);
 	free(o);
 	free(t1);
 	free(t2);
+	free(t3);
 }
 
 void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
                                  int ldd, const float *inp, const float *weight, int n, int c,
                                  int oc)
 {
+	long zeros = ldd > oc && ldd % 8 == 0 ? (long)(ldd - oc) * c : 0;
 	float *d = packed(dout, ldd, n, oc), *t1, *t2;
 	kern_matmul_bwd_set_cpu(dinp, dweight, dbias, d, as16(inp, (long)n * c, &t1),
-	                        as16(weight, (long)oc * c, &t2), n, c, oc);
+	                        weight16(weight, (long)oc * c, zeros, &t2), n, c, oc);
 	free(d);
 	free(t1);
 	free(t2);
@@ -960,6 +1024,27 @@ void kern_round_fp16_cuda(float *x, long n)
 void kern_round_bf16_cuda(float *x, long n)
 {
 	kern_round_bf16_cpu(x, n);
+}
+
+void kern_fp32_to_fp16_cuda(uint16_t *out, const float *inp, long n)
+{
+	kern_fp32_to_fp16_cpu(out, inp, n);
+}
+
+void kern_fp32_to_bf16_cuda(uint16_t *out, const float *inp, long n)
+{
+	kern_fp32_to_bf16_cpu(out, inp, n);
+}
+
+void kern_publish16_cuda(float *out, uint16_t *out16, const float *inp, long n, int bf16)
+{
+	if (bf16) {
+		kern_fp32_to_bf16_cpu(out16, inp, n);
+		kern_bf16_to_fp32_cpu(out, out16, n);
+	} else {
+		kern_fp32_to_fp16_cpu(out16, inp, n);
+		kern_fp16_to_fp32_cpu(out, out16, n);
+	}
 }
 
 /* The CPU's GEMMs on operands that hold 16-bit values already are what a
