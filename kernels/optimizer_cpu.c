@@ -327,6 +327,11 @@ static const struct opt_loops *loops(void)
 	return isa_loops[kern_optim_isa()];
 }
 
+const struct opt_loops *kern_optim_loops(void)
+{
+	return loops();
+}
+
 /* ---- optimised: threads over the loops ---------------------------------------- */
 
 /* Chunk length for the norms of an n-element tensor: a function of n alone,

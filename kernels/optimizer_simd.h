@@ -54,6 +54,10 @@ extern const struct opt_loops kern_optim_loops_avx512;
  * if the CPU has it. Decided at the first call. */
 enum kern_isa kern_optim_isa(void);
 
+/* The loops of kern_optim_isa()'s set: for kernels that run the updates on
+ * spans of their own (quant8_cpu.c's fused int8 updates, block by block). */
+const struct opt_loops *kern_optim_loops(void);
+
 /* Makes them run on isa from now on (tests, benchmarks; not while a
  * kern_*_cpu call runs). Returns 0, or -1 when this CPU or this build lacks
  * isa, which changes nothing. */

@@ -8,8 +8,11 @@
  * one midpoint a bucket may hold if it lies below a, without a branch:
  * the same count at a fraction of a bisection's cost (every map has its
  * smallest midpoint above 2^-24, below which the count is 0). The fused
- * updates call optimizer.h's _ref updates on one dequantized block at a
- * time: the per-element arithmetic is written once, in optimizer_cpu.c.
+ * updates run the fp32 updates' loops (optimizer_simd.h: the widest
+ * instruction set's, bit for bit the _ref updates of optimizer.h) on one
+ * dequantized block at a time: the per-element arithmetic is written once,
+ * in optimizer_cpu.c. LAMB's norm adds its squares in element order, as the
+ * GPU kernel does (kern_lamb_moments_ref).
  */
 #include "quant8.h"
 
@@ -18,6 +21,7 @@
 #include <string.h>
 
 #include "optimizer.h"
+#include "optimizer_simd.h"
 
 /* Below this many values a pass runs on one thread. */
 #define Q8_PAR_MIN 32768L
@@ -397,13 +401,14 @@ void kern_sgd_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, lon
                             float lr, float mu, float wd, int nesterov, enum kern_q8_map map)
 {
 	const struct q8_table *t = table(map);
+	const struct opt_loops *L = kern_optim_loops();
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long b = 0; b < nb; b++) {
 		float m[KERN_Q8_BLOCK];
 		long lo = b * KERN_Q8_BLOCK, len = block_len(n, b);
 		decode_s(t, mq + lo, len, ms[b], m);
-		kern_sgd_update_ref(w + lo, m, g + lo, len, lr, mu, wd, nesterov);
+		L->sgd(w + lo, m, g + lo, len, lr, mu, wd, nesterov);
 		ms[b] = quantize_block_s(t, m, len, mq + lo);
 	}
 }
@@ -413,6 +418,8 @@ void kern_adamw_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, floa
                               float wd, float bc1, float bc2, enum kern_q8_map map)
 {
 	const struct q8_table *t = table(map);
+	const struct opt_loops *L = kern_optim_loops();
+	const struct opt_adam a = { lr, b1, b2, eps, wd, bc1, bc2 };
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long b = 0; b < nb; b++) {
@@ -420,7 +427,7 @@ void kern_adamw_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, floa
 		long lo = b * KERN_Q8_BLOCK, len = block_len(n, b);
 		decode_s(t, mq + lo, len, ms[b], m);
 		decode_u(t, vq + lo, len, vs[b], v);
-		kern_adamw_update_ref(w + lo, m, v, g + lo, len, lr, b1, b2, eps, wd, bc1, bc2);
+		L->adamw(w + lo, m, v, g + lo, len, &a);
 		ms[b] = quantize_block_s(t, m, len, mq + lo);
 		vs[b] = quantize_block_u(t, v, len, vq + lo);
 	}
@@ -430,13 +437,14 @@ void kern_lars_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, lo
                              float step, float mu, float wd, enum kern_q8_map map)
 {
 	const struct q8_table *t = table(map);
+	const struct opt_loops *L = kern_optim_loops();
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long b = 0; b < nb; b++) {
 		float m[KERN_Q8_BLOCK];
 		long lo = b * KERN_Q8_BLOCK, len = block_len(n, b);
 		decode_s(t, mq + lo, len, ms[b], m);
-		kern_lars_update_ref(w + lo, m, g + lo, len, step, mu, wd);
+		L->lars(w + lo, m, g + lo, len, step, mu, wd);
 		ms[b] = quantize_block_s(t, m, len, mq + lo);
 	}
 }
@@ -480,6 +488,8 @@ void kern_lamb_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, float
                              float wd, float bc1, float bc2, enum kern_q8_map map)
 {
 	const struct q8_table *t = table(map);
+	const struct opt_loops *L = kern_optim_loops();
+	const struct opt_adam a = { 0, b1, b2, eps, wd, bc1, bc2 };
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long b = 0; b < nb; b++) {
@@ -487,8 +497,8 @@ void kern_lamb_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, float
 		long lo = b * KERN_Q8_BLOCK, len = block_len(n, b);
 		decode_s(t, mq + lo, len, ms[b], m);
 		decode_u(t, vq + lo, len, vs[b], v);
-		kern_lamb_moments_ref(m, v, g + lo, w + lo, len, b1, b2, eps, wd, bc1, bc2);
-		kern_lamb_apply_ref(w + lo, m, v, len, step, eps, wd, bc1, bc2);
+		L->lamb_moments(m, v, g + lo, w + lo, len, &a);   /* (its sum: the norm pass's) */
+		L->lamb_apply(w + lo, m, v, len, step, &a);
 		ms[b] = quantize_block_s(t, m, len, mq + lo);
 		vs[b] = quantize_block_u(t, v, len, vq + lo);
 	}

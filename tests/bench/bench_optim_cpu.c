@@ -14,6 +14,9 @@
  *   moments with ||u||^2, apply), sumsq, scale: kern_*_cpu on the ISA the
  *   library chose, all threads; adamw also on each ISA this CPU has
  *   (kern_optim_set_isa) and on one thread.
+ *   adamw.int8: AdamW on int8 state (kern_adamw_update_q8_cpu, quant8.h: the
+ *   dynamic code map, a scale per 2048 values), all threads and one: 16 B
+ *   an element (w and g as fp32's, m and v codes read and written).
  *   stream: the bound. A loop with AdamW's traffic and no arithmetic to
  *   speak of (w = w*1 + g*0, the same for m and v, 1 and 0 unknown to the
  *   compiler) over the same buffers, blocks and threads: the GB/s this
@@ -38,9 +41,10 @@
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_simd.h"
 #include "kernels/parallel.h"
+#include "kernels/quant8.h"
 
 #define MAX_ROUNDS 64
-#define MAX_CASES 16
+#define MAX_CASES 20
 #define BLOCK 8192L             /* as the kernels' blocks */
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -49,7 +53,7 @@
 #define BENCH_CLONES
 #endif
 
-enum op { OP_ADAMW, OP_SGD, OP_LARS, OP_LAMB, OP_SUMSQ, OP_SCALE, OP_STREAM, OP_READ, OP_COPY };
+enum op { OP_ADAMW, OP_ADAMW_Q8, OP_SGD, OP_LARS, OP_LAMB, OP_SUMSQ, OP_SCALE, OP_STREAM, OP_READ, OP_COPY };
 
 struct bench_case {
 	char name[24];
@@ -68,6 +72,10 @@ struct opts {
 struct bufs {
 	float *w, *m, *v, *g, *x;
 	long n;
+	/* int8 state: codes, and a scale per KERN_Q8_BLOCK */
+	int8_t *mq;
+	uint8_t *vq;
+	float *ms, *vs;
 };
 
 /* 1 and 0 from memory the compiler cannot see into */
@@ -165,6 +173,10 @@ static void run_op(enum op op, struct bufs *b)
 	case OP_ADAMW:
 		kern_adamw_update_cpu(b->w, b->m, b->v, b->g, n, lr, b1, b2, eps, wd, bc1, bc2);
 		break;
+	case OP_ADAMW_Q8:
+		kern_adamw_update_q8_cpu(b->w, b->mq, b->ms, b->vq, b->vs, b->g, n, lr, b1, b2, eps, wd,
+		                         bc1, bc2, KERN_Q8_DYNAMIC);
+		break;
 	case OP_SGD:
 		kern_sgd_update_cpu(b->w, b->m, b->g, n, lr, 0.9f, wd, 0);
 		break;
@@ -232,6 +244,8 @@ static int make_cases(struct bench_case *cs)
 		n = add_case(cs, n, name, OP_ADAMW, i, 0, 28);
 	}
 	n = add_case(cs, n, "adamw.1t", OP_ADAMW, -1, 1, 28);
+	n = add_case(cs, n, "adamw.int8", OP_ADAMW_Q8, -1, 0, 16);
+	n = add_case(cs, n, "adamw.int8.1t", OP_ADAMW_Q8, -1, 1, 16);
 	n = add_case(cs, n, "sgd", OP_SGD, -1, 0, 20);
 	n = add_case(cs, n, "lars", OP_LARS, -1, 0, 20);
 	n = add_case(cs, n, "lamb", OP_LAMB, -1, 0, 44);
@@ -268,6 +282,8 @@ static void fill(struct bufs *b)
 		b->v[i] = 0.01f * b->g[i] * b->g[i];
 		b->x[i] = 0;
 	}
+	kern_q8_quantize_s_cpu(b->m, b->n, b->mq, b->ms, KERN_Q8_DYNAMIC);
+	kern_q8_quantize_u_cpu(b->v, b->n, b->vq, b->vs, KERN_Q8_DYNAMIC);
 }
 
 static void usage(FILE *out)
@@ -317,12 +333,15 @@ int main(int argc, char **argv)
 	kern_set_threads(o.threads);
 	struct bufs b = { .n = o.n };
 	float **p[] = { &b.w, &b.m, &b.v, &b.g, &b.x };
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 5; i++)
 		*p[i] = malloc(sizeof(float) * (size_t)o.n);
-		if (!*p[i]) {
-			fprintf(stderr, "bench_optim_cpu: out of memory for 5 x %ld floats\n", o.n);
-			return 1;
-		}
+	long nb = kern_q8_blocks(o.n);
+	b.mq = malloc((size_t)o.n), b.vq = malloc((size_t)o.n);
+	b.ms = malloc(sizeof(float) * (size_t)nb), b.vs = malloc(sizeof(float) * (size_t)nb);
+	if (!b.w || !b.m || !b.v || !b.g || !b.x || !b.mq || !b.vq || !b.ms || !b.vs) {
+		fprintf(stderr, "bench_optim_cpu: out of memory for 5 x %ld floats and int8 state\n",
+		        o.n);
+		return 1;
 	}
 	fill(&b);
 
@@ -371,7 +390,19 @@ int main(int argc, char **argv)
 		printf("x bound: GB/s over stream's at the same thread count (read's for sumsq), "
 		       "the median of the rounds' ratios;\nAdamW at stream's bandwidth: %.1f Melem/s\n",
 		       median(cs[bound_of(cs, nc, 0)].rate, o.rounds) / 1e6);
+	/* int8 state beside fp32's on one thread, in the same rounds */
+	int i8 = -1, f32 = -1;
+	for (int c = 0; c < nc; c++) {
+		i8 = strcmp(cs[c].name, "adamw.int8.1t") == 0 ? c : i8;
+		f32 = strcmp(cs[c].name, "adamw.1t") == 0 ? c : f32;
+	}
+	if (!o.raw && i8 >= 0 && f32 >= 0) {
+		double r8 = median(cs[i8].rate, o.rounds), r32 = median(cs[f32].rate, o.rounds);
+		printf("AdamW on one thread: int8 state %.2f ns an element, fp32 state %.2f (int8 takes "
+		       "x%.2f fp32's time)\n", 1e9 / r8, 1e9 / r32, r32 / r8);
+	}
 	for (int i = 0; i < 5; i++)
 		free(*p[i]);
+	free(b.mq), free(b.vq), free(b.ms), free(b.vs);
 	return 0;
 }
