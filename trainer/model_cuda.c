@@ -14,6 +14,7 @@
 #include "cuda_backend.h"
 #include "optim.h"
 #include "param_offload.h"
+#include "plan.h"
 
 /* ---- the parameter offload engine's slots and copies on the device ---------- */
 
@@ -218,7 +219,7 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	size_t free_b = 0, total_b = 0;
 	/* in 16 bits, with every parameter on the device, the GEMMs' 16-bit copy
 	 * of them (with the model's gap: w16_pad_at, w16_pad) */
-	size_t n16 = b->dtype != TRN_DTYPE_FP32 && c->res_head == cpu->n_floats && nf > 0
+	size_t n16 = trn_gpu_weights16(b->dtype, b->param_offload == TRN_OFFLOAD_CPU) && nf > 0
 	                     ? nf + (size_t)c->w16_pad
 	                     : 0;
 	size_t need = sizeof(float) * (2 * held + 2 * (size_t)b->param_stage_floats +

@@ -48,6 +48,11 @@ void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compu
 	out->gelu_fused = out->a16 && env_is("LARCH_CUDA_GELU", "fused", 0);
 }
 
+int trn_gpu_weights16(enum trn_dtype compute, int params_offloaded)
+{
+	return compute != TRN_DTYPE_FP32 && !params_offloaded && !env_is("LARCH_CUDA_W16", "0", 0);
+}
+
 const char *trn_plan_item_name(enum trn_plan_item item)
 {
 	return item >= 0 && item < TRN_PLAN_N ? item_names[item] : "?";
@@ -151,7 +156,7 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	/* a 16-bit model on a GPU that holds all its parameters keeps them as
 	 * 16-bit values too, for its GEMMs; gpt's token embedding with its rows
 	 * padded as the logits' are (model_cuda.h) */
-	if (gpus && dt != TRN_DTYPE_FP32 && !poff) {
+	if (gpus && trn_gpu_weights16(dt, poff)) {
 		double pad = 0;
 		if (s->model.type == TRN_MODEL_GPT) {
 			long v = m->params[0].shape[0];

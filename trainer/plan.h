@@ -93,6 +93,12 @@ struct trn_gpt_gpu_layout {
 void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,
                         struct trn_gpt_gpu_layout *out);
 
+/* Whether a GPU model of compute dtype keeps a 16-bit copy of its params
+ * for the GEMMs (params16, model_cuda.h): in 16 bits without offload.params,
+ * unless LARCH_CUDA_W16=0 in the environment (each GEMM then converts its
+ * weight, for comparisons). */
+int trn_gpu_weights16(enum trn_dtype compute, int params_offloaded);
+
 /* trn_plan_make's answer for a model whose buffers at the micro-batch would
  * be petabytes: no plan (its sizes would overflow), and nothing can fit. */
 #define TRN_PLAN_TOO_LARGE (-2)

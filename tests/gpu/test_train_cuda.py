@@ -363,7 +363,9 @@ def main():
                 ("plan-gpt-flash-recompute", {**big64, "offload": {"activations": "recompute"}},
                  flash),
                 ("plan-gpt-act32", {**big, "precision": {"compute": "bf16"}},
-                 {"LARCH_CUDA_ACT16": "0"})):
+                 {"LARCH_CUDA_ACT16": "0"}),
+                ("plan-gpt-w16off", {**big, "precision": {"compute": "bf16"}},
+                 {"LARCH_CUDA_W16": "0"})):
             check_plan(c, exe, tmp, name, spec, env)
         for name, spec in (
                 ("plan-gpt", big),

@@ -289,7 +289,10 @@ def test_plan_moves_the_params_and_grads_to_the_host(tmp_path, gpus):
         assert "master" not in cpu
         moved = none["optimizer"]
         drop = plans["none"]["device_bytes_per_gpu"] - plans["cpu"]["device_bytes_per_gpu"]
-        assert drop == 2 * eb * (n - held) + none["master"] + moved
+        # and the 16-bit copy of the params its GEMMs read (offloaded, the
+        # blocks stream through slots and are converted there)
+        assert none["params16"] == 2 * n and "params16" not in cpu
+        assert drop == 2 * eb * (n - held) + none["master"] + moved + none["params16"]
         # the host copies a GPU model keeps anyway are the offload's store,
         # beside a gradient stage of the resident tensors
         assert none["host_copy"] == eb * 2 * n + 4 * min(n, 1 << 20)
