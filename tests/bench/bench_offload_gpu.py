@@ -5,7 +5,7 @@ figures): GPT-2 shaped models trained by `larch-train --device cuda`.
     python3 tests/bench/bench_offload_gpu.py [--build build-gpu] [--ratio-size 1.5B]
                                              [--ratio-accum 32] [--sizes 1.5B 2.7B 6.7B 13B]
                                              [--steps 6] [--micro 4] [--seq 1024]
-                                             [--precision bf16]
+                                             [--precision bf16] [--sweep-micro auto|N]
 
 1. At --ratio-size: tokens/s with offload.optimizer "cpu" beside the same
    run without it (the target: >= 0.7x), each with activations recomputed,
@@ -21,7 +21,13 @@ figures): GPT-2 shaped models trained by `larch-train --device cuda`.
    one fails (out of
    device or host memory, or --timeout): the largest that trains, its
    tokens/s and the device memory it used (the `device memory:` line at the
-   end of a run).
+   end of a run). The sweep's micro-batch (--sweep-micro auto, the default)
+   is per size the largest power of two up to --sweep-micro-cap that
+   `larch plan` fits in 80% of the GPU's free memory and 90% of the host's
+   available memory: the host's update and the parameters' trips over PCIe
+   cost a step the same at any micro-batch, so a larger one hides them
+   behind more compute. A size the plan says cannot fit the host at all is
+   reported so, not run.
 
 Tokens/s are the median of the logged intervals after the first (which
 holds the start-up). The models: GPT-2's shapes (vocab 50257, 12 heads up
@@ -32,6 +38,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -50,13 +57,14 @@ SIZES = {
 }
 
 
-def spec_for(a, tmp, size, offload, precision=None, state="fp32", accum=1):
+def spec_for(a, tmp, size, offload, precision=None, state="fp32", accum=1, micro=None):
     layers, heads, dim = SIZES[size]
+    micro = micro or a.micro
     return {"name": f"offload-{size}", "precision": {"compute": precision or a.precision},
             "model": {"type": "gpt", "layers": layers, "heads": heads, "dim": dim,
                       "seq": a.seq, "vocab": 50257},
             "data": {"format": "tokens_u16", "train": str(tmp / "train.bin")},
-            "batch": {"global": a.micro * accum, "micro": a.micro},
+            "batch": {"global": micro * accum, "micro": micro},
             "optimizer": {"type": "adamw", "lr": 1e-4, "weight_decay": 0.1,
                           "state_dtype": state},
             "offload": offload, "steps": a.steps, "log_every": 1, "seed": 1,
@@ -87,6 +95,43 @@ def run(a, exe, tmp, size, offload, **how):
     return {"tokens_s": statistics.median(rates[1:] or rates), "wall": wall, "memory": mem}
 
 
+def sweep_micro(a, tmp, size, offload, gpu_gib, host_gib):
+    """The sweep's micro-batch for size: --sweep-micro, or the largest power
+    of two up to --sweep-micro-cap that `larch plan` fits in gpu_gib and
+    host_gib; 0 when not even 1 fits, None when the plan cannot be had."""
+    if a.sweep_micro != "auto":
+        return int(a.sweep_micro)
+    path = tmp / f"plan-{size}.json"
+    path.write_text(json.dumps(dict(spec_for(a, tmp, size, offload, a.largest_precision, "int8",
+                                             micro=a.sweep_micro_cap),
+                                    resources={"gpus_per_node": 1})))
+    cli = pathlib.Path(a.build) / "service" / "larch"
+    lim = ["--gpu-mem", f"{gpu_gib:.2f}"] if gpu_gib else []
+    lim += ["--host-mem", f"{host_gib:.2f}"] if host_gib else []
+    p = subprocess.run([str(cli), "plan", str(path), "--json", *lim], capture_output=True,
+                       text=True)
+    try:
+        plan = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        print(f"# larch plan failed: {p.stderr.strip()[-300:]}")
+        return None
+    most = a.sweep_micro_cap if plan.get("fits") else plan.get("largest_micro", 0)
+    micro = 1 if most >= 1 else 0
+    while micro and micro * 2 <= most:
+        micro *= 2
+    return micro
+
+
+def host_available_gib():
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("LARCH_BUILD", "build-gpu"))
@@ -102,8 +147,14 @@ def main():
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--largest-precision", default="bf16", choices=["fp32", "bf16"],
                     help="the sweep's compute dtype")
+    ap.add_argument("--sweep-micro", default="auto",
+                    help="the sweep's micro-batch, or auto (default): the largest power of two "
+                         "up to --sweep-micro-cap that larch plan fits")
+    ap.add_argument("--sweep-micro-cap", type=int, default=32)
     ap.add_argument("--timeout", type=int, default=600)
     a = ap.parse_args()
+    if a.sweep_micro != "auto" and not a.sweep_micro.isdigit():
+        ap.error("--sweep-micro: auto or a number")
     exe = pathlib.Path(a.build) / "trainer" / "larch-train"
     probe = subprocess.run([str(exe), "--list-devices"], capture_output=True, text=True)
     if probe.returncode != 0:
@@ -114,7 +165,8 @@ def main():
           f"activations recomputed throughout")
     with tempfile.TemporaryDirectory(prefix="larch-offload-gpu.") as d:
         tmp = pathlib.Path(d)
-        seqs = max(a.micro * (a.steps + 2), a.micro * a.ratio_accum * (a.ratio_steps + 2))
+        most = a.sweep_micro_cap if a.sweep_micro == "auto" else int(a.sweep_micro)
+        seqs = max(most * (a.steps + 2), a.micro * a.ratio_accum * (a.ratio_steps + 2))
         write_tokens(tmp / "train.bin", seqs * a.seq + 1, 50257, 1)
         rec = {"activations": "recompute"}
         ratio = argparse.Namespace(**{**vars(a), "steps": a.ratio_steps})
@@ -134,16 +186,28 @@ def main():
         # about 6 host bytes a parameter in fp32 (trn_spec_streams_update)
         print(f"# sweep: {a.largest_precision}, int8 optimizer state, the update following "
               f"backward")
+        m = re.search(r"GiB \(([\d.]+) free\)", probe.stdout)
+        gpu_gib = 0.8 * float(m.group(1)) if m else 0.0
+        host_gib = 0.9 * host_available_gib()
         largest = None
         for size in a.sizes:
-            r = run(a, exe, tmp, size, {**rec, "optimizer": "cpu", "params": "cpu"},
-                    precision=a.largest_precision, state="int8")
+            off = {**rec, "optimizer": "cpu", "params": "cpu"}
+            micro = sweep_micro(a, tmp, size, off, gpu_gib, host_gib)
+            if micro == 0:
+                room = [f"{g:.0f} GiB of {what} memory" for g, what in
+                        ((gpu_gib, "GPU"), (host_gib, "host")) if g]
+                print(f"{size}: optimizer + params offload: larch plan says it does not fit "
+                      f"{' and '.join(room)}")
+                break
+            micro = micro or a.micro
+            r = run(a, exe, tmp, size, off, precision=a.largest_precision, state="int8",
+                    micro=micro)
             if "error" in r:
-                print(f"{size}: optimizer + params offload: {r['error']}")
+                print(f"{size}: optimizer + params offload, micro-batch {micro}: {r['error']}")
                 break
             largest = size
-            print(f"{size}: optimizer + params offload: {r['tokens_s']:.0f} tokens/s "
-                  f"({r['wall']:.0f} s); {r['memory']}")
+            print(f"{size}: optimizer + params offload, micro-batch {micro}: "
+                  f"{r['tokens_s']:.0f} tokens/s ({r['wall']:.0f} s); {r['memory']}")
         print(f"largest that trains: {largest or 'none'} (target >= 13B)")
     return 0
 
