@@ -6,6 +6,7 @@ figures): GPT-2 shaped models trained by `larch-train --device cuda`.
                                              [--ratio-accum 32] [--sizes 1.5B 2.7B 6.7B 13B]
                                              [--steps 6] [--micro 4] [--seq 1024]
                                              [--precision bf16] [--sweep-micro auto|N]
+                                             [--parts ratio sweep]
 
 1. At --ratio-size: tokens/s with offload.optimizer "cpu" beside the same
    run without it (the target: >= 0.7x), each with activations recomputed,
@@ -29,7 +30,9 @@ figures): GPT-2 shaped models trained by `larch-train --device cuda`.
    behind more compute. A size the plan says cannot fit the host at all is
    reported so, not run.
 
-Tokens/s are the median of the logged intervals after the first (which
+--parts says which of the two run, in which order (a short lease can take
+the sweep first, or each in a call of its own). Tokens/s are the median of
+the logged intervals after the first (which
 holds the start-up). The models: GPT-2's shapes (vocab 50257, 12 heads up
 to 1.5B) on random tokens in llm.c's format. Exits 77 without a GPU. Never
 fails on figures.
@@ -132,6 +135,57 @@ def host_available_gib():
     return 0.0
 
 
+REC = {"activations": "recompute"}
+
+
+def ratio_part(a, exe, tmp, _devices):
+    """tokens/s with offload.optimizer cpu beside without, at --ratio-size."""
+    ratio = argparse.Namespace(**{**vars(a), "steps": a.ratio_steps})
+    base = run(ratio, exe, tmp, a.ratio_size, REC, accum=a.ratio_accum)
+    opt = run(ratio, exe, tmp, a.ratio_size, {**REC, "optimizer": "cpu"}, accum=a.ratio_accum)
+    print(f"{a.ratio_size}, {a.ratio_accum} x {a.micro} sequences a step: tokens/s without "
+          f"offload.optimizer "
+          f"{base.get('tokens_s', base.get('error'))}, with "
+          f"{opt.get('tokens_s', opt.get('error'))}", end="")
+    if "tokens_s" in base and "tokens_s" in opt:
+        print(f" -> {opt['tokens_s'] / base['tokens_s']:.2f}x (target >= 0.7x)")
+    else:
+        print()
+
+
+def sweep_part(a, exe, tmp, devices):
+    """--sizes in turn with both offloads until one fails: the largest that
+    trains."""
+    # int8 state, one micro-batch a step and no clipping, so the update
+    # follows backward and the host keeps no block gradients: about 6 host
+    # bytes a parameter in fp32 (trn_spec_streams_update)
+    print(f"# sweep: {a.largest_precision}, int8 optimizer state, the update following "
+          f"backward")
+    m = re.search(r"GiB \(([\d.]+) free\)", devices)
+    gpu_gib = 0.8 * float(m.group(1)) if m else 0.0
+    host_gib = 0.9 * host_available_gib()
+    largest = None
+    for size in a.sizes:
+        off = {**REC, "optimizer": "cpu", "params": "cpu"}
+        micro = sweep_micro(a, tmp, size, off, gpu_gib, host_gib)
+        if micro == 0:
+            room = [f"{g:.0f} GiB of {what} memory" for g, what in
+                    ((gpu_gib, "GPU"), (host_gib, "host")) if g]
+            print(f"{size}: optimizer + params offload: larch plan says it does not fit "
+                  f"{' and '.join(room)}")
+            break
+        micro = micro or a.micro
+        r = run(a, exe, tmp, size, off, precision=a.largest_precision, state="int8",
+                micro=micro)
+        if "error" in r:
+            print(f"{size}: optimizer + params offload, micro-batch {micro}: {r['error']}")
+            break
+        largest = size
+        print(f"{size}: optimizer + params offload, micro-batch {micro}: "
+              f"{r['tokens_s']:.0f} tokens/s ({r['wall']:.0f} s); {r['memory']}")
+    print(f"largest that trains: {largest or 'none'} (target >= 13B)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("LARCH_BUILD", "build-gpu"))
@@ -152,7 +206,10 @@ def main():
                          "up to --sweep-micro-cap that larch plan fits")
     ap.add_argument("--sweep-micro-cap", type=int, default=32)
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--parts", nargs="+", choices=["ratio", "sweep"], default=["ratio", "sweep"],
+                    help="what to run, in this order (default: ratio sweep)")
     a = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)    # each figure out as it comes
     if a.sweep_micro != "auto" and not a.sweep_micro.isdigit():
         ap.error("--sweep-micro: auto or a number")
     exe = pathlib.Path(a.build) / "trainer" / "larch-train"
@@ -168,47 +225,8 @@ def main():
         most = a.sweep_micro_cap if a.sweep_micro == "auto" else int(a.sweep_micro)
         seqs = max(most * (a.steps + 2), a.micro * a.ratio_accum * (a.ratio_steps + 2))
         write_tokens(tmp / "train.bin", seqs * a.seq + 1, 50257, 1)
-        rec = {"activations": "recompute"}
-        ratio = argparse.Namespace(**{**vars(a), "steps": a.ratio_steps})
-        base = run(ratio, exe, tmp, a.ratio_size, rec, accum=a.ratio_accum)
-        opt = run(ratio, exe, tmp, a.ratio_size, {**rec, "optimizer": "cpu"},
-                  accum=a.ratio_accum)
-        print(f"{a.ratio_size}, {a.ratio_accum} x {a.micro} sequences a step: tokens/s without "
-              f"offload.optimizer "
-              f"{base.get('tokens_s', base.get('error'))}, with "
-              f"{opt.get('tokens_s', opt.get('error'))}", end="")
-        if "tokens_s" in base and "tokens_s" in opt:
-            print(f" -> {opt['tokens_s'] / base['tokens_s']:.2f}x (target >= 0.7x)")
-        else:
-            print()
-        # the sweep: int8 state, one micro-batch a step and no clipping, so the
-        # update follows backward and the host keeps no block gradients:
-        # about 6 host bytes a parameter in fp32 (trn_spec_streams_update)
-        print(f"# sweep: {a.largest_precision}, int8 optimizer state, the update following "
-              f"backward")
-        m = re.search(r"GiB \(([\d.]+) free\)", probe.stdout)
-        gpu_gib = 0.8 * float(m.group(1)) if m else 0.0
-        host_gib = 0.9 * host_available_gib()
-        largest = None
-        for size in a.sizes:
-            off = {**rec, "optimizer": "cpu", "params": "cpu"}
-            micro = sweep_micro(a, tmp, size, off, gpu_gib, host_gib)
-            if micro == 0:
-                room = [f"{g:.0f} GiB of {what} memory" for g, what in
-                        ((gpu_gib, "GPU"), (host_gib, "host")) if g]
-                print(f"{size}: optimizer + params offload: larch plan says it does not fit "
-                      f"{' and '.join(room)}")
-                break
-            micro = micro or a.micro
-            r = run(a, exe, tmp, size, off, precision=a.largest_precision, state="int8",
-                    micro=micro)
-            if "error" in r:
-                print(f"{size}: optimizer + params offload, micro-batch {micro}: {r['error']}")
-                break
-            largest = size
-            print(f"{size}: optimizer + params offload, micro-batch {micro}: "
-                  f"{r['tokens_s']:.0f} tokens/s ({r['wall']:.0f} s); {r['memory']}")
-        print(f"largest that trains: {largest or 'none'} (target >= 13B)")
+        for part in a.parts:
+            (ratio_part if part == "ratio" else sweep_part)(a, exe, tmp, probe.stdout)
     return 0
 
 
