@@ -64,17 +64,12 @@ extern "C" int kern_matmul_cuda_operands(int dtype)
 /* ---- 16-bit operands (kern_matmul_cuda_operands) --------------------------- */
 
 /* The caller's 16-bit copy of its weights (kern_matmul_cuda_weights16). */
-static struct {
-	uintptr_t w;                       /* the fp32 weights' first float; 0: none */
-	const uint16_t *w16;
-	long n, pad_at, pad;
-	int dtype;                         /* the copy's KERN_MM_* */
-} g_kept;
+static struct kern_w16 g_kept;
 
 extern "C" void kern_matmul_cuda_weights16(const float *w, const uint16_t *w16, long n,
                                            long pad_at, long pad, int dtype)
 {
-	g_kept.w = w16 && n > 0 ? (uintptr_t)w : 0;
+	g_kept.w = w16 && n > 0 ? w : NULL;
 	g_kept.w16 = w16;
 	g_kept.n = n;
 	g_kept.pad_at = pad_at;
@@ -84,22 +79,17 @@ extern "C" void kern_matmul_cuda_weights16(const float *w, const uint16_t *w16, 
 
 /* x[0..n)'s place in the kept 16-bit copy, followed there by at least
  * zeros zero values; NULL when the copy does not hold it so (another dtype,
- * outside it, across its gap), or not 16-byte aligned there: the operands'
- * scratch copies are, and cuBLASLt's bias epilogue is known to fail on a
- * bias that is not. */
+ * kern_w16_place's -1), so that it is converted: the operands' scratch
+ * copies are 16-byte aligned, and cuBLASLt's bias epilogue is known to fail
+ * on a bias that is not. */
 static const uint16_t *kept16(const float *x, long n, long zeros)
 {
-	uintptr_t a = (uintptr_t)x;
-	if (!g_kept.w || g_kept.dtype != kern_cuda_gemm_operands() || a < g_kept.w ||
-	    (a - g_kept.w) % sizeof(float) != 0)
+	if (g_kept.dtype != kern_cuda_gemm_operands())
 		return NULL;
-	long i = (long)((a - g_kept.w) / sizeof(float));
-	if (i > g_kept.n - n || (i < g_kept.pad_at && i + n > g_kept.pad_at))
+	long at = kern_w16_place(&g_kept, x, n);
+	if (at < 0 || (zeros > 0 && !(at + n == g_kept.pad_at && zeros <= g_kept.pad)))
 		return NULL;
-	if (zeros > 0 && !(i + n == g_kept.pad_at && zeros <= g_kept.pad))
-		return NULL;
-	const uint16_t *h = g_kept.w16 + i + (i >= g_kept.pad_at ? g_kept.pad : 0);
-	return (uintptr_t)h % 16 == 0 ? h : NULL;
+	return g_kept.w16 + at;
 }
 
 /* Releases what to16 or to16_rows_padded gave: scratch, or nothing when it

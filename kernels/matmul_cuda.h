@@ -68,6 +68,29 @@ int kern_matmul_cuda_operands(int dtype);
 void kern_matmul_cuda_weights16(const float *w, const uint16_t *w16, long n, long pad_at,
                                 long pad, int dtype);
 
+/* Such a copy, as registered, and where it holds x[0..len): the index into
+ * w16 of x's first value, or -1 when it does not hold x (outside it, across
+ * its gap) or holds it not 16-byte aligned. matmul_cuda.cu's GEMMs and the
+ * CPU stand-in of them (tests/unit/cuda_shim.c) look up so. */
+struct kern_w16 {
+	const float *w;                    /* NULL: none */
+	const uint16_t *w16;
+	long n, pad_at, pad;
+	int dtype;                         /* KERN_MM_* */
+};
+
+static inline long kern_w16_place(const struct kern_w16 *k, const float *x, long len)
+{
+	uintptr_t a = (uintptr_t)x, w = (uintptr_t)k->w;
+	if (!k->w || a < w || (a - w) % sizeof(float) != 0)
+		return -1;
+	long i = (long)((a - w) / sizeof(float));
+	if (i > k->n - len || (i < k->pad_at && i + len > k->pad_at))
+		return -1;
+	long at = i + (i >= k->pad_at ? k->pad : 0);
+	return (uintptr_t)(k->w16 + at) % 16 == 0 ? at : -1;
+}
+
 /* The same on activations (out, inp; dinp, dout) stored as a16 says
  * (cuda_common.h). With KERN_ACT_16 the GEMMs read the 16-bit activations
  * in place and write out and dinp as 16 bits, rounded from the fp32 sums

@@ -65,14 +65,13 @@ struct gpt_block_acts {
 };
 
 /* The logits' rows (and their gradient's) are VP floats apart, V rounded
- * up to a multiple of LOGITS_ALIGN: with GPT-2's odd vocabulary (50257)
- * unpadded, cuBLAS falls back to its slow unaligned kernels for the three
- * largest GEMMs of the step (llm.c pads the vocabulary for the same reason).
- * The logits' padding columns are never read; their gradient's are, by the
- * 16-bit backward GEMM (over all VP columns against zero weight rows), and
- * stay zero: the arena starts zeroed and no op writes them. */
-#define LOGITS_ALIGN TRN_GPT_LOGITS_ALIGN
-
+ * up to a multiple of TRN_GPT_LOGITS_ALIGN (trn_gpt_logits_rows, plan.h):
+ * with GPT-2's odd vocabulary (50257) unpadded, cuBLAS falls back to its
+ * slow unaligned kernels for the three largest GEMMs of the step (llm.c
+ * pads the vocabulary for the same reason). The logits' padding columns
+ * are never read; their gradient's are, by the 16-bit backward GEMM (over
+ * all VP columns against zero weight rows), and stay zero: the arena
+ * starts zeroed and no op writes them. */
 struct gpt_cuda {
 	struct trn_cuda_model c;           /* first */
 	int L, NH, C, T, V, VP;
@@ -440,7 +439,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->C = ms->dim;
 	g->T = ms->seq;
 	g->V = cpu->params[0].shape[0];    /* wte [V, C]: the vocabulary trn_gpt_new settled */
-	g->VP = (g->V + LOGITS_ALIGN - 1) / LOGITS_ALIGN * LOGITS_ALIGN;
+	g->VP = (int)trn_gpt_logits_rows(g->V);
 	g->blocks = calloc((size_t)(g->L > 2 ? g->L : 2), sizeof *g->blocks);
 	g->ready = malloc(sizeof(int) * (size_t)cpu->n_params);
 	if (!g->blocks || !g->ready) {

@@ -160,8 +160,7 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 		double pad = 0;
 		if (s->model.type == TRN_MODEL_GPT) {
 			long v = m->params[0].shape[0];
-			pad = (double)((v + TRN_GPT_LOGITS_ALIGN - 1) / TRN_GPT_LOGITS_ALIGN *
-			               TRN_GPT_LOGITS_ALIGN - v) * (double)s->model.dim;
+			pad = (double)(trn_gpt_logits_rows(v) - v) * (double)s->model.dim;
 		}
 		p->bytes[TRN_PLAN_PARAMS16] = 2.0 * ((double)n + pad);
 	}

@@ -81,10 +81,14 @@ struct trn_plan {
  * log-sum-exp where the GEMM path keeps [T, T] (LARCH_CUDA_ATTENTION=flash,
  * until measured); gelu_fused, with a16, GELU in the fc GEMMs' epilogues
  * (LARCH_CUDA_GELU=fused, until measured; the same memory). */
-/* The GPU GPT's logits rows are the vocabulary rounded up to a multiple
- * of this (model_gpt_cuda.c), and so are the rows of its 16-bit copy of
- * the token embedding (params16). */
+/* The GPU GPT's logits rows: the vocabulary rounded up to a multiple of
+ * TRN_GPT_LOGITS_ALIGN (model_gpt_cuda.c), and so are the rows of its
+ * 16-bit copy of the token embedding (params16). */
 #define TRN_GPT_LOGITS_ALIGN 64
+static inline long trn_gpt_logits_rows(long vocab)
+{
+	return (vocab + TRN_GPT_LOGITS_ALIGN - 1) / TRN_GPT_LOGITS_ALIGN * TRN_GPT_LOGITS_ALIGN;
+}
 
 struct trn_gpt_gpu_layout {
 	int a16, flash, gelu_fused;

@@ -84,24 +84,34 @@ def larch_spec(tmp, a, precision, micro, tag=""):
             "resources": {"gpus_per_node": 1}}
 
 
-def plan_micro(cli, tmp, a, precision, gpu_gib):
-    """The largest power-of-two micro-batch up to a.micro_cap that `larch plan`
-    says fits in gpu_gib (the memory preflight of larchd's 422), or None when
-    the plan cannot be had."""
-    path = tmp / f"plan-{precision}.json"
-    path.write_text(json.dumps(larch_spec(tmp, a, precision, a.micro_cap)))
-    p = subprocess.run([str(cli), "plan", str(path), "--gpu-mem", f"{gpu_gib:.2f}", "--json"],
-                       capture_output=True, text=True)
+def plan_largest_micro(cli, path, cap, gpu_gib=0.0, host_gib=0.0):
+    """The largest power-of-two micro-batch up to cap (the micro-batch of the
+    spec in path) that `larch plan` says fits in gpu_gib and host_gib (0: no
+    limit; the memory preflight of larchd's 422): 0 when not even 1 does,
+    None when the plan cannot be had."""
+    lim = ["--gpu-mem", f"{gpu_gib:.2f}"] if gpu_gib else []
+    lim += ["--host-mem", f"{host_gib:.2f}"] if host_gib else []
+    p = subprocess.run([str(cli), "plan", str(path), "--json", *lim], capture_output=True,
+                       text=True)
     try:
         plan = json.loads(p.stdout)
     except json.JSONDecodeError:
         print(f"# larch plan failed: {p.stderr.strip()[-300:]}")
         return None
-    most = a.micro_cap if plan.get("fits") else plan.get("largest_micro", 0)
-    micro = 1
-    while micro * 2 <= most:
+    most = cap if plan.get("fits") else plan.get("largest_micro", 0)
+    micro = 1 if most >= 1 else 0
+    while micro and micro * 2 <= most:
         micro *= 2
     return micro
+
+
+def plan_micro(cli, tmp, a, precision, gpu_gib):
+    """plan_largest_micro of this benchmark's spec at a.micro_cap (at least
+    1), or None when the plan cannot be had."""
+    path = tmp / f"plan-{precision}.json"
+    path.write_text(json.dumps(larch_spec(tmp, a, precision, a.micro_cap)))
+    micro = plan_largest_micro(cli, path, a.micro_cap, gpu_gib)
+    return None if micro is None else max(micro, 1)
 
 
 def run_larch(exe, tmp, a, precision, micro, env=None, tag=""):

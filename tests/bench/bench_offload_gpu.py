@@ -50,7 +50,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
-from bench_gpt_gpu import write_tokens  # noqa: E402
+from bench_gpt_gpu import plan_largest_micro, write_tokens  # noqa: E402
 
 # name -> (layers, heads, dim): GPT-2's and GPT-3's table
 SIZES = {
@@ -108,21 +108,8 @@ def sweep_micro(a, tmp, size, offload, gpu_gib, host_gib):
     path.write_text(json.dumps(dict(spec_for(a, tmp, size, offload, a.largest_precision, "int8",
                                              micro=a.sweep_micro_cap),
                                     resources={"gpus_per_node": 1})))
-    cli = pathlib.Path(a.build) / "service" / "larch"
-    lim = ["--gpu-mem", f"{gpu_gib:.2f}"] if gpu_gib else []
-    lim += ["--host-mem", f"{host_gib:.2f}"] if host_gib else []
-    p = subprocess.run([str(cli), "plan", str(path), "--json", *lim], capture_output=True,
-                       text=True)
-    try:
-        plan = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        print(f"# larch plan failed: {p.stderr.strip()[-300:]}")
-        return None
-    most = a.sweep_micro_cap if plan.get("fits") else plan.get("largest_micro", 0)
-    micro = 1 if most >= 1 else 0
-    while micro and micro * 2 <= most:
-        micro *= 2
-    return micro
+    return plan_largest_micro(pathlib.Path(a.build) / "service" / "larch", path,
+                              a.sweep_micro_cap, gpu_gib, host_gib)
 
 
 def host_available_gib():

@@ -308,42 +308,30 @@ void kern_layernorm_bwd_set_cuda(float *dinp, float *dweight, float *dbias, cons
  * the GEMMs read a weight or bias in it from there, as the CUDA version
  * does, so that a copy the model let go stale, or a gap it did not zero,
  * shows as a difference from the CPU model. */
-static struct {
-	const float *w;
-	const uint16_t *w16;
-	long n, pad_at, pad;
-	int dtype;
-} kept;
+static struct kern_w16 kept;
 
 void kern_matmul_cuda_weights16(const float *w, const uint16_t *w16, long n, long pad_at,
                                 long pad, int dtype)
 {
-	kept.w = w16 && n > 0 ? w : NULL;
-	kept.w16 = w16;
-	kept.n = n;
-	kept.pad_at = pad_at;
-	kept.pad = pad;
-	kept.dtype = dtype;
+	kept = (struct kern_w16){ .w = w16 && n > 0 ? w : NULL, .w16 = w16, .n = n,
+		                  .pad_at = pad_at, .pad = pad, .dtype = dtype };
 }
 
 static float *from16(const void *x, long n);
 
 /* x[0..n) as the GEMMs read it (the bias too: its 16-bit value): from the
- * kept copy where it lies there 16-byte aligned (NULL else), decoded into a
- * buffer to free. With a padded ld (zeros > 0) the copy's gap must follow
- * x and hold zeros, which the CUDA GEMM multiplies with the padding. */
+ * kept copy where it lies there as kern_w16_place says (NULL else), decoded
+ * into a buffer to free. With a padded ld (zeros > 0) the copy's gap must
+ * follow x and hold zeros, which the CUDA GEMM multiplies with the
+ * padding. */
 static float *kept_values(const float *x, long n, long zeros)
 {
-	if (!kept.w || !x || kept.dtype != shim_operands || x < kept.w || x >= kept.w + kept.n)
+	long at = kept.dtype == shim_operands && x ? kern_w16_place(&kept, x, n) : -1;
+	if (at < 0)
 		return NULL;
-	long i = x - kept.w;
-	if (i + n > kept.n || (i < kept.pad_at && i + n > kept.pad_at))
-		return NULL;
-	const uint16_t *h = kept.w16 + i + (i >= kept.pad_at ? kept.pad : 0);
-	if ((uintptr_t)h % 16 != 0)
-		return NULL;                   /* converted, as the CUDA version does */
+	const uint16_t *h = kept.w16 + at;
 	if (zeros > 0) {
-		if (i + n != kept.pad_at || zeros > kept.pad) {
+		if (at + n != kept.pad_at || zeros > kept.pad) {
 			fprintf(stderr, "cuda_shim: a padded GEMM's weight is kept without its gap\n");
 			abort();
 		}
