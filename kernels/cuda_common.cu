@@ -203,8 +203,12 @@ extern "C" cublasHandle_t kern_cuda_cublas(void)
 	static void *workspace;
 	if (!handle) {
 		KERN_CUBLAS_CHECK(cublasCreate(&handle));
-		/* plain FP32: no TF32 (it would not meet the FP32 tolerances) */
-		KERN_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+		/* plain FP32: no TF32 (it would not meet the FP32 tolerances);
+		 * a 16-bit output's split-K partial sums kept in fp32, not in
+		 * the output's type (the GEMMs promise sums rounded once) */
+		KERN_CUBLAS_CHECK(cublasSetMathMode(
+			handle, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+			                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
 		KERN_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
 		workspace = kern_cuda_malloc(KERN_CUBLAS_WORKSPACE_BYTES);
 		bound = g_stream;

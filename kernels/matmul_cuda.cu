@@ -34,6 +34,7 @@
 static int g_fused_bias = 1;
 static int g_fused_gelu = 0;
 static long g_fused_gelu_gemms;        /* GEMMs that took GELU into their epilogue */
+static long g_lt_refused;              /* cuBLASLt problems without an algorithm */
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
 {
@@ -52,6 +53,11 @@ extern "C" int kern_matmul_cuda_fused_gelu(int on)
 extern "C" long kern_matmul_cuda_fused_gelu_gemms(void)
 {
 	return g_fused_gelu_gemms;
+}
+
+extern "C" long kern_matmul_cuda_lt_refused(void)
+{
+	return g_lt_refused;
 }
 
 extern "C" int kern_matmul_cuda_operands(int dtype)
@@ -160,14 +166,16 @@ static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
  * N, B [k, n] (ldb), A and B of type ab, fp32 sums; the epilogue epi, with a
  * bias of D's type and (GELU_AUX_BIAS out, DGELU in) an aux matrix of D's
  * type and shape, rows aux_ld apart. Plans are cached by everything the
- * heuristic sees, pointer alignments included. */
+ * heuristic sees, pointer alignments included (the bias's too: the
+ * heuristic reads the alignment of the bias and aux pointers set in the
+ * descriptor, cublasLt.h). */
 struct lt_key {
 	cublasOperation_t ta;
 	int m, n, k, lda, ldb, ldd;
 	cudaDataType ab, dt;
 	cublasLtEpilogue_t epi;
 	long aux_ld;                       /* 0: no aux matrix */
-	unsigned align[5];                 /* A, B, C (= D), D, aux */
+	unsigned align[6];                 /* A, B, C (= D), D, aux, bias; 0: none */
 };
 
 struct lt_plan {
@@ -202,7 +210,7 @@ static void plan_release(struct lt_plan *p)
 	memset(p, 0, sizeof *p);
 }
 
-static struct lt_plan *plan_get(const struct lt_key *key, const void *aux)
+static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, const void *aux)
 {
 	for (int i = 0; i < LT_CACHE; i++) {
 		struct lt_plan *p = &g_plans[i];
@@ -227,8 +235,12 @@ static struct lt_plan *plan_get(const struct lt_key *key, const void *aux)
 	                                                 &tb, sizeof tb));
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
 	                                                 &key->epi, sizeof key->epi));
+	/* the heuristic reads these pointers' alignment, not their data: a
+	 * bias left NULL would read as aligned to anything */
+	if (bias)
+		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+			p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
 	if (key->aux_ld) {
-		/* the heuristic reads the aux pointer's alignment, not its data */
 		int64_t ld = key->aux_ld;
 		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
@@ -254,14 +266,34 @@ static struct lt_plan *plan_get(const struct lt_key *key, const void *aux)
 		uint32_t al = key->align[i];
 		KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &al, sizeof al));
 	}
+	/* split-K partial sums in fp32 (the compute type, or an fp32
+	 * output), never in a 16-bit output's type: sums rounded once, as the
+	 * fallbacks round them */
+	uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+	if (key->dt == CUDA_R_32F)
+		red |= CUBLASLT_REDUCTION_SCHEME_INPLACE;
+	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+		pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
 	cublasLtMatmulHeuristicResult_t res;
 	int found = 0;
 	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->d, p->d,
 	                                                   pref, 1, &res, &found);
 	cublasLtMatmulPreferenceDestroy(pref);
 	p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-	if (p->ok)
+	if (p->ok) {
 		p->algo = res.algo;
+	} else {
+		/* the caller's other path runs; say so once per plan, so that a
+		 * run can tell a refused epilogue from a fused one */
+		g_lt_refused++;
+		fprintf(stderr,
+		        "larch: cuBLASLt: no algorithm (%s, %d found) for epilogue %d, "
+		        "m %d n %d k %d, types %d/%d, alignments %u %u %u %u %u %u: "
+		        "unfused path\n",
+		        cublasGetStatusString(st), found, (int)key->epi, key->m, key->n, key->k,
+		        (int)key->ab, (int)key->dt, key->align[0], key->align[1], key->align[2],
+		        key->align[3], key->align[4], key->align[5]);
+	}
 	return p;
 }
 
@@ -284,10 +316,11 @@ static int lt_gemm(cublasOperation_t ta, int m, int n, int k, const void *a, int
 	key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
 	key.ab = ab, key.dt = dt, key.epi = epi;
 	key.aux_ld = aux ? aux_ld : 0;
-	unsigned al[5] = { ptr_align(a), ptr_align(b), ptr_align(d), ptr_align(d),
-	                   aux ? ptr_align(aux) : 0 };
+	unsigned al[6] = { ptr_align(a),           ptr_align(b),
+	                   ptr_align(d),           ptr_align(d),
+	                   aux ? ptr_align(aux) : 0, bias ? ptr_align(bias) : 0 };
 	memcpy(key.align, al, sizeof al);
-	struct lt_plan *p = plan_get(&key, aux);
+	struct lt_plan *p = plan_get(&key, bias, aux);
 	if (!p->ok)
 		return 0;
 	if (bias)

@@ -135,6 +135,10 @@ int kern_matmul_cuda_fused_gelu(int on);
 /* How many GEMMs have taken GELU into their epilogue so far (those cuBLASLt
  * had an algorithm for), for tests and benchmarks. */
 long kern_matmul_cuda_fused_gelu_gemms(void);
+/* How many cuBLASLt problems (an epilogue, shape, types and pointer
+ * alignments) cuBLASLt has had no algorithm for so far; each took the
+ * unfused path and was named once on stderr. For tests and benchmarks. */
+long kern_matmul_cuda_lt_refused(void);
 
 #ifdef __cplusplus
 }

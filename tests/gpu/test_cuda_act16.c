@@ -527,7 +527,7 @@ static void gelu_fused_case(int n, int c, int oc)
 	float *d_w = dev_copy(w, (long)oc * c), *d_b = dev_copy(b, oc);
 	float *d_w2 = dev_copy(w2, (long)c * oc);
 	float *got_pre[2], *got_out[2], *got_dpre[2], *got_gw[2], *got_gb[2];
-	long before = kern_matmul_cuda_fused_gelu_gemms();
+	long before = kern_matmul_cuda_fused_gelu_gemms(), refused = kern_matmul_cuda_lt_refused();
 	for (int fused = 0; fused < 2; fused++) {
 		int prev = kern_matmul_cuda_fused_gelu(fused);
 		void *pre16 = dev16_alloc((long)n * oc), *out16 = dev16_alloc((long)n * oc);
@@ -551,6 +551,10 @@ static void gelu_fused_case(int n, int c, int oc)
 	       type_name(), n, c, oc, fused_gemms);
 	if (g_bf16 && c == 768)
 		CHECK_MSG(fused_gemms == 2, "bf16 GPT-2 fc: %ld GEMMs fused, want 2", fused_gemms);
+	/* the unfused pass's bias epilogue too: none refused on GPT-2's shape */
+	refused = kern_matmul_cuda_lt_refused() - refused;
+	if (c == 768)
+		CHECK_MSG(refused == 0, "GPT-2 fc: cuBLASLt refused %ld problems", refused);
 	snprintf(what, sizeof what, "fused fc pre n=%d c=%d oc=%d", n, c, oc);
 	check16_within(what, got_pre[1], got_pre[0], (long)n * oc, 2);
 	snprintf(what, sizeof what, "fused fc gelu n=%d c=%d oc=%d", n, c, oc);
