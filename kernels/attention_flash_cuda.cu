@@ -87,19 +87,28 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 }
 
 /* The operands' type for a fused attention call (what names it), once
- * they are known to be 16-bit and, for a non-empty call, the head size 64. */
-static int flash_ops(const char *what, int b, int t, int c, int nh)
+ * they are known to be 16-bit and, for a non-empty call, the head size 64,
+ * the operands (ptrs: their addresses or'ed) 16-byte aligned, as the tiles'
+ * vector loads read them, and batch x heads within a grid's y (65535). */
+static int flash_ops(const char *what, int b, int t, int c, int nh, uintptr_t ptrs)
 {
 	int ops = kern_cuda_act_operands(KERN_ACT_16, what);
-	if (b > 0 && t > 0 && !kern_attention_flash_supported(t, c, nh))
+	if (b <= 0 || t <= 0)
+		return ops;
+	if (!kern_attention_flash_supported(t, c, nh))
 		kern_cuda_fail(__FILE__, __LINE__, what, "head size other than 64");
+	if (ptrs & 15)
+		kern_cuda_fail(__FILE__, __LINE__, what, "an operand not 16-byte aligned");
+	if ((long)b * nh > 65535)
+		kern_cuda_fail(__FILE__, __LINE__, what, "batch x heads over 65535");
 	return ops;
 }
 
 extern "C" void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b,
                                               int t, int c, int nh)
 {
-	int ops = flash_ops("flash attention forward", b, t, c, nh);
+	int ops = flash_ops("flash attention forward", b, t, c, nh,
+	                    (uintptr_t)out | (uintptr_t)qkv);
 	if (b <= 0 || t <= 0)
 		return;
 	if (ops == KERN_MM_BF16)
@@ -112,7 +121,8 @@ extern "C" void kern_attention_flash_bwd_set_cuda(void *dqkv, const void *dout, 
                                                   const void *qkv, const float *lse, int b,
                                                   int t, int c, int nh)
 {
-	int ops = flash_ops("flash attention backward", b, t, c, nh);
+	int ops = flash_ops("flash attention backward", b, t, c, nh,
+	                    (uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)out | (uintptr_t)qkv);
 	if (b <= 0 || t <= 0)
 		return;
 	const uint16_t *d = (const uint16_t *)dout, *o = (const uint16_t *)out;

@@ -314,6 +314,11 @@ void trn_model_weights_changed(struct trn_model *m)
 	m->w_version++;
 }
 
+void trn_model_weights_streamed(struct trn_model *m)
+{
+	m->w_streamed_at = ++m->w_version;
+}
+
 void trn_model_range_changed(struct trn_model *m, long off, long n)
 {
 	if (m->ops->range_changed && n > 0)

@@ -130,6 +130,7 @@ struct trn_model {
 	int resident;
 	float *w_dev, *g_dev;          /* the device copies (GPU models), else NULL */
 	long w_version;                /* bumped by trn_model_weights_changed */
+	long w_streamed_at;            /* the w_version trn_model_weights_streamed made */
 	int w_device_newer;            /* resident: w_dev changed since w was pulled */
 	int g_zeroed;                  /* g is all zeros (trn_model_zero_grad, no backward since) */
 	double peak_flops;             /* the device's peak FLOP/s for the MFU; 0 unknown (CPU) */
@@ -198,9 +199,16 @@ const float *trn_model_grad_of(const struct trn_model *m, int param);
  * each block's from a zeroed window. */
 void trn_model_grads_ready_as_they_are(struct trn_model *m);
 
-/* The trainer changed w (initialised, loaded, updated by the optimizer):
- * a GPU model refreshes its device copy before its next forward. */
+/* The trainer changed w (initialised, loaded, updated by the optimizer,
+ * rolled back): a GPU model refreshes its device copy before its next
+ * forward. */
 void trn_model_weights_changed(struct trn_model *m);
+/* The same for a step's update that followed backward, each tensor of it
+ * announced through trn_model_range_changed as it was written: a GPU model
+ * all of whose w went so since the last change need only wait for those
+ * copies. Any other change of w (trn_model_weights_changed: a rollback of
+ * that very step, say) takes a whole upload again. */
+void trn_model_weights_streamed(struct trn_model *m);
 /* The trainer changed w's floats [off, off + n) and will not write them
  * again before the next forward (an update that follows backward, or the
  * optimizer offload's parameters coming back chunk by chunk): a GPU model

@@ -310,14 +310,20 @@ void trn_cuda_model_range_changed(struct trn_model *base, long off, long n)
 void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
 {
 	long streamed = c->w_streamed;
-	int just_that = c->w_streamed_version + 1 == c->base.w_version;
+	/* w changed once since the copies went, and that change was theirs
+	 * (trn_model_weights_streamed), not a rollback or a load after them */
+	int just_that = c->w_streamed_version + 1 == c->base.w_version &&
+	                c->base.w_streamed_at == c->base.w_version;
 	c->w_streamed = 0;
 	if (c->w_version == c->base.w_version)
 		return;
 	c->w16_fresh = 0;                  /* w_dev changes below */
 	long n = c->base.n_floats;
-	if (streamed == n && just_that) {  /* every tensor on its way: wait for the last */
-		kern_cuda_copy_wait(TRN_CUDA_W_IN_CHANNEL);
+	/* the kernels wait for the copies still on their way into w_dev: the
+	 * last of them when they are all of w, before the upload below
+	 * otherwise (one landing after it would leave what w held before) */
+	kern_cuda_copy_wait(TRN_CUDA_W_IN_CHANNEL);
+	if (streamed == n && just_that) {
 		c->w_version = c->base.w_version;
 		return;
 	}
@@ -605,6 +611,12 @@ void trn_cuda_model_inputs(struct trn_cuda_model *c, const struct trn_batch *b, 
 		kern_cuda_upload(c->tokens_dev, b->tokens, sizeof(int) * (size_t)rows);
 	if (xf)
 		kern_cuda_upload(x_dev, b->x, sizeof(float) * (size_t)xf);
+}
+
+void trn_cuda_model_drain_copies(void)
+{
+	for (int chan = 0; chan < KERN_CUDA_COPY_CHANNELS; chan++)
+		kern_cuda_copy_wait_host(chan);
 }
 
 void trn_cuda_model_release(struct trn_cuda_model *c)

@@ -193,6 +193,11 @@ void trn_cuda_model_pull_weights(struct trn_model *base);
 void trn_cuda_model_publish_master(struct trn_model *base, const float *master);
 void trn_cuda_model_device_weights_changed(struct trn_model *base);
 void trn_cuda_model_device_memory(const struct trn_model *base, struct trn_device_memory *out);
+/* The host waits for every copy channel's last copy: a model's free calls
+ * it before it frees or unpins any host buffer a copy may still read or
+ * write (the final evaluation's activation copies, a streamed step's last
+ * weights). */
+void trn_cuda_model_drain_copies(void);
 /* Frees what trn_cuda_model_init made (and the CPU layout). */
 void trn_cuda_model_release(struct trn_cuda_model *c);
 

@@ -380,6 +380,7 @@ static void gpt_cuda_init_weights(struct trn_model *base, uint64_t seed)
 static void gpt_cuda_free(struct trn_model *base)
 {
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
+	trn_cuda_model_drain_copies();
 	trn_act_offload_release(&g->off);
 	trn_cuda_model_release(&g->c);
 	free(g->blocks);

@@ -222,6 +222,7 @@ static void mlp_cuda_init_weights(struct trn_model *base, uint64_t seed)
 static void mlp_cuda_free(struct trn_model *base)
 {
 	struct mlp_cuda *m = (struct mlp_cuda *)base;
+	trn_cuda_model_drain_copies();
 	trn_act_offload_release(&m->off);
 	trn_cuda_model_release(&m->c);
 	free(m->ready);

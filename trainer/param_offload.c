@@ -149,7 +149,6 @@ const float *trn_param_offload_bwd_begin(struct trn_param_offload *o, int l, flo
 {
 	int s = l % 2;
 	prefetch(o, l);                /* nothing to do when forward left it there */
-	prefetch(o, l - 1);
 	weights_in(o, s);
 	/* the slot's last block (l + 2) went out before block l + 1 ended */
 	wait_copy(o, &o->gcopy[s]);
@@ -163,6 +162,9 @@ const float *trn_param_offload_bwd_begin(struct trn_param_offload *o, int l, flo
 		issue(o, &o->gcopy[s], o->gslot[s], o->g + o->off[l], o->floats[l], &o->g_in, 0);
 		wait_copy(o, &o->gcopy[s]);
 	}
+	/* the next block's weights after this one's gradient sum: the copies
+	 * share a stream, and this block's backward waits for the sum only */
+	prefetch(o, l - 1);
 	*grads = o->gslot[s];
 	return o->wslot[s];
 }

@@ -913,7 +913,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 		/* fp16: an inf or NaN gradient skips the step and lowers the scale */
 		int apply = trn_loss_scale_update(&r->ls, nonfinite);
 		if (apply && r->streamed) {
-			trn_model_weights_changed(m);  /* each tensor updated as it came */
+			trn_model_weights_streamed(m);  /* each tensor updated as it came */
 		} else if (apply) {
 			double clip = s->optimizer.clip_grad_norm;
 			if (clip > 0 && gnorm > clip)

@@ -34,7 +34,9 @@ library only: the GPU machine has no numpy of ours to rely on.
    the activations, bit for bit; offload.params "cpu" (with and without
    recompute), offload.activations "cpu", and all three offloads together
    (one micro-batch a step, no clipping: the update follows backward)
-   within TOL of them; the MLP's offloads likewise.
+   within TOL of them; the MLP's offloads likewise. A watchdog rollback
+   after a step whose update followed backward (the optimizer offload's
+   tensors sent to the device during backward): the CPU's losses after it.
 6. The device memory larch's own buffers held at their peak (what
    kern_cuda_malloc handed out: the model's arena, weights, gradients,
    optimizer state, staging, the GEMM libraries' workspaces) against larch
@@ -103,6 +105,25 @@ def image_set(root, n_train=512, n_val=128, side=16, classes=10):
         write_idx(labs, (n,), labels, False)
         spec[split] = {"images": str(images), "labels": str(labs)}
     return spec
+
+
+def poisoned_set(root, bad_step, n=4096, batch=256, side=12, classes=10):
+    """An easy image set read in order whose batch of step bad_step (1-based)
+    has every label moved by 5: a loss spike for the watchdog
+    (tests/integration/test_watchdog.py's, without numpy)."""
+    rnd = random.Random(3)
+    means = [[rnd.uniform(40, 215) for _ in range(side * side)] for _ in range(classes)]
+    labels = [rnd.randrange(classes) for _ in range(n)]
+    pixels = bytearray()
+    for lab in labels:
+        pixels += bytes(max(0, min(255, int(v + rnd.gauss(0, 20)))) for v in means[lab])
+    for i in range((bad_step - 1) * batch, bad_step * batch):
+        labels[i] = (labels[i] + 5) % classes
+    images, labs = root / "poisoned-images.idx", root / "poisoned-labels.idx"
+    write_idx(images, (n, side, side), pixels, False)
+    write_idx(labs, (n,), labels, False)
+    return {"format": "idx", "train": {"images": str(images), "labels": str(labs)},
+            "val_fraction": 0.0, "shuffle": False}
 
 
 def write_corpus(tmp):
@@ -351,6 +372,22 @@ def main():
                 worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in a if s in b), default=1)
                 c.check(a.keys() == b.keys() and worst <= TOL,
                         f"{name}: losses within {TOL:g} of the plain run's (largest {worst:.2e})")
+
+        # a watchdog rollback after a step whose update followed backward:
+        # that step sent each updated tensor to the device during its
+        # backward, so the restored weights must reach the device again
+        # before the next forward (not only the step's last copy be waited
+        # for); the GPU run within TOL of the CPU's after the rollback too
+        spike = {"name": "spike", "model": {"type": "mlp", "hidden": [32, 24]},
+                 "data": poisoned_set(tmp, bad_step=12), "batch": {"global": 256},
+                 "optimizer": {"type": "adamw", "lr": 0.01}, "offload": {"optimizer": "cpu"},
+                 "steps": 15, "log_every": 1, "checkpoint_every": 10, "seed": 1,
+                 "watchdog": {"max_rollbacks": 2, "spike_factor": 3, "window": 5}}
+        job = compare(c, exe, tmp, "mlp-rollback-streamed", spike,
+                      expect=("rolled back to step 10", "the update follows backward"))
+        if job:
+            c.check(max(metrics(job, "train/loss")) == 15,
+                    "mlp-rollback-streamed: the run went on to step 15 after the rollback")
 
         # the device memory against the plan, at a size where the model's
         # buffers, not the workspaces, are most of it
