@@ -12,8 +12,10 @@
  * backend's NCCL) over the host one: the same calls on device memory,
  * ordered after the work enqueued on the kernels' stream, and that stream's
  * later work ordered after them (a wait completes a request there, not on
- * the host). Host memory given to it is staged through device memory, so
- * every caller of the interface works unchanged.
+ * the host). Host memory given to it goes over the host communicator
+ * instead, not ordered against the kernels' stream: the caller fills it
+ * with copies it has waited for (kern_cuda_download), so every caller of
+ * the interface works unchanged.
  *
  * Failure: a collective that fails returns -1 with err; the caller stops
  * the run, and trn_comm_abort ends every rank (MPI_Abort), so that no rank

@@ -53,30 +53,32 @@ static struct nccl_comm *nccl_of(struct trn_comm *c)
 	return (struct nccl_comm *)c;
 }
 
-static int nccl_fail(struct nccl_comm *c, const char *what, ncclResult_t r, struct trn_err *err)
+static int nccl_fail(struct nccl_comm *c, const char *file, int line, const char *what,
+                     ncclResult_t r, struct trn_err *err)
 {
 	const char *last = c && c->nc ? ncclGetLastError(c->nc) : NULL;
-	return trn_err_set(err, "NCCL: %s: %s%s%s", what, ncclGetErrorString(r),
-	                   last && *last ? ": " : "", last ? last : "");
+	return trn_err_set(err, "NCCL: %s:%d: %s: %s%s%s", file, line, what,
+	                   ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
 }
 
-static int cuda_fail(const char *what, cudaError_t e, struct trn_err *err)
+static int cuda_fail(const char *file, int line, const char *what, cudaError_t e,
+                     struct trn_err *err)
 {
-	return trn_err_set(err, "NCCL: %s: %s", what, cudaGetErrorString(e));
+	return trn_err_set(err, "NCCL: %s:%d: %s: %s", file, line, what, cudaGetErrorString(e));
 }
 
 #define NCCL_TRY(c, call)                                                               \
 	do {                                                                            \
 		ncclResult_t nccl_r_ = (call);                                          \
 		if (nccl_r_ != ncclSuccess)                                             \
-			return nccl_fail((c), #call, nccl_r_, err);                     \
+			return nccl_fail((c), __FILE__, __LINE__, #call, nccl_r_, err); \
 	} while (0)
 
 #define CUDA_TRY(call)                                                                  \
 	do {                                                                            \
 		cudaError_t cuda_e_ = (call);                                           \
 		if (cuda_e_ != cudaSuccess)                                             \
-			return cuda_fail(#call, cuda_e_, err);                          \
+			return cuda_fail(__FILE__, __LINE__, #call, cuda_e_, err);      \
 	} while (0)
 
 /* Whether p is device memory (host memory, pinned or not, is not). */
@@ -145,7 +147,7 @@ static int request(struct nccl_comm *c, struct trn_comm_req **req, struct trn_er
 		e = cudaEventRecord(r->done, c->stream);
 	if (e != cudaSuccess) {
 		free(r);
-		return cuda_fail("a request's event", e, err);
+		return cuda_fail(__FILE__, __LINE__, "a request's event", e, err);
 	}
 	*req = r;
 	return 0;
@@ -199,9 +201,9 @@ static int nccl_ireduce_scatter_f32(struct trn_comm *cc, const float *send, floa
 		}
 		ncclResult_t ge = ncclGroupEnd();
 		if (rc != ncclSuccess)
-			return nccl_fail(c, "ncclReduce", rc, err);
+			return nccl_fail(c, __FILE__, __LINE__, "ncclReduce", rc, err);
 		if (ge != ncclSuccess)
-			return nccl_fail(c, "ncclGroupEnd", ge, err);
+			return nccl_fail(c, __FILE__, __LINE__, "ncclGroupEnd", ge, err);
 	}
 	return request(c, req, err);
 }
@@ -222,9 +224,9 @@ static int nccl_allgather_f32(struct trn_comm *cc, float *buf, const long *count
 			                   ncclFloat32, r, c->nc, c->stream);
 	ncclResult_t ge = ncclGroupEnd();
 	if (rc != ncclSuccess)
-		return nccl_fail(c, "ncclBroadcast", rc, err);
+		return nccl_fail(c, __FILE__, __LINE__, "ncclBroadcast", rc, err);
 	if (ge != ncclSuccess)
-		return nccl_fail(c, "ncclGroupEnd", ge, err);
+		return nccl_fail(c, __FILE__, __LINE__, "ncclGroupEnd", ge, err);
 	return end(c, err);
 }
 
@@ -253,9 +255,9 @@ static int nccl_gather_f32(struct trn_comm *cc, const float *send, float *recv,
 	}
 	ncclResult_t ge = ncclGroupEnd();
 	if (rc != ncclSuccess)
-		return nccl_fail(c, "ncclSend/ncclRecv", rc, err);
+		return nccl_fail(c, __FILE__, __LINE__, "ncclSend/ncclRecv", rc, err);
 	if (ge != ncclSuccess)
-		return nccl_fail(c, "ncclGroupEnd", ge, err);
+		return nccl_fail(c, __FILE__, __LINE__, "ncclGroupEnd", ge, err);
 	if (cc->rank == root && recv + displs[root] != send && counts[root] > 0)
 		CUDA_TRY(cudaMemcpyAsync(recv + displs[root], send, sizeof(float) * (size_t)counts[root],
 		                         cudaMemcpyDeviceToDevice, c->stream));
@@ -271,7 +273,7 @@ static int nccl_wait(struct trn_comm *cc, struct trn_comm_req *req, struct trn_e
 	cudaEventDestroy(req->done);
 	free(req);
 	if (e != cudaSuccess)
-		return cuda_fail("cudaStreamWaitEvent", e, err);
+		return cuda_fail(__FILE__, __LINE__, "cudaStreamWaitEvent", e, err);
 	return 0;
 }
 
