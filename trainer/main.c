@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "plan.h"
 #include "spec.h"
 #include "train.h"
 
@@ -18,6 +19,7 @@ static void usage(FILE *out)
 	fputs("usage: larch-train --spec FILE [--job-dir DIR] [--resume] [--threads N] [--quiet]\n"
 	      "                   [--device cpu|cuda]\n"
 	      "       larch-train --check FILE\n"
+	      "       larch-train --plan FILE [--gpu-mem GIB] [--host-mem GIB]\n"
 	      "\n"
 	      "Trains the job spec FILE (see docs/spec.md) on the CPU or a CUDA GPU.\n"
 	      "\n"
@@ -33,6 +35,10 @@ static void usage(FILE *out)
 	      "                  modulo the GPUs); default cuda when the spec asks for GPUs\n"
 	      "                  (resources.gpus_per_node > 0), else cpu\n"
 	      "  --check FILE    validate FILE, print the effective spec with defaults, exit\n"
+	      "  --plan FILE     print FILE's memory plan as JSON (larch plan --json's, for\n"
+	      "                  machines without the larch CLI); with --gpu-mem and/or\n"
+	      "                  --host-mem (GiB per GPU, per node) also whether it fits and\n"
+	      "                  the largest micro-batch that does; exit 0 when it fits, 1 not\n"
 	      "  --list-devices  print the CUDA GPUs --device cuda would use (exit 0 with at\n"
 	      "                  least one, 1 with none)\n"
 	      "  --version, --help\n"
@@ -82,6 +88,48 @@ static int check_spec(const char *path)
 	return TRN_EXIT_OK;
 }
 
+/* --plan: the memory plan of the spec at path, within the limits (GiB). */
+static int plan_spec(const char *path, double host_gib, double gpu_gib)
+{
+	struct trn_spec spec;
+	struct trn_err err = { 0 };
+	if (trn_spec_from_file(&spec, path, &err) != 0) {
+		fprintf(stderr, "larch-train: %s\n", err.text);
+		return TRN_EXIT_USAGE;
+	}
+	const double gib = 1024.0 * 1024.0 * 1024.0;
+	struct trn_plan p;
+	int rc = TRN_EXIT_USAGE, fits = 0;
+	json_t *j = NULL;
+	if (trn_plan_make(&p, &spec, 0, &err) == 0)
+		j = trn_plan_json_within(&p, &spec, host_gib * gib, gpu_gib * gib, &fits, &err);
+	if (j) {
+		char *text = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+		if (text)
+			puts(text);
+		free(text);
+		json_decref(j);
+		rc = fits ? TRN_EXIT_OK : TRN_EXIT_FAILED;
+	} else {
+		fprintf(stderr, "larch-train: %s: %s\n", path, err.text);
+	}
+	trn_spec_release(&spec);
+	return rc;
+}
+
+/* A memory limit in GiB (--gpu-mem, --host-mem): > 0; -1 when not. */
+static double parse_gib(const char *opt, const char *text)
+{
+	char *end;
+	double v = strtod(text, &end);
+	if (end == text || *end || !(v > 0 && v <= 1e6)) {
+		fprintf(stderr, "larch-train: %s: must be a number of GiB in (0, 1e6] (got \"%s\")\n",
+		        opt, text);
+		return -1;
+	}
+	return v;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -91,13 +139,17 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "check", required_argument, NULL, 'c' },
+		{ "plan", required_argument, NULL, 'P' },
+		{ "gpu-mem", required_argument, NULL, 'G' },
+		{ "host-mem", required_argument, NULL, 'H' },
 		{ "device", required_argument, NULL, 'D' },
 		{ "list-devices", no_argument, NULL, 'L' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *spec_path = NULL, *check_path = NULL;
+	const char *spec_path = NULL, *check_path = NULL, *plan_path = NULL;
+	double gpu_gib = 0, host_gib = 0;
 	struct trn_train_opts opts = { .resume = TRN_RESUME_AUTO };
 	int c;
 	while ((c = getopt_long(argc, argv, "s:d:rt:qc:Vh", longopts, NULL)) != -1) {
@@ -107,6 +159,15 @@ int main(int argc, char **argv)
 		case 'r': opts.resume = TRN_RESUME_REQUIRE; break;
 		case 'q': opts.quiet = 1; break;
 		case 'c': check_path = optarg; break;
+		case 'P': plan_path = optarg; break;
+		case 'G':
+		case 'H': {
+			double v = parse_gib(c == 'G' ? "--gpu-mem" : "--host-mem", optarg);
+			if (v < 0)
+				return TRN_EXIT_USAGE;
+			*(c == 'G' ? &gpu_gib : &host_gib) = v;
+			break;
+		}
 		case 'L': return trn_model_cuda_list(stdout) > 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
 		case 'D':
 			if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
@@ -139,6 +200,12 @@ int main(int argc, char **argv)
 	}
 	if (check_path)
 		return check_spec(check_path);
+	if (plan_path)
+		return plan_spec(plan_path, host_gib, gpu_gib);
+	if (gpu_gib > 0 || host_gib > 0) {
+		fprintf(stderr, "larch-train: --gpu-mem and --host-mem go with --plan\n");
+		return TRN_EXIT_USAGE;
+	}
 	if (!spec_path) {
 		fprintf(stderr, "larch-train: --spec FILE is required\n");
 		usage(stderr);

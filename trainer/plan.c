@@ -323,7 +323,7 @@ int trn_plan_make(struct trn_plan *p, const struct trn_spec *spec, long micro,
 	return plan_with(p, spec, &ds, micro, err);
 }
 
-static int fits(const struct trn_plan *p, double host_limit, double device_limit)
+int trn_plan_fits(const struct trn_plan *p, double host_limit, double device_limit)
 {
 	return (host_limit <= 0 || p->host_bytes * p->ranks_per_node <= host_limit) &&
 	       (device_limit <= 0 || p->device_bytes <= device_limit);
@@ -347,7 +347,7 @@ long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double d
 		}
 		if (rc != 0)
 			return -1;
-		if (fits(&p, host_limit, device_limit))
+		if (trn_plan_fits(&p, host_limit, device_limit))
 			lo = mid;
 		else
 			hi = mid - 1;
@@ -394,6 +394,28 @@ json_t *trn_plan_json(const struct trn_plan *p)
 	                 "host_bytes_per_rank", (json_int_t)p->host_bytes,
 	                 "host_bytes_per_node", (json_int_t)(p->host_bytes * p->ranks_per_node),
 	                 "device_bytes_per_gpu", (json_int_t)p->device_bytes);
+}
+
+json_t *trn_plan_json_within(const struct trn_plan *p, const struct trn_spec *spec,
+                             double host_limit, double device_limit, int *fits,
+                             struct trn_err *err)
+{
+	*fits = trn_plan_fits(p, host_limit, device_limit);
+	json_t *j = trn_plan_json(p);
+	if (!j) {
+		trn_err_set(err, "out of memory");
+		return NULL;
+	}
+	if (host_limit <= 0 && device_limit <= 0)
+		return j;
+	long best = *fits ? p->micro : trn_plan_max_micro(spec, host_limit, device_limit, err);
+	if (best < 0) {
+		json_decref(j);
+		return NULL;
+	}
+	json_object_set_new(j, "fits", json_boolean(*fits));
+	json_object_set_new(j, "largest_micro", json_integer(best));
+	return j;
 }
 
 double trn_plan_peak_rss(void)

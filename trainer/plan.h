@@ -124,9 +124,22 @@ const char *trn_plan_item_name(enum trn_plan_item item);
 /* The table, one line per item that is not 0, and the totals. */
 void trn_plan_print(FILE *f, const struct trn_plan *p);
 
+/* Whether p has host bytes per node <= host_limit and device bytes <=
+ * device_limit (a limit 0: none). */
+int trn_plan_fits(const struct trn_plan *p, double host_limit, double device_limit);
+
 /* {"ranks", "micro", "params", "items": {name: bytes}, "host_bytes_per_rank",
  * "host_bytes_per_node", "device_bytes_per_gpu"}; NULL when out of memory. */
 json_t *trn_plan_json(const struct trn_plan *p);
+
+/* spec's plan p against limits, as larch plan --json and larch-train --plan
+ * print it: trn_plan_json's object, and with a limit (not 0) "fits" and
+ * "largest_micro" (the spec's micro-batch when it fits, else
+ * trn_plan_max_micro's: 0 when not even 1 fits). *fits: whether it fits.
+ * NULL with err when out of memory or planning failed. */
+json_t *trn_plan_json_within(const struct trn_plan *p, const struct trn_spec *spec,
+                             double host_limit, double device_limit, int *fits,
+                             struct trn_err *err);
 
 /* The peak resident memory of this process so far (VmHWM), in bytes; 0 when
  * it cannot be read. */

@@ -57,20 +57,18 @@ int cli_cmd_plan(struct cli *cli, int argc, char **argv)
 			rc = CLI_REFUSED;
 		goto out;
 	}
-	int fits = (host <= 0 || p.host_bytes * p.ranks_per_node <= host * GIB) &&
-	           (gpu <= 0 || p.device_bytes <= gpu * GIB);
-	long best = fits ? p.micro : trn_plan_max_micro(&spec, host * GIB, gpu * GIB, &err);
+	int fits;
+	json_t *j = trn_plan_json_within(&p, &spec, host * GIB, gpu * GIB, &fits, &err);
+	if (!j) {
+		fprintf(stderr, "larch: %s: %s\n", shown, err.text);
+		goto out;
+	}
+	long best = json_integer_value(json_object_get(j, "largest_micro"));
 	if (cli->json) {
-		json_t *j = trn_plan_json(&p);
-		if (j && (host > 0 || gpu > 0)) {
-			json_object_set_new(j, "fits", json_boolean(fits));
-			json_object_set_new(j, "largest_micro", json_integer(best));
-		}
-		char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+		char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
 		if (s)
 			puts(s);
 		free(s);
-		json_decref(j);
 	} else {
 		trn_plan_print(stdout, &p);
 		if (host > 0 || gpu > 0) {
@@ -83,6 +81,7 @@ int cli_cmd_plan(struct cli *cli, int argc, char **argv)
 				printf("does not fit, not even at micro-batch 1\n");
 		}
 	}
+	json_decref(j);
 	rc = fits ? CLI_OK : CLI_REFUSED;
 out:
 	trn_spec_release(&spec);

@@ -43,6 +43,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import statistics
 import struct
 import subprocess
@@ -81,22 +82,25 @@ def larch_spec(tmp, a, precision, micro, tag=""):
             "optimizer": {"type": "adamw", "lr": 6e-4, "betas": [0.9, 0.95],
                           "weight_decay": 0.1},
             "steps": a.steps, "log_every": a.log_every, "seed": 1,
-            "resources": {"gpus_per_node": 1}}
+            "resources": {"gpus_per_node": 1}, "checkpoint_at_end": False}
 
 
-def plan_largest_micro(cli, path, cap, gpu_gib=0.0, host_gib=0.0):
+def plan_largest_micro(exe, path, cap, gpu_gib=0.0, host_gib=0.0):
     """The largest power-of-two micro-batch up to cap (the micro-batch of the
-    spec in path) that `larch plan` says fits in gpu_gib and host_gib (0: no
-    limit; the memory preflight of larchd's 422): 0 when not even 1 does,
-    None when the plan cannot be had."""
+    spec in path) that the memory plan (`larch-train --plan`, the planner of
+    `larch plan` and of larchd's 422, built where the larch CLI is not: a GPU
+    machine without the service's libraries) says fits in gpu_gib and
+    host_gib (0: no limit): 0 when not even 1 does, None when the plan
+    cannot be had."""
     lim = ["--gpu-mem", f"{gpu_gib:.2f}"] if gpu_gib else []
     lim += ["--host-mem", f"{host_gib:.2f}"] if host_gib else []
-    p = subprocess.run([str(cli), "plan", str(path), "--json", *lim], capture_output=True,
-                       text=True)
     try:
+        p = subprocess.run([str(exe), "--plan", str(path), *lim], capture_output=True,
+                           text=True, timeout=120)
         plan = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        print(f"# larch plan failed: {p.stderr.strip()[-300:]}")
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+        err = p.stderr.strip()[-300:] if isinstance(e, json.JSONDecodeError) else e
+        print(f"# the memory plan failed: {err}")
         return None
     most = cap if plan.get("fits") else plan.get("largest_micro", 0)
     micro = 1 if most >= 1 else 0
@@ -105,12 +109,12 @@ def plan_largest_micro(cli, path, cap, gpu_gib=0.0, host_gib=0.0):
     return micro
 
 
-def plan_micro(cli, tmp, a, precision, gpu_gib):
+def plan_micro(exe, tmp, a, precision, gpu_gib):
     """plan_largest_micro of this benchmark's spec at a.micro_cap (at least
     1), or None when the plan cannot be had."""
     path = tmp / f"plan-{precision}.json"
     path.write_text(json.dumps(larch_spec(tmp, a, precision, a.micro_cap)))
-    micro = plan_largest_micro(cli, path, a.micro_cap, gpu_gib)
+    micro = plan_largest_micro(exe, path, a.micro_cap, gpu_gib)
     return None if micro is None else max(micro, 1)
 
 
@@ -267,55 +271,116 @@ def main():
         most = int(a.micro) if a.micro != "auto" else a.micro_cap
         write_tokens(tmp / "train.bin", max(most * a.seq * 4, 1 << 20), a.vocab, 1)
         write_tokens(tmp / "val.bin", a.seq * 2 + 1, a.vocab, 2)
-        cli = exe.parent.parent / "service" / "larch"
         for prec in ("fp32", "bf16"):
             if prec not in micro:
-                found = plan_micro(cli, tmp, a, prec, 0.8 * float(m.group(1))) if m else None
+                found = plan_micro(exe, tmp, a, prec, 0.8 * float(m.group(1))) if m else None
                 micro[prec] = found or 8
                 print(f"# micro-batch {prec}: {micro[prec]}"
                       + (" (larch plan)" if found else " (no plan: the default)"))
         flash, gelu = {"LARCH_CUDA_ATTENTION": "flash"}, {"LARCH_CUDA_GELU": "fused"}
-        for prec, env, tag in (("fp32", None, ""), ("bf16", None, ""),
-                               ("bf16", flash, "-flash"), ("bf16", gelu, "-gelu"),
-                               ("bf16", {**flash, **gelu}, "-flash-gelu"),
-                               ("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")):
+        torch_ns = {}
+
+        def add_row(run, prec, tps, peak, b):
+            rows.append((run, prec, tps, peak, b))
+            print(f"# row: {run}, {prec}, micro-batch {b}: {tps:.0f} tokens/s, "
+                  f"MFU {fpt * tps / peak:.1%}")
+
+        def larch_row(prec, env=None, tag=""):
             r = run_larch(exe, tmp, a, prec, micro[prec], env, tag)
             if "error" in r:
                 print(f"larch-train {prec}{tag} failed: {r['error']}")
-                continue
+                return
             print(f"# larch-train {prec}{tag} {r['device']}\n"
                   f"# larch-train {prec}{tag} {r['done']}")
-            rows.append(("larch-train" + (f" ({tag[1:]})" if tag else ""), prec, r["tokens_s"],
-                         fp32_peak if prec == "fp32" else bf16_peak(line), r["micro"]))
-    name = line
-    if not a.no_torch:
+            add_row("larch-train" + (f" ({tag[1:]})" if tag else ""), prec, r["tokens_s"],
+                    fp32_peak if prec == "fp32" else bf16_peak(line), r["micro"])
+
+        def torch_row(bf16):
+            if a.no_torch or "failed" in torch_ns:
+                return
+            try:
+                import torch
+                if "bench" not in torch_ns:
+                    exec(TORCH_GPT, torch_ns)
+                r = torch_bench(torch, torch_ns, a, micro["bf16" if bf16 else "fp32"], bf16)
+                name = torch.cuda.get_device_name(0)
+                add_row(f"PyTorch {torch.__version__}" + (" compile" if bf16 else ""),
+                        "bf16" if bf16 else "fp32", r[0], bf16_peak(name) if bf16 else fp32_peak,
+                        r[1])
+            except Exception as e:  # noqa: BLE001 - the baseline is optional: say why it is missing
+                print(f"# PyTorch {'bf16' if bf16 else 'fp32'} baseline unavailable: "
+                      f"{type(e).__name__}: {e}")
+                if isinstance(e, ImportError):
+                    torch_ns["failed"] = True
+
+        def gemm_bound():
+            if a.no_torch or "failed" in torch_ns:
+                return
+            try:
+                import torch
+                if "gemms" not in torch_ns:
+                    exec(TORCH_GPT, torch_ns)
+                for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+                    g = torch_ns["gemms"](micro["bf16"], a.seq, a.dim, a.vocab, dtype)
+                    print(f"# cuBLAS GEMMs ({label}, torch.matmul): " + ", ".join(
+                        f"{n} {m}x{k}x{nn} {f / 1e12:.1f} TFLOP/s" for n, m, k, nn, f in g))
+            except Exception as e:  # noqa: BLE001
+                print(f"# cuBLAS GEMM bound unavailable: {type(e).__name__}: {e}")
+
+        # in the order of what each row is worth, so that a run its time
+        # limit cuts short still has the issue's figures: larch fp32 and bf16
+        # beside PyTorch bf16 first, then the rows that decide the defaults
+        jobs = [lambda: larch_row("fp32"), lambda: larch_row("bf16"),
+                lambda: torch_row(True), lambda: larch_row("bf16", flash, "-flash"),
+                lambda: larch_row("bf16", gelu, "-gelu"),
+                lambda: larch_row("bf16", {**flash, **gelu}, "-flash-gelu"),
+                lambda: torch_row(False), gemm_bound,
+                lambda: larch_row("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")]
+        signal.signal(signal.SIGTERM, stop)
         try:
-            import torch
-            ns = {}
-            exec(TORCH_GPT, ns)
-            name = torch.cuda.get_device_name(0)
-            for bf16 in (False, True):
-                b = micro["bf16" if bf16 else "fp32"]
-                while True:                # larch's micro-batch, halved until it fits
-                    try:
-                        tps, loss = ns["bench"](a.layers, a.heads, a.dim, a.seq, a.vocab, b,
-                                                max(a.steps, 12), bf16)
-                        break
-                    except torch.cuda.OutOfMemoryError:
-                        torch.cuda.empty_cache()
-                        if b == 1:
-                            raise
-                        b //= 2
-                rows.append((f"PyTorch {torch.__version__}" + (" compile" if bf16 else ""),
-                             "bf16" if bf16 else "fp32", tps,
-                             bf16_peak(name) if bf16 else fp32_peak, b))
+            for job in jobs:
+                job()
+        except Stopped:
+            print("# stopped (SIGTERM: the time limit); the rows so far:")
+        finally:
+            table(rows, fpt)
+    return 0
+
+
+def torch_bench(torch, ns, a, b, bf16):
+    """PyTorch's tokens/s at micro-batch b, halved until it fits: (tokens/s,
+    the micro-batch that ran)."""
+    import gc
+    while True:
+        oom = False
+        try:
+            tps, _ = ns["bench"](a.layers, a.heads, a.dim, a.seq, a.vocab, b, max(a.steps, 12),
+                                 bf16)
+            return tps, b
+        except Exception as e:  # noqa: BLE001 - out of memory, in whichever form it comes
+            if b == 1 or "out of memory" not in f"{type(e).__name__} {e}".lower():
+                raise
+            oom = True
+        finally:
+            # after the except block: its traceback held the failed try's
+            # model, optimizer and activations
+            if oom:
+                gc.collect()
+                torch._dynamo.reset()
                 torch.cuda.empty_cache()
-            for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-                g = ns["gemms"](micro["bf16"], a.seq, a.dim, a.vocab, dtype)
-                print(f"# cuBLAS GEMMs ({label}, torch.matmul): " + ", ".join(
-                    f"{n} {m}x{k}x{nn} {f / 1e12:.1f} TFLOP/s" for n, m, k, nn, f in g))
-        except Exception as e:  # noqa: BLE001 - the baseline is optional, say why it is missing
-            print(f"# PyTorch baseline unavailable: {type(e).__name__}: {e}")
+        b //= 2
+        print(f"# PyTorch {'bf16' if bf16 else 'fp32'}: out of memory, micro-batch {b} next")
+
+
+class Stopped(BaseException):
+    """SIGTERM (run.sh's time limit): past every `except Exception`."""
+
+
+def stop(_sig, _frame):
+    raise Stopped()
+
+
+def table(rows, fpt):
     base = next((r[2] for r in rows if r[0].startswith("PyTorch") and r[1] == "bf16"), None)
     f32 = next((r[2] for r in rows if r[0] == "larch-train" and r[1] == "fp32"), None)
     print(f"{'run':28s} {'precision':>9s} {'micro':>5s} {'tokens/s':>10s} {'MFU':>7s} "
@@ -325,7 +390,6 @@ def main():
         ratio = f"{tps / base:.2f}x" if base else "-"
         own = f"{tps / f32:.2f}x" if f32 and run.startswith("larch-train") else "-"
         print(f"{run:28s} {prec:>9s} {b:5d} {tps:10.0f} {mfu:7.1%} {ratio:>16s} {own:>14s}")
-    return 0
 
 
 if __name__ == "__main__":

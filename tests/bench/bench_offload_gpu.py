@@ -90,7 +90,9 @@ def run(a, exe, tmp, size, offload, **how):
     wall = time.time() - t0
     if p.returncode != 0:
         tail = (p.stderr.strip() or p.stdout.strip())[-300:]
-        return {"error": f"exit {p.returncode}: {tail}"}
+        how = (f"killed by signal {-p.returncode} (the host's OOM killer?)" if p.returncode < 0
+               else f"exit {p.returncode}")
+        return {"error": f"{how}: {tail}"}
     rates = [m["value"] for m in map(json.loads, (job / "metrics.jsonl").read_text()
                                      .splitlines()) if m["name"] == "train/tokens_per_s"]
     mem = " ".join(l for l in p.stdout.splitlines()
@@ -108,7 +110,7 @@ def sweep_micro(a, tmp, size, offload, gpu_gib, host_gib):
     path.write_text(json.dumps(dict(spec_for(a, tmp, size, offload, a.largest_precision, "int8",
                                              micro=a.sweep_micro_cap),
                                     resources={"gpus_per_node": 1})))
-    return plan_largest_micro(pathlib.Path(a.build) / "service" / "larch", path,
+    return plan_largest_micro(pathlib.Path(a.build) / "trainer" / "larch-train", path,
                               a.sweep_micro_cap, gpu_gib, host_gib)
 
 
@@ -162,8 +164,18 @@ def sweep_part(a, exe, tmp, devices):
                   f"{' and '.join(room)}")
             break
         micro = micro or a.micro
-        r = run(a, exe, tmp, size, off, precision=a.largest_precision, state="int8",
-                micro=micro)
+        while True:
+            r = run(a, exe, tmp, size, off, precision=a.largest_precision, state="int8",
+                    micro=micro)
+            # the plan leaves out the CUDA context and the libraries' own
+            # memory: a device that ran out at the planned micro-batch may
+            # still train the size at half of it
+            oom = any(t in r.get("error", "") for t in ("out of memory",
+                                                         "of GPU memory at micro-batch"))
+            if not oom or micro == 1:
+                break
+            print(f"{size}: micro-batch {micro}: out of memory, {micro // 2} next")
+            micro //= 2
         if "error" in r:
             print(f"{size}: optimizer + params offload, micro-batch {micro}: {r['error']}")
             break

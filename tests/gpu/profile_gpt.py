@@ -46,7 +46,7 @@ def spec_for(a, tmp):
             "batch": {"global": a.micro, "micro": a.micro},
             "optimizer": {"type": "adamw", "lr": 6e-4, "betas": [0.9, 0.95],
                           "weight_decay": 0.1},
-            "steps": a.steps, "log_every": 1, "seed": 1}
+            "steps": a.steps, "log_every": 1, "seed": 1, "checkpoint_at_end": False}
 
 
 def short(name):

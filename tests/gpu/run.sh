@@ -20,7 +20,12 @@
 #   LARCH_GPU_REUSE=1         keep the build directory and build on it (a second
 #                             call on a warm machine: seconds instead of minutes)
 #   LARCH_GPU_TESTS=0         skip the GPU tests (ctest -L gpu), e.g. for a call
-#                             that only runs a benchmark
+#                             that only runs a benchmark; LARCH_GPU_TESTS_S=N
+#                             their time limit (default 300)
+#   LARCH_GPU_ONLY="offload gpt"  run only these steps (tests gpt bench racecheck
+#                             offload profile memcheck unit), whatever the
+#                             switches below say: a second call on a warm
+#                             machine names what it is for
 #   LARCH_GPU_NO_GPU=1        for trying the script on a machine without a
 #                             GPU: the GPU tests then skip instead of failing
 #   LARCH_GPU_CARRIED_PKGCONFIG=1   use the carried pkgconf even when the
@@ -64,6 +69,7 @@ prefix=$root/.deps/prefix
 debs=$root/.deps/debs
 logs=$build/logs
 no_gpu=${LARCH_GPU_NO_GPU:-0}
+no_nccl=0
 jobs=$(nproc)
 start=$(date +%s)
 failed=()
@@ -103,17 +109,27 @@ publish() {
 
 # step NAME...: a step begins; what the last one wrote goes out first
 step() {
+	current=$*
 	summary >"$logs/summary.txt"
 	publish
-	current=$*
 	printf '\n== %s (%ds)\n' "$*" $(($(date +%s) - start))
 }
 
+# on NAME VAR DEFAULT: whether step NAME runs: named in LARCH_GPU_ONLY when
+# that is set, else when VAR (default DEFAULT) is not 0
+on() {
+	if [ -n "${LARCH_GPU_ONLY:-}" ]; then
+		case " $LARCH_GPU_ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac
+	fi
+	[ "${!2:-$3}" != 0 ]
+}
+
 # budget SECONDS NAME: sets lim to SECONDS, or to what the deadline leaves
-# if less; returns 1 (NAME is left out, and named in the summary) when
-# under 20 s are left
+# if less (cut=1 then); returns 1 (NAME is left out, and named in the
+# summary) when under 20 s are left
 budget() {
 	lim=$1
+	cut=0
 	[ -n "$deadline" ] || return 0
 	local left=$((deadline - $(date +%s)))
 	if [ "$left" -lt 20 ]; then
@@ -121,21 +137,26 @@ budget() {
 		echo "== $2: left out ($left s left of LARCH_GPU_DEADLINE_S)"
 		return 1
 	fi
-	[ "$left" -ge "$lim" ] || lim=$left
+	[ "$left" -ge "$lim" ] || { lim=$left; cut=1; }
 }
 
-# logged LIMIT LOG NAME OK CMD...: runs CMD for at most LIMIT seconds, its
-# output shown and kept in LOG; an exit status not among OK (a list such as
-# "0 77") is recorded as a failure of NAME
+# logged LIMIT LOG NAME OK CMD...: runs CMD for at most LIMIT seconds (then
+# SIGTERM, and SIGKILL 10 s later: larch-train takes SIGTERM as "checkpoint
+# and stop" and would outlive its script), its output shown and kept in
+# LOG; an exit status not among OK (a list such as "0 77") is recorded as a
+# failure of NAME, unless the deadline cut LIMIT (budget's cut) and the
+# step ran into it: then NAME is named as cut for time
 logged() {
 	local limit=$1 log=$2 name=$3 ok=$4 rc
 	shift 4
 	set +e
-	timeout "$limit" "$@" 2>&1 | tee "$log"
+	timeout -k 10 "$limit" "$@" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	set -e
 	case " $ok " in *" $rc "*) return 0 ;; esac
-	if [ "$rc" = 124 ]; then
+	if [ "$rc" = 124 ] && [ "${cut:-0}" = 1 ]; then
+		left_out+=("$name (cut at $limit s by the deadline)")
+	elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 		failed+=("$name (stopped at its $limit s limit)")
 	else
 		failed+=("$name (exit $rc)")
@@ -156,7 +177,7 @@ sanitized() {
 		verdict="not run (time)"
 	else
 		set +e
-		timeout "$left" "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$exe" \
+		timeout -k 10 "$left" "$san" --tool "$tool" --error-exitcode 99 --print-limit 20 "$exe" \
 			>"$log.one" 2>&1
 		rc=$?
 		set -e
@@ -261,6 +282,7 @@ if [ -z "${NCCL_ROOT:-}" ] && [ ! -e "$nvcc_root/include/nccl.h" ]; then
 		echo "NCCL: PyTorch's, $NCCL_ROOT"
 	else
 		echo "NCCL: none found (the device communicator's test will skip)"
+		no_nccl=1
 	fi
 fi
 
@@ -296,14 +318,16 @@ echo "bench_cuda_kernels loads:" | tee -a "$logs/build.txt"
 ldd "$build/tests/gpu/bench_cuda_kernels" | grep -E 'cuda|cublas|larch' | tee -a "$logs/build.txt" || true
 
 # ---- GPU tests ----------------------------------------------------------------------
-if [ "${LARCH_GPU_TESTS:-1}" != 0 ] && budget 420 "ctest -L gpu"; then
+if on tests LARCH_GPU_TESTS 1 && budget "${LARCH_GPU_TESTS_S:-300}" "ctest -L gpu"; then
 	step "GPU tests (ctest -L gpu, $lim s at most)"
 	logged "$lim" "$logs/ctest-gpu.txt" "ctest -L gpu" 0 \
 		ctest --test-dir "$build" -L gpu --output-on-failure -j "$jobs" --timeout 300
-	# on a machine with one GPU only test_dp_cuda (two GPUs and MPI) may skip
+	# on a machine with one GPU only test_dp_cuda (two GPUs and MPI) may
+	# skip, and test_comm_nccl where no NCCL was found
 	skipped=$(sed -n 's/^[[:space:]]*[0-9]* - \(gpu\.[A-Za-z0-9_]*\) (Skipped)$/\1/p' \
 		"$logs/ctest-gpu.txt" | tr '\n' ' ')
 	unexpected=${skipped//gpu.test_dp_cuda /}
+	[ "$no_nccl" = 1 ] && unexpected=${unexpected//gpu.test_comm_nccl /}
 	[ -z "$skipped" ] || echo "skipped: $skipped"
 	if [ "$no_gpu" != 1 ] && [ -n "${unexpected// /}" ]; then
 		echo "GPU tests skipped on a machine that should run them (see machine.txt): $unexpected"
@@ -312,7 +336,7 @@ if [ "${LARCH_GPU_TESTS:-1}" != 0 ] && budget 420 "ctest -L gpu"; then
 fi
 
 # ---- GPT-2 124M: larch-train beside PyTorch ---------------------------------------------
-if [ "${LARCH_GPU_GPT_BENCH:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
+if on gpt LARCH_GPU_GPT_BENCH 1 && [ "$no_gpu" != 1 ] &&
 	budget "${LARCH_GPU_GPT_S:-420}" bench_gpt_gpu; then
 	step "GPT-2 124M, larch-train beside PyTorch (tests/bench/bench_gpt_gpu.py ${LARCH_GPU_GPT_ARGS:-}; $lim s at most)"
 	# shellcheck disable=SC2086
@@ -321,7 +345,7 @@ if [ "${LARCH_GPU_GPT_BENCH:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
 fi
 
 # ---- kernel micro-benchmark -------------------------------------------------------------
-if [ "${LARCH_GPU_BENCH:-1}" != 0 ] && budget 300 bench_cuda_kernels; then
+if on bench LARCH_GPU_BENCH 1 && budget 300 bench_cuda_kernels; then
 	step "GPU micro-benchmark (bench_cuda_kernels ${LARCH_GPU_BENCH_ARGS:-}; $lim s at most)"
 	ok=0
 	[ "$no_gpu" = 1 ] && ok="0 77"
@@ -333,7 +357,7 @@ fi
 # ---- racecheck and synccheck over the fused attention's kernels ---------------------
 # (shared memory hazards and barriers: what the CPU emulation can only catch
 # by chance)
-if [ "${LARCH_GPU_RACECHECK:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
+if on racecheck LARCH_GPU_RACECHECK 1 && [ "$no_gpu" != 1 ] &&
 	budget "${LARCH_GPU_RACECHECK_S:-120}" racecheck; then
 	step "compute-sanitizer racecheck and synccheck over the fused attention ($lim s at most)"
 	end=$(($(date +%s) + lim))
@@ -345,7 +369,7 @@ if [ "${LARCH_GPU_RACECHECK:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
 fi
 
 # ---- offloading: optimizer offload's cost, the largest model (off by default: long) ----
-if [ "${LARCH_GPU_OFFLOAD_BENCH:-0}" != 0 ] && [ "$no_gpu" != 1 ] &&
+if on offload LARCH_GPU_OFFLOAD_BENCH 0 && [ "$no_gpu" != 1 ] &&
 	budget "${LARCH_GPU_OFFLOAD_S:-600}" bench_offload_gpu; then
 	step "offloading on the GPU (tests/bench/bench_offload_gpu.py ${LARCH_GPU_OFFLOAD_ARGS:-}; $lim s at most)"
 	# shellcheck disable=SC2086
@@ -354,7 +378,7 @@ if [ "${LARCH_GPU_OFFLOAD_BENCH:-0}" != 0 ] && [ "$no_gpu" != 1 ] &&
 fi
 
 # ---- where a GPT-2 step's GPU time goes (Nsight Compute) ---------------------------
-if [ "${LARCH_GPU_PROFILE:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
+if on profile LARCH_GPU_PROFILE 1 && [ "$no_gpu" != 1 ] &&
 	budget "${LARCH_GPU_PROFILE_S:-180}" profile_gpt; then
 	step "GPT-2 124M kernel times under ncu (tests/gpu/profile_gpt.py ${LARCH_GPU_PROFILE_ARGS:-}; $lim s at most)"
 	# shellcheck disable=SC2086
@@ -363,7 +387,7 @@ if [ "${LARCH_GPU_PROFILE:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
 fi
 
 # ---- compute-sanitizer memcheck ------------------------------------------------------
-if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
+if on memcheck LARCH_GPU_SANITIZE 1 && [ "$no_gpu" != 1 ] &&
 	budget "${LARCH_GPU_SANITIZE_S:-150}" memcheck; then
 	step "compute-sanitizer memcheck over the GPU tests ($lim s at most)"
 	end=$(($(date +%s) + lim))
@@ -381,7 +405,7 @@ if [ "${LARCH_GPU_SANITIZE:-1}" != 0 ] && [ "$no_gpu" != 1 ] &&
 fi
 
 # ---- CPU unit tests (CI runs them too: last) -------------------------------------------
-if [ "${LARCH_GPU_UNIT:-1}" != 0 ] && budget 300 "ctest -L unit"; then
+if on unit LARCH_GPU_UNIT 1 && budget 300 "ctest -L unit"; then
 	step "CPU unit tests (ctest -L unit, $lim s at most)"
 	logged "$lim" "$logs/ctest-unit.txt" "ctest -L unit" 0 \
 		ctest --test-dir "$build" -L unit --output-on-failure -j "$jobs" --timeout 300
