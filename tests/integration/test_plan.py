@@ -171,6 +171,36 @@ def test_plan_refuses_bad_input(tmp_path):
     assert out.returncode == EXIT_USAGE
 
 
+def test_larch_train_plans_as_the_cli_does(tmp_path):
+    """larch-train --plan (for machines without the larch CLI: the GPU
+    benchmarks' micro-batches) prints larch plan --json's object, limits and
+    exit status included, and refuses what the CLI refuses."""
+    exe = BUILD / "trainer" / "larch-train"
+    spec = dict(gpt_spec(tmp_path, 64), resources={"gpus_per_node": 1})
+    path = tmp_path / "gpt.json"
+    path.write_text(json.dumps(spec))
+    for limits in ([], ["--host-mem", "0.5"], ["--gpu-mem", "0.2"], ["--gpu-mem", "500"]):
+        cli = larch("plan", path, "--json", *limits)
+        own = subprocess.run([str(exe), "--plan", str(path), *limits], capture_output=True,
+                             text=True, timeout=60)
+        assert own.returncode == cli.returncode, (limits, own.stderr)
+        assert json.loads(own.stdout) == json.loads(cli.stdout), limits
+        if limits:
+            assert "largest_micro" in json.loads(own.stdout)
+    assert json.loads(own.stdout)["fits"] and own.returncode == EXIT_OK
+    for args, text in ((["--plan", str(path), "--gpu-mem", "lots"], "--gpu-mem"),
+                       (["--plan", str(path), "--host-mem", "0"], "--host-mem"),
+                       (["--spec", str(path), "--gpu-mem", "8"], "go with --plan"),
+                       (["--plan", str(tmp_path / "none.json")], "none.json")):
+        out = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
+        assert out.returncode == EXIT_USAGE and text in out.stderr, (args, out.stderr)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(dict(spec, bogus=1)))
+    out = subprocess.run([str(exe), "--plan", str(bad)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == EXIT_USAGE and "bogus" in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("spec", ["mlp-adamw", "mlp-bf16-int8", "gpt-recompute",
                                   "gpt-bf16-offloads", "gpt-bf16-streamed"])
 def test_measured_peak_is_within_10_percent_of_the_plan(tmp_path, larch_train, spec):
