@@ -17,11 +17,13 @@
  *
  * Backward walks the blocks down. trn_param_offload_bwd_begin(l) waits for
  * block l's weights (the last two blocks of a forward are still in their
- * slots) and starts bringing block l - 1's, and readies block l's gradient
- * slot: zeroed while the host gradients are known to be zero (the first
- * micro-batch of a step; trn_param_offload_grads_zeroed says so), else the
- * host's accumulated gradients of the block copied in, so that the model
- * adds into the same values in the same order as without offload.
+ * slots), readies block l's gradient slot: zeroed while the host gradients
+ * are known to be zero (the first micro-batch of a step;
+ * trn_param_offload_grads_zeroed says so), else the host's accumulated
+ * gradients of the block copied in, so that the model adds into the same
+ * values in the same order as without offload; then starts bringing block
+ * l - 1's weights (after that gradient copy on the one copy stream, which
+ * block l's backward waits for).
  * trn_param_offload_bwd_end(l) waits for block l + 1's copy out (which ran
  * while block l computed) and starts copying block l's gradients out to g;
  * it returns the block whose gradients are now complete in g, so that the
