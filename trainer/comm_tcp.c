@@ -34,10 +34,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #define RENDEZVOUS_MAX 4200
+#define HELLO_S 5.0                    /* a rank's hello after it connects, at most */
 
 struct tcp_comm {
 	struct trn_comm base;
@@ -335,6 +337,22 @@ static void no_delay(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* A receive on fd gives up after seconds (0: waits for ever): rank 0's
+ * wait for a hello, so that a connection that says nothing (a stranger on
+ * the port) cannot hold the rendezvous past its deadline; the collectives
+ * after it wait as long as a step takes. */
+static void recv_timeout(int fd, double seconds)
+{
+	struct timeval tv = { 0 };
+	if (seconds > 0) {
+		tv.tv_sec = (time_t)seconds;
+		tv.tv_usec = (suseconds_t)((seconds - (double)tv.tv_sec) * 1e6);
+		if (tv.tv_sec == 0 && tv.tv_usec == 0)
+			tv.tv_usec = 1000;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
 static int timeout_s(void)
 {
 	const char *v = getenv("LARCH_COMM_TIMEOUT");
@@ -405,11 +423,15 @@ static int serve(struct tcp_comm *t, const char *file, struct trn_err *err)
 			continue;
 		struct hello hi;
 		struct trn_err ignore = { 0 };
+		/* a rank says hello as it connects: a few seconds at most */
+		double wait = deadline - now();
+		recv_timeout(fd, wait < HELLO_S ? wait : HELLO_S);
 		if (recv_all(fd, &hi, sizeof hi, -1, &ignore) != 0 || hi.token != token || hi.rank < 1 ||
 		    hi.rank >= size || t->peer[hi.rank] >= 0) {
-			close(fd);                 /* a stranger, or a rank twice */
+			close(fd);                 /* a stranger, a silent one, or a rank twice */
 			continue;
 		}
+		recv_timeout(fd, 0);
 		no_delay(fd);
 		t->peer[hi.rank] = fd;
 		joined++;
@@ -455,6 +477,8 @@ static int join(struct tcp_comm *t, const char *file, struct trn_err *err)
 				char ok = 0;
 				struct trn_err ignore = { 0 };
 				no_delay(fd);
+				/* rank 0 lets the ranks in once all have joined, or
+				 * closes the connection at its own deadline */
 				if (send_all(fd, &hi, sizeof hi, 0, &ignore) == 0 &&
 				    recv_all(fd, &ok, 1, 0, &ignore) == 0 && ok == 1) {
 					t->hub = fd;

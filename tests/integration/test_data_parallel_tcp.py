@@ -9,6 +9,7 @@ never meet give up with a message.
 import itertools
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -29,11 +30,12 @@ def task_env(rank, tasks, job_id, **extra):
     return env
 
 
-def start_tasks(trainer, s, job, tasks=None, ranks=None, **extra):
-    """The step's tasks (ranks: which of them to start), as srun would."""
+def start_tasks(trainer, s, job, tasks=None, ranks=None, job_id=None, **extra):
+    """The step's tasks (ranks: which of them to start), as srun would; of
+    Slurm job job_id (default: a new one)."""
     tasks = tasks or s["parallel"]["ranks"]
     path = trainer.write_spec(s, name=f"{job.name}.json")
-    job_id = next(_job_ids)
+    job_id = job_id or next(_job_ids)
     cmd = [str(trainer.exe), "--spec", str(path), "--job-dir", str(job), "--threads", "1"]
     return [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=task_env(r, tasks, job_id, **extra), start_new_session=True)
@@ -86,6 +88,33 @@ def test_a_task_killed_ends_the_others(trainer, tmp_path):
     assert time.monotonic() - t0 < 30, "the other task must not wait forever"
     assert rc0 not in (0, None)
     assert "rank 1 is gone" in err0, err0[-2000:]
+
+
+def test_a_silent_stranger_on_the_port_does_not_hold_the_rendezvous(trainer, tmp_path):
+    """A connection to rank 0's port that never says hello (a port scanner,
+    a stray process) is dropped after a few seconds, and the ranks meet."""
+    s = spec(2, steps=3)
+    job = tmp_path / "job"
+    job_id = next(_job_ids)
+    procs = start_tasks(trainer, s, job, ranks=[0], job_id=job_id, LARCH_COMM_TIMEOUT="60")
+    deadline = time.monotonic() + 60
+    files = []
+    while time.monotonic() < deadline and not files:
+        files = [f for f in job.glob(".comm-*") if ".tmp" not in f.name]
+        time.sleep(0.1)
+    assert files, "rank 0 wrote its rendezvous file"
+    host, port, _ = files[0].read_text().split()
+    stranger = socket.create_connection((host, int(port)), timeout=10)
+    try:
+        time.sleep(0.5)                # rank 0 has accepted it and waits for its hello
+        procs += start_tasks(trainer, s, job, ranks=[1], job_id=job_id,
+                             LARCH_COMM_TIMEOUT="60")
+        t0 = time.monotonic()
+        outs = finish(procs, timeout=120)
+        assert all(rc == EXIT_OK for rc, _, _ in outs), [err[-2000:] for _, _, err in outs]
+        assert time.monotonic() - t0 < 60
+    finally:
+        stranger.close()
 
 
 def test_tasks_that_never_meet_give_up(trainer, tmp_path):
