@@ -27,8 +27,8 @@ void kern_matmul_bwd_set_cuda(float *dinp, float *dweight, float *dbias,
 /* The same with out's (dout's) rows ldo (ldd) floats apart, ldo >= oc: out
  * and dout span n * ldo floats. The padding columns of dout are never used
  * (NaN there does no harm); those of out are left as they were, except that
- * a forward with 16-bit operands and no bias writes zeros there (its GEMM
- * runs over all ldo columns). A row stride that is a multiple of 8 lets
+ * a forward with 16-bit operands, no bias and ldo a multiple of 8 writes
+ * zeros there (its GEMM runs over all ldo columns). A row stride that is a multiple of 8 lets
  * cuBLAS use its aligned kernels where oc is odd, as GPT-2's vocabulary
  * (50257) is. */
 void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float *weight,

@@ -104,7 +104,8 @@ int check_same_bits(const char *what, const float *a, const float *b, long n)
 	return CHECK_MSG(1, "%s", what);
 }
 
-int check_stored_bf16(const char *what, const float *got, const float *want, long n, double rtol)
+int check_stored_bf16(const char *what, const float *got, const float *want, long n, double atol,
+                      double rtol)
 {
 	for (long i = 0; i < n; i++) {
 		uint32_t bits;
@@ -114,8 +115,8 @@ int check_stored_bf16(const char *what, const float *got, const float *want, lon
 	}
 	float *r = host_copy(want, n);
 	kern_round_bf16_cpu(r, n);
-	int ok = rtol == 0 ? check_same_bits(what, got, r, n) : check_close(what, got, r, n, 1e-30,
-	                                                                      rtol);
+	int ok = rtol == 0 ? check_same_bits(what, got, r, n)
+	                   : check_close(what, got, r, n, atol > 0 ? atol : 1e-30, rtol);
 	free(r);
 	return ok;
 }

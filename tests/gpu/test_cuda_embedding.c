@@ -99,7 +99,7 @@ static void test_bf16_stores(void)
 	kern_embedding_fwd_cuda(d_out, d_tokens, d_wte, d_wpe, b, t, c);
 	kern_matmul_cuda_operands(KERN_MM_FP32);
 	float *got = dev_fetch(d_out, btc);
-	check_stored_bf16("bf16 out", got, want, btc, 0);
+	check_stored_bf16("bf16 out", got, want, btc, 0, 0);
 	free(tokens), free(wte), free(wpe), free(want), free(got);
 	kern_cuda_free(d_tokens), kern_cuda_free(d_wte), kern_cuda_free(d_wpe), kern_cuda_free(d_out);
 }

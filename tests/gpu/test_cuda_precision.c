@@ -238,10 +238,11 @@ static void test_gemm16_reads_16_bits(void)
 	kern_round_bf16_cpu(w16, oc_c);
 	kern_round_bf16_cpu(dout16, noc);
 	float *d_inp = dev_copy(inp, nc), *d_w = dev_copy(w, oc_c), *d_dout = dev_copy(dout, noc);
-	float *d_out = dev_alloc(noc), *d_dinp = dev_alloc(nc), *d_dw = dev_alloc(oc_c);
-	float *d_db = dev_alloc(oc);
 	float *out = host_zeros(noc), *dinp = host_zeros(nc), *dw = host_zeros(oc_c);
 	float *db = host_zeros(oc);
+	/* the _set backward adds into dweight and dbias (matmul.h): zeros */
+	float *d_out = dev_alloc(noc), *d_dinp = dev_alloc(nc), *d_dw = dev_copy(dw, oc_c);
+	float *d_db = dev_copy(db, oc);
 	kern_matmul_fwd_ref(out, inp16, w16, NULL, n, c, oc);
 	kern_matmul_bwd_set_ref(dinp, dw, db, dout16, inp16, w16, n, c, oc);
 	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);

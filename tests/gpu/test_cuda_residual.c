@@ -94,9 +94,9 @@ static void test_bf16_stores(void)
 		kern_matmul_cuda_operands(KERN_MM_FP32);
 		float *got = dev_fetch(d_out + off, n), *ga = dev_fetch(d_a + off, n);
 		float *gb = dev_fetch(d_b + off, n);
-		check_stored_bf16(off ? "bf16 out (scalar path)" : "bf16 out", got, want, n, 0);
-		check_stored_bf16(off ? "bf16 da (scalar path)" : "bf16 da", ga, da, n, 0);
-		check_stored_bf16(off ? "bf16 db (scalar path)" : "bf16 db", gb, db, n, 0);
+		check_stored_bf16(off ? "bf16 out (scalar path)" : "bf16 out", got, want, n, 0, 0);
+		check_stored_bf16(off ? "bf16 da (scalar path)" : "bf16 da", ga, da, n, 0, 0);
+		check_stored_bf16(off ? "bf16 db (scalar path)" : "bf16 db", gb, db, n, 0, 0);
 		free(a), free(b), free(dout), free(want), free(da), free(db), free(got), free(ga);
 		free(gb);
 		kern_cuda_free(d_a), kern_cuda_free(d_b), kern_cuda_free(d_out);

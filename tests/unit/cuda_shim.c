@@ -393,19 +393,40 @@ static void unpack(float *x, int ld, const float *p, int n, int v)
 		memcpy(x + (size_t)r * ld, p + (size_t)r * v, sizeof(float) * (size_t)v);
 }
 
-void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float *weight,
-                             const float *bias, int n, int c, int oc)
+/* Whether a strided forward writes zeros in out's padding columns: with
+ * 16-bit operands, no bias and an aligned ldo its GEMM runs over all ldo
+ * columns (matmul_cuda.cu), the padding's rows of weight zeros. */
+static int pads_zeros(int ldo, int oc, int c, const float *bias)
+{
+	return shim_operands != KERN_MM_FP32 && !bias && c > 0 && ldo > oc && ldo % 8 == 0;
+}
+
+/* The strided forward; bias16: the bias read as a 16-bit value, as a GEMM
+ * with a 16-bit output takes it (an fp32 output takes the fp32 bias). */
+static void fwd_ld(float *out, int ldo, const float *inp, const float *weight, const float *bias,
+                   int n, int c, int oc, int bias16)
 {
 	shim_workspaces();
 	long zeros = ldo > oc && ldo % 8 == 0 && !bias ? (long)(ldo - oc) * c : 0;
-	float *o = packed(NULL, ldo, n, oc), *t1, *t2, *t3;
+	float *o = packed(NULL, ldo, n, oc), *t1, *t2, *t3 = NULL;
 	kern_matmul_fwd_cpu(o, as16(inp, (long)n * c, &t1), weight16(weight, (long)oc * c, zeros, &t2),
-	                    bias ? weight16(bias, oc, 0, &t3) : (t3 = NULL), n, c, oc);
+	                    bias && bias16 ? weight16(bias, oc, 0, &t3) : bias, n, c, oc);
 	unpack(out, ldo, o, n, oc);
+	/* as matmul_cuda.h says: a 16-bit forward without a bias runs its GEMM
+	 * over all ldo columns, so the padding gets zeros (times zero rows) */
+	if (pads_zeros(ldo, oc, c, bias))
+		for (int r = 0; r < n; r++)
+			memset(out + (size_t)r * ldo + oc, 0, sizeof(float) * (size_t)(ldo - oc));
 	free(o);
 	free(t1);
 	free(t2);
 	free(t3);
+}
+
+void kern_matmul_fwd_ld_cuda(float *out, int ldo, const float *inp, const float *weight,
+                             const float *bias, int n, int c, int oc)
+{
+	fwd_ld(out, ldo, inp, weight, bias, n, c, oc, 0);
 }
 
 void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -623,8 +644,8 @@ void kern_matmul_fwd_ld_act_cuda(int a16, void *out, int ldo, const void *inp,
 		return;
 	}
 	float *x = from16(inp, (long)n * c), *o = fresh32((long)n * ldo);
-	kern_matmul_fwd_ld_cuda(o, ldo, x, weight, bias, n, c, oc);
-	to16_rows(out, ldo, o, n, oc);
+	fwd_ld(o, ldo, x, weight, bias, n, c, oc, 1);
+	to16_rows(out, ldo, o, n, pads_zeros(ldo, oc, c, bias) ? ldo : oc);  /* the zeros too */
 	free(x);
 	free(o);
 }
@@ -852,6 +873,11 @@ int kern_matmul_cuda_fused_gelu(int on)
 	int prev = shim_fused_gelu;
 	shim_fused_gelu = !!on;
 	return prev;
+}
+
+long kern_matmul_cuda_lt_refused(void)
+{
+	return 0;                          /* no cuBLASLt here to refuse */
 }
 
 long kern_matmul_cuda_fused_gelu_gemms(void)
