@@ -28,7 +28,10 @@ library only: the GPU machine has no numpy of ours to rely on.
    way; a fixed relative tolerance on the late steps measures that chaos,
    not the GPU. The same for a GPT with head size 64 on the fused
    attention (LARCH_CUDA_ATTENTION=flash), and with GELU in the fc GEMMs'
-   epilogues (LARCH_CUDA_GELU=fused). fp16 with the dynamic loss
+   epilogues (LARCH_CUDA_GELU=fused, none of them refused by cuBLASLt). A
+   later step may also be within LATE16 of the CPU's loss: where bf16's
+   distance to fp32 stays small by chance, the GPU's other roundings still
+   drift apart. fp16 with the dynamic loss
    scale trains (the loss falls, the scale is reported).
 5. offload.activations "recompute" gives the losses of the run that keeps
    the activations, bit for bit; offload.params "cpu" (with and without
@@ -62,6 +65,9 @@ import tempfile
 TOL = 2e-3           # relative, on losses after 10 updates
 FIRST16 = 0.5        # step 1: |gpu - cpu| <= FIRST16 |cpu - cpu fp32|
 NOISE16 = 2.0        # later: |gpu - cpu| <= NOISE16 max so far |cpu - cpu fp32|
+LATE16 = 1e-2        # ... or LATE16 |cpu|: where bf16's distance to fp32 stays small by
+                     # chance, the GPU's other roundings (attention's 16-bit probabilities)
+                     # still drift apart over ten updates
 PLAN_TOL = 0.10      # device buffers' peak against larch plan (issue #8's preflight)
 WORKSPACE_MIB = 64   # kernels/cuda_common.h's KERN_CUDA_WORKSPACE_BYTES
 
@@ -173,7 +179,7 @@ def check16(c, name, cpu, gpu, reference):
         dist = abs(a[s] - r[s]) if s in r else float("inf")
         noise = max(noise, dist)
         gap = abs(b[s] - a[s]) if s in b else float("inf")
-        allowed = FIRST16 * dist if s == min(a) else NOISE16 * noise
+        allowed = FIRST16 * dist if s == min(a) else max(NOISE16 * noise, LATE16 * abs(a[s]))
         print(f"     {s:4d} {r.get(s, float('nan')):10.6f} {a[s]:10.6f} "
               f"{b.get(s, float('nan')):10.6f} {gap:10.2e} {dist:10.2e} {allowed:10.2e}")
         if not gap <= allowed:
@@ -182,7 +188,7 @@ def check16(c, name, cpu, gpu, reference):
             f"{name}: train/loss at {len(a)} steps within bf16's own noise (steps outside: {bad})")
     va, vb, vr = (metrics(j, "val/loss") for j in (cpu, gpu, reference))
     bad = [s for s in va if not abs(vb.get(s, float("inf")) - va[s]) <=
-           NOISE16 * max(noise, abs(va[s] - vr.get(s, float("inf"))))]
+           max(NOISE16 * max(noise, abs(va[s] - vr.get(s, float("inf")))), LATE16 * abs(va[s]))]
     c.check(va.keys() == vb.keys() and len(va) > 0 and not bad,
             f"{name}: val/loss within bf16's own noise ({[(s, va[s], vb.get(s), vr.get(s)) for s in va]})")
 
@@ -207,8 +213,12 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, en
     for text in expect:
         c.check(text in rg.stdout, f"{name}: the GPU run says \"{text}\"")
     if env and env.get("LARCH_CUDA_GELU") == "fused":
-        c.check("GELU in the fc GEMMs' epilogues" in rg.stdout,
-                f"{name}: GELU went into the fc GEMMs' epilogues")
+        # asked for, and not refused by cuBLASLt for any GEMM of the model
+        # (its GELU_AUX_BIAS and DGELU epilogues: 164 and 192 in cublasLt.h)
+        refused = [l for l in rg.stderr.splitlines() if "cuBLASLt: no algorithm" in l
+                   and ("epilogue 164," in l or "epilogue 192," in l)]
+        c.check("GELU in the fc GEMMs' epilogues" in rg.stdout and not refused,
+                f"{name}: GELU went into the fc GEMMs' epilogues {refused[:2]}")
     if reference is not None:
         check16(c, name, cpu, gpu, reference)
         return gpu
