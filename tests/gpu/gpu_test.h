@@ -15,6 +15,11 @@
 /* Exits with 77 after printing "no CUDA device: skipping (why)" when the
  * runtime finds no GPU; otherwise prints the device and returns. */
 void gpu_test_init(const char *test);
+/* 1 when the "device" is tests/unit/cuda_shim.c, the CPU stand-in these
+ * tests are also built against in the unit suite (tests/unit/CMakeLists.txt:
+ * the tests' own logic checked without a GPU): checks of what only the
+ * hardware does (cuBLASLt fusing an epilogue) are left out there. */
+int gpu_test_standin(void);
 
 /* Host buffers: uniform in [lo, hi) from *rng, zeros, or all NaN. */
 float *host_rand(long n, float lo, float hi, uint64_t *rng);

@@ -566,7 +566,7 @@ static void gelu_fused_case(int n, int c, int oc)
 	long fused_gemms = kern_matmul_cuda_fused_gelu_gemms() - before;
 	printf("  %s fc+GELU n=%d c=%d oc=%d: %ld of 2 GEMMs took GELU into the epilogue\n",
 	       type_name(), n, c, oc, fused_gemms);
-	if (g_bf16 && c == 768)
+	if (g_bf16 && c == 768 && !gpu_test_standin())
 		CHECK_MSG(fused_gemms == 2, "bf16 GPT-2 fc: %ld GEMMs fused, want 2", fused_gemms);
 	/* the unfused pass's bias epilogue too: none refused on GPT-2's shape
 	 * in bf16 (llm.c's epilogues on Hopper; fp16's are not promised) */

@@ -221,6 +221,18 @@ void kern_attention_fwd_cuda(float *out, float *preatt, float *att, const float 
 	free(t1);
 }
 
+/* datt as the CUDA backward leaves it: dpreatt whole, zeros where the mask
+ * hides a score (the CPU kernel leaves those as they were) */
+static void datt_masked_zeros(float *datt, int b, int t, int nh)
+{
+	if (!datt)
+		return;
+	for (long m = 0; m < (long)b * nh; m++)
+		for (int i = 0; i < t; i++)
+			for (int j = i + 1; j < t; j++)
+				datt[(m * t + i) * t + j] = 0.0f;
+}
+
 void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
                                  const float *qkv, const float *att, int b, int t, int c, int nh)
 {
@@ -228,6 +240,7 @@ void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const
 	long btc = (long)b * t * c;
 	kern_attention_bwd_set_cpu(dqkv, dpreatt, datt, as16(dout, btc, &t1), as16(qkv, 3 * btc, &t2),
 	                           att, b, t, c, nh);
+	datt_masked_zeros(datt, b, t, nh);
 	free(t1);
 	free(t2);
 }
@@ -494,6 +507,103 @@ void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int
 		best[r] = b;
 	}
 	free(x);
+}
+
+/* ---- what only the GPU tests call (tests/gpu, built against this shim too) ---- */
+
+/* The accumulating backwards (+=), with the 16-bit stores and loads of
+ * their _set versions above, so that tests/gpu/test_cuda_*.c run here: their
+ * own logic (sizes, expectations, memory they read) checked without a GPU. */
+void kern_gelu_bwd_cuda(float *dinp, const float *inp, const float *dout, long n)
+{
+	float *t1, *t2;
+	kern_gelu_bwd_cpu(dinp, as16(inp, n, &t1), as16(dout, n, &t2), n);
+	store16(dinp, n);
+	free(t1);
+	free(t2);
+}
+
+void kern_relu_bwd_cuda(float *dinp, const float *inp, const float *dout, long n)
+{
+	kern_relu_bwd_cpu(dinp, inp, dout, n);
+}
+
+void kern_residual_bwd_cuda(float *da, float *db, const float *dout, long n)
+{
+	kern_residual_bwd_cpu(da, db, dout, n);
+	store16(da, n);
+	store16(db, n);
+}
+
+void kern_matmul_bwd_cuda(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, int n, int c, int oc)
+{
+	float *t1, *t2, *t3;
+	kern_matmul_bwd_cpu(dinp, dweight, dbias, as16(dout, (long)n * oc, &t1),
+	                    as16(inp, (long)n * c, &t2), weight16(weight, (long)oc * c, 0, &t3), n, c,
+	                    oc);
+	free(t1);
+	free(t2);
+	free(t3);
+}
+
+void kern_attention_bwd_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                             const float *qkv, const float *att, int b, int t, int c, int nh)
+{
+	float *t1, *t2;
+	long btc = (long)b * t * c;
+	kern_attention_bwd_cpu(dqkv, dpreatt, datt, as16(dout, btc, &t1), as16(qkv, 3 * btc, &t2),
+	                       att, b, t, c, nh);
+	datt_masked_zeros(datt, b, t, nh);
+	free(t1);
+	free(t2);
+}
+
+void kern_softmax_xent_bwd_cuda(float *dlogits, float dloss, const float *logits,
+                                const float *lse, const int *targets, int n, int v)
+{
+	/* as the CUDA kernel: the _set values added (the test's "adds" is
+	 * initial + set bit for bit), then stored */
+	long nv = (long)n * v;
+	float *t1, *g = malloc(sizeof(float) * (size_t)(nv > 0 ? nv : 1));
+	if (!g)
+		abort();
+	kern_softmax_xent_bwd_set_cpu(g, dloss, as16(logits, nv, &t1), lse, targets, n, v);
+	for (long i = 0; i < nv; i++)
+		dlogits[i] += g[i];
+	store16(dlogits, nv);
+	free(g);
+	free(t1);
+}
+
+void kern_argmax_rows_cuda(int *best, const float *logits, int n, int v)
+{
+	kern_argmax_rows_ld_cuda(best, logits, v, n, v);
+}
+
+void kern_sumsq_cuda_dev(double *result, const float *x, long n)
+{
+	*result = kern_sumsq_cpu(x, n);
+}
+
+int kern_matmul_cuda_fused_bias(int on)
+{
+	(void)on;
+	return 1;                          /* the bias is added as the epilogue would */
+}
+
+int kern_cuda_gemm_operands(void)
+{
+	return shim_operands;
+}
+
+void kern_cuda_set_gemm_operands(int dtype)
+{
+	shim_operands = dtype;
+}
+
+void kern_cuda_sync(void)
+{
 }
 
 /* ---- 16-bit activations (cuda_common.h) -------------------------------------- */
