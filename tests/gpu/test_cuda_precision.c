@@ -32,6 +32,8 @@ static uint64_t rng = 73;
 /* every fp32 pattern, 2^26 at a time, through both converters */
 static void test_all_patterns(void)
 {
+	if (gpu_test_standin())
+		return;                    /* the CPU's conversions against themselves */
 	const long chunk = 1L << 26;
 	uint32_t *bits = malloc(sizeof(uint32_t) * (size_t)chunk);
 	uint16_t *want = malloc(sizeof(uint16_t) * (size_t)chunk);
