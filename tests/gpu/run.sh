@@ -154,7 +154,7 @@ logged() {
 	rc=${PIPESTATUS[0]}
 	set -e
 	case " $ok " in *" $rc "*) return 0 ;; esac
-	if [ "$rc" = 124 ] && [ "${cut:-0}" = 1 ]; then
+	if { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ "${cut:-0}" = 1 ]; then
 		left_out+=("$name (cut at $limit s by the deadline)")
 	elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
 		failed+=("$name (stopped at its $limit s limit)")
