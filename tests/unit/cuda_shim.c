@@ -233,16 +233,23 @@ static void datt_masked_zeros(float *datt, int b, int t, int nh)
 				datt[(m * t + i) * t + j] = 0.0f;
 }
 
-void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
-                                 const float *qkv, const float *att, int b, int t, int c, int nh)
+/* the backward, overwriting dqkv (set) or adding into it */
+static void attention_bwd(int set, float *dqkv, float *dpreatt, float *datt, const float *dout,
+                          const float *qkv, const float *att, int b, int t, int c, int nh)
 {
 	float *t1, *t2;
 	long btc = (long)b * t * c;
-	kern_attention_bwd_set_cpu(dqkv, dpreatt, datt, as16(dout, btc, &t1), as16(qkv, 3 * btc, &t2),
-	                           att, b, t, c, nh);
+	(set ? kern_attention_bwd_set_cpu : kern_attention_bwd_cpu)(
+		dqkv, dpreatt, datt, as16(dout, btc, &t1), as16(qkv, 3 * btc, &t2), att, b, t, c, nh);
 	datt_masked_zeros(datt, b, t, nh);
 	free(t1);
 	free(t2);
+}
+
+void kern_attention_bwd_set_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                                 const float *qkv, const float *att, int b, int t, int c, int nh)
+{
+	attention_bwd(1, dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh);
 }
 
 void kern_embedding_fwd_cuda(float *out, const int *tokens, const float *wte, const float *wpe,
@@ -266,13 +273,20 @@ void kern_gelu_fwd_cuda(float *out, const float *inp, long n)
 	free(t1);
 }
 
-void kern_gelu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n)
+/* the backward, overwriting dinp (set) or adding into it */
+static void gelu_bwd(int set, float *dinp, const float *inp, const float *dout, long n)
 {
 	float *t1, *t2;
-	kern_gelu_bwd_set_cpu(dinp, as16(inp, n, &t1), as16(dout, n, &t2), n);
+	(set ? kern_gelu_bwd_set_cpu : kern_gelu_bwd_cpu)(dinp, as16(inp, n, &t1),
+	                                                   as16(dout, n, &t2), n);
 	store16(dinp, n);
 	free(t1);
 	free(t2);
+}
+
+void kern_gelu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, long n)
+{
+	gelu_bwd(1, dinp, inp, dout, n);
 }
 
 void kern_relu_fwd_cuda(float *out, const float *inp, long n)
@@ -516,11 +530,7 @@ void kern_argmax_rows_ld_cuda(int *best, const float *logits, int ld, int n, int
  * own logic (sizes, expectations, memory they read) checked without a GPU. */
 void kern_gelu_bwd_cuda(float *dinp, const float *inp, const float *dout, long n)
 {
-	float *t1, *t2;
-	kern_gelu_bwd_cpu(dinp, as16(inp, n, &t1), as16(dout, n, &t2), n);
-	store16(dinp, n);
-	free(t1);
-	free(t2);
+	gelu_bwd(0, dinp, inp, dout, n);
 }
 
 void kern_relu_bwd_cuda(float *dinp, const float *inp, const float *dout, long n)
@@ -550,13 +560,7 @@ void kern_matmul_bwd_cuda(float *dinp, float *dweight, float *dbias, const float
 void kern_attention_bwd_cuda(float *dqkv, float *dpreatt, float *datt, const float *dout,
                              const float *qkv, const float *att, int b, int t, int c, int nh)
 {
-	float *t1, *t2;
-	long btc = (long)b * t * c;
-	kern_attention_bwd_cpu(dqkv, dpreatt, datt, as16(dout, btc, &t1), as16(qkv, 3 * btc, &t2),
-	                       att, b, t, c, nh);
-	datt_masked_zeros(datt, b, t, nh);
-	free(t1);
-	free(t2);
+	attention_bwd(0, dqkv, dpreatt, datt, dout, qkv, att, b, t, c, nh);
 }
 
 void kern_softmax_xent_bwd_cuda(float *dlogits, float dloss, const float *logits,
