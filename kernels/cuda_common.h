@@ -19,6 +19,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "kernels/cuda_sizes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -151,13 +153,7 @@ void kern_cuda_free(void *dev);
  * (bytes): larch's own device memory, which larch plan predicts; not the
  * CUDA context, the libraries' own, or the scratch pool (below). */
 void kern_cuda_alloc_bytes(size_t *now, size_t *peak);
-/* The device workspaces the kernels take through kern_cuda_malloc on first
- * use, cuBLAS's and cuBLASLt's (bytes; 32 MiB each, what NVIDIA recommends
- * for Hopper): a GPU run's fixed cost beside the model, which larch plan
- * counts. */
-#define KERN_CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
-#define KERN_CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
-#define KERN_CUDA_WORKSPACE_BYTES (KERN_CUBLAS_WORKSPACE_BYTES + KERN_CUBLASLT_WORKSPACE_BYTES)
+/* The device workspaces' sizes: cuda_sizes.h. */
 /* Copies between host and device on the stream and waits for the copy. */
 void kern_cuda_upload(void *dev_dst, const void *host_src, size_t bytes);
 void kern_cuda_download(void *host_dst, const void *dev_src, size_t bytes);

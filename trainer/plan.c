@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
-#include "kernels/cuda_common.h"
+#include "kernels/cuda_sizes.h"
 #include "kernels/quant8.h"
 #include "model.h"
 #include "opt_offload.h"
