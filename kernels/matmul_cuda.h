@@ -128,9 +128,9 @@ void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, const void *in
 void kern_matmul_bwd_set_dgelu_act_cuda(int a16, void *dpre, float *dweight, float *dbias,
                                         const void *dout, const void *inp, const float *weight,
                                         const void *pre, int n, int c, int oc);
-/* Whether those fuse GELU into the GEMMs (default 0: measured first;
- * LARCH_CUDA_GELU=fused asks the GPU GPT for it). Returns the previous
- * setting. */
+/* Whether those fuse GELU into the GEMMs (the library's default 0; the GPU
+ * GPT turns it on unless LARCH_CUDA_GELU=separate, trainer/plan.h).
+ * Returns the previous setting. */
 int kern_matmul_cuda_fused_gelu(int on);
 /* How many GEMMs have taken GELU into their epilogue so far (those cuBLASLt
  * had an algorithm for), for tests and benchmarks. */

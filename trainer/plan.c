@@ -43,9 +43,9 @@ void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compu
                         struct trn_gpt_gpu_layout *out)
 {
 	out->a16 = compute != TRN_DTYPE_FP32 && !env_is("LARCH_CUDA_ACT16", "0", 0);
-	out->flash = out->a16 && env_is("LARCH_CUDA_ATTENTION", "flash", 0) && model->heads > 0 &&
+	out->flash = out->a16 && !env_is("LARCH_CUDA_ATTENTION", "gemm", 0) && model->heads > 0 &&
 	             model->dim == model->heads * TRN_FLASH_HEAD_SIZE;
-	out->gelu_fused = out->a16 && env_is("LARCH_CUDA_GELU", "fused", 0);
+	out->gelu_fused = out->a16 && !env_is("LARCH_CUDA_GELU", "separate", 0);
 }
 
 int trn_gpu_weights16(enum trn_dtype compute, int params_offloaded)

@@ -78,9 +78,10 @@ struct trn_plan {
  * plan counts: a16, 16-bit compute keeps them as 16-bit values (unless
  * LARCH_CUDA_ACT16=0 in the environment: fp32 buffers, for comparisons);
  * flash, with a16 and head size 64, the fused attention keeps each row's
- * log-sum-exp where the GEMM path keeps [T, T] (LARCH_CUDA_ATTENTION=flash,
- * until measured); gelu_fused, with a16, GELU in the fc GEMMs' epilogues
- * (LARCH_CUDA_GELU=fused, until measured; the same memory). */
+ * log-sum-exp where the GEMM path keeps [T, T] (the default since it was
+ * measured faster on an H200; LARCH_CUDA_ATTENTION=gemm for the GEMM path);
+ * gelu_fused, with a16, GELU in the fc GEMMs' epilogues (the default, also
+ * measured; LARCH_CUDA_GELU=separate for the GELU kernels; the same memory). */
 /* The GPU GPT's logits rows: the vocabulary rounded up to a multiple of
  * TRN_GPT_LOGITS_ALIGN (model_gpt_cuda.c), and so are the rows of its
  * 16-bit copy of the token embedding (params16). */

@@ -27,8 +27,10 @@ library only: the GPU machine has no numpy of ours to rely on.
    by step 9, and the GPU's and the CPU's bf16 runs drift apart the same
    way; a fixed relative tolerance on the late steps measures that chaos,
    not the GPU. The same for a GPT with head size 64 on the fused
-   attention (LARCH_CUDA_ATTENTION=flash), and with GELU in the fc GEMMs'
-   epilogues (LARCH_CUDA_GELU=fused, none of them refused by cuBLASLt). A
+   attention (the default; LARCH_CUDA_ATTENTION=flash) and on the GEMM
+   path (=gemm), and with GELU in the fc GEMMs' epilogues (the default;
+   LARCH_CUDA_GELU=fused, none of them refused by cuBLASLt) and in kernels
+   of its own (=separate). A
    later step may also be within LATE16 of the CPU's loss: where bf16's
    distance to fp32 stays small by chance, the GPU's other roundings still
    drift apart. fp16 with the dynamic loss
@@ -210,9 +212,16 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, en
             print("     " + line)
     if env and env.get("LARCH_CUDA_ATTENTION") == "flash":
         c.check("attention fused" in rg.stdout, f"{name}: the fused attention ran")
+    if env and env.get("LARCH_CUDA_ATTENTION") == "gemm":
+        c.check("activations stored as 16 bits" in rg.stdout
+                and "attention fused" not in rg.stdout, f"{name}: the GEMM attention ran")
+    if env and env.get("LARCH_CUDA_GELU") == "separate":
+        c.check("activations stored as 16 bits" in rg.stdout
+                and "GELU in the fc GEMMs' epilogues" not in rg.stdout,
+                f"{name}: GELU ran in kernels of its own")
     for text in expect:
         c.check(text in rg.stdout, f"{name}: the GPU run says \"{text}\"")
-    if env and env.get("LARCH_CUDA_GELU") == "fused":
+    if "GELU in the fc GEMMs' epilogues" in rg.stdout or (env and env.get("LARCH_CUDA_GELU") == "fused"):
         # asked for, and not refused by cuBLASLt for any GEMM of the model
         # (its GELU_AUX_BIAS and DGELU epilogues: 164 and 192 in cublasLt.h)
         refused = [l for l in rg.stderr.splitlines() if "cuBLASLt: no algorithm" in l
@@ -305,15 +314,22 @@ def main():
         compare(c, exe, tmp, "gpt-bf16", {**gpt, "name": "gpt-bf16",
                                           "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-cpu")
-        # the fused attention (head size 64, LARCH_CUDA_ATTENTION=flash)
-        # in bf16, against the CPU's bf16 by the same criterion
+        # the fused attention (head size 64; the default, and
+        # LARCH_CUDA_ATTENTION=flash) in bf16, against the CPU's bf16 by the
+        # same criterion, and the GEMM path it replaced (=gemm)
         h64 = {**gpt, "name": "gpt-h64",
                "model": {"type": "gpt", "layers": 2, "heads": 2, "dim": 128, "seq": 64}}
         r = run(exe, h64, tmp / "gpt-h64-cpu", "cpu")
         c.check(r.returncode == 0, f"gpt-h64: CPU fp32 run (exit {r.returncode})")
         compare(c, exe, tmp, "gpt-h64-bf16-flash", {**h64, "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-h64-cpu", env={"LARCH_CUDA_ATTENTION": "flash"})
-        # GELU in the fc GEMMs' epilogues (LARCH_CUDA_GELU=fused), the same
+        compare(c, exe, tmp, "gpt-h64-bf16-gemm", {**h64, "precision": {"compute": "bf16"}},
+                reference=tmp / "gpt-h64-cpu", env={"LARCH_CUDA_ATTENTION": "gemm"})
+        # GELU in the fc GEMMs' epilogues (the default, and
+        # LARCH_CUDA_GELU=fused), the same; and in kernels of its own (=separate)
+        compare(c, exe, tmp, "gpt-bf16-gelu-separate", {**gpt, "name": "gpt-bf16-gelu-separate",
+                                                        "precision": {"compute": "bf16"}},
+                reference=tmp / "gpt-cpu", env={"LARCH_CUDA_GELU": "separate"})
         compare(c, exe, tmp, "gpt-bf16-gelu", {**gpt, "name": "gpt-bf16-gelu",
                                                "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-cpu", env={"LARCH_CUDA_GELU": "fused"})

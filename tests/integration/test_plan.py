@@ -71,7 +71,7 @@ def test_plan_table_and_json(tmp_path):
     assert p["host_bytes_per_rank"] == sum(p["items"].values())
 
 
-def test_plan_follows_the_spec(tmp_path):
+def test_plan_follows_the_spec(tmp_path, monkeypatch):
     base, _ = plan_json(tmp_path, BIG_MLP)
     int8, _ = plan_json(tmp_path, dict(BIG_MLP, name="int8",
                                        optimizer={"type": "adamw", "lr": 1e-3,
@@ -111,18 +111,29 @@ def test_plan_follows_the_spec(tmp_path):
     assert gi8["items"]["optimizer"] == q8
     assert gi8["device_bytes_per_gpu"] == gpu["device_bytes_per_gpu"] - 8 * n + q8
     assert gi8["items"]["checkpoint"] == 4 * n + q8
-    # a 16-bit GPT on a GPU stores its activations in 2 bytes, but for one
-    # fp32 [B, NH, T, T] of attention scratch; the same on the CPU, and in
-    # fp32, as the CPU layout's floats
+    # a 16-bit GPT on a GPU stores its activations in 2 bytes; on the GEMM
+    # attention path (LARCH_CUDA_ATTENTION=gemm) but for one fp32 [B, NH, T,
+    # T] of attention scratch; the same on the CPU, and in fp32, as the CPU
+    # layout's floats
     gpu_gpt = dict(resources={"gpus_per_node": 1})
     g32, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, **gpu_gpt))
+    g16_flash, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
+                                                **gpu_gpt))
+    monkeypatch.setenv("LARCH_CUDA_ATTENTION", "gemm")
     g16, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
                                           **gpu_gpt))
+    monkeypatch.delenv("LARCH_CUDA_ATTENTION")
     c16, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"}))
     att = 16 * 4 * 256 * 256
     assert g32["items"]["activations"] == none["items"]["activations"]
     assert c16["items"]["activations"] == none["items"]["activations"]
     assert g16["items"]["activations"] == none["items"]["activations"] // 2 + 2 * att
+    # the fused attention, the default with head size 64: each of the 4
+    # blocks keeps its rows' fp32 log-sum-exp in place of a 16-bit [T, T],
+    # and there is no fp32 scratch
+    lse = 4 * 16 * 4 * 256
+    assert g16_flash["items"]["activations"] == \
+        g16["items"]["activations"] + 4 * (lse - 2 * att) - 4 * att
     # a 16-bit model on a GPU keeps a 16-bit copy of its params for the
     # GEMMs: none in fp32, nor with the params offloaded (they stream)
     assert gpu["items"]["params16"] == 2 * n

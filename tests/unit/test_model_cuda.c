@@ -286,10 +286,11 @@ static void test_gpt(void)
 	               " \"steps\": 1}", &ds, 2, "gpt one block, padded vocab");
 }
 
-/* LARCH_CUDA_ATTENTION=flash: a 16-bit GPT with head size 64 runs the
- * fused attention (the shim's, which checks that backward is handed the
- * forward's out and lse), keeping each block's lse where the other keeps
- * [T, T]; alone, recomputed and offloaded, against the CPU model */
+/* A 16-bit GPT with head size 64 runs the fused attention by default and
+ * with LARCH_CUDA_ATTENTION=flash (the shim's, which checks that backward
+ * is handed the forward's out and lse), keeping each block's lse where the
+ * other keeps [T, T]; alone, recomputed and offloaded, against the CPU
+ * model; LARCH_CUDA_ATTENTION=gemm runs the GEMM path instead */
 extern long cuda_shim_flash_calls;
 
 static void test_gpt_flash(void)
@@ -303,16 +304,53 @@ static void test_gpt_flash(void)
 		{ 3, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"activations\":"
 		     " \"cpu\"},", "gpt flash bf16 offload.activations cpu" },
 	};
-	setenv("LARCH_CUDA_ATTENTION", "flash", 1);
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		long before = cuda_shim_flash_calls;
-		compare_gpt(&ds, cases[i].layers, 128, cases[i].extra, cases[i].what);
-		/* with 16-bit activations (not under LARCH_CUDA_ACT16=0) */
-		CHECK_MSG((cuda_shim_flash_calls > before) == act16_wanted(TRN_DTYPE_BF16),
-		          "%s: %ld fused attention calls", cases[i].what,
-		          cuda_shim_flash_calls - before);
+	static const char *const settings[] = { NULL, "flash", "gemm" };
+	for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+		if (settings[s])
+			setenv("LARCH_CUDA_ATTENTION", settings[s], 1);
+		else
+			unsetenv("LARCH_CUDA_ATTENTION");
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			/* the GEMM path needs one case to show it still agrees */
+			if (settings[s] && i > 0)
+				break;
+			long before = cuda_shim_flash_calls;
+			compare_gpt(&ds, cases[i].layers, 128, cases[i].extra, cases[i].what);
+			/* with 16-bit activations (not under LARCH_CUDA_ACT16=0),
+			 * unless the GEMM path was asked for */
+			int want = act16_wanted(TRN_DTYPE_BF16) && s != 2;
+			CHECK_MSG((cuda_shim_flash_calls > before) == want,
+			          "%s (LARCH_CUDA_ATTENTION %s): %ld fused attention calls",
+			          cases[i].what, settings[s] ? settings[s] : "unset",
+			          cuda_shim_flash_calls - before);
+		}
 	}
 	unsetenv("LARCH_CUDA_ATTENTION");
+}
+
+/* GELU in the fc GEMMs' epilogues: a 16-bit GPT turns it on by default
+ * and with LARCH_CUDA_GELU=fused, off with LARCH_CUDA_GELU=separate (the
+ * shim runs the same ops either way: what is checked is the setting the
+ * model leaves, and that the run agrees with the CPU's) */
+int kern_matmul_cuda_fused_gelu(int on);
+
+static void test_gpt_gelu_setting(void)
+{
+	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
+	static const char *const settings[] = { NULL, "fused", "separate" };
+	for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+		if (settings[s])
+			setenv("LARCH_CUDA_GELU", settings[s], 1);
+		else
+			unsetenv("LARCH_CUDA_GELU");
+		int want = act16_wanted(TRN_DTYPE_BF16) && s != 2;
+		kern_matmul_cuda_fused_gelu(!want);
+		compare_gpt(&ds, 2, 16, "\"precision\": {\"compute\": \"bf16\"},", "gpt gelu bf16");
+		int got = kern_matmul_cuda_fused_gelu(0);
+		CHECK_MSG(got == want, "LARCH_CUDA_GELU %s: the model fused GELU %d, want %d",
+		          settings[s] ? settings[s] : "unset", got, want);
+	}
+	unsetenv("LARCH_CUDA_GELU");
 }
 
 static void test_mlp(void)
@@ -510,6 +548,7 @@ int main(void)
 	tmp = check_tmpdir("model_cuda");
 	CHECK_RUN(test_gpt);
 	CHECK_RUN(test_gpt_flash);
+	CHECK_RUN(test_gpt_gelu_setting);
 	CHECK_RUN(test_mlp);
 	CHECK_RUN(test_train_same_run);
 	CHECK_MSG(cuda_shim_live_buffers == 0, "%ld device buffers not freed", cuda_shim_live_buffers);
