@@ -405,8 +405,14 @@ void trn_model_zero_grad(struct trn_model *m)
 		memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
 	}
 	m->g_zeroed = 1;
+	m->grads_held = 0;
 	if (m->param_off)
 		trn_param_offload_grads_zeroed(m->param_off);
+}
+
+void trn_model_more_micro(struct trn_model *m, int more)
+{
+	m->more_micro = more != 0;
 }
 
 const struct trn_param *trn_model_param(const struct trn_model *m, const char *name)

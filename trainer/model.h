@@ -133,6 +133,10 @@ struct trn_model {
 	long w_streamed_at;            /* the w_version trn_model_weights_streamed made */
 	int w_device_newer;            /* resident: w_dev changed since w was pulled */
 	int g_zeroed;                  /* g is all zeros (trn_model_zero_grad, no backward since) */
+	/* trn_model_more_micro: more micro-batches of this step follow the next
+	 * backward; and (a GPU model) g_dev holds the sum of this step's
+	 * micro-batches so far, which has not gone to g */
+	int more_micro, grads_held;
 	double peak_flops;             /* the device's peak FLOP/s for the MFU; 0 unknown (CPU) */
 	char device_desc[320];         /* "cuda:0 NVIDIA H100 ..., sm_90, ..." ("" on the CPU) */
 	int n_blocks, block_first, block_params;
@@ -277,6 +281,18 @@ double trn_model_forward(struct trn_model *m, const struct trn_batch *b, struct 
 void trn_model_backward(struct trn_model *m, const struct trn_batch *b, float scale);
 void trn_model_init_weights(struct trn_model *m, uint64_t seed);
 void trn_model_zero_grad(struct trn_model *m);
+/* Before a backward: whether more micro-batches of the same step follow it
+ * (the trainer's gradient accumulation; 0 until said). A GPU model that
+ * keeps all its gradients on the device but is not resident (offload
+ * .optimizer "cpu", or data parallel over the host) then adds them up
+ * there and sends them to g once, after the step's last backward, instead
+ * of once per micro-batch (a step of 32 micro-batches of GPT-2 1.5B moved
+ * 32 x 6 GB over PCIe and added them up on the host). The values are those
+ * g would hold: each backward's sum is rounded to the compute dtype as
+ * grad_ready rounds g, and no grad_ready hook fires before the last
+ * backward (data parallel arms for that one only). The CPU models, and a
+ * GPU model that is resident or offloads its parameters, ignore it. */
+void trn_model_more_micro(struct trn_model *m, int more);
 
 /* The parameter called name, or NULL. */
 const struct trn_param *trn_model_param(const struct trn_model *m, const char *name);

@@ -393,10 +393,20 @@ void trn_cuda_model_device_memory(const struct trn_model *base, struct trn_devic
 
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c)
 {
-	/* each backward's own, added to g at its end */
+	/* each backward's own, added to g at its end; or this step's sum so far,
+	 * which this backward adds to (trn_model_more_micro) */
 	size_t held = (size_t)(c->res_head + (c->base.n_floats - c->res_tail));
-	if (!c->base.resident)
+	if (!c->base.resident && !c->base.grads_held)
 		kern_cuda_zero(c->g_dev, sizeof(float) * held);
+	c->base.grads_held = 0;
+}
+
+/* The gradients stay on the device, adding up over a step's micro-batches
+ * until its last (trn_model_more_micro): all of them are there (no
+ * offload.params) and none is the optimizer's (not resident). */
+static int holds_grads(const struct trn_cuda_model *c)
+{
+	return c->base.more_micro && !c->base.resident && !c->base.param_off;
 }
 
 /* Adds the device's gradients dev[0, n) into the host's g[0, n) through the
@@ -427,9 +437,10 @@ void trn_cuda_model_grads_range(struct trn_cuda_model *c, long off, long n)
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order)
 {
 	struct trn_model *b = &c->base;
-	if (b->resident) {        /* they stay, adding up over the micro-batches, */
+	if (b->resident || holds_grads(c)) {  /* they stay, adding up over the micro-batches, */
 		/* each backward's sum rounded to 16 bits as grad_ready rounds g */
 		trn_cuda_model_round(c, c->g_dev, b->n_floats);
+		b->grads_held = !b->resident;
 		return;
 	}
 	if (b->g_zeroed)
@@ -463,7 +474,7 @@ void trn_cuda_model_block_final(struct trn_cuda_model *c, int blk, const int *re
 
 int trn_cuda_model_streams_grads(const struct trn_cuda_model *c)
 {
-	return !c->base.resident && !c->base.param_off && c->base.n_blocks > 0;
+	return !c->base.resident && !c->base.param_off && c->base.n_blocks > 0 && !holds_grads(c);
 }
 
 /* The block on its way through channel s lands: on the host, added to g

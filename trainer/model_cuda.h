@@ -136,10 +136,14 @@ double trn_cuda_model_score(struct trn_cuda_model *c, const float *losses_dev, i
                             const void *logits_dev, int ld, const int32_t *targets, long rows,
                             int classes, struct trn_fwd_stats *st);
 /* Backward's start: zeroes g_dev (unless resident: the micro-batches of a
- * step add up there, zeroed by trn_model_zero_grad). */
+ * step add up there, zeroed by trn_model_zero_grad; or holding the step's
+ * sum so far, below). */
 void trn_cuda_model_grads_begin(struct trn_cuda_model *c);
 /* Backward's end: g (+)= g_dev, then the grad_ready hooks in order
- * (resident: nothing, the gradients stay on the device, rounded there). */
+ * (resident, or with more micro-batches of the step to come
+ * (trn_model_more_micro, without offload.params): nothing, the gradients
+ * stay on the device, rounded there; the step's last backward then sends
+ * their sum, straight into g). */
 void trn_cuda_model_grads_out(struct trn_cuda_model *c, const int *ready_order);
 
 /* Resident with a grad_ready hook (data parallel over a device
@@ -153,7 +157,8 @@ void trn_cuda_model_param_final(struct trn_cuda_model *c, int p);
 void trn_cuda_model_block_final(struct trn_cuda_model *c, int b, const int *ready_order);
 
 /* Gradients that leave the device as backward finishes them (a run that is
- * not resident, without offload.params, which moves them its own way): the
+ * not resident, without offload.params, which moves them its own way; in
+ * the step's last backward, trn_model_more_micro): the
  * model hands the resident tensors' out with trn_cuda_model_grads_range as
  * they are final, and each block's with trn_cuda_model_block_out(c, b) once
  * its backward is enqueued. That starts the block's copy to the host on a

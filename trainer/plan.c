@@ -170,10 +170,8 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 		p->bytes[TRN_PLAN_HOST_COPY] = (poff ? 0.0 : 8.0 * (double)n) +
 		                               4.0 * (held < TRN_GRAD_STAGE_FLOATS ? held
 		                                                                   : TRN_GRAD_STAGE_FLOATS);
-		/* gradients out block by block, added to the host's sum through two
-		 * stages of a block when micro-batches add up (model_cuda.h) */
-		if (!poff && !resident && s->batch.accum > 1)
-			p->bytes[TRN_PLAN_HOST_COPY] += 8.0 * (double)trn_model_largest_block(m);
+		/* (micro-batches add up on the device, trn_model_more_micro: the
+		 * step's sum goes to g once, needing no stage) */
 	}
 	if (p->zero)
 		p->bytes[TRN_PLAN_GRAD_SHARD] = 4.0 * (double)p->shard;

@@ -853,6 +853,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 			}
 			if (a == accum - 1)
 				trn_dp_arm(&r->dp);
+			trn_model_more_micro(m, a < accum - 1);
 			trn_model_backward(m, &r->batch, (float)(scale / (double)accum));
 		}
 		loss /= (double)accum;

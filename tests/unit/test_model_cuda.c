@@ -132,6 +132,41 @@ static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct
 	          "%s: grad_ready order differs (%d and %d calls)", what, oc.n, og.n);
 }
 
+/* A step of two micro-batches as the trainer runs it (trn_model_more_micro
+ * before each backward): after the first, a GPU model that keeps all its
+ * gradients on the device and is not resident holds them there (g still
+ * zero, no grad_ready call; offload.params sends them out as before); after
+ * the second, g holds the sum, as step_both checks it. */
+static void step_held(struct trn_model *cpu, struct trn_model *gpu, const struct trn_batch *b,
+                      double accumulated, const char *what)
+{
+	trn_model_zero_grad(cpu);
+	trn_model_zero_grad(gpu);
+	trn_model_forward(cpu, b, NULL);
+	trn_model_forward(gpu, b, NULL);
+	struct order oc = { .n = 0 }, og = { .n = 0 };
+	cpu->grad_ready = gpu->grad_ready = record;
+	cpu->grad_ready_ctx = &oc;
+	gpu->grad_ready_ctx = &og;
+	trn_model_more_micro(cpu, 1);
+	trn_model_more_micro(gpu, 1);
+	trn_model_backward(cpu, b, 0.5f);
+	trn_model_backward(gpu, b, 0.5f);
+	cpu->grad_ready = gpu->grad_ready = NULL;
+	int held = !gpu->param_off;
+	CHECK_MSG(oc.n == cpu->n_params && og.n == (held ? 0 : cpu->n_params),
+	          "%s: %d grad_ready calls on the GPU model before the step's last micro-batch",
+	          what, og.n);
+	long nonzero = 0;
+	for (long i = 0; i < gpu->n_floats; i++)
+		nonzero += gpu->g[i] != 0;
+	CHECK_MSG(!held || (nonzero == 0 && gpu->g_zeroed),
+	          "%s: %ld gradients reached g before the step's last micro-batch", what, nonzero);
+	trn_model_more_micro(cpu, 0);
+	trn_model_more_micro(gpu, 0);
+	step_both(cpu, gpu, b, 0.25f, accumulated, what);
+}
+
 /* The CPU model's (unrounded) weights handed to both as the trainer hands
  * them over: the CPU model and a GPU model without w_master get them rounded
  * to the dtype, a GPU model with w_master (offload.params, 16 bits) the
@@ -209,6 +244,9 @@ static void compare_models(const char *spec_text, const struct trn_dataset *ds, 
 		step_both(cpu, gpu, &b, 0.5f, 0.0, label);
 		snprintf(label, sizeof label, "%s step %d, accumulated", what, step);
 		step_both(cpu, gpu, &b, 0.25f, acc_rel, label);
+		/* the same two as the trainer runs them: added up on the device */
+		snprintf(label, sizeof label, "%s step %d, accumulated on the device", what, step);
+		step_held(cpu, gpu, &b, acc_rel, label);
 		nudge(cpu, gpu);
 	}
 	/* a 16-bit GPT keeps its activations in 2 bytes (model_gpt_cuda.c) */
