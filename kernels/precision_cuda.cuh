@@ -145,4 +145,49 @@ __device__ static inline void act_st4(void *p, long k, float4 v, int a16, int op
 	((float4 *)p)[k] = store16x4(v, ops);
 }
 
+/* Group k of eight activations, as act_ld and act_st (act_raw8: act_raw):
+ * one 16-byte access of packed 16-bit values with a16, else two float4s.
+ * The caller checks the alignment (16 bytes). For the kernels that stream
+ * long rows (the logits), where a 16-byte access a thread keeps enough
+ * bytes in flight to reach the memory's bandwidth and a 2-byte one does
+ * not. */
+__device__ static inline void act_raw8(const void *p, size_t k, int a16, int ops, float x[8])
+{
+	float4 a, b;
+	if (a16) {
+		uint4 u = ((const uint4 *)p)[k];
+		uint2 lo = { u.x, u.y }, hi = { u.z, u.w };
+		a = unpack16x4(lo, ops == 2);
+		b = unpack16x4(hi, ops == 2);
+	} else {
+		a = ((const float4 *)p)[2 * k];
+		b = ((const float4 *)p)[2 * k + 1];
+	}
+	x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+	x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
+__device__ static inline void act_ld8(const void *p, size_t k, int a16, int ops, float x[8])
+{
+	act_raw8(p, k, a16, ops, x);
+	if (!a16)
+		for (int i = 0; i < 8; i++)
+			x[i] = store16(x[i], ops);
+}
+
+__device__ static inline void act_st8(void *p, size_t k, const float x[8], int a16, int ops)
+{
+	if (a16) {
+		int bf16 = ops == 2;
+		uint32_t w[4];
+		for (int i = 0; i < 4; i++)
+			w[i] = (uint32_t)to16_bits(x[2 * i], bf16) |
+			       (uint32_t)to16_bits(x[2 * i + 1], bf16) << 16;
+		((uint4 *)p)[k] = make_uint4(w[0], w[1], w[2], w[3]);
+		return;
+	}
+	((float4 *)p)[2 * k] = store16x4(make_float4(x[0], x[1], x[2], x[3]), ops);
+	((float4 *)p)[2 * k + 1] = store16x4(make_float4(x[4], x[5], x[6], x[7]), ops);
+}
+
 #endif

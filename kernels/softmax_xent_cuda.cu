@@ -5,7 +5,11 @@
  * online (max m, sum s of exp(x - m)) over its strided share of the row;
  * the pairs are merged in a fixed order (butterfly within the warp, then the
  * warps' results in order), so lse has the same bits on every run.
- * Backward: a grid over (row, column block), one expf per logit. With 16-bit
+ * Backward: a grid over (row, column block), one expf per logit. Where the
+ * rows start on 16 bytes (the GPT's padded logits) both read and write
+ * eight elements an access: with 2-byte accesses a thread kept too few
+ * bytes in flight, and the two kernels ran at a quarter of an H200's
+ * bandwidth over GPT-2's [B, T, 50304] logits. With 16-bit
  * operands the logits are read as 16-bit values (also by the argmax) and
  * dlogits is stored so, in fp32 buffers or packed (a16, cuda_common.h).
  * expf is CUDA's accurate one (2 ulp).
@@ -24,8 +28,9 @@ extern "C" void kern_softmax_xent_fwd_ld_act_cuda(int a16, float *losses, float 
 	int ops = kern_cuda_act_operands(a16, "softmax_xent forward");
 	if (n <= 0 || v <= 0)
 		return;
+	int vec = xent_vec_ok(logits, ld);
 	xent_fwd_kernel<<<n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, logits, ld,
-	                                                                 targets, v, a16, ops);
+	                                                                 targets, v, vec, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -49,8 +54,9 @@ static void xent_bwd(int a16, void *dlogits, float dloss, const void *logits, in
 		return;
 	dim3 grid((unsigned)n, (unsigned)((v + XENT_BWD_THREADS * XENT_BWD_PER_THREAD - 1) /
 	                                  (XENT_BWD_THREADS * XENT_BWD_PER_THREAD)));
+	int vec = xent_vec_ok(logits, ld) && xent_vec_ok(dlogits, ld);
 	xent_bwd_kernel<<<grid, XENT_BWD_THREADS, 0, kern_cuda_stream()>>>(
-		dlogits, dloss, logits, ld, lse, targets, v, set, a16, ops);
+		dlogits, dloss, logits, ld, lse, targets, v, set, vec, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 

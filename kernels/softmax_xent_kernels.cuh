@@ -6,26 +6,52 @@
 #define LARCH_KERNELS_SOFTMAX_XENT_KERNELS_CUH
 
 #include <math.h>
+#include <stdint.h>
 
 #include "precision_cuda.cuh"
 
 #define XENT_FWD_THREADS 512
 #define XENT_BWD_THREADS 256
-#define XENT_BWD_PER_THREAD 4
+#define XENT_VEC 8              /* elements of one vector access (act_ld8) */
+#define XENT_BWD_PER_THREAD XENT_VEC
+
+/* Whether the kernels below may read (and write) rows of ld elements at p
+ * eight at a time: every row starts on 16 bytes. */
+static inline int xent_vec_ok(const void *p, int ld)
+{
+	return ld % XENT_VEC == 0 && (uintptr_t)p % 16 == 0;
+}
 
 /* (m, s) merge: the sum of exp(x - max) over both sets. Empty sets have
- * m = -inf, s = 0. */
+ * m = -inf, s = 0; a NaN in s stays there (a NaN logit's loss is NaN). */
 __device__ static inline void lse_merge(float *m, float *s, float m2, float s2)
 {
 	float mx = fmaxf(*m, m2);
-	if (mx == -INFINITY) /* both empty (or all -inf) */
+	if (mx == -INFINITY) { /* both empty (or all -inf): only a NaN to keep */
+		*s += s2;
 		return;
+	}
 	*s = *s * expf(*m - mx) + s2 * expf(m2 - mx);
 	*m = mx;
 }
 
+/* One element into (m, s), online. */
+__device__ static inline void lse_add(float *m, float *s, float x)
+{
+	if (x > *m) {
+		*s = *s * expf(*m - x) + 1.0f;
+		*m = x;
+	} else if (x != -INFINITY) { /* NaN goes here, and into s */
+		*s += expf(x - *m);
+	}
+}
+
+/* Per row: lse = log sum exp(logits), loss = lse - logits[target] (0 and 0
+ * for a negative target). One block a row; with vec (xent_vec_ok) each
+ * thread reads groups of eight, whose own maximum and sum merge into the
+ * thread's (one exp an element, as online), else one element at a time. */
 __global__ static void xent_fwd_kernel(float *losses, float *lse, const void *logits, int ld,
-                                       const int *targets, int v, int a16, int ops)
+                                       const int *targets, int v, int vec, int a16, int ops)
 {
 	__shared__ float sm[XENT_FWD_THREADS / 32], ss[XENT_FWD_THREADS / 32];
 	int row = blockIdx.x;
@@ -39,15 +65,25 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const void *lo
 	}
 	size_t x0 = (size_t)row * ld;
 	float m = -INFINITY, s = 0.0f;
-	for (int j = threadIdx.x; j < v; j += XENT_FWD_THREADS) {
-		float xj = act_ld(logits, x0 + j, a16, ops);
-		if (xj > m) {
-			s = s * expf(m - xj) + 1.0f;
-			m = xj;
-		} else if (xj != -INFINITY) { /* NaN goes here, and into s */
-			s += expf(xj - m);
+	int head = 0;                       /* elements [0, head) went eight at a time */
+	if (vec) {
+		int groups = v / XENT_VEC;
+		head = groups * XENT_VEC;
+		size_t k0 = x0 / XENT_VEC;
+		for (int k = threadIdx.x; k < groups; k += XENT_FWD_THREADS) {
+			float x[XENT_VEC];
+			act_ld8(logits, k0 + k, a16, ops, x);
+			float mk = x[0];
+			for (int i = 1; i < XENT_VEC; i++)
+				mk = fmaxf(mk, x[i]);   /* NaNs left out here ... */
+			float sk = 0.0f;
+			for (int i = 0; i < XENT_VEC; i++)
+				sk += x[i] == -INFINITY ? 0.0f : expf(x[i] - mk);   /* ... not here */
+			lse_merge(&m, &s, mk, sk);
 		}
 	}
+	for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
+		lse_add(&m, &s, act_ld(logits, x0 + j, a16, ops));
 	for (int off = 16; off > 0; off >>= 1) {
 		float m2 = __shfl_xor_sync(0xffffffffu, m, off);
 		float s2 = __shfl_xor_sync(0xffffffffu, s, off);
@@ -70,12 +106,22 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const void *lo
 	}
 }
 
-/* set: dlogits = g; else dlogits += g, with g = dloss (p - [j == target])
- * rounded before the add (__fmul_rn), so that adding gives exactly dlogits
- * + what the _set version writes. Rows with a negative target: g = 0. */
+/* dlogits' element j of a row: g = dloss (p - [j == target]) rounded before
+ * the add (__fmul_rn), so that adding gives exactly dlogits + what the _set
+ * version writes; 0 for a negative target */
+__device__ static inline float xent_grad(float x, float l, int j, int tgt, float dloss)
+{
+	return tgt < 0 ? 0.0f : __fmul_rn(dloss, expf(x - l) - (j == tgt ? 1.0f : 0.0f));
+}
+
+/* set: dlogits = g; else dlogits += g. Block (row, y) covers the row's
+ * columns [y, y + 1) x XENT_BWD_THREADS x XENT_VEC, below v (the padding
+ * columns are not written): with vec (xent_vec_ok for both buffers) a group
+ * of eight a thread, else eight elements XENT_BWD_THREADS apart; the same
+ * values either way. Rows with a negative target: g = 0. */
 __global__ static void xent_bwd_kernel(void *dlogits, float dloss, const void *logits, int ld,
                                        const float *lse, const int *targets, int v, int set,
-                                       int a16, int ops)
+                                       int vec, int a16, int ops)
 {
 	int row = blockIdx.x;
 	int tgt = targets[row];
@@ -83,16 +129,27 @@ __global__ static void xent_bwd_kernel(void *dlogits, float dloss, const void *l
 		return;
 	float l = tgt < 0 ? 0.0f : lse[row];
 	size_t base = (size_t)row * ld;
-	int j0 = blockIdx.y * (XENT_BWD_THREADS * XENT_BWD_PER_THREAD) + threadIdx.x;
-#pragma unroll
-	for (int k = 0; k < XENT_BWD_PER_THREAD; k++) {
-		int j = j0 + k * XENT_BWD_THREADS;
+	int span0 = blockIdx.y * (XENT_BWD_THREADS * XENT_VEC);
+	int j0 = span0 + threadIdx.x * XENT_VEC;
+	if (vec && j0 + XENT_VEC <= v) {
+		size_t k = (base + (size_t)j0) / XENT_VEC;
+		float x[XENT_VEC], d[XENT_VEC];
+		act_ld8(logits, k, a16, ops, x);
+		if (!set)
+			act_raw8(dlogits, k, a16, ops, d);
+		for (int i = 0; i < XENT_VEC; i++) {
+			float g = xent_grad(x[i], l, j0 + i, tgt, dloss);
+			d[i] = set ? g : d[i] + g;
+		}
+		act_st8(dlogits, k, d, a16, ops);
+		return;
+	}
+	for (int i = 0; i < XENT_VEC; i++) {
+		/* vec: this thread's group, straddling v; else strided */
+		int j = vec ? j0 + i : span0 + threadIdx.x + i * XENT_BWD_THREADS;
 		if (j >= v)
 			break;
-		float g = 0.0f;
-		if (tgt >= 0)
-			g = __fmul_rn(dloss, expf(act_ld(logits, base + j, a16, ops) - l) -
-			                         (j == tgt ? 1.0f : 0.0f));
+		float g = xent_grad(act_ld(logits, base + j, a16, ops), l, j, tgt, dloss);
 		act_st(dlogits, base + j, set ? g : act_raw(dlogits, base + j, a16, ops) + g, a16, ops);
 	}
 }

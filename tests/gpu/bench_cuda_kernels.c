@@ -336,6 +336,71 @@ static void bench_softmax_xent(int n, int v)
 	kern_cuda_free(s.d_lse), kern_cuda_free(s.d_targets);
 }
 
+/* The GPT's logits as its training step has them: bf16 values packed in
+ * rows ld apart; with ld a multiple of 8 (the model pads the vocabulary's
+ * rows to 64) the kernels read and write eight at a time, with ld = that +
+ * 1 one at a time: the two side by side */
+struct sx16 {
+	int n, v, ld;
+	void *logits, *dl;
+	float *losses, *lse;
+	int *targets;
+};
+
+static void sx16_fwd(void *p)
+{
+	struct sx16 *s = p;
+	kern_softmax_xent_fwd_ld_act_cuda(KERN_ACT_16, s->losses, s->lse, s->logits, s->ld,
+	                                  s->targets, s->n, s->v);
+}
+
+static void sx16_bwd(void *p)
+{
+	struct sx16 *s = p;
+	kern_softmax_xent_bwd_set_ld_act_cuda(KERN_ACT_16, s->dl, 1.0f / s->n, s->logits, s->ld,
+	                                      s->lse, s->targets, s->n, s->v);
+}
+
+static void bench_softmax_xent16(int n, int v)
+{
+	char name[128];
+	snprintf(name, sizeof name, "softmax_xent bf16 n=%d v=%d", n, v);
+	if (only && !strstr(name, only))
+		return;
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	int vp = (v + 63) / 64 * 64;
+	long big = (long)n * (vp + 1);
+	float *h = hbuf(big, -8, 8), *d = dbuf(h, big);
+	int *t = malloc(sizeof(int) * (size_t)n);
+	for (int i = 0; i < n; i++)
+		t[i] = (int)((i * 7919L) % v);
+	struct sx16 s = { .n = n, .v = v };
+	s.logits = kern_cuda_malloc(2 * (size_t)big);
+	kern_fp32_to_bf16_cuda(s.logits, d, big);
+	s.dl = kern_cuda_malloc(2 * (size_t)big);
+	s.losses = kern_cuda_malloc(sizeof(float) * (size_t)n);
+	s.lse = kern_cuda_malloc(sizeof(float) * (size_t)n);
+	s.targets = kern_cuda_dup(t, sizeof(int) * (size_t)n);
+	double ms[2][2];
+	for (int k = 0; k < 2; k++) {
+		s.ld = vp + k;           /* 0: rows on 16 bytes; 1: not */
+		sx16_fwd(&s);
+		ms[k][0] = time_gpu_ms(sx16_fwd, &s);
+		ms[k][1] = time_gpu_ms(sx16_bwd, &s);
+	}
+	double bytes[2] = { 2.0 * n * v, 4.0 * n * v };
+	const char *pass[2] = { "fwd", "bwd_set" };
+	for (int i = 0; i < 2; i++)
+		printf("%-40s %-7s: eight an access %8.4f ms %7.1f GB/s, one %8.4f ms %7.1f GB/s, "
+		       "x%.2f\n", name, pass[i], ms[0][i], bytes[i] / (ms[0][i] * 1e-3) / 1e9,
+		       ms[1][i], bytes[i] / (ms[1][i] * 1e-3) / 1e9, ms[1][i] / ms[0][i]);
+	fflush(stdout);
+	free(h), free(t);
+	kern_cuda_free(d), kern_cuda_free(s.logits), kern_cuda_free(s.dl);
+	kern_cuda_free(s.losses), kern_cuda_free(s.lse), kern_cuda_free(s.targets);
+	kern_matmul_cuda_operands(prev);
+}
+
 /* ---- optimizer --------------------------------------------------------------- */
 
 struct ob {
@@ -796,6 +861,7 @@ int main(int argc, char **argv)
 	bench_elementwise(tokens, c);
 	bench_layernorm((int)tokens, c);
 	bench_softmax_xent(quick ? 128 : 1024, 50257);
+	bench_softmax_xent16(quick ? 1024 : 8192, 50257);
 	bench_optimizer(quick ? (4L << 20) : (32L << 20));
 	bench_embedding(quick ? 1 : 8, 1024, c, 50257);
 	bench_attention(quick ? 1 : 8, 1024, c, 12);

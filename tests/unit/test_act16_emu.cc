@@ -253,43 +253,91 @@ static void test_elementwise()
 	}
 }
 
-static void test_softmax_xent()
+/* the forward and backward over n rows of v logits ld apart, fp32 and
+ * 16-bit storage, with vec (groups of eight) as asked: the two storages the
+ * same bits; losses and lse into l, lse, dlogits (set, then accumulated
+ * once more) into d */
+static void xent_case(int n, int v, int ld, int vec, std::vector<float> &l,
+                      std::vector<float> &lse, std::vector<float> &d)
 {
-	const int n = 9, v = 1001, ld = 1024;
 	long total = (long)n * ld;
+	uint64_t keep = rng;
+	rng = 77;                        /* the same logits for every case of n, ld */
 	auto x = rand16(total, -8, 8);
+	rng = keep;
+	/* a row with an -inf logit, a row with a NaN (its loss NaN) */
+	x[(size_t)1 * ld + 5] = -INFINITY;
+	x[(size_t)6 * ld + 2] = NAN;
 	auto x16 = pack(x);
 	std::vector<int> tgt(n);
 	for (int i = 0; i < n; i++)
 		tgt[i] = i == 4 ? -1 : (i * 37) % v;
-	std::vector<float> l(n), lse(n), l16(n), lse16(n);
+	l.assign(n, 0.0f);
+	lse.assign(n, 0.0f);
+	std::vector<float> l16(n), lse16(n);
 	emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
-		xent_fwd_kernel(l.data(), lse.data(), x.data(), ld, tgt.data(), v, 0, g_ops);
+		xent_fwd_kernel(l.data(), lse.data(), x.data(), ld, tgt.data(), v, vec, 0, g_ops);
 	});
 	emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
-		xent_fwd_kernel(l16.data(), lse16.data(), x16.data(), ld, tgt.data(), v, 1, g_ops);
+		xent_fwd_kernel(l16.data(), lse16.data(), x16.data(), ld, tgt.data(), v, vec, 1, g_ops);
 	});
 	same32("xent losses", l16.data(), l.data(), n);
 	same32("xent lse", lse16.data(), lse.data(), n);
+	CHECK_MSG(std::isnan(l[6]) && !std::isnan(l[1]), "xent: a NaN logit's loss %g, -inf's %g",
+	          l[6], l[1]);
+	x[(size_t)6 * ld + 2] = 0.0f;    /* the reference has no NaN to compare */
 	std::vector<float> packed((size_t)n * v), rl(n), rlse(n);
 	for (int r = 0; r < n; r++)
 		std::memcpy(packed.data() + (size_t)r * v, x.data() + (size_t)r * ld, sizeof(float) * v);
 	kern_softmax_xent_fwd_ref(rl.data(), rlse.data(), packed.data(), tgt.data(), n, v);
+	l[6] = rl[6];
 	close("xent losses vs reference", l.data(), rl.data(), n, 1e-5, 1e-5);
+	l[6] = NAN;
+	x[(size_t)6 * ld + 2] = NAN;
 
-	std::vector<float> d(total, 0.0f);
+	d.assign(total, 0.0f);
 	std::vector<uint16_t> d16(total, 0);
 	dim3 grid(n, (unsigned)((v + XENT_BWD_THREADS * XENT_BWD_PER_THREAD - 1) /
 	                        (XENT_BWD_THREADS * XENT_BWD_PER_THREAD)));
-	emu_launch(grid, dim3(XENT_BWD_THREADS), [&] {
-		xent_bwd_kernel(d.data(), 0.37f, x.data(), ld, lse.data(), tgt.data(), v, 1, 0, g_ops);
-	});
-	emu_launch(grid, dim3(XENT_BWD_THREADS), [&] {
-		xent_bwd_kernel(d16.data(), 0.37f, x16.data(), ld, lse.data(), tgt.data(), v, 1, 1,
-		                g_ops);
-	});
-	same16("xent dlogits (padding included)", d16.data(), d.data(), total);
+	for (int set : { 1, 0 }) {
+		emu_launch(grid, dim3(XENT_BWD_THREADS), [&] {
+			xent_bwd_kernel(d.data(), 0.37f, x.data(), ld, lse.data(), tgt.data(), v, set, vec,
+			                0, g_ops);
+		});
+		emu_launch(grid, dim3(XENT_BWD_THREADS), [&] {
+			xent_bwd_kernel(d16.data(), 0.37f, x16.data(), ld, lse.data(), tgt.data(), v, set,
+			                vec, 1, g_ops);
+		});
+		same16(set ? "xent dlogits (padding included)" : "xent dlogits accumulated",
+		       d16.data(), d.data(), total);
+	}
+}
 
+static void test_softmax_xent()
+{
+	const int n = 9, v = 1001, ld = 1024;
+	std::vector<float> l, lse, d, l1, lse1, d1;
+	/* groups of eight against one at a time: lse summed in another order
+	 * (within a few ulp), dlogits element by element the same */
+	xent_case(n, v, ld, 1, l, lse, d);
+	xent_case(n, v, ld, 0, l1, lse1, d1);
+	CHECK_MSG(std::isnan(lse[6]) && std::isnan(lse1[6]), "%s xent: a NaN logit's lse", ty());
+	l[6] = l1[6] = lse[6] = lse1[6] = 0.0f;
+	close("xent lse, vec against not", lse.data(), lse1.data(), n, 0, 4e-7);
+	close("xent losses, vec against not", l.data(), l1.data(), n, 2e-6, 2e-6);
+	bool same_d = true;
+	for (size_t i = 0; i < d.size() && same_d; i++)
+		same_d = std::isnan(d[i]) ? std::isnan(d1[i]) : d[i] == d1[i] ||
+		         std::fabs(d[i] - d1[i]) <= 2e-6 * std::fabs(d1[i]);
+	CHECK_MSG(same_d, "%s xent dlogits: vec against not", ty());
+	/* rows of another length than a multiple of eight */
+	xent_case(n, 1001, 1003, 0, l1, lse1, d1);
+	/* v a multiple of eight: no element left over */
+	xent_case(n, 1000, 1000, 1, l1, lse1, d1);
+
+	const long total = (long)n * ld;
+	auto x = rand16(total, -8, 8);
+	auto x16 = pack(x);
 	std::vector<int> best(n), best16(n);
 	emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
 		argmax_kernel(best.data(), x.data(), ld, v, 0, g_ops);
