@@ -11,6 +11,10 @@
  *      and sums dout * norm and dout for dweight and dbias in registers,
  *      then stores them as the block's partials (the rows are still in L2);
  * then a second kernel adds the partials up per column in a fixed order.
+ * Where the rows start on 16 bytes (8 with 16-bit storage) and c is a
+ * multiple of 4, both read and write four elements an access: one 2-byte
+ * access a thread kept too few bytes in flight, and the backward ran at a
+ * fifth of an H200's bandwidth on GPT-2's [B, T, 768].
  * With 16-bit operands inp and dout are read as 16-bit values, out and dinp
  * stored so: in fp32 buffers, or packed as 16 bits (a16, cuda_common.h).
  * The order of every sum depends on n and c alone: no float atomics, the
@@ -34,9 +38,10 @@ extern "C" void kern_layernorm_fwd_act_cuda(int a16, void *out, float *mean, flo
 	if (n <= 0 || c <= 0)
 		return;
 	unsigned blocks = (unsigned)((n + LN_FWD_WARPS - 1) / LN_FWD_WARPS);
+	int vec = ln_vec_ok(out, c, a16) && ln_vec_ok(inp, c, a16);
 	ln_fwd_kernel<<<blocks, LN_FWD_WARPS * 32, 0, kern_cuda_stream()>>>(out, mean, rstd, inp,
-	                                                                   weight, bias, n, c, a16,
-	                                                                   ops);
+	                                                                   weight, bias, n, c, vec,
+	                                                                   a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -55,9 +60,10 @@ static void layernorm_bwd(int a16, void *dinp, float *dweight, float *dbias, con
 		return;
 	int nblk = (n + LN_ROWS - 1) / LN_ROWS;
 	float *part = (float *)kern_cuda_scratch_alloc(sizeof(float) * 2 * (size_t)c * nblk);
+	int vec = ln_vec_ok(dinp, c, a16) && ln_vec_ok(dout, c, a16) && ln_vec_ok(inp, c, a16);
 	ln_bwd_kernel<<<nblk, LN_BWD_THREADS, 0, kern_cuda_stream()>>>(dinp, part, dout, inp, weight,
-	                                                               mean, rstd, n, c, set, a16,
-	                                                               ops);
+	                                                               mean, rstd, n, c, set, vec,
+	                                                               a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 	ln_bwd_final_kernel<<<(2 * c + 31) / 32, dim3(32, LN_FINAL_TY), 0, kern_cuda_stream()>>>(
 		dweight, dbias, part, nblk, c);

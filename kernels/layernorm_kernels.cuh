@@ -6,6 +6,8 @@
 #ifndef LARCH_KERNELS_LAYERNORM_KERNELS_CUH
 #define LARCH_KERNELS_LAYERNORM_KERNELS_CUH
 
+#include <stdint.h>
+
 #include "precision_cuda.cuh"
 
 #define LN_FWD_WARPS 8  /* rows per forward block */
@@ -21,9 +23,18 @@ __device__ static inline float warp_sum(float v)
 	return __shfl_sync(0xffffffffu, v, 0);
 }
 
+/* Whether the kernels below may read and write rows of c elements at p
+ * four at a time (act_ld4): every row starts on 16 bytes (8 with a16). */
+static inline int ln_vec_ok(const void *p, int c, int a16)
+{
+	return c % 4 == 0 && (uintptr_t)p % (a16 ? 8 : 16) == 0;
+}
+
+/* One warp per row; with vec (ln_vec_ok for inp and out) each lane reads
+ * and writes groups of four, else one element at a time */
 __global__ static void ln_fwd_kernel(void *out, float *mean, float *rstd, const void *inp,
                                      const float *weight, const float *bias, int n, int c,
-                                     int a16, int ops)
+                                     int vec, int a16, int ops)
 {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * LN_FWD_WARPS + (threadIdx.x >> 5);
@@ -31,6 +42,35 @@ __global__ static void ln_fwd_kernel(void *out, float *mean, float *rstd, const 
 		return;
 	size_t x0 = (size_t)row * c;
 	float s = 0.0f;
+	if (vec) {
+		size_t g0 = x0 / 4;
+		for (int g = lane; g < c / 4; g += 32) {
+			float4 x = act_ld4(inp, (long)(g0 + g), a16, ops);
+			s += x.x + x.y + x.z + x.w;
+		}
+		float m = warp_sum(s) / c;
+		float v = 0.0f;
+		for (int g = lane; g < c / 4; g += 32) {
+			float4 x = act_ld4(inp, (long)(g0 + g), a16, ops);
+			float d0 = x.x - m, d1 = x.y - m, d2 = x.z - m, d3 = x.w - m;
+			v += d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3;
+		}
+		float r = 1.0f / sqrtf(warp_sum(v) / c + KERN_LAYERNORM_EPS);
+		for (int g = lane; g < c / 4; g += 32) {
+			float4 x = act_ld4(inp, (long)(g0 + g), a16, ops);
+			int j = 4 * g;
+			float4 y = make_float4((x.x - m) * r * weight[j] + bias[j],
+			                       (x.y - m) * r * weight[j + 1] + bias[j + 1],
+			                       (x.z - m) * r * weight[j + 2] + bias[j + 2],
+			                       (x.w - m) * r * weight[j + 3] + bias[j + 3]);
+			act_st4(out, (long)(g0 + g), y, a16, ops);
+		}
+		if (lane == 0) {
+			mean[row] = m;
+			rstd[row] = r;
+		}
+		return;
+	}
 	for (int j = lane; j < c; j += 32)
 		s += act_ld(inp, x0 + j, a16, ops);
 	float m = warp_sum(s) / c;
@@ -49,10 +89,35 @@ __global__ static void ln_fwd_kernel(void *out, float *mean, float *rstd, const 
 	}
 }
 
-/* part: [gridDim.x][2][c], the block's dweight sums then its dbias sums */
+/* Element j of a row in backward's first pass: adds dn = dout * weight and
+ * dn * norm to the row's sums a and b */
+__device__ static inline void ln_bwd_sums(float x, float dy, float w, float m, float r, float *a,
+                                          float *b)
+{
+	float norm = (x - m) * r, dn = dy * w;
+	*a += dn;
+	*b += dn * norm;
+}
+
+/* Element (row k, column j) in backward's second pass: dinp's value g
+ * (rounded before the add, no FMA: adding gives exactly dinp + what the
+ * _set version writes), and the column sums for dweight and dbias */
+__device__ static inline float ln_bwd_elem(float x, float dy, float w, float m, float r,
+                                           float mdn, float mdnn, float *sw, float *sb)
+{
+	float norm = (x - m) * r, dn = dy * w;
+	*sw += dy * norm;
+	*sb += dy;
+	return __fmul_rn(r, dn - mdn - norm * mdnn);
+}
+
+/* part: [gridDim.x][2][c], the block's dweight sums then its dbias sums;
+ * with vec (ln_vec_ok for dinp, dout and inp) groups of four, else single
+ * elements (the same values but for the row sums' order) */
 __global__ static void ln_bwd_kernel(void *dinp, float *part, const void *dout,
                                      const void *inp, const float *weight, const float *mean,
-                                     const float *rstd, int n, int c, int set, int a16, int ops)
+                                     const float *rstd, int n, int c, int set, int vec, int a16,
+                                     int ops)
 {
 	__shared__ float s_mean[LN_ROWS], s_rstd[LN_ROWS], s_mdn[LN_ROWS], s_mdnn[LN_ROWS];
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -65,11 +130,20 @@ __global__ static void ln_bwd_kernel(void *dinp, float *part, const void *dout,
 		size_t x0 = (size_t)i * c;
 		float m = mean[i], r = rstd[i];
 		float a = 0.0f, b = 0.0f;
-		for (int j = lane; j < c; j += 32) {
-			float norm = (act_ld(inp, x0 + j, a16, ops) - m) * r;
-			float dn = act_ld(dout, x0 + j, a16, ops) * weight[j];
-			a += dn;
-			b += dn * norm;
+		if (vec) {
+			for (int g = lane; g < c / 4; g += 32) {
+				float4 x = act_ld4(inp, (long)(x0 / 4 + g), a16, ops);
+				float4 dy = act_ld4(dout, (long)(x0 / 4 + g), a16, ops);
+				const float *w = weight + 4 * g;
+				ln_bwd_sums(x.x, dy.x, w[0], m, r, &a, &b);
+				ln_bwd_sums(x.y, dy.y, w[1], m, r, &a, &b);
+				ln_bwd_sums(x.z, dy.z, w[2], m, r, &a, &b);
+				ln_bwd_sums(x.w, dy.w, w[3], m, r, &a, &b);
+			}
+		} else {
+			for (int j = lane; j < c; j += 32)
+				ln_bwd_sums(act_ld(inp, x0 + j, a16, ops), act_ld(dout, x0 + j, a16, ops),
+				            weight[j], m, r, &a, &b);
 		}
 		a = warp_sum(a);
 		b = warp_sum(b);
@@ -84,18 +158,38 @@ __global__ static void ln_bwd_kernel(void *dinp, float *part, const void *dout,
 
 	/* 2: dinp, and this block's column sums in row order */
 	float *pw = part + (size_t)blockIdx.x * 2 * c, *pb = pw + c;
+	if (vec) {
+		for (int g = threadIdx.x; g < c / 4; g += LN_BWD_THREADS) {
+			const float *w = weight + 4 * g;
+			float sw[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, sb[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+			for (int k = 0; k < rows; k++) {
+				long at = (long)(((size_t)(r0 + k) * c) / 4) + g;
+				float4 dy = act_ld4(dout, at, a16, ops), x = act_ld4(inp, at, a16, ops);
+				float m = s_mean[k], r = s_rstd[k], mdn = s_mdn[k], mdnn = s_mdnn[k];
+				float4 d = make_float4(ln_bwd_elem(x.x, dy.x, w[0], m, r, mdn, mdnn, &sw[0], &sb[0]),
+				                       ln_bwd_elem(x.y, dy.y, w[1], m, r, mdn, mdnn, &sw[1], &sb[1]),
+				                       ln_bwd_elem(x.z, dy.z, w[2], m, r, mdn, mdnn, &sw[2], &sb[2]),
+				                       ln_bwd_elem(x.w, dy.w, w[3], m, r, mdn, mdnn, &sw[3], &sb[3]));
+				if (!set) {
+					float4 o = act_raw4(dinp, at, a16, ops);
+					d = make_float4(o.x + d.x, o.y + d.y, o.z + d.z, o.w + d.w);
+				}
+				act_st4(dinp, at, d, a16, ops);
+			}
+			for (int i = 0; i < 4; i++) {
+				pw[4 * g + i] = sw[i];
+				pb[4 * g + i] = sb[i];
+			}
+		}
+		return;
+	}
 	for (int j = threadIdx.x; j < c; j += LN_BWD_THREADS) {
 		float w = weight[j], sw = 0.0f, sb = 0.0f;
 		for (int k = 0; k < rows; k++) {
 			size_t at = (size_t)(r0 + k) * c + j;
-			float dy = act_ld(dout, at, a16, ops), r = s_rstd[k];
-			float norm = (act_ld(inp, at, a16, ops) - s_mean[k]) * r, dn = dy * w;
-			/* rounded before the add (no FMA): adding gives exactly
-			 * dinp + what the _set version writes */
-			float g = __fmul_rn(r, dn - s_mdn[k] - norm * s_mdnn[k]);
+			float g = ln_bwd_elem(act_ld(inp, at, a16, ops), act_ld(dout, at, a16, ops), w,
+			                      s_mean[k], s_rstd[k], s_mdn[k], s_mdnn[k], &sw, &sb);
 			act_st(dinp, at, set ? g : act_raw(dinp, at, a16, ops) + g, a16, ops);
-			sw += dy * norm;
-			sb += dy;
 		}
 		pw[j] = sw;
 		pb[j] = sb;

@@ -278,6 +278,70 @@ static void bench_layernorm(int n, int c)
 	kern_cuda_free(l.d_rstd);
 }
 
+/* LayerNorm as the GPT's bf16 step runs it: activations packed as 16 bits;
+ * buffers on 8 bytes (the kernels read and write four elements an access)
+ * beside the same buffers one element on (one at a time) */
+struct ln16 {
+	int n, c, off;
+	uint16_t *inp, *out, *dout, *dinp;
+	float *w, *b, *dw, *db, *mean, *rstd;
+};
+
+static void ln16_fwd(void *p)
+{
+	struct ln16 *l = p;
+	kern_layernorm_fwd_act_cuda(KERN_ACT_16, l->out + l->off, l->mean, l->rstd,
+	                            l->inp + l->off, l->w, l->b, l->n, l->c);
+}
+
+static void ln16_bwd(void *p)
+{
+	struct ln16 *l = p;
+	kern_layernorm_bwd_act_cuda(KERN_ACT_16, l->dinp + l->off, l->dw, l->db, l->dout + l->off,
+	                            l->inp + l->off, l->w, l->mean, l->rstd, l->n, l->c);
+}
+
+static void bench_layernorm16(int n, int c)
+{
+	char name[128];
+	snprintf(name, sizeof name, "layernorm bf16 n=%d c=%d", n, c);
+	if (only && !strstr(name, only))
+		return;
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	long nc = (long)n * c + 1;
+	float *h = hbuf(nc, -2, 3), *d = dbuf(h, nc), *hw = hbuf(c, 0.5f, 1.5f);
+	struct ln16 l = { .n = n, .c = c };
+	l.inp = kern_cuda_malloc(2 * (size_t)nc), l.out = kern_cuda_malloc(2 * (size_t)nc);
+	l.dout = kern_cuda_malloc(2 * (size_t)nc), l.dinp = kern_cuda_malloc(2 * (size_t)nc);
+	kern_fp32_to_bf16_cuda(l.inp, d, nc);
+	kern_fp32_to_bf16_cuda(l.dout, d, nc);
+	kern_fp32_to_bf16_cuda(l.dinp, d, nc);
+	l.w = dbuf(hw, c), l.b = dbuf(hw, c), l.dw = dbuf(hw, c), l.db = dbuf(hw, c);
+	l.mean = kern_cuda_malloc(sizeof(float) * (size_t)n);
+	l.rstd = kern_cuda_malloc(sizeof(float) * (size_t)n);
+	double ms[2][2];
+	for (int k = 0; k < 2; k++) {
+		l.off = k;              /* 0: on 8 bytes; 1: not */
+		ln16_fwd(&l);
+		ms[k][0] = time_gpu_ms(ln16_fwd, &l);
+		ms[k][1] = time_gpu_ms(ln16_bwd, &l);
+	}
+	/* bytes: forward reads inp, writes out; backward reads dout and inp
+	 * and adds into dinp */
+	double bytes[2] = { 4.0 * n * c, 8.0 * n * c };
+	const char *pass[2] = { "fwd", "bwd" };
+	for (int i = 0; i < 2; i++)
+		printf("%-40s %-7s: four an access %8.4f ms %7.1f GB/s, one %8.4f ms %7.1f GB/s, "
+		       "x%.2f\n", name, pass[i], ms[0][i], bytes[i] / (ms[0][i] * 1e-3) / 1e9,
+		       ms[1][i], bytes[i] / (ms[1][i] * 1e-3) / 1e9, ms[1][i] / ms[0][i]);
+	fflush(stdout);
+	free(h), free(hw);
+	kern_cuda_free(d), kern_cuda_free(l.inp), kern_cuda_free(l.out), kern_cuda_free(l.dout);
+	kern_cuda_free(l.dinp), kern_cuda_free(l.w), kern_cuda_free(l.b), kern_cuda_free(l.dw);
+	kern_cuda_free(l.db), kern_cuda_free(l.mean), kern_cuda_free(l.rstd);
+	kern_matmul_cuda_operands(prev);
+}
+
 /* ---- softmax + cross-entropy ------------------------------------------------- */
 
 struct sx {
@@ -860,6 +924,7 @@ int main(int argc, char **argv)
 	int c = 768;
 	bench_elementwise(tokens, c);
 	bench_layernorm((int)tokens, c);
+	bench_layernorm16((int)tokens, c);
 	bench_softmax_xent(quick ? 128 : 1024, 50257);
 	bench_softmax_xent16(quick ? 1024 : 8192, 50257);
 	bench_optimizer(quick ? (4L << 20) : (32L << 20));

@@ -110,24 +110,32 @@ static void close(const char *what, const float *got, const float *want, long n,
 	CHECK(1);
 }
 
-static void test_layernorm()
+/* LayerNorm forward and backward over n rows of c, fp32 and 16-bit
+ * storage, with vec (groups of four) as asked: the two storages the same
+ * bits, both against the reference; the fp32 results into out (forward),
+ * di (dinp of the accumulating backward), gw and gb */
+static void layernorm_case(int n, int c, int vec, std::vector<float> &out, std::vector<float> &di,
+                           std::vector<float> &gw, std::vector<float> &gb)
 {
-	const int n = 37, c = 77;
 	long nc = (long)n * c;
+	uint64_t keep = rng;
+	rng = 7 + (uint64_t)c;           /* the same data for every vec of n, c */
 	int nblk = (n + LN_ROWS - 1) / LN_ROWS;
 	auto x = rand16(nc, -2, 2), dy = rand16(nc, -1, 1), di0 = rand16(nc, -1, 1);
 	auto w = rand16(c, 0.5f, 1.5f), b = rand16(c, -0.5f, 0.5f);
+	rng = keep;
 	auto x16 = pack(x), dy16 = pack(dy);
-	std::vector<float> out((size_t)nc), mean(n), rstd(n), mean16(n), rstd16(n);
+	out.assign((size_t)nc, 0.0f);
+	std::vector<float> mean(n), rstd(n), mean16(n), rstd16(n);
 	std::vector<uint16_t> out16((size_t)nc);
 	dim3 fgrid((unsigned)((n + LN_FWD_WARPS - 1) / LN_FWD_WARPS));
 	emu_launch(fgrid, dim3(LN_FWD_WARPS * 32), [&] {
 		ln_fwd_kernel(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), n, c,
-		              0, g_ops);
+		              vec, 0, g_ops);
 	});
 	emu_launch(fgrid, dim3(LN_FWD_WARPS * 32), [&] {
 		ln_fwd_kernel(out16.data(), mean16.data(), rstd16.data(), x16.data(), w.data(),
-		              b.data(), n, c, 1, g_ops);
+		              b.data(), n, c, vec, 1, g_ops);
 	});
 	same16("layernorm out", out16.data(), out.data(), nc);
 	same32("layernorm mean", mean16.data(), mean.data(), n);
@@ -140,17 +148,20 @@ static void test_layernorm()
 	/* within a 16-bit spacing of the reference's rounding (a sum's order) */
 	close("layernorm out vs reference", out.data(), ref.data(), nc, 1e-5, g_ops == 2 ? 0x1p-7 : 0x1p-10);
 
-	for (int set = 0; set < 2; set++) {
-		std::vector<float> di(di0), gw(c, 0.0f), gb(c, 0.0f), gw16(c, 0.0f), gb16(c, 0.0f);
+	for (int set = 1; set >= 0; set--) {
+		di = di0;
+		gw.assign(c, 0.0f);
+		gb.assign(c, 0.0f);
+		std::vector<float> gw16(c, 0.0f), gb16(c, 0.0f);
 		auto di16 = pack(di0);
 		std::vector<float> part((size_t)2 * c * nblk), part16(part.size());
 		emu_launch(dim3((unsigned)nblk), dim3(LN_BWD_THREADS), [&] {
 			ln_bwd_kernel(di.data(), part.data(), dy.data(), x.data(), w.data(), mean.data(),
-			              rstd.data(), n, c, set, 0, g_ops);
+			              rstd.data(), n, c, set, vec, 0, g_ops);
 		});
 		emu_launch(dim3((unsigned)nblk), dim3(LN_BWD_THREADS), [&] {
 			ln_bwd_kernel(di16.data(), part16.data(), dy16.data(), x16.data(), w.data(),
-			              mean.data(), rstd.data(), n, c, set, 1, g_ops);
+			              mean.data(), rstd.data(), n, c, set, vec, 1, g_ops);
 		});
 		dim3 g2((unsigned)((2 * c + 31) / 32)), b2(32, LN_FINAL_TY);
 		emu_launch(g2, b2, [&] { ln_bwd_final_kernel(gw.data(), gb.data(), part.data(), nblk, c); });
@@ -174,6 +185,24 @@ static void test_layernorm()
 		close("layernorm dweight vs reference", gw.data(), rgw.data(), c, 1e-4, 1e-4);
 		close("layernorm dbias vs reference", gb.data(), rgb.data(), c, 1e-4, 1e-4);
 	}
+}
+
+static void test_layernorm()
+{
+	std::vector<float> out, di, gw, gb, out1, di1, gw1, gb1;
+	layernorm_case(37, 77, 0, out, di, gw, gb);   /* c not a multiple of 4 */
+	/* groups of four against one at a time: the row sums in another order
+	 * (out and dinp within an ulp or so), the column sums in the same order
+	 * (but for where the compiler fuses a multiply-add) */
+	layernorm_case(37, 96, 1, out, di, gw, gb);
+	layernorm_case(37, 96, 0, out1, di1, gw1, gb1);
+	close("layernorm out, vec against not", out.data(), out1.data(), (long)out.size(), 1e-6,
+	      1e-5);
+	close("layernorm dinp, vec against not", di.data(), di1.data(), (long)di.size(), 1e-6, 1e-5);
+	close("layernorm dweight, vec against not", gw.data(), gw1.data(), (long)gw.size(), 1e-6,
+	      1e-6);
+	close("layernorm dbias, vec against not", gb.data(), gb1.data(), (long)gb.size(), 1e-6, 1e-6);
+	layernorm_case(9, 768, 1, out, di, gw, gb);   /* GPT-2's width: three groups a lane */
 }
 
 /* GELU forward and backward in place and the residual into its first
