@@ -355,8 +355,13 @@ static void dbias_colsum(float *dbias, const void *dout, int a16, int ldd, int n
 {
 	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
 	double *part = (double *)kern_cuda_scratch_alloc(sizeof(double) * (size_t)nchunk * oc);
-	dim3 grid((unsigned)((oc + 31) / 32), (unsigned)nchunk), block(32, DBIAS_TY);
-	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd, a16,
+	/* four columns a thread where the rows allow (2-byte reads kept too
+	 * few bytes in flight: a GPT-2 step's 48 bias sums ran at a third of an
+	 * H200's bandwidth) */
+	int vec = dbias_vec_ok(dout, oc, ldd, a16);
+	int per_block = vec ? 32 * 4 : 32;
+	dim3 grid((unsigned)((oc + per_block - 1) / per_block), (unsigned)nchunk), block(32, DBIAS_TY);
+	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd, vec, a16,
 	                                                              kern_cuda_gemm_operands());
 	KERN_CUDA_CHECK_LAUNCH();
 	dbias_final_kernel<<<(unsigned)((oc + 31) / 32), dim3(32, DBIAS_FY), 0, kern_cuda_stream()>>>(

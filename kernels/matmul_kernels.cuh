@@ -36,15 +36,47 @@ __global__ static void bias_store16_kernel(uint16_t *out, const float *tmp, cons
 			to16_bits((tmp ? tmp[k] : 0.0f) + bias[k % oc], ops == KERN_MM_BF16);
 }
 
-/* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per
- * thread row (ty) and then over ty in order. Block (32, DBIAS_TY). */
-__global__ static void dbias_partial_kernel(double *part, const void *dout, int n, int oc,
-                                            int ldd, int a16, int ops)
+/* Whether dbias_partial_kernel may read dout's rows (ldd apart, oc used)
+ * four columns an access: rows on 16 bytes (8 with a16), oc a multiple of 4. */
+static inline int dbias_vec_ok(const void *dout, int oc, int ldd, int a16)
 {
-	__shared__ double acc[DBIAS_TY][32];
-	int o = blockIdx.x * 32 + threadIdx.x;
+	return oc % 4 == 0 && ldd % 4 == 0 && (uintptr_t)dout % (a16 ? 8 : 16) == 0;
+}
+
+/* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per
+ * thread row (ty) and then over ty in order. Block (32, DBIAS_TY); a thread
+ * a column, or with vec (dbias_vec_ok; the grid's x a quarter as wide) four
+ * adjacent columns, each summed in the same order: the same bits. */
+__global__ static void dbias_partial_kernel(double *part, const void *dout, int n, int oc,
+                                            int ldd, int vec, int a16, int ops)
+{
+	__shared__ double acc[DBIAS_TY][32 * 4];
 	int r0 = blockIdx.y * DBIAS_ROWS;
 	int r1 = min(n, r0 + DBIAS_ROWS);
+	if (vec) {
+		int o4 = (blockIdx.x * 32 + threadIdx.x) * 4;
+		double s4[4] = { 0, 0, 0, 0 };
+		if (o4 < oc)
+			for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY) {
+				float4 d = act_ld4(dout, (long)(((size_t)i * ldd + o4) / 4), a16, ops);
+				s4[0] += d.x;
+				s4[1] += d.y;
+				s4[2] += d.z;
+				s4[3] += d.w;
+			}
+		for (int k = 0; k < 4; k++)
+			acc[threadIdx.y][threadIdx.x * 4 + k] = s4[k];
+		__syncthreads();
+		if (threadIdx.y == 0 && o4 < oc)
+			for (int k = 0; k < 4; k++) {
+				double t = s4[k];
+				for (int y = 1; y < DBIAS_TY; y++)
+					t += acc[y][threadIdx.x * 4 + k];
+				part[(size_t)blockIdx.y * oc + o4 + k] = t;
+			}
+		return;
+	}
+	int o = blockIdx.x * 32 + threadIdx.x;
 	double s = 0;
 	if (o < oc)
 		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY)

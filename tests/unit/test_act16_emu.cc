@@ -440,21 +440,25 @@ static void test_attention_softmax()
 }
 
 /* matmul's bias gradient from a packed dout and an fp32 one (rows ld
- * apart), and the fallback's rounded sum + bias */
-static void test_matmul_small()
+ * apart), four columns a thread with vec: the sums into db */
+static void dbias_case(int n, int oc, int ld, int vec, std::vector<float> &db)
 {
-	const int n = 300, oc = 45, ld = 48;
+	uint64_t keep = rng;
+	rng = 5;                         /* the same dout for every case */
 	auto dout = rand16((long)n * ld, -1, 1);
+	rng = keep;
 	auto d16 = pack(dout);
 	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
 	std::vector<double> part((size_t)nchunk * oc), part16(part.size());
-	std::vector<float> db(oc, 0.5f), db16(oc, 0.5f);
-	dim3 grid((unsigned)((oc + 31) / 32), (unsigned)nchunk), block(32, DBIAS_TY);
+	db.assign(oc, 0.5f);
+	std::vector<float> db16(oc, 0.5f);
+	int per_block = vec ? 128 : 32;
+	dim3 grid((unsigned)((oc + per_block - 1) / per_block), (unsigned)nchunk), block(32, DBIAS_TY);
 	emu_launch(grid, block, [&] {
-		dbias_partial_kernel(part.data(), dout.data(), n, oc, ld, 0, g_ops);
+		dbias_partial_kernel(part.data(), dout.data(), n, oc, ld, vec, 0, g_ops);
 	});
 	emu_launch(grid, block, [&] {
-		dbias_partial_kernel(part16.data(), d16.data(), n, oc, ld, 1, g_ops);
+		dbias_partial_kernel(part16.data(), d16.data(), n, oc, ld, vec, 1, g_ops);
 	});
 	dim3 g2((unsigned)((oc + 31) / 32)), b2(32, DBIAS_FY);
 	emu_launch(g2, b2, [&] { dbias_final_kernel(db.data(), part.data(), nchunk, oc); });
@@ -468,7 +472,18 @@ static void test_matmul_small()
 		ref[(size_t)o] = (float)(0.5 + sum);
 	}
 	close("matmul dbias vs reference", db.data(), ref.data(), oc, 1e-5, 1e-6);
+}
 
+/* the bias gradient one column a thread and four (the same sums in the
+ * same order: the same bits), and the fallback's rounded sum + bias */
+static void test_matmul_small()
+{
+	std::vector<float> db, db4;
+	dbias_case(300, 45, 48, 0, db);
+	dbias_case(300, 172, 176, 0, db);   /* more columns than a vec block's 128 */
+	dbias_case(300, 172, 176, 1, db4);
+	same32("matmul dbias, four columns a thread against one", db4.data(), db.data(), 172);
+	const int n = 300, oc = 45, ld = 48;
 	std::vector<float> tmp((size_t)n * oc), bias(oc);
 	for (auto &v : tmp)
 		v = uniform(-2, 2);
