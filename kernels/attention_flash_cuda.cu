@@ -73,7 +73,8 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	long rows = (long)b * nh * t;
 	float *dd = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)rows);
-	fa_rowdot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, kern_cuda_stream()>>>(
+	fa_rowdot_kernel<<<(unsigned)((rows + FA_ROWDOT_ROWS - 1) / FA_ROWDOT_ROWS), 256, 0,
+	                   kern_cuda_stream()>>>(
 		dd, dout, out, b, t, c, nh, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));

@@ -207,22 +207,32 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 
 /* ---- backward ----------------------------------------------------------------- */
 
-/* dd[bh, i] = sum over the head's 64 columns of dout * out at row i: a warp
- * a row, two columns a lane, then the butterfly (a fixed order) */
+/* dd[bh, i] = sum over the head's 64 columns of dout * out at row i: eight
+ * lanes a row, eight columns a lane (one 16-byte read of each operand,
+ * which flash_ops checked aligned), then the butterfly over the eight (a
+ * fixed order). Blocks of 256 threads: FA_ROWDOT_ROWS rows a block. */
+#define FA_ROWDOT_ROWS 32
 __global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const uint16_t *out,
                                         int b, int t, int c, int nh, int bf16)
 {
-	long r = (long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	if (r >= (long)b * nh * t)
-		return;
-	int lane = threadIdx.x & 31;
-	int i = (int)(r % t), bh = (int)(r / t), bb = bh / nh, h = bh % nh;
-	size_t at = ((size_t)bb * t + i) * c + (size_t)h * FA_HS + 2 * lane;
-	float s = of16_bits(dout[at], bf16) * of16_bits(out[at], bf16) +
-	          of16_bits(dout[at + 1], bf16) * of16_bits(out[at + 1], bf16);
-	for (int off = 16; off > 0; off >>= 1)
+	long r = (long)blockIdx.x * FA_ROWDOT_ROWS + (threadIdx.x >> 3);
+	int part = threadIdx.x & 7;
+	int live = r < (long)b * nh * t;
+	float s = 0.0f;
+	if (live) {
+		int i = (int)(r % t), bh = (int)(r / t), bb = bh / nh, h = bh % nh;
+		size_t at = ((size_t)bb * t + i) * c + (size_t)h * FA_HS + 8 * part;
+		uint4 du = *(const uint4 *)(dout + at), ou = *(const uint4 *)(out + at);
+		uint32_t dw[4] = { du.x, du.y, du.z, du.w }, ow[4] = { ou.x, ou.y, ou.z, ou.w };
+		for (int k = 0; k < 4; k++)
+			s += of16_bits((uint16_t)(dw[k] & 0xffffu), bf16) *
+			             of16_bits((uint16_t)(ow[k] & 0xffffu), bf16) +
+			     of16_bits((uint16_t)(dw[k] >> 16), bf16) * of16_bits((uint16_t)(ow[k] >> 16), bf16);
+	}
+	/* every lane of the warp takes part (rows past the end add zeros) */
+	for (int off = 4; off > 0; off >>= 1)
 		s += __shfl_xor_sync(0xffffffffu, s, off);
-	if (lane == 0)
+	if (live && part == 0)
 		dd[r] = s;
 }
 

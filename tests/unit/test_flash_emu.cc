@@ -139,9 +139,29 @@ static void run_case(int b, int t, int nh, int bf16)
 
 	/* backward: D, then the two kernels; the reference from the same out */
 	long rows = (long)b * nh * t;
-	emu_launch(dim3((unsigned)((rows + 7) / 8)), dim3(256), [&] {
+	emu_launch(dim3((unsigned)((rows + FA_ROWDOT_ROWS - 1) / FA_ROWDOT_ROWS)), dim3(256), [&] {
 		fa_rowdot_kernel(dd.data(), dout.h.data(), out16.data(), b, t, c, nh, bf16);
 	});
+	{
+		/* D against a double sum of the same 16-bit values, within the
+		 * float sum's error of 64 terms: relative to the sum of |terms| */
+		std::vector<float> dof = of16(dout.h, bf16);
+		long bad = -1;
+		double got_bad = 0, want_bad = 0;
+		for (long r = 0; r < rows && bad < 0; r++) {
+			int i = (int)(r % t), bh = (int)(r / t), bb = bh / nh, h = bh % nh;
+			size_t at = ((size_t)bb * t + i) * c + (size_t)h * FA_HS;
+			double sum = 0, mag = 0;
+			for (int j = 0; j < FA_HS; j++) {
+				sum += (double)dof[at + j] * out[at + j];
+				mag += std::fabs((double)dof[at + j] * out[at + j]);
+			}
+			if (!(std::fabs(dd[(size_t)r] - sum) <= 8e-6 * mag + 1e-30))
+				bad = r, got_bad = dd[(size_t)r], want_bad = sum;
+		}
+		CHECK_MSG(bad < 0, "%s D b=%d t=%d nh=%d: row %ld %.9g, the reference's %.9g", ty, b, t,
+		          nh, bad, got_bad, want_bad);
+	}
 	emu_launch(grid, dim3(FA_THREADS), [&] {
 		fa_bwd_kv_kernel<T>(dqkv16.data(), dout.h.data(), qkv.h.data(), lse.data(), dd.data(), t,
 		                    c, nh, scale, bf16);
