@@ -50,7 +50,7 @@ static inline int dbias_vec_ok(const void *dout, int oc, int ldd, int a16)
 __global__ static void dbias_partial_kernel(double *part, const void *dout, int n, int oc,
                                             int ldd, int vec, int a16, int ops)
 {
-	__shared__ double acc[DBIAS_TY][32 * 4];
+	__shared__ double acc[DBIAS_TY][4][32];   /* [ty][column of four][tx]: no bank conflicts */
 	int r0 = blockIdx.y * DBIAS_ROWS;
 	int r1 = min(n, r0 + DBIAS_ROWS);
 	if (vec) {
@@ -65,13 +65,13 @@ __global__ static void dbias_partial_kernel(double *part, const void *dout, int 
 				s4[3] += d.w;
 			}
 		for (int k = 0; k < 4; k++)
-			acc[threadIdx.y][threadIdx.x * 4 + k] = s4[k];
+			acc[threadIdx.y][k][threadIdx.x] = s4[k];
 		__syncthreads();
 		if (threadIdx.y == 0 && o4 < oc)
 			for (int k = 0; k < 4; k++) {
 				double t = s4[k];
 				for (int y = 1; y < DBIAS_TY; y++)
-					t += acc[y][threadIdx.x * 4 + k];
+					t += acc[y][k][threadIdx.x];
 				part[(size_t)blockIdx.y * oc + o4 + k] = t;
 			}
 		return;
@@ -81,11 +81,11 @@ __global__ static void dbias_partial_kernel(double *part, const void *dout, int 
 	if (o < oc)
 		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY)
 			s += act_ld(dout, (size_t)i * ldd + o, a16, ops);
-	acc[threadIdx.y][threadIdx.x] = s;
+	acc[threadIdx.y][0][threadIdx.x] = s;
 	__syncthreads();
 	if (threadIdx.y == 0 && o < oc) {
 		for (int y = 1; y < DBIAS_TY; y++)
-			s += acc[y][threadIdx.x];
+			s += acc[y][0][threadIdx.x];
 		part[(size_t)blockIdx.y * oc + o] = s;
 	}
 }

@@ -287,10 +287,12 @@ void trn_model_zero_grad(struct trn_model *m);
  * .optimizer "cpu", or data parallel over the host) then adds them up
  * there and sends them to g once, after the step's last backward, instead
  * of once per micro-batch (a step of 32 micro-batches of GPT-2 1.5B moved
- * 32 x 6 GB over PCIe and added them up on the host). The values are those
- * g would hold: each backward's sum is rounded to the compute dtype as
- * grad_ready rounds g, and no grad_ready hook fires before the last
- * backward (data parallel arms for that one only). The CPU models, and a
+ * 32 x 6 GB over PCIe and added them up on the host). They add up there as
+ * a resident model's do: each contribution onto the sum so far (as the CPU
+ * models add into g; not bit for bit the host's sum of each backward's
+ * own), each backward's sum rounded to the compute dtype as grad_ready
+ * rounds g; no grad_ready hook fires before the last backward (data
+ * parallel arms for that one only). The CPU models, and a
  * GPU model that is resident or offloads its parameters, ignore it. */
 void trn_model_more_micro(struct trn_model *m, int more);
 

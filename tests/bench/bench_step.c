@@ -111,6 +111,7 @@ static void step(struct bench *b)
 		const struct trn_batch *bt = &b->pool[b->next];
 		b->next = (b->next + 1) % b->n_pool;
 		loss += trn_model_forward(m, bt, NULL);
+		trn_model_more_micro(m, a < accum - 1);
 		trn_model_backward(m, bt, 1.0f / (float)accum);
 	}
 	b->loss = loss / (double)accum;
