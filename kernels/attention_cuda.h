@@ -47,6 +47,11 @@ void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float 
  * semantics). 16-bit operands (kern_matmul_cuda_operands) and head size
  * 64 only: kern_attention_flash_supported says whether a shape can run. */
 int kern_attention_flash_supported(int t, int c, int nh);
+/* Whether the fused backward copies its next tiles while it computes
+ * (cp.async into a second set of tiles): on unless LARCH_CUDA_FLASH_PIPE=0
+ * is in the environment; on >= 0 sets it, -1 only asks. Returns the
+ * previous setting. The same values either way. */
+int kern_attention_flash_pipeline(int on);
 void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b, int t, int c,
                                    int nh);
 void kern_attention_flash_bwd_set_cuda(void *dqkv, const void *dout, const void *out,

@@ -29,12 +29,18 @@
  *           dq += ds k;
  * with ds = p (dp - D) and D = rowsum(dout * out) (a small kernel first),
  * p and ds rounded to 16 bits for their products. Every sum has a fixed
- * order: the same bits on every run.
+ * order: the same bits on every run. Each walk's next tiles are copied
+ * (cp.async) into a second set of shared tiles while the block computes on
+ * this one (kern_attention_flash_pipeline; without, each tile's loads
+ * stalled the block, at two blocks an SM that the dk, dv kernel's 222
+ * registers allow).
  */
 #include "attention_cuda.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,9 +52,33 @@
 /* ---- entry points ------------------------------------------------------------- */
 
 #define FA_FWD_SMEM (3 * FA_TILE_VALUES * sizeof(uint16_t))
-#define FA_BWD_SMEM (4 * FA_TILE_VALUES * sizeof(uint16_t) + 2 * FA_TILE * sizeof(float))
-/* within the 48 KiB a block gets without opting in */
-static_assert(FA_FWD_SMEM <= 48 * 1024 && FA_BWD_SMEM <= 48 * 1024, "flash attention's tiles");
+/* the backward kernels' (the dk, dv kernel's, the larger): two fixed tiles,
+ * and per set of the walk (one, or two pipelined) two tiles and two rows
+ * of FA_TILE floats */
+#define FA_BWD_SMEM(sets)                                                                       \
+	((2 + (sets) * FA_BWD_WALK_TILES) * FA_TILE_VALUES * sizeof(uint16_t) +                   \
+	 (sets) * 2 * FA_TILE * sizeof(float))
+/* within the 48 KiB a block gets without opting in, but for the pipelined
+ * backward's (55 KiB), which opts in (flash_bwd) */
+static_assert(FA_FWD_SMEM <= 48 * 1024 && FA_BWD_SMEM(1) <= 48 * 1024, "flash attention's tiles");
+static_assert(FA_BWD_SMEM(2) <= 99 * 1024, "two pipelined backward blocks an SM");
+
+/* Whether the backward kernels copy the next tile (cp.async) while they
+ * compute on this one: LARCH_CUDA_FLASH_PIPE=0 in the environment says no
+ * (a comparison, or a way around), kern_attention_flash_pipeline sets it */
+static int flash_pipe = -1;
+
+extern "C" int kern_attention_flash_pipeline(int on)
+{
+	if (flash_pipe < 0) {
+		const char *v = getenv("LARCH_CUDA_FLASH_PIPE");
+		flash_pipe = !(v && strcmp(v, "0") == 0);
+	}
+	int prev = flash_pipe;
+	if (on >= 0)
+		flash_pipe = on != 0;
+	return prev;
+}
 
 extern "C" int kern_attention_flash_supported(int t, int c, int nh)
 {
@@ -78,12 +108,32 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 		dd, dout, out, b, t, c, nh, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
-	fa_bwd_kv_kernel<T><<<grid, FA_THREADS, FA_BWD_SMEM, kern_cuda_stream()>>>(
-		dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
-	KERN_CUDA_CHECK_LAUNCH();
-	fa_bwd_q_kernel<T><<<grid, FA_THREADS, FA_BWD_SMEM, kern_cuda_stream()>>>(
-		dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
-	KERN_CUDA_CHECK_LAUNCH();
+	if (kern_attention_flash_pipeline(-1)) {
+		static int opted_in;   /* per T: the pipelined kernels' shared memory */
+		size_t smem = FA_BWD_SMEM(2);
+		if (!opted_in) {
+			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_kv_kernel<T, true>,
+			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                     (int)smem));
+			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_q_kernel<T, true>,
+			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                     (int)smem));
+			opted_in = 1;
+		}
+		fa_bwd_kv_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
+			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		KERN_CUDA_CHECK_LAUNCH();
+		fa_bwd_q_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
+			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		KERN_CUDA_CHECK_LAUNCH();
+	} else {
+		fa_bwd_kv_kernel<T, false><<<grid, FA_THREADS, FA_BWD_SMEM(1), kern_cuda_stream()>>>(
+			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		KERN_CUDA_CHECK_LAUNCH();
+		fa_bwd_q_kernel<T, false><<<grid, FA_THREADS, FA_BWD_SMEM(1), kern_cuda_stream()>>>(
+			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		KERN_CUDA_CHECK_LAUNCH();
+	}
 	kern_cuda_scratch_free(dd);
 }
 

@@ -236,26 +236,63 @@ __global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const u
 		dd[r] = s;
 }
 
+/* Rows [r0, r0 + 64) of one head's 64 columns of src into a tile as
+ * load_tile does, but as cp.async copies that land later (zeros for rows
+ * at or past t); and 64 floats of src from r0 (zeros past t) */
+__device__ static void tile_async(uint16_t *dst, const uint16_t *src, long ld, int r0, int t)
+{
+	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += FA_THREADS) {
+		int r = i / (FA_HS / 8), col = i % (FA_HS / 8) * 8, in = r0 + r < t;
+		cp_async16(dst + r * FA_LD + col, src + (size_t)(in ? r0 + r : r0) * ld + col,
+		           in ? 16 : 0);
+	}
+}
+
+__device__ static void rows_async(float *dst, const float *src, int r0, int t)
+{
+	for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+		int in = r0 + i < t;
+		cp_async4(dst + i, src + (in ? r0 + i : r0), in ? 4 : 0);
+	}
+}
+
+/* The backward kernels' tiles that change as they walk (q and dout, or k
+ * and v) and, for dk and dv, the rows' lse and D: one set, or with Pipe two,
+ * the next one's copies (cp.async) landing while this one is computed on */
+#define FA_BWD_WALK_TILES 2
+template <bool Pipe>
+struct fa_walk {
+	static const int sets = Pipe ? 2 : 1;
+};
+
 /* one block per key tile: dk and dv of its 64 keys over every query that
  * sees them; a warp's rows are 16 keys, its columns a query tile's 64
- * queries (the transposes of p and dp) */
-template <typename T>
+ * queries (the transposes of p and dp). Shared memory: k, v, then per set
+ * q, dout (tiles) and lse, D (FA_TILE floats each). */
+template <typename T, bool Pipe>
 __global__ static void __launch_bounds__(FA_THREADS)
 fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                  const float *dd, int t, int c, int nh, float scale, int bf16)
 {
 	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *ks = (uint16_t *)smem, *vs = ks + FA_TILE_VALUES, *qs = vs + FA_TILE_VALUES;
-	uint16_t *dos = qs + FA_TILE_VALUES;
-	float *lse_s = (float *)(dos + FA_TILE_VALUES), *dd_s = lse_s + FA_TILE;
+	uint16_t *ks = (uint16_t *)smem, *vs = ks + FA_TILE_VALUES, *walk = vs + FA_TILE_VALUES;
+	float *rows = (float *)(walk + fa_walk<Pipe>::sets * FA_BWD_WALK_TILES * FA_TILE_VALUES);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
 	int k0 = blockIdx.x * FA_TILE;
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	const uint16_t *dbase = dout + (size_t)b * t * c + (size_t)h * FA_HS;
+	const float *lse_bh = lse + (size_t)bh * t, *dd_bh = dd + (size_t)bh * t;
 	int key0 = k0 + warp * 16 + g;     /* this lane's keys: key0 and key0 + 8 */
 	float sl2 = scale * FA_LOG2E;
+	if (Pipe) {                        /* the first query tile's, beside k's and v's */
+		tile_async(walk, base, ld, k0, t);
+		tile_async(walk + FA_TILE_VALUES, dbase, c, k0, t);
+		rows_async(rows, lse_bh, k0, t);
+		rows_async(rows + FA_TILE, dd_bh, k0, t);
+		cp_async_commit();
+	}
 	load_tile(ks, base + c, ld, k0, t);
 	load_tile(vs, base + 2 * c, ld, k0, t);
 	__syncthreads();
@@ -269,14 +306,33 @@ fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, cons
 #pragma unroll
 		for (int i = 0; i < 4; i++)
 			dk[j][i] = dv[j][i] = 0.0f;
-	for (int q0 = k0; q0 < t; q0 += FA_TILE) {
-		__syncthreads();
-		load_tile(qs, base, ld, q0, t);
-		load_tile(dos, dbase, c, q0, t);
-		for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
-			int qi = q0 + i;
-			lse_s[i] = qi < t ? lse[(size_t)bh * t + qi] * FA_LOG2E : 0.0f;
-			dd_s[i] = qi < t ? dd[(size_t)bh * t + qi] : 0.0f;
+	int set = 0;
+	for (int q0 = k0; q0 < t; q0 += FA_TILE, set ^= Pipe ? 1 : 0) {
+		uint16_t *qs = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+		uint16_t *dos = qs + FA_TILE_VALUES;
+		float *lse_s = rows + set * 2 * FA_TILE, *dd_s = lse_s + FA_TILE;
+		__syncthreads();               /* the other set's last readers are done */
+		if (Pipe) {
+			if (q0 + FA_TILE < t) {    /* the next tile's copies, then wait for this one's */
+				uint16_t *nq = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+				float *nr = rows + (set ^ 1) * 2 * FA_TILE;
+				tile_async(nq, base, ld, q0 + FA_TILE, t);
+				tile_async(nq + FA_TILE_VALUES, dbase, c, q0 + FA_TILE, t);
+				rows_async(nr, lse_bh, q0 + FA_TILE, t);
+				rows_async(nr + FA_TILE, dd_bh, q0 + FA_TILE, t);
+				cp_async_commit();
+				cp_async_wait<1>();
+			} else {
+				cp_async_wait<0>();
+			}
+		} else {
+			load_tile(qs, base, ld, q0, t);
+			load_tile(dos, dbase, c, q0, t);
+			for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+				int qi = q0 + i;
+				lse_s[i] = qi < t ? lse_bh[qi] : 0.0f;
+				dd_s[i] = qi < t ? dd_bh[qi] : 0.0f;
+			}
 		}
 		__syncthreads();
 		/* p^T = exp2(k q^T - lse), dp^T = v dout^T; ds^T = p^T (dp^T - D) */
@@ -289,7 +345,7 @@ fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, cons
 			for (int i = 0; i < 4; i++) {
 				int col = 8 * j + 2 * q + (i & 1), qi = q0 + col, key = key0 + 8 * (i >> 1);
 				float e = key <= qi && qi < t && key < t
-				                  ? exp2f(p[j][i] * sl2 - lse_s[col]) : 0.0f;
+				                  ? exp2f(p[j][i] * sl2 - lse_s[col] * FA_LOG2E) : 0.0f;
 				p[j][i] = e;
 				ds[j][i] = e * (ds[j][i] - dd_s[col]);
 			}
@@ -305,15 +361,15 @@ fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, cons
 	warp_store(dbase3 + 2 * c, ld, k0 + warp * 16, t, dv, one, bf16);
 }
 
-/* one block per query tile: dq of its 64 queries over the keys they see */
-template <typename T>
+/* one block per query tile: dq of its 64 queries over the keys they see.
+ * Shared memory: q, dout, then per set k, v. */
+template <typename T, bool Pipe>
 __global__ static void __launch_bounds__(FA_THREADS)
 fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                 const float *dd, int t, int c, int nh, float scale, int bf16)
 {
 	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *qs = (uint16_t *)smem, *dos = qs + FA_TILE_VALUES, *ks = dos + FA_TILE_VALUES;
-	uint16_t *vs = ks + FA_TILE_VALUES;
+	uint16_t *qs = (uint16_t *)smem, *dos = qs + FA_TILE_VALUES, *walk = dos + FA_TILE_VALUES;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
 	int q0 = (gridDim.x - 1 - blockIdx.x) * FA_TILE;   /* the longest walks first */
@@ -322,6 +378,11 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 	int row0 = q0 + warp * 16 + g;
 	int kend = min(t, q0 + FA_TILE);
 	float sl2 = scale * FA_LOG2E;
+	if (Pipe) {                        /* the first key tile's, beside q's and dout's */
+		tile_async(walk, base + c, ld, 0, t);
+		tile_async(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
+		cp_async_commit();
+	}
 	load_tile(qs, base, ld, q0, t);
 	load_tile(dos, dout + (size_t)b * t * c + (size_t)h * FA_HS, c, q0, t);
 	__syncthreads();
@@ -340,10 +401,25 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 #pragma unroll
 	for (int j = 0; j < FA_HS / 8; j++)
 		dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
-	for (int k0 = 0; k0 < kend; k0 += FA_TILE) {
-		__syncthreads();
-		load_tile(ks, base + c, ld, k0, t);
-		load_tile(vs, base + 2 * c, ld, k0, t);
+	int set = 0;
+	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
+		uint16_t *ks = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+		uint16_t *vs = ks + FA_TILE_VALUES;
+		__syncthreads();               /* the other set's last readers are done */
+		if (Pipe) {
+			if (k0 + FA_TILE < kend) { /* the next tile's copies, then wait for this one's */
+				uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+				tile_async(nk, base + c, ld, k0 + FA_TILE, t);
+				tile_async(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
+				cp_async_commit();
+				cp_async_wait<1>();
+			} else {
+				cp_async_wait<0>();
+			}
+		} else {
+			load_tile(ks, base + c, ld, k0, t);
+			load_tile(vs, base + 2 * c, ld, k0, t);
+		}
 		__syncthreads();
 		float s[FA_TILE / 8][4], ds[FA_TILE / 8][4];
 		warp_abt<T>(s, qf, ks);

@@ -91,6 +91,40 @@ __device__ inline void mma16816<__half>(float d[4], const uint32_t a[4], uint32_
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* cp.async: a copy of 16 bytes (cp_async16) or 4 (cp_async4) from global
+ * memory at src to shared memory at dst, of which the first `valid` bytes
+ * are read and the rest zeros (valid 0: src is not read, but must be a
+ * global address), issued now and landing later: cp_async_commit closes
+ * the thread's copies issued since the last commit into a group, and
+ * cp_async_wait<n> waits until all but the newest n groups have landed.
+ * Other threads see them only after a __syncthreads that follows the wait.
+ * (sm_80 and later.) */
+__device__ static inline void cp_async16(void *dst, const void *src, int valid)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src),
+	             "r"(valid)
+	             : "memory");
+}
+
+__device__ static inline void cp_async4(void *dst, const void *src, int valid)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a), "l"(src), "r"(valid)
+	             : "memory");
+}
+
+__device__ static inline void cp_async_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+__device__ static inline void cp_async_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* lo and hi rounded to nearest even in one instruction, as a register
  * (the bits of to16_bits, NaNs aside) */
 __device__ static inline uint32_t pack16x2(float lo, float hi, int bf16)

@@ -242,6 +242,52 @@ static inline void ldsm_x4(uint32_t r[4], const uint16_t *p)
 	emu_ldsm(r, p, false);
 }
 
+/* cp.async: each thread's copies wait in its own queue, in groups, and
+ * land only at cp_async_wait (all but the newest n groups), so that a
+ * kernel that reads a tile before waiting for it reads the old one here
+ * too; the bytes are read from global memory when they land, as late as a
+ * GPU may read them. */
+struct emu_copy {
+	void *dst;
+	const void *src;
+	int bytes, valid;
+};
+inline thread_local std::vector<std::vector<emu_copy>> emu_groups;  /* committed, oldest first */
+inline thread_local std::vector<emu_copy> emu_open;                 /* issued, not committed */
+
+static inline void emu_cp_async(void *dst, const void *src, int bytes, int valid)
+{
+	emu_open.push_back(emu_copy{ dst, src, bytes, valid });
+}
+
+static inline void cp_async16(void *dst, const void *src, int valid)
+{
+	emu_cp_async(dst, src, 16, valid);
+}
+
+static inline void cp_async4(void *dst, const void *src, int valid)
+{
+	emu_cp_async(dst, src, 4, valid);
+}
+
+static inline void cp_async_commit(void)
+{
+	emu_groups.push_back(emu_open);
+	emu_open.clear();
+}
+
+template <int N>
+static inline void cp_async_wait(void)
+{
+	while (emu_groups.size() > (size_t)N) {
+		for (const emu_copy &c : emu_groups.front()) {
+			std::memset(c.dst, 0, (size_t)c.bytes);
+			std::memcpy(c.dst, c.src, (size_t)c.valid);
+		}
+		emu_groups.erase(emu_groups.begin());
+	}
+}
+
 static inline void ldsm_x4_t(uint32_t r[4], const uint16_t *p)
 {
 	emu_ldsm(r, p, true);

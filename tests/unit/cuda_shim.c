@@ -865,6 +865,12 @@ void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float 
  * forward left for that qkv: a model handing over another block's shows. */
 long cuda_shim_flash_calls;
 
+int kern_attention_flash_pipeline(int on)
+{
+	(void)on;                          /* one way of doing it here */
+	return 1;
+}
+
 int kern_attention_flash_supported(int t, int c, int nh)
 {
 	return t > 0 && nh > 0 && c == nh * 64;
