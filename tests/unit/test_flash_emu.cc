@@ -195,7 +195,7 @@ static void run_case(int b, int t, int nh, int bf16)
 static void test_flash(void)
 {
 	static const int shapes[][3] = { { 1, 1, 1 }, { 2, 67, 2 }, { 1, 64, 1 }, { 1, 130, 2 },
-	                                { 1, 200, 1 }, { 1, 256, 1 } };
+	                                { 1, 200, 1 } };
 	for (const auto &s : shapes) {
 		run_case<__nv_bfloat16>(s[0], s[1], s[2], 1);
 		run_case<__half>(s[0], s[1], s[2], 0);
