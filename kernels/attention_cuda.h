@@ -47,7 +47,8 @@ void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float 
  * semantics). 16-bit operands (kern_matmul_cuda_operands) and head size
  * 64 only: kern_attention_flash_supported says whether a shape can run. */
 int kern_attention_flash_supported(int t, int c, int nh);
-/* Whether the fused backward copies its next tiles while it computes
+/* Whether the fused forward and backward copy their next tiles while they
+ * compute
  * (cp.async into a second set of tiles): on unless LARCH_CUDA_FLASH_PIPE=0
  * is in the environment; on >= 0 sets it, -1 only asks. Returns the
  * previous setting. The same values either way. */

@@ -51,7 +51,8 @@
 
 /* ---- entry points ------------------------------------------------------------- */
 
-#define FA_FWD_SMEM (3 * FA_TILE_VALUES * sizeof(uint16_t))
+/* the forward's: q, and per set of the walk (one, or two pipelined) k, v */
+#define FA_FWD_SMEM(sets) ((1 + (sets) * FA_BWD_WALK_TILES) * FA_TILE_VALUES * sizeof(uint16_t))
 /* the backward kernels' (the dk, dv kernel's, the larger): two fixed tiles,
  * and per set of the walk (one, or two pipelined) two tiles and two rows
  * of FA_TILE floats */
@@ -60,11 +61,12 @@
 	 (sets) * 2 * FA_TILE * sizeof(float))
 /* within the 48 KiB a block gets without opting in, but for the pipelined
  * backward's (55 KiB), which opts in (flash_bwd) */
-static_assert(FA_FWD_SMEM <= 48 * 1024 && FA_BWD_SMEM(1) <= 48 * 1024, "flash attention's tiles");
+static_assert(FA_FWD_SMEM(2) <= 48 * 1024 && FA_BWD_SMEM(1) <= 48 * 1024,
+              "flash attention's tiles");
 static_assert(FA_BWD_SMEM(2) <= 99 * 1024, "two pipelined backward blocks an SM");
 
-/* Whether the backward kernels copy the next tile (cp.async) while they
- * compute on this one: LARCH_CUDA_FLASH_PIPE=0 in the environment says no
+/* Whether the kernels copy the next tiles (cp.async) while they compute on
+ * this one: LARCH_CUDA_FLASH_PIPE=0 in the environment says no
  * (a comparison, or a way around), kern_attention_flash_pipeline sets it */
 static int flash_pipe = -1;
 
@@ -91,8 +93,12 @@ static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int
 {
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
-	fa_fwd_kernel<T><<<grid, FA_THREADS, FA_FWD_SMEM, kern_cuda_stream()>>>(out, lse, qkv, t, c,
-	                                                                          nh, scale, bf16);
+	if (kern_attention_flash_pipeline(-1))
+		fa_fwd_kernel<T, true><<<grid, FA_THREADS, FA_FWD_SMEM(2), kern_cuda_stream()>>>(
+			out, lse, qkv, t, c, nh, scale, bf16);
+	else
+		fa_fwd_kernel<T, false><<<grid, FA_THREADS, FA_FWD_SMEM(1), kern_cuda_stream()>>>(
+			out, lse, qkv, t, c, nh, scale, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 

@@ -122,15 +122,44 @@ __device__ static void warp_store(uint16_t *dst, long ld, int row0, int t,
 	}
 }
 
+/* Rows [r0, r0 + 64) of one head's 64 columns of src into a tile as
+ * load_tile does, but as cp.async copies that land later (zeros for rows
+ * at or past t); and 64 floats of src from r0 (zeros past t) */
+__device__ static void tile_async(uint16_t *dst, const uint16_t *src, long ld, int r0, int t)
+{
+	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += FA_THREADS) {
+		int r = i / (FA_HS / 8), col = i % (FA_HS / 8) * 8, in = r0 + r < t;
+		cp_async16(dst + r * FA_LD + col, src + (size_t)(in ? r0 + r : r0) * ld + col,
+		           in ? 16 : 0);
+	}
+}
+
+__device__ static void rows_async(float *dst, const float *src, int r0, int t)
+{
+	for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+		int in = r0 + i < t;
+		cp_async4(dst + i, src + (in ? r0 + i : r0), in ? 4 : 0);
+	}
+}
+
+/* The kernels' tiles that change as they walk (k and v, or q and dout)
+ * and, for dk and dv, the rows' lse and D: one set, or with Pipe two, the
+ * next one's copies (cp.async) landing while this one is computed on */
+#define FA_BWD_WALK_TILES 2
+template <bool Pipe>
+struct fa_walk {
+	static const int sets = Pipe ? 2 : 1;
+};
+
 /* ---- forward ------------------------------------------------------------------ */
 
-template <typename T>
+template <typename T, bool Pipe>
 __global__ static void __launch_bounds__(FA_THREADS)
 fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int nh, float scale,
               int bf16)
 {
 	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *qs = (uint16_t *)smem, *ks = qs + FA_TILE_VALUES, *vs = ks + FA_TILE_VALUES;
+	uint16_t *qs = (uint16_t *)smem, *walk = qs + FA_TILE_VALUES;   /* then per set k, v */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
 	int q0 = (gridDim.x - 1 - blockIdx.x) * FA_TILE;   /* the longest walks first */
@@ -139,6 +168,11 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 	int row0 = q0 + warp * 16 + g;     /* this lane's rows: row0 and row0 + 8 */
 	int kend = min(t, q0 + FA_TILE);   /* the keys any query of the tile sees */
 	float sl2 = scale * FA_LOG2E;      /* scores in base 2 */
+	if (Pipe) {                        /* the first key tile's, beside q's */
+		tile_async(walk, base + c, ld, 0, t);
+		tile_async(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
+		cp_async_commit();
+	}
 	load_tile(qs, base, ld, q0, t);
 	__syncthreads();
 	uint32_t qf[FA_HS / 16][4];
@@ -150,10 +184,25 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 #pragma unroll
 	for (int j = 0; j < FA_HS / 8; j++)
 		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-	for (int k0 = 0; k0 < kend; k0 += FA_TILE) {
-		__syncthreads();
-		load_tile(ks, base + c, ld, k0, t);
-		load_tile(vs, base + 2 * c, ld, k0, t);
+	int set = 0;
+	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
+		uint16_t *ks = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+		uint16_t *vs = ks + FA_TILE_VALUES;
+		__syncthreads();               /* the other set's last readers are done */
+		if (Pipe) {
+			if (k0 + FA_TILE < kend) { /* the next tile's copies, then wait for this one's */
+				uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+				tile_async(nk, base + c, ld, k0 + FA_TILE, t);
+				tile_async(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
+				cp_async_commit();
+				cp_async_wait<1>();
+			} else {
+				cp_async_wait<0>();
+			}
+		} else {
+			load_tile(ks, base + c, ld, k0, t);
+			load_tile(vs, base + 2 * c, ld, k0, t);
+		}
 		__syncthreads();
 		float s[FA_TILE / 8][4];
 		warp_abt<T>(s, qf, ks);
@@ -235,35 +284,6 @@ __global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const u
 	if (live && part == 0)
 		dd[r] = s;
 }
-
-/* Rows [r0, r0 + 64) of one head's 64 columns of src into a tile as
- * load_tile does, but as cp.async copies that land later (zeros for rows
- * at or past t); and 64 floats of src from r0 (zeros past t) */
-__device__ static void tile_async(uint16_t *dst, const uint16_t *src, long ld, int r0, int t)
-{
-	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += FA_THREADS) {
-		int r = i / (FA_HS / 8), col = i % (FA_HS / 8) * 8, in = r0 + r < t;
-		cp_async16(dst + r * FA_LD + col, src + (size_t)(in ? r0 + r : r0) * ld + col,
-		           in ? 16 : 0);
-	}
-}
-
-__device__ static void rows_async(float *dst, const float *src, int r0, int t)
-{
-	for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
-		int in = r0 + i < t;
-		cp_async4(dst + i, src + (in ? r0 + i : r0), in ? 4 : 0);
-	}
-}
-
-/* The backward kernels' tiles that change as they walk (q and dout, or k
- * and v) and, for dk and dv, the rows' lse and D: one set, or with Pipe two,
- * the next one's copies (cp.async) landing while this one is computed on */
-#define FA_BWD_WALK_TILES 2
-template <bool Pipe>
-struct fa_walk {
-	static const int sets = Pipe ? 2 : 1;
-};
 
 /* one block per key tile: dk and dv of its 64 keys over every query that
  * sees them; a warp's rows are 16 keys, its columns a query tile's 64

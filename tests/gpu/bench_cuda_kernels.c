@@ -751,11 +751,13 @@ static void bench_attention16(int b, int t, int c, int nh)
 	printf("%-40s bwd: gemm %8.4f ms %7.1f TFLOP/s, flash %8.4f ms %7.1f TFLOP/s, gemm/flash "
 	       "x%.2f\n", name, bg, 4 * flop / (bg * 1e-3) / 1e12, bf, 4 * flop / (bf * 1e-3) / 1e12,
 	       bg / bf);
-	/* the fused backward with its tiles loaded one at a time, beside the
+	/* the fused kernels with their tiles loaded one at a time, beside the
 	 * default (the next tiles copied while this one is computed on) */
 	int pipe = kern_attention_flash_pipeline(0);
-	double b1 = time_gpu_ms(att16_bwd_flash, &a);
+	double f1 = time_gpu_ms(att16_fwd_flash, &a), b1 = time_gpu_ms(att16_bwd_flash, &a);
 	kern_attention_flash_pipeline(pipe);
+	printf("%-40s flash fwd: tiles copied ahead %8.4f ms, one at a time %8.4f ms, x%.2f\n", name,
+	       ff, f1, f1 / ff);
 	printf("%-40s flash bwd: tiles copied ahead %8.4f ms, one at a time %8.4f ms, x%.2f\n", name,
 	       bf, b1, b1 / bf);
 	fflush(stdout);

@@ -466,7 +466,7 @@ static void check_normwise16(const char *what, const float *got, const float *wa
 /* The fused attention against the reference on the same 16-bit values, as
  * tests/unit/test_flash_emu.cc holds the same kernels on the CPU: lse 1e-5
  * of the largest, out and dqkv normwise within 3u; and the same bits on a
- * second run, and on a third with the backward's tiles loaded one at a
+ * second run, and on a third with the kernels' tiles loaded one at a
  * time (kern_attention_flash_pipeline(0)) instead of copied ahead. */
 static void flash_case(int b, int t, int nh)
 {
@@ -513,6 +513,7 @@ static void flash_case(int b, int t, int nh)
 	check_normwise16(what, got_dq[0], dq, 3 * btc, 3 * u);
 	check_bits("flash out, run twice", got_o[1], got_o[0], btc);
 	check_bits("flash dqkv, run twice", got_dq[1], got_dq[0], 3 * btc);
+	check_bits("flash out, tiles copied ahead and not", got_o[2], got_o[0], btc);
 	check_bits("flash dqkv, tiles copied ahead and not", got_dq[2], got_dq[0], 3 * btc);
 
 	free(qkv), free(dy), free(out), free(pre), free(att), free(dq), free(dpre), free(datt);

@@ -116,8 +116,21 @@ static void run_case(int b, int t, int nh, int bf16)
 	std::vector<float> lse((size_t)b * nh * t, NAN), dd((size_t)b * nh * t, NAN);
 	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
 	emu_launch(grid, dim3(FA_THREADS), [&] {
-		fa_fwd_kernel<T>(out16.data(), lse.data(), qkv.h.data(), t, c, nh, scale, bf16);
+		fa_fwd_kernel<T, false>(out16.data(), lse.data(), qkv.h.data(), t, c, nh, scale, bf16);
 	});
+	{
+		/* pipelined (the next key tile's copies in flight): the same bits */
+		std::vector<uint16_t> out_pipe((size_t)btc, 0xffff);
+		std::vector<float> lse_pipe(lse.size(), NAN);
+		emu_launch(grid, dim3(FA_THREADS), [&] {
+			fa_fwd_kernel<T, true>(out_pipe.data(), lse_pipe.data(), qkv.h.data(), t, c, nh,
+			                       scale, bf16);
+		});
+		CHECK_MSG(out_pipe == out16 && !std::memcmp(lse_pipe.data(), lse.data(),
+		                                            sizeof(float) * lse.size()),
+		          "%s forward b=%d t=%d nh=%d: pipelined and not differ", bf16 ? "bf16" : "fp16",
+		          b, t, nh);
+	}
 
 	/* lse against the scores the reference left in preatt (scaled) */
 	std::vector<float> lse_ref(lse.size());
