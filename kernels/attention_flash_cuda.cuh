@@ -151,6 +151,36 @@ struct fa_walk {
 	static const int sets = Pipe ? 2 : 1;
 };
 
+/* A walk over the key tiles (forward, dq) at tile k0 of those below kend:
+ * the k and v tiles of k0 in shared memory for every thread of the block
+ * (the returned k tile, v after it), loaded now, or with Pipe landed from
+ * the copies the last step (or the kernel's start, for set 0) began, and
+ * the next tile's begun into the other set */
+template <bool Pipe>
+__device__ static uint16_t *kv_tiles(uint16_t *walk, int set, const uint16_t *base, long ld,
+                                     int c, int k0, int kend, int t)
+{
+	uint16_t *ks = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+	__syncthreads();                   /* the other set's last readers are done */
+	if (Pipe) {
+		if (k0 + FA_TILE < kend) {     /* the next tile's copies, then wait for this one's */
+			uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+			tile_async(nk, base + c, ld, k0 + FA_TILE, t);
+			tile_async(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
+			cp_async_commit();
+			cp_async_wait<1>();
+		} else {
+			cp_async_wait<0>();
+		}
+	} else {
+		load_tile(ks, base + c, ld, k0, t);
+		load_tile(ks + FA_TILE_VALUES, base + 2 * c, ld, k0, t);
+	}
+	__syncthreads();
+	return ks;
+}
+
+
 /* ---- forward ------------------------------------------------------------------ */
 
 template <typename T, bool Pipe>
@@ -186,24 +216,8 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 	int set = 0;
 	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
-		uint16_t *ks = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+		uint16_t *ks = kv_tiles<Pipe>(walk, set, base, ld, c, k0, kend, t);
 		uint16_t *vs = ks + FA_TILE_VALUES;
-		__syncthreads();               /* the other set's last readers are done */
-		if (Pipe) {
-			if (k0 + FA_TILE < kend) { /* the next tile's copies, then wait for this one's */
-				uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
-				tile_async(nk, base + c, ld, k0 + FA_TILE, t);
-				tile_async(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
-				cp_async_commit();
-				cp_async_wait<1>();
-			} else {
-				cp_async_wait<0>();
-			}
-		} else {
-			load_tile(ks, base + c, ld, k0, t);
-			load_tile(vs, base + 2 * c, ld, k0, t);
-		}
-		__syncthreads();
 		float s[FA_TILE / 8][4];
 		warp_abt<T>(s, qf, ks);
 		/* scale and mask; every row sees key k0 <= q0, so its max is finite
@@ -423,24 +437,8 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 		dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
 	int set = 0;
 	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
-		uint16_t *ks = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+		uint16_t *ks = kv_tiles<Pipe>(walk, set, base, ld, c, k0, kend, t);
 		uint16_t *vs = ks + FA_TILE_VALUES;
-		__syncthreads();               /* the other set's last readers are done */
-		if (Pipe) {
-			if (k0 + FA_TILE < kend) { /* the next tile's copies, then wait for this one's */
-				uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
-				tile_async(nk, base + c, ld, k0 + FA_TILE, t);
-				tile_async(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
-				cp_async_commit();
-				cp_async_wait<1>();
-			} else {
-				cp_async_wait<0>();
-			}
-		} else {
-			load_tile(ks, base + c, ld, k0, t);
-			load_tile(vs, base + 2 * c, ld, k0, t);
-		}
-		__syncthreads();
 		float s[FA_TILE / 8][4], ds[FA_TILE / 8][4];
 		warp_abt<T>(s, qf, ks);
 		warp_abt<T>(ds, dof, vs);
