@@ -823,6 +823,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 	struct trn_model *m = r->model;
 	long accum = s->batch.accum;
 	double interval_t = 0;         /* time in steps since the last progress line */
+	double interval_after = 0;     /* of which after the steps' last backward returned */
 	long interval_steps = 0;
 	double total_train_t = 0;
 	long start_step = r->state.step;
@@ -857,6 +858,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 			trn_model_backward(m, &r->batch, (float)(scale / (double)accum));
 		}
 		loss /= (double)accum;
+		double t_bwd = now();
 		float *gs = NULL;
 		long ns = r->dp.hi - r->dp.lo;
 		double gsq;
@@ -927,8 +929,9 @@ static int train_loop(struct run *r, struct trn_err *err)
 		r->state.step = ++step;
 		r->last_loss = loss;
 
-		double dt = now() - t0;
+		double t1 = now(), dt = t1 - t0;
 		interval_t += dt;
+		interval_after += t1 - t_bwd;
 		total_train_t += dt;
 		interval_steps++;
 		trn_report_metric(&r->rep, step, "train/loss", loss);
@@ -943,6 +946,12 @@ static int train_loop(struct run *r, struct trn_err *err)
 		if (step % s->log_every == 0 || step == r->total_steps) {
 			double rate = (double)(interval_steps * s->batch.global) / interval_t;
 			trn_report_metric(&r->rep, step, "train/samples_per_s", rate);
+			/* seconds a step spent after its last backward returned: the
+			 * gradients' wait, the norm, the update and the parameters'
+			 * way back (on the host with offload.optimizer cpu; a resident
+			 * GPU run's update is only enqueued there) */
+			trn_report_metric(&r->rep, step, "train/after_backward_s",
+			                  interval_after / (double)interval_steps);
 			if (m->tokens_per_sample > 1)
 				trn_report_metric(&r->rep, step, "train/tokens_per_s",
 				                  rate * (double)m->tokens_per_sample);
@@ -955,6 +964,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 				progress(r, step, loss, lr, rate);
 			trn_report_flush(&r->rep);
 			interval_t = 0;
+			interval_after = 0;
 			interval_steps = 0;
 		}
 		if (step == r->total_steps)

@@ -93,11 +93,13 @@ def run(a, exe, tmp, size, offload, **how):
         how = (f"killed by signal {-p.returncode} (the host's OOM killer?)" if p.returncode < 0
                else f"exit {p.returncode}")
         return {"error": f"{how}: {tail}"}
-    rates = [m["value"] for m in map(json.loads, (job / "metrics.jsonl").read_text()
-                                     .splitlines()) if m["name"] == "train/tokens_per_s"]
+    points = [json.loads(l) for l in (job / "metrics.jsonl").read_text().splitlines()]
+    rates = [m["value"] for m in points if m["name"] == "train/tokens_per_s"]
+    after = [m["value"] for m in points if m["name"] == "train/after_backward_s"]
     mem = " ".join(l for l in p.stdout.splitlines()
                    if l.startswith(("device memory:", "host memory:")))
-    return {"tokens_s": statistics.median(rates[1:] or rates), "wall": wall, "memory": mem}
+    return {"tokens_s": statistics.median(rates[1:] or rates), "wall": wall, "memory": mem,
+            "after_s": statistics.median(after[1:] or after) if after else float("nan")}
 
 
 def sweep_micro(a, tmp, size, offload, gpu_gib, host_gib):
@@ -137,7 +139,10 @@ def ratio_part(a, exe, tmp, _devices):
           f"{base.get('tokens_s', base.get('error'))}, with "
           f"{opt.get('tokens_s', opt.get('error'))}", end="")
     if "tokens_s" in base and "tokens_s" in opt:
-        print(f" -> {opt['tokens_s'] / base['tokens_s']:.2f}x (target >= 0.7x)")
+        print(f" -> {opt['tokens_s'] / base['tokens_s']:.2f}x (target >= 0.7x); a step's time "
+              f"after its last backward returned (the update on the host, the gradients' and "
+              f"parameters' copies): {base['after_s']:.3f} s without, {opt['after_s']:.3f} s "
+              "with")
     else:
         print()
 

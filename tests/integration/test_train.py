@@ -77,6 +77,14 @@ def test_gpt_loss_falls_on_text(trainer, tmp_path):
     assert train[0] > 5.0
     assert np.mean(train[-10:]) < 2.6, train[-10:]
     assert val[-1] < baseline, (val, baseline)
+    # at each progress line, the mean time a step spent after its last
+    # backward (the norm, clipping and AdamW here): some, and less than the
+    # whole step (global batch / samples per second)
+    rate = {m["step"]: m["value"] for m in metrics(job) if m["name"] == "train/samples_per_s"}
+    after = {m["step"]: m["value"] for m in metrics(job) if m["name"] == "train/after_backward_s"}
+    assert after.keys() == rate.keys() and len(after) == 8, (after, rate)
+    for step, seconds in after.items():
+        assert 0 < seconds < 32 / rate[step], (step, seconds, rate[step])
 
 
 def test_gpt_on_llmc_token_files(trainer, tmp_path):
