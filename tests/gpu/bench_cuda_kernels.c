@@ -278,6 +278,19 @@ static void bench_layernorm(int n, int c)
 	kern_cuda_free(l.d_rstd);
 }
 
+/* The rows of a kernel pair timed with vector accesses (ms[0][pass]) and
+ * one element an access (ms[1][pass]), bytes[pass] moved each: ms, GB/s
+ * and the ratio, per pass */
+static void print_vec_rows(const char *name, const char *vec, const char *const pass[2],
+                           double ms[2][2], const double bytes[2])
+{
+	for (int i = 0; i < 2; i++)
+		printf("%-40s %-7s: %s an access %8.4f ms %7.1f GB/s, one %8.4f ms %7.1f GB/s, x%.2f\n",
+		       name, pass[i], vec, ms[0][i], bytes[i] / (ms[0][i] * 1e-3) / 1e9, ms[1][i],
+		       bytes[i] / (ms[1][i] * 1e-3) / 1e9, ms[1][i] / ms[0][i]);
+	fflush(stdout);
+}
+
 /* LayerNorm as the GPT's bf16 step runs it: activations packed as 16 bits;
  * buffers on 8 bytes (the kernels read and write four elements an access)
  * beside the same buffers one element on (one at a time) */
@@ -330,11 +343,7 @@ static void bench_layernorm16(int n, int c)
 	 * and adds into dinp */
 	double bytes[2] = { 4.0 * n * c, 8.0 * n * c };
 	const char *pass[2] = { "fwd", "bwd" };
-	for (int i = 0; i < 2; i++)
-		printf("%-40s %-7s: four an access %8.4f ms %7.1f GB/s, one %8.4f ms %7.1f GB/s, "
-		       "x%.2f\n", name, pass[i], ms[0][i], bytes[i] / (ms[0][i] * 1e-3) / 1e9,
-		       ms[1][i], bytes[i] / (ms[1][i] * 1e-3) / 1e9, ms[1][i] / ms[0][i]);
-	fflush(stdout);
+	print_vec_rows(name, "four", pass, ms, bytes);
 	free(h), free(hw);
 	kern_cuda_free(d), kern_cuda_free(l.inp), kern_cuda_free(l.out), kern_cuda_free(l.dout);
 	kern_cuda_free(l.dinp), kern_cuda_free(l.w), kern_cuda_free(l.b), kern_cuda_free(l.dw);
@@ -454,11 +463,7 @@ static void bench_softmax_xent16(int n, int v)
 	}
 	double bytes[2] = { 2.0 * n * v, 4.0 * n * v };
 	const char *pass[2] = { "fwd", "bwd_set" };
-	for (int i = 0; i < 2; i++)
-		printf("%-40s %-7s: eight an access %8.4f ms %7.1f GB/s, one %8.4f ms %7.1f GB/s, "
-		       "x%.2f\n", name, pass[i], ms[0][i], bytes[i] / (ms[0][i] * 1e-3) / 1e9,
-		       ms[1][i], bytes[i] / (ms[1][i] * 1e-3) / 1e9, ms[1][i] / ms[0][i]);
-	fflush(stdout);
+	print_vec_rows(name, "eight", pass, ms, bytes);
 	free(h), free(t);
 	kern_cuda_free(d), kern_cuda_free(s.logits), kern_cuda_free(s.dl);
 	kern_cuda_free(s.losses), kern_cuda_free(s.lse), kern_cuda_free(s.targets);

@@ -269,6 +269,15 @@ out:
 	trn_spec_release(&spec);
 }
 
+/* name=value in the environment, or name unset for NULL */
+static void set_env(const char *name, const char *value)
+{
+	if (value)
+		setenv(name, value, 1);
+	else
+		unsetenv(name);
+}
+
 /* A small GPT of layers blocks, dim wide in 2 heads, with AdamW and what
  * extra adds to the spec, against the CPU model. */
 static void compare_gpt(const struct trn_dataset *ds, int layers, int dim, const char *extra,
@@ -344,10 +353,7 @@ static void test_gpt_flash(void)
 	};
 	static const char *const settings[] = { NULL, "flash", "gemm" };
 	for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
-		if (settings[s])
-			setenv("LARCH_CUDA_ATTENTION", settings[s], 1);
-		else
-			unsetenv("LARCH_CUDA_ATTENTION");
+		set_env("LARCH_CUDA_ATTENTION", settings[s]);
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 			/* the GEMM path needs one case to show it still agrees */
 			if (settings[s] && i > 0)
@@ -377,10 +383,7 @@ static void test_gpt_gelu_setting(void)
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
 	static const char *const settings[] = { NULL, "fused", "separate" };
 	for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
-		if (settings[s])
-			setenv("LARCH_CUDA_GELU", settings[s], 1);
-		else
-			unsetenv("LARCH_CUDA_GELU");
+		set_env("LARCH_CUDA_GELU", settings[s]);
 		int want = act16_wanted(TRN_DTYPE_BF16) && s != 2;
 		kern_matmul_cuda_fused_gelu(!want);
 		compare_gpt(&ds, 2, 16, "\"precision\": {\"compute\": \"bf16\"},", "gpt gelu bf16");
