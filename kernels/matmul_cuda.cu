@@ -13,12 +13,15 @@
  * is a column sum of dout: per-chunk partials in double, one thread per
  * column walking the chunk's rows in order, then the partials summed in a
  * fixed order; the chunking depends on n alone, so the bits do not depend on
- * timing.
+ * timing. With 16-bit activations it is by default the weight gradient's
+ * GEMM's epilogue instead (BGRADB: that GEMM reads dout already), fp32 sums
+ * in the order of the algorithm the cached plan fixes.
  */
 #include "matmul_cuda.h"
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cublasLt.h>
@@ -29,11 +32,16 @@
 #include "precision_cuda.cuh"
 #include "precision_cuda.h"
 
-#define LT_CACHE 16
+/* a GPT step's epilogue problems (forward bias, GELU, DGELU, the bias
+ * gradients) take about ten plans; a full ring would plan and, for a
+ * refused problem, say so again at each turn */
+#define LT_CACHE 32
 
 static int g_fused_bias = 1;
 static int g_fused_gelu = 0;
+static int g_fused_dbias = -1;         /* -1: LARCH_CUDA_DBIAS not read yet */
 static long g_fused_gelu_gemms;        /* GEMMs that took GELU into their epilogue */
+static long g_fused_dbias_gemms;       /* GEMMs that took the bias gradient */
 static long g_lt_refused;              /* cuBLASLt problems without an algorithm */
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
@@ -53,6 +61,25 @@ extern "C" int kern_matmul_cuda_fused_gelu(int on)
 extern "C" long kern_matmul_cuda_fused_gelu_gemms(void)
 {
 	return g_fused_gelu_gemms;
+}
+
+/* on unless LARCH_CUDA_DBIAS=separate (a comparison, or a way around a
+ * library that computes it wrong); on >= 0 sets it, -1 only asks */
+extern "C" int kern_matmul_cuda_fused_dbias(int on)
+{
+	if (g_fused_dbias < 0) {
+		const char *v = getenv("LARCH_CUDA_DBIAS");
+		g_fused_dbias = !(v && strcmp(v, "separate") == 0);
+	}
+	int prev = g_fused_dbias;
+	if (on >= 0)
+		g_fused_dbias = on != 0;
+	return prev;
+}
+
+extern "C" long kern_matmul_cuda_fused_dbias_gemms(void)
+{
+	return g_fused_dbias_gemms;
 }
 
 extern "C" long kern_matmul_cuda_lt_refused(void)
@@ -162,15 +189,16 @@ static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 /* ---- cuBLASLt: GEMMs with an epilogue --------------------------------------- */
 
 /* One cuBLASLt problem, column-major: D[m, n] (rows ldd apart, type dt) =
- * op(A) B with op(A) = A^T (A [k, m], lda) for ta T or A ([m, k], lda) for
- * N, B [k, n] (ldb), A and B of type ab, fp32 sums; the epilogue epi, with a
- * bias of D's type and (GELU_AUX_BIAS out, DGELU in) an aux matrix of D's
- * type and shape, rows aux_ld apart. Plans are cached by everything the
- * heuristic sees, pointer alignments included (the bias's too: the
- * heuristic reads the alignment of the bias and aux pointers set in the
- * descriptor, cublasLt.h). */
+ * op(A) op(B) + beta D with op(A) = A^T (A [k, m], lda) for ta T or A
+ * ([m, k], lda) for N, op(B) likewise (B [n, k] for tb T, [k, n] for N;
+ * ldb), A and B of type ab, fp32 sums; the epilogue epi, with a bias of D's
+ * type (BIAS in; BGRADB out, the sums of op(B) over k) and (GELU_AUX_BIAS
+ * out, DGELU in) an aux matrix of D's type and shape, rows aux_ld apart.
+ * Plans are cached by everything the heuristic sees, pointer alignments
+ * included (the bias's too: the heuristic reads the alignment of the bias
+ * and aux pointers set in the descriptor, cublasLt.h); beta is the call's. */
 struct lt_key {
-	cublasOperation_t ta;
+	cublasOperation_t ta, tb;
 	int m, n, k, lda, ldb, ldd;
 	cudaDataType ab, dt;
 	cublasLtEpilogue_t epi;
@@ -210,6 +238,22 @@ static void plan_release(struct lt_plan *p)
 	memset(p, 0, sizeof *p);
 }
 
+/* The caller's other path runs for this problem from now on; said once per
+ * plan, so that a run can tell a refused epilogue from a fused one. */
+static void plan_refuse(struct lt_plan *p, const char *why, cublasStatus_t st, int found)
+{
+	const struct lt_key *key = &p->key;
+	p->ok = 0;
+	g_lt_refused++;
+	fprintf(stderr,
+	        "larch: cuBLASLt: %s (%s, %d found) for epilogue %d, ops %c%c, "
+	        "m %d n %d k %d, types %d/%d, alignments %u %u %u %u %u %u: unfused path\n",
+	        why, cublasGetStatusString(st), found, (int)key->epi,
+	        key->ta == CUBLAS_OP_T ? 'T' : 'N', key->tb == CUBLAS_OP_T ? 'T' : 'N', key->m,
+	        key->n, key->k, (int)key->ab, (int)key->dt, key->align[0], key->align[1],
+	        key->align[2], key->align[3], key->align[4], key->align[5]);
+}
+
 static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, const void *aux)
 {
 	for (int i = 0; i < LT_CACHE; i++) {
@@ -228,11 +272,10 @@ static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, cons
 	p->key = *key;
 
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-	cublasOperation_t tb = CUBLAS_OP_N;
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA,
 	                                                 &key->ta, sizeof key->ta));
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB,
-	                                                 &tb, sizeof tb));
+	                                                 &key->tb, sizeof key->tb));
 	KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
 	                                                 &key->epi, sizeof key->epi));
 	/* the heuristic reads these pointers' alignment, not their data: a
@@ -249,8 +292,10 @@ static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, cons
 	}
 	int am = key->ta == CUBLAS_OP_T ? key->k : key->m, an = key->ta == CUBLAS_OP_T ? key->m
 	                                                                                : key->k;
+	int bm = key->tb == CUBLAS_OP_T ? key->n : key->k, bn = key->tb == CUBLAS_OP_T ? key->k
+	                                                                                : key->n;
 	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, key->ab, am, an, key->lda));
-	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, key->ab, key->k, key->n, key->ldb));
+	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, key->ab, bm, bn, key->ldb));
 	KERN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, key->dt, key->m, key->n, key->ldd));
 
 	cublasLtMatmulPreference_t pref;
@@ -279,30 +324,23 @@ static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, cons
 	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->d, p->d,
 	                                                   pref, 1, &res, &found);
 	cublasLtMatmulPreferenceDestroy(pref);
-	p->ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-	if (p->ok) {
+	if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+		p->ok = 1;
 		p->algo = res.algo;
 	} else {
-		/* the caller's other path runs; say so once per plan, so that a
-		 * run can tell a refused epilogue from a fused one */
-		g_lt_refused++;
-		fprintf(stderr,
-		        "larch: cuBLASLt: no algorithm (%s, %d found) for epilogue %d, "
-		        "m %d n %d k %d, types %d/%d, alignments %u %u %u %u %u %u: "
-		        "unfused path\n",
-		        cublasGetStatusString(st), found, (int)key->epi, key->m, key->n, key->k,
-		        (int)key->ab, (int)key->dt, key->align[0], key->align[1], key->align[2],
-		        key->align[3], key->align[4], key->align[5]);
+		plan_refuse(p, "no algorithm", st, found);
 	}
 	return p;
 }
 
-/* The problem of struct lt_key in one cuBLASLt call (beta 0); 0 when
- * cuBLASLt has no algorithm for it, or the bias or aux matrix is not as the
- * epilogue needs it (the caller takes its other path). */
-static int lt_gemm(cublasOperation_t ta, int m, int n, int k, const void *a, int lda,
-                   const void *b, int ldb, void *d, int ldd, cudaDataType ab, cudaDataType dt,
-                   cublasLtEpilogue_t epi, const void *bias, const void *aux, long aux_ld)
+/* The problem of struct lt_key in one cuBLASLt call, D = op(A) op(B) + beta
+ * D; 0 when cuBLASLt has no algorithm for it, or the bias or aux matrix is
+ * not as the epilogue needs it: nothing is done then, and the caller takes
+ * its other path. */
+static int lt_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                   const void *a, int lda, const void *b, int ldb, float beta, void *d, int ldd,
+                   cudaDataType ab, cudaDataType dt, cublasLtEpilogue_t epi, const void *bias,
+                   const void *aux, long aux_ld)
 {
 	/* cuBLASLt takes no alignment preference for the bias or the aux
 	 * matrix: give it only 16-byte aligned ones (cudaMalloc's are, and the
@@ -312,7 +350,7 @@ static int lt_gemm(cublasOperation_t ta, int m, int n, int k, const void *a, int
 		return 0;
 	struct lt_key key;
 	memset(&key, 0, sizeof key);       /* the padding too: keys compare by memcmp */
-	key.ta = ta;
+	key.ta = ta, key.tb = tb;
 	key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
 	key.ab = ab, key.dt = dt, key.epi = epi;
 	key.aux_ld = aux ? aux_ld : 0;
@@ -329,10 +367,17 @@ static int lt_gemm(cublasOperation_t ta, int m, int n, int k, const void *a, int
 	if (aux)
 		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-	const float one = 1.0f, zero = 0.0f;
-	KERN_CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &one, a, p->a, b, p->b, &zero, d, p->d, d,
-	                                 p->d, &p->algo, g_lt_workspace,
-	                                 KERN_CUBLASLT_WORKSPACE_BYTES, kern_cuda_stream()));
+	const float one = 1.0f;
+	cublasStatus_t st = cublasLtMatmul(g_lt, p->desc, &one, a, p->a, b, p->b, &beta, d, p->d, d,
+	                                   p->d, &p->algo, g_lt_workspace,
+	                                   KERN_CUBLASLT_WORKSPACE_BYTES, kern_cuda_stream());
+	/* refused at the call, as cuBLASLt checks it before it launches
+	 * anything: the other path then, as for a refused heuristic */
+	if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+		plan_refuse(p, "call refused", st, 1);
+		return 0;
+	}
+	KERN_CUBLAS_CHECK(st);
 	return 1;
 }
 
@@ -345,8 +390,34 @@ static int fwd_lt(void *out, int ldo, const void *inp, const void *weight, cudaD
                   cudaDataType dt, const void *bias, int n, int c, int oc)
 {
 	/* column-major views: weight [c, oc] (transposed), inp [c, n], out [oc, n] */
-	return lt_gemm(CUBLAS_OP_T, oc, n, c, weight, c, inp, c, out, ldo, ab, dt,
+	return lt_gemm(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, weight, c, inp, c, 0.0f, out, ldo, ab, dt,
 	               CUBLASLT_EPILOGUE_BIAS, bias, NULL, 0);
+}
+
+/* dweight [oc, c] += dout^T inp from 16-bit dout and inp (the weight
+ * gradient's GEMM) with dbias += the column sums of dout, taken in that
+ * GEMM's epilogue, which reads dout already (BGRADB: op(B) = dout^T, summed
+ * over k = n); 0 when cuBLASLt has no algorithm for it, nothing done then
+ * (the caller runs the GEMM and the separate column sum). The epilogue
+ * stores its sums where dbias's contract is to add them: into scratch, then
+ * added. fp32 sums in the algorithm's order: the bits differ from the
+ * separate sum's (double, rounded once) by about an fp32 sum's error. */
+static int dweight_dbias_lt(float *dweight, float *dbias, const uint16_t *dout, int ldd,
+                            const uint16_t *inp, int n, int c, int oc)
+{
+	/* fp32 as D is: the gradient's type is D's (cublasLt.h, the bias
+	 * pointer's gradient case) */
+	float *sum = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)oc);
+	cudaDataType t = type16();
+	int fused = lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, ldd, 1.0f, dweight, c,
+	                    t, CUDA_R_32F, CUBLASLT_EPILOGUE_BGRADB, sum, NULL, 0);
+	if (fused) {
+		const float one = 1.0f;
+		KERN_CUBLAS_CHECK(cublasSaxpy(kern_cuda_cublas(), oc, &one, sum, 1, dbias, 1));
+		g_fused_dbias_gemms++;
+	}
+	kern_cuda_scratch_free(sum);
+	return fused;
 }
 
 /* ---- small kernels --------------------------------------------------------- */
@@ -566,9 +637,11 @@ extern "C" void kern_matmul_fwd_act_cuda(int a16, void *out, const void *inp, co
 
 /* The _set backward with dinp, dout and inp packed 16-bit values: the GEMMs
  * read dout and inp in place; dinp is written rounded from the fp32 sums,
- * dweight gets fp32 sums added. With ldd > oc (a multiple of 8) dinp's sum
- * runs over all ldd columns against zero rows of weight, reading dout's
- * padding, which must hold finite values (the caller zeroes it once).
+ * dweight gets fp32 sums added, and so does dbias: in the weight gradient's
+ * GEMM (kern_matmul_cuda_fused_dbias) where cuBLASLt has an algorithm for
+ * it, by the separate column sum otherwise. With ldd > oc (a multiple of 8)
+ * dinp's sum runs over all ldd columns against zero rows of weight, reading
+ * dout's padding, which must hold finite values (the caller zeroes it once).
  * With pre (16-bit, [n, c]: the GELU's input that made inp), dinp's GEMM
  * applies GELU's gradient at pre in cuBLASLt's epilogue (DGELU) when
  * cuBLASLt has an algorithm for it: returns 1 then, 0 when dinp is the
@@ -577,7 +650,7 @@ static int matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const 
                             int ldd, const uint16_t *inp, const float *weight, int n, int c,
                             int oc, const uint16_t *pre)
 {
-	int dgelu = 0;
+	int dgelu = 0, dbias_done = 0;
 	if (oc <= 0) {
 		if (dinp && c > 0)
 			kern_cuda_zero(dinp, sizeof(uint16_t) * (size_t)n * (size_t)c);
@@ -590,14 +663,17 @@ static int matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const 
 		int k = padded ? ldd : oc;
 		cudaDataType t = type16();
 		if (dinp && pre)
-			dgelu = lt_gemm(CUBLAS_OP_N, c, n, k, w16, c, dout, ldd, dinp, c, t, t,
-			                CUBLASLT_EPILOGUE_DGELU, NULL, pre, c);
+			dgelu = lt_gemm(CUBLAS_OP_N, CUBLAS_OP_N, c, n, k, w16, c, dout, ldd, 0.0f, dinp, c,
+			                t, t, CUBLASLT_EPILOGUE_DGELU, NULL, pre, c);
 		if (dinp && !dgelu)
 			gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, c, n, k, w16, c, dout, ldd, 0.0f, dinp, t, c);
-		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, ldd, 1.0f, dweight, c);
+		dbias_done = dbias && kern_matmul_cuda_fused_dbias(-1) &&
+		             dweight_dbias_lt(dweight, dbias, dout, ldd, inp, n, c, oc);
+		if (!dbias_done)
+			gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, ldd, 1.0f, dweight, c);
 		free16(w16);
 	}
-	if (dbias)
+	if (dbias && !dbias_done)
 		dbias_colsum(dbias, dout, KERN_ACT_16, ldd, n, oc);
 	return dgelu;
 }
@@ -636,7 +712,7 @@ extern "C" void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, con
 	if (g_fused_gelu && a16 && bias && n > 0 && c > 0 && oc > 0) {
 		cudaDataType t = type16();
 		const uint16_t *w16 = to16(weight, (long)oc * c), *b16 = to16(bias, oc);
-		fused = lt_gemm(CUBLAS_OP_T, oc, n, c, w16, c, inp, c, out, oc, t, t,
+		fused = lt_gemm(CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, w16, c, inp, c, 0.0f, out, oc, t, t,
 		                CUBLASLT_EPILOGUE_GELU_AUX_BIAS, b16, pre, oc);
 		g_fused_gelu_gemms += fused;
 		free16(b16);

@@ -4,8 +4,10 @@
  * device pointers; the work goes on kern_cuda_stream().
  *
  * GEMMs run in plain FP32 (no TF32) through cuBLAS; the bias gradient is a
- * column sum of our own in a fixed order. Every result is bit-identical from
- * run to run on the same GPU model and library versions. */
+ * column sum of our own in a fixed order, or with 16-bit activations
+ * cuBLASLt's in the weight gradient's GEMM (kern_matmul_cuda_fused_dbias).
+ * Every result is bit-identical from run to run on the same GPU model and
+ * library versions. */
 #ifndef LARCH_KERNELS_MATMUL_CUDA_H
 #define LARCH_KERNELS_MATMUL_CUDA_H
 
@@ -96,9 +98,9 @@ static inline long kern_w16_place(const struct kern_w16 *k, const float *x, long
  * in place and write out and dinp as 16 bits, rounded from the fp32 sums
  * (the bias added before, in cuBLASLt's epilogue: the bias and weight must
  * hold 16-bit values, as a mixed-precision model's do); dweight and dbias
- * get fp32 sums. In the _ld backward with ldd > oc, dout's padding columns
- * are read (times zero rows of weight) and must hold finite values: zero
- * them once. */
+ * get fp32 sums (dbias's as kern_matmul_cuda_fused_dbias says). In the _ld
+ * backward with ldd > oc, dout's padding columns are read (times zero rows
+ * of weight) and must hold finite values: zero them once. */
 void kern_matmul_fwd_act_cuda(int a16, void *out, const void *inp, const float *weight,
                               const float *bias, int n, int c, int oc);
 void kern_matmul_fwd_ld_act_cuda(int a16, void *out, int ldo, const void *inp,
@@ -135,6 +137,19 @@ int kern_matmul_cuda_fused_gelu(int on);
 /* How many GEMMs have taken GELU into their epilogue so far (those cuBLASLt
  * had an algorithm for), for tests and benchmarks. */
 long kern_matmul_cuda_fused_gelu_gemms(void);
+/* How the 16-bit activations' backward (kern_matmul_bwd_set*_act_cuda with
+ * KERN_ACT_16) sums the bias gradient: 1 in the weight gradient's GEMM,
+ * which reads dout already (cuBLASLt's BGRADB epilogue: fp32 sums in the
+ * algorithm's order, into scratch, then added into dbias), where cuBLASLt
+ * has an algorithm for the shape, the separate column sum elsewhere; 0 the
+ * separate column sum always (double sums, rounded once). The two differ
+ * by about an fp32 sum's error (tests/gpu/test_cuda_matmul.c holds them
+ * to it). On unless LARCH_CUDA_DBIAS=separate is in the environment; on
+ * >= 0 sets it, -1 only asks. Returns the previous setting. */
+int kern_matmul_cuda_fused_dbias(int on);
+/* How many GEMMs have taken the bias gradient into their epilogue so far,
+ * for tests and benchmarks. */
+long kern_matmul_cuda_fused_dbias_gemms(void);
 /* How many cuBLASLt problems (an epilogue, shape, types and pointer
  * alignments) cuBLASLt has had no algorithm for so far; each took the
  * unfused path and was named once on stderr. For tests and benchmarks. */

@@ -898,6 +898,70 @@ static void bench_kept16(const char *label, int n, int c, int oc)
 	kern_matmul_cuda_operands(prev);
 }
 
+/* A bf16 layer's _set backward on 16-bit activations, its weights kept as
+ * 16 bits as the GPU GPT keeps them, with the bias gradient in the weight
+ * gradient's GEMM (cuBLASLt's BGRADB epilogue, kern_matmul_cuda_fused_dbias)
+ * or by the separate column-sum kernels: the whole backward timed, both
+ * GEMMs included, as a step spends it. */
+struct db16 {
+	int n, c, oc;
+	void *inp, *dout, *dinp;
+	float *w, *dw, *db;
+	uint16_t *w16;
+};
+
+static void dbias16_bwd(void *p)
+{
+	struct db16 *d = p;
+	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, d->dinp, d->dw, d->db, d->dout, d->inp, d->w, d->n,
+	                             d->c, d->oc);
+}
+
+static void bench_dbias16(const char *label, int n, int c, int oc)
+{
+	char name[128];
+	snprintf(name, sizeof name, "matmul bf16 %s dbias %d x %d -> %d", label, n, c, oc);
+	if (only && !strstr(name, only))
+		return;
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	struct db16 d = { .n = n, .c = c, .oc = oc };
+	long nc = (long)n * c, no = (long)n * oc, occ = (long)oc * c;
+	float *h = hbuf(occ, -0.05f, 0.05f), *a = hbuf(nc > no ? nc : no, -1, 1);
+	kern_round_bf16_cpu(h, occ);
+	d.w = dbuf(h, occ);
+	d.w16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)occ);
+	kern_fp32_to_bf16_cuda(d.w16, d.w, occ);
+	float *dev = dbuf(a, nc > no ? nc : no);
+	d.inp = kern_cuda_malloc(2 * (size_t)nc), d.dinp = kern_cuda_malloc(2 * (size_t)nc);
+	d.dout = kern_cuda_malloc(2 * (size_t)no);
+	kern_fp32_to_bf16_cuda(d.inp, dev, nc);
+	kern_fp32_to_bf16_cuda(d.dout, dev, no);
+	d.dw = kern_cuda_malloc(sizeof(float) * (size_t)occ);
+	d.db = kern_cuda_malloc(sizeof(float) * (size_t)oc);
+	kern_cuda_zero(d.dw, sizeof(float) * (size_t)occ);
+	kern_cuda_zero(d.db, sizeof(float) * (size_t)oc);
+	kern_matmul_cuda_weights16(d.w, d.w16, occ, 0, 0, KERN_MM_BF16);
+	double ms[2];                      /* [0] in the GEMM, [1] separate */
+	long before = kern_matmul_cuda_fused_dbias_gemms();
+	for (int k = 0; k < 2; k++) {
+		int was = kern_matmul_cuda_fused_dbias(k == 0);
+		ms[k] = time_gpu_ms(dbias16_bwd, &d);
+		kern_matmul_cuda_fused_dbias(was);
+	}
+	long fused = kern_matmul_cuda_fused_dbias_gemms() - before;
+	kern_matmul_cuda_weights16(NULL, NULL, 0, 0, 0, KERN_MM_FP32);
+	double flop = 4.0 * n * c * oc;
+	printf("%-40s bwd: bias gradient in the GEMM %8.4f ms %7.1f TFLOP/s, separate kernel "
+	       "%8.4f ms %7.1f TFLOP/s, separate/in the GEMM x%.2f%s\n", name, ms[0],
+	       flop / (ms[0] * 1e-3) / 1e12, ms[1], flop / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0],
+	       fused ? "" : " (cuBLASLt refused the epilogue: both separate)");
+	fflush(stdout);
+	free(h), free(a);
+	kern_cuda_free(d.w), kern_cuda_free(d.w16), kern_cuda_free(dev), kern_cuda_free(d.inp);
+	kern_cuda_free(d.dinp), kern_cuda_free(d.dout), kern_cuda_free(d.dw), kern_cuda_free(d.db);
+	kern_matmul_cuda_operands(prev);
+}
+
 int main(int argc, char **argv)
 {
 	int threads = 0;
@@ -957,6 +1021,13 @@ int main(int argc, char **argv)
 	 * large micro-batch and at one sequence (a large model's small one) */
 	bench_kept16("gpt fc", n, c, 4 * c);
 	bench_kept16("gpt fc", 1024, c, 4 * c);
+	/* the bias gradient in the weight gradient's GEMM or by its own
+	 * kernels, on GPT-2 small's fc and qkv at one sequence, and fc at the
+	 * micro-batch */
+	bench_dbias16("gpt fc", 1024, c, 4 * c);
+	bench_dbias16("gpt qkv", 1024, c, 3 * c);
+	if (n != 1024)
+		bench_dbias16("gpt fc", n, c, 4 * c);
 	int mb = quick ? 1024 : 8192;
 	bench_matmul("mlp in", mb, 784, 1024, 1, 1);
 	bench_matmul("mlp hidden", mb, 1024, 1024, 1, 1);

@@ -2,7 +2,9 @@
  * reference (matmul_cpu.c): forward with the bias fused (cuBLASLt epilogue)
  * and unfused (cuBLAS, beta = 1) and without bias, on aligned and misaligned
  * buffers; backward adding into its outputs, with NULL dinp and dbias, the
- * _set backward over NaN; the c = 0 edge; run-to-run determinism.
+ * _set backward over NaN; the c = 0 edge; run-to-run determinism. With
+ * 16-bit activations, the bias gradient in the weight gradient's GEMM
+ * (kern_matmul_cuda_fused_dbias) against the separate column sum.
  *
  * Tolerances (want = _ref, in double):
  *   out, dinp, dweight: atol = rtol = 2e-7 (k + 1), k the length of the sum
@@ -12,6 +14,17 @@
  *   dbias: atol 1e-7, rtol 1e-6 (summed in double like the reference; only
  *     the final rounding to float can differ).
  *   determinism: the same bits on two runs.
+ *   fused bias gradient (16-bit dout, column sums over n rows added into
+ *     dbias0): the separate sum against the double reference within 1e-6
+ *     of |sum| + |dbias0| (rounded twice); the fused one, an fp32 sum in
+ *     cuBLASLt's order, against the separate one within 1e-5 of the sum of
+ *     the terms' magnitudes, sum |dout| + |dbias0|: above an fp32 sum's
+ *     worst case over 4096 rows of such values (partial sums of ~40, half
+ *     an ulp each step: 8e-3 against 2e-2), far below a missing row or a
+ *     dbias0 overwritten instead of added to (~0.5). dweight, the same
+ *     products summed by another kernel: 3e-5 of its largest magnitude
+ *     (test_cuda_act16 holds 256-row sums to 1e-5; these run to 4096).
+ *     dinp, the same GEMM both ways: the same bits.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +35,7 @@
 #include "kernels/cuda_common.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_cuda.h"
+#include "kernels/precision.h"
 
 static uint64_t rng = 41;
 
@@ -299,6 +313,217 @@ static void test_strided(void)
 	}
 }
 
+/* ---- the bias gradient in the weight gradient's GEMM ------------------------- */
+
+/* (the CPU stand-in, tests/unit/cuda_shim.c, which this test is built
+ * against too, has no bias gradient in a GEMM: both ways run its one
+ * column sum, and it counts no fused GEMM) */
+static int set_fused_dbias(int on)
+{
+	return kern_matmul_cuda_fused_dbias(on);
+}
+
+static long fused_dbias_gemms(void)
+{
+	return kern_matmul_cuda_fused_dbias_gemms();
+}
+
+/* n random values of the 16-bit type (bf16 or fp16) in [lo, hi), as floats */
+static float *rand16(long n, float lo, float hi, int bf16)
+{
+	float *x = host_rand(n, lo, hi, &rng);
+	if (bf16)
+		kern_round_bf16_cpu(x, n);
+	else
+		kern_round_fp16_cpu(x, n);
+	return x;
+}
+
+/* a device buffer of x[0..n) packed as 16 bits (KERN_ACT_16) */
+static void *dev16(const float *x, long n, int bf16)
+{
+	uint16_t *h = malloc(sizeof *h * (size_t)(n > 0 ? n : 1));
+	if (!h)
+		abort();
+	if (bf16)
+		kern_fp32_to_bf16_cpu(h, x, n);
+	else
+		kern_fp32_to_fp16_cpu(h, x, n);
+	void *d = kern_cuda_dup(h, sizeof *h * (size_t)(n > 0 ? n : 1));
+	free(h);
+	return d;
+}
+
+static uint16_t *fetch_raw16(const void *d, long n)
+{
+	uint16_t *h = malloc(sizeof *h * (size_t)(n > 0 ? n : 1));
+	if (!h)
+		abort();
+	kern_cuda_download(h, d, sizeof *h * (size_t)n);
+	return h;
+}
+
+static void check_same16(const char *what, const uint16_t *got, const uint16_t *want, long n)
+{
+	for (long i = 0; i < n; i++)
+		if (got[i] != want[i]) {
+			CHECK_MSG(0, "%s: [%ld] %#06x, against %#06x", what, i, got[i], want[i]);
+			return;
+		}
+}
+
+/* |got - want| <= tol[i] for every i; the first miss reported */
+static void check_within(const char *what, const float *got, const double *want,
+                         const double *tol, long n)
+{
+	for (long i = 0; i < n; i++)
+		if (!(fabs(got[i] - want[i]) <= tol[i])) {
+			CHECK_MSG(0, "%s: [%ld] %.9g, against %.9g (tolerance %.3g)", what, i, got[i],
+			          want[i], tol[i]);
+			return;
+		}
+}
+
+/* The 16-bit backward (kern_matmul_bwd_set_ld_act_cuda, dout's rows ldd
+ * apart, its padding zero) three times from the same dweight0 and dbias0:
+ * the separate column sum, the bias gradient in the GEMM, and that again.
+ * Tolerances at the top of the file. Where cuBLASLt refused the epilogue
+ * the fused runs are the separate sum again: said, not failed. */
+static void dbias_fused_case(int dtype, int n, int c, int oc, int ldd)
+{
+	int bf16 = dtype == KERN_MM_BF16;
+	const char *ty = bf16 ? "bf16" : "fp16";
+	long nc = (long)n * c, nl = (long)n * ldd, oc_c = (long)oc * c;
+	char what[160];
+	float *x = rand16(nc, -1, 1, bf16), *w = rand16(oc_c, -0.2f, 0.2f, bf16);
+	float *dy = rand16(nl, -1, 1, bf16);
+	for (int i = 0; i < n; i++)        /* the padding of dout: zeros, as the GPT keeps it */
+		for (int j = oc; j < ldd; j++)
+			dy[(long)i * ldd + j] = 0.0f;
+	float *dw0 = host_rand(oc_c, -1, 1, &rng), *db0 = host_rand(oc, -1, 1, &rng);
+	void *x16 = dev16(x, nc, bf16), *dy16 = dev16(dy, nl, bf16);
+	void *di16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)nc);
+	float *d_w = dev_copy(w, oc_c), *d_dw = dev_alloc(oc_c), *d_db = dev_alloc(oc);
+
+	int prev_ops = kern_matmul_cuda_operands(dtype);
+	long refused = kern_matmul_cuda_lt_refused(), took[3];
+	uint16_t *gi[3];
+	float *gw[3], *gb[3];
+	for (int r = 0; r < 3; r++) {    /* separate, fused, fused again */
+		int prev = set_fused_dbias(r > 0);
+		dev_put(d_dw, dw0, oc_c);
+		dev_put(d_db, db0, oc);
+		long before = fused_dbias_gemms();
+		kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_16, di16, d_dw, d_db, dy16, ldd, x16, d_w, n,
+		                                c, oc);
+		took[r] = fused_dbias_gemms() - before;
+		set_fused_dbias(prev);
+		gi[r] = fetch_raw16(di16, nc);
+		gw[r] = dev_fetch(d_dw, oc_c);
+		gb[r] = dev_fetch(d_db, oc);
+	}
+	kern_matmul_cuda_operands(prev_ops);
+	refused = kern_matmul_cuda_lt_refused() - refused;
+
+	snprintf(what, sizeof what, "%s dbias n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	CHECK_MSG(took[0] == 0, "%s: the separate pass took it into %ld GEMMs", what, took[0]);
+	CHECK_MSG(took[1] <= 1 && took[2] == took[1], "%s: %ld and %ld GEMMs took it, want one "
+	          "each or none", what, took[1], took[2]);
+	if (gpu_test_standin())
+		printf("  %s: the stand-in's column sum both ways\n", what);
+	else if (took[1] == 0)
+		printf("  %s: cuBLASLt refused the bias gradient epilogue (%ld problems refused): "
+		       "the separate column sum ran both ways\n", what, refused);
+	else
+		printf("  %s: in the weight gradient's GEMM\n", what);
+	fflush(stdout);                    /* beside the checks' lines (stderr) */
+
+	/* the reference: dbias0 + the column sums, in double */
+	double *want = malloc(sizeof *want * (size_t)oc), *mag = malloc(sizeof *mag * (size_t)oc);
+	double *tol = malloc(sizeof *tol * (size_t)oc), *sep = malloc(sizeof *sep * (size_t)oc);
+	if (!want || !mag || !tol || !sep)
+		abort();
+	for (int o = 0; o < oc; o++) {
+		double s = 0, a = 0;
+		for (int i = 0; i < n; i++) {
+			s += dy[(long)i * ldd + o];
+			a += fabs(dy[(long)i * ldd + o]);
+		}
+		want[o] = db0[o] + s;
+		mag[o] = a + fabs(db0[o]);
+		tol[o] = 1e-6 * (fabs(s) + fabs(db0[o]));
+		sep[o] = gb[0][o];
+	}
+	snprintf(what, sizeof what, "%s separate dbias n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_within(what, gb[0], want, tol, oc);
+	for (int o = 0; o < oc; o++)
+		tol[o] = 1e-5 * mag[o];
+	snprintf(what, sizeof what, "%s fused dbias n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_within(what, gb[1], sep, tol, oc);
+
+	double big = 0;
+	for (long i = 0; i < oc_c; i++)
+		big = fmax(big, fabs(gw[0][i]));
+	snprintf(what, sizeof what, "%s fused dweight n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_close(what, gw[1], gw[0], oc_c, 3e-5 * big, 0);
+	snprintf(what, sizeof what, "%s fused dinp n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_same16(what, gi[1], gi[0], nc);
+	snprintf(what, sizeof what, "%s fused run to run dweight n=%d c=%d oc=%d", ty, n, c, oc);
+	check_same_bits(what, gw[2], gw[1], oc_c);
+	snprintf(what, sizeof what, "%s fused run to run dbias n=%d c=%d oc=%d", ty, n, c, oc);
+	check_same_bits(what, gb[2], gb[1], oc);
+
+	for (int r = 0; r < 3; r++)
+		free(gi[r]), free(gw[r]), free(gb[r]);
+	free(want), free(mag), free(tol), free(sep);
+	free(x), free(w), free(dy), free(dw0), free(db0);
+	kern_cuda_free(x16), kern_cuda_free(dy16), kern_cuda_free(di16);
+	kern_cuda_free(d_w), kern_cuda_free(d_dw), kern_cuda_free(d_db);
+}
+
+/* n = 0 rows: nothing to add, dweight and dbias keep their bits */
+static void dbias_fused_empty(int dtype)
+{
+	int bf16 = dtype == KERN_MM_BF16, c = 64, oc = 96;
+	long oc_c = (long)oc * c;
+	float *dw0 = host_rand(oc_c, -1, 1, &rng), *db0 = host_rand(oc, -1, 1, &rng);
+	float *d_w = dev_copy(dw0, oc_c), *d_dw = dev_copy(dw0, oc_c), *d_db = dev_copy(db0, oc);
+	void *x16 = dev16(dw0, 1, bf16), *dy16 = dev16(dw0, 1, bf16), *di16 = dev16(dw0, 1, bf16);
+	int prev_ops = kern_matmul_cuda_operands(dtype), prev = set_fused_dbias(1);
+	long before = fused_dbias_gemms();
+	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, di16, d_dw, d_db, dy16, x16, d_w, 0, c, oc);
+	long took = fused_dbias_gemms() - before;
+	set_fused_dbias(prev);
+	kern_matmul_cuda_operands(prev_ops);
+	float *gw = dev_fetch(d_dw, oc_c), *gb = dev_fetch(d_db, oc);
+	CHECK_MSG(took == 0, "%s dbias n=0: %ld GEMMs ran", bf16 ? "bf16" : "fp16", took);
+	check_same_bits(bf16 ? "bf16 dweight n=0" : "fp16 dweight n=0", gw, dw0, oc_c);
+	check_same_bits(bf16 ? "bf16 dbias n=0" : "fp16 dbias n=0", gb, db0, oc);
+	free(dw0), free(db0), free(gw), free(gb);
+	kern_cuda_free(d_w), kern_cuda_free(d_dw), kern_cuda_free(d_db);
+	kern_cuda_free(x16), kern_cuda_free(dy16), kern_cuda_free(di16);
+}
+
+static void test_dbias_fused(void)
+{
+	/* odd sizes (cuBLASLt may refuse: the fallback), dout's rows padded,
+	 * a GPT-2 qkv at 256 rows (where the stand-in, whose GEMMs are the
+	 * CPU's, stops), then GPT-2's layers (qkv, attn proj, fc, fc proj) at
+	 * one sequence and fc at four */
+	static const int cases[][4] = {   /* n, c, oc, ldd */
+		{ 37, 40, 77, 77 },       { 64, 64, 250, 256 },     { 256, 768, 2304, 2304 },
+		{ 1024, 768, 2304, 2304 }, { 1024, 768, 768, 768 }, { 1024, 768, 3072, 3072 },
+		{ 1024, 3072, 768, 768 }, { 4096, 768, 3072, 3072 },
+	};
+	static const int dtypes[] = { KERN_MM_BF16, KERN_MM_FP16 };
+	size_t count = gpu_test_standin() ? 3 : sizeof cases / sizeof cases[0];
+	for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+		for (size_t k = 0; k < count; k++)
+			dbias_fused_case(dtypes[t], cases[k][0], cases[k][1], cases[k][2], cases[k][3]);
+		dbias_fused_empty(dtypes[t]);
+	}
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_matmul");
@@ -307,5 +532,6 @@ int main(void)
 	CHECK_RUN(test_bwd);
 	CHECK_RUN(test_empty_sum);
 	CHECK_RUN(test_deterministic);
+	CHECK_RUN(test_dbias_fused);
 	return check_finish();
 }

@@ -1005,6 +1005,23 @@ long kern_matmul_cuda_fused_gelu_gemms(void)
 	return 0;
 }
 
+/* the bias gradient in the weight gradient's GEMM: here always the one
+ * column sum (the switch is kept, so that a test can flip it) */
+static int shim_fused_dbias = 1;
+
+int kern_matmul_cuda_fused_dbias(int on)
+{
+	int prev = shim_fused_dbias;
+	if (on >= 0)
+		shim_fused_dbias = on != 0;
+	return prev;
+}
+
+long kern_matmul_cuda_fused_dbias_gemms(void)
+{
+	return 0;
+}
+
 void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, const void *inp,
                                    const float *weight, const float *bias, int n, int c, int oc)
 {
