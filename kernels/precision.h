@@ -38,6 +38,10 @@ void kern_bf16_to_fp32_cpu(float *out, const uint16_t *inp, long n);
 /* x[i] = fp32(fp16(x[i])) (or bf16), in place: emulates 16-bit storage. */
 void kern_round_fp16_cpu(float *x, long n);
 void kern_round_bf16_cpu(float *x, long n);
+/* out[i] = fp32(fp16(inp[i])) (or bf16): a copy rounded as it goes, one
+ * pass instead of a copy and a rounding (out may be inp) */
+void kern_round_fp16_to_cpu(float *out, const float *inp, long n);
+void kern_round_bf16_to_cpu(float *out, const float *inp, long n);
 
 /* 1 if any of x[0..n) is inf or NaN, else 0 (the gradient check after
  * unscaling). Reads every element: no early exit, one OR per element. */

@@ -134,19 +134,29 @@ void kern_bf16_to_fp32_cpu(float *out, const uint16_t *inp, long n)
 }
 
 PREC_CLONES
-void kern_round_fp16_cpu(float *x, long n)
+void kern_round_fp16_to_cpu(float *out, const float *inp, long n)
 {
 #pragma omp parallel for simd schedule(static) if (n > PREC_PAR_MIN)
 	for (long i = 0; i < n; i++)
-		x[i] = fp32_of_fp16(fp16_of_bits(bits_of(x[i])));
+		out[i] = fp32_of_fp16(fp16_of_bits(bits_of(inp[i])));
+}
+
+void kern_round_fp16_cpu(float *x, long n)
+{
+	kern_round_fp16_to_cpu(x, x, n);
 }
 
 PREC_CLONES
-void kern_round_bf16_cpu(float *x, long n)
+void kern_round_bf16_to_cpu(float *out, const float *inp, long n)
 {
 #pragma omp parallel for simd schedule(static) if (n > PREC_PAR_MIN)
 	for (long i = 0; i < n; i++)
-		x[i] = fp32_of_bf16(bf16_of_bits(bits_of(x[i])));
+		out[i] = fp32_of_bf16(bf16_of_bits(bits_of(inp[i])));
+}
+
+void kern_round_bf16_cpu(float *x, long n)
+{
+	kern_round_bf16_to_cpu(x, x, n);
 }
 
 /* An integer OR, so the reduction gives the same answer in any order. */

@@ -161,6 +161,10 @@ struct trn_model {
 	/* forwards whose batch came from the copy started ahead of them
 	 * (trn_model_stage_batch), and staged batches no forward took */
 	long batches_ahead, batches_not_ahead;
+	/* a GPU model's weights, each time they changed on the host before a
+	 * forward: sent whole then, or already on their way as they were
+	 * written (trn_model_range_changed, then trn_model_weights_streamed) */
+	long w_sent_whole, w_sent_streamed;
 };
 
 /* Rounds x[0..n) to the model's compute dtype in place (nothing for fp32). */

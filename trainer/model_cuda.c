@@ -325,8 +325,10 @@ void trn_cuda_model_sync_weights(struct trn_cuda_model *c)
 	kern_cuda_copy_wait(TRN_CUDA_W_IN_CHANNEL);
 	if (streamed == n && just_that) {
 		c->w_version = c->base.w_version;
+		c->base.w_sent_streamed++;
 		return;
 	}
+	c->base.w_sent_whole++;
 	kern_cuda_upload(c->w_dev, c->base.w, sizeof(float) * (size_t)c->res_head);
 	if (c->res_tail < n)
 		kern_cuda_upload(c->w_dev + c->res_head, c->base.w + c->res_tail,

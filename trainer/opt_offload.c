@@ -13,6 +13,11 @@ long trn_opt_offload_stage_floats(long n, long chunk)
 	return n < chunk ? n : chunk;
 }
 
+int trn_opt_offload_works_in_place(int params_offloaded, int streamed, int on_gpu)
+{
+	return params_offloaded || streamed || on_gpu;
+}
+
 int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long chunk,
                          enum trn_dtype dtype, float *master, const float *dev_grads,
                          float *dev_params, int in_place)
@@ -88,12 +93,15 @@ void trn_opt_offload_grads_wait(struct trn_opt_offload *o)
 
 /* ---- host -> device: the parameters ---------------------------------------------- */
 
-static void round_to(enum trn_dtype dtype, float *x, long n)
+/* dst[0, n) = src's rounding to dtype, in one pass (dst may be src) */
+static void round_to(enum trn_dtype dtype, float *dst, const float *src, long n)
 {
 	if (dtype == TRN_DTYPE_FP16)
-		kern_round_fp16_cpu(x, n);
+		kern_round_fp16_to_cpu(dst, src, n);
 	else if (dtype == TRN_DTYPE_BF16)
-		kern_round_bf16_cpu(x, n);
+		kern_round_bf16_to_cpu(dst, src, n);
+	else if (dst != src)
+		memcpy(dst, src, sizeof(float) * (size_t)n);
 }
 
 /* Waits for the parameter copy c, and says so when asked. */
@@ -107,21 +115,22 @@ static long wait_up(struct trn_opt_offload *o, struct trn_opt_copy *c)
 
 void trn_opt_offload_params_in(struct trn_opt_offload *o)
 {
-	if (o->in_place) {
-		if (o->master != o->dev_params) {
-			memcpy(o->dev_params, o->master, sizeof(float) * (size_t)o->n);
-			round_to(o->dtype, o->dev_params, o->n);
-		}
-		return;
-	}
 	for (long a = 0, k = 0; a < o->n; a += o->chunk, k++) {
 		long n = o->n - a < o->chunk ? o->n - a : o->chunk;
+		if (o->in_place) {
+			/* rounded straight into place, and on its way from there
+			 * while the next chunk is (a GPU model's host copies) */
+			if (o->master != o->dev_params)
+				round_to(o->dtype, o->dev_params + a, o->master + a, n);
+			if (o->landed)
+				o->landed(o->landed_ctx, a, n);
+			continue;
+		}
 		int s = (int)(k % 2);
 		/* the copy out of this staging buffer (chunk k - 2) before it is
 		 * written again */
 		o->floats_up += wait_up(o, &o->up[s]);
-		memcpy(o->stage[s], o->master + a, sizeof(float) * (size_t)n);
-		round_to(o->dtype, o->stage[s], n);
+		round_to(o->dtype, o->stage[s], o->master + a, n);
 		start_copy(&o->up[s], o->dev_params + a, o->stage[s], n);
 	}
 }

@@ -31,11 +31,18 @@
  * In place. With offload.params "cpu" the model's parameters and gradients
  * already live in host memory (trainer/param_offload.h): there is nothing
  * to copy, and a second host copy of each would double what the largest
- * models need of the host. The offload then reads the gradients where they
- * are (grads is dev_grads) and writes the rounded parameters straight into
- * dev_params, or leaves them be when the master weights are the parameters
- * themselves (fp32 compute, or a model that rounds the parameters as it
- * reads them: model.h's w_master); it holds no buffer of its own.
+ * models need of the host. So on a GPU, whose model moves its own page-
+ * locked host copies of the parameters and gradients across (the gradients
+ * arrive there block by block in the step's last backward, the parameters
+ * leave from there as trn_model_range_changed tells it): a copy here would
+ * be a second pass over both, on the host's memory bus, every step. The
+ * offload then reads the gradients where they are (grads is dev_grads) and
+ * writes the rounded parameters straight into dev_params, a chunk at a
+ * time, calling landed after each (the model's copy of it starts while the
+ * next is rounded), or only calls landed when the master weights are the
+ * parameters themselves (fp32 compute, or a model that rounds the
+ * parameters as it reads them: model.h's w_master); it holds no buffer of
+ * its own. The CPU model keeps the copies, so that CI runs their schedule.
  *
  * Streamed (trn_spec_streams_update: in place, one rank, one micro-batch a
  * step, no clipping, no loss scale): the trainer steps each tensor as the
@@ -82,6 +89,10 @@ struct trn_opt_offload {
  * dev_params). Allocates the host gradients and the staging buffers. With
  * in_place (see above) it allocates nothing, and master may be dev_params.
  * 0, or -1 when out of memory (o can then be released). */
+/* Whether the offload works in place (above): with the parameters
+ * offloaded, the update streamed, or the model on a GPU. */
+int trn_opt_offload_works_in_place(int params_offloaded, int streamed, int on_gpu);
+
 int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long chunk,
                          enum trn_dtype dtype, float *master, const float *dev_grads,
                          float *dev_params, int in_place);
@@ -100,9 +111,9 @@ void trn_opt_offload_grads_out(struct trn_opt_offload *o, int i, long a, long n)
 void trn_opt_offload_grads_wait(struct trn_opt_offload *o);
 
 /* Starts sending the master weights, rounded to dtype, to dev_params chunk
- * by chunk through the staging buffers; the master weights may change again
- * when it returns, the device's parameters only after
- * trn_opt_offload_params_wait. */
+ * by chunk through the staging buffers (in place: rounds them into
+ * dev_params chunk by chunk); the master weights may change again when it
+ * returns, the device's parameters only after trn_opt_offload_params_wait. */
 void trn_opt_offload_params_in(struct trn_opt_offload *o);
 
 /* Waits for the parameter copies still in flight. */

@@ -179,14 +179,15 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	 * compute where those are the host's: no optimizer offload, or
 	 * offloaded parameters). offload.optimizer cpu adds the host's copy of
 	 * the gradients and two staging buffers of parallel.bucket_mb, unless
-	 * the parameters are offloaded (it works on their host copies) or the
-	 * update follows backward (it reads the model's gradients itself) */
+	 * it works in place: on the params' host copies (offloaded, or a GPU
+	 * model's), or the update follows backward (it reads the model's
+	 * gradients itself) */
 	/* (a GPU model with offloaded params rounds 16-bit ones as it reads them
 	 * from master weights: model.h's w_master) */
 	int master = (dt != TRN_DTYPE_FP32 && !(gpus && poff)) || (opt_off && !poff);
 	if (master)
 		p->bytes[TRN_PLAN_MASTER] = 4.0 * (double)p->shard;
-	if (opt_off && !poff && !trn_spec_streams_update(s)) {
+	if (opt_off && !trn_opt_offload_works_in_place(poff, trn_spec_streams_update(s), gpus > 0)) {
 		p->bytes[TRN_PLAN_GRAD_HOST] = 4.0 * (double)p->shard;
 		p->bytes[TRN_PLAN_PARAM_STAGING] = 2.0 * eb * (double)trn_opt_offload_stage_floats(
 			p->shard, s->parallel.bucket_bytes / (long)sizeof(float));

@@ -301,6 +301,9 @@ static void print_peak(const struct run *r)
 		printf("input: %ld batches copied to the device ahead, beside the compute, and "
 		       "taken by their forward; %ld not taken\n", m->batches_ahead,
 		       m->batches_not_ahead);
+	if (m->device && !r->resident && m->param_offload == TRN_OFFLOAD_NONE)
+		printf("weights: sent to the device whole %ld times, and %ld times as the update "
+		       "wrote them\n", m->w_sent_whole, m->w_sent_streamed);
 	if (m->device && m->ops->device_memory) {
 		struct trn_device_memory d;
 		m->ops->device_memory(m, &d);
@@ -379,6 +382,10 @@ static int publish_params(struct run *r, struct trn_err *err)
 		/* host -> device; whole before it is gathered or computed with */
 		trn_opt_offload_params_in(&r->off);
 		trn_opt_offload_params_wait(&r->off);
+		if (r->off.landed) {    /* all of w went chunk by chunk (one rank): */
+			trn_model_weights_streamed(m);   /* nothing more to send */
+			return trn_dp_allgather(&r->dp, m->w, err);
+		}
 	} else if (r->master_owned) {
 		long n = r->dp.hi - r->dp.lo;
 		memcpy(m->w + r->dp.lo, r->master_owned, sizeof(float) * (size_t)n);
@@ -502,8 +509,9 @@ static int setup_offload(struct run *r, struct trn_err *err)
 	long n = r->dp.hi - r->dp.lo;
 	/* (streamed, the update reads each gradient where the model hands it
 	 * out and writes the params itself: nothing for the offload to copy) */
-	int in_place = r->model->param_offload == TRN_OFFLOAD_CPU ||
-	               trn_spec_streams_update(r->spec);
+	int in_place = trn_opt_offload_works_in_place(r->model->param_offload == TRN_OFFLOAD_CPU,
+	                                              trn_spec_streams_update(r->spec),
+	                                              r->model->device);
 	if (trn_opt_offload_init(&r->off, n, r->dp.n_buckets,
 	                         r->spec->parallel.bucket_bytes / (long)sizeof(float), r->model->dtype,
 	                         r->master, r->dp.gs, r->model->w + r->dp.lo, in_place) != 0)
@@ -824,6 +832,11 @@ static int train_loop(struct run *r, struct trn_err *err)
 	long accum = s->batch.accum;
 	double interval_t = 0;         /* time in steps since the last progress line */
 	double interval_after = 0;     /* of which after the steps' last backward returned */
+	/* with offload.optimizer cpu, that time's parts: the gradients' wait,
+	 * their norm (and check), the update, the parameters' way back */
+	static const char *const phase_names[] = { "offload/grads_s", "offload/norm_s",
+	                                           "offload/update_s", "offload/params_s" };
+	double phase[4] = { 0 };
 	long interval_steps = 0;
 	double total_train_t = 0;
 	long start_step = r->state.step;
@@ -874,8 +887,11 @@ static int train_loop(struct run *r, struct trn_err *err)
 		} else {
 			if (!(gs = step_grads(r, scale, err)))
 				return TRN_EXIT_FAILED;
+			double t_grads = now();
+			phase[0] += t_grads - t_bwd;
 			gsq = r->opt.k->sumsq(gs, ns);
 			nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && r->opt.k->nonfinite(gs, ns);
+			phase[1] += now() - t_grads;
 		}
 		/* whether to stop after this step: with several ranks, what they
 		 * agreed on here (a signal arriving later on one rank waits for the
@@ -921,9 +937,14 @@ static int train_loop(struct run *r, struct trn_err *err)
 			double clip = s->optimizer.clip_grad_norm;
 			if (clip > 0 && gnorm > clip)
 				r->opt.k->scale(gs, ns, (float)(clip / (gnorm + 1e-6)));
-			if (trn_optim_step(&r->opt, r->master, gs, lr, err) != 0 ||
-			    publish_params(r, err) != 0)
+			double t_update = now();
+			if (trn_optim_step(&r->opt, r->master, gs, lr, err) != 0)
 				return TRN_EXIT_FAILED;
+			double t_params = now();
+			if (publish_params(r, err) != 0)
+				return TRN_EXIT_FAILED;
+			phase[2] += t_params - t_update;
+			phase[3] += now() - t_params;
 		}
 		trn_loader_advance(&r->loader);
 		r->state.step = ++step;
@@ -952,6 +973,9 @@ static int train_loop(struct run *r, struct trn_err *err)
 			 * GPU run's update is only enqueued there) */
 			trn_report_metric(&r->rep, step, "train/after_backward_s",
 			                  interval_after / (double)interval_steps);
+			for (int i = 0; i < 4 && r->offload; i++)
+				trn_report_metric(&r->rep, step, phase_names[i],
+				                  phase[i] / (double)interval_steps);
 			if (m->tokens_per_sample > 1)
 				trn_report_metric(&r->rep, step, "train/tokens_per_s",
 				                  rate * (double)m->tokens_per_sample);
@@ -965,6 +989,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 			trn_report_flush(&r->rep);
 			interval_t = 0;
 			interval_after = 0;
+			memset(phase, 0, sizeof phase);
 			interval_steps = 0;
 		}
 		if (step == r->total_steps)

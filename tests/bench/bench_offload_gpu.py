@@ -96,10 +96,14 @@ def run(a, exe, tmp, size, offload, **how):
     points = [json.loads(l) for l in (job / "metrics.jsonl").read_text().splitlines()]
     rates = [m["value"] for m in points if m["name"] == "train/tokens_per_s"]
     after = [m["value"] for m in points if m["name"] == "train/after_backward_s"]
+    phases = {name: statistics.median(v[1:] or v)
+              for name in PHASES
+              for v in [[m["value"] for m in points if m["name"] == f"offload/{name}_s"]] if v}
     mem = " ".join(l for l in p.stdout.splitlines()
                    if l.startswith(("device memory:", "host memory:")))
     return {"tokens_s": statistics.median(rates[1:] or rates), "wall": wall, "memory": mem,
-            "after_s": statistics.median(after[1:] or after) if after else float("nan")}
+            "after_s": statistics.median(after[1:] or after) if after else float("nan"),
+            "phases": phases}
 
 
 def sweep_micro(a, tmp, size, offload, gpu_gib, host_gib):
@@ -127,6 +131,34 @@ def host_available_gib():
 
 
 REC = {"activations": "recompute"}
+# the parts of an offloaded step after its last backward (train.c's offload/*_s)
+PHASES = ("grads", "norm", "update", "params")
+
+
+def link_speed():
+    """The host <-> device copy speed with page-locked memory (GB/s each
+    way, 1 GiB copies), as PyTorch measures it; None without PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    n = 1 << 28
+    host = torch.empty(n, dtype=torch.float32, pin_memory=True)
+    dev = torch.empty(n, dtype=torch.float32, device="cuda")
+    speeds = []
+    for dst, src in ((dev, host), (host, dev)):
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        speeds.append(3 * 4 * n / (time.perf_counter() - t0) / 1e9)
+    del host, dev                   # the runs after want the memory
+    torch.cuda.empty_cache()
+    return speeds
 
 
 def ratio_part(a, exe, tmp, _devices):
@@ -134,15 +166,18 @@ def ratio_part(a, exe, tmp, _devices):
     ratio = argparse.Namespace(**{**vars(a), "steps": a.ratio_steps})
     base = run(ratio, exe, tmp, a.ratio_size, REC, accum=a.ratio_accum)
     opt = run(ratio, exe, tmp, a.ratio_size, {**REC, "optimizer": "cpu"}, accum=a.ratio_accum)
+    def rate(r):
+        return f"{r['tokens_s']:.0f}" if "tokens_s" in r else r.get("error")
     print(f"{a.ratio_size}, {a.ratio_accum} x {a.micro} sequences a step: tokens/s without "
-          f"offload.optimizer "
-          f"{base.get('tokens_s', base.get('error'))}, with "
-          f"{opt.get('tokens_s', opt.get('error'))}", end="")
+          f"offload.optimizer {rate(base)}, with {rate(opt)}", end="")
     if "tokens_s" in base and "tokens_s" in opt:
         print(f" -> {opt['tokens_s'] / base['tokens_s']:.2f}x (target >= 0.7x); a step's time "
               f"after its last backward returned (the update on the host, the gradients' and "
               f"parameters' copies): {base['after_s']:.3f} s without, {opt['after_s']:.3f} s "
               "with")
+        if opt["phases"]:
+            print("  with offload, after the last backward: " +
+                  ", ".join(f"{k} {v:.3f} s" for k, v in opt["phases"].items()))
     else:
         print()
 
@@ -224,6 +259,10 @@ def main():
     print(f"# {probe.stdout.strip()}")
     print(f"# {a.precision}, micro-batch {a.micro}, seq {a.seq}, {a.steps} steps, AdamW; "
           f"activations recomputed throughout")
+    speeds = link_speed()
+    if speeds:
+        print(f"# host <-> device, page-locked, 1 GiB copies (PyTorch): host -> device "
+              f"{speeds[0]:.1f} GB/s, device -> host {speeds[1]:.1f} GB/s")
     with tempfile.TemporaryDirectory(prefix="larch-offload-gpu.") as d:
         tmp = pathlib.Path(d)
         most = a.sweep_micro_cap if a.sweep_micro == "auto" else int(a.sweep_micro)

@@ -408,6 +408,17 @@ def main():
             c.check(r.returncode == 0 and said,
                     f"{name}: GPU run (exit {r.returncode}, the memory report names the "
                     f"offloads: {said}) {r.stderr.strip()[-300:]}")
+            # the optimizer's alone: each step's parameters went to the
+            # device chunk by chunk as the host rounded them, and the next
+            # forward sent none of them again (only the first forward sent
+            # all of them)
+            if r.returncode == 0 and "optimizer" in off and "params" not in off:
+                sent = re.search(r"^weights: sent to the device whole (\d+) times, and (\d+) "
+                                 r"times as the update wrote them$", r.stdout, re.M)
+                steps = len(metrics(tmp / name, "train/loss"))
+                c.check(sent and int(sent[1]) == 1 and int(sent[2]) >= steps - 1,
+                        f"{name}: weights sent whole once, then as written "
+                        f"({sent[0] if sent else 'no weights line'}; {steps} steps)")
             if r.returncode == 0 and plain:
                 a, b = metrics(plain, "train/loss"), metrics(tmp / name, "train/loss")
                 worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in a if s in b), default=1)

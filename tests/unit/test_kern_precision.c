@@ -384,7 +384,20 @@ static void test_arrays_match_scalar(void)
 		kern_bf16_to_fp32_cpu(y, hr, n);
 		for (long i = 0; i < n; i++)
 			expect_bits(&db, hr[i], bits_of(y[i]), bits_of(kern_bf16_to_fp32(hr[i])));
+		/* the copying roundings: the same bits, the source left as it was */
+		struct tally c16 = { "kern_round_fp16_to_cpu", 0 }, cb = { "kern_round_bf16_to_cpu", 0 };
+		float *src = malloc(cap * sizeof *src);
+		memcpy(src, x, (size_t)n * sizeof *x);
+		kern_round_fp16_to_cpu(y, src, n);
+		for (long i = 0; i < n; i++)
+			expect_bits(&c16, bits_of(x[i]), bits_of(y[i]), bits_of(r16[i]));
+		kern_round_bf16_to_cpu(y, src, n);
+		for (long i = 0; i < n; i++)
+			expect_bits(&cb, bits_of(x[i]), bits_of(y[i]), bits_of(rb[i]));
+		CHECK_MSG(memcmp(src, x, (size_t)n * sizeof *x) == 0, "n %ld: the source changed", n);
+		free(src);
 		finish(&t16), finish(&tb), finish(&tr16), finish(&trb), finish(&d16), finish(&db);
+		finish(&c16), finish(&cb);
 		free(x), free(y), free(r16), free(rb), free(h), free(b), free(hr);
 	}
 }

@@ -8,7 +8,9 @@
  * change after the send, and each chunk reported to the landed hook once,
  * once it is in; and AdamW steps run on the host through the engine
  * end with the same bits as steps run in place; in place (host memory on
- * both sides) it holds and copies nothing. */
+ * both sides) it holds and copies nothing, rounding the parameters into
+ * place a chunk at a time and reporting each chunk to the landed hook once
+ * it is there (a GPU model's copy of it starts then). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -243,12 +245,23 @@ static void test_in_place_copies_nothing(void)
 		check_fill(master, N, -3.0f, 3.0f, &rng);
 		trn_opt_offload_grads_out(&o, 2, 100, 50);
 		trn_opt_offload_grads_wait(&o);
+		static float want[N];
+		for (long i = 0; i < N; i++) {
+			want[i] = rounded(dts[d], master[i]);
+			w[i] = -7.0f;
+		}
+		struct landings l = { .dev = w, .want = want };
+		o.landed = record_landing;
+		o.landed_ctx = &l;
 		trn_opt_offload_params_in(&o);
 		int ok = 1;
 		for (long i = 0; i < N; i++)
-			ok &= w[i] == rounded(dts[d], master[i]);
+			ok &= w[i] == want[i];
 		CHECK_MSG(ok, "dtype %d: the parameters are not the rounded master weights at the "
 		          "send", (int)dts[d]);
+		CHECK_MSG(l.covered == N && l.calls == (N + 63) / 64 && !l.early,
+		          "dtype %d: %ld floats in %ld landings, early %d", (int)dts[d], l.covered,
+		          l.calls, l.early);
 		trn_opt_offload_params_wait(&o);
 		CHECK_INT_EQ(o.floats_down + o.floats_up, 0);
 		trn_opt_offload_release(&o);
@@ -260,9 +273,15 @@ static void test_in_place_copies_nothing(void)
 		check_fill(w, N, -3.0f, 3.0f, &rng);
 		memcpy(master, w, sizeof w);
 		CHECK_INT_EQ(trn_opt_offload_init(&o, N, 5, 64, all[d], w, g, w, 1), 0);
+		/* (still reported, chunk by chunk: a GPU model sends them) */
+		struct landings l = { .dev = w, .want = master };
+		o.landed = record_landing;
+		o.landed_ctx = &l;
 		trn_opt_offload_params_in(&o);
 		trn_opt_offload_params_wait(&o);
 		CHECK(memcmp(master, w, sizeof w) == 0);
+		CHECK_INT_EQ(l.covered, N);
+		CHECK_INT_EQ(l.calls, (N + 63) / 64);
 		trn_opt_offload_release(&o);
 	}
 }
