@@ -22,8 +22,10 @@ says which ran). Printed side by side:
   them, for the ratios: "gemm-attn" (LARCH_CUDA_ATTENTION=gemm: cuBLAS's
   batched GEMMs and the [T, T] softmax), "gelu-sep"
   (LARCH_CUDA_GELU=separate: the GELU kernels), "neither" (both, the
-  earlier default) and "act32" (LARCH_CUDA_ACT16=0: the layout before
-  that, fp32 buffers holding bf16 values that each GEMM converts)
+  earlier default), "dbias-sep" (LARCH_CUDA_DBIAS=separate: the bias
+  gradients' column-sum kernels instead of the weight gradients' GEMM
+  epilogues) and "act32" (LARCH_CUDA_ACT16=0: the layout before that,
+  fp32 buffers holding bf16 values that each GEMM converts)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -336,6 +338,7 @@ def main():
                 lambda: torch_row(True), lambda: larch_row("bf16", gemm, "-gemm-attn"),
                 lambda: larch_row("bf16", sep, "-gelu-sep"),
                 lambda: larch_row("bf16", {**gemm, **sep}, "-neither"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "separate"}, "-dbias-sep"),
                 lambda: torch_row(False), gemm_bound,
                 lambda: larch_row("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")]
         signal.signal(signal.SIGTERM, stop)
