@@ -401,7 +401,7 @@ void trn_model_zero_grad(struct trn_model *m)
 	if (m->streamed) {                /* the resident tensors': the blocks' are not kept */
 		memset(m->g, 0, sizeof(float) * (size_t)block_off(m, 0));
 		memset(m->g + blocks_end(m), 0, sizeof(float) * (size_t)(m->n_floats - blocks_end(m)));
-	} else {
+	} else if (!m->g_overwritten) {
 		memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
 	}
 	m->g_zeroed = 1;

@@ -182,6 +182,10 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	b->streamed = cpu->streamed;
 	/* the host copies are the master weights: rounded as they come */
 	b->w_master = b->param_offload == TRN_OFFLOAD_CPU && b->dtype != TRN_DTYPE_FP32;
+	/* g_dev's sum goes to g whole at a step's first backward (grads_out,
+	 * grads_range and block_out write it while g_zeroed); offload.params
+	 * hands its blocks' gradients over through the engine, which adds */
+	b->g_overwritten = b->param_offload == TRN_OFFLOAD_NONE;
 	c->res_head = c->res_tail = cpu->n_floats;
 	if (b->param_offload == TRN_OFFLOAD_CPU && b->n_blocks > 0) {
 		const struct trn_param *first = &b->params[b->block_first];

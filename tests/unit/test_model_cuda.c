@@ -132,6 +132,17 @@ static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct
 	          "%s: grad_ready order differs (%d and %d calls)", what, oc.n, og.n);
 }
 
+/* trn_model_zero_grad, as the trainer calls it; a model that overwrites g
+ * whole at its next backward (g_overwritten) gets NaN there instead of
+ * what it left, so that a float its backward missed shows */
+static void zero_grad(struct trn_model *m)
+{
+	trn_model_zero_grad(m);
+	if (m->g_overwritten)
+		for (long i = 0; i < m->n_floats; i++)
+			m->g[i] = NAN;
+}
+
 /* A step of two micro-batches as the trainer runs it (trn_model_more_micro
  * before each backward): after the first, a GPU model that keeps all its
  * gradients on the device and is not resident holds them there (g still
@@ -141,7 +152,7 @@ static void step_held(struct trn_model *cpu, struct trn_model *gpu, const struct
                       double accumulated, const char *what)
 {
 	trn_model_zero_grad(cpu);
-	trn_model_zero_grad(gpu);
+	zero_grad(gpu);
 	trn_model_forward(cpu, b, NULL);
 	trn_model_forward(gpu, b, NULL);
 	struct order oc = { .n = 0 }, og = { .n = 0 };
@@ -157,11 +168,11 @@ static void step_held(struct trn_model *cpu, struct trn_model *gpu, const struct
 	CHECK_MSG(oc.n == cpu->n_params && og.n == (held ? 0 : cpu->n_params),
 	          "%s: %d grad_ready calls on the GPU model before the step's last micro-batch",
 	          what, og.n);
-	long nonzero = 0;
+	long written = 0;                 /* (g as zero_grad left it: NaN, or zeros) */
 	for (long i = 0; i < gpu->n_floats; i++)
-		nonzero += gpu->g[i] != 0;
-	CHECK_MSG(!held || (nonzero == 0 && gpu->g_zeroed),
-	          "%s: %ld gradients reached g before the step's last micro-batch", what, nonzero);
+		written += gpu->g_overwritten ? !isnan(gpu->g[i]) : gpu->g[i] != 0;
+	CHECK_MSG(!held || (written == 0 && gpu->g_zeroed),
+	          "%s: %ld gradients reached g before the step's last micro-batch", what, written);
 	trn_model_more_micro(cpu, 0);
 	trn_model_more_micro(gpu, 0);
 	step_both(cpu, gpu, b, 0.25f, accumulated, what);
@@ -239,7 +250,9 @@ static void compare_models(const char *spec_text, const struct trn_dataset *ds, 
 		char label[96];
 		/* a fresh gradient, then a second micro-batch adding into it */
 		trn_model_zero_grad(cpu);
-		trn_model_zero_grad(gpu);
+		zero_grad(gpu);
+		CHECK_MSG(gpu->g_overwritten == !gpu->param_off,
+		          "%s: g overwritten at the first backward: %d", what, gpu->g_overwritten);
 		snprintf(label, sizeof label, "%s step %d", what, step);
 		step_both(cpu, gpu, &b, 0.5f, 0.0, label);
 		snprintf(label, sizeof label, "%s step %d, accumulated", what, step);
