@@ -63,13 +63,13 @@ extern "C" long kern_matmul_cuda_fused_gelu_gemms(void)
 	return g_fused_gelu_gemms;
 }
 
-/* on unless LARCH_CUDA_DBIAS=separate (a comparison, or a way around a
- * library that computes it wrong); on >= 0 sets it, -1 only asks */
+/* off unless LARCH_CUDA_DBIAS=fused (matmul_cuda.h says why); on >= 0
+ * sets it, -1 only asks */
 extern "C" int kern_matmul_cuda_fused_dbias(int on)
 {
 	if (g_fused_dbias < 0) {
 		const char *v = getenv("LARCH_CUDA_DBIAS");
-		g_fused_dbias = !(v && strcmp(v, "separate") == 0);
+		g_fused_dbias = v && strcmp(v, "fused") == 0;
 	}
 	int prev = g_fused_dbias;
 	if (on >= 0)

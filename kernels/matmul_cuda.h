@@ -144,8 +144,11 @@ long kern_matmul_cuda_fused_gelu_gemms(void);
  * has an algorithm for the shape, the separate column sum elsewhere; 0 the
  * separate column sum always (double sums, rounded once). The two differ
  * by about an fp32 sum's error (tests/gpu/test_cuda_matmul.c holds them
- * to it). On unless LARCH_CUDA_DBIAS=separate is in the environment; on
- * >= 0 sets it, -1 only asks. Returns the previous setting. */
+ * to it). Off unless LARCH_CUDA_DBIAS=fused is in the environment: on an
+ * H200 it made a GPT-2 fc layer's backward 1.04x faster at 1024 rows, but a
+ * bf16 GPT-2 step at micro-batch 32 (k = 32768 in the weight gradient's
+ * GEMM) no faster (tests/bench/README.md); on >= 0 sets it, -1 only asks.
+ * Returns the previous setting. */
 int kern_matmul_cuda_fused_dbias(int on);
 /* How many GEMMs have taken the bias gradient into their epilogue so far,
  * for tests and benchmarks. */

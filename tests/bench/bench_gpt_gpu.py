@@ -22,10 +22,11 @@ says which ran). Printed side by side:
   them, for the ratios: "gemm-attn" (LARCH_CUDA_ATTENTION=gemm: cuBLAS's
   batched GEMMs and the [T, T] softmax), "gelu-sep"
   (LARCH_CUDA_GELU=separate: the GELU kernels), "neither" (both, the
-  earlier default), "dbias-sep" (LARCH_CUDA_DBIAS=separate: the bias
-  gradients' column-sum kernels instead of the weight gradients' GEMM
-  epilogues) and "act32" (LARCH_CUDA_ACT16=0: the layout before that,
-  fp32 buffers holding bf16 values that each GEMM converts)
+  earlier default) and "act32" (LARCH_CUDA_ACT16=0: the layout before
+  that, fp32 buffers holding bf16 values that each GEMM converts); and one
+  with an option not (yet) the default: "dbias-fused"
+  (LARCH_CUDA_DBIAS=fused: the bias gradients in the weight gradients'
+  GEMM epilogues instead of column-sum kernels)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -338,7 +339,7 @@ def main():
                 lambda: torch_row(True), lambda: larch_row("bf16", gemm, "-gemm-attn"),
                 lambda: larch_row("bf16", sep, "-gelu-sep"),
                 lambda: larch_row("bf16", {**gemm, **sep}, "-neither"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "separate"}, "-dbias-sep"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "fused"}, "-dbias-fused"),
                 lambda: torch_row(False), gemm_bound,
                 lambda: larch_row("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")]
         signal.signal(signal.SIGTERM, stop)

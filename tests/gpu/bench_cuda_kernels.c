@@ -1022,12 +1022,14 @@ int main(int argc, char **argv)
 	bench_kept16("gpt fc", n, c, 4 * c);
 	bench_kept16("gpt fc", 1024, c, 4 * c);
 	/* the bias gradient in the weight gradient's GEMM or by its own
-	 * kernels, on GPT-2 small's fc and qkv at one sequence, and fc at the
-	 * micro-batch */
-	bench_dbias16("gpt fc", 1024, c, 4 * c);
-	bench_dbias16("gpt qkv", 1024, c, 3 * c);
-	if (n != 1024)
-		bench_dbias16("gpt fc", n, c, 4 * c);
+	 * kernels, on GPT-2 small's fc and qkv at one sequence and at micro-
+	 * batches of 8 and 32 (the GEMM's k: where a long one may take the
+	 * epilogue's algorithm off its best) */
+	static const int dbias_rows[] = { 1024, 8192, 32768 };
+	for (int i = 0; i < 3; i++) {
+		bench_dbias16("gpt fc", dbias_rows[i], c, 4 * c);
+		bench_dbias16("gpt qkv", dbias_rows[i], c, 3 * c);
+	}
 	int mb = quick ? 1024 : 8192;
 	bench_matmul("mlp in", mb, 784, 1024, 1, 1);
 	bench_matmul("mlp hidden", mb, 1024, 1024, 1, 1);

@@ -390,8 +390,9 @@ static void matmul_case(int n, int c, int oc, int ld, int with_bias)
 	float *gb = dev_fetch(d_gb, oc), *gb16 = dev_fetch(d_gb16, oc);
 	snprintf(what, sizeof what, "matmul dweight n=%d c=%d oc=%d", n, c, oc);
 	check_rel(what, gw16, gw, (long)oc * c, 1e-5);
-	/* (cuBLASLt's epilogue sums the 16-bit path's bias gradient in its own
-	 * order, LARCH_CUDA_DBIAS: within fp32 rounding of the column sums) */
+	/* (with LARCH_CUDA_DBIAS=fused cuBLASLt's epilogue sums the 16-bit
+	 * path's bias gradient in its own order: within fp32 rounding of the
+	 * column sums) */
 	check_rel("matmul dbias", gb16, gb, oc, 1e-5);
 
 	free(x), free(w), free(b), free(dy), free(zw), free(want), free(got), free(wr), free(gr);

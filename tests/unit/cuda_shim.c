@@ -1007,7 +1007,7 @@ long kern_matmul_cuda_fused_gelu_gemms(void)
 
 /* the bias gradient in the weight gradient's GEMM: here always the one
  * column sum (the switch is kept, so that a test can flip it) */
-static int shim_fused_dbias = 1;
+static int shim_fused_dbias;
 
 int kern_matmul_cuda_fused_dbias(int on)
 {
