@@ -23,7 +23,7 @@
 #                             that only runs a benchmark; LARCH_GPU_TESTS_S=N
 #                             their time limit (default 300)
 #   LARCH_GPU_ONLY="offload gpt"  run only these steps (tests gpt bench racecheck
-#                             offload profile memcheck unit), whatever the
+#                             offload optim profile memcheck unit), whatever the
 #                             switches below say: a second call on a warm
 #                             machine names what it is for
 #   LARCH_GPU_NO_GPU=1        for trying the script on a machine without a
@@ -33,6 +33,10 @@
 #   LARCH_GPU_BENCH_ARGS=...  arguments for bench_cuda_kernels (e.g. --quick)
 #   LARCH_GPU_UNIT=0          skip the CPU unit tests; LARCH_GPU_BENCH=0 the
 #                             micro-benchmark
+#   LARCH_GPU_OPTIM=0         skip bench_optim_cpu.sh (the host's optimizer
+#                             updates against numpy and the memory bandwidth,
+#                             on this machine's cores: issue #8's CPU figure
+#                             beyond a 2-core machine); LARCH_GPU_OPTIM_S=N (120)
 #   LARCH_GPU_OFFLOAD_BENCH=1 run bench_offload_gpu.py (off by default: minutes);
 #                             LARCH_GPU_OFFLOAD_ARGS=..., LARCH_GPU_OFFLOAD_S=N (600)
 #   LARCH_GPU_PROFILE=0       skip the ncu kernel-time table of a GPT-2 step;
@@ -375,6 +379,22 @@ if on offload LARCH_GPU_OFFLOAD_BENCH 0 && [ "$no_gpu" != 1 ] &&
 	# shellcheck disable=SC2086
 	PYTHONUNBUFFERED=1 logged "$lim" "$logs/bench-offload.txt" bench_offload_gpu 0 \
 		python3 "$root/tests/bench/bench_offload_gpu.py" --build "$build" ${LARCH_GPU_OFFLOAD_ARGS:-}
+fi
+
+# ---- the host's optimizer updates on this machine's cores (no GPU needed) -----------
+if on optim LARCH_GPU_OPTIM 1 && budget "${LARCH_GPU_OPTIM_S:-120}" bench_optim_cpu; then
+	step "CPU optimizer updates against numpy (tests/bench/bench_optim_cpu.sh, $lim s at most)"
+	# a Python with numpy: the PATH's (PyTorch's, on the GPU machines) or
+	# the system's
+	py=
+	for p in "$(command -v python3 || true)" /usr/bin/python3; do
+		if [ -n "$p" ] && "$p" -c 'import numpy' 2>/dev/null; then
+			py=$p
+			break
+		fi
+	done
+	logged "$lim" "$logs/bench-optim.txt" bench_optim_cpu 0 \
+		bash "$root/tests/bench/bench_optim_cpu.sh" "$build" --rounds 3 ${py:+--python "$py"}
 fi
 
 # ---- where a GPT-2 step's GPU time goes (Nsight Compute) ---------------------------
