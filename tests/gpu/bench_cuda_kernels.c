@@ -859,6 +859,38 @@ static void kept16_step(void *p)
 	kern_matmul_cuda_weights16(NULL, NULL, 0, 0, 0, KERN_MM_FP32);
 }
 
+/* k's buffers for a bf16 layer n x c -> oc: the weight (bf16 values) with
+ * its bias after it and their kept 16-bit copy, 16-bit input and output
+ * gradient (random), zeroed weight and bias gradients */
+static void kb16_alloc(struct kb16 *k)
+{
+	long nc = (long)k->n * k->c, no = (long)k->n * k->oc, occ = (long)k->oc * k->c;
+	float *h = hbuf(occ + k->oc, -0.05f, 0.05f), *a = hbuf(nc > no ? nc : no, -1, 1);
+	kern_round_bf16_cpu(h, occ + k->oc);
+	k->w = dbuf(h, occ + k->oc);        /* the weight, its bias after it */
+	k->b = k->w + occ;
+	k->w16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)(occ + k->oc));
+	kern_fp32_to_bf16_cuda(k->w16, k->w, occ + k->oc);
+	float *d = dbuf(a, nc > no ? nc : no);
+	k->inp = kern_cuda_malloc(2 * (size_t)nc), k->dinp = kern_cuda_malloc(2 * (size_t)nc);
+	k->out = kern_cuda_malloc(2 * (size_t)no), k->dout = kern_cuda_malloc(2 * (size_t)no);
+	kern_fp32_to_bf16_cuda(k->inp, d, nc);
+	kern_fp32_to_bf16_cuda(k->dout, d, no);
+	k->dw = kern_cuda_malloc(sizeof(float) * (size_t)occ);
+	k->db = kern_cuda_malloc(sizeof(float) * (size_t)k->oc);
+	kern_cuda_zero(k->dw, sizeof(float) * (size_t)occ);
+	kern_cuda_zero(k->db, sizeof(float) * (size_t)k->oc);
+	free(h), free(a);
+	kern_cuda_free(d);
+}
+
+static void kb16_free(struct kb16 *k)
+{
+	kern_cuda_free(k->w), kern_cuda_free(k->w16), kern_cuda_free(k->inp);
+	kern_cuda_free(k->dinp), kern_cuda_free(k->out), kern_cuda_free(k->dout);
+	kern_cuda_free(k->dw), kern_cuda_free(k->db);
+}
+
 static void bench_kept16(const char *label, int n, int c, int oc)
 {
 	char name[128];
@@ -867,22 +899,7 @@ static void bench_kept16(const char *label, int n, int c, int oc)
 		return;
 	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
 	struct kb16 k = { .n = n, .c = c, .oc = oc };
-	long nc = (long)n * c, no = (long)n * oc, occ = (long)oc * c;
-	float *h = hbuf(occ + oc, -0.05f, 0.05f), *a = hbuf(nc > no ? nc : no, -1, 1);
-	kern_round_bf16_cpu(h, occ + oc);
-	k.w = dbuf(h, occ + oc);           /* the weight, its bias after it */
-	k.b = k.w + occ;
-	k.w16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)(occ + oc));
-	kern_fp32_to_bf16_cuda(k.w16, k.w, occ + oc);
-	float *d = dbuf(a, nc > no ? nc : no);
-	k.inp = kern_cuda_malloc(2 * (size_t)nc), k.dinp = kern_cuda_malloc(2 * (size_t)nc);
-	k.out = kern_cuda_malloc(2 * (size_t)no), k.dout = kern_cuda_malloc(2 * (size_t)no);
-	kern_fp32_to_bf16_cuda(k.inp, d, nc);
-	kern_fp32_to_bf16_cuda(k.dout, d, no);
-	k.dw = kern_cuda_malloc(sizeof(float) * (size_t)occ);
-	k.db = kern_cuda_malloc(sizeof(float) * (size_t)oc);
-	kern_cuda_zero(k.dw, sizeof(float) * (size_t)occ);
-	kern_cuda_zero(k.db, sizeof(float) * (size_t)oc);
+	kb16_alloc(&k);
 	double ms[2];
 	for (k.kept = 0; k.kept < 2; k.kept++)
 		ms[k.kept] = time_gpu_ms(kept16_step, &k);
@@ -891,10 +908,7 @@ static void bench_kept16(const char *label, int n, int c, int oc)
 	       "converted/kept x%.2f\n", name, ms[0], flop / (ms[0] * 1e-3) / 1e12, ms[1],
 	       flop / (ms[1] * 1e-3) / 1e12, ms[0] / ms[1]);
 	fflush(stdout);
-	free(h), free(a);
-	kern_cuda_free(k.w), kern_cuda_free(k.w16), kern_cuda_free(d), kern_cuda_free(k.inp);
-	kern_cuda_free(k.dinp), kern_cuda_free(k.out), kern_cuda_free(k.dout);
-	kern_cuda_free(k.dw), kern_cuda_free(k.db);
+	kb16_free(&k);
 	kern_matmul_cuda_operands(prev);
 }
 
@@ -903,18 +917,11 @@ static void bench_kept16(const char *label, int n, int c, int oc)
  * gradient's GEMM (cuBLASLt's BGRADB epilogue, kern_matmul_cuda_fused_dbias)
  * or by the separate column-sum kernels: the whole backward timed, both
  * GEMMs included, as a step spends it. */
-struct db16 {
-	int n, c, oc;
-	void *inp, *dout, *dinp;
-	float *w, *dw, *db;
-	uint16_t *w16;
-};
-
 static void dbias16_bwd(void *p)
 {
-	struct db16 *d = p;
-	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, d->dinp, d->dw, d->db, d->dout, d->inp, d->w, d->n,
-	                             d->c, d->oc);
+	struct kb16 *k = p;
+	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, k->dinp, k->dw, k->db, k->dout, k->inp, k->w, k->n,
+	                             k->c, k->oc);
 }
 
 static void bench_dbias16(const char *label, int n, int c, int oc)
@@ -924,28 +931,15 @@ static void bench_dbias16(const char *label, int n, int c, int oc)
 	if (only && !strstr(name, only))
 		return;
 	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
-	struct db16 d = { .n = n, .c = c, .oc = oc };
-	long nc = (long)n * c, no = (long)n * oc, occ = (long)oc * c;
-	float *h = hbuf(occ, -0.05f, 0.05f), *a = hbuf(nc > no ? nc : no, -1, 1);
-	kern_round_bf16_cpu(h, occ);
-	d.w = dbuf(h, occ);
-	d.w16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)occ);
-	kern_fp32_to_bf16_cuda(d.w16, d.w, occ);
-	float *dev = dbuf(a, nc > no ? nc : no);
-	d.inp = kern_cuda_malloc(2 * (size_t)nc), d.dinp = kern_cuda_malloc(2 * (size_t)nc);
-	d.dout = kern_cuda_malloc(2 * (size_t)no);
-	kern_fp32_to_bf16_cuda(d.inp, dev, nc);
-	kern_fp32_to_bf16_cuda(d.dout, dev, no);
-	d.dw = kern_cuda_malloc(sizeof(float) * (size_t)occ);
-	d.db = kern_cuda_malloc(sizeof(float) * (size_t)oc);
-	kern_cuda_zero(d.dw, sizeof(float) * (size_t)occ);
-	kern_cuda_zero(d.db, sizeof(float) * (size_t)oc);
-	kern_matmul_cuda_weights16(d.w, d.w16, occ, 0, 0, KERN_MM_BF16);
+	struct kb16 k = { .n = n, .c = c, .oc = oc };
+	kb16_alloc(&k);
+	long occ = (long)oc * c;
+	kern_matmul_cuda_weights16(k.w, k.w16, occ, 0, 0, KERN_MM_BF16);
 	double ms[2];                      /* [0] in the GEMM, [1] separate */
 	long before = kern_matmul_cuda_fused_dbias_gemms();
-	for (int k = 0; k < 2; k++) {
-		int was = kern_matmul_cuda_fused_dbias(k == 0);
-		ms[k] = time_gpu_ms(dbias16_bwd, &d);
+	for (int i = 0; i < 2; i++) {
+		int was = kern_matmul_cuda_fused_dbias(i == 0);
+		ms[i] = time_gpu_ms(dbias16_bwd, &k);
 		kern_matmul_cuda_fused_dbias(was);
 	}
 	long fused = kern_matmul_cuda_fused_dbias_gemms() - before;
@@ -956,9 +950,7 @@ static void bench_dbias16(const char *label, int n, int c, int oc)
 	       flop / (ms[0] * 1e-3) / 1e12, ms[1], flop / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0],
 	       fused ? "" : " (cuBLASLt refused the epilogue: both separate)");
 	fflush(stdout);
-	free(h), free(a);
-	kern_cuda_free(d.w), kern_cuda_free(d.w16), kern_cuda_free(dev), kern_cuda_free(d.inp);
-	kern_cuda_free(d.dinp), kern_cuda_free(d.dout), kern_cuda_free(d.dw), kern_cuda_free(d.db);
+	kb16_free(&k);
 	kern_matmul_cuda_operands(prev);
 }
 

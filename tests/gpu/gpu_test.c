@@ -54,6 +54,16 @@ float *host_rand(long n, float lo, float hi, uint64_t *rng)
 	return p;
 }
 
+float *host_rand16(long n, float lo, float hi, int bf16, uint64_t *rng)
+{
+	float *x = host_rand(n, lo, hi, rng);
+	if (bf16)
+		kern_round_bf16_cpu(x, n);
+	else
+		kern_round_fp16_cpu(x, n);
+	return x;
+}
+
 float *host_zeros(long n)
 {
 	float *p = host_alloc(n);
@@ -93,6 +103,20 @@ void dev_put(float *dev, const float *host, long n)
 {
 	if (n > 0)
 		kern_cuda_upload(dev, host, sizeof(float) * (size_t)n);
+}
+
+void *dev_copy16(const float *x, long n, int bf16)
+{
+	uint16_t *h = malloc(sizeof *h * (size_t)(n > 0 ? n : 1));
+	if (!h)
+		abort();
+	if (bf16)
+		kern_fp32_to_bf16_cpu(h, x, n);
+	else
+		kern_fp32_to_fp16_cpu(h, x, n);
+	void *d = kern_cuda_dup(h, sizeof *h * (size_t)(n > 0 ? n : 1));
+	free(h);
+	return d;
 }
 
 float *dev_fetch(const float *dev, long n)

@@ -26,12 +26,18 @@ float *host_rand(long n, float lo, float hi, uint64_t *rng);
 float *host_zeros(long n);
 float *host_nan(long n);
 float *host_copy(const float *x, long n);
+/* n values of a 16-bit type (bf16, else fp16) in [lo, hi) from *rng, as
+ * floats */
+float *host_rand16(long n, float lo, float hi, int bf16, uint64_t *rng);
 
 /* Device buffers: a copy of host data, or n floats of uninitialised
  * memory (cudaMalloc's 256-byte alignment; a test that wants a misaligned
  * view allocates one more float and offsets by one). */
 float *dev_copy(const float *host, long n);
 float *dev_alloc(long n);
+/* A device buffer of x[0..n) packed as 16-bit values (KERN_ACT_16): bf16,
+ * else fp16. */
+void *dev_copy16(const float *x, long n, int bf16);
 /* Device to host into a new host buffer. */
 float *dev_fetch(const float *dev, long n);
 /* Overwrites n floats at dev with host data. */

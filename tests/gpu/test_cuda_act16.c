@@ -42,30 +42,16 @@ static const char *type_name(void)
 	return g_bf16 ? "bf16" : "fp16";
 }
 
-/* n random 16-bit values in [lo, hi), as floats */
+/* n random values of the type under test in [lo, hi), as floats */
 static float *rand16(long n, float lo, float hi)
 {
-	float *x = host_rand(n, lo, hi, &rng);
-	if (g_bf16)
-		kern_round_bf16_cpu(x, n);
-	else
-		kern_round_fp16_cpu(x, n);
-	return x;
+	return host_rand16(n, lo, hi, g_bf16, &rng);
 }
 
-/* a device buffer of x[0..n) packed as 16 bits */
+/* a device buffer of x[0..n) packed as the type under test */
 static void *dev16(const float *x, long n)
 {
-	uint16_t *h = malloc(sizeof *h * (size_t)(n > 0 ? n : 1));
-	if (!h)
-		abort();
-	if (g_bf16)
-		kern_fp32_to_bf16_cpu(h, x, n);
-	else
-		kern_fp32_to_fp16_cpu(h, x, n);
-	void *d = kern_cuda_dup(h, sizeof *h * (size_t)n);
-	free(h);
-	return d;
+	return dev_copy16(x, n, g_bf16);
 }
 
 static void *dev16_alloc(long n)

@@ -331,27 +331,7 @@ static long fused_dbias_gemms(void)
 /* n random values of the 16-bit type (bf16 or fp16) in [lo, hi), as floats */
 static float *rand16(long n, float lo, float hi, int bf16)
 {
-	float *x = host_rand(n, lo, hi, &rng);
-	if (bf16)
-		kern_round_bf16_cpu(x, n);
-	else
-		kern_round_fp16_cpu(x, n);
-	return x;
-}
-
-/* a device buffer of x[0..n) packed as 16 bits (KERN_ACT_16) */
-static void *dev16(const float *x, long n, int bf16)
-{
-	uint16_t *h = malloc(sizeof *h * (size_t)(n > 0 ? n : 1));
-	if (!h)
-		abort();
-	if (bf16)
-		kern_fp32_to_bf16_cpu(h, x, n);
-	else
-		kern_fp32_to_fp16_cpu(h, x, n);
-	void *d = kern_cuda_dup(h, sizeof *h * (size_t)(n > 0 ? n : 1));
-	free(h);
-	return d;
+	return host_rand16(n, lo, hi, bf16, &rng);
 }
 
 static uint16_t *fetch_raw16(const void *d, long n)
@@ -401,7 +381,7 @@ static void dbias_fused_case(int dtype, int n, int c, int oc, int ldd)
 		for (int j = oc; j < ldd; j++)
 			dy[(long)i * ldd + j] = 0.0f;
 	float *dw0 = host_rand(oc_c, -1, 1, &rng), *db0 = host_rand(oc, -1, 1, &rng);
-	void *x16 = dev16(x, nc, bf16), *dy16 = dev16(dy, nl, bf16);
+	void *x16 = dev_copy16(x, nc, bf16), *dy16 = dev_copy16(dy, nl, bf16);
 	void *di16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)nc);
 	float *d_w = dev_copy(w, oc_c), *d_dw = dev_alloc(oc_c), *d_db = dev_alloc(oc);
 
@@ -488,7 +468,7 @@ static void dbias_fused_empty(int dtype)
 	long oc_c = (long)oc * c;
 	float *dw0 = host_rand(oc_c, -1, 1, &rng), *db0 = host_rand(oc, -1, 1, &rng);
 	float *d_w = dev_copy(dw0, oc_c), *d_dw = dev_copy(dw0, oc_c), *d_db = dev_copy(db0, oc);
-	void *x16 = dev16(dw0, 1, bf16), *dy16 = dev16(dw0, 1, bf16), *di16 = dev16(dw0, 1, bf16);
+	void *x16 = dev_copy16(dw0, 1, bf16), *dy16 = dev_copy16(dw0, 1, bf16), *di16 = dev_copy16(dw0, 1, bf16);
 	int prev_ops = kern_matmul_cuda_operands(dtype), prev = set_fused_dbias(1);
 	long before = fused_dbias_gemms();
 	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, di16, d_dw, d_db, dy16, x16, d_w, 0, c, oc);

@@ -160,12 +160,7 @@ static double tol(int k)
 /* a host buffer of n values rounded to the 16-bit type */
 static float *rand16(long n, float lo, float hi, int bf16)
 {
-	float *x = host_rand(n, lo, hi, &rng);
-	if (bf16)
-		kern_round_bf16_cpu(x, n);
-	else
-		kern_round_fp16_cpu(x, n);
-	return x;
+	return host_rand16(n, lo, hi, bf16, &rng);
 }
 
 static void gemm16(int n, int c, int oc, int bf16)
