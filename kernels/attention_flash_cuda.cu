@@ -82,6 +82,24 @@ extern "C" int kern_attention_flash_pipeline(int on)
 	return prev;
 }
 
+/* The blocks an SM holds of the pipelined dk, dv kernel: 2 as its
+ * registers allow, or 3 under __launch_bounds__ (a few registers spilled):
+ * LARCH_CUDA_FLASH_KV_BLOCKS=3 in the environment, or
+ * kern_attention_flash_kv_blocks(3) */
+static int flash_kv_blocks;
+
+extern "C" int kern_attention_flash_kv_blocks(int blocks)
+{
+	if (!flash_kv_blocks) {
+		const char *v = getenv("LARCH_CUDA_FLASH_KV_BLOCKS");
+		flash_kv_blocks = v && strcmp(v, "3") == 0 ? 3 : 2;
+	}
+	int prev = flash_kv_blocks;
+	if (blocks == 2 || blocks == 3)
+		flash_kv_blocks = blocks;
+	return prev;
+}
+
 extern "C" int kern_attention_flash_supported(int t, int c, int nh)
 {
 	return t > 0 && nh > 0 && c == nh * FA_HS;
@@ -121,13 +139,20 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_kv_kernel<T, true>,
 			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                     (int)smem));
+			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_kv_kernel<T, true, 3>,
+			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                     (int)smem));
 			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_q_kernel<T, true>,
 			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                     (int)smem));
 			opted_in = 1;
 		}
-		fa_bwd_kv_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
-			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		if (kern_attention_flash_kv_blocks(-1) == 3)
+			fa_bwd_kv_kernel<T, true, 3><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
+				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		else
+			fa_bwd_kv_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
+				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
 		KERN_CUDA_CHECK_LAUNCH();
 		fa_bwd_q_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
 			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);

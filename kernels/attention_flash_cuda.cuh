@@ -302,9 +302,12 @@ __global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const u
 /* one block per key tile: dk and dv of its 64 keys over every query that
  * sees them; a warp's rows are 16 keys, its columns a query tile's 64
  * queries (the transposes of p and dp). Shared memory: k, v, then per set
- * q, dout (tiles) and lse, D (FA_TILE floats each). */
-template <typename T, bool Pipe>
-__global__ static void __launch_bounds__(FA_THREADS)
+ * q, dout (tiles) and lse, D (FA_TILE floats each). MinBlocks: the blocks
+ * an SM must be able to hold at once, which caps a thread's registers (1:
+ * no cap, 222 registers, two blocks an SM; 3: 168, with a few spilled;
+ * kern_attention_flash_kv_blocks). */
+template <typename T, bool Pipe, int MinBlocks = 1>
+__global__ static void __launch_bounds__(FA_THREADS, MinBlocks)
 fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                  const float *dd, int t, int c, int nh, float scale, int bf16)
 {

@@ -455,8 +455,10 @@ static void check_normwise16(const char *what, const float *got, const float *wa
 /* The fused attention against the reference on the same 16-bit values, as
  * tests/unit/test_flash_emu.cc holds the same kernels on the CPU: lse 1e-5
  * of the largest, out and dqkv normwise within 3u; and the same bits on a
- * second run, and on a third with the kernels' tiles loaded one at a
- * time (kern_attention_flash_pipeline(0)) instead of copied ahead. */
+ * second run, on a third with the kernels' tiles loaded one at a time
+ * (kern_attention_flash_pipeline(0)) instead of copied ahead, and on a
+ * fourth with the dk, dv kernel's registers capped for three blocks an SM
+ * (kern_attention_flash_kv_blocks(3)). */
 static void flash_case(int b, int t, int nh)
 {
 	char what[128];
@@ -482,10 +484,11 @@ static void flash_case(int b, int t, int nh)
 	void *qkv16 = dev16(qkv, 3 * btc), *dy16 = dev16(dy, btc), *o16 = dev16_alloc(btc);
 	void *dq16 = dev16_alloc(3 * btc);
 	float *d_lse = dev_alloc(rows);
-	float *got_o[3], *got_dq[3], *got_lse = NULL;
-	int pipe = kern_attention_flash_pipeline(-1);
-	for (int run = 0; run < 3; run++) {
-		kern_attention_flash_pipeline(run < 2);
+	float *got_o[4], *got_dq[4], *got_lse = NULL;
+	int pipe = kern_attention_flash_pipeline(-1), kv_blocks = kern_attention_flash_kv_blocks(-1);
+	for (int run = 0; run < 4; run++) {
+		kern_attention_flash_pipeline(run != 2);
+		kern_attention_flash_kv_blocks(run == 3 ? 3 : 2);
 		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
 		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
 		got_o[run] = fetch16(o16, btc);
@@ -494,6 +497,7 @@ static void flash_case(int b, int t, int nh)
 			got_lse = dev_fetch(d_lse, rows);
 	}
 	kern_attention_flash_pipeline(pipe);
+	kern_attention_flash_kv_blocks(kv_blocks);
 	snprintf(what, sizeof what, "flash lse b=%d t=%d nh=%d", b, t, nh);
 	check_rel(what, got_lse, lse_ref, rows, 1e-5);
 	snprintf(what, sizeof what, "flash out b=%d t=%d nh=%d", b, t, nh);
@@ -504,10 +508,11 @@ static void flash_case(int b, int t, int nh)
 	check_bits("flash dqkv, run twice", got_dq[1], got_dq[0], 3 * btc);
 	check_bits("flash out, tiles copied ahead and not", got_o[2], got_o[0], btc);
 	check_bits("flash dqkv, tiles copied ahead and not", got_dq[2], got_dq[0], 3 * btc);
+	check_bits("flash dqkv, dk/dv kernel at 3 blocks an SM", got_dq[3], got_dq[0], 3 * btc);
 
 	free(qkv), free(dy), free(out), free(pre), free(att), free(dq), free(dpre), free(datt);
 	free(lse_ref), free(got_lse);
-	for (int run = 0; run < 3; run++)
+	for (int run = 0; run < 4; run++)
 		free(got_o[run]), free(got_dq[run]);
 	kern_cuda_free(qkv16), kern_cuda_free(dy16), kern_cuda_free(o16), kern_cuda_free(dq16);
 	kern_cuda_free(d_lse);

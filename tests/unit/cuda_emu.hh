@@ -37,7 +37,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 /* a kernel's __shared__ arrays: one for all threads (blocks run in turn) */
 #define __shared__ static

@@ -871,6 +871,12 @@ int kern_attention_flash_pipeline(int on)
 	return 1;
 }
 
+int kern_attention_flash_kv_blocks(int blocks)
+{
+	(void)blocks;                      /* (no occupancy here) */
+	return 2;
+}
+
 int kern_attention_flash_supported(int t, int c, int nh)
 {
 	return t > 0 && nh > 0 && c == nh * 64;
