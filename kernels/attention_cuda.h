@@ -53,13 +53,16 @@ int kern_attention_flash_supported(int t, int c, int nh);
  * is in the environment; on >= 0 sets it, -1 only asks. Returns the
  * previous setting. The same values either way. */
 int kern_attention_flash_pipeline(int on);
-/* How many blocks of the pipelined backward's dk, dv kernel an SM holds: 2
- * (its 222 registers a thread allow no more; the default) or 3 (registers
- * capped at 168, a few spilled to local memory): 3 where
- * LARCH_CUDA_FLASH_KV_BLOCKS=3 is in the environment; blocks 2 or 3 sets
- * it, -1 only asks. Returns the previous setting. The same values either
- * way. */
-int kern_attention_flash_kv_blocks(int blocks);
+/* The fused backward's two kernels: dk and dv, and dq. */
+enum kern_flash_kernel { KERN_FLASH_BWD_KV, KERN_FLASH_BWD_Q };
+/* Whether an SM holds one more block of the pipelined backward's kernel k
+ * than its registers allow, with them capped (__launch_bounds__; a few
+ * spilled to local memory): the dk, dv kernel 3 instead of 2 (168
+ * registers instead of 222), the dq kernel 4 instead of 3 (128 instead of
+ * 168). Off unless LARCH_CUDA_FLASH_MORE_BLOCKS names the kernel ("kv",
+ * "q", "kv q"); on >= 0 sets it, -1 only asks. Returns the previous
+ * setting. The same values either way. */
+int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on);
 void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b, int t, int c,
                                    int nh);
 void kern_attention_flash_bwd_set_cuda(void *dqkv, const void *dout, const void *out,

@@ -39,6 +39,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,21 +83,29 @@ extern "C" int kern_attention_flash_pipeline(int on)
 	return prev;
 }
 
-/* The blocks an SM holds of the pipelined dk, dv kernel: 2 as its
- * registers allow, or 3 under __launch_bounds__ (a few registers spilled):
- * LARCH_CUDA_FLASH_KV_BLOCKS=3 in the environment, or
- * kern_attention_flash_kv_blocks(3) */
-static int flash_kv_blocks;
+/* Per backward kernel (enum kern_flash_kernel), whether an SM holds one
+ * more block of it than its registers allow, its registers capped: -1 not
+ * read from LARCH_CUDA_FLASH_MORE_BLOCKS yet */
+static int flash_more[2] = { -1, -1 };
 
-extern "C" int kern_attention_flash_kv_blocks(int blocks)
+extern "C" int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on)
 {
-	if (!flash_kv_blocks) {
-		const char *v = getenv("LARCH_CUDA_FLASH_KV_BLOCKS");
-		flash_kv_blocks = v && strcmp(v, "3") == 0 ? 3 : 2;
+	static const char *const names[2] = { "kv", "q" };
+	if (flash_more[k] < 0) {
+		/* a list of the kernels' names: "kv", "q", "kv q" */
+		const char *v = getenv("LARCH_CUDA_FLASH_MORE_BLOCKS");
+		char list[64];
+		snprintf(list, sizeof list, " %s ", v ? v : "");
+		for (char *p = list; *p; p++)
+			if (*p == ',')
+				*p = ' ';
+		char want[8];
+		snprintf(want, sizeof want, " %s ", names[k]);
+		flash_more[k] = strstr(list, want) != NULL;
 	}
-	int prev = flash_kv_blocks;
-	if (blocks == 2 || blocks == 3)
-		flash_kv_blocks = blocks;
+	int prev = flash_more[k];
+	if (on >= 0)
+		flash_more[k] = on != 0;
 	return prev;
 }
 
@@ -145,17 +154,24 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_q_kernel<T, true>,
 			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                     (int)smem));
+			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_q_kernel<T, true, 4>,
+			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                     (int)smem));
 			opted_in = 1;
 		}
-		if (kern_attention_flash_kv_blocks(-1) == 3)
+		if (kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1))
 			fa_bwd_kv_kernel<T, true, 3><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
 				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
 		else
 			fa_bwd_kv_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
 				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
 		KERN_CUDA_CHECK_LAUNCH();
-		fa_bwd_q_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
-			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		if (kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1))
+			fa_bwd_q_kernel<T, true, 4><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
+				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		else
+			fa_bwd_q_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
+				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
 		KERN_CUDA_CHECK_LAUNCH();
 	} else {
 		fa_bwd_kv_kernel<T, false><<<grid, FA_THREADS, FA_BWD_SMEM(1), kern_cuda_stream()>>>(

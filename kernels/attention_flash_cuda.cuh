@@ -305,7 +305,7 @@ __global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const u
  * q, dout (tiles) and lse, D (FA_TILE floats each). MinBlocks: the blocks
  * an SM must be able to hold at once, which caps a thread's registers (1:
  * no cap, 222 registers, two blocks an SM; 3: 168, with a few spilled;
- * kern_attention_flash_kv_blocks). */
+ * kern_attention_flash_more_blocks). */
 template <typename T, bool Pipe, int MinBlocks = 1>
 __global__ static void __launch_bounds__(FA_THREADS, MinBlocks)
 fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
@@ -399,9 +399,11 @@ fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, cons
 }
 
 /* one block per query tile: dq of its 64 queries over the keys they see.
- * Shared memory: q, dout, then per set k, v. */
-template <typename T, bool Pipe>
-__global__ static void __launch_bounds__(FA_THREADS)
+ * Shared memory: q, dout, then per set k, v. MinBlocks as the dk, dv
+ * kernel's (1: 166-168 registers, three blocks an SM; 4: 128, a few
+ * spilled). */
+template <typename T, bool Pipe, int MinBlocks = 1>
+__global__ static void __launch_bounds__(FA_THREADS, MinBlocks)
 fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                 const float *dd, int t, int c, int nh, float scale, int bf16)
 {

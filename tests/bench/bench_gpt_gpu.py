@@ -26,8 +26,9 @@ says which ran). Printed side by side:
   that, fp32 buffers holding bf16 values that each GEMM converts); and
   options not (yet) the default: "dbias-fused" (LARCH_CUDA_DBIAS=fused:
   the bias gradients in the weight gradients' GEMM epilogues instead of
-  column-sum kernels) and "kv3" (LARCH_CUDA_FLASH_KV_BLOCKS=3: the fused
-  attention's dk, dv kernel at three blocks an SM, its registers capped)
+  column-sum kernels) and "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
+  q": the fused attention's backward kernels at one block more an SM than
+  their registers allow, capped)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -341,7 +342,8 @@ def main():
                 lambda: larch_row("bf16", sep, "-gelu-sep"),
                 lambda: larch_row("bf16", {**gemm, **sep}, "-neither"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "fused"}, "-dbias-fused"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_KV_BLOCKS": "3"}, "-kv3"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"},
+                                  "-more-blocks"),
                 lambda: torch_row(False), gemm_bound,
                 lambda: larch_row("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")]
         signal.signal(signal.SIGTERM, stop)

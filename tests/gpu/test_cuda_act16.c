@@ -457,8 +457,8 @@ static void check_normwise16(const char *what, const float *got, const float *wa
  * of the largest, out and dqkv normwise within 3u; and the same bits on a
  * second run, on a third with the kernels' tiles loaded one at a time
  * (kern_attention_flash_pipeline(0)) instead of copied ahead, and on a
- * fourth with the dk, dv kernel's registers capped for three blocks an SM
- * (kern_attention_flash_kv_blocks(3)). */
+ * fourth with both backward kernels' registers capped for one more block
+ * an SM (kern_attention_flash_more_blocks). */
 static void flash_case(int b, int t, int nh)
 {
 	char what[128];
@@ -485,10 +485,13 @@ static void flash_case(int b, int t, int nh)
 	void *dq16 = dev16_alloc(3 * btc);
 	float *d_lse = dev_alloc(rows);
 	float *got_o[4], *got_dq[4], *got_lse = NULL;
-	int pipe = kern_attention_flash_pipeline(-1), kv_blocks = kern_attention_flash_kv_blocks(-1);
+	int pipe = kern_attention_flash_pipeline(-1);
+	int more_kv = kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
+	int more_q = kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
 	for (int run = 0; run < 4; run++) {
 		kern_attention_flash_pipeline(run != 2);
-		kern_attention_flash_kv_blocks(run == 3 ? 3 : 2);
+		kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, run == 3);
+		kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, run == 3);
 		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
 		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
 		got_o[run] = fetch16(o16, btc);
@@ -497,7 +500,8 @@ static void flash_case(int b, int t, int nh)
 			got_lse = dev_fetch(d_lse, rows);
 	}
 	kern_attention_flash_pipeline(pipe);
-	kern_attention_flash_kv_blocks(kv_blocks);
+	kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, more_kv);
+	kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, more_q);
 	snprintf(what, sizeof what, "flash lse b=%d t=%d nh=%d", b, t, nh);
 	check_rel(what, got_lse, lse_ref, rows, 1e-5);
 	snprintf(what, sizeof what, "flash out b=%d t=%d nh=%d", b, t, nh);
@@ -508,7 +512,7 @@ static void flash_case(int b, int t, int nh)
 	check_bits("flash dqkv, run twice", got_dq[1], got_dq[0], 3 * btc);
 	check_bits("flash out, tiles copied ahead and not", got_o[2], got_o[0], btc);
 	check_bits("flash dqkv, tiles copied ahead and not", got_dq[2], got_dq[0], 3 * btc);
-	check_bits("flash dqkv, dk/dv kernel at 3 blocks an SM", got_dq[3], got_dq[0], 3 * btc);
+	check_bits("flash dqkv, a block more an SM", got_dq[3], got_dq[0], 3 * btc);
 
 	free(qkv), free(dy), free(out), free(pre), free(att), free(dq), free(dpre), free(datt);
 	free(lse_ref), free(got_lse);

@@ -871,10 +871,10 @@ int kern_attention_flash_pipeline(int on)
 	return 1;
 }
 
-int kern_attention_flash_kv_blocks(int blocks)
+int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on)
 {
-	(void)blocks;                      /* (no occupancy here) */
-	return 2;
+	(void)k, (void)on;                 /* (no occupancy here) */
+	return 0;
 }
 
 int kern_attention_flash_supported(int t, int c, int nh)
