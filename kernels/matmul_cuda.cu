@@ -51,6 +51,15 @@ extern "C" int kern_matmul_cuda_fused_bias(int on)
 	return prev;
 }
 
+static int g_split_odd = 1;
+
+extern "C" int kern_matmul_cuda_split_odd(int on)
+{
+	int prev = g_split_odd;
+	g_split_odd = !!on;
+	return prev;
+}
+
 extern "C" int kern_matmul_cuda_fused_gelu(int on)
 {
 	int prev = g_fused_gelu;
@@ -184,6 +193,19 @@ static void gemm16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
                    float *c, int ldc)
 {
 	gemm16_to(ta, tb, m, n, k, a, lda, b, ldb, beta, c, CUDA_R_32F, ldc);
+}
+
+/* dweight [oc, c] += dout^T inp, dout 16-bit [n, oc] rows ldd apart, inp
+ * 16-bit [n, c]: the weight gradient's GEMM; an odd oc in two
+ * (kern_matmul_cuda_split_odd) */
+static void dweight16(float *dweight, const uint16_t *dout, int ldd, const uint16_t *inp, int n,
+                      int c, int oc)
+{
+	int head = g_split_odd && oc % 8 != 0 && oc > 64 ? oc / 64 * 64 : oc;
+	gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, head, n, inp, c, dout, ldd, 1.0f, dweight, c);
+	if (head < oc)
+		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc - head, n, inp, c, dout + head, ldd, 1.0f,
+		       dweight + (size_t)head * (size_t)c, c);
 }
 
 /* ---- cuBLASLt: GEMMs with an epilogue --------------------------------------- */
@@ -533,7 +555,7 @@ static void matmul_bwd(float *dinp, float *dweight, float *dbias, const float *d
 		if (dinp)
 			gemm16(CUBLAS_OP_N, CUBLAS_OP_N, c, n, padded ? ldd : oc, w16, c, d16, ldd,
 			       dinp_beta, dinp, c);
-		gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, x16, c, d16, ldd, 1.0f, dweight, c);
+		dweight16(dweight, d16, ldd, x16, n, c, oc);
 		free16(w16);
 		kern_cuda_scratch_free(d16);
 		free16(x16);
@@ -670,7 +692,7 @@ static int matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const 
 		dbias_done = dbias && kern_matmul_cuda_fused_dbias(-1) &&
 		             dweight_dbias_lt(dweight, dbias, dout, ldd, inp, n, c, oc);
 		if (!dbias_done)
-			gemm16(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, ldd, 1.0f, dweight, c);
+			dweight16(dweight, dout, ldd, inp, n, c, oc);
 		free16(w16);
 	}
 	if (dbias && !dbias_done)

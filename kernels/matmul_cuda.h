@@ -45,6 +45,16 @@ void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias,
  * setting. */
 int kern_matmul_cuda_fused_bias(int on);
 
+/* How the 16-bit backward's weight gradient GEMM treats an output count oc
+ * that is not a multiple of 8 (GPT-2's vocabulary, 50257), for tests and
+ * benchmarks: 1 (the default) in two GEMMs, the columns up to the last
+ * multiple of 64 and the rest (cuBLAS takes an odd oc off its sm90 kernels
+ * for the whole GEMM: GPT-2's lm_head weight gradient ran an sm80 kernel
+ * at 503 TFLOP/s on an H200, where the model's other GEMMs ran at about
+ * 700), 0 in one. The same sums either way, each over the rows in the
+ * algorithm's order. Returns the previous setting. */
+int kern_matmul_cuda_split_odd(int on);
+
 /* The GEMMs' operands: KERN_MM_FP32 (the default: cuBLAS in plain FP32), or
  * KERN_MM_BF16 / KERN_MM_FP16: inp, weight and dout are converted to 16 bits
  * (exactly, when they hold 16-bit values, as mixed precision's activations

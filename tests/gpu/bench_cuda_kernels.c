@@ -852,6 +852,7 @@ static void bench_matmul(const char *label, int n, int c, int oc, int bias, int 
  * (kern_matmul_cuda_weights16, as a 16-bit GPU model keeps them). */
 struct kb16 {
 	int n, c, oc, kept;
+	int ldd;                       /* split_bwd: dout's rows, ldd apart */
 	void *inp, *out, *dout, *dinp;
 	float *w, *b, *dw, *db;
 	uint16_t *w16;
@@ -964,6 +965,42 @@ static void bench_dbias16(const char *label, int n, int c, int oc)
 	kern_matmul_cuda_operands(prev);
 }
 
+/* A bf16 layer's weight gradient alone (no dinp, no bias) with an odd
+ * output count, dout's rows padded to ldd as the GPT pads its logits: in
+ * two GEMMs (kern_matmul_cuda_split_odd, the default) or in one. */
+static void split_bwd(void *p)
+{
+	struct kb16 *k = p;
+	kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_16, NULL, k->dw, NULL, k->dout, k->ldd, k->inp,
+	                                k->w, k->n, k->c, k->oc);
+}
+
+static void bench_split_odd(const char *label, int n, int c, int oc, int ldd)
+{
+	char name[128];
+	snprintf(name, sizeof name, "matmul bf16 %s dweight %d x %d -> %d", label, n, c, oc);
+	if (only && !strstr(name, only))
+		return;
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	struct kb16 k = { .n = n, .c = c, .oc = ldd };   /* dout [n, ldd], weights to spare */
+	kb16_alloc(&k);
+	k.oc = oc;
+	k.ldd = ldd;
+	double ms[2];                      /* [0] split, [1] whole */
+	for (int i = 0; i < 2; i++) {
+		int was = kern_matmul_cuda_split_odd(i == 0);
+		ms[i] = time_gpu_ms(split_bwd, &k);
+		kern_matmul_cuda_split_odd(was);
+	}
+	double flop = 2.0 * n * c * oc;
+	printf("%-40s dW: two GEMMs %8.4f ms %7.1f TFLOP/s, one %8.4f ms %7.1f TFLOP/s, "
+	       "one/two x%.2f\n", name, ms[0], flop / (ms[0] * 1e-3) / 1e12, ms[1],
+	       flop / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0]);
+	fflush(stdout);
+	kb16_free(&k);
+	kern_matmul_cuda_operands(prev);
+}
+
 int main(int argc, char **argv)
 {
 	int threads = 0;
@@ -1027,6 +1064,9 @@ int main(int argc, char **argv)
 	 * kernels, on GPT-2 small's fc and qkv at one sequence and at micro-
 	 * batches of 8 and 32 (the GEMM's k: where a long one may take the
 	 * epilogue's algorithm off its best) */
+	/* GPT-2's lm_head weight gradient (the vocabulary odd, the logits'
+	 * rows padded) at micro-batch 8 */
+	bench_split_odd("gpt lm_head", 8192, c, 50257, 50304);
 	static const int dbias_rows[] = { 1024, 8192, 32768 };
 	for (int i = 0; i < 3; i++) {
 		bench_dbias16("gpt fc", dbias_rows[i], c, 4 * c);

@@ -504,6 +504,73 @@ static void test_dbias_fused(void)
 	}
 }
 
+/* The 16-bit backward's weight gradient with an odd output count in two
+ * GEMMs (kern_matmul_cuda_split_odd, the default) against one, from the
+ * same dweight0: within the fp32 sums' error of each other (each column's
+ * sum over the rows is the same problem; only the algorithm differs), dinp
+ * the same bits (its GEMM is not split), and the dbias the same bits. */
+static void split_odd_case(int dtype, int n, int c, int oc, int ldd)
+{
+	int bf16 = dtype == KERN_MM_BF16;
+	long nc = (long)n * c, nl = (long)n * ldd, oc_c = (long)oc * c;
+	char what[160];
+	float *x = rand16(nc, -1, 1, bf16), *w = rand16(oc_c, -0.2f, 0.2f, bf16);
+	float *dy = rand16(nl, -1, 1, bf16);
+	for (int i = 0; i < n; i++)        /* the padding of dout: zeros, as the GPT keeps it */
+		for (int j = oc; j < ldd; j++)
+			dy[(long)i * ldd + j] = 0.0f;
+	float *dw0 = host_rand(oc_c, -1, 1, &rng), *db0 = host_rand(oc, -1, 1, &rng);
+	void *x16 = dev_copy16(x, nc, bf16), *dy16 = dev_copy16(dy, nl, bf16);
+	void *di16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)nc);
+	float *d_w = dev_copy(w, oc_c), *d_dw = dev_alloc(oc_c), *d_db = dev_alloc(oc);
+	int prev_ops = kern_matmul_cuda_operands(dtype), prev_dbias = set_fused_dbias(0);
+	uint16_t *gi[2];
+	float *gw[2], *gb[2];
+	for (int r = 0; r < 2; r++) {    /* split, whole */
+		int prev = kern_matmul_cuda_split_odd(r == 0);
+		dev_put(d_dw, dw0, oc_c);
+		dev_put(d_db, db0, oc);
+		kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_16, di16, d_dw, d_db, dy16, ldd, x16, d_w, n,
+		                                c, oc);
+		kern_matmul_cuda_split_odd(prev);
+		gi[r] = fetch_raw16(di16, nc);
+		gw[r] = dev_fetch(d_dw, oc_c);
+		gb[r] = dev_fetch(d_db, oc);
+	}
+	set_fused_dbias(prev_dbias);
+	kern_matmul_cuda_operands(prev_ops);
+	const char *ty = bf16 ? "bf16" : "fp16";
+	double big = 0;
+	for (long i = 0; i < oc_c; i++)
+		big = fmax(big, fabs(gw[1][i]));
+	snprintf(what, sizeof what, "%s split dweight n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_close(what, gw[0], gw[1], oc_c, 3e-5 * big, 0);
+	snprintf(what, sizeof what, "%s split dinp n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_same16(what, gi[0], gi[1], nc);
+	snprintf(what, sizeof what, "%s split dbias n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_same_bits(what, gb[0], gb[1], oc);
+	for (int r = 0; r < 2; r++)
+		free(gi[r]), free(gw[r]), free(gb[r]);
+	free(x), free(w), free(dy), free(dw0), free(db0);
+	kern_cuda_free(x16), kern_cuda_free(dy16), kern_cuda_free(di16);
+	kern_cuda_free(d_w), kern_cuda_free(d_dw), kern_cuda_free(d_db);
+}
+
+static void test_split_odd(void)
+{
+	/* an odd count with padded rows, one just over 64, and GPT-2's
+	 * vocabulary at 128 rows (where the stand-in, whose GEMMs are the
+	 * CPU's, stops after the first two) */
+	static const int cases[][4] = {   /* n, c, oc, ldd */
+		{ 64, 64, 250, 256 }, { 33, 48, 65, 72 }, { 128, 768, 50257, 50304 },
+	};
+	static const int dtypes[] = { KERN_MM_BF16, KERN_MM_FP16 };
+	size_t count = gpu_test_standin() ? 2 : sizeof cases / sizeof cases[0];
+	for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++)
+		for (size_t k = 0; k < count; k++)
+			split_odd_case(dtypes[t], cases[k][0], cases[k][1], cases[k][2], cases[k][3]);
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_matmul");
@@ -513,5 +580,6 @@ int main(void)
 	CHECK_RUN(test_empty_sum);
 	CHECK_RUN(test_deterministic);
 	CHECK_RUN(test_dbias_fused);
+	CHECK_RUN(test_split_odd);
 	return check_finish();
 }

@@ -596,6 +596,12 @@ int kern_matmul_cuda_fused_bias(int on)
 	return 1;                          /* the bias is added as the epilogue would */
 }
 
+int kern_matmul_cuda_split_odd(int on)
+{
+	(void)on;
+	return 1;                          /* (one CPU GEMM here either way) */
+}
+
 int kern_cuda_gemm_operands(void)
 {
 	return shim_operands;
