@@ -382,8 +382,13 @@ static int publish_params(struct run *r, struct trn_err *err)
 		/* host -> device; whole before it is gathered or computed with */
 		trn_opt_offload_params_in(&r->off);
 		trn_opt_offload_params_wait(&r->off);
-		if (r->off.landed) {    /* all of w went chunk by chunk (one rank): */
-			trn_model_weights_streamed(m);   /* nothing more to send */
+		/* all of w went chunk by chunk (one rank): nothing more to send.
+		 * (On a GPU those copies read w until the next forward, whose
+		 * compute waits for them and whose loss the host waits for: w is
+		 * written again only after that, by the next publish or a
+		 * rollback, both after a forward.) */
+		if (r->off.landed) {
+			trn_model_weights_streamed(m);
 			return trn_dp_allgather(&r->dp, m->w, err);
 		}
 	} else if (r->master_owned) {
