@@ -142,36 +142,27 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	KERN_CUDA_CHECK_LAUNCH();
 	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
 	if (kern_attention_flash_pipeline(-1)) {
+		/* [0] as the registers allow, [1] one block more an SM
+		 * (kern_attention_flash_more_blocks) */
+		typedef void (*bwd_kernel)(uint16_t *, const uint16_t *, const uint16_t *,
+		                           const float *, const float *, int, int, int, float, int);
+		static const bwd_kernel kv[2] = { fa_bwd_kv_kernel<T, true>,
+			                          fa_bwd_kv_kernel<T, true, 3> };
+		static const bwd_kernel q[2] = { fa_bwd_q_kernel<T, true>, fa_bwd_q_kernel<T, true, 4> };
 		static int opted_in;   /* per T: the pipelined kernels' shared memory */
 		size_t smem = FA_BWD_SMEM(2);
-		if (!opted_in) {
-			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_kv_kernel<T, true>,
+		for (int i = 0; i < 4 && !opted_in; i++)
+			KERN_CUDA_CHECK(cudaFuncSetAttribute(i < 2 ? kv[i] : q[i - 2],
 			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
 			                                     (int)smem));
-			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_kv_kernel<T, true, 3>,
-			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                     (int)smem));
-			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_q_kernel<T, true>,
-			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                     (int)smem));
-			KERN_CUDA_CHECK(cudaFuncSetAttribute(fa_bwd_q_kernel<T, true, 4>,
-			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                     (int)smem));
-			opted_in = 1;
-		}
-		if (kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1))
-			fa_bwd_kv_kernel<T, true, 3><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
-				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
-		else
-			fa_bwd_kv_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
-				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		opted_in = 1;
+		kv[kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1)]
+			<<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(dqkv, dout, qkv, lse, dd, t, c, nh,
+			                                                  scale, bf16);
 		KERN_CUDA_CHECK_LAUNCH();
-		if (kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1))
-			fa_bwd_q_kernel<T, true, 4><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
-				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
-		else
-			fa_bwd_q_kernel<T, true><<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(
-				dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		q[kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1)]
+			<<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(dqkv, dout, qkv, lse, dd, t, c, nh,
+			                                                  scale, bf16);
 		KERN_CUDA_CHECK_LAUNCH();
 	} else {
 		fa_bwd_kv_kernel<T, false><<<grid, FA_THREADS, FA_BWD_SMEM(1), kern_cuda_stream()>>>(

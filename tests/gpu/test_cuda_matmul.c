@@ -364,6 +364,76 @@ static void check_within(const char *what, const float *got, const double *want,
 		}
 }
 
+/* One 16-bit backward problem (kern_matmul_bwd_set_ld_act_cuda): x [n, c],
+ * w [oc, c] and dout [n, ldd] (its padding zero, as the GPT keeps it)
+ * random 16-bit values on the device, dout also on the host; dweight and
+ * dbias start from dw0 and db0 at each run. */
+struct bwd16 {
+	int bf16, n, c, oc, ldd;
+	long nc, oc_c;
+	float *dy, *dw0, *db0;             /* host */
+	void *x16, *dy16, *di16;
+	float *d_w, *d_dw, *d_db;
+};
+
+static void bwd16_init(struct bwd16 *b, int dtype, int n, int c, int oc, int ldd)
+{
+	*b = (struct bwd16){ .bf16 = dtype == KERN_MM_BF16, .n = n, .c = c, .oc = oc, .ldd = ldd,
+	                     .nc = (long)n * c, .oc_c = (long)oc * c };
+	float *x = rand16(b->nc, -1, 1, b->bf16), *w = rand16(b->oc_c, -0.2f, 0.2f, b->bf16);
+	b->dy = rand16((long)n * ldd, -1, 1, b->bf16);
+	for (int i = 0; i < n; i++)
+		for (int j = oc; j < ldd; j++)
+			b->dy[(long)i * ldd + j] = 0.0f;
+	b->dw0 = host_rand(b->oc_c, -1, 1, &rng);
+	b->db0 = host_rand(oc, -1, 1, &rng);
+	b->x16 = dev_copy16(x, b->nc, b->bf16);
+	b->dy16 = dev_copy16(b->dy, (long)n * ldd, b->bf16);
+	b->di16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)b->nc);
+	b->d_w = dev_copy(w, b->oc_c);
+	b->d_dw = dev_alloc(b->oc_c);
+	b->d_db = dev_alloc(oc);
+	free(x), free(w);
+}
+
+/* One run from dw0 and db0: dinp's raw 16-bit values, dweight, dbias. */
+static void bwd16_run(const struct bwd16 *b, uint16_t **gi, float **gw, float **gb)
+{
+	dev_put(b->d_dw, b->dw0, b->oc_c);
+	dev_put(b->d_db, b->db0, b->oc);
+	kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_16, b->di16, b->d_dw, b->d_db, b->dy16, b->ldd,
+	                                b->x16, b->d_w, b->n, b->c, b->oc);
+	*gi = fetch_raw16(b->di16, b->nc);
+	*gw = dev_fetch(b->d_dw, b->oc_c);
+	*gb = dev_fetch(b->d_db, b->oc);
+}
+
+/* Another way's run (how) against a reference run: dweight within 3e-5 of
+ * the reference's largest value (fp32 sums in another order), dinp the
+ * same bits (the same GEMM either way). */
+static void check_dweight_dinp(const struct bwd16 *b, const char *how, const float *gw,
+                               const float *gw_ref, const uint16_t *gi, const uint16_t *gi_ref)
+{
+	char what[160];
+	const char *ty = b->bf16 ? "bf16" : "fp16";
+	double big = 0;
+	for (long i = 0; i < b->oc_c; i++)
+		big = fmax(big, fabs(gw_ref[i]));
+	snprintf(what, sizeof what, "%s %s dweight n=%d c=%d oc=%d ldd=%d", ty, how, b->n, b->c,
+	         b->oc, b->ldd);
+	check_close(what, gw, gw_ref, b->oc_c, 3e-5 * big, 0);
+	snprintf(what, sizeof what, "%s %s dinp n=%d c=%d oc=%d ldd=%d", ty, how, b->n, b->c, b->oc,
+	         b->ldd);
+	check_same16(what, gi, gi_ref, b->nc);
+}
+
+static void bwd16_free(struct bwd16 *b)
+{
+	free(b->dy), free(b->dw0), free(b->db0);
+	kern_cuda_free(b->x16), kern_cuda_free(b->dy16), kern_cuda_free(b->di16);
+	kern_cuda_free(b->d_w), kern_cuda_free(b->d_dw), kern_cuda_free(b->d_db);
+}
+
 /* The 16-bit backward (kern_matmul_bwd_set_ld_act_cuda, dout's rows ldd
  * apart, its padding zero) three times from the same dweight0 and dbias0:
  * the separate column sum, the bias gradient in the GEMM, and that again.
@@ -371,19 +441,12 @@ static void check_within(const char *what, const float *got, const double *want,
  * the fused runs are the separate sum again: said, not failed. */
 static void dbias_fused_case(int dtype, int n, int c, int oc, int ldd)
 {
-	int bf16 = dtype == KERN_MM_BF16;
-	const char *ty = bf16 ? "bf16" : "fp16";
-	long nc = (long)n * c, nl = (long)n * ldd, oc_c = (long)oc * c;
+	struct bwd16 b;
+	bwd16_init(&b, dtype, n, c, oc, ldd);
+	const char *ty = b.bf16 ? "bf16" : "fp16";
+	long oc_c = b.oc_c;
+	const float *dy = b.dy, *db0 = b.db0;
 	char what[160];
-	float *x = rand16(nc, -1, 1, bf16), *w = rand16(oc_c, -0.2f, 0.2f, bf16);
-	float *dy = rand16(nl, -1, 1, bf16);
-	for (int i = 0; i < n; i++)        /* the padding of dout: zeros, as the GPT keeps it */
-		for (int j = oc; j < ldd; j++)
-			dy[(long)i * ldd + j] = 0.0f;
-	float *dw0 = host_rand(oc_c, -1, 1, &rng), *db0 = host_rand(oc, -1, 1, &rng);
-	void *x16 = dev_copy16(x, nc, bf16), *dy16 = dev_copy16(dy, nl, bf16);
-	void *di16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)nc);
-	float *d_w = dev_copy(w, oc_c), *d_dw = dev_alloc(oc_c), *d_db = dev_alloc(oc);
 
 	int prev_ops = kern_matmul_cuda_operands(dtype);
 	long refused = kern_matmul_cuda_lt_refused(), took[3];
@@ -391,16 +454,10 @@ static void dbias_fused_case(int dtype, int n, int c, int oc, int ldd)
 	float *gw[3], *gb[3];
 	for (int r = 0; r < 3; r++) {    /* separate, fused, fused again */
 		int prev = set_fused_dbias(r > 0);
-		dev_put(d_dw, dw0, oc_c);
-		dev_put(d_db, db0, oc);
 		long before = fused_dbias_gemms();
-		kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_16, di16, d_dw, d_db, dy16, ldd, x16, d_w, n,
-		                                c, oc);
+		bwd16_run(&b, &gi[r], &gw[r], &gb[r]);
 		took[r] = fused_dbias_gemms() - before;
 		set_fused_dbias(prev);
-		gi[r] = fetch_raw16(di16, nc);
-		gw[r] = dev_fetch(d_dw, oc_c);
-		gb[r] = dev_fetch(d_db, oc);
 	}
 	kern_matmul_cuda_operands(prev_ops);
 	refused = kern_matmul_cuda_lt_refused() - refused;
@@ -441,13 +498,7 @@ static void dbias_fused_case(int dtype, int n, int c, int oc, int ldd)
 	snprintf(what, sizeof what, "%s fused dbias n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
 	check_within(what, gb[1], sep, tol, oc);
 
-	double big = 0;
-	for (long i = 0; i < oc_c; i++)
-		big = fmax(big, fabs(gw[0][i]));
-	snprintf(what, sizeof what, "%s fused dweight n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
-	check_close(what, gw[1], gw[0], oc_c, 3e-5 * big, 0);
-	snprintf(what, sizeof what, "%s fused dinp n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
-	check_same16(what, gi[1], gi[0], nc);
+	check_dweight_dinp(&b, "fused", gw[1], gw[0], gi[1], gi[0]);
 	snprintf(what, sizeof what, "%s fused run to run dweight n=%d c=%d oc=%d", ty, n, c, oc);
 	check_same_bits(what, gw[2], gw[1], oc_c);
 	snprintf(what, sizeof what, "%s fused run to run dbias n=%d c=%d oc=%d", ty, n, c, oc);
@@ -456,9 +507,7 @@ static void dbias_fused_case(int dtype, int n, int c, int oc, int ldd)
 	for (int r = 0; r < 3; r++)
 		free(gi[r]), free(gw[r]), free(gb[r]);
 	free(want), free(mag), free(tol), free(sep);
-	free(x), free(w), free(dy), free(dw0), free(db0);
-	kern_cuda_free(x16), kern_cuda_free(dy16), kern_cuda_free(di16);
-	kern_cuda_free(d_w), kern_cuda_free(d_dw), kern_cuda_free(d_db);
+	bwd16_free(&b);
 }
 
 /* n = 0 rows: nothing to add, dweight and dbias keep their bits */
@@ -511,49 +560,26 @@ static void test_dbias_fused(void)
  * the same bits (its GEMM is not split), and the dbias the same bits. */
 static void split_odd_case(int dtype, int n, int c, int oc, int ldd)
 {
-	int bf16 = dtype == KERN_MM_BF16;
-	long nc = (long)n * c, nl = (long)n * ldd, oc_c = (long)oc * c;
+	struct bwd16 b;
+	bwd16_init(&b, dtype, n, c, oc, ldd);
 	char what[160];
-	float *x = rand16(nc, -1, 1, bf16), *w = rand16(oc_c, -0.2f, 0.2f, bf16);
-	float *dy = rand16(nl, -1, 1, bf16);
-	for (int i = 0; i < n; i++)        /* the padding of dout: zeros, as the GPT keeps it */
-		for (int j = oc; j < ldd; j++)
-			dy[(long)i * ldd + j] = 0.0f;
-	float *dw0 = host_rand(oc_c, -1, 1, &rng), *db0 = host_rand(oc, -1, 1, &rng);
-	void *x16 = dev_copy16(x, nc, bf16), *dy16 = dev_copy16(dy, nl, bf16);
-	void *di16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)nc);
-	float *d_w = dev_copy(w, oc_c), *d_dw = dev_alloc(oc_c), *d_db = dev_alloc(oc);
 	int prev_ops = kern_matmul_cuda_operands(dtype), prev_dbias = set_fused_dbias(0);
 	uint16_t *gi[2];
 	float *gw[2], *gb[2];
 	for (int r = 0; r < 2; r++) {    /* split, whole */
 		int prev = kern_matmul_cuda_split_odd(r == 0);
-		dev_put(d_dw, dw0, oc_c);
-		dev_put(d_db, db0, oc);
-		kern_matmul_bwd_set_ld_act_cuda(KERN_ACT_16, di16, d_dw, d_db, dy16, ldd, x16, d_w, n,
-		                                c, oc);
+		bwd16_run(&b, &gi[r], &gw[r], &gb[r]);
 		kern_matmul_cuda_split_odd(prev);
-		gi[r] = fetch_raw16(di16, nc);
-		gw[r] = dev_fetch(d_dw, oc_c);
-		gb[r] = dev_fetch(d_db, oc);
 	}
 	set_fused_dbias(prev_dbias);
 	kern_matmul_cuda_operands(prev_ops);
-	const char *ty = bf16 ? "bf16" : "fp16";
-	double big = 0;
-	for (long i = 0; i < oc_c; i++)
-		big = fmax(big, fabs(gw[1][i]));
-	snprintf(what, sizeof what, "%s split dweight n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
-	check_close(what, gw[0], gw[1], oc_c, 3e-5 * big, 0);
-	snprintf(what, sizeof what, "%s split dinp n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
-	check_same16(what, gi[0], gi[1], nc);
+	check_dweight_dinp(&b, "split", gw[0], gw[1], gi[0], gi[1]);
+	const char *ty = b.bf16 ? "bf16" : "fp16";
 	snprintf(what, sizeof what, "%s split dbias n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
 	check_same_bits(what, gb[0], gb[1], oc);
 	for (int r = 0; r < 2; r++)
 		free(gi[r]), free(gw[r]), free(gb[r]);
-	free(x), free(w), free(dy), free(dw0), free(db0);
-	kern_cuda_free(x16), kern_cuda_free(dy16), kern_cuda_free(di16);
-	kern_cuda_free(d_w), kern_cuda_free(d_dw), kern_cuda_free(d_db);
+	bwd16_free(&b);
 }
 
 static void test_split_odd(void)
