@@ -63,6 +63,15 @@ enum kern_flash_kernel { KERN_FLASH_BWD_KV, KERN_FLASH_BWD_Q };
  * "q", "kv q"); on >= 0 sets it, -1 only asks. Returns the previous
  * setting. The same values either way. */
 int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on);
+/* Whether the fused backward computes dq in its dk, dv kernel and adds it
+ * to an fp32 copy by atomic adds, rounded to 16 bits at the end
+ * (FlashAttention-2's: five tile products a pair of tiles where its
+ * separate dq kernel makes it seven; b x t x c floats of scratch), instead
+ * of in a kernel of its own. Off unless LARCH_CUDA_FLASH_DQ=atomic; on >= 0
+ * sets it, -1 only asks. Returns the previous setting. dq within rounding
+ * of the other's, but not the same bits on every run (the adds' order);
+ * dk and dv are the same bits. */
+int kern_attention_flash_dq_atomic(int on);
 void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b, int t, int c,
                                    int nh);
 void kern_attention_flash_bwd_set_cuda(void *dqkv, const void *dout, const void *out,

@@ -29,7 +29,11 @@
  *           dq += ds k;
  * with ds = p (dp - D) and D = rowsum(dout * out) (a small kernel first),
  * p and ds rounded to 16 bits for their products. Every sum has a fixed
- * order: the same bits on every run. Each walk's next tiles are copied
+ * order: the same bits on every run. Or, with kern_attention_flash_dq_atomic,
+ * FlashAttention-2's: the dk, dv kernel also computes dq += ds k for each
+ * query tile it walks and adds it to an fp32 dq by atomic adds, which a
+ * last pass rounds to 16 bits (five tile products a pair of tiles instead
+ * of seven; the adds in no fixed order). Each walk's next tiles are copied
  * (cp.async) into a second set of shared tiles while the block computes on
  * this one (kern_attention_flash_pipeline; without, each tile's loads
  * stalled the block, at two blocks an SM that the dk, dv kernel's 222
@@ -55,16 +59,17 @@
 /* the forward's: q, and per set of the walk (one, or two pipelined) k, v */
 #define FA_FWD_SMEM(sets) ((1 + (sets) * FA_BWD_WALK_TILES) * FA_TILE_VALUES * sizeof(uint16_t))
 /* the backward kernels' (the dk, dv kernel's, the larger): two fixed tiles,
- * and per set of the walk (one, or two pipelined) two tiles and two rows
- * of FA_TILE floats */
-#define FA_BWD_SMEM(sets)                                                                       \
-	((2 + (sets) * FA_BWD_WALK_TILES) * FA_TILE_VALUES * sizeof(uint16_t) +                   \
+ * per set of the walk (one, or two pipelined) two tiles and two rows of
+ * FA_TILE floats, and with dq added atomically (add_dq) a tile for ds */
+#define FA_BWD_SMEM(sets, add_dq)                                                               \
+	((2 + (sets) * FA_BWD_WALK_TILES + (add_dq)) * FA_TILE_VALUES * sizeof(uint16_t) +        \
 	 (sets) * 2 * FA_TILE * sizeof(float))
 /* within the 48 KiB a block gets without opting in, but for the pipelined
- * backward's (55 KiB), which opts in (flash_bwd) */
-static_assert(FA_FWD_SMEM(2) <= 48 * 1024 && FA_BWD_SMEM(1) <= 48 * 1024,
+ * backward's (55 KiB, 64 with dq added atomically) and the one-set
+ * backward's that adds dq (46 KiB: within), which opt in (flash_bwd) */
+static_assert(FA_FWD_SMEM(2) <= 48 * 1024 && FA_BWD_SMEM(1, 1) <= 48 * 1024,
               "flash attention's tiles");
-static_assert(FA_BWD_SMEM(2) <= 99 * 1024, "two pipelined backward blocks an SM");
+static_assert(FA_BWD_SMEM(2, 1) <= 113 * 1024, "two pipelined backward blocks an SM");
 
 /* Whether the kernels copy the next tiles (cp.async) while they compute on
  * this one: LARCH_CUDA_FLASH_PIPE=0 in the environment says no
@@ -109,6 +114,22 @@ extern "C" int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on
 	return prev;
 }
 
+/* Whether the dk, dv kernel adds dq atomically (fa_bwd_kv_kernel's AddDq):
+ * -1 not read from LARCH_CUDA_FLASH_DQ ("atomic") yet */
+static int flash_dq_atomic = -1;
+
+extern "C" int kern_attention_flash_dq_atomic(int on)
+{
+	if (flash_dq_atomic < 0) {
+		const char *v = getenv("LARCH_CUDA_FLASH_DQ");
+		flash_dq_atomic = v && strcmp(v, "atomic") == 0;
+	}
+	int prev = flash_dq_atomic;
+	if (on >= 0)
+		flash_dq_atomic = on != 0;
+	return prev;
+}
+
 extern "C" int kern_attention_flash_supported(int t, int c, int nh)
 {
 	return t > 0 && nh > 0 && c == nh * FA_HS;
@@ -133,45 +154,64 @@ template <typename T>
 static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
                       const uint16_t *qkv, const float *lse, int b, int t, int c, int nh, int bf16)
 {
+	typedef void (*kv_kernel)(uint16_t *, float *, const uint16_t *, const uint16_t *,
+	                          const float *, const float *, int, int, int, float, int);
+	typedef void (*q_kernel)(uint16_t *, const uint16_t *, const uint16_t *, const float *,
+	                         const float *, int, int, int, float, int);
+	/* the dk, dv kernels by [pipelined][one block more an SM
+	 * (kern_attention_flash_more_blocks)][dq added atomically], and the dq
+	 * kernels by [pipelined][one block more]; none unpipelined with more */
+	static const kv_kernel kv[2][2][2] = {
+		{ { fa_bwd_kv_kernel<T, false>, fa_bwd_kv_kernel<T, false, 1, true> }, { NULL, NULL } },
+		{ { fa_bwd_kv_kernel<T, true>, fa_bwd_kv_kernel<T, true, 1, true> },
+		  { fa_bwd_kv_kernel<T, true, 3>, fa_bwd_kv_kernel<T, true, 3, true> } },
+	};
+	static const q_kernel q[2][2] = {
+		{ fa_bwd_q_kernel<T, false>, NULL },
+		{ fa_bwd_q_kernel<T, true>, fa_bwd_q_kernel<T, true, 4> },
+	};
+	static int opted_in;   /* per T: the larger shared memory of all but the smallest */
+	if (!opted_in) {
+		for (int p = 0; p < 2; p++)
+			for (int m = 0; m < 2; m++) {
+				for (int a = 0; a < 2; a++)
+					if (kv[p][m][a])
+						KERN_CUDA_CHECK(cudaFuncSetAttribute(
+							kv[p][m][a], cudaFuncAttributeMaxDynamicSharedMemorySize,
+							(int)FA_BWD_SMEM(p + 1, a)));
+				if (q[p][m])
+					KERN_CUDA_CHECK(cudaFuncSetAttribute(
+						q[p][m], cudaFuncAttributeMaxDynamicSharedMemorySize,
+						(int)FA_BWD_SMEM(p + 1, 0)));
+			}
+		opted_in = 1;
+	}
+	int pipe = kern_attention_flash_pipeline(-1), add = kern_attention_flash_dq_atomic(-1);
+	int more_kv = pipe && kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
+	int more_q = pipe && kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
+
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	long rows = (long)b * nh * t;
 	float *dd = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)rows);
+	float *dq_acc = add ? (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)b * t * c)
+	                    : NULL;
 	fa_rowdot_kernel<<<(unsigned)((rows + FA_ROWDOT_ROWS - 1) / FA_ROWDOT_ROWS), 256, 0,
-	                   kern_cuda_stream()>>>(
-		dd, dout, out, b, t, c, nh, bf16);
+	                   kern_cuda_stream()>>>(dd, dq_acc, dout, out, b, t, c, nh, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
-	if (kern_attention_flash_pipeline(-1)) {
-		/* [0] as the registers allow, [1] one block more an SM
-		 * (kern_attention_flash_more_blocks) */
-		typedef void (*bwd_kernel)(uint16_t *, const uint16_t *, const uint16_t *,
-		                           const float *, const float *, int, int, int, float, int);
-		static const bwd_kernel kv[2] = { fa_bwd_kv_kernel<T, true>,
-			                          fa_bwd_kv_kernel<T, true, 3> };
-		static const bwd_kernel q[2] = { fa_bwd_q_kernel<T, true>, fa_bwd_q_kernel<T, true, 4> };
-		static int opted_in;   /* per T: the pipelined kernels' shared memory */
-		size_t smem = FA_BWD_SMEM(2);
-		for (int i = 0; i < 4 && !opted_in; i++)
-			KERN_CUDA_CHECK(cudaFuncSetAttribute(i < 2 ? kv[i] : q[i - 2],
-			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                     (int)smem));
-		opted_in = 1;
-		kv[kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1)]
-			<<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(dqkv, dout, qkv, lse, dd, t, c, nh,
-			                                                  scale, bf16);
-		KERN_CUDA_CHECK_LAUNCH();
-		q[kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1)]
-			<<<grid, FA_THREADS, smem, kern_cuda_stream()>>>(dqkv, dout, qkv, lse, dd, t, c, nh,
-			                                                  scale, bf16);
-		KERN_CUDA_CHECK_LAUNCH();
+	kv[pipe][more_kv][add]<<<grid, FA_THREADS, FA_BWD_SMEM(pipe + 1, add), kern_cuda_stream()>>>(
+		dqkv, dq_acc, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+	KERN_CUDA_CHECK_LAUNCH();
+	if (add) {
+		long n = (long)b * t * (c / 8);
+		fa_dq_round_kernel<<<(unsigned)((n + 255) / 256), 256, 0, kern_cuda_stream()>>>(
+			dqkv, dq_acc, (long)b * t, c, bf16);
 	} else {
-		fa_bwd_kv_kernel<T, false><<<grid, FA_THREADS, FA_BWD_SMEM(1), kern_cuda_stream()>>>(
+		q[pipe][more_q]<<<grid, FA_THREADS, FA_BWD_SMEM(pipe + 1, 0), kern_cuda_stream()>>>(
 			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
-		KERN_CUDA_CHECK_LAUNCH();
-		fa_bwd_q_kernel<T, false><<<grid, FA_THREADS, FA_BWD_SMEM(1), kern_cuda_stream()>>>(
-			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
-		KERN_CUDA_CHECK_LAUNCH();
 	}
+	KERN_CUDA_CHECK_LAUNCH();
+	kern_cuda_scratch_free(dq_acc);
 	kern_cuda_scratch_free(dd);
 }
 

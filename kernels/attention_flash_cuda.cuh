@@ -273,10 +273,13 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 /* dd[bh, i] = sum over the head's 64 columns of dout * out at row i: eight
  * lanes a row, eight columns a lane (one 16-byte read of each operand,
  * which flash_ops checked aligned), then the butterfly over the eight (a
- * fixed order). Blocks of 256 threads: FA_ROWDOT_ROWS rows a block. */
+ * fixed order). Blocks of 256 threads: FA_ROWDOT_ROWS rows a block.
+ * With dq_zero, the threads also clear the fp32 dq [b, t, c] that the
+ * dk, dv kernel adds to when it computes dq too (fa_bwd_kv_kernel's
+ * AddDq): the same rows and columns as they read of dout. */
 #define FA_ROWDOT_ROWS 32
-__global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const uint16_t *out,
-                                        int b, int t, int c, int nh, int bf16)
+__global__ static void fa_rowdot_kernel(float *dd, float *dq_zero, const uint16_t *dout,
+                                        const uint16_t *out, int b, int t, int c, int nh, int bf16)
 {
 	long r = (long)blockIdx.x * FA_ROWDOT_ROWS + (threadIdx.x >> 3);
 	int part = threadIdx.x & 7;
@@ -285,6 +288,11 @@ __global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const u
 	if (live) {
 		int i = (int)(r % t), bh = (int)(r / t), bb = bh / nh, h = bh % nh;
 		size_t at = ((size_t)bb * t + i) * c + (size_t)h * FA_HS + 8 * part;
+		if (dq_zero) {             /* the same eight columns of the fp32 dq the backward adds to */
+			float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			*(float4 *)(dq_zero + at) = z;
+			*(float4 *)(dq_zero + at + 4) = z;
+		}
 		uint4 du = *(const uint4 *)(dout + at), ou = *(const uint4 *)(out + at);
 		uint32_t dw[4] = { du.x, du.y, du.z, du.w }, ow[4] = { ou.x, ou.y, ou.z, ou.w };
 		for (int k = 0; k < 4; k++)
@@ -299,21 +307,87 @@ __global__ static void fa_rowdot_kernel(float *dd, const uint16_t *dout, const u
 		dd[r] = s;
 }
 
+/* A warp's ds^T (to_rows16: its 16 rows of keys from r0, a query tile's
+ * 64 columns) into those rows of a shared tile, as they are: keys down,
+ * queries across */
+__device__ static void warp_put_rows(uint16_t *tile, int r0, const uint32_t f[FA_TILE / 16][4])
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+	uint16_t *top = tile + (r0 + g) * FA_LD + 2 * q, *low = top + 8 * FA_LD;
+#pragma unroll
+	for (int k = 0; k < FA_TILE / 16; k++) {
+		*(uint32_t *)(top + 16 * k) = f[k][0];
+		*(uint32_t *)(low + 16 * k) = f[k][1];
+		*(uint32_t *)(top + 16 * k + 8) = f[k][2];
+		*(uint32_t *)(low + 16 * k + 8) = f[k][3];
+	}
+}
+
+/* The a operands of columns [c0, c0 + 16) of a tile read as rows: the
+ * [16, 64] transpose of the tile's [64, 16] column block, f[k] for its
+ * columns 16k.. (the tile's rows). ldmatrix .trans gives each 8x8 matrix
+ * transposed, so the tile's (16k + 8, c0) matrix is the transpose's
+ * (0, 8): a[1] and a[2] trade places against warp_rows'. */
+__device__ static void warp_cols(uint32_t f[FA_TILE / 16][4], const uint16_t *tile, int c0)
+{
+	int lane = threadIdx.x & 31;
+#pragma unroll
+	for (int k = 0; k < FA_TILE / 16; k++) {
+		uint32_t r[4];
+		ldsm_x4_t(r, ldsm_at(tile, FA_LD, 16 * k, c0, lane));
+		f[k][0] = r[0];
+		f[k][1] = r[2];
+		f[k][2] = r[1];
+		f[k][3] = r[3];
+	}
+}
+
+/* acc (a warp's [16, 64] as mma16816's d) times scale added to rows row0 +
+ * g and row0 + g + 8 (those below t) of the fp32 dst (rows ld apart), one
+ * atomic add a value (RED: nothing comes back) */
+__device__ static void warp_add(float *dst, long ld, int row0, int t,
+                                const float acc[FA_HS / 8][4], float scale)
+{
+	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		int row = row0 + g + 8 * h;
+		if (row >= t)
+			continue;
+		float *o = dst + (size_t)row * ld + 2 * q;
+#pragma unroll
+		for (int j = 0; j < FA_HS / 8; j++) {
+			atomicAdd(o + 8 * j, acc[j][2 * h] * scale);
+			atomicAdd(o + 8 * j + 1, acc[j][2 * h + 1] * scale);
+		}
+	}
+}
+
 /* one block per key tile: dk and dv of its 64 keys over every query that
  * sees them; a warp's rows are 16 keys, its columns a query tile's 64
  * queries (the transposes of p and dp). Shared memory: k, v, then per set
- * q, dout (tiles) and lse, D (FA_TILE floats each). MinBlocks: the blocks
- * an SM must be able to hold at once, which caps a thread's registers (1:
- * no cap, 222 registers, two blocks an SM; 3: 168, with a few spilled;
- * kern_attention_flash_more_blocks). */
-template <typename T, bool Pipe, int MinBlocks = 1>
+ * q, dout (tiles) and lse, D (FA_TILE floats each), and with AddDq a tile
+ * for ds. MinBlocks: the blocks an SM must be able to hold at once, which
+ * caps a thread's registers (1: no cap, 222 registers, two blocks an SM;
+ * 3: 168, with a few spilled; kern_attention_flash_more_blocks).
+ *
+ * AddDq: the block also adds each query tile's part of dq, ds k over its
+ * 64 keys, to the fp32 dq_acc ([b, t, c], cleared before: fa_rowdot_kernel)
+ * by atomic adds, FlashAttention-2's backward: five tile products a pair
+ * of tiles where this kernel and fa_bwd_q_kernel together do seven, at the
+ * price of the adds (in no fixed order: not the same bits on every run)
+ * and a pass that rounds dq_acc into dqkv (fa_dq_round_kernel). ds^T goes
+ * through shared memory, as a warp holds 16 keys of it where dq's product
+ * wants 16 queries. dq_acc is unused without AddDq. */
+template <typename T, bool Pipe, int MinBlocks = 1, bool AddDq = false>
 __global__ static void __launch_bounds__(FA_THREADS, MinBlocks)
-fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
-                 const float *dd, int t, int c, int nh, float scale, int bf16)
+fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint16_t *qkv,
+                 const float *lse, const float *dd, int t, int c, int nh, float scale, int bf16)
 {
 	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *ks = (uint16_t *)smem, *vs = ks + FA_TILE_VALUES, *walk = vs + FA_TILE_VALUES;
 	float *rows = (float *)(walk + fa_walk<Pipe>::sets * FA_BWD_WALK_TILES * FA_TILE_VALUES);
+	uint16_t *dss = (uint16_t *)(rows + fa_walk<Pipe>::sets * 2 * FA_TILE);   /* AddDq's ds^T */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
 	int k0 = blockIdx.x * FA_TILE;
@@ -391,6 +465,22 @@ fa_bwd_kv_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, cons
 		to_rows16(dsf, ds, bf16);
 		warp_ab<T>(dv, pf, dos);
 		warp_ab<T>(dk, dsf, qs);
+		if (AddDq) {
+			/* dq of queries q0 + 16 warp.. over the tile's keys: the
+			 * rows of ds^T every warp put, read as columns; the next
+			 * put waits for these reads at the loop's first barrier */
+			warp_put_rows(dss, warp * 16, dsf);
+			__syncthreads();
+			uint32_t af[FA_TILE / 16][4];
+			warp_cols(af, dss, warp * 16);
+			float dq[FA_HS / 8][4];
+#pragma unroll
+			for (int j = 0; j < FA_HS / 8; j++)
+				dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
+			warp_ab<T>(dq, af, ks);
+			warp_add(dq_acc + (size_t)b * t * c + (size_t)h * FA_HS, c, q0 + warp * 16, t, dq,
+			         scale);
+		}
 	}
 	uint16_t *dbase3 = dqkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	const float kscale[2] = { scale, scale }, one[2] = { 1.0f, 1.0f };
@@ -463,6 +553,24 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 	const float qscale[2] = { scale, scale };
 	warp_store(dqkv + (size_t)b * t * ld + (size_t)h * FA_HS, ld, q0 + warp * 16, t, dq, qscale,
 	           bf16);
+}
+
+/* dq (rows of dq_acc [b, t, c], fp32, the dk, dv kernel's AddDq sums)
+ * rounded to 16 bits into dqkv's q columns: eight values a thread, one
+ * 16-byte store */
+__global__ static void fa_dq_round_kernel(uint16_t *dqkv, const float *dq_acc, long bt, int c,
+                                          int bf16)
+{
+	long i = (long)blockIdx.x * blockDim.x + threadIdx.x, per = c / 8;
+	if (i >= bt * per)
+		return;
+	long row = i / per;
+	int col = (int)(i % per) * 8;
+	const float *src = dq_acc + (size_t)row * c + col;
+	float4 lo = *(const float4 *)src, hi = *(const float4 *)(src + 4);
+	uint4 v = make_uint4(pack16x2(lo.x, lo.y, bf16), pack16x2(lo.z, lo.w, bf16),
+	                     pack16x2(hi.x, hi.y, bf16), pack16x2(hi.z, hi.w, bf16));
+	*(uint4 *)(dqkv + (size_t)row * 3 * c + col) = v;
 }
 
 #endif

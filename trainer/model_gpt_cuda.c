@@ -477,6 +477,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->a16 = lay.a16 ? KERN_ACT_16 : KERN_ACT_F32;
 	g->flash = lay.flash && kern_attention_flash_supported(g->T, g->C, g->NH);
 	kern_matmul_cuda_fused_gelu(lay.gelu_fused);
+	kern_attention_flash_dq_atomic(lay.flash_dq_atomic);
 	long floats = carve(g, max_batch, mode, NULL);
 	/* the GEMMs' 16-bit weights: wte's rows padded to VP with zeros, for the
 	 * logits' GEMMs (forward and dinp) over the padded vocabulary */
@@ -492,7 +493,9 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 		size_t len = strlen(d);
 		snprintf(d + len, sizeof g->c.base.device_desc - len, "; activations %s%s%s",
 		         g->a16 ? "stored as 16 bits" : "in fp32 buffers (LARCH_CUDA_ACT16=0)",
-		         g->flash ? ", attention fused" : "",
+		         !g->flash ? ""
+		         : lay.flash_dq_atomic ? ", attention fused (dq added atomically)"
+		                                              : ", attention fused",
 		         lay.gelu_fused ? ", GELU in the fc GEMMs' epilogues" : "");
 	}
 	/* The arena starts zeroed (trn_cuda_model_init): so do the padding

@@ -46,6 +46,7 @@ void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compu
 	out->flash = out->a16 && !env_is("LARCH_CUDA_ATTENTION", "gemm", 0) && model->heads > 0 &&
 	             model->dim == model->heads * TRN_FLASH_HEAD_SIZE;
 	out->gelu_fused = out->a16 && !env_is("LARCH_CUDA_GELU", "separate", 0);
+	out->flash_dq_atomic = out->flash && env_is("LARCH_CUDA_FLASH_DQ", "atomic", 0);
 }
 
 int trn_gpu_weights16(enum trn_dtype compute, int params_offloaded)
@@ -215,6 +216,10 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 			              : mode == TRN_OFFLOAD_CPU ? 2 * (layers > 0) : layers;
 			double lse = 4.0 * micro * s->model.heads * s->model.seq;
 			p->bytes[TRN_PLAN_ACTIVATIONS] += kept * (lse - 2.0 * att) - 4.0 * att;
+			/* and the backward's fp32 dq, when it adds it atomically */
+			if (lay.flash_dq_atomic)
+				p->bytes[TRN_PLAN_ACTIVATIONS] +=
+					4.0 * micro * s->model.seq * s->model.dim;
 			if (mode == TRN_OFFLOAD_CPU)
 				p->bytes[TRN_PLAN_ACT_OFFLOAD] += layers * (lse - 2.0 * att);
 		}

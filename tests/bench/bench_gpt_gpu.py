@@ -28,7 +28,9 @@ says which ran). Printed side by side:
   the bias gradients in the weight gradients' GEMM epilogues instead of
   column-sum kernels) and "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
   q": the fused attention's backward kernels at one block more an SM than
-  their registers allow, capped)
+  their registers allow, capped) and "dq-atomic" (LARCH_CUDA_FLASH_DQ=
+  atomic: the backward's dq added atomically by its dk, dv kernel,
+  FlashAttention-2's five tile products instead of seven)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -344,6 +346,7 @@ def main():
                 lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "fused"}, "-dbias-fused"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"},
                                   "-more-blocks"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic"}, "-dq-atomic"),
                 lambda: torch_row(False), gemm_bound,
                 lambda: larch_row("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")]
         signal.signal(signal.SIGTERM, stop)

@@ -775,6 +775,13 @@ static void bench_attention16(int b, int t, int c, int nh)
 		printf("%-40s flash bwd: %s a block more an SM %8.4f ms, as its registers allow "
 		       "%8.4f ms, x%.2f\n", name, kname[k], bm, bf, bf / bm);
 	}
+	/* dq added atomically by the dk, dv kernel (five tile products a pair
+	 * of tiles), beside the dq kernel of its own (seven) */
+	int dqa = kern_attention_flash_dq_atomic(1);
+	double ba = time_gpu_ms(att16_bwd_flash, &a);
+	kern_attention_flash_dq_atomic(dqa);
+	printf("%-40s flash bwd: dq added atomically %8.4f ms %7.1f TFLOP/s, dq kernel %8.4f ms, "
+	       "x%.2f\n", name, ba, 4 * flop / (ba * 1e-3) / 1e12, bf, bf / ba);
 	fflush(stdout);
 	free(h);
 	kern_cuda_free(d), kern_cuda_free(a.qkv), kern_cuda_free(a.out), kern_cuda_free(a.dout);

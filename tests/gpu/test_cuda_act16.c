@@ -458,7 +458,10 @@ static void check_normwise16(const char *what, const float *got, const float *wa
  * second run, on a third with the kernels' tiles loaded one at a time
  * (kern_attention_flash_pipeline(0)) instead of copied ahead, and on a
  * fourth with both backward kernels' registers capped for one more block
- * an SM (kern_attention_flash_more_blocks). */
+ * an SM (kern_attention_flash_more_blocks). A fifth run adds dq atomically
+ * in the dk, dv kernel (kern_attention_flash_dq_atomic): dk and dv the
+ * same bits, dq normwise within u of the dq kernel's (its sums in another
+ * order, then rounded) and 3u of the reference. */
 static void flash_case(int b, int t, int nh)
 {
 	char what[128];
@@ -484,14 +487,16 @@ static void flash_case(int b, int t, int nh)
 	void *qkv16 = dev16(qkv, 3 * btc), *dy16 = dev16(dy, btc), *o16 = dev16_alloc(btc);
 	void *dq16 = dev16_alloc(3 * btc);
 	float *d_lse = dev_alloc(rows);
-	float *got_o[4], *got_dq[4], *got_lse = NULL;
+	float *got_o[5], *got_dq[5], *got_lse = NULL;
 	int pipe = kern_attention_flash_pipeline(-1);
 	int more_kv = kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
 	int more_q = kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
-	for (int run = 0; run < 4; run++) {
+	int dq_atomic = kern_attention_flash_dq_atomic(-1);
+	for (int run = 0; run < 5; run++) {
 		kern_attention_flash_pipeline(run != 2);
 		kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, run == 3);
 		kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, run == 3);
+		kern_attention_flash_dq_atomic(run == 4);
 		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
 		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
 		got_o[run] = fetch16(o16, btc);
@@ -502,6 +507,7 @@ static void flash_case(int b, int t, int nh)
 	kern_attention_flash_pipeline(pipe);
 	kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, more_kv);
 	kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, more_q);
+	kern_attention_flash_dq_atomic(dq_atomic);
 	snprintf(what, sizeof what, "flash lse b=%d t=%d nh=%d", b, t, nh);
 	check_rel(what, got_lse, lse_ref, rows, 1e-5);
 	snprintf(what, sizeof what, "flash out b=%d t=%d nh=%d", b, t, nh);
@@ -513,10 +519,28 @@ static void flash_case(int b, int t, int nh)
 	check_bits("flash out, tiles copied ahead and not", got_o[2], got_o[0], btc);
 	check_bits("flash dqkv, tiles copied ahead and not", got_dq[2], got_dq[0], 3 * btc);
 	check_bits("flash dqkv, a block more an SM", got_dq[3], got_dq[0], 3 * btc);
+	/* dqkv's rows are q, k, v (c values each) */
+	float *dq_add = host_zeros(b * (long)t * c), *dq_own = host_zeros(b * (long)t * c);
+	long kv_differ = 0;
+	for (long r = 0; r < (long)b * t; r++) {
+		memcpy(dq_add + r * c, got_dq[4] + r * 3 * c, sizeof(float) * (size_t)c);
+		memcpy(dq_own + r * c, got_dq[0] + r * 3 * c, sizeof(float) * (size_t)c);
+		for (long j = c; j < 3L * c; j++)
+			kv_differ += memcmp(&got_dq[4][r * 3 * c + j], &got_dq[0][r * 3 * c + j],
+			                    sizeof(float)) != 0;
+	}
+	CHECK_MSG(kv_differ == 0, "%s flash b=%d t=%d nh=%d, dq added atomically: %ld of dk, dv "
+	          "differ", type_name(), b, t, nh, kv_differ);
+	snprintf(what, sizeof what, "flash dq added atomically b=%d t=%d nh=%d, against the dq "
+	         "kernel's", b, t, nh);
+	check_normwise16(what, dq_add, dq_own, b * (long)t * c, u);
+	snprintf(what, sizeof what, "flash dqkv, dq added atomically b=%d t=%d nh=%d", b, t, nh);
+	check_normwise16(what, got_dq[4], dq, 3 * btc, 3 * u);
+	free(dq_add), free(dq_own);
 
 	free(qkv), free(dy), free(out), free(pre), free(att), free(dq), free(dpre), free(datt);
 	free(lse_ref), free(got_lse);
-	for (int run = 0; run < 4; run++)
+	for (int run = 0; run < 5; run++)
 		free(got_o[run]), free(got_dq[run]);
 	kern_cuda_free(qkv16), kern_cuda_free(dy16), kern_cuda_free(o16), kern_cuda_free(dq16);
 	kern_cuda_free(d_lse);

@@ -339,6 +339,13 @@ def main():
         compare(c, exe, tmp, "gpt-bf16-dbias-fused",
                 {**gpt, "name": "gpt-bf16-dbias-fused", "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-cpu", env={"LARCH_CUDA_DBIAS": "fused"})
+        # the fused attention's dq added atomically in its dk, dv kernel
+        # (LARCH_CUDA_FLASH_DQ=atomic): the h64 model, as the other flash run
+        compare(c, exe, tmp, "gpt-h64-bf16-flash-dq-atomic",
+                {**h64, "name": "gpt-h64-bf16-flash-dq-atomic", "precision": {"compute": "bf16"}},
+                reference=tmp / "gpt-h64-cpu",
+                env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_DQ": "atomic"},
+                expect=("attention fused (dq added atomically)",))
         fp16 = {**gpt, "name": "gpt-fp16", "precision": {"compute": "fp16"}, "steps": 30}
         r = run(exe, fp16, tmp / "gpt-fp16", "cuda")
         c.check(r.returncode == 0, f"gpt-fp16: GPU run (exit {r.returncode}) "

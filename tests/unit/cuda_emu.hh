@@ -21,6 +21,7 @@
 #ifndef LARCH_TESTS_CUDA_EMU_HH
 #define LARCH_TESTS_CUDA_EMU_HH
 
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -114,6 +115,12 @@ static inline float __fadd_rn(float a, float b)
 static inline float __fmul_rn(float a, float b)
 {
 	return a * b;
+}
+
+/* an atomic add to global memory (what comes back: the old value) */
+static inline float atomicAdd(float *p, float v)
+{
+	return std::atomic_ref<float>(*p).fetch_add(v);
 }
 
 static inline int min(int a, int b)

@@ -883,6 +883,12 @@ int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on)
 	return 0;
 }
 
+int kern_attention_flash_dq_atomic(int on)
+{
+	(void)on;                          /* (no atomics here: one way) */
+	return 0;
+}
+
 int kern_attention_flash_supported(int t, int c, int nh)
 {
 	return t > 0 && nh > 0 && c == nh * 64;

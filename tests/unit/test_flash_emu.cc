@@ -13,6 +13,8 @@
  * (u = 2^-9 bf16, 2^-12 fp16): the probabilities (and ds) rounded to 16
  * bits for their products, 2u as there, and one more u for the 16-bit
  * out that D = rowsum(dout * out) and the stored results are made of.
+ * The backward that adds dq atomically in its dk, dv kernel (AddDq) is
+ * held to the two kernels' results (check_dq_added).
  */
 #include "cuda_emu.hh"
 
@@ -95,6 +97,70 @@ static void normwise(const char *what, const std::vector<float> &got,
 	          std::sqrt(se / sw), bound);
 }
 
+/* The backward with dq added atomically by the dk, dv kernel (AddDq), as
+ * flash_bwd runs it: D with the fp32 dq cleared beside it (NaN before, so
+ * a value missed shows), the dk, dv kernel, then the rounding of dq into
+ * dqkv. dk and dv: the bits of the two-kernel backward's (two_kernels);
+ * dq: within rounding of its dq, normwise u (the sums' order differs, then
+ * both round to 16 bits). Pipelined and not: the same bits. */
+template <typename T>
+static void check_dq_added(const std::vector<uint16_t> &two_kernels, const buf16 &dout,
+                           const buf16 &qkv, const std::vector<uint16_t> &out16,
+                           const std::vector<float> &lse, int b, int t, int nh, int bf16)
+{
+	int c = nh * FA_HS;
+	long btc = (long)b * t * c, rows = (long)b * nh * t;
+	float scale = (float)(1.0 / std::sqrt((double)FA_HS));
+	const char *ty = bf16 ? "bf16" : "fp16";
+	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
+	std::vector<uint16_t> got[2];
+	for (int pipe = 0; pipe < 2; pipe++) {
+		std::vector<float> dd((size_t)rows, NAN), dq_acc((size_t)btc, NAN);
+		std::vector<uint16_t> &dqkv = got[pipe];
+		dqkv.assign((size_t)(3 * btc), 0xffff);
+		emu_launch(dim3((unsigned)((rows + FA_ROWDOT_ROWS - 1) / FA_ROWDOT_ROWS)), dim3(256), [&] {
+			fa_rowdot_kernel(dd.data(), dq_acc.data(), dout.h.data(), out16.data(), b, t, c, nh,
+			                 bf16);
+		});
+		emu_launch(grid, dim3(FA_THREADS), [&] {
+			if (pipe)
+				fa_bwd_kv_kernel<T, true, 1, true>(dqkv.data(), dq_acc.data(), dout.h.data(),
+				                                   qkv.h.data(), lse.data(), dd.data(), t, c,
+				                                   nh, scale, bf16);
+			else
+				fa_bwd_kv_kernel<T, false, 1, true>(dqkv.data(), dq_acc.data(), dout.h.data(),
+				                                    qkv.h.data(), lse.data(), dd.data(), t, c,
+				                                    nh, scale, bf16);
+		});
+		long n = (long)b * t * (c / 8);
+		emu_launch(dim3((unsigned)((n + 255) / 256)), dim3(256), [&] {
+			fa_dq_round_kernel(dqkv.data(), dq_acc.data(), (long)b * t, c, bf16);
+		});
+	}
+	CHECK_MSG(got[0] == got[1], "%s dq added b=%d t=%d nh=%d: pipelined and not differ", ty, b,
+	          t, nh);
+	/* by column block of each row: q, k, v */
+	std::vector<float> dq_got, dq_want;
+	long kv_differ = 0;
+	for (long r = 0; r < (long)b * t; r++)
+		for (int j = 0; j < 3 * c; j++) {
+			size_t at = (size_t)r * 3 * c + (size_t)j;
+			if (j < c) {
+				dq_got.push_back(bf16 ? kern_bf16_to_fp32(got[1][at]) : kern_fp16_to_fp32(got[1][at]));
+				dq_want.push_back(bf16 ? kern_bf16_to_fp32(two_kernels[at])
+				                       : kern_fp16_to_fp32(two_kernels[at]));
+			} else {
+				kv_differ += got[1][at] != two_kernels[at];
+			}
+		}
+	CHECK_MSG(kv_differ == 0, "%s dq added b=%d t=%d nh=%d: %ld values of dk, dv differ", ty, b,
+	          t, nh, kv_differ);
+	char what[160];
+	snprintf(what, sizeof what, "%s dq added b=%d t=%d nh=%d, against the dq kernel's", ty, b, t,
+	         nh);
+	normwise(what, dq_got, dq_want, bf16 ? 0x1p-9 : 0x1p-12);
+}
+
 template <typename T>
 static void run_case(int b, int t, int nh, int bf16)
 {
@@ -153,7 +219,7 @@ static void run_case(int b, int t, int nh, int bf16)
 	/* backward: D, then the two kernels; the reference from the same out */
 	long rows = (long)b * nh * t;
 	emu_launch(dim3((unsigned)((rows + FA_ROWDOT_ROWS - 1) / FA_ROWDOT_ROWS)), dim3(256), [&] {
-		fa_rowdot_kernel(dd.data(), dout.h.data(), out16.data(), b, t, c, nh, bf16);
+		fa_rowdot_kernel(dd.data(), nullptr, dout.h.data(), out16.data(), b, t, c, nh, bf16);
 	});
 	{
 		/* D against a double sum of the same 16-bit values, within the
@@ -180,7 +246,7 @@ static void run_case(int b, int t, int nh, int bf16)
 	 * emulation lands them only at the wait): the same bits */
 	std::vector<uint16_t> dqkv_pipe((size_t)(3 * btc), 0xffff);
 	emu_launch(grid, dim3(FA_THREADS), [&] {
-		fa_bwd_kv_kernel<T, false>(dqkv16.data(), dout.h.data(), qkv.h.data(), lse.data(),
+		fa_bwd_kv_kernel<T, false>(dqkv16.data(), nullptr, dout.h.data(), qkv.h.data(), lse.data(),
 		                           dd.data(), t, c, nh, scale, bf16);
 	});
 	emu_launch(grid, dim3(FA_THREADS), [&] {
@@ -188,7 +254,7 @@ static void run_case(int b, int t, int nh, int bf16)
 		                          dd.data(), t, c, nh, scale, bf16);
 	});
 	emu_launch(grid, dim3(FA_THREADS), [&] {
-		fa_bwd_kv_kernel<T, true>(dqkv_pipe.data(), dout.h.data(), qkv.h.data(), lse.data(),
+		fa_bwd_kv_kernel<T, true>(dqkv_pipe.data(), nullptr, dout.h.data(), qkv.h.data(), lse.data(),
 		                          dd.data(), t, c, nh, scale, bf16);
 	});
 	emu_launch(grid, dim3(FA_THREADS), [&] {
@@ -197,6 +263,7 @@ static void run_case(int b, int t, int nh, int bf16)
 	});
 	CHECK_MSG(dqkv_pipe == dqkv16, "%s dqkv b=%d t=%d nh=%d: pipelined and not differ", ty, b, t,
 	          nh);
+	check_dq_added<T>(dqkv16, dout, qkv, out16, lse, b, t, nh, bf16);
 	std::fill(dqkv_ref.begin(), dqkv_ref.end(), 0.0f);
 	kern_attention_bwd_ref(dqkv_ref.data(), dpreatt.data(), datt.data(), dout.f.data(),
 	                       qkv.f.data(), att.data(), b, t, c, nh);
