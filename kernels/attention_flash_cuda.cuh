@@ -343,8 +343,8 @@ __device__ static void warp_cols(uint32_t f[FA_TILE / 16][4], const uint16_t *ti
 }
 
 /* acc (a warp's [16, 64] as mma16816's d) times scale added to rows row0 +
- * g and row0 + g + 8 (those below t) of the fp32 dst (rows ld apart), one
- * atomic add a value (RED: nothing comes back) */
+ * g and row0 + g + 8 (those below t) of the fp32 dst (rows ld apart) by
+ * atomic adds, a lane's two adjacent values in one (red_add2) */
 __device__ static void warp_add(float *dst, long ld, int row0, int t,
                                 const float acc[FA_HS / 8][4], float scale)
 {
@@ -356,10 +356,8 @@ __device__ static void warp_add(float *dst, long ld, int row0, int t,
 			continue;
 		float *o = dst + (size_t)row * ld + 2 * q;
 #pragma unroll
-		for (int j = 0; j < FA_HS / 8; j++) {
-			atomicAdd(o + 8 * j, acc[j][2 * h] * scale);
-			atomicAdd(o + 8 * j + 1, acc[j][2 * h + 1] * scale);
-		}
+		for (int j = 0; j < FA_HS / 8; j++)
+			red_add2(o + 8 * j, acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale);
 	}
 }
 

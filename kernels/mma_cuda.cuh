@@ -125,6 +125,20 @@ __device__ static inline void cp_async_wait(void)
 	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* dst[0] += a and dst[1] += b in global memory, atomically, the old values
+ * not read back (red): one vector operation on sm_90, two before. dst
+ * 8-byte aligned. */
+__device__ static inline void red_add2(float *dst, float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b)
+	             : "memory");
+#else
+	atomicAdd(dst, a);
+	atomicAdd(dst + 1, b);
+#endif
+}
+
 /* lo and hi rounded to nearest even in one instruction, as a register
  * (the bits of to16_bits, NaNs aside) */
 __device__ static inline uint32_t pack16x2(float lo, float hi, int bf16)

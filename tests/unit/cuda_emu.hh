@@ -300,6 +300,17 @@ static inline void ldsm_x4_t(uint32_t r[4], const uint16_t *p)
 	emu_ldsm(r, p, true);
 }
 
+static inline void red_add2(float *dst, float a, float b)
+{
+	if ((uintptr_t)dst % 8) {
+		std::fprintf(stderr, "cuda_emu: red.v2.f32 address %p is not 8-byte aligned\n",
+		             (const void *)dst);
+		std::abort();
+	}
+	atomicAdd(dst, a);
+	atomicAdd(dst + 1, b);
+}
+
 /* mma.m16n8k16 with fp32 accumulators: the warp's a and b registers
  * gathered into the [16, 16] and [16, 8] operands by the layout tables,
  * then this lane's four elements of d */
