@@ -444,18 +444,35 @@ static int dweight_dbias_lt(float *dweight, float *dbias, const uint16_t *dout, 
 
 /* ---- small kernels --------------------------------------------------------- */
 
+static int g_dbias_columns = 8;
+
+extern "C" int kern_matmul_cuda_dbias_columns(int most)
+{
+	int prev = g_dbias_columns;
+	if (most > 0)
+		g_dbias_columns = most;
+	return prev;
+}
+
 static void dbias_colsum(float *dbias, const void *dout, int a16, int ldd, int n, int oc)
 {
 	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
 	double *part = (double *)kern_cuda_scratch_alloc(sizeof(double) * (size_t)nchunk * oc);
-	/* four columns a thread where the rows allow (2-byte reads kept too
-	 * few bytes in flight: a GPT-2 step's 48 bias sums ran at a third of an
-	 * H200's bandwidth) */
-	int vec = dbias_vec_ok(dout, oc, ldd, a16);
-	int per_block = vec ? 32 * 4 : 32;
-	dim3 grid((unsigned)((oc + per_block - 1) / per_block), (unsigned)nchunk), block(32, DBIAS_TY);
-	dbias_partial_kernel<<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd, vec, a16,
-	                                                              kern_cuda_gemm_operands());
+	/* several columns a thread where the rows allow, and several of its
+	 * rows' reads in flight (2-byte reads kept too few bytes in flight: a
+	 * GPT-2 step's 48 bias sums ran at a third of an H200's bandwidth;
+	 * four columns, at most a read in flight, at about 0.3) */
+	int w = dbias_columns(dout, oc, ldd, a16, g_dbias_columns), ops = kern_cuda_gemm_operands();
+	dim3 grid((unsigned)((oc + 32 * w - 1) / (32 * w)), (unsigned)nchunk), block(32, DBIAS_TY);
+	if (w == 8)
+		dbias_partial_kernel<8><<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd,
+		                                                                 a16, ops);
+	else if (w == 4)
+		dbias_partial_kernel<4><<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd,
+		                                                                 a16, ops);
+	else
+		dbias_partial_kernel<1><<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd,
+		                                                                 a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 	dbias_final_kernel<<<(unsigned)((oc + 31) / 32), dim3(32, DBIAS_FY), 0, kern_cuda_stream()>>>(
 		dbias, part, nchunk, oc);

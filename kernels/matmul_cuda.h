@@ -160,6 +160,12 @@ long kern_matmul_cuda_fused_gelu_gemms(void);
  * GEMM) no faster (tests/bench/README.md); on >= 0 sets it, -1 only asks.
  * Returns the previous setting. */
 int kern_matmul_cuda_fused_dbias(int on);
+/* The most columns a thread of the separate bias-gradient column sums
+ * takes, as dout's rows allow: 8 (the default: 16-byte reads of 16-bit
+ * values), 4 or 1; most > 0 sets it, else only asks. The same bits
+ * whatever it is; for comparisons (tests/gpu/bench_cuda_kernels). Returns
+ * the previous setting. */
+int kern_matmul_cuda_dbias_columns(int most);
 /* How many GEMMs have taken the bias gradient into their epilogue so far,
  * for tests and benchmarks. */
 long kern_matmul_cuda_fused_dbias_gemms(void);

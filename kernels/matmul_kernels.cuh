@@ -10,9 +10,9 @@
 
 #include "precision_cuda.cuh"
 
-/* bias gradient: rows per partial, and the block shape (32 columns wide) */
-#define DBIAS_ROWS 256
-#define DBIAS_TY 8
+/* bias gradient: rows per partial, and the blocks' shapes (32 threads wide) */
+#define DBIAS_ROWS 128
+#define DBIAS_TY 16
 #define DBIAS_FY 16
 
 /* out[i, o] = bias[o] (or 0 without bias), rows ldo apart */
@@ -36,57 +36,67 @@ __global__ static void bias_store16_kernel(uint16_t *out, const float *tmp, cons
 			to16_bits((tmp ? tmp[k] : 0.0f) + bias[k % oc], ops == KERN_MM_BF16);
 }
 
-/* Whether dbias_partial_kernel may read dout's rows (ldd apart, oc used)
- * four columns an access: rows on 16 bytes (8 with a16), oc a multiple of 4. */
-static inline int dbias_vec_ok(const void *dout, int oc, int ldd, int a16)
+/* The columns a thread of dbias_partial_kernel sums, as dout's rows (ldd
+ * apart, oc used) allow, up to most: 8, one 16-byte access of 16-bit
+ * values (a16) or two float4s, with rows on 16 bytes and oc and ldd
+ * multiples of 8; 4, an 8-byte access (a16) or a float4, with rows on 8
+ * (a16) or 16 bytes and multiples of 4; else 1. */
+static inline int dbias_columns(const void *dout, int oc, int ldd, int a16, int most)
 {
-	return oc % 4 == 0 && ldd % 4 == 0 && (uintptr_t)dout % (a16 ? 8 : 16) == 0;
+	uintptr_t p = (uintptr_t)dout;
+	if (most >= 8 && oc % 8 == 0 && ldd % 8 == 0 && p % 16 == 0)
+		return 8;
+	if (most >= 4 && oc % 4 == 0 && ldd % 4 == 0 && p % (a16 ? 8 : 16) == 0)
+		return 4;
+	return 1;
 }
 
-/* part[chunk, o] = sum of dout[i, o] over the chunk's rows, in row order per
- * thread row (ty) and then over ty in order. Block (32, DBIAS_TY); a thread
- * a column, or with vec (dbias_vec_ok; the grid's x a quarter as wide) four
- * adjacent columns, each summed in the same order: the same bits. */
+/* part[chunk, o] = sum of dout[i, o] over the chunk's DBIAS_ROWS rows,
+ * thread row ty summing rows ty, ty + DBIAS_TY, ... in order, then the
+ * block the thread rows in order: the same bits whatever W. Block (32,
+ * DBIAS_TY), a thread W adjacent columns (dbias_columns; the grid's x
+ * covers oc in 32 W); a thread's rows unrolled so that several of its
+ * 16-byte reads are in flight at once. */
+template <int W>
 __global__ static void dbias_partial_kernel(double *part, const void *dout, int n, int oc,
-                                            int ldd, int vec, int a16, int ops)
+                                            int ldd, int a16, int ops)
 {
-	__shared__ double acc[DBIAS_TY][4][32];   /* [ty][column of four][tx]: no bank conflicts */
+	static_assert(W == 1 || W == 4 || W == 8, "columns a thread");
+	static_assert(W <= DBIAS_TY, "a thread row a column of the thread's in the last sum");
+	__shared__ double acc[DBIAS_TY][W][32];   /* [ty][column of W][tx]: no bank conflicts */
 	int r0 = blockIdx.y * DBIAS_ROWS;
 	int r1 = min(n, r0 + DBIAS_ROWS);
-	if (vec) {
-		int o4 = (blockIdx.x * 32 + threadIdx.x) * 4;
-		double s4[4] = { 0, 0, 0, 0 };
-		if (o4 < oc)
-			for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY) {
-				float4 d = act_ld4(dout, (long)(((size_t)i * ldd + o4) / 4), a16, ops);
-				s4[0] += d.x;
-				s4[1] += d.y;
-				s4[2] += d.z;
-				s4[3] += d.w;
+	int o = (blockIdx.x * 32 + threadIdx.x) * W;
+	double s[W];
+	for (int k = 0; k < W; k++)
+		s[k] = 0;
+	if (o < oc) {
+#pragma unroll 4
+		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY) {
+			size_t at = (size_t)i * ldd + o;
+			float x[W];
+			if constexpr (W == 8) {
+				act_ld8(dout, at / 8, a16, ops, x);
+			} else if constexpr (W == 4) {
+				float4 v = act_ld4(dout, (long)(at / 4), a16, ops);
+				x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+			} else {
+				x[0] = act_ld(dout, at, a16, ops);
 			}
-		for (int k = 0; k < 4; k++)
-			acc[threadIdx.y][k][threadIdx.x] = s4[k];
-		__syncthreads();
-		if (threadIdx.y == 0 && o4 < oc)
-			for (int k = 0; k < 4; k++) {
-				double t = s4[k];
-				for (int y = 1; y < DBIAS_TY; y++)
-					t += acc[y][k][threadIdx.x];
-				part[(size_t)blockIdx.y * oc + o4 + k] = t;
-			}
-		return;
+			for (int k = 0; k < W; k++)
+				s[k] += x[k];
+		}
 	}
-	int o = blockIdx.x * 32 + threadIdx.x;
-	double s = 0;
-	if (o < oc)
-		for (int i = r0 + threadIdx.y; i < r1; i += DBIAS_TY)
-			s += act_ld(dout, (size_t)i * ldd + o, a16, ops);
-	acc[threadIdx.y][0][threadIdx.x] = s;
+	for (int k = 0; k < W; k++)
+		acc[threadIdx.y][k][threadIdx.x] = s[k];
 	__syncthreads();
-	if (threadIdx.y == 0 && o < oc) {
+	/* thread row k sums column k of its lane's W over the thread rows */
+	int k = threadIdx.y;
+	if (k < W && o < oc) {
+		double t = acc[0][k][threadIdx.x];
 		for (int y = 1; y < DBIAS_TY; y++)
-			s += acc[y][0][threadIdx.x];
-		part[(size_t)blockIdx.y * oc + o] = s;
+			t += acc[y][k][threadIdx.x];
+		part[(size_t)blockIdx.y * oc + o + k] = t;
 	}
 }
 

@@ -972,6 +972,42 @@ static void bench_dbias16(const char *label, int n, int c, int oc)
 	kern_matmul_cuda_operands(prev);
 }
 
+/* The bias gradient's column sums alone (c = 0: no GEMM) over a bf16
+ * dout, eight columns a thread (the default: a 16-byte read, several in
+ * flight) beside four (8-byte reads, the layout before) and one: the same
+ * bits each (tests/unit/test_act16_emu), GB/s of dout read. */
+static void dbias_sums(void *p)
+{
+	struct kb16 *k = p;
+	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, NULL, NULL, k->db, k->dout, NULL, NULL, k->n, 0,
+	                             k->oc);
+}
+
+static void bench_dbias_sums(const char *label, int n, int c, int oc)
+{
+	char name[128];
+	snprintf(name, sizeof name, "bias gradient bf16 %s %d x %d", label, n, oc);
+	if (only && !strstr(name, only))
+		return;
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	struct kb16 k = { .n = n, .c = c, .oc = oc };
+	kb16_alloc(&k);
+	static const int cols[3] = { 8, 4, 1 };
+	double ms[3];
+	for (int i = 0; i < 3; i++) {
+		int was = kern_matmul_cuda_dbias_columns(cols[i]);
+		ms[i] = time_gpu_ms(dbias_sums, &k);
+		kern_matmul_cuda_dbias_columns(was);
+	}
+	double gb = 2.0 * n * oc / 1e9;
+	printf("%-40s columns a thread: 8 %8.4f ms %6.0f GB/s, 4 %8.4f ms %6.0f GB/s, 1 %8.4f ms "
+	       "%6.0f GB/s, 4/8 x%.2f\n", name, ms[0], gb / (ms[0] * 1e-3), ms[1],
+	       gb / (ms[1] * 1e-3), ms[2], gb / (ms[2] * 1e-3), ms[1] / ms[0]);
+	fflush(stdout);
+	kb16_free(&k);
+	kern_matmul_cuda_operands(prev);
+}
+
 /* A bf16 layer's weight gradient alone (no dinp, no bias) with an odd
  * output count, dout's rows padded to ldd as the GPT pads its logits: in
  * two GEMMs (kern_matmul_cuda_split_odd, the default) or in one. */
@@ -1078,6 +1114,12 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++) {
 		bench_dbias16("gpt fc", dbias_rows[i], c, 4 * c);
 		bench_dbias16("gpt qkv", dbias_rows[i], c, 3 * c);
+	}
+	/* the column sums alone on GPT-2 small's widest and narrowest at
+	 * micro-batches of 8 and 32 */
+	for (int i = 1; i < 3; i++) {
+		bench_dbias_sums("gpt fc", dbias_rows[i], c, 4 * c);
+		bench_dbias_sums("gpt attproj", dbias_rows[i], c, c);
 	}
 	int mb = quick ? 1024 : 8192;
 	bench_matmul("mlp in", mb, 784, 1024, 1, 1);

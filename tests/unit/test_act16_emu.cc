@@ -440,25 +440,28 @@ static void test_attention_softmax()
 }
 
 /* matmul's bias gradient from a packed dout and an fp32 one (rows ld
- * apart), four columns a thread with vec: the sums into db */
-static void dbias_case(int n, int oc, int ld, int vec, std::vector<float> &db)
+ * apart), w columns a thread (dbias_columns): the sums into db */
+template <int W>
+static void dbias_case(int n, int oc, int ld, std::vector<float> &db)
 {
 	uint64_t keep = rng;
 	rng = 5;                         /* the same dout for every case */
 	auto dout = rand16((long)n * ld, -1, 1);
 	rng = keep;
 	auto d16 = pack(dout);
+	CHECK_MSG(dbias_columns(dout.data(), oc, ld, 0, W) == W &&
+	          dbias_columns(d16.data(), oc, ld, 1, W) == W,
+	          "matmul dbias oc %d ld %d: %d columns a thread allowed", oc, ld, W);
 	int nchunk = (n + DBIAS_ROWS - 1) / DBIAS_ROWS;
 	std::vector<double> part((size_t)nchunk * oc), part16(part.size());
 	db.assign(oc, 0.5f);
 	std::vector<float> db16(oc, 0.5f);
-	int per_block = vec ? 128 : 32;
-	dim3 grid((unsigned)((oc + per_block - 1) / per_block), (unsigned)nchunk), block(32, DBIAS_TY);
+	dim3 grid((unsigned)((oc + 32 * W - 1) / (32 * W)), (unsigned)nchunk), block(32, DBIAS_TY);
 	emu_launch(grid, block, [&] {
-		dbias_partial_kernel(part.data(), dout.data(), n, oc, ld, vec, 0, g_ops);
+		dbias_partial_kernel<W>(part.data(), dout.data(), n, oc, ld, 0, g_ops);
 	});
 	emu_launch(grid, block, [&] {
-		dbias_partial_kernel(part16.data(), d16.data(), n, oc, ld, vec, 1, g_ops);
+		dbias_partial_kernel<W>(part16.data(), d16.data(), n, oc, ld, 1, g_ops);
 	});
 	dim3 g2((unsigned)((oc + 31) / 32)), b2(32, DBIAS_FY);
 	emu_launch(g2, b2, [&] { dbias_final_kernel(db.data(), part.data(), nchunk, oc); });
@@ -474,15 +477,24 @@ static void dbias_case(int n, int oc, int ld, int vec, std::vector<float> &db)
 	close("matmul dbias vs reference", db.data(), ref.data(), oc, 1e-5, 1e-6);
 }
 
-/* the bias gradient one column a thread and four (the same sums in the
- * same order: the same bits), and the fallback's rounded sum + bias */
+/* the bias gradient one column a thread, four and eight (the same sums in
+ * the same order: the same bits; more columns than a block's 32 W, rows
+ * past a chunk's), which of them the rows allow, and the fallback's
+ * rounded sum + bias */
 static void test_matmul_small()
 {
-	std::vector<float> db, db4;
-	dbias_case(300, 45, 48, 0, db);
-	dbias_case(300, 172, 176, 0, db);   /* more columns than a vec block's 128 */
-	dbias_case(300, 172, 176, 1, db4);
-	same32("matmul dbias, four columns a thread against one", db4.data(), db.data(), 172);
+	std::vector<float> db, db4, db8;
+	dbias_case<1>(300, 45, 48, db);
+	dbias_case<1>(300, 344, 352, db);
+	dbias_case<4>(300, 344, 352, db4);
+	dbias_case<8>(300, 344, 352, db8);
+	same32("matmul dbias, four columns a thread against one", db4.data(), db.data(), 344);
+	same32("matmul dbias, eight columns a thread against one", db8.data(), db.data(), 344);
+	std::vector<uint16_t> rows(64 * 24 + 8);
+	uint16_t *al = (uint16_t *)(((uintptr_t)rows.data() + 15) & ~(uintptr_t)15);
+	CHECK(dbias_columns(al, 24, 24, 1, 8) == 8 && dbias_columns(al, 24, 24, 1, 4) == 4 &&
+	      dbias_columns(al + 4, 24, 24, 1, 8) == 4 && dbias_columns(al + 2, 24, 24, 1, 8) == 1 &&
+	      dbias_columns(al, 20, 20, 1, 8) == 4 && dbias_columns(al, 24, 26, 1, 8) == 1);
 	const int n = 300, oc = 45, ld = 48;
 	std::vector<float> tmp((size_t)n * oc), bias(oc);
 	for (auto &v : tmp)
