@@ -63,6 +63,13 @@ enum kern_flash_kernel { KERN_FLASH_BWD_KV, KERN_FLASH_BWD_Q };
  * "q", "kv q"); on >= 0 sets it, -1 only asks. Returns the previous
  * setting. The same values either way. */
 int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on);
+/* How many rows of queries a warp of the fused forward takes: 16 (the
+ * default) or 32, where each fragment of k and v it reads from shared
+ * memory serves twice the rows, for about twice the registers (fewer
+ * blocks an SM). 32 if LARCH_CUDA_FLASH_FWD_ROWS=32 is in the environment;
+ * rows 16 or 32 sets it, anything else only asks. Returns the previous
+ * setting. The same values either way. */
+int kern_attention_flash_fwd_rows(int rows);
 /* Whether the fused backward computes dq in its dk, dv kernel and adds it
  * to an fp32 copy by atomic adds, rounded to 16 bits at the end
  * (FlashAttention-2's: five tile products a pair of tiles where its

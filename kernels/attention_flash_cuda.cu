@@ -56,8 +56,10 @@
 
 /* ---- entry points ------------------------------------------------------------- */
 
-/* the forward's: q, and per set of the walk (one, or two pipelined) k, v */
-#define FA_FWD_SMEM(sets) ((1 + (sets) * FA_BWD_WALK_TILES) * FA_TILE_VALUES * sizeof(uint16_t))
+/* the forward's: q (r tiles: fa_fwd_kernel's R), and per set of the walk
+ * (one, or two pipelined) k, v */
+#define FA_FWD_SMEM(sets, r)                                                                    \
+	(((r) + (sets) * FA_BWD_WALK_TILES) * FA_TILE_VALUES * sizeof(uint16_t))
 /* the backward kernels' (the dk, dv kernel's, the larger): two fixed tiles,
  * per set of the walk (one, or two pipelined) two tiles and two rows of
  * FA_TILE floats, and with dq added atomically (add_dq) a tile for ds */
@@ -67,8 +69,9 @@
 /* within the 48 KiB a block gets without opting in, but for the pipelined
  * backward's (55 KiB, 64 with dq added atomically) and the one-set
  * backward's that adds dq (46 KiB: within), which opt in (flash_bwd) */
-static_assert(FA_FWD_SMEM(2) <= 48 * 1024 && FA_BWD_SMEM(1, 1) <= 48 * 1024,
+static_assert(FA_FWD_SMEM(2, 1) <= 48 * 1024 && FA_BWD_SMEM(1, 1) <= 48 * 1024,
               "flash attention's tiles");
+static_assert(FA_FWD_SMEM(2, 2) <= 113 * 1024, "two forward blocks of 32 rows a warp an SM");
 static_assert(FA_BWD_SMEM(2, 1) <= 113 * 1024, "two pipelined backward blocks an SM");
 
 /* Whether the kernels copy the next tiles (cp.async) while they compute on
@@ -114,6 +117,22 @@ extern "C" int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on
 	return prev;
 }
 
+/* The rows of queries a warp of the forward takes (16 or 32: its R 1 or 2):
+ * 0 not read from LARCH_CUDA_FLASH_FWD_ROWS yet */
+static int flash_fwd_rows;
+
+extern "C" int kern_attention_flash_fwd_rows(int rows)
+{
+	if (!flash_fwd_rows) {
+		const char *v = getenv("LARCH_CUDA_FLASH_FWD_ROWS");
+		flash_fwd_rows = v && strcmp(v, "32") == 0 ? 32 : 16;
+	}
+	int prev = flash_fwd_rows;
+	if (rows == 16 || rows == 32)
+		flash_fwd_rows = rows;
+	return prev;
+}
+
 /* Whether the dk, dv kernel adds dq atomically (fa_bwd_kv_kernel's AddDq):
  * -1 not read from LARCH_CUDA_FLASH_DQ ("atomic") yet */
 static int flash_dq_atomic = -1;
@@ -139,14 +158,26 @@ template <typename T>
 static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int t, int c, int nh,
                       int bf16)
 {
+	typedef void (*fwd_kernel)(uint16_t *, float *, const uint16_t *, int, int, int, float, int);
+	/* by [pipelined][R - 1] */
+	static const fwd_kernel fwd[2][2] = {
+		{ fa_fwd_kernel<T, false>, fa_fwd_kernel<T, false, 2> },
+		{ fa_fwd_kernel<T, true>, fa_fwd_kernel<T, true, 2> },
+	};
+	static int opted_in;   /* per T: R = 2's shared memory */
+	if (!opted_in) {
+		for (int p = 0; p < 2; p++)
+			KERN_CUDA_CHECK(cudaFuncSetAttribute(fwd[p][1],
+			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                     (int)FA_FWD_SMEM(p + 1, 2)));
+		opted_in = 1;
+	}
+	int pipe = kern_attention_flash_pipeline(-1), r = kern_attention_flash_fwd_rows(-1) / 16;
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
-	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
-	if (kern_attention_flash_pipeline(-1))
-		fa_fwd_kernel<T, true><<<grid, FA_THREADS, FA_FWD_SMEM(2), kern_cuda_stream()>>>(
-			out, lse, qkv, t, c, nh, scale, bf16);
-	else
-		fa_fwd_kernel<T, false><<<grid, FA_THREADS, FA_FWD_SMEM(1), kern_cuda_stream()>>>(
-			out, lse, qkv, t, c, nh, scale, bf16);
+	int rows = r * FA_TILE;
+	dim3 grid((unsigned)((t + rows - 1) / rows), (unsigned)(b * nh));
+	fwd[pipe][r - 1]<<<grid, FA_THREADS, FA_FWD_SMEM(pipe + 1, r), kern_cuda_stream()>>>(
+		out, lse, qkv, t, c, nh, scale, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 

@@ -50,25 +50,40 @@ __device__ static void warp_rows(uint32_t f[FA_HS / 16][4], const uint16_t *tile
 		ldsm_x4(f[k], ldsm_at(tile, FA_LD, r0, 16 * k, lane));
 }
 
-/* s[16, 64] = a[16, 64] x^T with a this warp's rows (warp_rows) and x a
- * whole tile: s[j] holds columns 8j.. (x's rows 8j..), as mma16816's d. */
-template <typename T>
-__device__ static void warp_abt(float s[FA_TILE / 8][4], const uint32_t a[FA_HS / 16][4],
-                                const uint16_t *x)
+/* s[i][16, 64] = a[i][16, 64] x^T for each of a warp's R tiles of 16 rows
+ * (warp_rows) and x a whole tile: s[i][j] holds columns 8j.. (x's rows
+ * 8j..), as mma16816's d. Each of x's fragments is read from shared
+ * memory once for the R tiles. */
+template <typename T, int R>
+__device__ static void warp_abt_rows(float s[R][FA_TILE / 8][4],
+                                     const uint32_t a[R][FA_HS / 16][4], const uint16_t *x)
 {
 	int lane = threadIdx.x & 31;
 #pragma unroll
-	for (int j = 0; j < FA_TILE / 8; j++)
-		s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+	for (int i = 0; i < R; i++)
+#pragma unroll
+		for (int j = 0; j < FA_TILE / 8; j++)
+			s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;
 #pragma unroll
 	for (int n = 0; n < FA_TILE / 16; n++)
 #pragma unroll
 		for (int k = 0; k < FA_HS / 16; k++) {
 			uint32_t r[4];
 			ldsm_x4(r, ldsm_at(x, FA_LD, 16 * n, 16 * k, lane));
-			mma16816<T>(s[2 * n], a[k], r[0], r[2]);
-			mma16816<T>(s[2 * n + 1], a[k], r[1], r[3]);
+#pragma unroll
+			for (int i = 0; i < R; i++) {
+				mma16816<T>(s[i][2 * n], a[i][k], r[0], r[2]);
+				mma16816<T>(s[i][2 * n + 1], a[i][k], r[1], r[3]);
+			}
 		}
+}
+
+/* warp_abt_rows of one tile of 16 rows */
+template <typename T>
+__device__ static void warp_abt(float s[FA_TILE / 8][4], const uint32_t a[FA_HS / 16][4],
+                                const uint16_t *x)
+{
+	warp_abt_rows<T, 1>((float (*)[FA_TILE / 8][4])s, (const uint32_t (*)[FA_HS / 16][4])a, x);
 }
 
 /* p[16, 64] (as mma16816's d, columns 8j.. in p[j]) rounded to 16 bits as
@@ -85,11 +100,12 @@ __device__ static void to_rows16(uint32_t f[FA_TILE / 16][4], const float p[FA_T
 	}
 }
 
-/* acc[16, 64] += p[16, 64] x[64, 64]: p as a operands (to_rows16), x a
- * whole tile (its rows are p's columns) */
-template <typename T>
-__device__ static void warp_ab(float acc[FA_HS / 8][4], const uint32_t p[FA_TILE / 16][4],
-                               const uint16_t *x)
+/* acc[i][16, 64] += p[i][16, 64] x[64, 64] for each of a warp's R tiles of
+ * 16 rows: p as a operands (to_rows16), x a whole tile (its rows are p's
+ * columns), each of its fragments read once for the R tiles */
+template <typename T, int R>
+__device__ static void warp_ab_rows(float acc[R][FA_HS / 8][4],
+                                    const uint32_t p[R][FA_TILE / 16][4], const uint16_t *x)
 {
 	int lane = threadIdx.x & 31;
 #pragma unroll
@@ -98,9 +114,20 @@ __device__ static void warp_ab(float acc[FA_HS / 8][4], const uint32_t p[FA_TILE
 		for (int n = 0; n < FA_HS / 16; n++) {
 			uint32_t r[4];
 			ldsm_x4_t(r, ldsm_at(x, FA_LD, 16 * k, 16 * n, lane));
-			mma16816<T>(acc[2 * n], p[k], r[0], r[1]);
-			mma16816<T>(acc[2 * n + 1], p[k], r[2], r[3]);
+#pragma unroll
+			for (int i = 0; i < R; i++) {
+				mma16816<T>(acc[i][2 * n], p[i][k], r[0], r[1]);
+				mma16816<T>(acc[i][2 * n + 1], p[i][k], r[2], r[3]);
+			}
 		}
+}
+
+/* warp_ab_rows of one tile of 16 rows */
+template <typename T>
+__device__ static void warp_ab(float acc[FA_HS / 8][4], const uint32_t p[FA_TILE / 16][4],
+                               const uint16_t *x)
+{
+	warp_ab_rows<T, 1>((float (*)[FA_HS / 8][4])acc, (const uint32_t (*)[FA_TILE / 16][4])p, x);
 }
 
 /* acc[16, 64] (as mma16816's d) times scale[h] for its row g + 8h, rounded
@@ -183,89 +210,120 @@ __device__ static uint16_t *kv_tiles(uint16_t *walk, int set, const uint16_t *ba
 
 /* ---- forward ------------------------------------------------------------------ */
 
-template <typename T, bool Pipe>
+/* One block per tile of 64 R queries, R tiles of 16 rows a warp: warp w's
+ * rows from 16 R w. With R = 2 each fragment of k and v that a warp reads
+ * from shared memory serves 32 rows instead of 16, for twice the
+ * registers (kern_attention_flash_fwd_rows). A warp whose rows all come
+ * before a key tile skips its products there: their probabilities would
+ * all be zero, and the online softmax would be left as it was, so every
+ * row's sums are those of R = 1 and the results the same bits. Shared
+ * memory: q (64 R rows), then per set of the walk k, v. */
+template <typename T, bool Pipe, int R = 1>
 __global__ static void __launch_bounds__(FA_THREADS)
 fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int nh, float scale,
               int bf16)
 {
 	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *qs = (uint16_t *)smem, *walk = qs + FA_TILE_VALUES;   /* then per set k, v */
+	uint16_t *qs = (uint16_t *)smem, *walk = qs + R * FA_TILE_VALUES;   /* then per set k, v */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
-	int q0 = (gridDim.x - 1 - blockIdx.x) * FA_TILE;   /* the longest walks first */
+	int q0 = (gridDim.x - 1 - blockIdx.x) * R * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
-	int row0 = q0 + warp * 16 + g;     /* this lane's rows: row0 and row0 + 8 */
-	int kend = min(t, q0 + FA_TILE);   /* the keys any query of the tile sees */
+	int wrow = q0 + warp * 16 * R;     /* the warp's first row; tile i's from wrow + 16 i */
+	int kend = min(t, q0 + R * FA_TILE);   /* the keys any query of the tile sees */
 	float sl2 = scale * FA_LOG2E;      /* scores in base 2 */
 	if (Pipe) {                        /* the first key tile's, beside q's */
 		tile_async(walk, base + c, ld, 0, t);
 		tile_async(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
 		cp_async_commit();
 	}
-	load_tile(qs, base, ld, q0, t);
+#pragma unroll
+	for (int i = 0; i < R; i++)        /* 64-row tiles, one after the other: one of 64 R */
+		load_tile(qs + i * FA_TILE_VALUES, base, ld, q0 + i * FA_TILE, t);
 	__syncthreads();
-	uint32_t qf[FA_HS / 16][4];
-	warp_rows(qf, qs, warp * 16);
+	uint32_t qf[R][FA_HS / 16][4];
+#pragma unroll
+	for (int i = 0; i < R; i++)
+		warp_rows(qf[i], qs, (wrow - q0) + 16 * i);
 
 	/* online softmax: m the running max (base 2) of each of the lane's two
-	 * rows, l its part of the sum of exp2(s - m), o the unnormalised out */
-	float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f }, o[FA_HS / 8][4];
+	 * rows of each tile (g and g + 8), l its part of the sum of exp2(s - m),
+	 * o the unnormalised out */
+	float m[R][2], l[R][2], o[R][FA_HS / 8][4];
 #pragma unroll
-	for (int j = 0; j < FA_HS / 8; j++)
-		o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+	for (int i = 0; i < R; i++) {
+		m[i][0] = m[i][1] = -INFINITY;
+		l[i][0] = l[i][1] = 0.0f;
+#pragma unroll
+		for (int j = 0; j < FA_HS / 8; j++)
+			o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.0f;
+	}
 	int set = 0;
 	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
 		uint16_t *ks = kv_tiles<Pipe>(walk, set, base, ld, c, k0, kend, t);
 		uint16_t *vs = ks + FA_TILE_VALUES;
-		float s[FA_TILE / 8][4];
-		warp_abt<T>(s, qf, ks);
-		/* scale and mask; every row sees key k0 <= q0, so its max is finite
-		 * (rows at or past t too: they see the zero keys, never stored) */
-		float mx[2] = { m[0], m[1] };
+		if (k0 > wrow + 16 * R - 1)    /* every key after every row of the warp's */
+			continue;
+		float s[R][FA_TILE / 8][4];
+		warp_abt_rows<T, R>(s, qf, ks);
+		uint32_t pf[R][FA_TILE / 16][4];
 #pragma unroll
-		for (int j = 0; j < FA_TILE / 8; j++)
+		for (int i = 0; i < R; i++) {
+			/* scale and mask; every row sees key k0 <= q0 first, so its
+			 * max is finite (rows at or past t too: they see the zero
+			 * keys, never stored) */
+			int row0 = wrow + 16 * i + g;
+			float mx[2] = { m[i][0], m[i][1] };
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				int key = k0 + 8 * j + 2 * q + (i & 1), row = row0 + 8 * (i >> 1);
-				float v = key <= row ? s[j][i] * sl2 : -INFINITY;
-				s[j][i] = v;
-				mx[i >> 1] = fmaxf(mx[i >> 1], v);
+			for (int j = 0; j < FA_TILE / 8; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int key = k0 + 8 * j + 2 * q + (e & 1), row = row0 + 8 * (e >> 1);
+					float v = key <= row ? s[i][j][e] * sl2 : -INFINITY;
+					s[i][j][e] = v;
+					mx[e >> 1] = fmaxf(mx[e >> 1], v);
+				}
+			float alpha[2];
+#pragma unroll
+			for (int r = 0; r < 2; r++) {  /* the row's four lanes agree on its max */
+				mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+				mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+				alpha[r] = exp2f(m[i][r] - mx[r]);
+				m[i][r] = mx[r];
+				l[i][r] *= alpha[r];
 			}
-		float alpha[2];
 #pragma unroll
-		for (int r = 0; r < 2; r++) {  /* the row's four lanes agree on its max */
-			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-			mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-			alpha[r] = exp2f(m[r] - mx[r]);
-			m[r] = mx[r];
-			l[r] *= alpha[r];
+			for (int j = 0; j < FA_TILE / 8; j++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					float p = exp2f(s[i][j][e] - m[i][e >> 1]);
+					s[i][j][e] = p;
+					l[i][e >> 1] += p;
+					o[i][j][e] *= alpha[e >> 1];
+				}
+			to_rows16(pf[i], s[i], bf16);
 		}
-#pragma unroll
-		for (int j = 0; j < FA_TILE / 8; j++)
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				float p = exp2f(s[j][i] - m[i >> 1]);
-				s[j][i] = p;
-				l[i >> 1] += p;
-				o[j][i] *= alpha[i >> 1];
-			}
-		uint32_t pf[FA_TILE / 16][4];
-		to_rows16(pf, s, bf16);
-		warp_ab<T>(o, pf, vs);
+		warp_ab_rows<T, R>(o, pf, vs);
 	}
-	float inv[2];
 #pragma unroll
-	for (int r = 0; r < 2; r++) {
-		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-		l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-		inv[r] = 1.0f / l[r];
+	for (int i = 0; i < R; i++) {
+		int row0 = wrow + 16 * i + g;
+		float inv[2];
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 1);
+			l[i][r] += __shfl_xor_sync(0xffffffffu, l[i][r], 2);
+			inv[r] = 1.0f / l[i][r];
+		}
+		warp_store(out + (size_t)b * t * c + (size_t)h * FA_HS, c, wrow + 16 * i, t, o[i], inv,
+		           bf16);
+		if (q == 0)
+			for (int r = 0; r < 2; r++)
+				if (row0 + 8 * r < t)
+					lse[(size_t)bh * t + row0 + 8 * r] =
+						(m[i][r] + log2f(l[i][r])) / FA_LOG2E;
 	}
-	warp_store(out + (size_t)b * t * c + (size_t)h * FA_HS, c, q0 + warp * 16, t, o, inv, bf16);
-	if (q == 0)
-		for (int r = 0; r < 2; r++)
-			if (row0 + 8 * r < t)
-				lse[(size_t)bh * t + row0 + 8 * r] = (m[r] + log2f(l[r])) / FA_LOG2E;
 }
 
 /* ---- backward ----------------------------------------------------------------- */

@@ -775,6 +775,12 @@ static void bench_attention16(int b, int t, int c, int nh)
 		printf("%-40s flash bwd: %s a block more an SM %8.4f ms, as its registers allow "
 		       "%8.4f ms, x%.2f\n", name, kname[k], bm, bf, bf / bm);
 	}
+	/* the forward with 32 rows of queries a warp, beside 16 */
+	int fr = kern_attention_flash_fwd_rows(32);
+	double f32 = time_gpu_ms(att16_fwd_flash, &a);
+	kern_attention_flash_fwd_rows(fr);
+	printf("%-40s flash fwd: 32 rows a warp %8.4f ms %7.1f TFLOP/s, 16 %8.4f ms, x%.2f\n", name,
+	       f32, 2 * flop / (f32 * 1e-3) / 1e12, ff, ff / f32);
 	/* dq added atomically by the dk, dv kernel (five tile products a pair
 	 * of tiles), beside the dq kernel of its own (seven) */
 	int dqa = kern_attention_flash_dq_atomic(1);

@@ -346,6 +346,12 @@ def main():
                 reference=tmp / "gpt-h64-cpu",
                 env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_DQ": "atomic"},
                 expect=("attention fused (dq added atomically)",))
+        # and its forward at 32 rows of queries a warp (LARCH_CUDA_FLASH_FWD_ROWS=32)
+        compare(c, exe, tmp, "gpt-h64-bf16-flash-fwd-rows32",
+                {**h64, "name": "gpt-h64-bf16-flash-fwd-rows32",
+                 "precision": {"compute": "bf16"}},
+                reference=tmp / "gpt-h64-cpu",
+                env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_FWD_ROWS": "32"})
         fp16 = {**gpt, "name": "gpt-fp16", "precision": {"compute": "fp16"}, "steps": 30}
         r = run(exe, fp16, tmp / "gpt-fp16", "cuda")
         c.check(r.returncode == 0, f"gpt-fp16: GPU run (exit {r.returncode}) "

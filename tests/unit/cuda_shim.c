@@ -883,6 +883,12 @@ int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on)
 	return 0;
 }
 
+int kern_attention_flash_fwd_rows(int rows)
+{
+	(void)rows;                        /* (no warps here) */
+	return 16;
+}
+
 int kern_attention_flash_dq_atomic(int on)
 {
 	(void)on;                          /* (no atomics here: one way) */

@@ -14,7 +14,8 @@
  * bits for their products, 2u as there, and one more u for the 16-bit
  * out that D = rowsum(dout * out) and the stored results are made of.
  * The backward that adds dq atomically in its dk, dv kernel (AddDq) is
- * held to the two kernels' results (check_dq_added).
+ * held to the two kernels' results (check_dq_added), the forward with 32
+ * rows a warp to the bits of 16.
  */
 #include "cuda_emu.hh"
 
@@ -196,6 +197,25 @@ static void run_case(int b, int t, int nh, int bf16)
 		                                            sizeof(float) * lse.size()),
 		          "%s forward b=%d t=%d nh=%d: pipelined and not differ", bf16 ? "bf16" : "fp16",
 		          b, t, nh);
+		/* 32 rows a warp (R = 2, blocks of 128 queries): the same bits,
+		 * pipelined and not */
+		dim3 grid2((unsigned)((t + 2 * FA_TILE - 1) / (2 * FA_TILE)), (unsigned)(b * nh));
+		for (int pipe = 0; pipe < 2; pipe++) {
+			std::fill(out_pipe.begin(), out_pipe.end(), 0xffff);
+			std::fill(lse_pipe.begin(), lse_pipe.end(), NAN);
+			emu_launch(grid2, dim3(FA_THREADS), [&] {
+				if (pipe)
+					fa_fwd_kernel<T, true, 2>(out_pipe.data(), lse_pipe.data(), qkv.h.data(), t,
+					                          c, nh, scale, bf16);
+				else
+					fa_fwd_kernel<T, false, 2>(out_pipe.data(), lse_pipe.data(), qkv.h.data(),
+					                           t, c, nh, scale, bf16);
+			});
+			CHECK_MSG(out_pipe == out16 && !std::memcmp(lse_pipe.data(), lse.data(),
+			                                            sizeof(float) * lse.size()),
+			          "%s forward b=%d t=%d nh=%d: 32 rows a warp (pipelined %d) and 16 differ",
+			          bf16 ? "bf16" : "fp16", b, t, nh, pipe);
+		}
 	}
 
 	/* lse against the scores the reference left in preatt (scaled) */
