@@ -74,11 +74,14 @@ int kern_attention_flash_fwd_rows(int rows);
  * to an fp32 copy by atomic adds, rounded to 16 bits at the end
  * (FlashAttention-2's: five tile products a pair of tiles where its
  * separate dq kernel makes it seven; b x t x c floats of scratch), instead
- * of in a kernel of its own. Off unless LARCH_CUDA_FLASH_DQ=atomic; on >= 0
- * sets it, -1 only asks. Returns the previous setting. dq within rounding
- * of the other's, but not the same bits on every run (the adds' order);
- * dk and dv are the same bits. */
-int kern_attention_flash_dq_atomic(int on);
+ * of in a kernel of its own: the keys of that kernel's blocks, 64 (4
+ * warps) or 128 (8 warps: half the adds), or 0 for the dq kernel. 0 unless
+ * LARCH_CUDA_FLASH_DQ is "atomic" (64) or "atomic128" (128) in the
+ * environment; keys 0, 64 or 128 sets it, anything else only asks.
+ * Returns the previous setting. dq within rounding of the dq kernel's, but
+ * not the same bits on every run (the adds' order); dk and dv the same
+ * bits. */
+int kern_attention_flash_dq_atomic(int keys);
 void kern_attention_flash_fwd_cuda(void *out, float *lse, const void *qkv, int b, int t, int c,
                                    int nh);
 void kern_attention_flash_bwd_set_cuda(void *dqkv, const void *dout, const void *out,

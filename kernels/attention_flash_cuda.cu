@@ -33,7 +33,8 @@
  * FlashAttention-2's: the dk, dv kernel also computes dq += ds k for each
  * query tile it walks and adds it to an fp32 dq by atomic adds, which a
  * last pass rounds to 16 bits (five tile products a pair of tiles instead
- * of seven; the adds in no fixed order). Each walk's next tiles are copied
+ * of seven; the adds in no fixed order), its blocks of 64 keys or, with
+ * 8 warps, of 128 (half the adds). Each walk's next tiles are copied
  * (cp.async) into a second set of shared tiles while the block computes on
  * this one (kern_attention_flash_pipeline; without, each tile's loads
  * stalled the block, at two blocks an SM that the dk, dv kernel's 222
@@ -60,19 +61,21 @@
  * (one, or two pipelined) k, v */
 #define FA_FWD_SMEM(sets, r)                                                                    \
 	(((r) + (sets) * FA_BWD_WALK_TILES) * FA_TILE_VALUES * sizeof(uint16_t))
-/* the backward kernels' (the dk, dv kernel's, the larger): two fixed tiles,
- * per set of the walk (one, or two pipelined) two tiles and two rows of
- * FA_TILE floats, and with dq added atomically (add_dq) a tile for ds */
-#define FA_BWD_SMEM(sets, add_dq)                                                               \
-	((2 + (sets) * FA_BWD_WALK_TILES + (add_dq)) * FA_TILE_VALUES * sizeof(uint16_t) +        \
+/* the backward kernels' (the dk, dv kernel's, the larger) of kt key tiles
+ * (kt = 1 for the dq kernel): 2 kt fixed tiles (k, v; q, dout), per set of
+ * the walk (one, or two pipelined) two tiles and two rows of FA_TILE
+ * floats, and with dq added atomically (add_dq) kt tiles for ds */
+#define FA_BWD_SMEM(sets, add_dq, kt)                                                           \
+	((2 * (kt) + (sets) * FA_BWD_WALK_TILES + (add_dq) * (kt)) * FA_TILE_VALUES *             \
+	         sizeof(uint16_t) +                                                                 \
 	 (sets) * 2 * FA_TILE * sizeof(float))
 /* within the 48 KiB a block gets without opting in, but for the pipelined
- * backward's (55 KiB, 64 with dq added atomically) and the one-set
- * backward's that adds dq (46 KiB: within), which opt in (flash_bwd) */
-static_assert(FA_FWD_SMEM(2, 1) <= 48 * 1024 && FA_BWD_SMEM(1, 1) <= 48 * 1024,
+ * backward's (55 KiB, 64 with dq added atomically, 92 at 128 keys) and the
+ * one-set backward's that adds dq (46 KiB: within), which opt in */
+static_assert(FA_FWD_SMEM(2, 1) <= 48 * 1024 && FA_BWD_SMEM(1, 1, 1) <= 48 * 1024,
               "flash attention's tiles");
 static_assert(FA_FWD_SMEM(2, 2) <= 113 * 1024, "two forward blocks of 32 rows a warp an SM");
-static_assert(FA_BWD_SMEM(2, 1) <= 113 * 1024, "two pipelined backward blocks an SM");
+static_assert(FA_BWD_SMEM(2, 1, 2) <= 113 * 1024, "two pipelined backward blocks an SM");
 
 /* Whether the kernels copy the next tiles (cp.async) while they compute on
  * this one: LARCH_CUDA_FLASH_PIPE=0 in the environment says no
@@ -133,19 +136,23 @@ extern "C" int kern_attention_flash_fwd_rows(int rows)
 	return prev;
 }
 
-/* Whether the dk, dv kernel adds dq atomically (fa_bwd_kv_kernel's AddDq):
- * -1 not read from LARCH_CUDA_FLASH_DQ ("atomic") yet */
+/* The keys a block of the dk, dv kernel that adds dq atomically takes
+ * (fa_bwd_kv_kernel's AddDq: 64 or 128, its Warps 4 or 8), 0 for the dq
+ * kernel: -1 not read from LARCH_CUDA_FLASH_DQ ("atomic", "atomic128") yet */
 static int flash_dq_atomic = -1;
 
-extern "C" int kern_attention_flash_dq_atomic(int on)
+extern "C" int kern_attention_flash_dq_atomic(int keys)
 {
 	if (flash_dq_atomic < 0) {
 		const char *v = getenv("LARCH_CUDA_FLASH_DQ");
-		flash_dq_atomic = v && strcmp(v, "atomic") == 0;
+		flash_dq_atomic = !v                               ? 0
+		                  : strcmp(v, "atomic") == 0    ? 64
+		                  : strcmp(v, "atomic128") == 0 ? 128
+		                                                : 0;
 	}
 	int prev = flash_dq_atomic;
-	if (on >= 0)
-		flash_dq_atomic = on != 0;
+	if (keys == 0 || keys == 64 || keys == 128)
+		flash_dq_atomic = keys;
 	return prev;
 }
 
@@ -190,12 +197,17 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	typedef void (*q_kernel)(uint16_t *, const uint16_t *, const uint16_t *, const float *,
 	                         const float *, int, int, int, float, int);
 	/* the dk, dv kernels by [pipelined][one block more an SM
-	 * (kern_attention_flash_more_blocks)][dq added atomically], and the dq
-	 * kernels by [pipelined][one block more]; none unpipelined with more */
-	static const kv_kernel kv[2][2][2] = {
-		{ { fa_bwd_kv_kernel<T, false>, fa_bwd_kv_kernel<T, false, 1, true> }, { NULL, NULL } },
-		{ { fa_bwd_kv_kernel<T, true>, fa_bwd_kv_kernel<T, true, 1, true> },
-		  { fa_bwd_kv_kernel<T, true, 3>, fa_bwd_kv_kernel<T, true, 3, true> } },
+	 * (kern_attention_flash_more_blocks)][dq: its own kernel, added
+	 * atomically by blocks of 64 keys, of 128], and the dq kernels by
+	 * [pipelined][one block more]; none unpipelined with more, nor of 128
+	 * keys with more */
+	static const kv_kernel kv[2][2][3] = {
+		{ { fa_bwd_kv_kernel<T, false>, fa_bwd_kv_kernel<T, false, 1, true>,
+		    fa_bwd_kv_kernel<T, false, 1, true, 8> },
+		  { NULL, NULL, NULL } },
+		{ { fa_bwd_kv_kernel<T, true>, fa_bwd_kv_kernel<T, true, 1, true>,
+		    fa_bwd_kv_kernel<T, true, 1, true, 8> },
+		  { fa_bwd_kv_kernel<T, true, 3>, fa_bwd_kv_kernel<T, true, 3, true>, NULL } },
 	};
 	static const q_kernel q[2][2] = {
 		{ fa_bwd_q_kernel<T, false>, NULL },
@@ -205,20 +217,21 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	if (!opted_in) {
 		for (int p = 0; p < 2; p++)
 			for (int m = 0; m < 2; m++) {
-				for (int a = 0; a < 2; a++)
+				for (int a = 0; a < 3; a++)
 					if (kv[p][m][a])
 						KERN_CUDA_CHECK(cudaFuncSetAttribute(
 							kv[p][m][a], cudaFuncAttributeMaxDynamicSharedMemorySize,
-							(int)FA_BWD_SMEM(p + 1, a)));
+							(int)FA_BWD_SMEM(p + 1, a > 0, a == 2 ? 2 : 1)));
 				if (q[p][m])
 					KERN_CUDA_CHECK(cudaFuncSetAttribute(
 						q[p][m], cudaFuncAttributeMaxDynamicSharedMemorySize,
-						(int)FA_BWD_SMEM(p + 1, 0)));
+						(int)FA_BWD_SMEM(p + 1, 0, 1)));
 			}
 		opted_in = 1;
 	}
-	int pipe = kern_attention_flash_pipeline(-1), add = kern_attention_flash_dq_atomic(-1);
-	int more_kv = pipe && kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
+	int pipe = kern_attention_flash_pipeline(-1), keys = kern_attention_flash_dq_atomic(-1);
+	int add = keys == 128 ? 2 : keys == 64 ? 1 : 0, kt = add == 2 ? 2 : 1;
+	int more_kv = pipe && add < 2 && kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
 	int more_q = pipe && kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
 
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
@@ -230,15 +243,17 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	                   kern_cuda_stream()>>>(dd, dq_acc, dout, out, b, t, c, nh, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
-	kv[pipe][more_kv][add]<<<grid, FA_THREADS, FA_BWD_SMEM(pipe + 1, add), kern_cuda_stream()>>>(
-		dqkv, dq_acc, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+	dim3 kv_grid((unsigned)((t + kt * FA_TILE - 1) / (kt * FA_TILE)), (unsigned)(b * nh));
+	kv[pipe][more_kv][add]<<<kv_grid, kt * FA_THREADS, FA_BWD_SMEM(pipe + 1, add > 0, kt),
+	                        kern_cuda_stream()>>>(dqkv, dq_acc, dout, qkv, lse, dd, t, c, nh,
+	                                              scale, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 	if (add) {
 		long n = (long)b * t * (c / 8);
 		fa_dq_round_kernel<<<(unsigned)((n + 255) / 256), 256, 0, kern_cuda_stream()>>>(
 			dqkv, dq_acc, (long)b * t, c, bf16);
 	} else {
-		q[pipe][more_q]<<<grid, FA_THREADS, FA_BWD_SMEM(pipe + 1, 0), kern_cuda_stream()>>>(
+		q[pipe][more_q]<<<grid, FA_THREADS, FA_BWD_SMEM(pipe + 1, 0, 1), kern_cuda_stream()>>>(
 			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
 	}
 	KERN_CUDA_CHECK_LAUNCH();

@@ -28,10 +28,12 @@
 #endif
 
 /* Rows [r0, r0 + 64) of one head's 64 columns of src (rows ld values apart)
- * into a tile, zeros for rows at or past t. 16-byte copies. */
+ * into a tile, zeros for rows at or past t. 16-byte copies, by a block of
+ * Threads threads (as the tile loaders below). */
+template <int Threads = FA_THREADS>
 __device__ static void load_tile(uint16_t *dst, const uint16_t *src, long ld, int r0, int t)
 {
-	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += FA_THREADS) {
+	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += Threads) {
 		int r = i / (FA_HS / 8), col = i % (FA_HS / 8) * 8;
 		uint4 v = make_uint4(0, 0, 0, 0);
 		if (r0 + r < t)
@@ -100,26 +102,35 @@ __device__ static void to_rows16(uint32_t f[FA_TILE / 16][4], const float p[FA_T
 	}
 }
 
-/* acc[i][16, 64] += p[i][16, 64] x[64, 64] for each of a warp's R tiles of
- * 16 rows: p as a operands (to_rows16), x a whole tile (its rows are p's
- * columns), each of its fragments read once for the R tiles */
-template <typename T, int R>
-__device__ static void warp_ab_rows(float acc[R][FA_HS / 8][4],
-                                    const uint32_t p[R][FA_TILE / 16][4], const uint16_t *x)
+/* acc[i][16, 16 N16] += p[i][16, 16 K16] x[16 K16, 16 N16] for each of a
+ * warp's R tiles of 16 rows: p as a operands (to_rows16), x the block of
+ * a tile (its rows p's columns) from column n0, each of its fragments read
+ * once for the R tiles */
+template <typename T, int R, int K16, int N16>
+__device__ static void warp_ab_block(float acc[R][2 * N16][4], const uint32_t p[R][K16][4],
+                                     const uint16_t *x, int n0)
 {
 	int lane = threadIdx.x & 31;
 #pragma unroll
-	for (int k = 0; k < FA_TILE / 16; k++)
+	for (int k = 0; k < K16; k++)
 #pragma unroll
-		for (int n = 0; n < FA_HS / 16; n++) {
+		for (int n = 0; n < N16; n++) {
 			uint32_t r[4];
-			ldsm_x4_t(r, ldsm_at(x, FA_LD, 16 * k, 16 * n, lane));
+			ldsm_x4_t(r, ldsm_at(x, FA_LD, 16 * k, n0 + 16 * n, lane));
 #pragma unroll
 			for (int i = 0; i < R; i++) {
 				mma16816<T>(acc[i][2 * n], p[i][k], r[0], r[1]);
 				mma16816<T>(acc[i][2 * n + 1], p[i][k], r[2], r[3]);
 			}
 		}
+}
+
+/* acc[i][16, 64] += p[i][16, 64] x[64, 64], x a whole tile */
+template <typename T, int R>
+__device__ static void warp_ab_rows(float acc[R][FA_HS / 8][4],
+                                    const uint32_t p[R][FA_TILE / 16][4], const uint16_t *x)
+{
+	warp_ab_block<T, R, FA_TILE / 16, FA_HS / 16>(acc, p, x, 0);
 }
 
 /* warp_ab_rows of one tile of 16 rows */
@@ -152,18 +163,20 @@ __device__ static void warp_store(uint16_t *dst, long ld, int row0, int t,
 /* Rows [r0, r0 + 64) of one head's 64 columns of src into a tile as
  * load_tile does, but as cp.async copies that land later (zeros for rows
  * at or past t); and 64 floats of src from r0 (zeros past t) */
+template <int Threads = FA_THREADS>
 __device__ static void tile_async(uint16_t *dst, const uint16_t *src, long ld, int r0, int t)
 {
-	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += FA_THREADS) {
+	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += Threads) {
 		int r = i / (FA_HS / 8), col = i % (FA_HS / 8) * 8, in = r0 + r < t;
 		cp_async16(dst + r * FA_LD + col, src + (size_t)(in ? r0 + r : r0) * ld + col,
 		           in ? 16 : 0);
 	}
 }
 
+template <int Threads = FA_THREADS>
 __device__ static void rows_async(float *dst, const float *src, int r0, int t)
 {
-	for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+	for (int i = threadIdx.x; i < FA_TILE; i += Threads) {
 		int in = r0 + i < t;
 		cp_async4(dst + i, src + (in ? r0 + i : r0), in ? 4 : 0);
 	}
@@ -381,16 +394,17 @@ __device__ static void warp_put_rows(uint16_t *tile, int r0, const uint32_t f[FA
 	}
 }
 
-/* The a operands of columns [c0, c0 + 16) of a tile read as rows: the
- * [16, 64] transpose of the tile's [64, 16] column block, f[k] for its
- * columns 16k.. (the tile's rows). ldmatrix .trans gives each 8x8 matrix
+/* The a operands of columns [c0, c0 + 16) of a tile of 16 K16 rows read as
+ * rows: the [16, 16 K16] transpose of its [16 K16, 16] column block, f[k]
+ * for its columns 16k.. (the tile's rows). ldmatrix .trans gives each 8x8 matrix
  * transposed, so the tile's (16k + 8, c0) matrix is the transpose's
  * (0, 8): a[1] and a[2] trade places against warp_rows'. */
-__device__ static void warp_cols(uint32_t f[FA_TILE / 16][4], const uint16_t *tile, int c0)
+template <int K16>
+__device__ static void warp_cols(uint32_t f[K16][4], const uint16_t *tile, int c0)
 {
 	int lane = threadIdx.x & 31;
 #pragma unroll
-	for (int k = 0; k < FA_TILE / 16; k++) {
+	for (int k = 0; k < K16; k++) {
 		uint32_t r[4];
 		ldsm_x4_t(r, ldsm_at(tile, FA_LD, 16 * k, c0, lane));
 		f[k][0] = r[0];
@@ -400,11 +414,12 @@ __device__ static void warp_cols(uint32_t f[FA_TILE / 16][4], const uint16_t *ti
 	}
 }
 
-/* acc (a warp's [16, 64] as mma16816's d) times scale added to rows row0 +
- * g and row0 + g + 8 (those below t) of the fp32 dst (rows ld apart) by
- * atomic adds, a lane's two adjacent values in one (red_add2) */
-__device__ static void warp_add(float *dst, long ld, int row0, int t,
-                                const float acc[FA_HS / 8][4], float scale)
+/* acc (a warp's [16, 8 N8] as mma16816's d) times scale added to rows
+ * row0 + g and row0 + g + 8 (those below t) of the fp32 dst (rows ld
+ * apart) by atomic adds, a lane's two adjacent values in one (red_add2) */
+template <int N8>
+__device__ static void warp_add(float *dst, long ld, int row0, int t, const float acc[N8][4],
+                                float scale)
 {
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -414,39 +429,49 @@ __device__ static void warp_add(float *dst, long ld, int row0, int t,
 			continue;
 		float *o = dst + (size_t)row * ld + 2 * q;
 #pragma unroll
-		for (int j = 0; j < FA_HS / 8; j++)
+		for (int j = 0; j < N8; j++)
 			red_add2(o + 8 * j, acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale);
 	}
 }
 
-/* one block per key tile: dk and dv of its 64 keys over every query that
- * sees them; a warp's rows are 16 keys, its columns a query tile's 64
- * queries (the transposes of p and dp). Shared memory: k, v, then per set
- * q, dout (tiles) and lse, D (FA_TILE floats each), and with AddDq a tile
- * for ds. MinBlocks: the blocks an SM must be able to hold at once, which
- * caps a thread's registers (1: no cap, 222 registers, two blocks an SM;
- * 3: 168, with a few spilled; kern_attention_flash_more_blocks).
+/* One block of Warps warps per tile of 16 Warps keys: dk and dv of its
+ * keys over every query that sees them; a warp's rows are 16 keys, its
+ * columns a query tile's 64 queries (the transposes of p and dp). Shared
+ * memory: k, v (Warps / 4 tiles each), then per set q, dout (tiles) and
+ * lse, D (FA_TILE floats each), and with AddDq ds (Warps / 4 tiles).
+ * MinBlocks: the blocks an SM must be able to hold at once, which caps a
+ * thread's registers (1: no cap, 222 registers, two blocks of 4 warps an
+ * SM; 3: 168, with a few spilled; kern_attention_flash_more_blocks).
  *
  * AddDq: the block also adds each query tile's part of dq, ds k over its
- * 64 keys, to the fp32 dq_acc ([b, t, c], cleared before: fa_rowdot_kernel)
+ * keys, to the fp32 dq_acc ([b, t, c], cleared before: fa_rowdot_kernel)
  * by atomic adds, FlashAttention-2's backward: five tile products a pair
  * of tiles where this kernel and fa_bwd_q_kernel together do seven, at the
  * price of the adds (in no fixed order: not the same bits on every run)
  * and a pass that rounds dq_acc into dqkv (fa_dq_round_kernel). ds^T goes
  * through shared memory, as a warp holds 16 keys of it where dq's product
- * wants 16 queries. dq_acc is unused without AddDq. */
-template <typename T, bool Pipe, int MinBlocks = 1, bool AddDq = false>
-__global__ static void __launch_bounds__(FA_THREADS, MinBlocks)
+ * wants 16 queries: warp w takes queries 16 (w % 4).. and, of 8 warps, the
+ * half of the columns w / 4. 8 warps (128 keys) halve the adds per
+ * product against 4. dq_acc is unused without AddDq.
+ *
+ * A warp whose keys all come after the query tile's skips the tile: its
+ * probabilities would all be zero (only with 8 warps, on a block's first
+ * tile). dk and dv are the same bits whatever Warps and AddDq. */
+template <typename T, bool Pipe, int MinBlocks = 1, bool AddDq = false, int Warps = FA_WARPS>
+__global__ static void __launch_bounds__(Warps * 32, MinBlocks)
 fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint16_t *qkv,
                  const float *lse, const float *dd, int t, int c, int nh, float scale, int bf16)
 {
+	static_assert(Warps == 4 || Warps == 8, "a key tile of 64 or 128");
+	const int threads = Warps * 32, kt = Warps / 4;   /* key tiles of FA_TILE a block */
 	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *ks = (uint16_t *)smem, *vs = ks + FA_TILE_VALUES, *walk = vs + FA_TILE_VALUES;
+	uint16_t *ks = (uint16_t *)smem, *vs = ks + kt * FA_TILE_VALUES;
+	uint16_t *walk = vs + kt * FA_TILE_VALUES;
 	float *rows = (float *)(walk + fa_walk<Pipe>::sets * FA_BWD_WALK_TILES * FA_TILE_VALUES);
 	uint16_t *dss = (uint16_t *)(rows + fa_walk<Pipe>::sets * 2 * FA_TILE);   /* AddDq's ds^T */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
-	int k0 = blockIdx.x * FA_TILE;
+	int k0 = blockIdx.x * kt * FA_TILE;
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	const uint16_t *dbase = dout + (size_t)b * t * c + (size_t)h * FA_HS;
@@ -454,14 +479,17 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 	int key0 = k0 + warp * 16 + g;     /* this lane's keys: key0 and key0 + 8 */
 	float sl2 = scale * FA_LOG2E;
 	if (Pipe) {                        /* the first query tile's, beside k's and v's */
-		tile_async(walk, base, ld, k0, t);
-		tile_async(walk + FA_TILE_VALUES, dbase, c, k0, t);
-		rows_async(rows, lse_bh, k0, t);
-		rows_async(rows + FA_TILE, dd_bh, k0, t);
+		tile_async<threads>(walk, base, ld, k0, t);
+		tile_async<threads>(walk + FA_TILE_VALUES, dbase, c, k0, t);
+		rows_async<threads>(rows, lse_bh, k0, t);
+		rows_async<threads>(rows + FA_TILE, dd_bh, k0, t);
 		cp_async_commit();
 	}
-	load_tile(ks, base + c, ld, k0, t);
-	load_tile(vs, base + 2 * c, ld, k0, t);
+#pragma unroll
+	for (int i = 0; i < kt; i++) {
+		load_tile<threads>(ks + i * FA_TILE_VALUES, base + c, ld, k0 + i * FA_TILE, t);
+		load_tile<threads>(vs + i * FA_TILE_VALUES, base + 2 * c, ld, k0 + i * FA_TILE, t);
+	}
 	__syncthreads();
 	uint32_t kf[FA_HS / 16][4], vf[FA_HS / 16][4];
 	warp_rows(kf, ks, warp * 16);
@@ -483,59 +511,69 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 			if (q0 + FA_TILE < t) {    /* the next tile's copies, then wait for this one's */
 				uint16_t *nq = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
 				float *nr = rows + (set ^ 1) * 2 * FA_TILE;
-				tile_async(nq, base, ld, q0 + FA_TILE, t);
-				tile_async(nq + FA_TILE_VALUES, dbase, c, q0 + FA_TILE, t);
-				rows_async(nr, lse_bh, q0 + FA_TILE, t);
-				rows_async(nr + FA_TILE, dd_bh, q0 + FA_TILE, t);
+				tile_async<threads>(nq, base, ld, q0 + FA_TILE, t);
+				tile_async<threads>(nq + FA_TILE_VALUES, dbase, c, q0 + FA_TILE, t);
+				rows_async<threads>(nr, lse_bh, q0 + FA_TILE, t);
+				rows_async<threads>(nr + FA_TILE, dd_bh, q0 + FA_TILE, t);
 				cp_async_commit();
 				cp_async_wait<1>();
 			} else {
 				cp_async_wait<0>();
 			}
 		} else {
-			load_tile(qs, base, ld, q0, t);
-			load_tile(dos, dbase, c, q0, t);
-			for (int i = threadIdx.x; i < FA_TILE; i += FA_THREADS) {
+			load_tile<threads>(qs, base, ld, q0, t);
+			load_tile<threads>(dos, dbase, c, q0, t);
+			for (int i = threadIdx.x; i < FA_TILE; i += threads) {
 				int qi = q0 + i;
 				lse_s[i] = qi < t ? lse_bh[qi] : 0.0f;
 				dd_s[i] = qi < t ? dd_bh[qi] : 0.0f;
 			}
 		}
 		__syncthreads();
-		/* p^T = exp2(k q^T - lse), dp^T = v dout^T; ds^T = p^T (dp^T - D) */
-		float p[FA_TILE / 8][4], ds[FA_TILE / 8][4];
-		warp_abt<T>(p, kf, qs);
-		warp_abt<T>(ds, vf, dos);
+		uint32_t dsf[FA_TILE / 16][4];
+		if (k0 + warp * 16 < q0 + FA_TILE) {   /* some query of the tile sees a key of the warp's */
+			/* p^T = exp2(k q^T - lse), dp^T = v dout^T; ds^T = p^T (dp^T - D) */
+			float p[FA_TILE / 8][4], ds[FA_TILE / 8][4];
+			warp_abt<T>(p, kf, qs);
+			warp_abt<T>(ds, vf, dos);
 #pragma unroll
-		for (int j = 0; j < FA_TILE / 8; j++)
+			for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				int col = 8 * j + 2 * q + (i & 1), qi = q0 + col, key = key0 + 8 * (i >> 1);
-				float e = key <= qi && qi < t && key < t
-				                  ? exp2f(p[j][i] * sl2 - lse_s[col] * FA_LOG2E) : 0.0f;
-				p[j][i] = e;
-				ds[j][i] = e * (ds[j][i] - dd_s[col]);
-			}
-		uint32_t pf[FA_TILE / 16][4], dsf[FA_TILE / 16][4];
-		to_rows16(pf, p, bf16);
-		to_rows16(dsf, ds, bf16);
-		warp_ab<T>(dv, pf, dos);
-		warp_ab<T>(dk, dsf, qs);
+				for (int i = 0; i < 4; i++) {
+					int col = 8 * j + 2 * q + (i & 1), qi = q0 + col, key = key0 + 8 * (i >> 1);
+					float e = key <= qi && qi < t && key < t
+					                  ? exp2f(p[j][i] * sl2 - lse_s[col] * FA_LOG2E) : 0.0f;
+					p[j][i] = e;
+					ds[j][i] = e * (ds[j][i] - dd_s[col]);
+				}
+			uint32_t pf[FA_TILE / 16][4];
+			to_rows16(pf, p, bf16);
+			to_rows16(dsf, ds, bf16);
+			warp_ab<T>(dv, pf, dos);
+			warp_ab<T>(dk, dsf, qs);
+		} else {
+#pragma unroll
+			for (int k = 0; k < FA_TILE / 16; k++)
+				dsf[k][0] = dsf[k][1] = dsf[k][2] = dsf[k][3] = 0;
+		}
 		if (AddDq) {
-			/* dq of queries q0 + 16 warp.. over the tile's keys: the
-			 * rows of ds^T every warp put, read as columns; the next
-			 * put waits for these reads at the loop's first barrier */
+			/* dq of queries q0 + 16 (warp % 4).. (and of 8 warps, columns
+			 * 32 (warp / 4)..) over the block's keys: the rows of ds^T
+			 * every warp put, read as columns; the next put waits for
+			 * these reads at the loop's first barrier */
+			const int cols = FA_HS / kt;   /* the warp's columns of dq */
+			int qt = warp % 4, c0 = warp / 4 * cols;
 			warp_put_rows(dss, warp * 16, dsf);
 			__syncthreads();
-			uint32_t af[FA_TILE / 16][4];
-			warp_cols(af, dss, warp * 16);
-			float dq[FA_HS / 8][4];
+			uint32_t af[1][kt * FA_TILE / 16][4];
+			warp_cols<kt * FA_TILE / 16>(af[0], dss, qt * 16);
+			float dq[1][cols / 8][4];
 #pragma unroll
-			for (int j = 0; j < FA_HS / 8; j++)
-				dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
-			warp_ab<T>(dq, af, ks);
-			warp_add(dq_acc + (size_t)b * t * c + (size_t)h * FA_HS, c, q0 + warp * 16, t, dq,
-			         scale);
+			for (int j = 0; j < cols / 8; j++)
+				dq[0][j][0] = dq[0][j][1] = dq[0][j][2] = dq[0][j][3] = 0.0f;
+			warp_ab_block<T, 1, kt * FA_TILE / 16, cols / 16>(dq, af, ks, c0);
+			warp_add<cols / 8>(dq_acc + (size_t)b * t * c + (size_t)h * FA_HS + c0, c,
+			                   q0 + qt * 16, t, dq[0], scale);
 		}
 	}
 	uint16_t *dbase3 = dqkv + (size_t)b * t * ld + (size_t)h * FA_HS;

@@ -82,8 +82,9 @@ struct trn_plan {
  * measured faster on an H200; LARCH_CUDA_ATTENTION=gemm for the GEMM path);
  * gelu_fused, with a16, GELU in the fc GEMMs' epilogues (the default, also
  * measured; LARCH_CUDA_GELU=separate for the GELU kernels; the same memory);
- * flash_dq_atomic, with flash, its backward adds dq atomically into fp32
- * scratch of [B, T, C] (LARCH_CUDA_FLASH_DQ=atomic; off until measured). */
+ * flash_dq_atomic, with flash, the keys of the blocks of its backward that
+ * add dq atomically into fp32 scratch of [B, T, C], 0 for none
+ * (LARCH_CUDA_FLASH_DQ=atomic: 64, =atomic128: 128; off until measured). */
 /* The GPU GPT's logits rows: the vocabulary rounded up to a multiple of
  * TRN_GPT_LOGITS_ALIGN (model_gpt_cuda.c), and so are the rows of its
  * 16-bit copy of the token embedding (params16). */
@@ -95,8 +96,8 @@ static inline long trn_gpt_logits_rows(long vocab)
 
 struct trn_gpt_gpu_layout {
 	int a16, flash, gelu_fused;
-	int flash_dq_atomic;               /* the fused backward's dq in fp32 scratch
-	                                    * (LARCH_CUDA_FLASH_DQ=atomic, attention_cuda.h) */
+	int flash_dq_atomic;               /* the fused backward's dq in fp32 scratch: its
+	                                    * blocks' keys (attention_cuda.h), or 0 */
 };
 #define TRN_FLASH_HEAD_SIZE 64
 void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,

@@ -30,9 +30,10 @@ says which ran). Printed side by side:
   q": the fused attention's backward kernels at one block more an SM than
   their registers allow, capped) and "dq-atomic" (LARCH_CUDA_FLASH_DQ=
   atomic: the backward's dq added atomically by its dk, dv kernel,
-  FlashAttention-2's five tile products instead of seven), "fwd-rows32"
-  (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows of queries a
-  warp) and "both" (those two)
+  FlashAttention-2's five tile products instead of seven; "dq-atomic128",
+  =atomic128: the same in blocks of 128 keys, half the adds) and
+  "fwd-rows32" (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows
+  of queries a warp)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -345,9 +346,9 @@ def main():
         jobs = [lambda: larch_row("fp32"), lambda: larch_row("bf16"),
                 lambda: torch_row(True),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic"}, "-dq-atomic"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128"},
+                                  "-dq-atomic128"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_FWD_ROWS": "32"}, "-fwd-rows32"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic",
-                                           "LARCH_CUDA_FLASH_FWD_ROWS": "32"}, "-both"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"},
                                   "-more-blocks"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "fused"}, "-dbias-fused"),

@@ -782,12 +782,16 @@ static void bench_attention16(int b, int t, int c, int nh)
 	printf("%-40s flash fwd: 32 rows a warp %8.4f ms %7.1f TFLOP/s, 16 %8.4f ms, x%.2f\n", name,
 	       f32, 2 * flop / (f32 * 1e-3) / 1e12, ff, ff / f32);
 	/* dq added atomically by the dk, dv kernel (five tile products a pair
-	 * of tiles), beside the dq kernel of its own (seven) */
-	int dqa = kern_attention_flash_dq_atomic(1);
-	double ba = time_gpu_ms(att16_bwd_flash, &a);
-	kern_attention_flash_dq_atomic(dqa);
-	printf("%-40s flash bwd: dq added atomically %8.4f ms %7.1f TFLOP/s, dq kernel %8.4f ms, "
-	       "x%.2f\n", name, ba, 4 * flop / (ba * 1e-3) / 1e12, bf, bf / ba);
+	 * of tiles) in blocks of 64 keys and of 128, beside the dq kernel of
+	 * its own (seven) */
+	for (int keys = 64; keys <= 128; keys *= 2) {
+		int dqa = kern_attention_flash_dq_atomic(keys);
+		double ba = time_gpu_ms(att16_bwd_flash, &a);
+		kern_attention_flash_dq_atomic(dqa);
+		printf("%-40s flash bwd: dq added atomically, %d keys a block %8.4f ms %7.1f TFLOP/s, "
+		       "dq kernel %8.4f ms, x%.2f\n", name, keys, ba, 4 * flop / (ba * 1e-3) / 1e12, bf,
+		       bf / ba);
+	}
 	fflush(stdout);
 	free(h);
 	kern_cuda_free(d), kern_cuda_free(a.qkv), kern_cuda_free(a.out), kern_cuda_free(a.dout);

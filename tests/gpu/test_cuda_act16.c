@@ -461,8 +461,9 @@ static void check_normwise16(const char *what, const float *got, const float *wa
  * an SM (kern_attention_flash_more_blocks). A fifth run adds dq atomically
  * in the dk, dv kernel (kern_attention_flash_dq_atomic): dk and dv the
  * same bits, dq normwise within u of the dq kernel's (its sums in another
- * order, then rounded) and 3u of the reference. A sixth runs the forward
- * with 32 rows a warp (kern_attention_flash_fwd_rows): the same bits. */
+ * order, then rounded) and 3u of the reference; a seventh the same with
+ * blocks of 128 keys. A sixth runs the forward with 32 rows a warp
+ * (kern_attention_flash_fwd_rows): the same bits. */
 static void flash_case(int b, int t, int nh)
 {
 	char what[128];
@@ -488,17 +489,17 @@ static void flash_case(int b, int t, int nh)
 	void *qkv16 = dev16(qkv, 3 * btc), *dy16 = dev16(dy, btc), *o16 = dev16_alloc(btc);
 	void *dq16 = dev16_alloc(3 * btc);
 	float *d_lse = dev_alloc(rows);
-	float *got_o[6], *got_dq[6], *got_lse = NULL;
+	float *got_o[7], *got_dq[7], *got_lse = NULL;
 	int pipe = kern_attention_flash_pipeline(-1);
 	int more_kv = kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
 	int more_q = kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
 	int dq_atomic = kern_attention_flash_dq_atomic(-1);
 	int fwd_rows = kern_attention_flash_fwd_rows(-1);
-	for (int run = 0; run < 6; run++) {
+	for (int run = 0; run < 7; run++) {
 		kern_attention_flash_pipeline(run != 2);
 		kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, run == 3);
 		kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, run == 3);
-		kern_attention_flash_dq_atomic(run == 4);
+		kern_attention_flash_dq_atomic(run == 4 ? 64 : run == 6 ? 128 : 0);
 		kern_attention_flash_fwd_rows(run == 5 ? 32 : 16);
 		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
 		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
@@ -527,26 +528,30 @@ static void flash_case(int b, int t, int nh)
 	check_bits("flash dqkv, after 32 rows a warp", got_dq[5], got_dq[0], 3 * btc);
 	/* dqkv's rows are q, k, v (c values each) */
 	float *dq_add = host_zeros(b * (long)t * c), *dq_own = host_zeros(b * (long)t * c);
-	long kv_differ = 0;
-	for (long r = 0; r < (long)b * t; r++) {
-		memcpy(dq_add + r * c, got_dq[4] + r * 3 * c, sizeof(float) * (size_t)c);
-		memcpy(dq_own + r * c, got_dq[0] + r * 3 * c, sizeof(float) * (size_t)c);
-		for (long j = c; j < 3L * c; j++)
-			kv_differ += memcmp(&got_dq[4][r * 3 * c + j], &got_dq[0][r * 3 * c + j],
-			                    sizeof(float)) != 0;
+	for (int run = 4; run <= 6; run += 2) {
+		int keys = run == 4 ? 64 : 128;
+		long kv_differ = 0;
+		for (long r = 0; r < (long)b * t; r++) {
+			memcpy(dq_add + r * c, got_dq[run] + r * 3 * c, sizeof(float) * (size_t)c);
+			memcpy(dq_own + r * c, got_dq[0] + r * 3 * c, sizeof(float) * (size_t)c);
+			for (long j = c; j < 3L * c; j++)
+				kv_differ += memcmp(&got_dq[run][r * 3 * c + j], &got_dq[0][r * 3 * c + j],
+				                    sizeof(float)) != 0;
+		}
+		CHECK_MSG(kv_differ == 0, "%s flash b=%d t=%d nh=%d, dq added atomically (%d keys a "
+		          "block): %ld of dk, dv differ", type_name(), b, t, nh, keys, kv_differ);
+		snprintf(what, sizeof what, "flash dq added atomically (%d keys a block) b=%d t=%d "
+		         "nh=%d, against the dq kernel's", keys, b, t, nh);
+		check_normwise16(what, dq_add, dq_own, b * (long)t * c, u);
+		snprintf(what, sizeof what, "flash dqkv, dq added atomically (%d keys a block) b=%d "
+		         "t=%d nh=%d", keys, b, t, nh);
+		check_normwise16(what, got_dq[run], dq, 3 * btc, 3 * u);
 	}
-	CHECK_MSG(kv_differ == 0, "%s flash b=%d t=%d nh=%d, dq added atomically: %ld of dk, dv "
-	          "differ", type_name(), b, t, nh, kv_differ);
-	snprintf(what, sizeof what, "flash dq added atomically b=%d t=%d nh=%d, against the dq "
-	         "kernel's", b, t, nh);
-	check_normwise16(what, dq_add, dq_own, b * (long)t * c, u);
-	snprintf(what, sizeof what, "flash dqkv, dq added atomically b=%d t=%d nh=%d", b, t, nh);
-	check_normwise16(what, got_dq[4], dq, 3 * btc, 3 * u);
 	free(dq_add), free(dq_own);
 
 	free(qkv), free(dy), free(out), free(pre), free(att), free(dq), free(dpre), free(datt);
 	free(lse_ref), free(got_lse);
-	for (int run = 0; run < 6; run++)
+	for (int run = 0; run < 7; run++)
 		free(got_o[run]), free(got_dq[run]);
 	kern_cuda_free(qkv16), kern_cuda_free(dy16), kern_cuda_free(o16), kern_cuda_free(dq16);
 	kern_cuda_free(d_lse);

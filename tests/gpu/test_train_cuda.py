@@ -340,12 +340,17 @@ def main():
                 {**gpt, "name": "gpt-bf16-dbias-fused", "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-cpu", env={"LARCH_CUDA_DBIAS": "fused"})
         # the fused attention's dq added atomically in its dk, dv kernel
-        # (LARCH_CUDA_FLASH_DQ=atomic): the h64 model, as the other flash run
-        compare(c, exe, tmp, "gpt-h64-bf16-flash-dq-atomic",
-                {**h64, "name": "gpt-h64-bf16-flash-dq-atomic", "precision": {"compute": "bf16"}},
-                reference=tmp / "gpt-h64-cpu",
-                env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_DQ": "atomic"},
-                expect=("attention fused (dq added atomically)",))
+        # (LARCH_CUDA_FLASH_DQ=atomic, blocks of 64 keys; =atomic128, of
+        # 128): the h64 model, as the other flash run
+        for how, says in (("atomic", "attention fused (dq added atomically)"),
+                          ("atomic128", "attention fused (dq added atomically, 128 keys a "
+                                        "block)")):
+            compare(c, exe, tmp, f"gpt-h64-bf16-flash-dq-{how}",
+                    {**h64, "name": f"gpt-h64-bf16-flash-dq-{how}",
+                     "precision": {"compute": "bf16"}},
+                    reference=tmp / "gpt-h64-cpu",
+                    env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_DQ": how},
+                    expect=(says,))
         # and its forward at 32 rows of queries a warp (LARCH_CUDA_FLASH_FWD_ROWS=32)
         compare(c, exe, tmp, "gpt-h64-bf16-flash-fwd-rows32",
                 {**h64, "name": "gpt-h64-bf16-flash-fwd-rows32",

@@ -136,11 +136,13 @@ def test_plan_follows_the_spec(tmp_path, monkeypatch):
         g16["items"]["activations"] + 4 * (lse - 2 * att) - 4 * att
     # its backward adding dq atomically (LARCH_CUDA_FLASH_DQ=atomic): one
     # fp32 [B, T, C] of scratch more
-    monkeypatch.setenv("LARCH_CUDA_FLASH_DQ", "atomic")
-    g16_dq, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
-                                             **gpu_gpt))
+    for how in ("atomic", "atomic128"):
+        monkeypatch.setenv("LARCH_CUDA_FLASH_DQ", how)
+        g16_dq, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
+                                                 **gpu_gpt))
+        assert g16_dq["items"]["activations"] == \
+            g16_flash["items"]["activations"] + 4 * 16 * 256 * 256, how
     monkeypatch.delenv("LARCH_CUDA_FLASH_DQ")
-    assert g16_dq["items"]["activations"] == g16_flash["items"]["activations"] + 4 * 16 * 256 * 256
     # a 16-bit model on a GPU keeps a 16-bit copy of its params for the
     # GEMMs: none in fp32, nor with the params offloaded (they stream)
     assert gpu["items"]["params16"] == 2 * n

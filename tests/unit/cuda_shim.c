@@ -889,9 +889,9 @@ int kern_attention_flash_fwd_rows(int rows)
 	return 16;
 }
 
-int kern_attention_flash_dq_atomic(int on)
+int kern_attention_flash_dq_atomic(int keys)
 {
-	(void)on;                          /* (no atomics here: one way) */
+	(void)keys;                        /* (no atomics here: one way) */
 	return 0;
 }
 

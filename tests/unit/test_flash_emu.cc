@@ -98,22 +98,23 @@ static void normwise(const char *what, const std::vector<float> &got,
 	          std::sqrt(se / sw), bound);
 }
 
-/* The backward with dq added atomically by the dk, dv kernel (AddDq), as
- * flash_bwd runs it: D with the fp32 dq cleared beside it (NaN before, so
- * a value missed shows), the dk, dv kernel, then the rounding of dq into
- * dqkv. dk and dv: the bits of the two-kernel backward's (two_kernels);
- * dq: within rounding of its dq, normwise u (the sums' order differs, then
- * both round to 16 bits). Pipelined and not: the same bits. */
-template <typename T>
+/* The backward with dq added atomically by the dk, dv kernel (AddDq) of
+ * Warps warps (blocks of 16 Warps keys), as flash_bwd runs it: D with the
+ * fp32 dq cleared beside it (NaN before, so a value missed shows), the dk,
+ * dv kernel, then the rounding of dq into dqkv. dk and dv: the bits of the
+ * two-kernel backward's (two_kernels); dq: within rounding of its dq,
+ * normwise u (the sums' order differs, then both round to 16 bits).
+ * Pipelined and not: the same bits. */
+template <typename T, int Warps>
 static void check_dq_added(const std::vector<uint16_t> &two_kernels, const buf16 &dout,
                            const buf16 &qkv, const std::vector<uint16_t> &out16,
                            const std::vector<float> &lse, int b, int t, int nh, int bf16)
 {
-	int c = nh * FA_HS;
+	int c = nh * FA_HS, keys = 16 * Warps;
 	long btc = (long)b * t * c, rows = (long)b * nh * t;
 	float scale = (float)(1.0 / std::sqrt((double)FA_HS));
 	const char *ty = bf16 ? "bf16" : "fp16";
-	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
+	dim3 grid((unsigned)((t + keys - 1) / keys), (unsigned)(b * nh));
 	std::vector<uint16_t> got[2];
 	for (int pipe = 0; pipe < 2; pipe++) {
 		std::vector<float> dd((size_t)rows, NAN), dq_acc((size_t)btc, NAN);
@@ -123,23 +124,25 @@ static void check_dq_added(const std::vector<uint16_t> &two_kernels, const buf16
 			fa_rowdot_kernel(dd.data(), dq_acc.data(), dout.h.data(), out16.data(), b, t, c, nh,
 			                 bf16);
 		});
-		emu_launch(grid, dim3(FA_THREADS), [&] {
+		emu_launch(grid, dim3(32 * Warps), [&] {
 			if (pipe)
-				fa_bwd_kv_kernel<T, true, 1, true>(dqkv.data(), dq_acc.data(), dout.h.data(),
-				                                   qkv.h.data(), lse.data(), dd.data(), t, c,
-				                                   nh, scale, bf16);
+				fa_bwd_kv_kernel<T, true, 1, true, Warps>(dqkv.data(), dq_acc.data(),
+				                                          dout.h.data(), qkv.h.data(),
+				                                          lse.data(), dd.data(), t, c, nh,
+				                                          scale, bf16);
 			else
-				fa_bwd_kv_kernel<T, false, 1, true>(dqkv.data(), dq_acc.data(), dout.h.data(),
-				                                    qkv.h.data(), lse.data(), dd.data(), t, c,
-				                                    nh, scale, bf16);
+				fa_bwd_kv_kernel<T, false, 1, true, Warps>(dqkv.data(), dq_acc.data(),
+				                                           dout.h.data(), qkv.h.data(),
+				                                           lse.data(), dd.data(), t, c, nh,
+				                                           scale, bf16);
 		});
 		long n = (long)b * t * (c / 8);
 		emu_launch(dim3((unsigned)((n + 255) / 256)), dim3(256), [&] {
 			fa_dq_round_kernel(dqkv.data(), dq_acc.data(), (long)b * t, c, bf16);
 		});
 	}
-	CHECK_MSG(got[0] == got[1], "%s dq added b=%d t=%d nh=%d: pipelined and not differ", ty, b,
-	          t, nh);
+	CHECK_MSG(got[0] == got[1], "%s dq added (%d keys) b=%d t=%d nh=%d: pipelined and not differ",
+	          ty, keys, b, t, nh);
 	/* by column block of each row: q, k, v */
 	std::vector<float> dq_got, dq_want;
 	long kv_differ = 0;
@@ -154,11 +157,11 @@ static void check_dq_added(const std::vector<uint16_t> &two_kernels, const buf16
 				kv_differ += got[1][at] != two_kernels[at];
 			}
 		}
-	CHECK_MSG(kv_differ == 0, "%s dq added b=%d t=%d nh=%d: %ld values of dk, dv differ", ty, b,
-	          t, nh, kv_differ);
+	CHECK_MSG(kv_differ == 0, "%s dq added (%d keys) b=%d t=%d nh=%d: %ld values of dk, dv differ",
+	          ty, keys, b, t, nh, kv_differ);
 	char what[160];
-	snprintf(what, sizeof what, "%s dq added b=%d t=%d nh=%d, against the dq kernel's", ty, b, t,
-	         nh);
+	snprintf(what, sizeof what, "%s dq added (%d keys) b=%d t=%d nh=%d, against the dq kernel's",
+	         ty, keys, b, t, nh);
 	normwise(what, dq_got, dq_want, bf16 ? 0x1p-9 : 0x1p-12);
 }
 
@@ -283,7 +286,8 @@ static void run_case(int b, int t, int nh, int bf16)
 	});
 	CHECK_MSG(dqkv_pipe == dqkv16, "%s dqkv b=%d t=%d nh=%d: pipelined and not differ", ty, b, t,
 	          nh);
-	check_dq_added<T>(dqkv16, dout, qkv, out16, lse, b, t, nh, bf16);
+	check_dq_added<T, 4>(dqkv16, dout, qkv, out16, lse, b, t, nh, bf16);
+	check_dq_added<T, 8>(dqkv16, dout, qkv, out16, lse, b, t, nh, bf16);
 	std::fill(dqkv_ref.begin(), dqkv_ref.end(), 0.0f);
 	kern_attention_bwd_ref(dqkv_ref.data(), dpreatt.data(), datt.data(), dout.f.data(),
 	                       qkv.f.data(), att.data(), b, t, c, nh);
