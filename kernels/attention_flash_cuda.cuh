@@ -285,18 +285,26 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 		for (int i = 0; i < R; i++) {
 			/* scale and mask; every row sees key k0 <= q0 first, so its
 			 * max is finite (rows at or past t too: they see the zero
-			 * keys, never stored) */
+			 * keys, never stored). Only a tile that reaches past the
+			 * tile of rows' first row needs the mask's compares (the
+			 * diagonal's): masked is a constant at each call. */
 			int row0 = wrow + 16 * i + g;
 			float mx[2] = { m[i][0], m[i][1] };
+			auto scale_mask = [&](const bool masked) {
 #pragma unroll
-			for (int j = 0; j < FA_TILE / 8; j++)
+				for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					int key = k0 + 8 * j + 2 * q + (e & 1), row = row0 + 8 * (e >> 1);
-					float v = key <= row ? s[i][j][e] * sl2 : -INFINITY;
-					s[i][j][e] = v;
-					mx[e >> 1] = fmaxf(mx[e >> 1], v);
-				}
+					for (int e = 0; e < 4; e++) {
+						int key = k0 + 8 * j + 2 * q + (e & 1), row = row0 + 8 * (e >> 1);
+						float v = !masked || key <= row ? s[i][j][e] * sl2 : -INFINITY;
+						s[i][j][e] = v;
+						mx[e >> 1] = fmaxf(mx[e >> 1], v);
+					}
+			};
+			if (k0 + FA_TILE - 1 <= wrow + 16 * i)
+				scale_mask(false);
+			else
+				scale_mask(true);
 			float alpha[2];
 #pragma unroll
 			for (int r = 0; r < 2; r++) {  /* the row's four lanes agree on its max */
@@ -536,16 +544,27 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 			float p[FA_TILE / 8][4], ds[FA_TILE / 8][4];
 			warp_abt<T>(p, kf, qs);
 			warp_abt<T>(ds, vf, dos);
+			/* the mask's compares only where the tile is not whole: on
+			 * the diagonal, or at t (masked a constant at each call) */
+			auto probs = [&](const bool masked) {
 #pragma unroll
-			for (int j = 0; j < FA_TILE / 8; j++)
+				for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
-				for (int i = 0; i < 4; i++) {
-					int col = 8 * j + 2 * q + (i & 1), qi = q0 + col, key = key0 + 8 * (i >> 1);
-					float e = key <= qi && qi < t && key < t
-					                  ? exp2f(p[j][i] * sl2 - lse_s[col] * FA_LOG2E) : 0.0f;
-					p[j][i] = e;
-					ds[j][i] = e * (ds[j][i] - dd_s[col]);
-				}
+					for (int i = 0; i < 4; i++) {
+						int col = 8 * j + 2 * q + (i & 1), qi = q0 + col;
+						int key = key0 + 8 * (i >> 1);
+						float e = !masked || (key <= qi && qi < t && key < t)
+						                  ? exp2f(p[j][i] * sl2 - lse_s[col] * FA_LOG2E)
+						                  : 0.0f;
+						p[j][i] = e;
+						ds[j][i] = e * (ds[j][i] - dd_s[col]);
+					}
+			};
+			int wk = k0 + warp * 16;   /* the warp's first key */
+			if (wk + 15 <= q0 && q0 + FA_TILE <= t)
+				probs(false);
+			else
+				probs(true);
 			uint32_t pf[FA_TILE / 16][4];
 			to_rows16(pf, p, bf16);
 			to_rows16(dsf, ds, bf16);
@@ -631,15 +650,24 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 		float s[FA_TILE / 8][4], ds[FA_TILE / 8][4];
 		warp_abt<T>(s, qf, ks);
 		warp_abt<T>(ds, dof, vs);
+		/* the mask's compares only where the tile is not whole: on the
+		 * diagonal, or at t (masked a constant at each call) */
+		auto probs = [&](const bool masked) {
 #pragma unroll
-		for (int j = 0; j < FA_TILE / 8; j++)
+			for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				int key = k0 + 8 * j + 2 * q + (i & 1), row = row0 + 8 * (i >> 1);
-				float e = key <= row && row < t
-				                  ? exp2f(s[j][i] * sl2 - row_lse[i >> 1]) : 0.0f;
-				ds[j][i] = e * (ds[j][i] - row_dd[i >> 1]);
-			}
+				for (int i = 0; i < 4; i++) {
+					int key = k0 + 8 * j + 2 * q + (i & 1), row = row0 + 8 * (i >> 1);
+					float e = !masked || (key <= row && row < t)
+					                  ? exp2f(s[j][i] * sl2 - row_lse[i >> 1]) : 0.0f;
+					ds[j][i] = e * (ds[j][i] - row_dd[i >> 1]);
+				}
+		};
+		int wr = q0 + warp * 16;       /* the warp's first row */
+		if (k0 + FA_TILE - 1 <= wr && wr + 15 < t)
+			probs(false);
+		else
+			probs(true);
 		uint32_t dsf[FA_TILE / 16][4];
 		to_rows16(dsf, ds, bf16);
 		warp_ab<T>(dq, dsf, ks);
