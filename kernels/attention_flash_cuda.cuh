@@ -141,11 +141,11 @@ __device__ static void warp_ab(float acc[FA_HS / 8][4], const uint32_t p[FA_TILE
 	warp_ab_rows<T, 1>((float (*)[FA_HS / 8][4])acc, (const uint32_t (*)[FA_TILE / 16][4])p, x);
 }
 
-/* acc[16, 64] (as mma16816's d) times scale[h] for its row g + 8h, rounded
- * to 16 bits, into rows row0 + g and row0 + g + 8 (those below t) of dst
- * (rows ld values apart) */
-__device__ static void warp_store(uint16_t *dst, long ld, int row0, int t,
-                                  const float acc[FA_HS / 8][4], const float scale[2], int bf16)
+/* put(row, col, v0, v1, h) for each pair of adjacent values (columns col,
+ * col + 1) of acc, a warp's [16, 8 N8] as mma16816's d, that falls in
+ * rows row0 + g and row0 + g + 8 (h 0 or 1) below t */
+template <int N8, typename Put>
+__device__ static void warp_each_pair(int row0, int t, const float acc[N8][4], Put put)
 {
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -153,11 +153,22 @@ __device__ static void warp_store(uint16_t *dst, long ld, int row0, int t,
 		int row = row0 + g + 8 * h;
 		if (row >= t)
 			continue;
-		uint32_t *o = (uint32_t *)(dst + (size_t)row * ld + 2 * q);
 #pragma unroll
-		for (int j = 0; j < FA_HS / 8; j++)
-			o[4 * j] = pack16x2(acc[j][2 * h] * scale[h], acc[j][2 * h + 1] * scale[h], bf16);
+		for (int j = 0; j < N8; j++)
+			put(row, 8 * j + 2 * q, acc[j][2 * h], acc[j][2 * h + 1], h);
 	}
+}
+
+/* acc[16, 64] (as mma16816's d) times scale[h] for its row g + 8h, rounded
+ * to 16 bits, into rows row0 + g and row0 + g + 8 (those below t) of dst
+ * (rows ld values apart) */
+__device__ static void warp_store(uint16_t *dst, long ld, int row0, int t,
+                                  const float acc[FA_HS / 8][4], const float scale[2], int bf16)
+{
+	warp_each_pair<FA_HS / 8>(row0, t, acc, [&](int row, int col, float v0, float v1, int h) {
+		*(uint32_t *)(dst + (size_t)row * ld + col) =
+			pack16x2(v0 * scale[h], v1 * scale[h], bf16);
+	});
 }
 
 /* Rows [r0, r0 + 64) of one head's 64 columns of src into a tile as
@@ -429,17 +440,9 @@ template <int N8>
 __device__ static void warp_add(float *dst, long ld, int row0, int t, const float acc[N8][4],
                                 float scale)
 {
-	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-#pragma unroll
-	for (int h = 0; h < 2; h++) {
-		int row = row0 + g + 8 * h;
-		if (row >= t)
-			continue;
-		float *o = dst + (size_t)row * ld + 2 * q;
-#pragma unroll
-		for (int j = 0; j < N8; j++)
-			red_add2(o + 8 * j, acc[j][2 * h] * scale, acc[j][2 * h + 1] * scale);
-	}
+	warp_each_pair<N8>(row0, t, acc, [&](int row, int col, float v0, float v1, int) {
+		red_add2(dst + (size_t)row * ld + col, v0 * scale, v1 * scale);
+	});
 }
 
 /* One block of Warps warps per tile of 16 Warps keys: dk and dv of its
