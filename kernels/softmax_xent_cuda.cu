@@ -5,7 +5,10 @@
  * online (max m, sum s of exp(x - m)) over its strided share of the row;
  * the pairs are merged in a fixed order (butterfly within the warp, then the
  * warps' results in order), so lse has the same bits on every run.
- * Backward: a grid over (row, column block), one expf per logit. Where the
+ * Backward: a grid over (row, column block), one expf per logit. Both in
+ * one kernel for a training step (the forward's block goes on to write the
+ * row's gradient, reading the row again while it is likely in the
+ * caches). Where the
  * rows start on 16 bytes (the GPT's padded logits) both read and write
  * eight elements an access: with 2-byte accesses a thread kept too few
  * bytes in flight, and the two kernels ran at a quarter of an H200's
@@ -86,6 +89,20 @@ extern "C" void kern_softmax_xent_bwd_set_ld_act_cuda(int a16, void *dlogits, fl
                                                       int n, int v)
 {
 	xent_bwd(a16, dlogits, dloss, logits, ld, lse, targets, n, v, 1);
+}
+
+extern "C" void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses, float *lse,
+                                                          void *dlogits, float dloss,
+                                                          const void *logits, int ld,
+                                                          const int *targets, int n, int v)
+{
+	int ops = kern_cuda_act_operands(a16, "softmax_xent forward and backward");
+	if (n <= 0 || v <= 0)
+		return;
+	int vec = xent_vec_ok(logits, ld) && xent_vec_ok(dlogits, ld);
+	xent_fwd_bwd_kernel<<<n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(
+		losses, lse, dlogits, dloss, logits, ld, targets, v, vec, a16, ops);
+	KERN_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld,

@@ -37,6 +37,13 @@ void kern_softmax_xent_bwd_set_ld_act_cuda(int a16, void *dlogits, float dloss,
                                            const void *logits, int ld, const float *lse,
                                            const int *targets, int n, int v);
 void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld, int n, int v);
+/* kern_softmax_xent_fwd_ld_act_cuda and then kern_softmax_xent_bwd_set_ld_act_cuda
+ * in one pass (the same values): for a training step, whose backward's
+ * dloss is known before its forward, one read of the logits from memory
+ * instead of two. */
+void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses, float *lse,
+                                               void *dlogits, float dloss, const void *logits,
+                                               int ld, const int *targets, int n, int v);
 
 #ifdef __cplusplus
 }

@@ -46,24 +46,15 @@ __device__ static inline void lse_add(float *m, float *s, float x)
 	}
 }
 
-/* Per row: lse = log sum exp(logits), loss = lse - logits[target] (0 and 0
- * for a negative target). One block a row; with vec (xent_vec_ok) each
- * thread reads groups of eight, whose own maximum and sum merge into the
- * thread's (one exp an element, as online), else one element at a time. */
-__global__ static void xent_fwd_kernel(float *losses, float *lse, const void *logits, int ld,
-                                       const int *targets, int v, int vec, int a16, int ops)
+/* The row's lse = log sum exp(logits) from x0 (v elements) for every thread
+ * of the block (XENT_FWD_THREADS): with vec (xent_vec_ok) each thread reads
+ * groups of eight, whose own maximum and sum merge into the thread's (one
+ * exp an element, as online), else one element at a time; then the merges
+ * in a fixed order. */
+__device__ static float xent_row_lse(const void *logits, size_t x0, int v, int vec, int a16,
+                                     int ops)
 {
-	__shared__ float sm[XENT_FWD_THREADS / 32], ss[XENT_FWD_THREADS / 32];
-	int row = blockIdx.x;
-	int tgt = targets[row];
-	if (tgt < 0) {
-		if (threadIdx.x == 0) {
-			losses[row] = 0.0f;
-			lse[row] = 0.0f;
-		}
-		return;
-	}
-	size_t x0 = (size_t)row * ld;
+	__shared__ float sm[XENT_FWD_THREADS / 32], ss[XENT_FWD_THREADS / 32], sl;
 	float m = -INFINITY, s = 0.0f;
 	int head = 0;                       /* elements [0, head) went eight at a time */
 	if (vec) {
@@ -100,7 +91,29 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const void *lo
 		s = ss[0];
 		for (int w = 1; w < XENT_FWD_THREADS / 32; w++)
 			lse_merge(&m, &s, sm[w], ss[w]);
-		float l = m + logf(s);
+		sl = m + logf(s);
+	}
+	__syncthreads();
+	return sl;
+}
+
+/* Per row: lse = log sum exp(logits), loss = lse - logits[target] (0 and 0
+ * for a negative target). One block a row (xent_row_lse). */
+__global__ static void xent_fwd_kernel(float *losses, float *lse, const void *logits, int ld,
+                                       const int *targets, int v, int vec, int a16, int ops)
+{
+	int row = blockIdx.x;
+	int tgt = targets[row];
+	if (tgt < 0) {
+		if (threadIdx.x == 0) {
+			losses[row] = 0.0f;
+			lse[row] = 0.0f;
+		}
+		return;
+	}
+	size_t x0 = (size_t)row * ld;
+	float l = xent_row_lse(logits, x0, v, vec, a16, ops);
+	if (threadIdx.x == 0) {
 		lse[row] = l;
 		losses[row] = l - act_ld(logits, x0 + tgt, a16, ops);
 	}
@@ -152,6 +165,45 @@ __global__ static void xent_bwd_kernel(void *dlogits, float dloss, const void *l
 		float g = xent_grad(act_ld(logits, base + j, a16, ops), l, j, tgt, dloss);
 		act_st(dlogits, base + j, set ? g : act_raw(dlogits, base + j, a16, ops) + g, a16, ops);
 	}
+}
+
+/* The forward and the _set backward in one: xent_fwd_kernel's losses and
+ * lse, then from the row as it is read again (while it is likely still in
+ * the caches) dlogits = xent_grad's g, written over [0, v) of the row (the
+ * padding columns are not written; zeros for a negative target). The same
+ * values as the two kernels one after the other, for one read of the
+ * logits from memory where they make two. One block a row; with vec
+ * (xent_vec_ok for both buffers) eight elements an access. */
+__global__ static void xent_fwd_bwd_kernel(float *losses, float *lse, void *dlogits, float dloss,
+                                           const void *logits, int ld, const int *targets,
+                                           int v, int vec, int a16, int ops)
+{
+	int row = blockIdx.x;
+	int tgt = targets[row];
+	size_t x0 = (size_t)row * ld;
+	float l = 0.0f;
+	if (tgt >= 0)
+		l = xent_row_lse(logits, x0, v, vec, a16, ops);
+	if (threadIdx.x == 0) {
+		lse[row] = l;
+		losses[row] = tgt < 0 ? 0.0f : l - act_ld(logits, x0 + tgt, a16, ops);
+	}
+	int head = 0;
+	if (vec) {
+		int groups = v / XENT_VEC;
+		head = groups * XENT_VEC;
+		size_t k0 = x0 / XENT_VEC;
+		for (int k = threadIdx.x; k < groups; k += XENT_FWD_THREADS) {
+			float x[XENT_VEC], d[XENT_VEC];
+			act_ld8(logits, k0 + k, a16, ops, x);
+			for (int i = 0; i < XENT_VEC; i++)
+				d[i] = xent_grad(x[i], l, k * XENT_VEC + i, tgt, dloss);
+			act_st8(dlogits, k0 + k, d, a16, ops);
+		}
+	}
+	for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
+		act_st(dlogits, x0 + j, xent_grad(act_ld(logits, x0 + j, a16, ops), l, j, tgt, dloss),
+		       a16, ops);
 }
 
 /* ---- argmax per row ------------------------------------------------------- */

@@ -379,7 +379,14 @@ void trn_model_free(struct trn_model *m)
 
 double trn_model_forward(struct trn_model *m, const struct trn_batch *b, struct trn_fwd_stats *st)
 {
-	return m->ops->forward(m, b, st);
+	double loss = m->ops->forward(m, b, st);
+	m->bwd_scale_next = 0.0f;
+	return loss;
+}
+
+void trn_model_expect_backward(struct trn_model *m, float scale)
+{
+	m->bwd_scale_next = scale;
 }
 
 void trn_model_backward(struct trn_model *m, const struct trn_batch *b, float scale)

@@ -144,6 +144,9 @@ struct trn_model {
 	 * backward; and (a GPU model) g_dev holds the sum of this step's
 	 * micro-batches so far, which has not gone to g */
 	int more_micro, grads_held;
+	/* trn_model_expect_backward: the scale of the backward that follows the
+	 * next forward (0: none said; the forward takes it back to 0) */
+	float bwd_scale_next;
 	double peak_flops;             /* the device's peak FLOP/s for the MFU; 0 unknown (CPU) */
 	char device_desc[320];         /* "cuda:0 NVIDIA H100 ..., sm_90, ..." ("" on the CPU) */
 	int n_blocks, block_first, block_params;
@@ -290,6 +293,13 @@ int trn_model_cuda_list(FILE *out);
 
 double trn_model_forward(struct trn_model *m, const struct trn_batch *b, struct trn_fwd_stats *st);
 void trn_model_backward(struct trn_model *m, const struct trn_batch *b, float scale);
+/* Says before a forward that trn_model_backward(m, same batch, scale) follows
+ * it (a training step's micro-batch): a model may then start the backward's
+ * work in the forward (the GPU GPT's cross-entropy gradient, in the pass
+ * that computes the loss). The same results either way; the forward
+ * forgets it, so a forward not followed by that backward (an evaluation)
+ * must not be told. */
+void trn_model_expect_backward(struct trn_model *m, float scale);
 void trn_model_init_weights(struct trn_model *m, uint64_t seed);
 void trn_model_zero_grad(struct trn_model *m);
 /* Before a backward: whether more micro-batches of the same step follow it

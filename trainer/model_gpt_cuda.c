@@ -82,6 +82,10 @@ struct gpt_cuda {
 	struct trn_act_offload off;        /* cpu */
 	int a16;                           /* activations stored as 16 bits (KERN_ACT_16) */
 	int flash;                         /* attention fused (attention_cuda.h's flash) */
+	int xent_fused;                    /* the cross-entropy's gradient in a training
+	                                    * forward (plan.h's xent_fused) */
+	float dlogits_scale;               /* the backward scale dlogits was written for by
+	                                    * the last forward, 0 none */
 	long btc_max;                      /* values of one [B,T,C] at the largest batch */
 	void *inputs;                      /* recompute: [L][B,T,C] every block's input */
 	void *top, *lnf, *logits, *tmp_c;
@@ -268,8 +272,24 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	kern_layernorm_fwd_act_cuda(a16, g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf),
 	                            wd(g, lf + 1), BT, C);
 	kern_matmul_fwd_ld_act_cuda(a16, g->logits, VP, g->lnf, wd(g, 0), NULL, BT, C, V);
-	kern_softmax_xent_fwd_ld_act_cuda(a16, g->losses, g->lse, g->logits, VP, c->targets_dev, BT,
-	                                  V);
+	/* a training step's forward (trn_model_expect_backward) writes the
+	 * backward's dlogits in the same pass over the logits, with the dloss
+	 * gpt_cuda_backward would use */
+	float bscale = base->bwd_scale_next;
+	long counted = 0;
+	if (g->xent_fused && bscale != 0.0f)
+		for (long r = 0; r < BT; r++)
+			counted += b->targets[r] >= 0;
+	g->dlogits_scale = 0.0f;
+	if (counted) {
+		kern_softmax_xent_fwd_bwd_set_ld_act_cuda(a16, g->losses, g->lse, g->dlogits,
+		                                          bscale / (float)counted, g->logits, VP,
+		                                          c->targets_dev, BT, V);
+		g->dlogits_scale = bscale;
+	} else {
+		kern_softmax_xent_fwd_ld_act_cuda(a16, g->losses, g->lse, g->logits, VP,
+		                                  c->targets_dev, BT, V);
+	}
 	return trn_cuda_model_score(c, g->losses, a16, g->logits, VP, b->targets, BT, V, st);
 }
 
@@ -279,6 +299,8 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	int B = g->B, T = g->T, C = g->C, V = g->V, VP = g->VP, NH = g->NH, BT = B * T;
 	int a16 = g->a16;
 	int lf = block_param(g->L, 0);
+	int dlogits_ready = g->dlogits_scale != 0.0f && g->dlogits_scale == scale;
+	g->dlogits_scale = 0.0f;
 	long counted = 0;
 	for (long r = 0; r < BT; r++)
 		counted += b->targets[r] >= 0;
@@ -299,8 +321,9 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	}
 	/* as in forward, the activation gradient each op writes is rounded;
 	 * parameter gradients are rounded at grad_ready */
-	kern_softmax_xent_bwd_set_ld_act_cuda(a16, g->dlogits, scale / (float)counted, g->logits, VP,
-	                                      g->lse, c->targets_dev, BT, V);
+	if (!dlogits_ready)                /* else the forward wrote them (gpt_cuda_forward) */
+		kern_softmax_xent_bwd_set_ld_act_cuda(a16, g->dlogits, scale / (float)counted,
+		                                      g->logits, VP, g->lse, c->targets_dev, BT, V);
 	kern_matmul_bwd_set_ld_act_cuda(a16, g->dln, gd(g, 0), NULL, g->dlogits, VP, g->lnf,
 	                                wd(g, 0), BT, C, V);
 	kern_layernorm_bwd_set_act_cuda(a16, g->dres, gd(g, lf), gd(g, lf + 1), g->dln, g->top,
@@ -478,6 +501,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->flash = lay.flash && kern_attention_flash_supported(g->T, g->C, g->NH);
 	kern_matmul_cuda_fused_gelu(lay.gelu_fused);
 	kern_attention_flash_dq_atomic(lay.flash_dq_atomic);
+	g->xent_fused = lay.xent_fused;
 	long floats = carve(g, max_batch, mode, NULL);
 	/* the GEMMs' 16-bit weights: wte's rows padded to VP with zeros, for the
 	 * logits' GEMMs (forward and dinp) over the padded vocabulary */

@@ -46,6 +46,7 @@ void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compu
 	out->flash = out->a16 && !env_is("LARCH_CUDA_ATTENTION", "gemm", 0) && model->heads > 0 &&
 	             model->dim == model->heads * TRN_FLASH_HEAD_SIZE;
 	out->gelu_fused = out->a16 && !env_is("LARCH_CUDA_GELU", "separate", 0);
+	out->xent_fused = !env_is("LARCH_CUDA_XENT", "separate", 0);
 	out->flash_dq_atomic = !out->flash                                  ? 0
 	                       : env_is("LARCH_CUDA_FLASH_DQ", "atomic", 0)    ? 64
 	                       : env_is("LARCH_CUDA_FLASH_DQ", "atomic128", 0) ? 128

@@ -84,7 +84,11 @@ struct trn_plan {
  * measured; LARCH_CUDA_GELU=separate for the GELU kernels; the same memory);
  * flash_dq_atomic, with flash, the keys of the blocks of its backward that
  * add dq atomically into fp32 scratch of [B, T, C], 0 for none
- * (LARCH_CUDA_FLASH_DQ=atomic: 64, =atomic128: 128; off until measured). */
+ * (LARCH_CUDA_FLASH_DQ=atomic: 64, =atomic128: 128; off until measured);
+ * xent_fused, a training step's forward writes the cross-entropy's
+ * gradient in the pass that computes the loss (kern_softmax_xent_fwd_bwd_
+ * set_ld_act_cuda: one read of the logits where the two kernels make two;
+ * the same values and memory; LARCH_CUDA_XENT=separate for the two). */
 /* The GPU GPT's logits rows: the vocabulary rounded up to a multiple of
  * TRN_GPT_LOGITS_ALIGN (model_gpt_cuda.c), and so are the rows of its
  * 16-bit copy of the token embedding (params16). */
@@ -98,6 +102,7 @@ struct trn_gpt_gpu_layout {
 	int a16, flash, gelu_fused;
 	int flash_dq_atomic;               /* the fused backward's dq in fp32 scratch: its
 	                                    * blocks' keys (attention_cuda.h), or 0 */
+	int xent_fused;
 };
 #define TRN_FLASH_HEAD_SIZE 64
 void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,

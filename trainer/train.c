@@ -863,6 +863,8 @@ static int train_loop(struct run *r, struct trn_err *err)
 			trn_loader_micro(&r->loader, a, &r->batch);
 			if (r->batch.x)           /* the input as the model stores it */
 				trn_model_round(m, r->batch.x, (long)r->batch.n * r->ds.dim);
+			float bscale = (float)(scale / (double)accum);
+			trn_model_expect_backward(m, bscale);
 			loss += trn_model_forward(m, &r->batch, NULL);
 			/* the next micro-batch's copy to the device beside this backward */
 			if (r->ahead.cap && trn_loader_next_micro(&r->loader, a, accum, &r->ahead)) {
@@ -873,7 +875,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 			if (a == accum - 1)
 				trn_dp_arm(&r->dp);
 			trn_model_more_micro(m, a < accum - 1);
-			trn_model_backward(m, &r->batch, (float)(scale / (double)accum));
+			trn_model_backward(m, &r->batch, bscale);
 		}
 		loss /= (double)accum;
 		double t_bwd = now();

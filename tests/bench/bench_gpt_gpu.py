@@ -33,7 +33,9 @@ says which ran). Printed side by side:
   FlashAttention-2's five tile products instead of seven; "dq-atomic128",
   =atomic128: the same in blocks of 128 keys, half the adds) and
   "fwd-rows32" (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows
-  of queries a warp)
+  of queries a warp); and "xent-sep" (LARCH_CUDA_XENT=separate: the
+  cross-entropy's forward and backward as two kernels, the default before
+  its one pass)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -352,6 +354,7 @@ def main():
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"},
                                   "-more-blocks"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "fused"}, "-dbias-fused"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_XENT": "separate"}, "-xent-sep"),
                 lambda: larch_row("bf16", gemm, "-gemm-attn"),
                 lambda: larch_row("bf16", sep, "-gelu-sep"),
                 lambda: larch_row("bf16", {**gemm, **sep}, "-neither"),

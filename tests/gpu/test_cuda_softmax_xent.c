@@ -2,7 +2,8 @@
  * the reference (softmax_xent_cpu.c): losses and lse, ignored rows (negative
  * targets), logits far from 0, GPT-2's vocabulary (50257); backward adding
  * into dlogits, the _set backward over NaN, accumulation (adding gives
- * exactly the initial values + what _set gives), determinism.
+ * exactly the initial values + what _set gives), determinism; the two in
+ * one pass, the same bits as one after the other.
  *
  * Tolerances (want = _ref, exp and sums in double), those of the CPU version:
  *   losses, lse: 1e-5 + 1e-5 rel. The fp32 sum of v exps (per thread, then a
@@ -20,6 +21,7 @@
 #include "kernels/cuda_common.h"
 #include "kernels/matmul_cuda.h"
 #include "kernels/precision.h"
+#include "kernels/precision_cuda.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/softmax_xent_cuda.h"
 
@@ -297,6 +299,60 @@ static void test_bf16_stores(void)
 	kern_cuda_free(d_lse), kern_cuda_free(d_losses);
 }
 
+/* The forward and the _set backward in one pass (kern_softmax_xent_fwd_
+ * bwd_set_ld_act_cuda, a training step's) against the two kernels one
+ * after the other: losses, lse and dlogits the same bits, in fp32 and with
+ * packed 16-bit logits (KERN_ACT_16), rows padded (vec) and not, ignored
+ * rows; the padding columns left as they were */
+static void test_one_pass(void)
+{
+	const int cases[][3] = { { 16, 50257, 50304 }, { 5, 33, 35 }, { 7, 1000, 1000 } };
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+		for (int a16 = 0; a16 < 2; a16++) {
+			int n = cases[k][0], v = cases[k][1], ld = cases[k][2];
+			long nl = (long)n * ld;
+			size_t es = a16 ? sizeof(uint16_t) : sizeof(float);
+			float *x = host_rand(nl, -8, 8, &rng);
+			int *targets = rand_targets(n, v, 4);
+			if (a16)
+				kern_matmul_cuda_operands(KERN_MM_BF16);
+			void *d_x = kern_cuda_malloc(es * (size_t)nl);
+			float *d_xf = dev_copy(x, nl);
+			if (a16)
+				kern_fp32_to_bf16_cuda(d_x, d_xf, nl);
+			else
+				kern_cuda_copy(d_x, d_xf, es * (size_t)nl);
+			int *d_t = kern_cuda_dup(targets, sizeof(int) * (size_t)n);
+			float *d_l2 = dev_alloc(n), *d_s2 = dev_alloc(n), *d_l1 = dev_alloc(n);
+			float *d_s1 = dev_alloc(n);
+			void *d_d2 = kern_cuda_malloc(es * (size_t)nl), *d_d1 = kern_cuda_malloc(es * (size_t)nl);
+			kern_cuda_zero(d_d2, es * (size_t)nl);
+			kern_cuda_zero(d_d1, es * (size_t)nl);
+			int act = a16 ? KERN_ACT_16 : KERN_ACT_F32;
+			kern_softmax_xent_fwd_ld_act_cuda(act, d_l2, d_s2, d_x, ld, d_t, n, v);
+			kern_softmax_xent_bwd_set_ld_act_cuda(act, d_d2, 0.3f, d_x, ld, d_s2, d_t, n, v);
+			kern_softmax_xent_fwd_bwd_set_ld_act_cuda(act, d_l1, d_s1, d_d1, 0.3f, d_x, ld, d_t,
+			                                          n, v);
+			kern_matmul_cuda_operands(KERN_MM_FP32);
+			float *l2 = dev_fetch(d_l2, n), *l1 = dev_fetch(d_l1, n);
+			float *s2 = dev_fetch(d_s2, n), *s1 = dev_fetch(d_s1, n);
+			unsigned char *dd2 = malloc(es * (size_t)nl), *dd1 = malloc(es * (size_t)nl);
+			kern_cuda_download(dd2, d_d2, es * (size_t)nl);
+			kern_cuda_download(dd1, d_d1, es * (size_t)nl);
+			char what[96];
+			snprintf(what, sizeof what, "one pass n=%d v=%d ld=%d a16=%d losses", n, v, ld, a16);
+			check_same_bits(what, l1, l2, n);
+			snprintf(what, sizeof what, "one pass n=%d v=%d ld=%d a16=%d lse", n, v, ld, a16);
+			check_same_bits(what, s1, s2, n);
+			CHECK_MSG(!memcmp(dd1, dd2, es * (size_t)nl),
+			          "one pass n=%d v=%d ld=%d a16=%d: dlogits differ", n, v, ld, a16);
+			free(x), free(targets), free(l2), free(l1), free(s2), free(s1), free(dd2), free(dd1);
+			kern_cuda_free(d_x), kern_cuda_free(d_xf), kern_cuda_free(d_t);
+			kern_cuda_free(d_l2), kern_cuda_free(d_s2), kern_cuda_free(d_l1);
+			kern_cuda_free(d_s1), kern_cuda_free(d_d2), kern_cuda_free(d_d1);
+		}
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_softmax_xent");
@@ -305,5 +361,6 @@ int main(void)
 	CHECK_RUN(test_deterministic);
 	CHECK_RUN(test_argmax);
 	CHECK_RUN(test_bf16_stores);
+	CHECK_RUN(test_one_pass);
 	return check_finish();
 }

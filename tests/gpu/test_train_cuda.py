@@ -351,6 +351,11 @@ def main():
                     reference=tmp / "gpt-h64-cpu",
                     env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_DQ": how},
                     expect=(says,))
+        # the cross-entropy's forward and backward as two kernels
+        # (LARCH_CUDA_XENT=separate), where every other run takes one pass
+        compare(c, exe, tmp, "gpt-bf16-xent-separate",
+                {**gpt, "name": "gpt-bf16-xent-separate", "precision": {"compute": "bf16"}},
+                reference=tmp / "gpt-cpu", env={"LARCH_CUDA_XENT": "separate"})
         # and its forward at 32 rows of queries a warp (LARCH_CUDA_FLASH_FWD_ROWS=32)
         compare(c, exe, tmp, "gpt-h64-bf16-flash-fwd-rows32",
                 {**h64, "name": "gpt-h64-bf16-flash-fwd-rows32",

@@ -282,6 +282,38 @@ static void test_elementwise()
 	}
 }
 
+/* The forward and _set backward in one kernel (xent_fwd_bwd_kernel) on the
+ * fp32 logits x and their packed x16: losses, lse and dlogits (padding
+ * columns untouched: zeros) the bits the two kernels gave (l, lse, d, d16;
+ * NaNs too) */
+static void xent_one_pass(const std::vector<float> &x, const std::vector<uint16_t> &x16,
+                          const std::vector<int> &tgt, int v, int ld, int vec,
+                          const std::vector<float> &l, const std::vector<float> &lse,
+                          const std::vector<float> &d, const std::vector<uint16_t> &d16)
+{
+	int n = (int)tgt.size();
+	auto bits = [](const void *a, const void *b, size_t bytes) { return !std::memcmp(a, b, bytes); };
+	for (int a16 = 0; a16 < 2; a16++) {
+		std::vector<float> l1(n, -1.0f), lse1(n, -1.0f), d1(d.size(), 0.0f);
+		std::vector<uint16_t> h1(d16.size(), 0);
+		emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
+			if (a16)
+				xent_fwd_bwd_kernel(l1.data(), lse1.data(), h1.data(), 0.37f, x16.data(), ld,
+				                    tgt.data(), v, vec, 1, g_ops);
+			else
+				xent_fwd_bwd_kernel(l1.data(), lse1.data(), d1.data(), 0.37f, x.data(), ld,
+				                    tgt.data(), v, vec, 0, g_ops);
+		});
+		CHECK_MSG(bits(l1.data(), l.data(), sizeof(float) * n) &&
+		          bits(lse1.data(), lse.data(), sizeof(float) * n),
+		          "%s xent in one pass (a16 %d, vec %d, v %d): losses or lse differ", ty(), a16,
+		          vec, v);
+		CHECK_MSG(a16 ? bits(h1.data(), d16.data(), sizeof(uint16_t) * h1.size())
+		              : bits(d1.data(), d.data(), sizeof(float) * d1.size()),
+		          "%s xent in one pass (a16 %d, vec %d, v %d): dlogits differ", ty(), a16, vec, v);
+	}
+}
+
 /* the forward and backward over n rows of v logits ld apart, fp32 and
  * 16-bit storage, with vec (groups of eight) as asked: the two storages the
  * same bits; losses and lse into l, lse, dlogits (set, then accumulated
@@ -339,6 +371,8 @@ static void xent_case(int n, int v, int ld, int vec, std::vector<float> &l,
 		});
 		same16(set ? "xent dlogits (padding included)" : "xent dlogits accumulated",
 		       d16.data(), d.data(), total);
+		if (set)
+			xent_one_pass(x, x16, tgt, v, ld, vec, l, lse, d, d16);
 	}
 }
 

@@ -95,8 +95,9 @@ static int close_floats(const float *a, const float *b, const float *before, lon
 	return 1;
 }
 
-/* One forward and backward on both models: the same loss, stats,
- * gradients and grad_ready order. With accumulated > 0, g already held a
+/* One forward and backward on both models, told of the backward before
+ * the forward (trn_model_expect_backward) as the trainer tells them: the
+ * same loss, stats, gradients and grad_ready order. With accumulated > 0, g already held a
  * micro-batch's gradients: the CPU kernels add into it inside their sums,
  * the GPU model adds its sums to it afterwards, so the two round apart
  * (within accumulated, relative: 4e-6 in fp32, as far as a sum's terms
@@ -106,6 +107,9 @@ static void step_both(struct trn_model *cpu, struct trn_model *gpu, const struct
                       float scale, double accumulated, const char *what)
 {
 	struct trn_fwd_stats sc = { 0 }, sg = { 0 };
+	/* as the trainer does: a GPU GPT then writes dlogits in its forward */
+	trn_model_expect_backward(cpu, scale);
+	trn_model_expect_backward(gpu, scale);
 	double lc = trn_model_forward(cpu, b, &sc), lg = trn_model_forward(gpu, b, &sg);
 	CHECK_MSG(lc == lg, "%s: loss %.9g on the CPU, %.9g on the GPU model", what, lc, lg);
 	CHECK_MSG(sc.correct == sg.correct && sc.count == sg.count && sc.loss_sum == sg.loss_sum,
@@ -407,6 +411,28 @@ static void test_gpt_gelu_setting(void)
 	unsetenv("LARCH_CUDA_GELU");
 }
 
+/* A GPU GPT told of the backward before its forward writes dlogits in the
+ * forward's pass over the logits (the shim counts those calls), unless
+ * LARCH_CUDA_XENT=separate; step_both checks the gradients against the CPU
+ * model either way, and step_held (not told) the two kernels' path */
+extern long cuda_shim_xent_fused_calls;
+
+static void test_gpt_xent_setting(void)
+{
+	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
+	static const char *const settings[] = { NULL, "separate" };
+	for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+		set_env("LARCH_CUDA_XENT", settings[s]);
+		long before = cuda_shim_xent_fused_calls;
+		compare_gpt(&ds, 2, 16, "\"precision\": {\"compute\": \"bf16\"},", "gpt xent bf16");
+		compare_gpt(&ds, 2, 16, "", "gpt xent fp32");
+		long calls = cuda_shim_xent_fused_calls - before;
+		CHECK_MSG((calls > 0) == (s == 0), "LARCH_CUDA_XENT %s: %ld one-pass cross-entropy calls",
+		          settings[s] ? settings[s] : "unset", calls);
+	}
+	unsetenv("LARCH_CUDA_XENT");
+}
+
 static void test_mlp(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_CLASSIFY, .dim = 20, .n_classes = 7 };
@@ -603,6 +629,7 @@ int main(void)
 	CHECK_RUN(test_gpt);
 	CHECK_RUN(test_gpt_flash);
 	CHECK_RUN(test_gpt_gelu_setting);
+	CHECK_RUN(test_gpt_xent_setting);
 	CHECK_RUN(test_mlp);
 	CHECK_RUN(test_train_same_run);
 	CHECK_MSG(cuda_shim_live_buffers == 0, "%ld device buffers not freed", cuda_shim_live_buffers);
