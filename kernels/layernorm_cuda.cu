@@ -11,6 +11,11 @@
  *      and sums dout * norm and dout for dweight and dbias in registers,
  *      then stores them as the block's partials (the rows are still in L2);
  * then a second kernel adds the partials up per column in a fixed order.
+ * Rows of up to 1024 elements in groups of eight on 16 bytes (GPT-2's 768)
+ * go one read each instead (ln_bwd_rows_kernel: a warp holds its row's x
+ * and dout in registers from the sums to dinp; LN_ROWS_BLOCK rows a block,
+ * a quarter of the partials; kern_layernorm_cuda_rows, off until measured:
+ * a block holds 153 registers a thread, one block an SM).
  * Where the rows start on 16 bytes (8 with 16-bit storage) and c is a
  * multiple of 4, both read and write four elements an access: one 2-byte
  * access a thread kept too few bytes in flight, and the backward ran at a
@@ -21,6 +26,9 @@
  * same bits on every run.
  */
 #include "layernorm_cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_common.h"
 
@@ -51,6 +59,20 @@ extern "C" void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, co
 	kern_layernorm_fwd_act_cuda(KERN_ACT_F32, out, mean, rstd, inp, weight, bias, n, c);
 }
 
+static int g_ln_rows = -1;              /* -1: LARCH_CUDA_LN not read yet */
+
+extern "C" int kern_layernorm_cuda_rows(int on)
+{
+	if (g_ln_rows < 0) {
+		const char *v = getenv("LARCH_CUDA_LN");
+		g_ln_rows = v && strcmp(v, "rows") == 0;
+	}
+	int prev = g_ln_rows;
+	if (on >= 0)
+		g_ln_rows = on != 0;
+	return prev;
+}
+
 static void layernorm_bwd(int a16, void *dinp, float *dweight, float *dbias, const void *dout,
                           const void *inp, const float *weight, const float *mean,
                           const float *rstd, int n, int c, int set)
@@ -58,12 +80,24 @@ static void layernorm_bwd(int a16, void *dinp, float *dweight, float *dbias, con
 	int ops = kern_cuda_act_operands(a16, "layernorm backward");
 	if (n <= 0 || c <= 0)
 		return;
-	int nblk = (n + LN_ROWS - 1) / LN_ROWS;
+	int rows = kern_layernorm_cuda_rows(-1) && ln_rows_ok(dinp, dout, inp, c);
+	int per = rows ? LN_ROWS_BLOCK : LN_ROWS;
+	int nblk = (n + per - 1) / per;
 	float *part = (float *)kern_cuda_scratch_alloc(sizeof(float) * 2 * (size_t)c * nblk);
-	int vec = ln_vec_ok(dinp, c, a16) && ln_vec_ok(dout, c, a16) && ln_vec_ok(inp, c, a16);
-	ln_bwd_kernel<<<nblk, LN_BWD_THREADS, 0, kern_cuda_stream()>>>(dinp, part, dout, inp, weight,
-	                                                               mean, rstd, n, c, set, vec,
-	                                                               a16, ops);
+	if (rows) {
+		typedef void (*rows_kernel)(void *, float *, const void *, const void *, const float *,
+		                            const float *, const float *, int, int, int, int, int);
+		static const rows_kernel by_g[LN_ROWS_MAX_G] = {
+			ln_bwd_rows_kernel<1>, ln_bwd_rows_kernel<2>, ln_bwd_rows_kernel<3>,
+			ln_bwd_rows_kernel<4>,
+		};
+		by_g[(c + 255) / 256 - 1]<<<nblk, LN_BWD_THREADS, 0, kern_cuda_stream()>>>(
+			dinp, part, dout, inp, weight, mean, rstd, n, c, set, a16, ops);
+	} else {
+		int vec = ln_vec_ok(dinp, c, a16) && ln_vec_ok(dout, c, a16) && ln_vec_ok(inp, c, a16);
+		ln_bwd_kernel<<<nblk, LN_BWD_THREADS, 0, kern_cuda_stream()>>>(
+			dinp, part, dout, inp, weight, mean, rstd, n, c, set, vec, a16, ops);
+	}
 	KERN_CUDA_CHECK_LAUNCH();
 	ln_bwd_final_kernel<<<(2 * c + 31) / 32, dim3(32, LN_FINAL_TY), 0, kern_cuda_stream()>>>(
 		dweight, dbias, part, nblk, c);

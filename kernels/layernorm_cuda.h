@@ -26,6 +26,12 @@ void kern_layernorm_fwd_act_cuda(int a16, void *out, float *mean, float *rstd, c
 void kern_layernorm_bwd_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
                                  const void *dout, const void *inp, const float *weight,
                                  const float *mean, const float *rstd, int n, int c);
+/* Whether the backward takes rows of up to 1024 elements (in groups of
+ * eight, on 16 bytes) one read each from registers instead of the
+ * two-pass kernel: off unless LARCH_CUDA_LN=rows is in the environment
+ * (not yet measured); on >= 0 sets it, -1 only asks. Returns the previous
+ * setting. The values differ by the row sums' order (within rounding). */
+int kern_layernorm_cuda_rows(int on);
 void kern_layernorm_bwd_set_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
                                      const void *dout, const void *inp, const float *weight,
                                      const float *mean, const float *rstd, int n, int c);

@@ -196,6 +196,102 @@ __global__ static void ln_bwd_kernel(void *dinp, float *part, const void *dout,
 	}
 }
 
+/* The backward a row at a time from registers, for rows of up to 256 G
+ * elements in groups of eight (ln_rows_ok): a warp reads its row's x and
+ * dout once (16-byte accesses of 16-bit values), takes the row sums, and
+ * writes dinp from the values it holds, where ln_bwd_kernel reads the
+ * block's rows a second time; LN_ROWS_BLOCK rows a block, warp w's rows w,
+ * w + LN_ROWS, ... of them (neighbouring warps on neighbouring rows), so
+ * that the column sums' partials (part: [gridDim.x][2][c], as
+ * ln_bwd_kernel's) are a quarter as many. Lane l holds the columns of
+ * groups l, l + 32, ... and sums its columns' dweight and dbias terms over
+ * its rows in order; the block adds its warps' sums in warp order. */
+#define LN_ROWS_BLOCK 32
+#define LN_ROWS_MAX_G 4
+static inline int ln_rows_ok(const void *dinp, const void *dout, const void *inp, int c)
+{
+	return c % 8 == 0 && c <= 256 * LN_ROWS_MAX_G &&
+	       ((uintptr_t)dinp | (uintptr_t)dout | (uintptr_t)inp) % 16 == 0;
+}
+
+template <int G>
+__global__ static void __launch_bounds__(LN_BWD_THREADS)
+ln_bwd_rows_kernel(void *dinp, float *part, const void *dout, const void *inp,
+                   const float *weight, const float *mean, const float *rstd, int n, int c,
+                   int set, int a16, int ops)
+{
+	__shared__ float red[2 * 256 * LN_ROWS_MAX_G];   /* the block's dweight, dbias sums */
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int groups = c / 8;
+	float sw[G][8], sb[G][8];
+#pragma unroll
+	for (int i = 0; i < G; i++)
+#pragma unroll
+		for (int e = 0; e < 8; e++)
+			sw[i][e] = sb[i][e] = 0.0f;
+	for (int k = warp; k < LN_ROWS_BLOCK; k += LN_ROWS) {
+		int row = blockIdx.x * LN_ROWS_BLOCK + k;
+		if (row >= n)
+			break;
+		size_t g0 = (size_t)row * c / 8;
+		float m = mean[row], r = rstd[row];
+		float x[G][8], dy[G][8];
+		float a = 0.0f, b = 0.0f;
+#pragma unroll
+		for (int i = 0; i < G; i++) {
+			int gi = lane + 32 * i;
+			if (gi < groups) {
+				act_ld8(inp, g0 + gi, a16, ops, x[i]);
+				act_ld8(dout, g0 + gi, a16, ops, dy[i]);
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < G; i++) {
+			int gi = lane + 32 * i;
+			if (gi < groups)
+#pragma unroll
+				for (int e = 0; e < 8; e++)
+					ln_bwd_sums(x[i][e], dy[i][e], weight[8 * gi + e], m, r, &a, &b);
+		}
+		float mdn = warp_sum(a) / c, mdnn = warp_sum(b) / c;
+#pragma unroll
+		for (int i = 0; i < G; i++) {
+			int gi = lane + 32 * i;
+			if (gi >= groups)
+				continue;
+			float d[8], o[8];
+			if (!set)
+				act_raw8(dinp, g0 + gi, a16, ops, o);
+#pragma unroll
+			for (int e = 0; e < 8; e++) {
+				float v = ln_bwd_elem(x[i][e], dy[i][e], weight[8 * gi + e], m, r, mdn, mdnn,
+				                      &sw[i][e], &sb[i][e]);
+				d[e] = set ? v : o[e] + v;
+			}
+			act_st8(dinp, g0 + gi, d, a16, ops);
+		}
+	}
+	/* the warps' sums into the block's, in warp order */
+	for (int w = 0; w < LN_ROWS; w++) {
+		if (warp == w)
+#pragma unroll
+			for (int i = 0; i < G; i++) {
+				int gi = lane + 32 * i;
+				if (gi < groups)
+#pragma unroll
+					for (int e = 0; e < 8; e++) {
+						int j = 8 * gi + e;
+						red[j] = w ? red[j] + sw[i][e] : sw[i][e];
+						red[c + j] = w ? red[c + j] + sb[i][e] : sb[i][e];
+					}
+			}
+		__syncthreads();
+	}
+	float *pw = part + (size_t)blockIdx.x * 2 * c;
+	for (int j = threadIdx.x; j < 2 * c; j += LN_BWD_THREADS)
+		pw[j] = red[j];
+}
+
 /* dweight[j] += sum over blocks of part[blk][0][j], dbias likewise: the
  * partials are a [nblk, 2c] matrix whose column sums go to dweight (first c
  * columns) and dbias. Block (32, LN_FINAL_TY): thread row ty sums the partial

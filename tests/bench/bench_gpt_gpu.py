@@ -33,7 +33,8 @@ says which ran). Printed side by side:
   FlashAttention-2's five tile products instead of seven; "dq-atomic128",
   =atomic128: the same in blocks of 128 keys, half the adds) and
   "fwd-rows32" (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows
-  of queries a warp); and "xent-sep" (LARCH_CUDA_XENT=separate: the
+  of queries a warp), "ln-rows" (LARCH_CUDA_LN=rows: LayerNorm's backward a
+  row at a time from registers); and "xent-sep" (LARCH_CUDA_XENT=separate: the
   cross-entropy's forward and backward as two kernels, the default before
   its one pass)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
@@ -351,6 +352,7 @@ def main():
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128"},
                                   "-dq-atomic128"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_FWD_ROWS": "32"}, "-fwd-rows32"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_LN": "rows"}, "-ln-rows"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"},
                                   "-more-blocks"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "fused"}, "-dbias-fused"),

@@ -344,6 +344,17 @@ static void bench_layernorm16(int n, int c)
 	double bytes[2] = { 4.0 * n * c, 8.0 * n * c };
 	const char *pass[2] = { "fwd", "bwd" };
 	print_vec_rows(name, "four", pass, ms, bytes);
+	/* the backward a row at a time from registers (kern_layernorm_cuda_rows,
+	 * rows on 16 bytes) beside the two-pass kernel */
+	l.off = 0;
+	int was = kern_layernorm_cuda_rows(1);
+	double rows = time_gpu_ms(ln16_bwd, &l);
+	kern_layernorm_cuda_rows(0);
+	double two = time_gpu_ms(ln16_bwd, &l);
+	kern_layernorm_cuda_rows(was);
+	printf("%-40s bwd    : a row at a time %8.4f ms %7.1f GB/s, two passes %8.4f ms, x%.2f\n",
+	       name, rows, bytes[1] / (rows * 1e-3) / 1e9, two, two / rows);
+	fflush(stdout);
 	free(h), free(hw);
 	kern_cuda_free(d), kern_cuda_free(l.inp), kern_cuda_free(l.out), kern_cuda_free(l.dout);
 	kern_cuda_free(l.dinp), kern_cuda_free(l.w), kern_cuda_free(l.b), kern_cuda_free(l.dw);

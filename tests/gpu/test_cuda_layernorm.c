@@ -30,7 +30,7 @@ struct shape {
 
 static const struct shape shapes[] = {
 	{ 1, 1 }, { 1, 8 }, { 7, 33 }, { 9, 31 }, { 64, 768 }, { 257, 1600 }, { 1000, 100 },
-	{ 4099, 256 },
+	{ 4099, 256 }, { 33, 1000 },
 };
 
 struct ln {
@@ -154,10 +154,17 @@ static void compare(int n, int c)
 	ln_free(&s);
 }
 
+/* every shape with the two-pass backward and with the rows kernel
+ * (kern_layernorm_cuda_rows: the shapes whose rows it takes) */
 static void test_vs_ref(void)
 {
-	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
-		compare(shapes[k].n, shapes[k].c);
+	int was = kern_layernorm_cuda_rows(-1);
+	for (int rows = 0; rows < 2; rows++) {
+		kern_layernorm_cuda_rows(rows);
+		for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+			compare(shapes[k].n, shapes[k].c);
+	}
+	kern_layernorm_cuda_rows(was);
 }
 
 static void test_deterministic(void)

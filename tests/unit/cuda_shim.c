@@ -299,6 +299,12 @@ void kern_relu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, lo
 	kern_relu_bwd_set_cpu(dinp, inp, dout, n);
 }
 
+int kern_layernorm_cuda_rows(int on)
+{
+	(void)on;                          /* (one way here: the reference) */
+	return 0;
+}
+
 void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, const float *inp,
                              const float *weight, const float *bias, int n, int c)
 {

@@ -110,12 +110,67 @@ static void close(const char *what, const float *got, const float *want, long n,
 	CHECK(1);
 }
 
+/* The backward a row at a time from registers (ln_bwd_rows_kernel) on the
+ * same inputs as ln_bwd_kernel's (di0 dinp's before, set or accumulating),
+ * fp32 and 16-bit storage the same bits, against ln_bwd_kernel's results
+ * (di, gw, gb: fp32): dinp within a 16-bit spacing (the row sums in
+ * another order, then rounded), dweight and dbias within 1e-6 (the column
+ * sums grouped otherwise) */
+static void layernorm_rows(int set, int n, int c, const std::vector<float> &di0,
+                           const std::vector<float> &dy, const std::vector<float> &x,
+                           const std::vector<float> &w, const std::vector<float> &mean,
+                           const std::vector<float> &rstd, const std::vector<float> &di,
+                           const std::vector<float> &gw, const std::vector<float> &gb)
+{
+	long nc = (long)n * c;
+	int nblk = (n + LN_ROWS_BLOCK - 1) / LN_ROWS_BLOCK;
+	auto di16 = pack(di0), dy16 = pack(dy), x16 = pack(x);
+	std::vector<float> d32(di0), part((size_t)2 * c * nblk), part16(part.size());
+	std::vector<float> w32(c, 0.0f), b32(c, 0.0f);
+	auto run = [&](auto g) {
+		constexpr int G = decltype(g)::value;
+		emu_launch(dim3((unsigned)nblk), dim3(LN_BWD_THREADS), [&] {
+			ln_bwd_rows_kernel<G>(d32.data(), part.data(), dy.data(), x.data(), w.data(),
+			                      mean.data(), rstd.data(), n, c, set, 0, g_ops);
+		});
+		emu_launch(dim3((unsigned)nblk), dim3(LN_BWD_THREADS), [&] {
+			ln_bwd_rows_kernel<G>(di16.data(), part16.data(), dy16.data(), x16.data(), w.data(),
+			                      mean.data(), rstd.data(), n, c, set, 1, g_ops);
+		});
+	};
+	switch ((c + 255) / 256) {
+	case 1: run(std::integral_constant<int, 1>()); break;
+	case 2: run(std::integral_constant<int, 2>()); break;
+	case 3: run(std::integral_constant<int, 3>()); break;
+	default: run(std::integral_constant<int, 4>()); break;
+	}
+	/* the blocks' partials summed here (ln_bwd_final_kernel's emulation,
+	 * a thousand threads a block, is what is slow) */
+	for (int k = 0; k < nblk; k++)
+		for (int j = 0; j < c; j++) {
+			w32[j] += part[(size_t)k * 2 * c + j];
+			b32[j] += part[(size_t)k * 2 * c + c + j];
+		}
+	char what[96];
+	std::snprintf(what, sizeof what, "layernorm rows dinp set=%d c=%d", set, c);
+	same16(what, di16.data(), d32.data(), nc);
+	same32("layernorm rows dweight and dbias partials", part16.data(), part.data(),
+	       (long)part.size());
+	std::snprintf(what, sizeof what, "layernorm rows dinp set=%d c=%d, against two passes", set,
+	              c);
+	close(what, d32.data(), di.data(), nc, 1e-5, g_ops == 2 ? 0x1p-7 : 0x1p-10);
+	close("layernorm rows dweight, against two passes", w32.data(), gw.data(), c, 1e-6, 1e-5);
+	close("layernorm rows dbias, against two passes", b32.data(), gb.data(), c, 1e-6, 1e-5);
+}
+
 /* LayerNorm forward and backward over n rows of c, fp32 and 16-bit
  * storage, with vec (groups of four) as asked: the two storages the same
  * bits, both against the reference; the fp32 results into out (forward),
- * di (dinp of the accumulating backward), gw and gb */
+ * di (dinp of the accumulating backward), gw and gb; and the rows kernel
+ * against them, for the _set backward (rows_sets & 1) and the accumulating
+ * one (& 2): its emulation is slow, each case runs what it must */
 static void layernorm_case(int n, int c, int vec, std::vector<float> &out, std::vector<float> &di,
-                           std::vector<float> &gw, std::vector<float> &gb)
+                           std::vector<float> &gw, std::vector<float> &gb, int rows_sets = 0)
 {
 	long nc = (long)n * c;
 	uint64_t keep = rng;
@@ -184,6 +239,8 @@ static void layernorm_case(int n, int c, int vec, std::vector<float> &out, std::
 		close(what, di.data(), rdi.data(), nc, 1e-5, g_ops == 2 ? 0x1p-7 : 0x1p-10);
 		close("layernorm dweight vs reference", gw.data(), rgw.data(), c, 1e-4, 1e-4);
 		close("layernorm dbias vs reference", gb.data(), rgb.data(), c, 1e-4, 1e-4);
+		if (rows_sets & (set ? 1 : 2))
+			layernorm_rows(set, n, c, di0, dy, x, w, mean, rstd, di, gw, gb);
 	}
 }
 
@@ -202,7 +259,13 @@ static void test_layernorm()
 	close("layernorm dweight, vec against not", gw.data(), gw1.data(), (long)gw.size(), 1e-6,
 	      1e-6);
 	close("layernorm dbias, vec against not", gb.data(), gb1.data(), (long)gb.size(), 1e-6, 1e-6);
-	layernorm_case(9, 768, 1, out, di, gw, gb);   /* GPT-2's width: three groups a lane */
+	/* GPT-2's width: three groups a lane; and for the rows kernel, more
+	 * rows than a block's 32 (the last block part full) with a lane's
+	 * groups part used (c not a multiple of 256), one group a lane and
+	 * four */
+	layernorm_case(9, 768, 1, out, di, gw, gb, 3);
+	layernorm_case(33, 56, 1, out, di, gw, gb, 2);
+	layernorm_case(1, 1000, 1, out, di, gw, gb, 1);
 }
 
 /* GELU forward and backward in place and the residual into its first
