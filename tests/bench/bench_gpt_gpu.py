@@ -23,20 +23,22 @@ says which ran). Printed side by side:
   batched GEMMs and the [T, T] softmax), "gelu-sep"
   (LARCH_CUDA_GELU=separate: the GELU kernels), "neither" (both, the
   earlier default) and "act32" (LARCH_CUDA_ACT16=0: the layout before
-  that, fp32 buffers holding bf16 values that each GEMM converts); and
-  options not (yet) the default: "dbias-fused" (LARCH_CUDA_DBIAS=fused:
-  the bias gradients in the weight gradients' GEMM epilogues instead of
-  column-sum kernels) and "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
+  that, fp32 buffers holding bf16 values that each GEMM converts), and
+  "xent-sep" (LARCH_CUDA_XENT=separate: the cross-entropy's forward and
+  backward as two kernels, the default before its one pass); and the
+  options not (yet) the default, right after PyTorch's row, for a GPU
+  session to decide on: "staged" (dq-atomic128, fwd-rows32 and ln-rows
+  together), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
+  backward's dq added atomically by its dk, dv kernel, FlashAttention-2's
+  five tile products instead of seven), "dq-atomic128" (=atomic128: the
+  same in blocks of 128 keys, half the adds), "fwd-rows32"
+  (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows of queries
+  a warp), "ln-rows" (LARCH_CUDA_LN=rows: LayerNorm's backward a row at a
+  time from registers), "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
   q": the fused attention's backward kernels at one block more an SM than
-  their registers allow, capped) and "dq-atomic" (LARCH_CUDA_FLASH_DQ=
-  atomic: the backward's dq added atomically by its dk, dv kernel,
-  FlashAttention-2's five tile products instead of seven; "dq-atomic128",
-  =atomic128: the same in blocks of 128 keys, half the adds) and
-  "fwd-rows32" (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows
-  of queries a warp), "ln-rows" (LARCH_CUDA_LN=rows: LayerNorm's backward a
-  row at a time from registers); and "xent-sep" (LARCH_CUDA_XENT=separate: the
-  cross-entropy's forward and backward as two kernels, the default before
-  its one pass)
+  their registers allow, capped) and "dbias-fused" (LARCH_CUDA_DBIAS=
+  fused: the bias gradients in the weight gradients' GEMM epilogues
+  instead of column-sum kernels)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -348,6 +350,9 @@ def main():
         # the defaults are worth
         jobs = [lambda: larch_row("fp32"), lambda: larch_row("bf16"),
                 lambda: torch_row(True),
+                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128",
+                                           "LARCH_CUDA_FLASH_FWD_ROWS": "32",
+                                           "LARCH_CUDA_LN": "rows"}, "-staged"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic"}, "-dq-atomic"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128"},
                                   "-dq-atomic128"),
