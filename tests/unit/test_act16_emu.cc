@@ -697,7 +697,12 @@ static void test_embedding()
 
 int main(void)
 {
-	for (g_ops = 2; g_ops >= 1; g_ops--) {
+#ifdef LARCH_EMU_FEWER
+	const int last = 2;              /* a sanitizer's build: bf16 (the release build runs fp16) */
+#else
+	const int last = 1;
+#endif
+	for (g_ops = 2; g_ops >= last; g_ops--) {
 		CHECK_RUN(test_layernorm);
 		CHECK_RUN(test_elementwise);
 		CHECK_RUN(test_softmax_xent);

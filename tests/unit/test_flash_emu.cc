@@ -298,11 +298,21 @@ static void run_case(int b, int t, int nh, int bf16)
 
 static void test_flash(void)
 {
-	static const int shapes[][3] = { { 1, 1, 1 }, { 2, 67, 2 }, { 1, 64, 1 }, { 1, 130, 2 },
+	static const int shapes[][3] = { { 2, 67, 2 }, { 1, 130, 2 }, { 1, 1, 1 }, { 1, 64, 1 },
 	                                { 1, 200, 1 } };
-	for (const auto &s : shapes) {
-		run_case<__nv_bfloat16>(s[0], s[1], s[2], 1);
-		run_case<__half>(s[0], s[1], s[2], 0);
+#ifdef LARCH_EMU_FEWER
+	/* a sanitizer's build: partial tiles, several of them and of the
+	 * heads, in bf16; the release build runs the rest */
+	const size_t n = 2;
+	const int fp16 = 0;
+#else
+	const size_t n = sizeof shapes / sizeof shapes[0];
+	const int fp16 = 1;
+#endif
+	for (size_t i = 0; i < n; i++) {
+		run_case<__nv_bfloat16>(shapes[i][0], shapes[i][1], shapes[i][2], 1);
+		if (fp16)
+			run_case<__half>(shapes[i][0], shapes[i][1], shapes[i][2], 0);
 	}
 }
 
