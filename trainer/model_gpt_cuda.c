@@ -240,6 +240,23 @@ static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts
 #undef W
 }
 
+/* The batch's rows that have a target (the loss's mean is over them) */
+static long counted_targets(const struct trn_batch *b, long rows)
+{
+	long n = 0;
+	for (long r = 0; r < rows; r++)
+		n += b->targets[r] >= 0;
+	return n;
+}
+
+/* dlogits' scale for a backward of scale over counted targets: one
+ * expression for the forward that writes them (trn_model_expect_backward)
+ * and the backward that would, so that the two give the same bits */
+static float xent_dloss(float scale, long counted)
+{
+	return scale / (float)counted;
+}
+
 static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b,
                                struct trn_fwd_stats *st)
 {
@@ -276,14 +293,11 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	 * backward's dlogits in the same pass over the logits, with the dloss
 	 * gpt_cuda_backward would use */
 	float bscale = base->bwd_scale_next;
-	long counted = 0;
-	if (g->xent_fused && bscale != 0.0f)
-		for (long r = 0; r < BT; r++)
-			counted += b->targets[r] >= 0;
+	long counted = g->xent_fused && bscale != 0.0f ? counted_targets(b, BT) : 0;
 	g->dlogits_scale = 0.0f;
 	if (counted) {
 		kern_softmax_xent_fwd_bwd_set_ld_act_cuda(a16, g->losses, g->lse, g->dlogits,
-		                                          bscale / (float)counted, g->logits, VP,
+		                                          xent_dloss(bscale, counted), g->logits, VP,
 		                                          c->targets_dev, BT, V);
 		g->dlogits_scale = bscale;
 	} else {
@@ -301,9 +315,7 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	int lf = block_param(g->L, 0);
 	int dlogits_ready = g->dlogits_scale != 0.0f && g->dlogits_scale == scale;
 	g->dlogits_scale = 0.0f;
-	long counted = 0;
-	for (long r = 0; r < BT; r++)
-		counted += b->targets[r] >= 0;
+	long counted = counted_targets(b, BT);
 	struct trn_cuda_model *c = &g->c;
 	trn_cuda_model_gemms(c);
 	trn_cuda_model_grads_begin(c);
@@ -322,7 +334,7 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 	/* as in forward, the activation gradient each op writes is rounded;
 	 * parameter gradients are rounded at grad_ready */
 	if (!dlogits_ready)                /* else the forward wrote them (gpt_cuda_forward) */
-		kern_softmax_xent_bwd_set_ld_act_cuda(a16, g->dlogits, scale / (float)counted,
+		kern_softmax_xent_bwd_set_ld_act_cuda(a16, g->dlogits, xent_dloss(scale, counted),
 		                                      g->logits, VP, g->lse, c->targets_dev, BT, V);
 	kern_matmul_bwd_set_ld_act_cuda(a16, g->dln, gd(g, 0), NULL, g->dlogits, VP, g->lnf,
 	                                wd(g, 0), BT, C, V);
