@@ -33,9 +33,14 @@
 #include "precision_cuda.h"
 
 /* a GPT step's epilogue problems (forward bias, GELU, DGELU, the bias
- * gradients) take about ten plans; a full ring would plan and, for a
- * refused problem, say so again at each turn */
-#define LT_CACHE 32
+ * gradients) take about ten plans, and about thirty with every 16-bit GEMM
+ * tuned (kern_matmul_cuda_gemm_tune); a full ring would plan and, for a
+ * refused problem, say so again at each turn (a tuned one: time it again) */
+#define LT_CACHE 128
+/* the most of cuBLASLt's candidate algorithms a tuned problem times */
+#define LT_TUNE_MOST 16
+/* the timed runs of each candidate, after one untimed */
+#define LT_TUNE_RUNS 3
 
 static int g_fused_bias = 1;
 static int g_fused_gelu = 0;
@@ -43,6 +48,9 @@ static int g_fused_dbias = -1;         /* -1: LARCH_CUDA_DBIAS not read yet */
 static long g_fused_gelu_gemms;        /* GEMMs that took GELU into their epilogue */
 static long g_fused_dbias_gemms;       /* GEMMs that took the bias gradient */
 static long g_lt_refused;              /* cuBLASLt problems without an algorithm */
+static int g_tune = -1;                /* -1: LARCH_CUDA_GEMM_TUNE not read yet; 0 off;
+                                        * else the candidates a problem times */
+static long g_tuned, g_tuned_other;    /* problems tuned; those not on the first candidate */
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
 {
@@ -94,6 +102,32 @@ extern "C" long kern_matmul_cuda_fused_dbias_gemms(void)
 extern "C" long kern_matmul_cuda_lt_refused(void)
 {
 	return g_lt_refused;
+}
+
+static int tune_count(int candidates)
+{
+	return candidates < 2 ? 0 : candidates > LT_TUNE_MOST ? LT_TUNE_MOST : candidates;
+}
+
+/* off unless LARCH_CUDA_GEMM_TUNE is a count of 2 or more (at most
+ * LT_TUNE_MOST); candidates >= 0 sets it (0 or 1: off), -1 only asks */
+extern "C" int kern_matmul_cuda_gemm_tune(int candidates)
+{
+	if (g_tune < 0) {
+		const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
+		g_tune = tune_count(v ? atoi(v) : 0);
+	}
+	int prev = g_tune;
+	if (candidates >= 0)
+		g_tune = tune_count(candidates);
+	return prev;
+}
+
+extern "C" long kern_matmul_cuda_gemm_tuned(long *other)
+{
+	if (other)
+		*other = g_tuned_other;
+	return g_tuned;
 }
 
 extern "C" int kern_matmul_cuda_operands(int dtype)
@@ -174,15 +208,26 @@ static cudaDataType type16(void)
 	return kern_cuda_gemm_operands() == KERN_MM_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
+static int lt_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                   const void *a, int lda, const void *b, int ldb, float beta, void *d, int ldd,
+                   cudaDataType ab, cudaDataType dt, cublasLtEpilogue_t epi, const void *bias,
+                   const void *aux, long aux_ld);
+
 /* C (ldc, of type ct: fp32, or the operands' 16-bit type, rounded to nearest
  * from the fp32 result) = alpha op(A) op(B) + beta C with A and B in 16
- * bits, the products exact and summed in fp32 on the tensor cores. */
+ * bits, the products exact and summed in fp32 on the tensor cores: through
+ * cuBLAS, or with the GEMMs tuned (kern_matmul_cuda_gemm_tune) through
+ * cuBLASLt on the algorithm timed fastest, where it has one. */
 static void gemm16_to(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                       const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
                       void *c, cudaDataType ct, int ldc)
 {
 	const float one = 1.0f;
 	cudaDataType t = type16();
+	if (kern_matmul_cuda_gemm_tune(-1) &&
+	    lt_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, t, ct, CUBLASLT_EPILOGUE_DEFAULT,
+	            NULL, NULL, 0))
+		return;
 	KERN_CUBLAS_CHECK(cublasGemmEx(kern_cuda_cublas(), ta, tb, m, n, k, &one, a, t, lda, b, t,
 	                               ldb, &beta, c, ct, ldc, CUBLAS_COMPUTE_32F,
 	                               CUBLAS_GEMM_DEFAULT));
@@ -218,7 +263,8 @@ static void dweight16(float *dweight, const uint16_t *dout, int ldd, const uint1
  * out, DGELU in) an aux matrix of D's type and shape, rows aux_ld apart.
  * Plans are cached by everything the heuristic sees, pointer alignments
  * included (the bias's too: the heuristic reads the alignment of the bias
- * and aux pointers set in the descriptor, cublasLt.h); beta is the call's. */
+ * and aux pointers set in the descriptor, cublasLt.h) and the candidates
+ * asked of it (1, or those a tuned problem times); beta is the call's. */
 struct lt_key {
 	cublasOperation_t ta, tb;
 	int m, n, k, lda, ldb, ldd;
@@ -226,6 +272,7 @@ struct lt_key {
 	cublasLtEpilogue_t epi;
 	long aux_ld;                       /* 0: no aux matrix */
 	unsigned align[6];                 /* A, B, C (= D), D, aux, bias; 0: none */
+	int cands;
 };
 
 struct lt_plan {
@@ -234,8 +281,15 @@ struct lt_plan {
 	cublasLtMatmulDesc_t desc;
 	cublasLtMatrixLayout_t a, b, d;
 	cublasLtMatmulAlgo_t algo;
-	int ok; /* 0: no algorithm for this problem, the caller's other path */
+	int ok;                            /* 0: no algorithm for this problem, the caller's
+	                                    * other path */
+	int untimed;                       /* candidates to time at its first call (plan_tune) */
 };
+
+/* the candidates the heuristic gave the plan made last (plan_get), its
+ * estimate's best first: a new plan's first call times them (lt_gemm) */
+static cublasLtMatmulHeuristicResult_t g_cand[LT_TUNE_MOST];
+static int g_ncand;
 
 static cublasLtHandle_t g_lt;
 static void *g_lt_workspace;
@@ -341,18 +395,95 @@ static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, cons
 		red |= CUBLASLT_REDUCTION_SCHEME_INPLACE;
 	KERN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
 		pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red));
-	cublasLtMatmulHeuristicResult_t res;
 	int found = 0;
 	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->d, p->d,
-	                                                   pref, 1, &res, &found);
+	                                                   pref, key->cands, g_cand, &found);
 	cublasLtMatmulPreferenceDestroy(pref);
-	if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+	g_ncand = st == CUBLAS_STATUS_SUCCESS ? found : 0;
+	if (g_ncand > 0) {
 		p->ok = 1;
-		p->algo = res.algo;
+		p->algo = g_cand[0].algo;
+		p->untimed = g_ncand > 1;
 	} else {
 		plan_refuse(p, "no algorithm", st, found);
 	}
 	return p;
+}
+
+/* algo's time on the plan's problem in ms, the least of LT_TUNE_RUNS runs
+ * after an untimed one, D = d; negative where cuBLASLt refuses it at the
+ * call (it checks before it launches anything) */
+static float time_algo(const struct lt_plan *p, const cublasLtMatmulAlgo_t *algo, const void *a,
+                       const void *b, float beta, void *d, cudaEvent_t ev[2])
+{
+	const float one = 1.0f;
+	cudaStream_t s = kern_cuda_stream();
+	float least = -1.0f;
+	for (int r = 0; r <= LT_TUNE_RUNS; r++) {
+		KERN_CUDA_CHECK(cudaEventRecord(ev[0], s));
+		cublasStatus_t st = cublasLtMatmul(g_lt, p->desc, &one, a, p->a, b, p->b, &beta, d,
+		                                   p->d, d, p->d, algo, g_lt_workspace,
+		                                   KERN_CUBLASLT_WORKSPACE_BYTES, s);
+		if (st != CUBLAS_STATUS_SUCCESS)
+			return -1.0f;
+		KERN_CUDA_CHECK(cudaEventRecord(ev[1], s));
+		KERN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+		float ms = 0.0f;
+		KERN_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+		if (r > 0 && (least < 0.0f || ms < least))
+			least = ms;
+	}
+	return least;
+}
+
+/* Times the heuristic's candidates for plan p (g_cand, just made) on the
+ * first call's operands and keeps the fastest, as cuDNN's benchmark mode
+ * does: D is d itself where beta is 0 (the call then writes it again), a
+ * scratch matrix of its shape otherwise, since the runs must not add into
+ * d; an epilogue's output (the aux matrix, the bias gradient) is written
+ * again by the call too. Where that scratch cannot be had, or no candidate
+ * runs, the heuristic's first stays. Said on stderr where the pick is
+ * another. */
+static void plan_tune(struct lt_plan *p, const void *a, const void *b, float beta, void *d)
+{
+	const struct lt_key *key = &p->key;
+	p->untimed = 0;
+	size_t es = key->dt == CUDA_R_32F ? sizeof(float) : sizeof(uint16_t);
+	size_t bytes = es * ((size_t)(key->n - 1) * (size_t)key->ldd + (size_t)key->m);
+	void *dst = d;
+	if (beta != 0.0f && cudaMallocAsync(&dst, bytes, kern_cuda_stream()) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return;
+	}
+	cudaEvent_t ev[2];
+	KERN_CUDA_CHECK(cudaEventCreate(&ev[0]));
+	KERN_CUDA_CHECK(cudaEventCreate(&ev[1]));
+	int n = g_ncand, pick = -1;
+	float ms[LT_TUNE_MOST];
+	for (int i = 0; i < n; i++) {
+		ms[i] = time_algo(p, &g_cand[i].algo, a, b, beta, dst, ev);
+		if (ms[i] >= 0.0f && (pick < 0 || ms[i] < ms[pick]))
+			pick = i;
+	}
+	KERN_CUDA_CHECK(cudaEventDestroy(ev[0]));
+	KERN_CUDA_CHECK(cudaEventDestroy(ev[1]));
+	if (dst != d)
+		KERN_CUDA_CHECK(cudaFreeAsync(dst, kern_cuda_stream()));
+	if (pick < 0)
+		return;
+	g_tuned++;
+	p->algo = g_cand[pick].algo;
+	if (pick == 0)
+		return;
+	g_tuned_other++;
+	char first[48] = "refused";
+	if (ms[0] >= 0.0f)
+		snprintf(first, sizeof first, "%.4f ms, x%.2f", ms[0], ms[0] / ms[pick]);
+	fprintf(stderr,
+	        "larch: cuBLASLt tuned: epilogue %d, ops %c%c, m %d n %d k %d: candidate %d of %d, "
+	        "%.4f ms (the heuristic's first: %s)\n",
+	        (int)key->epi, key->ta == CUBLAS_OP_T ? 'T' : 'N', key->tb == CUBLAS_OP_T ? 'T' : 'N',
+	        key->m, key->n, key->k, pick + 1, n, ms[pick], first);
 }
 
 /* The problem of struct lt_key in one cuBLASLt call, D = op(A) op(B) + beta
@@ -376,6 +507,8 @@ static int lt_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 	key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd;
 	key.ab = ab, key.dt = dt, key.epi = epi;
 	key.aux_ld = aux ? aux_ld : 0;
+	int tune = kern_matmul_cuda_gemm_tune(-1);
+	key.cands = tune ? tune : 1;
 	unsigned al[6] = { ptr_align(a),           ptr_align(b),
 	                   ptr_align(d),           ptr_align(d),
 	                   aux ? ptr_align(aux) : 0, bias ? ptr_align(bias) : 0 };
@@ -389,6 +522,8 @@ static int lt_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 	if (aux)
 		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+	if (p->untimed)
+		plan_tune(p, a, b, beta, d);
 	const float one = 1.0f;
 	cublasStatus_t st = cublasLtMatmul(g_lt, p->desc, &one, a, p->a, b, p->b, &beta, d, p->d, d,
 	                                   p->d, &p->algo, g_lt_workspace,

@@ -7,7 +7,8 @@
  * column sum of our own in a fixed order, or with 16-bit activations
  * cuBLASLt's in the weight gradient's GEMM (kern_matmul_cuda_fused_dbias).
  * Every result is bit-identical from run to run on the same GPU model and
- * library versions. */
+ * library versions, unless the 16-bit GEMMs are tuned
+ * (kern_matmul_cuda_gemm_tune), whose pick of algorithm may vary. */
 #ifndef LARCH_KERNELS_MATMUL_CUDA_H
 #define LARCH_KERNELS_MATMUL_CUDA_H
 
@@ -173,6 +174,22 @@ long kern_matmul_cuda_fused_dbias_gemms(void);
  * alignments) cuBLASLt has had no algorithm for so far; each took the
  * unfused path and was named once on stderr. For tests and benchmarks. */
 long kern_matmul_cuda_lt_refused(void);
+/* Whether the 16-bit GEMMs are tuned, as cuDNN's benchmark mode tunes
+ * convolutions: 0 (off, the default) each runs cuBLAS's or cuBLASLt's
+ * heuristic's pick; n >= 2 each runs through cuBLASLt (the GEMMs with no
+ * epilogue too) and a problem's first call (shape, types, epilogue,
+ * alignments) times the heuristic's first n candidates on its operands,
+ * the problem keeping the fastest from then on: one synchronizing pass of
+ * a few runs of each, in a training run's first step. The sums' order is
+ * the algorithm's, so that the bits may differ from run to run (each pick
+ * is the same on every later call). Off unless LARCH_CUDA_GEMM_TUNE is a
+ * count of 2 or more (at most 16); candidates >= 0 sets it (2 to 16, or
+ * 0 or 1: off), -1 only asks. Returns the previous setting. */
+int kern_matmul_cuda_gemm_tune(int candidates);
+/* How many problems have been tuned so far, and (other, when not NULL)
+ * how many of them picked other than the heuristic's first (each named
+ * once on stderr, with both times), for tests and benchmarks. */
+long kern_matmul_cuda_gemm_tuned(long *other);
 
 #ifdef __cplusplus
 }

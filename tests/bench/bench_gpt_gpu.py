@@ -28,7 +28,9 @@ says which ran). Printed side by side:
   backward as two kernels, the default before its one pass); and the
   options not (yet) the default, right after PyTorch's row, for a GPU
   session to decide on: "staged" (dq-atomic128, fwd-rows32 and ln-rows
-  together), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
+  together), "gemm-tune" (LARCH_CUDA_GEMM_TUNE=8: every 16-bit GEMM
+  through cuBLASLt on the fastest of its heuristic's first 8 candidates,
+  timed at the problem's first call), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
   backward's dq added atomically by its dk, dv kernel, FlashAttention-2's
   five tile products instead of seven), "dq-atomic128" (=atomic128: the
   same in blocks of 128 keys, half the adds), "fwd-rows32"
@@ -353,6 +355,7 @@ def main():
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128",
                                            "LARCH_CUDA_FLASH_FWD_ROWS": "32",
                                            "LARCH_CUDA_LN": "rows"}, "-staged"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_GEMM_TUNE": "8"}, "-gemm-tune"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic"}, "-dq-atomic"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128"},
                                   "-dq-atomic128"),

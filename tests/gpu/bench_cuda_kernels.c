@@ -972,6 +972,37 @@ static void bench_kept16(const char *label, int n, int c, int oc)
 	kern_matmul_cuda_operands(prev);
 }
 
+/* A bf16 layer's forward and backward as bench_kept16 times them (weights
+ * kept as 16 bits), on cuBLAS's and cuBLASLt's heuristics' picks or with
+ * the GEMMs tuned (kern_matmul_cuda_gemm_tune: the fastest of 8 candidates
+ * each, timed at the first call, inside the warm-up). */
+static void bench_tuned(const char *label, int n, int c, int oc)
+{
+	char name[128];
+	snprintf(name, sizeof name, "matmul bf16 %s tuned %d x %d -> %d", label, n, c, oc);
+	if (only && !strstr(name, only))
+		return;
+	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
+	struct kb16 k = { .n = n, .c = c, .oc = oc, .kept = 1 };
+	kb16_alloc(&k);
+	double ms[2];                      /* [0] the heuristics', [1] tuned */
+	long other0 = 0, tuned0 = kern_matmul_cuda_gemm_tuned(&other0), other = 0;
+	for (int i = 0; i < 2; i++) {
+		int was = kern_matmul_cuda_gemm_tune(i ? 8 : 0);
+		ms[i] = time_gpu_ms(kept16_step, &k);
+		kern_matmul_cuda_gemm_tune(was);
+	}
+	long tuned = kern_matmul_cuda_gemm_tuned(&other) - tuned0;
+	double flop = 6.0 * n * c * oc;
+	printf("%-40s fwd+bwd: heuristic %8.4f ms %7.1f TFLOP/s, tuned %8.4f ms %7.1f TFLOP/s, "
+	       "heuristic/tuned x%.2f (%ld of %ld GEMMs on another pick)\n", name, ms[0],
+	       flop / (ms[0] * 1e-3) / 1e12, ms[1], flop / (ms[1] * 1e-3) / 1e12, ms[0] / ms[1],
+	       other - other0, tuned);
+	fflush(stdout);
+	kb16_free(&k);
+	kern_matmul_cuda_operands(prev);
+}
+
 /* A bf16 layer's _set backward on 16-bit activations, its weights kept as
  * 16 bits as the GPU GPT keeps them, with the bias gradient in the weight
  * gradient's GEMM (cuBLASLt's BGRADB epilogue, kern_matmul_cuda_fused_dbias)
@@ -1152,6 +1183,14 @@ int main(int argc, char **argv)
 	/* GPT-2's lm_head weight gradient (the vocabulary odd, the logits'
 	 * rows padded) at micro-batch 8 */
 	bench_split_odd("gpt lm_head", 8192, c, 50257, 50304);
+	/* GPT-2 small's layers with the GEMMs tuned, at micro-batches 8 and 32 */
+	static const int tune_rows[] = { 8192, 32768 };
+	for (int i = 0; i < (quick ? 1 : 2); i++) {
+		bench_tuned("gpt qkv", tune_rows[i], c, 3 * c);
+		bench_tuned("gpt attproj", tune_rows[i], c, c);
+		bench_tuned("gpt fc", tune_rows[i], c, 4 * c);
+		bench_tuned("gpt fcproj", tune_rows[i], 4 * c, c);
+	}
 	static const int dbias_rows[] = { 1024, 8192, 32768 };
 	for (int i = 0; i < 3; i++) {
 		bench_dbias16("gpt fc", dbias_rows[i], c, 4 * c);

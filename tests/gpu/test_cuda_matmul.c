@@ -25,6 +25,9 @@
  *     products summed by another kernel: 3e-5 of its largest magnitude
  *     (test_cuda_act16 holds 256-row sums to 1e-5; these run to 4096).
  *     dinp, the same GEMM both ways: the same bits.
+ *   tuned GEMMs (kern_matmul_cuda_gemm_tune) against the untuned: 16-bit
+ *     out and dinp within one 16-bit spacing (another algorithm's sums may
+ *     round to the neighbour) or 3e-5 of the largest; dweight as above.
  */
 #include <math.h>
 #include <stdio.h>
@@ -597,6 +600,128 @@ static void test_split_odd(void)
 			split_odd_case(dtypes[t], cases[k][0], cases[k][1], cases[k][2], cases[k][3]);
 }
 
+/* raw 16-bit values as floats */
+static float *from16(const uint16_t *h, long n, int bf16)
+{
+	float *f = malloc(sizeof *f * (size_t)(n > 0 ? n : 1));
+	if (!f)
+		abort();
+	if (bf16)
+		kern_bf16_to_fp32_cpu(f, h, n);
+	else
+		kern_fp16_to_fp32_cpu(f, h, n);
+	return f;
+}
+
+/* 16-bit results of another algorithm's fp32 sums against the reference
+ * run's: within one 16-bit spacing of the value (2^-7 relative for bf16,
+ * 2^-10 for fp16: the sums may round to the neighbour) or 3e-5 of the
+ * largest magnitude (a small value from cancellation) */
+static void check_near16(const char *what, const uint16_t *got, const uint16_t *want, long n,
+                         int bf16)
+{
+	float *g = from16(got, n, bf16), *w = from16(want, n, bf16);
+	double big = 0, rel = bf16 ? 0x1p-7 : 0x1p-10;
+	for (long i = 0; i < n; i++)
+		big = fmax(big, fabs(w[i]));
+	for (long i = 0; i < n; i++)
+		if (!(fabs(g[i] - w[i]) <= fmax(rel * fabs(w[i]), 3e-5 * big))) {
+			CHECK_MSG(0, "%s: [%ld] %.9g, against %.9g", what, i, g[i], w[i]);
+			break;
+		}
+	free(g), free(w);
+}
+
+/* One 16-bit forward (kern_matmul_fwd_ld_act_cuda: with bias, the bias
+ * epilogue; without, the padded GEMM the GPT's logits take) into out16,
+ * its raw values */
+static uint16_t *fwd16_run(void *out16, int ldo, const void *x16, const float *d_w,
+                           const float *d_b, int n, int c, int oc)
+{
+	kern_matmul_fwd_ld_act_cuda(KERN_ACT_16, out16, ldo, x16, d_w, d_b, n, c, oc);
+	return fetch_raw16(out16, (long)n * ldo);
+}
+
+/* A layer's 16-bit forward and _set backward with the GEMMs tuned
+ * (kern_matmul_cuda_gemm_tune) against the same untuned, from the same
+ * start: out, dinp and dweight within another algorithm's sums
+ * (check_near16, check_dweight_dinp's 3e-5), dbias the same bits (the
+ * separate column sum either way); a second tuned run the same bits as the
+ * first (a problem keeps its pick). On a GPU, the tuned runs timed at least
+ * one problem's candidates (cuBLASLt gives several for these shapes). */
+static void tuned_case(int dtype, int n, int c, int oc, int ldd, int bias)
+{
+	struct bwd16 b;
+	bwd16_init(&b, dtype, n, c, oc, ldd);
+	const char *ty = b.bf16 ? "bf16" : "fp16";
+	char what[160];
+	float *bh = rand16(oc, -1, 1, b.bf16);
+	float *d_b = bias ? dev_copy(bh, oc) : NULL;
+	void *out16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)n * (size_t)ldd);
+	int prev_ops = kern_matmul_cuda_operands(dtype), prev_dbias = set_fused_dbias(0);
+	long tuned0 = kern_matmul_cuda_gemm_tuned(NULL);
+	uint16_t *go[3], *gi[3];
+	float *gw[3], *gb[3];
+	for (int r = 0; r < 3; r++) {    /* untuned, tuned, tuned again */
+		int prev = kern_matmul_cuda_gemm_tune(r > 0 ? 8 : 0);
+		go[r] = fwd16_run(out16, ldd, b.x16, b.d_w, d_b, n, c, oc);
+		bwd16_run(&b, &gi[r], &gw[r], &gb[r]);
+		kern_matmul_cuda_gemm_tune(prev);
+	}
+	long tuned = kern_matmul_cuda_gemm_tuned(NULL) - tuned0;
+	set_fused_dbias(prev_dbias);
+	kern_matmul_cuda_operands(prev_ops);
+
+	snprintf(what, sizeof what, "%s tuned n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	if (!gpu_test_standin())
+		CHECK_MSG(tuned > 0, "%s: no problem was tuned", what);
+	printf("  %s: %ld problems tuned\n", what, tuned);
+	fflush(stdout);
+	/* the forward's padding columns: zeros without bias (zero weight
+	 * rows), left as they were with it; compared over the first oc */
+	for (int r = 0; r < 3; r++)
+		for (int i = 0; i < n; i++)
+			memmove(go[r] + (long)i * oc, go[r] + (long)i * ldd, sizeof(uint16_t) * (size_t)oc);
+	snprintf(what, sizeof what, "%s tuned out n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_near16(what, go[1], go[0], (long)n * oc, b.bf16);
+	snprintf(what, sizeof what, "%s tuned dinp n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_near16(what, gi[1], gi[0], b.nc, b.bf16);
+	double big = 0;
+	for (long i = 0; i < b.oc_c; i++)
+		big = fmax(big, fabs(gw[0][i]));
+	snprintf(what, sizeof what, "%s tuned dweight n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_close(what, gw[1], gw[0], b.oc_c, 3e-5 * big, 0);
+	snprintf(what, sizeof what, "%s tuned dbias n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	check_same_bits(what, gb[1], gb[0], oc);
+	snprintf(what, sizeof what, "%s tuned run to run n=%d c=%d oc=%d", ty, n, c, oc);
+	check_same16(what, go[2], go[1], (long)n * oc);
+	check_same16(what, gi[2], gi[1], b.nc);
+	check_same_bits(what, gw[2], gw[1], b.oc_c);
+
+	for (int r = 0; r < 3; r++)
+		free(go[r]), free(gi[r]), free(gw[r]), free(gb[r]);
+	free(bh);
+	kern_cuda_free(d_b), kern_cuda_free(out16);
+	bwd16_free(&b);
+}
+
+static void test_tuned(void)
+{
+	/* odd sizes, the padded logits' (no bias, rows ldd apart), then GPT-2's
+	 * qkv and fc at one sequence (where the stand-in, whose GEMMs are the
+	 * CPU's, stops after the first two) */
+	static const int cases[][5] = {   /* n, c, oc, ldd, bias */
+		{ 37, 40, 77, 77, 1 }, { 64, 64, 250, 256, 0 }, { 1024, 768, 2304, 2304, 1 },
+		{ 1024, 768, 3072, 3072, 1 }, { 512, 768, 50257, 50304, 0 },
+	};
+	static const int dtypes[] = { KERN_MM_BF16, KERN_MM_FP16 };
+	size_t count = gpu_test_standin() ? 2 : sizeof cases / sizeof cases[0];
+	for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++)
+		for (size_t k = 0; k < count; k++)
+			tuned_case(dtypes[t], cases[k][0], cases[k][1], cases[k][2], cases[k][3],
+			           cases[k][4]);
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_matmul");
@@ -607,5 +732,6 @@ int main(void)
 	CHECK_RUN(test_deterministic);
 	CHECK_RUN(test_dbias_fused);
 	CHECK_RUN(test_split_odd);
+	CHECK_RUN(test_tuned);
 	return check_finish();
 }
