@@ -30,7 +30,9 @@ says which ran). Printed side by side:
   session to decide on: "staged" (dq-atomic128, fwd-rows32 and ln-rows
   together), "gemm-tune" (LARCH_CUDA_GEMM_TUNE=8: every 16-bit GEMM
   through cuBLASLt on the fastest of its heuristic's first 8 candidates,
-  timed at the problem's first call), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
+  timed at the problem's first call), "tune-dbias" (that, with the bias
+  gradients in the weight gradients' GEMM epilogues, whose heuristic pick
+  a long k may have taken off its best), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
   backward's dq added atomically by its dk, dv kernel, FlashAttention-2's
   five tile products instead of seven), "dq-atomic128" (=atomic128: the
   same in blocks of 128 keys, half the adds), "fwd-rows32"
@@ -356,6 +358,8 @@ def main():
                                            "LARCH_CUDA_FLASH_FWD_ROWS": "32",
                                            "LARCH_CUDA_LN": "rows"}, "-staged"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_GEMM_TUNE": "8"}, "-gemm-tune"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_GEMM_TUNE": "8",
+                                           "LARCH_CUDA_DBIAS": "fused"}, "-tune-dbias"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic"}, "-dq-atomic"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128"},
                                   "-dq-atomic128"),

@@ -520,7 +520,8 @@ static void dbias_fused_empty(int dtype)
 	long oc_c = (long)oc * c;
 	float *dw0 = host_rand(oc_c, -1, 1, &rng), *db0 = host_rand(oc, -1, 1, &rng);
 	float *d_w = dev_copy(dw0, oc_c), *d_dw = dev_copy(dw0, oc_c), *d_db = dev_copy(db0, oc);
-	void *x16 = dev_copy16(dw0, 1, bf16), *dy16 = dev_copy16(dw0, 1, bf16), *di16 = dev_copy16(dw0, 1, bf16);
+	void *x16 = dev_copy16(dw0, 1, bf16), *dy16 = dev_copy16(dw0, 1, bf16);
+	void *di16 = dev_copy16(dw0, 1, bf16);
 	int prev_ops = kern_matmul_cuda_operands(dtype), prev = set_fused_dbias(1);
 	long before = fused_dbias_gemms();
 	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, di16, d_dw, d_db, dy16, x16, d_w, 0, c, oc);
