@@ -16,6 +16,9 @@
  * and dout in registers from the sums to dinp; LN_ROWS_BLOCK rows a block,
  * a quarter of the partials; kern_layernorm_cuda_rows, off until measured:
  * a block holds 153 registers a thread, one block an SM).
+ * The residual connection before a LayerNorm goes into the forward's
+ * kernel (kern_residual_layernorm_fwd_act_cuda): a warp keeps its row's
+ * sums in registers, one read of each input and one write of each output.
  * Where the rows start on 16 bytes (8 with 16-bit storage) and c is a
  * multiple of 4, both read and write four elements an access: one 2-byte
  * access a thread kept too few bytes in flight, and the backward ran at a
@@ -37,6 +40,7 @@ extern "C" {
 }
 
 #include "layernorm_kernels.cuh"   /* after layernorm.h: KERN_LAYERNORM_EPS */
+#include "residual_cuda.h"
 
 extern "C" void kern_layernorm_fwd_act_cuda(int a16, void *out, float *mean, float *rstd,
                                             const void *inp, const float *weight,
@@ -57,6 +61,49 @@ extern "C" void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, co
                                         const float *weight, const float *bias, int n, int c)
 {
 	kern_layernorm_fwd_act_cuda(KERN_ACT_F32, out, mean, rstd, inp, weight, bias, n, c);
+}
+
+static int g_ln_residual = -1;          /* -1: LARCH_CUDA_LN_RESIDUAL not read yet */
+
+extern "C" int kern_layernorm_cuda_fuse_residual(int on)
+{
+	if (g_ln_residual < 0) {
+		const char *v = getenv("LARCH_CUDA_LN_RESIDUAL");
+		g_ln_residual = !(v && strcmp(v, "separate") == 0);
+	}
+	int prev = g_ln_residual;
+	if (on >= 0)
+		g_ln_residual = on != 0;
+	return prev;
+}
+
+extern "C" void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *out, float *mean,
+                                                     float *rstd, const void *a, const void *b,
+                                                     const float *weight, const float *bias,
+                                                     int n, int c)
+{
+	int ops = kern_cuda_act_operands(a16, "residual + layernorm forward");
+	if (n <= 0 || c <= 0)
+		return;
+	int g = (c / 4 + 31) / 32;       /* the groups of four a lane holds */
+	if (!kern_layernorm_cuda_fuse_residual(-1) || g > LN_RES_MAX_G || !ln_vec_ok(res, c, a16) ||
+	    !ln_vec_ok(out, c, a16) || !ln_vec_ok(a, c, a16) || !ln_vec_ok(b, c, a16)) {
+		kern_residual_fwd_act_cuda(a16, res, a, b, (long)n * c);
+		kern_layernorm_fwd_act_cuda(a16, out, mean, rstd, res, weight, bias, n, c);
+		return;
+	}
+	typedef void (*res_kernel)(void *, void *, float *, float *, const void *, const void *,
+	                           const float *, const float *, int, int, int, int);
+	/* the fewest registers that hold the row: GPT-2's 768 (6 groups a
+	 * lane) in 8, 1600 (13) in 16 */
+	res_kernel k = g <= 2 ? ln_res_fwd_kernel<2>
+	             : g <= 4 ? ln_res_fwd_kernel<4>
+	             : g <= 8 ? ln_res_fwd_kernel<8>
+	                      : ln_res_fwd_kernel<LN_RES_MAX_G>;
+	unsigned blocks = (unsigned)((n + LN_FWD_WARPS - 1) / LN_FWD_WARPS);
+	k<<<blocks, LN_FWD_WARPS * 32, 0, kern_cuda_stream()>>>(res, out, mean, rstd, a, b, weight,
+	                                                        bias, n, c, a16, ops);
+	KERN_CUDA_CHECK_LAUNCH();
 }
 
 static int g_ln_rows = -1;              /* -1: LARCH_CUDA_LN not read yet */

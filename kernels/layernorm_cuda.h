@@ -26,6 +26,22 @@ void kern_layernorm_fwd_act_cuda(int a16, void *out, float *mean, float *rstd, c
 void kern_layernorm_bwd_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
                                  const void *dout, const void *inp, const float *weight,
                                  const float *mean, const float *rstd, int n, int c);
+/* res = a + b (the residual connection, kern_residual_fwd_act_cuda) and
+ * out, mean, rstd the LayerNorm of res (kern_layernorm_fwd_act_cuda), n
+ * rows of c, all activations stored as a16 says: the same bits as the two
+ * calls, which it makes where the rows are not four-aligned, longer than
+ * 2048, or kern_layernorm_cuda_fuse_residual is off; else one kernel that
+ * reads a and b once and keeps each row in registers (the two read res
+ * back three times). res may be a or b (each group of a row is read
+ * before it is written), not out. */
+void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *out, float *mean,
+                                          float *rstd, const void *a, const void *b,
+                                          const float *weight, const float *bias, int n, int c);
+/* Whether kern_residual_layernorm_fwd_act_cuda runs its one kernel: on
+ * unless LARCH_CUDA_LN_RESIDUAL=separate is in the environment (the same
+ * bits either way; for comparisons); on >= 0 sets it, -1 only asks.
+ * Returns the previous setting. */
+int kern_layernorm_cuda_fuse_residual(int on);
 /* Whether the backward takes rows of up to 1024 elements (in groups of
  * eight, on 16 bytes) one read each from registers instead of the
  * two-pass kernel: off unless LARCH_CUDA_LN=rows is in the environment

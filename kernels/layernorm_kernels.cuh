@@ -30,6 +30,28 @@ static inline int ln_vec_ok(const void *p, int c, int a16)
 	return c % 4 == 0 && (uintptr_t)p % (a16 ? 8 : 16) == 0;
 }
 
+/* The forward's steps on a group of four: its part of the row's sum, of
+ * the sum of squared deviations from m, and its outputs. ln_fwd_kernel and
+ * ln_res_fwd_kernel both take them from here, so that the two give the
+ * same bits (the same expressions, contracted alike). */
+__device__ static inline float ln_sum4(float4 x)
+{
+	return x.x + x.y + x.z + x.w;
+}
+
+__device__ static inline float ln_sq4(float4 x, float m)
+{
+	float d0 = x.x - m, d1 = x.y - m, d2 = x.z - m, d3 = x.w - m;
+	return d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3;
+}
+
+__device__ static inline float4 ln_out4(float4 x, float m, float r, const float *w,
+                                        const float *b)
+{
+	return make_float4((x.x - m) * r * w[0] + b[0], (x.y - m) * r * w[1] + b[1],
+	                   (x.z - m) * r * w[2] + b[2], (x.w - m) * r * w[3] + b[3]);
+}
+
 /* One warp per row; with vec (ln_vec_ok for inp and out) each lane reads
  * and writes groups of four, else one element at a time */
 __global__ static void ln_fwd_kernel(void *out, float *mean, float *rstd, const void *inp,
@@ -44,27 +66,18 @@ __global__ static void ln_fwd_kernel(void *out, float *mean, float *rstd, const 
 	float s = 0.0f;
 	if (vec) {
 		size_t g0 = x0 / 4;
-		for (int g = lane; g < c / 4; g += 32) {
-			float4 x = act_ld4(inp, (long)(g0 + g), a16, ops);
-			s += x.x + x.y + x.z + x.w;
-		}
+		for (int g = lane; g < c / 4; g += 32)
+			s += ln_sum4(act_ld4(inp, (long)(g0 + g), a16, ops));
 		float m = warp_sum(s) / c;
 		float v = 0.0f;
-		for (int g = lane; g < c / 4; g += 32) {
-			float4 x = act_ld4(inp, (long)(g0 + g), a16, ops);
-			float d0 = x.x - m, d1 = x.y - m, d2 = x.z - m, d3 = x.w - m;
-			v += d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3;
-		}
+		for (int g = lane; g < c / 4; g += 32)
+			v += ln_sq4(act_ld4(inp, (long)(g0 + g), a16, ops), m);
 		float r = 1.0f / sqrtf(warp_sum(v) / c + KERN_LAYERNORM_EPS);
-		for (int g = lane; g < c / 4; g += 32) {
-			float4 x = act_ld4(inp, (long)(g0 + g), a16, ops);
-			int j = 4 * g;
-			float4 y = make_float4((x.x - m) * r * weight[j] + bias[j],
-			                       (x.y - m) * r * weight[j + 1] + bias[j + 1],
-			                       (x.z - m) * r * weight[j + 2] + bias[j + 2],
-			                       (x.w - m) * r * weight[j + 3] + bias[j + 3]);
-			act_st4(out, (long)(g0 + g), y, a16, ops);
-		}
+		for (int g = lane; g < c / 4; g += 32)
+			act_st4(out, (long)(g0 + g),
+			        ln_out4(act_ld4(inp, (long)(g0 + g), a16, ops), m, r, weight + 4 * g,
+			                bias + 4 * g),
+			        a16, ops);
 		if (lane == 0) {
 			mean[row] = m;
 			rstd[row] = r;
@@ -83,6 +96,62 @@ __global__ static void ln_fwd_kernel(void *out, float *mean, float *rstd, const 
 	for (int j = lane; j < c; j += 32)
 		act_st(out, x0 + j, (act_ld(inp, x0 + j, a16, ops) - m) * r * weight[j] + bias[j], a16,
 		       ops);
+	if (lane == 0) {
+		mean[row] = m;
+		rstd[row] = r;
+	}
+}
+
+/* The most groups of four a lane of ln_res_fwd_kernel holds: rows of up
+ * to 128 LN_RES_MAX_G elements */
+#define LN_RES_MAX_G 16
+
+/* The residual connection and the LayerNorm after it, one warp a row:
+ * res = a + b, stored rounded as residual_fwd_kernel stores it, and out,
+ * mean and rstd the LayerNorm of res's stored values, as ln_fwd_kernel's
+ * groups of four give them: the same steps (ln_sum4 ...) on the same
+ * values in the same order, so the same bits as the two kernels. A lane
+ * keeps its G groups of the row (g = lane, lane + 32, ...; c <= 128 G) in
+ * registers: a and b are read once and res and out written once, where
+ * the two kernels read res back three times. The caller checks ln_vec_ok
+ * for res, out, a and b. */
+template <int G>
+__global__ static void ln_res_fwd_kernel(void *res, void *out, float *mean, float *rstd,
+                                         const void *a, const void *b, const float *weight,
+                                         const float *bias, int n, int c, int a16, int ops)
+{
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * LN_FWD_WARPS + (threadIdx.x >> 5);
+	if (row >= n)
+		return;
+	long g0 = (long)row * (c / 4);
+	int groups = c / 4;
+	float4 x[G];
+	float s = 0.0f;
+#pragma unroll
+	for (int i = 0; i < G; i++) {
+		int g = lane + 32 * i;
+		if (g < groups) {
+			float4 p = act_ld4(a, g0 + g, a16, ops), q = act_ld4(b, g0 + g, a16, ops);
+			float4 y = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
+			act_st4(res, g0 + g, y, a16, ops);
+			x[i] = store16x4(y, ops);  /* as act_ld4 reads back what act_st4 stored */
+			s += ln_sum4(x[i]);
+		}
+	}
+	float m = warp_sum(s) / c;
+	float v = 0.0f;
+#pragma unroll
+	for (int i = 0; i < G; i++)
+		if (lane + 32 * i < groups)
+			v += ln_sq4(x[i], m);
+	float r = 1.0f / sqrtf(warp_sum(v) / c + KERN_LAYERNORM_EPS);
+#pragma unroll
+	for (int i = 0; i < G; i++) {
+		int g = lane + 32 * i;
+		if (g < groups)
+			act_st4(out, g0 + g, ln_out4(x[i], m, r, weight + 4 * g, bias + 4 * g), a16, ops);
+	}
 	if (lane == 0) {
 		mean[row] = m;
 		rstd[row] = r;

@@ -210,21 +210,24 @@ static struct gpt_block_acts *fwd_acts(struct gpt_cuda *g, int l)
 }
 
 /* Block l's forward from a->x with its weights bw as far as backward needs
- * it: everything in a. 16-bit storage as in model_gpt.c, which rounds what
- * each op writes. With a16 every op stores its outputs as 16-bit values
- * (attention's probabilities too). Without, in fp32 buffers: the
- * element-wise ops store rounded values, the attention leaves att rounded
+ * it: everything in a; with ln1_done, a->ln1 and its statistics are there
+ * already (gpt_cuda_forward's residual connection before them wrote them).
+ * 16-bit storage as in model_gpt.c, which rounds what each op writes.
+ * With a16 every op stores its outputs as 16-bit values (attention's
+ * probabilities too). Without, in fp32 buffers: the element-wise ops store
+ * rounded values, the attention leaves att rounded
  * (attention_cuda.h), and a GEMM's fp32 output is left as it is, because
  * everything that reads it reads it as a 16-bit value: the GEMMs through
  * their operand copies, the element-wise kernels as they load it
  * (cuda_common.h). The same values either way, without a rounding pass. */
-static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts *a)
+static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts *a,
+                      int ln1_done)
 {
 	int B = g->B, T = g->T, C = g->C, NH = g->NH, BT = B * T, a16 = g->a16;
-	long btc = (long)BT * C;
 #define W(which) (bw + g->rel[which])
-	kern_layernorm_fwd_act_cuda(a16, a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W),
-	                            W(P_LN1B), BT, C);
+	if (!ln1_done)
+		kern_layernorm_fwd_act_cuda(a16, a->ln1, a->ln1_mean, a->ln1_rstd, a->x, W(P_LN1W),
+		                            W(P_LN1B), BT, C);
 	kern_matmul_fwd_act_cuda(a16, a->qkv, a->ln1, W(P_QKVW), W(P_QKVB), BT, C, 3 * C);
 	if (g->flash)
 		kern_attention_flash_fwd_cuda(a->atty, a->lse, a->qkv, B, T, C, NH);
@@ -232,9 +235,8 @@ static void block_fwd(struct gpt_cuda *g, const float *bw, struct gpt_block_acts
 		kern_attention_fwd_act_cuda(a16, a->atty, a16 ? g->datt : NULL, a->att, a->qkv, B, T,
 		                            C, NH);
 	kern_matmul_fwd_act_cuda(a16, g->tmp_c, a->atty, W(P_PROJW), W(P_PROJB), BT, C, C);
-	kern_residual_fwd_act_cuda(a16, a->res2, a->x, g->tmp_c, btc);
-	kern_layernorm_fwd_act_cuda(a16, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(P_LN2W),
-	                            W(P_LN2B), BT, C);
+	kern_residual_layernorm_fwd_act_cuda(a16, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->x,
+	                                     g->tmp_c, W(P_LN2W), W(P_LN2B), BT, C);
 	kern_matmul_gelu_fwd_act_cuda(a16, a->fch_gelu, a->fch, a->ln2, W(P_FCW), W(P_FCB), BT, C,
 	                              4 * C);
 #undef W
@@ -262,7 +264,6 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 {
 	struct gpt_cuda *g = (struct gpt_cuda *)base;
 	int B = b->n, T = g->T, C = g->C, V = g->V, VP = g->VP, BT = B * T, a16 = g->a16;
-	long btc = (long)BT * C;
 	int lf = block_param(g->L, 0);
 	g->B = B;
 	struct trn_cuda_model *c = &g->c;
@@ -275,19 +276,33 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	 * see block_fwd */
 	trn_model_fwd_start(base);
 	kern_embedding_fwd_act_cuda(a16, x, c->tokens_dev, wd(g, 0), wd(g, 1), B, T, C);
+	if (g->L == 0)
+		kern_layernorm_fwd_act_cuda(a16, g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf),
+		                            wd(g, lf + 1), BT, C);
+	const float *bw = g->L > 0 ? trn_model_block_fwd(base, 0) : NULL;
 	for (int l = 0; l < g->L; l++) {
-		const float *bw = trn_model_block_fwd(base, l);
 		struct gpt_block_acts *a = fwd_acts(g, l);
-		block_fwd(g, bw, a);
+		block_fwd(g, bw, a, l > 0);
 		kern_matmul_fwd_act_cuda(a16, g->tmp_c, a->fch_gelu, bw + g->rel[P_FCPW],
 		                         bw + g->rel[P_FCPB], BT, 4 * C, C);
+		/* the residual connection into the next block's input and the
+		 * LayerNorm that reads it (the next block's first, or the final
+		 * one) in one pass: the same bits as the two ops */
 		x = fwd_input(g, l + 1);
-		kern_residual_fwd_act_cuda(a16, x, a->res2, g->tmp_c, btc);
+		if (l + 1 < g->L) {
+			bw = trn_model_block_fwd(base, l + 1);
+			struct gpt_block_acts *n = fwd_acts(g, l + 1);
+			kern_residual_layernorm_fwd_act_cuda(a16, x, n->ln1, n->ln1_mean, n->ln1_rstd,
+			                                     a->res2, g->tmp_c, bw + g->rel[P_LN1W],
+			                                     bw + g->rel[P_LN1B], BT, C);
+		} else {
+			kern_residual_layernorm_fwd_act_cuda(a16, x, g->lnf, g->lnf_mean, g->lnf_rstd,
+			                                     a->res2, g->tmp_c, wd(g, lf), wd(g, lf + 1),
+			                                     BT, C);
+		}
 		if (g->act_cpu)
 			trn_act_offload_fwd_end(&g->off, l);
 	}
-	kern_layernorm_fwd_act_cuda(a16, g->lnf, g->lnf_mean, g->lnf_rstd, g->top, wd(g, lf),
-	                            wd(g, lf + 1), BT, C);
 	kern_matmul_fwd_ld_act_cuda(a16, g->logits, VP, g->lnf, wd(g, 0), NULL, BT, C, V);
 	/* a training step's forward (trn_model_expect_backward) writes the
 	 * backward's dlogits in the same pass over the logits, with the dloss
@@ -351,8 +366,8 @@ static void gpt_cuda_backward(struct trn_model *base, const struct trn_batch *b,
 		const float *bw = trn_model_block_bwd(base, l, &bg);
 		struct gpt_block_acts *a = g->act_cpu ? &g->blocks[trn_act_offload_bwd_begin(&g->off, l)]
 		                                      : fwd_acts(g, l);
-		if (g->recompute)
-			block_fwd(g, bw, a);   /* the block's activations again, from its input */
+		if (g->recompute)          /* the block's activations again, from its input */
+			block_fwd(g, bw, a, 0);
 #define W(which) (bw + g->rel[which])
 #define G(which) (bg + g->rel[which])
 		kern_matmul_bwd_set_dgelu_act_cuda(a16, g->dbig, G(P_FCPW), G(P_FCPB), g->dres,

@@ -23,9 +23,11 @@ says which ran). Printed side by side:
   batched GEMMs and the [T, T] softmax), "gelu-sep"
   (LARCH_CUDA_GELU=separate: the GELU kernels), "neither" (both, the
   earlier default) and "act32" (LARCH_CUDA_ACT16=0: the layout before
-  that, fp32 buffers holding bf16 values that each GEMM converts), and
+  that, fp32 buffers holding bf16 values that each GEMM converts),
   "xent-sep" (LARCH_CUDA_XENT=separate: the cross-entropy's forward and
-  backward as two kernels, the default before its one pass); and the
+  backward as two kernels, the default before its one pass) and
+  "ln-res-sep" (LARCH_CUDA_LN_RESIDUAL=separate: the residual connection
+  and the LayerNorm after it as two kernels, the default before one); and the
   options not (yet) the default, right after PyTorch's row, for a GPU
   session to decide on: "staged" (dq-atomic128, fwd-rows32 and ln-rows
   together), "gemm-tune" (LARCH_CUDA_GEMM_TUNE=8: every 16-bit GEMM
@@ -369,6 +371,7 @@ def main():
                                   "-more-blocks"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "fused"}, "-dbias-fused"),
                 lambda: larch_row("bf16", {"LARCH_CUDA_XENT": "separate"}, "-xent-sep"),
+                lambda: larch_row("bf16", {"LARCH_CUDA_LN_RESIDUAL": "separate"}, "-ln-res-sep"),
                 lambda: larch_row("bf16", gemm, "-gemm-attn"),
                 lambda: larch_row("bf16", sep, "-gelu-sep"),
                 lambda: larch_row("bf16", {**gemm, **sep}, "-neither"),

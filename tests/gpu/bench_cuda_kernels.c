@@ -314,6 +314,15 @@ static void ln16_bwd(void *p)
 	                            l->inp + l->off, l->w, l->mean, l->rstd, l->n, l->c);
 }
 
+/* the residual connection into dinp (as the next block's input) from inp
+ * and dout (the sublayer's output), and the LayerNorm of it into out */
+static void ln16_res_fwd(void *p)
+{
+	struct ln16 *l = p;
+	kern_residual_layernorm_fwd_act_cuda(KERN_ACT_16, l->dinp, l->out, l->mean, l->rstd, l->inp,
+	                                     l->dout, l->w, l->b, l->n, l->c);
+}
+
 static void bench_layernorm16(int n, int c)
 {
 	char name[128];
@@ -354,6 +363,17 @@ static void bench_layernorm16(int n, int c)
 	kern_layernorm_cuda_rows(was);
 	printf("%-40s bwd    : a row at a time %8.4f ms %7.1f GB/s, two passes %8.4f ms, x%.2f\n",
 	       name, rows, bytes[1] / (rows * 1e-3) / 1e9, two, two / rows);
+	/* the residual connection and the LayerNorm after it in one kernel
+	 * (kern_layernorm_cuda_fuse_residual, the default) beside the two:
+	 * bytes the one must move, reading two inputs and writing two outputs */
+	double ms_res[2];
+	for (int k = 0; k < 2; k++) {
+		int fused = kern_layernorm_cuda_fuse_residual(k == 0);
+		ms_res[k] = time_gpu_ms(ln16_res_fwd, &l);
+		kern_layernorm_cuda_fuse_residual(fused);
+	}
+	printf("%-40s res+fwd: one kernel %8.4f ms %7.1f GB/s, two %8.4f ms, x%.2f\n", name,
+	       ms_res[0], 8.0 * n * c / (ms_res[0] * 1e-3) / 1e9, ms_res[1], ms_res[1] / ms_res[0]);
 	fflush(stdout);
 	free(h), free(hw);
 	kern_cuda_free(d), kern_cuda_free(l.inp), kern_cuda_free(l.out), kern_cuda_free(l.dout);

@@ -246,6 +246,64 @@ static void test_gelu_residual(void)
 	}
 }
 
+/* The residual connection and the LayerNorm after it in one call
+ * (kern_residual_layernorm_fwd_act_cuda) with its one kernel against the
+ * two (kern_layernorm_cuda_fuse_residual off): res, out, mean and rstd the
+ * same bits, 16-bit and fp32 storage; on GPT-2's width (a lane's row in
+ * registers), one that takes every register, an odd width (the two
+ * kernels either way), and a view off alignment (likewise) */
+static void residual_layernorm_case(int n, int c, int off)
+{
+	long nc = (long)n * c;
+	float *a = rand16(nc + off, -2, 2), *b = rand16(nc + off, -1, 1);
+	float *w = rand16(c, 0.5f, 1.5f), *bi = rand16(c, -0.5f, 0.5f);
+	float *d_w = dev_copy(w, c), *d_bi = dev_copy(bi, c);
+	char what[128];
+	for (int a16 = 0; a16 < 2; a16++) {
+		int act = a16 ? KERN_ACT_16 : KERN_ACT_F32;
+		size_t es = a16 ? sizeof(uint16_t) : sizeof(float);
+		void *da = a16 ? dev16(a, nc + off) : (void *)dev_copy(a, nc + off);
+		void *db = a16 ? dev16(b, nc + off) : (void *)dev_copy(b, nc + off);
+		float *got[2][4];                  /* [one kernel, two][res, out, mean, rstd] */
+		for (int k = 0; k < 2; k++) {
+			void *res = kern_cuda_malloc(es * (size_t)(nc + off));
+			void *out = kern_cuda_malloc(es * (size_t)nc);
+			float *mean = dev_alloc(n), *rstd = dev_alloc(n);
+			int was = kern_layernorm_cuda_fuse_residual(k == 0);
+			kern_residual_layernorm_fwd_act_cuda(act, (char *)res + es * (size_t)off, out, mean,
+			                                     rstd, (char *)da + es * (size_t)off,
+			                                     (char *)db + es * (size_t)off, d_w, d_bi, n, c);
+			kern_layernorm_cuda_fuse_residual(was);
+			void *r0 = (char *)res + es * (size_t)off;
+			got[k][0] = a16 ? fetch16(r0, nc) : dev_fetch(r0, nc);
+			got[k][1] = a16 ? fetch16(out, nc) : dev_fetch(out, nc);
+			got[k][2] = dev_fetch(mean, n);
+			got[k][3] = dev_fetch(rstd, n);
+			kern_cuda_free(res), kern_cuda_free(out), kern_cuda_free(mean);
+			kern_cuda_free(rstd);
+		}
+		static const char *const names[4] = { "res", "out", "mean", "rstd" };
+		for (int i = 0; i < 4; i++) {
+			snprintf(what, sizeof what, "residual + layernorm %s %dx%d off=%d a16=%d", names[i],
+			         n, c, off, a16);
+			check_bits(what, got[0][i], got[1][i], i < 2 ? nc : n);
+			free(got[0][i]), free(got[1][i]);
+		}
+		kern_cuda_free(da), kern_cuda_free(db);
+	}
+	free(a), free(b), free(w), free(bi);
+	kern_cuda_free(d_w), kern_cuda_free(d_bi);
+}
+
+static void test_residual_layernorm(void)
+{
+	residual_layernorm_case(8 * 1024, 768, 0);
+	residual_layernorm_case(37, 2048, 0);
+	residual_layernorm_case(37, 1000, 0);
+	residual_layernorm_case(37, 771, 0);
+	residual_layernorm_case(37, 768, 1);
+}
+
 static void test_embedding(void)
 {
 	int b = 3, t = 37, c = 100, vocab = 61;
@@ -759,6 +817,7 @@ static void run_all(void)
 {
 	CHECK_RUN(test_layernorm);
 	CHECK_RUN(test_gelu_residual);
+	CHECK_RUN(test_residual_layernorm);
 	CHECK_RUN(test_embedding);
 	CHECK_RUN(test_softmax_xent);
 	CHECK_RUN(test_matmul);

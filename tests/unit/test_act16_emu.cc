@@ -268,6 +268,72 @@ static void test_layernorm()
 	layernorm_case(1, 1000, 1, out, di, gw, gb, 1);
 }
 
+/* The residual connection and the LayerNorm after it in one kernel
+ * (ln_res_fwd_kernel, G groups of four a lane) against residual_fwd_kernel
+ * then ln_fwd_kernel's groups of four: res, out, mean and rstd the same
+ * bits, in fp32 buffers and packed 16-bit ones */
+template <int G>
+static void residual_layernorm_case(int n, int c)
+{
+	long nc = (long)n * c;
+	auto a = rand16(nc, -2, 2), b = rand16(nc, -1, 1);
+	auto w = rand16(c, 0.5f, 1.5f), bi = rand16(c, -0.5f, 0.5f);
+	dim3 fgrid((unsigned)((n + LN_FWD_WARPS - 1) / LN_FWD_WARPS)), fblock(LN_FWD_WARPS * 32);
+	char what[96];
+	for (int a16 = 0; a16 < 2; a16++) {
+		/* [0] the two kernels, [1] the one; packed 16-bit values (a16) or
+		 * floats, each in a vector of floats big enough for either */
+		std::vector<float> res[2], out[2], mean[2], rstd[2];
+		std::vector<uint16_t> a16v = pack(a), b16v = pack(b);
+		std::vector<uint16_t> res16[2], out16[2];
+		for (int k = 0; k < 2; k++) {
+			res[k].assign((size_t)nc, 0.0f), out[k].assign((size_t)nc, 0.0f);
+			res16[k].assign((size_t)nc, 0), out16[k].assign((size_t)nc, 0);
+			mean[k].assign((size_t)n, 0.0f), rstd[k].assign((size_t)n, 0.0f);
+		}
+		const void *pa = a16 ? (const void *)a16v.data() : (const void *)a.data();
+		const void *pb = a16 ? (const void *)b16v.data() : (const void *)b.data();
+		for (int k = 0; k < 2; k++) {
+			void *pr = a16 ? (void *)res16[k].data() : (void *)res[k].data();
+			void *po = a16 ? (void *)out16[k].data() : (void *)out[k].data();
+			if (k == 0) {
+				emu_launch(dim3(3), dim3(64), [&] {
+					residual_fwd_kernel(pr, pa, pb, nc, 1, a16, g_ops);
+				});
+				emu_launch(fgrid, fblock, [&] {
+					ln_fwd_kernel(po, mean[k].data(), rstd[k].data(), pr, w.data(), bi.data(),
+					              n, c, 1, a16, g_ops);
+				});
+			} else {
+				emu_launch(fgrid, fblock, [&] {
+					ln_res_fwd_kernel<G>(pr, po, mean[k].data(), rstd[k].data(), pa, pb,
+					                     w.data(), bi.data(), n, c, a16, g_ops);
+				});
+			}
+		}
+		std::snprintf(what, sizeof what, "residual + layernorm G=%d n=%d c=%d a16=%d", G, n, c,
+		              a16);
+		if (a16) {
+			CHECK_MSG(res16[0] == res16[1], "%s %s: res differs", ty(), what);
+			CHECK_MSG(out16[0] == out16[1], "%s %s: out differs", ty(), what);
+		} else {
+			same32(what, res[1].data(), res[0].data(), nc);
+			same32(what, out[1].data(), out[0].data(), nc);
+		}
+		same32(what, mean[1].data(), mean[0].data(), n);
+		same32(what, rstd[1].data(), rstd[0].data(), n);
+	}
+}
+
+static void test_residual_layernorm()
+{
+	residual_layernorm_case<8>(9, 768);    /* GPT-2's: 6 of a lane's 8 groups */
+	residual_layernorm_case<16>(3, 768);   /* more registers than the row needs */
+	residual_layernorm_case<2>(37, 96);    /* one group a lane, some lanes none */
+	residual_layernorm_case<8>(3, 1000);   /* the last group part of the lanes */
+	residual_layernorm_case<16>(2, 2048);  /* every register used */
+}
+
 /* GELU forward and backward in place and the residual into its first
  * input, on n values starting off values into the buffers (off 1: the
  * packed views are not 8-byte aligned, so the scalar loop runs) */
@@ -704,6 +770,7 @@ int main(void)
 #endif
 	for (g_ops = 2; g_ops >= last; g_ops--) {
 		CHECK_RUN(test_layernorm);
+		CHECK_RUN(test_residual_layernorm);
 		CHECK_RUN(test_elementwise);
 		CHECK_RUN(test_softmax_xent);
 		CHECK_RUN(test_attention_softmax);

@@ -297,6 +297,8 @@ static void set_env(const char *name, const char *value)
 
 /* A small GPT of layers blocks, dim wide in 2 heads, with AdamW and what
  * extra adds to the spec, against the CPU model. */
+extern long cuda_shim_ln_residual_calls;
+
 static void compare_gpt(const struct trn_dataset *ds, int layers, int dim, const char *extra,
                         const char *what)
 {
@@ -341,8 +343,15 @@ static void test_gpt(void)
 		{ 2, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"params\": \"cpu\"},",
 		  "gpt bf16 offload.params" },
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		long before = cuda_shim_ln_residual_calls;
 		compare_gpt(&ds, cases[i].layers, 16, cases[i].extra, cases[i].what);
+		/* each residual connection and the LayerNorm after it in one call
+		 * (kern_residual_layernorm_fwd_act_cuda): a forward's 2 L */
+		long calls = cuda_shim_ln_residual_calls - before;
+		CHECK_MSG(calls >= 2 * cases[i].layers, "%s: %ld residual + LayerNorm calls, want at "
+		          "least %d", cases[i].what, calls, 2 * cases[i].layers);
+	}
 	/* one block, one head, a vocabulary wider than the data's */
 	compare_models("{\"model\": {\"type\": \"gpt\", \"layers\": 1, \"heads\": 1, \"dim\": 8,"
 	               " \"seq\": 8, \"vocab\": 300}, \"data\": {\"format\": \"tokens_u16\", \"train\": \"x.bin\"},"
