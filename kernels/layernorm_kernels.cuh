@@ -126,16 +126,25 @@ __global__ static void ln_res_fwd_kernel(void *res, void *out, float *mean, floa
 		return;
 	long g0 = (long)row * (c / 4);
 	int groups = c / 4;
+	/* every read before the first store: res may be a or b, so that a
+	 * store would keep the compiler from issuing the next group's reads
+	 * before it, two reads in flight where the row's 2 G can be */
 	float4 x[G];
-	float s = 0.0f;
 #pragma unroll
 	for (int i = 0; i < G; i++) {
 		int g = lane + 32 * i;
 		if (g < groups) {
 			float4 p = act_ld4(a, g0 + g, a16, ops), q = act_ld4(b, g0 + g, a16, ops);
-			float4 y = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
-			act_st4(res, g0 + g, y, a16, ops);
-			x[i] = store16x4(y, ops);  /* as act_ld4 reads back what act_st4 stored */
+			x[i] = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
+		}
+	}
+	float s = 0.0f;
+#pragma unroll
+	for (int i = 0; i < G; i++) {
+		int g = lane + 32 * i;
+		if (g < groups) {
+			act_st4(res, g0 + g, x[i], a16, ops);
+			x[i] = store16x4(x[i], ops);   /* as act_ld4 reads back what act_st4 stored */
 			s += ln_sum4(x[i]);
 		}
 	}
