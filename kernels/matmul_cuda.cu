@@ -31,6 +31,7 @@
 #include "matmul_kernels.cuh"
 #include "precision_cuda.cuh"
 #include "precision_cuda.h"
+#include "tune_table.h"
 
 /* a GPT step's epilogue problems (forward bias, GELU, DGELU, the bias
  * gradients) take about ten plans, and about thirty with every 16-bit GEMM
@@ -51,6 +52,9 @@ static long g_lt_refused;              /* cuBLASLt problems without an algorithm
 static int g_tune = -1;                /* -1: LARCH_CUDA_GEMM_TUNE not read yet; 0 off;
                                         * else the candidates a problem times */
 static long g_tuned, g_tuned_other;    /* problems tuned; those not on the first candidate */
+static long g_tune_reused;             /* problems that took a pick from the file */
+static struct kern_tune_table g_picks;  /* the picks so far (kern_matmul_cuda_gemm_tune_file) */
+static char *g_picks_path;             /* their file, or NULL */
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
 {
@@ -128,6 +132,11 @@ extern "C" long kern_matmul_cuda_gemm_tuned(long *other)
 	if (other)
 		*other = g_tuned_other;
 	return g_tuned;
+}
+
+extern "C" long kern_matmul_cuda_gemm_tune_reused(void)
+{
+	return g_tune_reused;
 }
 
 extern "C" int kern_matmul_cuda_operands(int dtype)
@@ -314,6 +323,35 @@ static void plan_release(struct lt_plan *p)
 	memset(p, 0, sizeof *p);
 }
 
+static void plans_release_all(void)
+{
+	for (int i = 0; i < LT_CACHE; i++)
+		plan_release(&g_plans[i]);
+	g_plan_next = 0;
+}
+
+extern "C" int kern_matmul_cuda_gemm_tune_file(const char *path)
+{
+	free(g_picks_path);
+	g_picks_path = NULL;
+	kern_tune_table_free(&g_picks);
+	plans_release_all();               /* every problem looks its pick up again */
+	if (!path || !*path)
+		return 0;
+	char why[512] = "";
+	int skipped = 0;
+	if (kern_tune_table_load(&g_picks, path, &skipped, why, sizeof why) != 0) {
+		fprintf(stderr, "larch: cuBLASLt tuning: %s: the picks are not kept\n", why);
+		kern_tune_table_free(&g_picks);
+		return -1;
+	}
+	g_picks_path = strdup(path);
+	if (skipped)
+		fprintf(stderr, "larch: cuBLASLt tuning: %s: %d lines that do not parse left out\n",
+		        path, skipped);
+	return g_picks.n;
+}
+
 /* The caller's other path runs for this problem from now on; said once per
  * plan, so that a run can tell a refused epilogue from a fused one. */
 static void plan_refuse(struct lt_plan *p, const char *why, cublasStatus_t st, int found)
@@ -436,6 +474,53 @@ static float time_algo(const struct lt_plan *p, const cublasLtMatmulAlgo_t *algo
 	return least;
 }
 
+/* The problem's line key in the picks' file (tune_table.h): the device and
+ * cuBLASLt's version, under which a stored algorithm holds, then the plan's
+ * key */
+static void pick_key(const struct lt_key *k, char *out, size_t n)
+{
+	static char dev[64];
+	if (!dev[0]) {
+		cudaDeviceProp prop;
+		int d = kern_cuda_current_device();
+		if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+			(void)cudaGetLastError();
+			snprintf(prop.name, sizeof prop.name, "device%d", d);
+		}
+		snprintf(dev, sizeof dev, "%.63s", prop.name);
+		for (char *c = dev; *c; c++)
+			if (*c <= ' ' || *c > '~')
+				*c = '_';
+	}
+	snprintf(out, n,
+	         "%s;cublasLt=%zu;ops=%c%c;m=%d;n=%d;k=%d;ld=%d,%d,%d;types=%d,%d;epi=%d;aux=%ld;"
+	         "align=%u,%u,%u,%u,%u,%u;cands=%d",
+	         dev, cublasLtGetVersion(), k->ta == CUBLAS_OP_T ? 'T' : 'N',
+	         k->tb == CUBLAS_OP_T ? 'T' : 'N', k->m, k->n, k->k, k->lda, k->ldb, k->ldd,
+	         (int)k->ab, (int)k->dt, (int)k->epi, k->aux_ld, k->align[0], k->align[1],
+	         k->align[2], k->align[3], k->align[4], k->align[5], k->cands);
+}
+
+/* p's pick from the picks' file: 1 when the file has one that cuBLASLt
+ * still takes for the problem (and our workspace holds), set in p */
+static int pick_stored(struct lt_plan *p, const char *key)
+{
+	const uint64_t *words = kern_tune_table_find(&g_picks, key);
+	if (!words)
+		return 0;
+	cublasLtMatmulAlgo_t algo;
+	static_assert(sizeof algo.data == sizeof(uint64_t) * KERN_TUNE_WORDS, "an algorithm's words");
+	memcpy(algo.data, words, sizeof algo.data);
+	cublasLtMatmulHeuristicResult_t res;
+	if (cublasLtMatmulAlgoCheck(g_lt, p->desc, p->a, p->b, p->d, p->d, &algo, &res) !=
+	            CUBLAS_STATUS_SUCCESS ||
+	    res.workspaceSize > KERN_CUBLASLT_WORKSPACE_BYTES)
+		return 0;
+	p->algo = algo;
+	g_tune_reused++;
+	return 1;
+}
+
 /* Times the heuristic's candidates for plan p (g_cand, just made) on the
  * first call's operands and keeps the fastest, as cuDNN's benchmark mode
  * does: D is d itself where beta is 0 (the call then writes it again), a
@@ -448,6 +533,12 @@ static void plan_tune(struct lt_plan *p, const void *a, const void *b, float bet
 {
 	const struct lt_key *key = &p->key;
 	p->untimed = 0;
+	char text[KERN_TUNE_KEY];
+	if (g_picks_path) {
+		pick_key(key, text, sizeof text);
+		if (pick_stored(p, text))
+			return;
+	}
 	size_t es = key->dt == CUDA_R_32F ? sizeof(float) : sizeof(uint16_t);
 	size_t bytes = es * ((size_t)(key->n - 1) * (size_t)key->ldd + (size_t)key->m);
 	void *dst = d;
@@ -473,6 +564,13 @@ static void plan_tune(struct lt_plan *p, const void *a, const void *b, float bet
 		return;
 	g_tuned++;
 	p->algo = g_cand[pick].algo;
+	if (g_picks_path) {
+		char why[512];
+		uint64_t words[KERN_TUNE_WORDS];
+		memcpy(words, p->algo.data, sizeof words);
+		if (kern_tune_table_add(&g_picks, g_picks_path, text, words, why, sizeof why) != 0)
+			fprintf(stderr, "larch: cuBLASLt tuning: %s: the pick is not kept\n", why);
+	}
 	if (pick == 0)
 		return;
 	g_tuned_other++;

@@ -190,6 +190,17 @@ int kern_matmul_cuda_gemm_tune(int candidates);
  * how many of them picked other than the heuristic's first (each named
  * once on stderr, with both times), for tests and benchmarks. */
 long kern_matmul_cuda_gemm_tuned(long *other);
+/* The file the tuned GEMMs' picks are kept in (kernels/tune_table.h), or
+ * NULL for none (the default): a problem whose pick the file holds (the
+ * same device, cuBLASLt version, shape, types, epilogue and alignments)
+ * takes it without timing, where cuBLASLt still accepts it; each new pick
+ * is added to the file. So a run that goes on from a checkpoint in the same
+ * job directory computes with the algorithms of the run before it, and
+ * gives its bits. Drops every cached plan. Returns the picks read, or -1
+ * when the file cannot be read (said on stderr; no file kept then). */
+int kern_matmul_cuda_gemm_tune_file(const char *path);
+/* How many problems took their pick from that file so far. */
+long kern_matmul_cuda_gemm_tune_reused(void);
 
 #ifdef __cplusplus
 }

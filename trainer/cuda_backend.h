@@ -32,6 +32,11 @@ struct trn_cuda_backend {
 	 * its unique id sent over host; comm.h), not owning host; NULL with err
 	 * where the backend has none or it fails. trn_comm_open_device calls it. */
 	struct trn_comm *(*comm_open)(struct trn_comm *host, int device, struct trn_err *err);
+	/* Where the tuned GEMMs' picks are kept (LARCH_CUDA_GEMM_TUNE on: the
+	 * job directory's gemm-tune.txt, kernels/matmul_cuda.h), so that a run
+	 * that goes on from the job's checkpoints takes the same algorithms;
+	 * nothing when tuning is off. */
+	void (*gemm_tune_dir)(const char *job_dir);
 };
 
 /* The backend's comm_open (comm_nccl_cuda.c). */

@@ -289,6 +289,14 @@ struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn
 	return be ? be->model_new(spec, ds, max_batch, cuda_device, err) : NULL;
 }
 
+void trn_model_cuda_tune_dir(const char *job_dir)
+{
+	struct trn_err err = { 0 };
+	const struct trn_cuda_backend *be = trn_cuda_backend_get(&err);
+	if (be && be->gemm_tune_dir)
+		be->gemm_tune_dir(job_dir);
+}
+
 int trn_model_cuda_built(void)
 {
 #ifdef LARCH_HAVE_CUDA

@@ -284,6 +284,9 @@ void trn_model_free(struct trn_model *m);  /* accepts NULL */
  * CUDA build, or a GPU, NULL with err saying so. */
 struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn_dataset *ds,
                                    int max_batch, int cuda_device, struct trn_err *err);
+/* A GPU run's job directory, for the GPU backend's files there (the tuned
+ * GEMMs' picks: trainer/cuda_backend.h); nothing without a backend. */
+void trn_model_cuda_tune_dir(const char *job_dir);
 /* Whether this build has the CUDA models. */
 int trn_model_cuda_built(void);
 /* Prints the CUDA devices a --device cuda run could use, one line each

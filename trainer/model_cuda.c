@@ -679,6 +679,15 @@ void trn_cuda_model_release(struct trn_cuda_model *c)
 	c->cpu = NULL;
 }
 
+static void gemm_tune_dir(const char *job_dir)
+{
+	char path[4096];
+	if (!kern_matmul_cuda_gemm_tune(-1) || !job_dir ||
+	    snprintf(path, sizeof path, "%s/gemm-tune.txt", job_dir) >= (int)sizeof path)
+		return;
+	kern_matmul_cuda_gemm_tune_file(path);
+}
+
 const struct trn_cuda_backend *trn_cuda_backend_entry(void)
 {
 	static const struct trn_cuda_backend backend = {
@@ -686,6 +695,7 @@ const struct trn_cuda_backend *trn_cuda_backend_entry(void)
 		.print_devices = trn_model_cuda_print_devices,
 		.optim = &trn_optim_cuda_kernels,
 		.comm_open = trn_cuda_comm_open,
+		.gemm_tune_dir = gemm_tune_dir,
 	};
 	return &backend;
 }

@@ -607,6 +607,8 @@ static int setup(struct run *r, struct trn_err *err)
 		return TRN_EXIT_USAGE;
 	if (!(r->model = trn_model_new_on(s, &r->ds, (int)s->batch.micro, device, err)))
 		return TRN_EXIT_FAILED;
+	if (device >= 0)
+		trn_model_cuda_tune_dir(r->opts->job_dir);
 	if (trn_batch_alloc(&r->batch, &r->ds, (int)s->batch.micro) != 0 ||
 	    (trn_model_stages_batches(r->model) &&
 	     trn_batch_alloc(&r->ahead, &r->ds, (int)s->batch.micro) != 0))

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu_test.h"
 #include "kernels/cuda_common.h"
@@ -723,6 +724,55 @@ static void test_tuned(void)
 			           cases[k][4]);
 }
 
+/* The tuned GEMMs' picks kept in a file (kern_matmul_cuda_gemm_tune_file):
+ * a layer's forward and backward tuned with the file set, then again after
+ * setting it anew (the plans dropped, as in a new run): the second takes
+ * every pick from the file, times nothing, and gives the first's bits. */
+static void test_tune_file(void)
+{
+	char path[256];
+	snprintf(path, sizeof path, "/tmp/larch-tune-file-%d.txt", (int)getpid());
+	unlink(path);
+	int prev_ops = kern_matmul_cuda_operands(KERN_MM_BF16), prev = kern_matmul_cuda_gemm_tune(8);
+	CHECK_INT_EQ(kern_matmul_cuda_gemm_tune_file(path), 0);
+	struct bwd16 b;
+	bwd16_init(&b, KERN_MM_BF16, 1024, 768, 2304, 2304);
+	float *bh = rand16(2304, -1, 1, 1), *d_b = dev_copy(bh, 2304);
+	void *out16 = kern_cuda_malloc(sizeof(uint16_t) * 1024 * 2304);
+	uint16_t *go[2], *gi[2];
+	float *gw[2], *gb[2];
+	long tuned0 = kern_matmul_cuda_gemm_tuned(NULL), reused0 = kern_matmul_cuda_gemm_tune_reused();
+	int picks = 0;
+	for (int r = 0; r < 2; r++) {
+		if (r == 1)
+			picks = kern_matmul_cuda_gemm_tune_file(path);   /* as a new run would */
+		go[r] = fwd16_run(out16, 2304, b.x16, b.d_w, d_b, 1024, 768, 2304);
+		bwd16_run(&b, &gi[r], &gw[r], &gb[r]);
+		if (r == 0)
+			tuned0 = kern_matmul_cuda_gemm_tuned(NULL) - tuned0;
+	}
+	long reused = kern_matmul_cuda_gemm_tune_reused() - reused0;
+	kern_matmul_cuda_gemm_tune_file(NULL);
+	kern_matmul_cuda_gemm_tune(prev);
+	kern_matmul_cuda_operands(prev_ops);
+	if (!gpu_test_standin()) {
+		CHECK_MSG(tuned0 > 0 && picks == tuned0, "%ld problems tuned, %d picks read back",
+		          tuned0, picks);
+		CHECK_MSG(reused == picks, "%ld problems took their pick from the file, of %d", reused,
+		          picks);
+	}
+	check_same16("tune file out", go[1], go[0], 1024L * 2304);
+	check_same16("tune file dinp", gi[1], gi[0], b.nc);
+	check_same_bits("tune file dweight", gw[1], gw[0], b.oc_c);
+	check_same_bits("tune file dbias", gb[1], gb[0], 2304);
+	for (int r = 0; r < 2; r++)
+		free(go[r]), free(gi[r]), free(gw[r]), free(gb[r]);
+	free(bh);
+	kern_cuda_free(d_b), kern_cuda_free(out16);
+	bwd16_free(&b);
+	unlink(path);
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_matmul");
@@ -734,5 +784,6 @@ int main(void)
 	CHECK_RUN(test_dbias_fused);
 	CHECK_RUN(test_split_odd);
 	CHECK_RUN(test_tuned);
+	CHECK_RUN(test_tune_file);
 	return check_finish();
 }

@@ -15,7 +15,9 @@ library only: the GPU machine has no numpy of ours to rely on.
    step-5 checkpoint give the uninterrupted run's losses bit for bit (the
    kernels and cuBLAS are deterministic run to run). int8 optimizer state
    (AdamW, LAMB) stays on the device, within TOL of the CPU's int8 run,
-   and its checkpoints resume bit for bit too.
+   and its checkpoints resume bit for bit too. So does a bf16 run with
+   the GEMMs tuned (LARCH_CUDA_GEMM_TUNE=8), whose picks the job
+   directory's gemm-tune.txt keeps for the resume.
 4. bf16 on the GPU against bf16 on the CPU (16-bit storage, the GEMMs on
    the tensor cores), measured against bf16's own noise: how far the CPU's
    bf16 run is from its fp32 run at the same step. The first step (the
@@ -143,10 +145,13 @@ def write_corpus(tmp):
     return corpus
 
 
-def resume_dir(job, step, dest):
-    """dest as a job dir holding only job's checkpoint of step, to resume from."""
+def resume_dir(job, step, dest, carry=()):
+    """dest as a job dir holding only job's checkpoint of step (and the files
+    of carry from job's directory), to resume from."""
     (dest / "checkpoints").mkdir(parents=True)
     shutil.copy(job / "checkpoints" / f"step-{step:08d}.safetensors", dest / "checkpoints")
+    for name in carry:
+        shutil.copy(job / name, dest)
     return dest
 
 
@@ -235,11 +240,11 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, en
     return gpu
 
 
-def check_resume(c, exe, tmp, name, spec, job):
-    """Steps 6-10 resumed on the GPU from job's step-5 checkpoint equal the
-    uninterrupted run's bit for bit."""
-    resumed = resume_dir(job, 5, tmp / f"{name}-resumed")
-    r = run(exe, spec, resumed, "cuda", "--resume")
+def check_resume(c, exe, tmp, name, spec, job, env=None, carry=()):
+    """Steps 6-10 resumed on the GPU from job's step-5 checkpoint (with the
+    files of carry, under env) equal the uninterrupted run's bit for bit."""
+    resumed = resume_dir(job, 5, tmp / f"{name}-resumed", carry)
+    r = run(exe, spec, resumed, "cuda", "--resume", env=env)
     c.check(r.returncode == 0 and "resume: from" in r.stdout,
             f"{name}: resumed on the GPU from step 5 (exit {r.returncode}) "
             f"{r.stderr.strip()[-300:]}")
@@ -339,6 +344,21 @@ def main():
         compare(c, exe, tmp, "gpt-bf16-dbias-fused",
                 {**gpt, "name": "gpt-bf16-dbias-fused", "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-cpu", env={"LARCH_CUDA_DBIAS": "fused"})
+        # the 16-bit GEMMs tuned (LARCH_CUDA_GEMM_TUNE=8): within bf16's
+        # noise as the others; each pick kept in the job directory's
+        # gemm-tune.txt, so that the resume from there takes the same
+        # algorithms and gives the uninterrupted run's losses bit for bit
+        tuned = {**gpt, "name": "gpt-bf16-tuned", "precision": {"compute": "bf16"}}
+        tune = {"LARCH_CUDA_GEMM_TUNE": "8"}
+        job = compare(c, exe, tmp, "gpt-bf16-tuned", tuned, reference=tmp / "gpt-cpu", env=tune,
+                      expect=("GEMMs tuned (8 candidates)",))
+        if job:
+            picks = job / "gemm-tune.txt"
+            lines = picks.read_text().splitlines() if picks.exists() else []
+            c.check(len(lines) > 0 and all(len(l.split(" ")) == 9 for l in lines),
+                    f"gpt-bf16-tuned: {len(lines)} picks kept in gemm-tune.txt")
+            check_resume(c, exe, tmp, "gpt-bf16-tuned", tuned, job, env=tune,
+                         carry=("gemm-tune.txt",))
         # the fused attention's dq added atomically in its dk, dv kernel
         # (LARCH_CUDA_FLASH_DQ=atomic, blocks of 64 keys; =atomic128, of
         # 128): the h64 model, as the other flash run

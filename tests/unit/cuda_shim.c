@@ -36,6 +36,7 @@
 #include "kernels/residual_cuda.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/softmax_xent_cuda.h"
+#include "kernels/tune_table.h"
 #include "trainer/comm.h"
 #include "trainer/cuda_backend.h"
 
@@ -458,12 +459,70 @@ static int pads_zeros(int ldo, int oc, int c, const float *bias)
 	return shim_operands != KERN_MM_FP32 && !bias && c > 0 && ldo > oc && ldo % 8 == 0;
 }
 
+/* The GEMMs' tuning: the switch read as matmul_cuda.cu reads it, and the
+ * picks' file kept as it keeps it (kernels/tune_table.h), one line a GEMM
+ * problem the first time one runs, its "algorithm" the problem's number:
+ * no cuBLASLt here to time, but the trainer's side of the file (its place
+ * in the job directory, a resume reading it back) runs as on a GPU. */
+static int shim_gemm_tune = -1;
+static struct kern_tune_table shim_picks;
+static char *shim_picks_path;
+static long shim_tune_reused;
+
+int kern_matmul_cuda_gemm_tune(int candidates)
+{
+	if (shim_gemm_tune < 0) {
+		const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
+		int n = v ? atoi(v) : 0;
+		shim_gemm_tune = n < 2 ? 0 : n > 16 ? 16 : n;
+	}
+	int prev = shim_gemm_tune;
+	if (candidates >= 0)
+		shim_gemm_tune = candidates < 2 ? 0 : candidates > 16 ? 16 : candidates;
+	return prev;
+}
+
+int kern_matmul_cuda_gemm_tune_file(const char *path)
+{
+	free(shim_picks_path);
+	shim_picks_path = NULL;
+	kern_tune_table_free(&shim_picks);
+	if (!path || !*path)
+		return 0;
+	char why[512];
+	if (kern_tune_table_load(&shim_picks, path, NULL, why, sizeof why) != 0) {
+		fprintf(stderr, "larch: cuBLASLt tuning: %s: the picks are not kept\n", why);
+		return -1;
+	}
+	shim_picks_path = strdup(path);
+	return shim_picks.n;
+}
+
+/* a GEMM problem (what, n, c, oc) run with tuning on: its pick from the
+ * file, or a new one added */
+static void shim_tune(const char *what, int n, int c, int oc)
+{
+	if (!kern_matmul_cuda_gemm_tune(-1) || !shim_picks_path)
+		return;
+	char key[128], why[512];
+	snprintf(key, sizeof key, "shim;%s;n=%d;c=%d;oc=%d;cands=%d", what, n, c, oc,
+	         shim_gemm_tune);
+	if (kern_tune_table_find(&shim_picks, key)) {
+		shim_tune_reused++;
+		return;
+	}
+	uint64_t algo[KERN_TUNE_WORDS] = { (uint64_t)shim_picks.n + 1 };
+	if (kern_tune_table_add(&shim_picks, shim_picks_path, key, algo, why, sizeof why) != 0)
+		fprintf(stderr, "larch: cuBLASLt tuning: %s: the pick is not kept\n", why);
+}
+
 /* The strided forward; bias16: the bias read as a 16-bit value, as a GEMM
  * with a 16-bit output takes it (an fp32 output takes the fp32 bias). */
 static void fwd_ld(float *out, int ldo, const float *inp, const float *weight, const float *bias,
                    int n, int c, int oc, int bias16)
 {
 	shim_workspaces();
+	shim_tune("fwd", n, c, oc);
 	long zeros = ldo > oc && ldo % 8 == 0 && !bias ? (long)(ldo - oc) * c : 0;
 	float *o = packed(NULL, ldo, n, oc), *t1, *t2, *t3 = NULL;
 	kern_matmul_fwd_cpu(o, as16(inp, (long)n * c, &t1), weight16(weight, (long)oc * c, zeros, &t2),
@@ -490,6 +549,7 @@ void kern_matmul_bwd_set_ld_cuda(float *dinp, float *dweight, float *dbias, cons
                                  int ldd, const float *inp, const float *weight, int n, int c,
                                  int oc)
 {
+	shim_tune("bwd", n, c, oc);
 	long zeros = ldd > oc && ldd % 8 == 0 ? (long)(ldd - oc) * c : 0;
 	float *d = packed(dout, ldd, n, oc), *t1, *t2;
 	kern_matmul_bwd_set_cpu(dinp, dweight, dbias, d, as16(inp, (long)n * c, &t1),
@@ -1076,22 +1136,16 @@ long kern_matmul_cuda_fused_dbias_gemms(void)
 	return 0;
 }
 
-/* the GEMMs' tuning: the switch kept, no cuBLASLt here to time */
-static int shim_gemm_tune;
-
-int kern_matmul_cuda_gemm_tune(int candidates)
-{
-	int prev = shim_gemm_tune;
-	if (candidates >= 0)
-		shim_gemm_tune = candidates < 2 ? 0 : candidates > 16 ? 16 : candidates;
-	return prev;
-}
-
 long kern_matmul_cuda_gemm_tuned(long *other)
 {
 	if (other)
 		*other = 0;
 	return 0;
+}
+
+long kern_matmul_cuda_gemm_tune_reused(void)
+{
+	return shim_tune_reused;
 }
 
 void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, const void *inp,

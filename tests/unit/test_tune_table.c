@@ -1,0 +1,173 @@
+/* tests/unit/test_tune_table.c - kernels/tune_table.c: the tuned GEMMs'
+ * picks through a file and back, the lines it leaves out, a key's first
+ * line counting, keys it refuses, and a file it cannot write. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kernels/tune_table.h"
+
+static char dir[512];
+
+static void path_in(char *out, size_t n, const char *name)
+{
+	snprintf(out, n, "%s/%s", dir, name);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	if (!f || fputs(text, f) < 0 || fclose(f) != 0)
+		abort();
+}
+
+static void algo_of(uint64_t algo[KERN_TUNE_WORDS], uint64_t seed)
+{
+	for (int w = 0; w < KERN_TUNE_WORDS; w++)
+		algo[w] = seed * 0x9e3779b97f4a7c15ULL + (uint64_t)w * 0x1000000000000001ULL;
+}
+
+static void test_round_trip(void)
+{
+	char path[600], why[256] = "";
+	path_in(path, sizeof path, "picks.txt");
+	unlink(path);
+	struct kern_tune_table t = { 0 }, u = { 0 };
+	int skipped = -1;
+	CHECK_INT_EQ(kern_tune_table_load(&t, path, &skipped, why, sizeof why), 0);   /* missing */
+	CHECK_INT_EQ(t.n, 0);
+	CHECK_INT_EQ(skipped, 0);
+	static const char *const keys[] = { "dev=NVIDIA_H200;lt=130000;epi=1;m=768,n=8192,k=2304",
+		                            "dev=NVIDIA_H200;lt=130000;epi=2;m=3072,n=8192,k=768", "k" };
+	uint64_t algo[3][KERN_TUNE_WORDS];
+	for (int i = 0; i < 3; i++) {
+		algo_of(algo[i], (uint64_t)i + 1);
+		CHECK_INT_EQ(kern_tune_table_add(&t, path, keys[i], algo[i], why, sizeof why), 0);
+	}
+	/* a key already there keeps its pick, and adds no line */
+	uint64_t other[KERN_TUNE_WORDS];
+	algo_of(other, 99);
+	CHECK_INT_EQ(kern_tune_table_add(&t, path, keys[0], other, why, sizeof why), 0);
+	CHECK(memcmp(kern_tune_table_find(&t, keys[0]), algo[0], sizeof algo[0]) == 0);
+	CHECK(kern_tune_table_find(&t, "absent") == NULL);
+
+	CHECK_INT_EQ(kern_tune_table_load(&u, path, &skipped, why, sizeof why), 0);
+	CHECK_INT_EQ(u.n, 3);
+	CHECK_INT_EQ(skipped, 0);
+	for (int i = 0; i < 3; i++) {
+		const uint64_t *got = kern_tune_table_find(&u, keys[i]);
+		CHECK_MSG(got && memcmp(got, algo[i], sizeof algo[i]) == 0, "%s read back", keys[i]);
+	}
+	/* one line a pick: three lines */
+	FILE *f = fopen(path, "r");
+	int lines = 0, c;
+	while (f && (c = fgetc(f)) != EOF)
+		lines += c == '\n';
+	if (f)
+		fclose(f);
+	CHECK_INT_EQ(lines, 3);
+	kern_tune_table_free(&t);
+	kern_tune_table_free(&u);
+	unlink(path);
+}
+
+static void test_bad_lines(void)
+{
+	char path[600], why[256] = "", line[400], text[4096] = "";
+	path_in(path, sizeof path, "bad.txt");
+	uint64_t algo[KERN_TUNE_WORDS];
+	algo_of(algo, 7);
+	char words[KERN_TUNE_WORDS * 17 + 1] = "";
+	for (int w = 0; w < KERN_TUNE_WORDS; w++)
+		snprintf(words + strlen(words), sizeof words - strlen(words), "%s%016llx",
+		         w ? " " : "", (unsigned long long)algo[w]);
+	snprintf(line, sizeof line, "good %s\n", words);
+	strcat(text, line);
+	strcat(text, "\n");                                   /* empty: not counted */
+	strcat(text, "nowords\n");                            /* no algorithm */
+	snprintf(line, sizeof line, "short %.*s\n", 16 * 7 + 6, words);   /* seven words */
+	strcat(text, line);
+	snprintf(line, sizeof line, "upper %s\n", words);
+	line[6] = 'A';                                        /* not lower-case hex */
+	strcat(text, line);
+	snprintf(line, sizeof line, "long %s 0000000000000000\n", words);   /* nine words */
+	strcat(text, line);
+	snprintf(line, sizeof line, "good %s\n", words);
+	line[5] = line[5] == '0' ? '1' : '0';                 /* the key again, another pick */
+	strcat(text, line);
+	/* no newline at the end of the last line: it still counts */
+	snprintf(line, sizeof line, "last %s", words);
+	strcat(text, line);
+	write_file(path, text);
+	struct kern_tune_table t = { 0 };
+	int skipped = 0;
+	CHECK_INT_EQ(kern_tune_table_load(&t, path, &skipped, why, sizeof why), 0);
+	CHECK_INT_EQ(t.n, 2);
+	CHECK_INT_EQ(skipped, 4);
+	const uint64_t *got = kern_tune_table_find(&t, "good");
+	CHECK_MSG(got && memcmp(got, algo, sizeof algo) == 0, "the first line of a key counts");
+	CHECK(kern_tune_table_find(&t, "last") != NULL);
+
+	/* a line longer than any written: left out, the next one read */
+	FILE *f = fopen(path, "w");
+	if (!f)
+		abort();
+	fputs("x", f);
+	for (int i = 0; i < 2000; i++)
+		fputc('y', f);
+	fprintf(f, " %s\nafter %s\n", words, words);
+	fclose(f);
+	CHECK_INT_EQ(kern_tune_table_load(&t, path, &skipped, why, sizeof why), 0);
+	CHECK_INT_EQ(t.n, 1);
+	CHECK_INT_EQ(skipped, 1);
+	CHECK(kern_tune_table_find(&t, "after") != NULL);
+	kern_tune_table_free(&t);
+	unlink(path);
+}
+
+static void test_refused(void)
+{
+	char path[600], why[256] = "", big[KERN_TUNE_KEY + 8];
+	path_in(path, sizeof path, "refused.txt");
+	unlink(path);
+	struct kern_tune_table t = { 0 };
+	uint64_t algo[KERN_TUNE_WORDS];
+	algo_of(algo, 3);
+	memset(big, 'k', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	static const char *const bad[] = { "", "has space", "tab\there", "new\nline" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		why[0] = '\0';
+		CHECK_INT_EQ(kern_tune_table_add(&t, path, bad[i], algo, why, sizeof why), -1);
+		CHECK(why[0] != '\0');
+	}
+	CHECK_INT_EQ(kern_tune_table_add(&t, path, big, algo, why, sizeof why), -1);
+	CHECK_INT_EQ(t.n, 0);
+	CHECK(access(path, F_OK) != 0);                       /* nothing written */
+	/* a file that cannot be written: said, the pick kept for this run */
+	char nodir[700];
+	snprintf(nodir, sizeof nodir, "%s/no-such-dir/picks.txt", dir);
+	why[0] = '\0';
+	CHECK_INT_EQ(kern_tune_table_add(&t, nodir, "key", algo, why, sizeof why), -1);
+	CHECK_MSG(strstr(why, "no-such-dir") != NULL, "why: %s", why);
+	CHECK(kern_tune_table_find(&t, "key") != NULL);
+	/* a directory is not a file to read */
+	CHECK_INT_EQ(kern_tune_table_load(&t, dir, NULL, why, sizeof why), -1);
+	kern_tune_table_free(&t);
+}
+
+int main(void)
+{
+	const char *tmp = getenv("LARCH_TEST_TMP");
+	snprintf(dir, sizeof dir, "%s/tune-table-%d", tmp ? tmp : "/tmp", (int)getpid());
+	if (mkdir(dir, 0700) != 0)
+		return 1;
+	CHECK_RUN(test_round_trip);
+	CHECK_RUN(test_bad_lines);
+	CHECK_RUN(test_refused);
+	rmdir(dir);
+	return check_finish();
+}
