@@ -730,9 +730,9 @@ static void test_tuned(void)
  * every pick from the file, times nothing, and gives the first's bits. */
 static void test_tune_file(void)
 {
-	char path[256];
-	snprintf(path, sizeof path, "/tmp/larch-tune-file-%d.txt", (int)getpid());
-	unlink(path);
+	char dir[4096], path[4200];
+	snprintf(dir, sizeof dir, "%s", check_tmpdir("tune_file"));
+	snprintf(path, sizeof path, "%s/picks.txt", dir);
 	int prev_ops = kern_matmul_cuda_operands(KERN_MM_BF16), prev = kern_matmul_cuda_gemm_tune(8);
 	CHECK_INT_EQ(kern_matmul_cuda_gemm_tune_file(path), 0);
 	struct bwd16 b;
@@ -771,6 +771,7 @@ static void test_tune_file(void)
 	kern_cuda_free(d_b), kern_cuda_free(out16);
 	bwd16_free(&b);
 	unlink(path);
+	rmdir(dir);
 }
 
 int main(void)

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -161,10 +160,7 @@ static void test_refused(void)
 
 int main(void)
 {
-	const char *tmp = getenv("LARCH_TEST_TMP");
-	snprintf(dir, sizeof dir, "%s/tune-table-%d", tmp ? tmp : "/tmp", (int)getpid());
-	if (mkdir(dir, 0700) != 0)
-		return 1;
+	snprintf(dir, sizeof dir, "%s", check_tmpdir("tune_table"));
 	CHECK_RUN(test_round_trip);
 	CHECK_RUN(test_bad_lines);
 	CHECK_RUN(test_refused);
