@@ -84,14 +84,7 @@ static int flash_pipe = -1;
 
 extern "C" int kern_attention_flash_pipeline(int on)
 {
-	if (flash_pipe < 0) {
-		const char *v = getenv("LARCH_CUDA_FLASH_PIPE");
-		flash_pipe = !(v && strcmp(v, "0") == 0);
-	}
-	int prev = flash_pipe;
-	if (on >= 0)
-		flash_pipe = on != 0;
-	return prev;
+	return kern_cuda_env_switch(&flash_pipe, "LARCH_CUDA_FLASH_PIPE", "0", 1, on);
 }
 
 /* Per backward kernel (enum kern_flash_kernel), whether an SM holds one

@@ -21,6 +21,19 @@ extern "C" void kern_cuda_set_gemm_operands(int dtype)
 	g_gemm_operands = dtype;
 }
 
+extern "C" int kern_cuda_env_switch(int *state, const char *name, const char *flip, int dflt,
+                                    int on)
+{
+	if (*state < 0) {
+		const char *v = getenv(name);
+		*state = v && strcmp(v, flip) == 0 ? !dflt : !!dflt;
+	}
+	int prev = *state;
+	if (on >= 0)
+		*state = on != 0;
+	return prev;
+}
+
 extern "C" int kern_cuda_act_operands(int a16, const char *op)
 {
 	if (a16 && !g_gemm_operands)

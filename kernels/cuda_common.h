@@ -102,6 +102,12 @@ double kern_cuda_peak_tensor16(int index);
  * kern_matmul_cuda_operands set it. */
 int kern_cuda_gemm_operands(void);
 void kern_cuda_set_gemm_operands(int dtype);
+
+/* A process-wide on/off switch of the kernels' (kern_<op>_cuda_<what>(on)):
+ * *state is -1 until the first call reads the environment's name, then
+ * dflt, or !dflt where name's value is flip; on >= 0 sets it, -1 only
+ * asks. Returns the setting before the call. */
+int kern_cuda_env_switch(int *state, const char *name, const char *flip, int dflt, int on);
 /* With 16-bit operands the element-wise kernels also store what they write
  * as 16-bit values (rounded to nearest even, held in their fp32 buffers),
  * as the CPU model rounds after them: LayerNorm's output and input gradient,

@@ -30,9 +30,6 @@
  */
 #include "layernorm_cuda.h"
 
-#include <stdlib.h>
-#include <string.h>
-
 #include "cuda_common.h"
 
 extern "C" {
@@ -67,14 +64,7 @@ static int g_ln_residual = -1;          /* -1: LARCH_CUDA_LN_RESIDUAL not read y
 
 extern "C" int kern_layernorm_cuda_fuse_residual(int on)
 {
-	if (g_ln_residual < 0) {
-		const char *v = getenv("LARCH_CUDA_LN_RESIDUAL");
-		g_ln_residual = !(v && strcmp(v, "separate") == 0);
-	}
-	int prev = g_ln_residual;
-	if (on >= 0)
-		g_ln_residual = on != 0;
-	return prev;
+	return kern_cuda_env_switch(&g_ln_residual, "LARCH_CUDA_LN_RESIDUAL", "separate", 1, on);
 }
 
 extern "C" void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *out, float *mean,
@@ -110,14 +100,7 @@ static int g_ln_rows = -1;              /* -1: LARCH_CUDA_LN not read yet */
 
 extern "C" int kern_layernorm_cuda_rows(int on)
 {
-	if (g_ln_rows < 0) {
-		const char *v = getenv("LARCH_CUDA_LN");
-		g_ln_rows = v && strcmp(v, "rows") == 0;
-	}
-	int prev = g_ln_rows;
-	if (on >= 0)
-		g_ln_rows = on != 0;
-	return prev;
+	return kern_cuda_env_switch(&g_ln_rows, "LARCH_CUDA_LN", "rows", 0, on);
 }
 
 static void layernorm_bwd(int a16, void *dinp, float *dweight, float *dbias, const void *dout,

@@ -88,14 +88,7 @@ extern "C" long kern_matmul_cuda_fused_gelu_gemms(void)
  * sets it, -1 only asks */
 extern "C" int kern_matmul_cuda_fused_dbias(int on)
 {
-	if (g_fused_dbias < 0) {
-		const char *v = getenv("LARCH_CUDA_DBIAS");
-		g_fused_dbias = v && strcmp(v, "fused") == 0;
-	}
-	int prev = g_fused_dbias;
-	if (on >= 0)
-		g_fused_dbias = on != 0;
-	return prev;
+	return kern_cuda_env_switch(&g_fused_dbias, "LARCH_CUDA_DBIAS", "fused", 0, on);
 }
 
 extern "C" long kern_matmul_cuda_fused_dbias_gemms(void)
