@@ -34,7 +34,8 @@ says which ran). Printed side by side:
   through cuBLASLt on the fastest of its heuristic's first 8 candidates,
   timed at the problem's first call), "tune-dbias" (that, with the bias
   gradients in the weight gradients' GEMM epilogues, whose heuristic pick
-  a long k may have taken off its best), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
+  a long k may have taken off its best), "tune-a128" (that, with
+  dq-atomic128), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
   backward's dq added atomically by its dk, dv kernel, FlashAttention-2's
   five tile products instead of seven), "dq-atomic128" (=atomic128: the
   same in blocks of 128 keys, half the adds), "fwd-rows32"
@@ -44,7 +45,9 @@ says which ran). Printed side by side:
   q": the fused attention's backward kernels at one block more an SM than
   their registers allow, capped) and "dbias-fused" (LARCH_CUDA_DBIAS=
   fused: the bias gradients in the weight gradients' GEMM epilogues
-  instead of column-sum kernels)
+  instead of column-sum kernels); --rows names the rows to run, in
+  order (a name again runs that row again: interleaved repeats show how
+  much the machine's noise moves a row)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -266,6 +269,9 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--rows", default="",
+                    help="comma-separated rows to run, in order, a name again to repeat it "
+                         "(default: all; a wrong name lists them)")
     a = ap.parse_args()
     build = pathlib.Path(a.build)
     exe = (build if build.is_absolute() else ROOT / build) / "trainer" / "larch-train"
@@ -349,34 +355,47 @@ def main():
             except Exception as e:  # noqa: BLE001
                 print(f"# cuBLAS GEMM bound unavailable: {type(e).__name__}: {e}")
 
+        def env_row(env, tag):
+            return lambda: larch_row("bf16", env, "-" + tag)
+
+        staged = {"LARCH_CUDA_FLASH_DQ": "atomic128", "LARCH_CUDA_FLASH_FWD_ROWS": "32",
+                  "LARCH_CUDA_LN": "rows"}
+        tune = {"LARCH_CUDA_GEMM_TUNE": "8"}
+        named = {"fp32": lambda: larch_row("fp32"), "bf16": lambda: larch_row("bf16"),
+                 "torch": lambda: torch_row(True), "torch-fp32": lambda: torch_row(False),
+                 "gemm-bound": gemm_bound}
+        for tag, env in (
+                ("staged", staged), ("gemm-tune", tune),
+                ("tune-dbias", {**tune, "LARCH_CUDA_DBIAS": "fused"}),
+                ("tune-a128", {**tune, "LARCH_CUDA_FLASH_DQ": "atomic128"}),
+                ("dq-atomic", {"LARCH_CUDA_FLASH_DQ": "atomic"}),
+                ("dq-atomic128", {"LARCH_CUDA_FLASH_DQ": "atomic128"}),
+                ("fwd-rows32", {"LARCH_CUDA_FLASH_FWD_ROWS": "32"}),
+                ("ln-rows", {"LARCH_CUDA_LN": "rows"}),
+                ("more-blocks", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"}),
+                ("dbias-fused", {"LARCH_CUDA_DBIAS": "fused"}),
+                ("xent-sep", {"LARCH_CUDA_XENT": "separate"}),
+                ("ln-res-sep", {"LARCH_CUDA_LN_RESIDUAL": "separate"}),
+                ("gemm-attn", gemm), ("gelu-sep", sep), ("neither", {**gemm, **sep}),
+                ("act32", {"LARCH_CUDA_ACT16": "0"})):
+            named[tag] = env_row(env, tag)
         # in the order of what each row is worth, so that a run its time
         # limit cuts short still has the issue's figures: larch fp32 and bf16
         # beside PyTorch bf16 first, then the options not yet the default
         # (which a GPU session decides on), then the rows that show what
-        # the defaults are worth
-        jobs = [lambda: larch_row("fp32"), lambda: larch_row("bf16"),
-                lambda: torch_row(True),
-                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128",
-                                           "LARCH_CUDA_FLASH_FWD_ROWS": "32",
-                                           "LARCH_CUDA_LN": "rows"}, "-staged"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_GEMM_TUNE": "8"}, "-gemm-tune"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_GEMM_TUNE": "8",
-                                           "LARCH_CUDA_DBIAS": "fused"}, "-tune-dbias"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic"}, "-dq-atomic"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_DQ": "atomic128"},
-                                  "-dq-atomic128"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_FWD_ROWS": "32"}, "-fwd-rows32"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_LN": "rows"}, "-ln-rows"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"},
-                                  "-more-blocks"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_DBIAS": "fused"}, "-dbias-fused"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_XENT": "separate"}, "-xent-sep"),
-                lambda: larch_row("bf16", {"LARCH_CUDA_LN_RESIDUAL": "separate"}, "-ln-res-sep"),
-                lambda: larch_row("bf16", gemm, "-gemm-attn"),
-                lambda: larch_row("bf16", sep, "-gelu-sep"),
-                lambda: larch_row("bf16", {**gemm, **sep}, "-neither"),
-                lambda: torch_row(False), gemm_bound,
-                lambda: larch_row("bf16", {"LARCH_CUDA_ACT16": "0"}, "-act32")]
+        # the defaults are worth; --rows picks others (a name again runs
+        # the row again: interleaved repeats show the machine's noise)
+        order = a.rows.split(",") if a.rows else [
+            "fp32", "bf16", "torch", "staged", "gemm-tune", "tune-dbias", "tune-a128",
+            "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks", "dbias-fused",
+            "xent-sep", "ln-res-sep", "gemm-attn", "gelu-sep", "neither", "torch-fp32",
+            "gemm-bound", "act32"]
+        unknown = [r for r in order if r not in named]
+        if unknown:
+            print(f"bench_gpt_gpu: unknown rows {', '.join(unknown)}; the rows: "
+                  + ", ".join(named))
+            return 2
+        jobs = [named[r] for r in order]
         signal.signal(signal.SIGTERM, stop)
         try:
             for job in jobs:
