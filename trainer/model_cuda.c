@@ -144,6 +144,8 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 		            cpu->n_floats);
 		return NULL;
 	}
+	/* the spec's "deterministic": false tunes the 16-bit GEMMs (plan.h) */
+	kern_matmul_cuda_gemm_tune(trn_gpu_gemm_tune(spec->precision.nondeterministic));
 	switch (spec->model.type) {
 	case TRN_MODEL_GPT:
 		return trn_gpt_cuda_new(spec, cpu, max_batch, err);

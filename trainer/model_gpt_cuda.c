@@ -523,7 +523,7 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->btc_max = (long)max_batch * g->T * g->C;
 	/* the layout larch plan counts (plan.h) */
 	struct trn_gpt_gpu_layout lay;
-	trn_gpt_gpu_layout(ms, cpu->dtype, &lay);
+	trn_gpt_gpu_layout(ms, cpu->dtype, spec->precision.nondeterministic, &lay);
 	g->a16 = lay.a16 ? KERN_ACT_16 : KERN_ACT_F32;
 	g->flash = lay.flash && kern_attention_flash_supported(g->T, g->C, g->NH);
 	kern_matmul_cuda_fused_gelu(lay.gelu_fused);

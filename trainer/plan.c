@@ -40,22 +40,33 @@ static int env_is(const char *name, const char *on, int dflt)
 }
 
 void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,
-                        struct trn_gpt_gpu_layout *out)
+                        int nondeterministic, struct trn_gpt_gpu_layout *out)
 {
 	out->a16 = compute != TRN_DTYPE_FP32 && !env_is("LARCH_CUDA_ACT16", "0", 0);
 	out->flash = out->a16 && !env_is("LARCH_CUDA_ATTENTION", "gemm", 0) && model->heads > 0 &&
 	             model->dim == model->heads * TRN_FLASH_HEAD_SIZE;
 	out->gelu_fused = out->a16 && !env_is("LARCH_CUDA_GELU", "separate", 0);
 	out->xent_fused = !env_is("LARCH_CUDA_XENT", "separate", 0);
-	out->flash_dq_atomic = !out->flash                                  ? 0
-	                       : env_is("LARCH_CUDA_FLASH_DQ", "atomic", 0)    ? 64
-	                       : env_is("LARCH_CUDA_FLASH_DQ", "atomic128", 0) ? 128
-	                                                                       : 0;
+	const char *dq = getenv("LARCH_CUDA_FLASH_DQ");
+	out->flash_dq_atomic = !out->flash                    ? 0
+	                       : !dq                          ? (nondeterministic ? 128 : 0)
+	                       : strcmp(dq, "atomic") == 0    ? 64
+	                       : strcmp(dq, "atomic128") == 0 ? 128
+	                                                      : 0;
 }
 
 int trn_gpu_weights16(enum trn_dtype compute, int params_offloaded)
 {
 	return compute != TRN_DTYPE_FP32 && !params_offloaded && !env_is("LARCH_CUDA_W16", "0", 0);
+}
+
+int trn_gpu_gemm_tune(int nondeterministic)
+{
+	const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
+	if (!v)
+		return nondeterministic ? TRN_GPU_GEMM_TUNE_CANDIDATES : 0;
+	long n = strtol(v, NULL, 10);   /* as kern_matmul_cuda_gemm_tune reads it */
+	return n < 2 ? 0 : n > 16 ? 16 : (int)n;
 }
 
 const char *trn_plan_item_name(enum trn_plan_item item)
@@ -201,7 +212,7 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
 	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
 	struct trn_gpt_gpu_layout lay;
-	trn_gpt_gpu_layout(&s->model, dt, &lay);
+	trn_gpt_gpu_layout(&s->model, dt, s->precision.nondeterministic, &lay);
 	if (gpus && s->model.type == TRN_MODEL_GPT && lay.a16) {
 		/* a 16-bit GPT on a GPU stores its activations in 2 bytes, but for
 		 * the fp32 statistics and one fp32 [B, NH, T, T] for attention's
@@ -239,13 +250,17 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	double sample = ds->task == TRN_TASK_CLASSIFY ? (double)ds->dim * 4 + 4
 	                                              : (double)s->model.seq * 8;
 	p->bytes[TRN_PLAN_DATA] = trn_dataset_bytes(ds) + sample * (double)micro;
-	/* a GPU's fixed cost: the GEMM libraries' workspaces; and the batch's
+	/* a GPU's fixed cost: the GEMM libraries' workspaces (cuBLASLt's alone
+	 * where every GEMM goes through it: trn_gpu_gemm_tune); and the batch's
 	 * int rows (targets, tokens, the argmax; the next batch's targets and
 	 * tokens, or its inputs) (model_cuda.c) */
 	if (gpus) {
 		int tokens = ds->task != TRN_TASK_CLASSIFY;
 		double rows = tokens ? (double)micro * s->model.seq : (double)micro;
-		p->bytes[TRN_PLAN_WORKSPACE] = (double)KERN_CUDA_WORKSPACE_BYTES +
+		int lt_only = s->model.type == TRN_MODEL_GPT && lay.flash &&
+		              trn_gpu_gemm_tune(s->precision.nondeterministic);
+		p->bytes[TRN_PLAN_WORKSPACE] = (double)(lt_only ? KERN_CUBLASLT_WORKSPACE_BYTES
+		                                                : KERN_CUDA_WORKSPACE_BYTES) +
 		                               4.0 * rows * (tokens ? 5 : 4) +
 		                               (tokens ? 0.0 : 4.0 * (double)micro * ds->dim);
 	}

@@ -83,8 +83,10 @@ struct trn_plan {
  * gelu_fused, with a16, GELU in the fc GEMMs' epilogues (the default, also
  * measured; LARCH_CUDA_GELU=separate for the GELU kernels; the same memory);
  * flash_dq_atomic, with flash, the keys of the blocks of its backward that
- * add dq atomically into fp32 scratch of [B, T, C], 0 for none
- * (LARCH_CUDA_FLASH_DQ=atomic: 64, =atomic128: 128; off until measured);
+ * add dq atomically into fp32 scratch of [B, T, C], 0 for none: 128 when
+ * the spec says "deterministic": false (the adds' order varies from run to
+ * run; an H200 measured it faster), else 0; LARCH_CUDA_FLASH_DQ=atomic
+ * (64), =atomic128 (128) or =separate (0) overrides either;
  * xent_fused, a training step's forward writes the cross-entropy's
  * gradient in the pass that computes the loss (kern_softmax_xent_fwd_bwd_
  * set_ld_act_cuda: one read of the logits where the two kernels make two;
@@ -106,13 +108,24 @@ struct trn_gpt_gpu_layout {
 };
 #define TRN_FLASH_HEAD_SIZE 64
 void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,
-                        struct trn_gpt_gpu_layout *out);
+                        int nondeterministic, struct trn_gpt_gpu_layout *out);
 
 /* Whether a GPU model of compute dtype keeps a 16-bit copy of its params
  * for the GEMMs (params16, model_cuda.h): in 16 bits without offload.params,
  * unless LARCH_CUDA_W16=0 in the environment (each GEMM then converts its
  * weight, for comparisons). */
 int trn_gpu_weights16(enum trn_dtype compute, int params_offloaded);
+
+/* The candidates a GPU run's 16-bit GEMMs time at their first call
+ * (kern_matmul_cuda_gemm_tune), 0 for none: TRN_GPU_GEMM_TUNE_CANDIDATES
+ * when the spec says "deterministic": false (the picks, and so the bits,
+ * may differ from run to run; a run that goes on from the job's checkpoint
+ * takes its picks from the job directory), else 0; LARCH_CUDA_GEMM_TUNE
+ * overrides either. Tuned, every 16-bit GEMM goes through cuBLASLt, and a
+ * fused-attention GPT then makes no call that allocates cuBLAS's own
+ * workspace, which larch plan leaves out. */
+#define TRN_GPU_GEMM_TUNE_CANDIDATES 8
+int trn_gpu_gemm_tune(int nondeterministic);
 
 /* trn_plan_make's answer for a model whose buffers at the micro-batch would
  * be petabytes: no plan (its sizes would overflow), and nothing can fit. */

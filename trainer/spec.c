@@ -364,11 +364,11 @@ static int parse_schedule(struct trn_fields *root, struct trn_spec *s)
 static int parse_precision(struct trn_fields *root, struct trn_spec_precision *p)
 {
 	static const char *const keys[] = { "compute", "master", "loss_scale", "init_scale",
-	                                    "growth_interval", NULL };
+	                                    "growth_interval", "deterministic", NULL };
 	static const char *const computes[] = { "fp32", "fp16", "bf16", NULL };
 	static const char *const masters[] = { "fp32", NULL };
 	struct trn_fields f;
-	int compute, master;
+	int compute, master, deterministic;
 	long long growth;
 	char q[512];
 	if (trn_fields_object(&f, root, "precision", TRN_OPTIONAL) < 0 ||
@@ -376,8 +376,10 @@ static int parse_precision(struct trn_fields *root, struct trn_spec_precision *p
 	    trn_fields_enum(&f, "compute", computes, 0, 0, &compute) < 0 ||
 	    trn_fields_enum(&f, "master", masters, 0, 0, &master) < 0 ||
 	    trn_fields_num(&f, "init_scale", SCALE, 0, 65536, &p->init_scale) < 0 ||
-	    trn_fields_int(&f, "growth_interval", 1, TRN_STEPS_MAX, 0, 2000, &growth) < 0)
+	    trn_fields_int(&f, "growth_interval", 1, TRN_STEPS_MAX, 0, 2000, &growth) < 0 ||
+	    trn_fields_bool(&f, "deterministic", 1, &deterministic) < 0)
 		return -1;
+	p->nondeterministic = !deterministic;
 	p->compute = (enum trn_dtype)compute;
 	p->master = TRN_DTYPE_FP32;
 	p->growth_interval = (long)growth;

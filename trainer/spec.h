@@ -120,6 +120,10 @@ struct trn_spec_precision {
 	double loss_scale;             /* static scale when not dynamic */
 	double init_scale;             /* default 65536 */
 	long growth_interval;          /* default 2000 */
+	int nondeterministic;          /* "deterministic": false (default true): a GPU run's
+	                                  kernels may trade the same bits run to run for
+	                                  speed (plan.h: trn_gpu_gemm_tune,
+	                                  trn_gpt_gpu_layout); 0 in a struct built by hand */
 };
 
 struct trn_spec_offload {

@@ -35,7 +35,8 @@ says which ran). Printed side by side:
   timed at the problem's first call), "tune-dbias" (that, with the bias
   gradients in the weight gradients' GEMM epilogues, whose heuristic pick
   a long k may have taken off its best), "tune-a128" (that, with
-  dq-atomic128), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
+  dq-atomic128, what the spec's "deterministic": false asks for, and
+  "nondeterministic", that spec), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
   backward's dq added atomically by its dk, dv kernel, FlashAttention-2's
   five tile products instead of seven), "dq-atomic128" (=atomic128: the
   same in blocks of 128 keys, half the adds), "fwd-rows32"
@@ -96,9 +97,9 @@ def flops_per_token(L, C, T, V):
     return (L * (72.0 * T * C * C + 12.0 * T * T * C) + 6.0 * T * C * V) / T
 
 
-def larch_spec(tmp, a, precision, micro, tag=""):
+def larch_spec(tmp, a, precision, micro, tag="", deterministic=True):
     return {"name": f"gpt2-bench-{precision}{tag}",
-            "precision": {"compute": precision},
+            "precision": {"compute": precision, "deterministic": deterministic},
             "model": {"type": "gpt", "layers": a.layers, "heads": a.heads, "dim": a.dim,
                       "seq": a.seq, "vocab": a.vocab},
             "data": {"format": "tokens_u16", "train": str(tmp / "train.bin"),
@@ -143,8 +144,8 @@ def plan_micro(exe, tmp, a, precision, gpu_gib):
     return None if micro is None else max(micro, 1)
 
 
-def run_larch(exe, tmp, a, precision, micro, env=None, tag=""):
-    spec = larch_spec(tmp, a, precision, micro, tag)
+def run_larch(exe, tmp, a, precision, micro, env=None, tag="", deterministic=True):
+    spec = larch_spec(tmp, a, precision, micro, tag, deterministic)
     (tmp / "spec.json").write_text(json.dumps(spec))
     job = tmp / f"job-{precision}{tag}"
     t0 = time.time()
@@ -313,8 +314,8 @@ def main():
             print(f"# row: {run}, {prec}, micro-batch {b}: {tps:.0f} tokens/s, "
                   f"MFU {fpt * tps / peak:.1%}")
 
-        def larch_row(prec, env=None, tag=""):
-            r = run_larch(exe, tmp, a, prec, micro[prec], env, tag)
+        def larch_row(prec, env=None, tag="", deterministic=True):
+            r = run_larch(exe, tmp, a, prec, micro[prec], env, tag, deterministic)
             if "error" in r:
                 print(f"larch-train {prec}{tag} failed: {r['error']}")
                 return
@@ -363,7 +364,8 @@ def main():
         tune = {"LARCH_CUDA_GEMM_TUNE": "8"}
         named = {"fp32": lambda: larch_row("fp32"), "bf16": lambda: larch_row("bf16"),
                  "torch": lambda: torch_row(True), "torch-fp32": lambda: torch_row(False),
-                 "gemm-bound": gemm_bound}
+                 "gemm-bound": gemm_bound,
+                 "nondeterministic": lambda: larch_row("bf16", None, "-nondeterministic", False)}
         for tag, env in (
                 ("staged", staged), ("gemm-tune", tune),
                 ("tune-dbias", {**tune, "LARCH_CUDA_DBIAS": "fused"}),
@@ -386,7 +388,7 @@ def main():
         # the defaults are worth; --rows picks others (a name again runs
         # the row again: interleaved repeats show the machine's noise)
         order = a.rows.split(",") if a.rows else [
-            "fp32", "bf16", "torch", "staged", "gemm-tune", "tune-dbias", "tune-a128",
+            "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias", "tune-a128",
             "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks", "dbias-fused",
             "xent-sep", "ln-res-sep", "gemm-attn", "gelu-sep", "neither", "torch-fp32",
             "gemm-bound", "act32"]

@@ -17,7 +17,9 @@ library only: the GPU machine has no numpy of ours to rely on.
    (AdamW, LAMB) stays on the device, within TOL of the CPU's int8 run,
    and its checkpoints resume bit for bit too. So does a bf16 run with
    the GEMMs tuned (LARCH_CUDA_GEMM_TUNE=8), whose picks the job
-   directory's gemm-tune.txt keeps for the resume.
+   directory's gemm-tune.txt keeps for the resume. A spec's "deterministic":
+   false tunes them and adds attention's dq atomically: within bf16's noise
+   as the others.
 4. bf16 on the GPU against bf16 on the CPU (16-bit storage, the GEMMs on
    the tensor cores), measured against bf16's own noise: how far the CPU's
    bf16 run is from its fp32 run at the same step. The first step (the
@@ -256,10 +258,12 @@ def check_resume(c, exe, tmp, name, spec, job, env=None, carry=()):
                 f"bit for bit ({[(s, a[s], b.get(s)) for s in later][:2]})")
 
 
-def check_plan(c, exe, tmp, name, spec, env=None):
+def check_plan(c, exe, tmp, name, spec, env=None, workspace_mib=WORKSPACE_MIB):
     """The run's device buffers' peak within PLAN_TOL of larch plan's device
     figure (both printed by larch-train, from the same spec and planner, under
-    the same environment's layout switches)."""
+    the same environment's layout switches); workspace_mib of the plan is the
+    GEMM libraries' workspaces (cuBLASLt's alone, 32 MiB, where every GEMM
+    goes through it)."""
     r = run(exe, {**spec, "name": name}, tmp / name, "cuda", env=env)
     m = re.search(r"larch's buffers peaked at ([\d.]+) MiB, planned ([\d.]+) MiB", r.stdout)
     if not m:
@@ -267,7 +271,7 @@ def check_plan(c, exe, tmp, name, spec, env=None):
                 f"{r.stderr.strip()[-300:]}")
         return
     got, want = float(m.group(1)), float(m.group(2))
-    model = want - WORKSPACE_MIB
+    model = want - workspace_mib
     c.check(model > 0 and abs(got - want) <= PLAN_TOL * model,
             f"{name}: device buffers peaked at {got:.1f} MiB, larch plan said {want:.1f} MiB "
             f"({100 * (got - want) / model:+.1f}% of its {model:.1f} MiB beside the "
@@ -359,6 +363,21 @@ def main():
                     f"gpt-bf16-tuned: {len(lines)} picks kept in gemm-tune.txt")
             check_resume(c, exe, tmp, "gpt-bf16-tuned", tuned, job, env=tune,
                          carry=("gemm-tune.txt",))
+        # "deterministic": false in the spec: the GEMMs tuned (8
+        # candidates, their picks kept in gemm-tune.txt) and the fused
+        # attention's dq added atomically in blocks of 128 keys, within
+        # bf16's noise as the others (a resume is not bit for bit: the adds'
+        # order varies)
+        nd = {**h64, "name": "gpt-h64-bf16-nondeterministic",
+              "precision": {"compute": "bf16", "deterministic": False}}
+        job = compare(c, exe, tmp, "gpt-h64-bf16-nondeterministic", nd,
+                      reference=tmp / "gpt-h64-cpu", env={"LARCH_CUDA_ATTENTION": "flash"},
+                      expect=("GEMMs tuned (8 candidates)",
+                              "dq added atomically, 128 keys a block"))
+        if job:
+            picks = job / "gemm-tune.txt"
+            c.check(picks.exists() and picks.read_text().strip() != "",
+                    "gpt-h64-bf16-nondeterministic: the picks kept in gemm-tune.txt")
         # the fused attention's dq added atomically in its dk, dv kernel
         # (LARCH_CUDA_FLASH_DQ=atomic, blocks of 64 keys; =atomic128, of
         # 128): the h64 model, as the other flash run
@@ -505,6 +524,11 @@ def main():
                 ("plan-gpt-w16off", {**big, "precision": {"compute": "bf16"}},
                  {"LARCH_CUDA_W16": "0"})):
             check_plan(c, exe, tmp, name, spec, env)
+        # "deterministic": false: the backward's fp32 dq for the atomic adds,
+        # and cuBLASLt's workspace alone (every GEMM tuned, through it)
+        check_plan(c, exe, tmp, "plan-gpt-flash-nondeterministic",
+                   {**big64, "precision": {"compute": "bf16", "deterministic": False}}, flash,
+                   workspace_mib=WORKSPACE_MIB // 2)
         for name, spec in (
                 ("plan-gpt", big),
                 ("plan-gpt-bf16", {**big, "precision": {"compute": "bf16"}}),

@@ -138,18 +138,6 @@ void kern_cuda_free(void *dev)
 	free(raw);
 }
 
-/* The workspaces the CUDA library takes through kern_cuda_malloc on its
- * first GEMM (cuBLAS's and cuBLASLt's): the stand-in needs none, so it
- * counts them, once, without holding them. */
-static void shim_workspaces(void)
-{
-	static int counted;
-	if (!counted) {
-		counted = 1;
-		shim_account(KERN_CUDA_WORKSPACE_BYTES, 0);
-	}
-}
-
 void kern_cuda_alloc_bytes(size_t *now, size_t *peak)
 {
 	*now = shim_alloc_now;
@@ -186,6 +174,25 @@ void kern_cuda_zero(void *dev, size_t bytes)
 
 /* the GEMM operands' type (kern_matmul_cuda_operands) */
 static int shim_operands = KERN_MM_FP32;
+
+/* The workspaces the CUDA library takes through kern_cuda_malloc on its
+ * first GEMM: cuBLASLt's, and cuBLAS's own unless the GEMMs are 16-bit and
+ * tuned (every one of them through cuBLASLt then, matmul_cuda.h). The
+ * stand-in needs none, so it counts each, once, without holding them. */
+int kern_matmul_cuda_gemm_tune(int candidates);
+
+static void shim_workspaces(void)
+{
+	static int lt, cublas;
+	if (!lt) {
+		lt = 1;
+		shim_account(KERN_CUBLASLT_WORKSPACE_BYTES, 0);
+	}
+	if (!cublas && (shim_operands == KERN_MM_FP32 || !kern_matmul_cuda_gemm_tune(-1))) {
+		cublas = 1;
+		shim_account(KERN_CUBLAS_WORKSPACE_BYTES, 0);
+	}
+}
 
 /* x[0..n) stored as the 16-bit operands' type holds it, as the element-wise
  * kernels store their outputs (cuda_common.h) */
@@ -979,10 +986,16 @@ int kern_attention_flash_fwd_rows(int rows)
 	return 16;
 }
 
+/* the setting kept, for the tests of what a model asks for; the shim's
+ * backward has no atomics (one way either way) */
+static int shim_dq_atomic;
+
 int kern_attention_flash_dq_atomic(int keys)
 {
-	(void)keys;                        /* (no atomics here: one way) */
-	return 0;
+	int prev = shim_dq_atomic;
+	if (keys == 0 || keys == 64 || keys == 128)
+		shim_dq_atomic = keys;
+	return prev;
 }
 
 int kern_attention_flash_supported(int t, int c, int nh)

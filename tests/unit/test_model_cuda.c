@@ -32,7 +32,7 @@ static int act16_wanted(enum trn_dtype dt)
 {
 	struct trn_spec_model m = { .heads = 1, .dim = 64 };
 	struct trn_gpt_gpu_layout lay;
-	trn_gpt_gpu_layout(&m, dt, &lay);
+	trn_gpt_gpu_layout(&m, dt, 0, &lay);
 	return lay.a16;
 }
 
@@ -442,6 +442,53 @@ static void test_gpt_xent_setting(void)
 	unsetenv("LARCH_CUDA_XENT");
 }
 
+/* The spec's "deterministic": false tunes the 16-bit GEMMs (8 candidates)
+ * and adds the fused attention's dq atomically in blocks of 128 keys; true
+ * (the default) neither; LARCH_CUDA_GEMM_TUNE and LARCH_CUDA_FLASH_DQ
+ * override either. What is checked is the setting each model leaves in
+ * the kernels (a run's GEMMs and attention are the GPU tests'), and that
+ * the run agrees with the CPU's. */
+int kern_matmul_cuda_gemm_tune(int candidates);
+int kern_attention_flash_dq_atomic(int keys);
+
+static void test_gpt_deterministic_setting(void)
+{
+	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
+	static const struct {
+		const char *det, *tune_env, *dq_env;
+		int tune, dq;
+	} cases[] = {
+		{ "true", NULL, NULL, 0, 0 },
+		{ "false", NULL, NULL, 8, 128 },
+		{ "false", "4", "separate", 4, 0 },
+		{ "false", "0", "atomic", 0, 64 },
+		{ "true", "3", "atomic128", 3, 128 },
+	};
+	int flash = act16_wanted(TRN_DTYPE_BF16);    /* (not under LARCH_CUDA_ACT16=0) */
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		set_env("LARCH_CUDA_GEMM_TUNE", cases[i].tune_env);
+		set_env("LARCH_CUDA_FLASH_DQ", cases[i].dq_env);
+		kern_matmul_cuda_gemm_tune(cases[i].tune ? 0 : 2);   /* the other way first */
+		kern_attention_flash_dq_atomic(cases[i].dq ? 0 : 64);
+		char extra[128];
+		snprintf(extra, sizeof extra,
+		         "\"precision\": {\"compute\": \"bf16\", \"deterministic\": %s},",
+		         cases[i].det);
+		compare_gpt(&ds, 2, 128, extra, "gpt deterministic setting");
+		int tune = kern_matmul_cuda_gemm_tune(-1), dq = kern_attention_flash_dq_atomic(-1);
+		CHECK_MSG(tune == cases[i].tune && dq == (flash ? cases[i].dq : 0),
+		          "deterministic %s, LARCH_CUDA_GEMM_TUNE %s, LARCH_CUDA_FLASH_DQ %s: "
+		          "GEMMs tuned over %d candidates (want %d), dq atomic in %d keys (want %d)",
+		          cases[i].det, cases[i].tune_env ? cases[i].tune_env : "unset",
+		          cases[i].dq_env ? cases[i].dq_env : "unset", tune, cases[i].tune, dq,
+		          flash ? cases[i].dq : 0);
+	}
+	unsetenv("LARCH_CUDA_GEMM_TUNE");
+	unsetenv("LARCH_CUDA_FLASH_DQ");
+	kern_matmul_cuda_gemm_tune(0);
+	kern_attention_flash_dq_atomic(0);
+}
+
 static void test_mlp(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_CLASSIFY, .dim = 20, .n_classes = 7 };
@@ -639,6 +686,7 @@ int main(void)
 	CHECK_RUN(test_gpt_flash);
 	CHECK_RUN(test_gpt_gelu_setting);
 	CHECK_RUN(test_gpt_xent_setting);
+	CHECK_RUN(test_gpt_deterministic_setting);
 	CHECK_RUN(test_mlp);
 	CHECK_RUN(test_train_same_run);
 	CHECK_MSG(cuda_shim_live_buffers == 0, "%ld device buffers not freed", cuda_shim_live_buffers);

@@ -187,6 +187,7 @@ static void test_minimal_defaults(void)
 	CHECK_INT_EQ(s.precision.dynamic_loss_scale, 1);
 	CHECK(s.precision.init_scale == 65536);
 	CHECK_INT_EQ(s.precision.growth_interval, 2000);
+	CHECK_INT_EQ(s.precision.nondeterministic, 0);
 	CHECK_INT_EQ(s.offload.optimizer, TRN_OFFLOAD_NONE);
 	CHECK_INT_EQ(s.offload.params, TRN_OFFLOAD_NONE);
 	CHECK_INT_EQ(s.offload.activations, TRN_OFFLOAD_NONE);
@@ -273,6 +274,7 @@ static void test_full(void)
 	CHECK_INT_EQ(s.precision.dynamic_loss_scale, 0);
 	CHECK(s.precision.loss_scale == 1024 && s.precision.init_scale == 32768);
 	CHECK_INT_EQ(s.precision.growth_interval, 1000);
+	CHECK_INT_EQ(s.precision.nondeterministic, 1);
 	CHECK_INT_EQ(s.offload.optimizer, TRN_OFFLOAD_CPU);
 	CHECK_INT_EQ(s.offload.params, TRN_OFFLOAD_CPU);
 	CHECK_INT_EQ(s.offload.activations, TRN_OFFLOAD_RECOMPUTE);
