@@ -146,16 +146,26 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 	}
 	/* the spec's "deterministic": false tunes the 16-bit GEMMs (plan.h) */
 	kern_matmul_cuda_gemm_tune(trn_gpu_gemm_tune(spec->precision.nondeterministic));
+	int tune = cpu->dtype != TRN_DTYPE_FP32 ? kern_matmul_cuda_gemm_tune(-1) : 0;
+	struct trn_model *m;
 	switch (spec->model.type) {
 	case TRN_MODEL_GPT:
-		return trn_gpt_cuda_new(spec, cpu, max_batch, err);
+		m = trn_gpt_cuda_new(spec, cpu, max_batch, err);
+		break;
 	case TRN_MODEL_MLP:
-		return trn_mlp_cuda_new(spec, ds, cpu, max_batch, err);
+		m = trn_mlp_cuda_new(spec, ds, cpu, max_batch, err);
+		break;
 	default:
 		trn_model_free(cpu);
 		trn_err_set(err, "model.type: unknown model type");
 		return NULL;
 	}
+	if (m && tune) {                   /* for the "device:" line larch-train prints */
+		size_t len = strlen(m->device_desc);
+		snprintf(m->device_desc + len, sizeof m->device_desc - len,
+		         "; GEMMs tuned (%d candidates)", tune);
+	}
+	return m;
 }
 
 int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,

@@ -542,18 +542,14 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	if (cpu->dtype != TRN_DTYPE_FP32) {     /* for the "device:" line larch-train prints */
 		char *d = g->c.base.device_desc;
 		size_t len = strlen(d);
-		char tuned[48] = "";
-		if (kern_matmul_cuda_gemm_tune(-1))
-			snprintf(tuned, sizeof tuned, ", GEMMs tuned (%d candidates)",
-			         kern_matmul_cuda_gemm_tune(-1));
-		snprintf(d + len, sizeof g->c.base.device_desc - len, "; activations %s%s%s%s",
+		snprintf(d + len, sizeof g->c.base.device_desc - len, "; activations %s%s%s",
 		         g->a16 ? "stored as 16 bits" : "in fp32 buffers (LARCH_CUDA_ACT16=0)",
 		         !g->flash                    ? ""
 		         : lay.flash_dq_atomic == 128 ? ", attention fused (dq added atomically, 128 "
 		                                        "keys a block)"
 		         : lay.flash_dq_atomic        ? ", attention fused (dq added atomically)"
 		                                      : ", attention fused",
-		         lay.gelu_fused ? ", GELU in the fc GEMMs' epilogues" : "", tuned);
+		         lay.gelu_fused ? ", GELU in the fc GEMMs' epilogues" : "");
 	}
 	/* The arena starts zeroed (trn_cuda_model_init): so do the padding
 	 * columns of the logits' gradient, which no op writes and the 16-bit

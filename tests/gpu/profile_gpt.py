@@ -6,12 +6,16 @@ the kernels grouped by name: time per step, launches per step, share.
 
     python3 tests/gpu/profile_gpt.py --build build-gpu [--precision bf16]
                                      [--micro 8] [--steps 2] [--layers 12]
+                                     [--nondeterministic]
 
 ncu runs the kernels one at a time (--cache-control none, --clock-control
 none), so the sum is the step's kernel time without overlap or launch gaps;
 the step's wall time beside it (from a run without ncu) shows what the gaps
 cost. The validation pass at the end is left out by giving the run no
-validation set. Exit 77 when ncu or a GPU is missing.
+validation set. --nondeterministic profiles the spec's "deterministic":
+false (tuned GEMMs, attention's dq added atomically): the run under ncu
+takes the plain run's GEMM picks (its gemm-tune.txt), so that no tuning
+runs are among its kernels. Exit 77 when ncu or a GPU is missing.
 """
 import argparse
 import collections
@@ -39,7 +43,8 @@ def find_ncu():
 
 
 def spec_for(a, tmp):
-    return {"name": f"profile-{a.precision}", "precision": {"compute": a.precision},
+    return {"name": f"profile-{a.precision}",
+            "precision": {"compute": a.precision, "deterministic": not a.nondeterministic},
             "model": {"type": "gpt", "layers": a.layers, "heads": a.heads, "dim": a.dim,
                       "seq": a.seq, "vocab": a.vocab},
             "data": {"format": "tokens_u16", "train": str(tmp / "train.bin")},
@@ -67,6 +72,7 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--nondeterministic", action="store_true")
     a = ap.parse_args()
     exe = pathlib.Path(a.build) / "trainer" / "larch-train"
     ncu = find_ncu()
@@ -91,6 +97,10 @@ def main():
                  .splitlines()]
         tok_s = [m["value"] for m in walls if m["name"] == "train/tokens_per_s"]
         step_ms = [a.micro * a.seq / r * 1e3 for r in tok_s if r > 0]
+        picks = tmp / "plain" / "gemm-tune.txt"
+        if picks.exists():
+            (tmp / "ncu").mkdir()
+            shutil.copy(picks, tmp / "ncu" / "gemm-tune.txt")
         prof = subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none",
                                "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
                                "--print-units", "base",
@@ -111,7 +121,8 @@ def main():
             total += ns
         n = a.steps
         print(f"# GPT L={a.layers} C={a.dim} T={a.seq} V={a.vocab} micro {a.micro}, "
-              f"{a.precision}, {n} steps; {len(rows)} kernels in all")
+              f"{a.precision}{', nondeterministic' if a.nondeterministic else ''}, {n} steps; "
+              f"{len(rows)} kernels in all")
         print(f"# wall per step without ncu: {', '.join(f'{s:.1f}' for s in step_ms)} ms; "
               f"kernel time per step under ncu: {total / n / 1e6:.1f} ms "
               f"(the first step's uploads and set-up included)")
