@@ -1,6 +1,7 @@
 /* kernels/cuda_sizes.h - the fixed device memory the CUDA kernels take,
- * without the CUDA headers: larch plan (trainer/plan.c) counts it in every
- * build, one without the CUDA toolkit too. */
+ * and the GEMM tuning's candidate count that decides part of it, without
+ * the CUDA headers: larch plan (trainer/plan.c) counts it in every build,
+ * one without the CUDA toolkit too. */
 #ifndef LARCH_KERNELS_CUDA_SIZES_H
 #define LARCH_KERNELS_CUDA_SIZES_H
 
@@ -13,5 +14,15 @@
 #define KERN_CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 #define KERN_CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define KERN_CUDA_WORKSPACE_BYTES (KERN_CUBLAS_WORKSPACE_BYTES + KERN_CUBLASLT_WORKSPACE_BYTES)
+
+/* The candidates a tuned GEMM times (kern_matmul_cuda_gemm_tune, and
+ * LARCH_CUDA_GEMM_TUNE read as it reads it): n of 2 up to
+ * KERN_GEMM_TUNE_MOST, 0 (no tuning) for fewer than 2, the most for more.
+ * Tuned, every 16-bit GEMM goes through cuBLASLt, which larch plan counts. */
+#define KERN_GEMM_TUNE_MOST 16
+static inline int kern_gemm_tune_count(long n)
+{
+	return n < 2 ? 0 : n > KERN_GEMM_TUNE_MOST ? KERN_GEMM_TUNE_MOST : (int)n;
+}
 
 #endif

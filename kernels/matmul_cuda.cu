@@ -27,6 +27,7 @@
 #include <cublasLt.h>
 
 #include "cuda_common.h"
+#include "cuda_sizes.h"
 #include "gelu_cuda.h"
 #include "matmul_kernels.cuh"
 #include "precision_cuda.cuh"
@@ -38,8 +39,6 @@
  * tuned (kern_matmul_cuda_gemm_tune); a full ring would plan and, for a
  * refused problem, say so again at each turn (a tuned one: time it again) */
 #define LT_CACHE 128
-/* the most of cuBLASLt's candidate algorithms a tuned problem times */
-#define LT_TUNE_MOST 16
 /* the timed runs of each candidate, after one untimed */
 #define LT_TUNE_RUNS 3
 
@@ -101,22 +100,17 @@ extern "C" long kern_matmul_cuda_lt_refused(void)
 	return g_lt_refused;
 }
 
-static int tune_count(int candidates)
-{
-	return candidates < 2 ? 0 : candidates > LT_TUNE_MOST ? LT_TUNE_MOST : candidates;
-}
-
 /* off unless LARCH_CUDA_GEMM_TUNE is a count of 2 or more (at most
- * LT_TUNE_MOST); candidates >= 0 sets it (0 or 1: off), -1 only asks */
+ * KERN_GEMM_TUNE_MOST); candidates >= 0 sets it (0 or 1: off), -1 only asks */
 extern "C" int kern_matmul_cuda_gemm_tune(int candidates)
 {
 	if (g_tune < 0) {
 		const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
-		g_tune = tune_count(v ? atoi(v) : 0);
+		g_tune = kern_gemm_tune_count(v ? atol(v) : 0);
 	}
 	int prev = g_tune;
 	if (candidates >= 0)
-		g_tune = tune_count(candidates);
+		g_tune = kern_gemm_tune_count(candidates);
 	return prev;
 }
 
@@ -290,7 +284,7 @@ struct lt_plan {
 
 /* the candidates the heuristic gave the plan made last (plan_get), its
  * estimate's best first: a new plan's first call times them (lt_gemm) */
-static cublasLtMatmulHeuristicResult_t g_cand[LT_TUNE_MOST];
+static cublasLtMatmulHeuristicResult_t g_cand[KERN_GEMM_TUNE_MOST];
 static int g_ncand;
 
 static cublasLtHandle_t g_lt;
@@ -543,7 +537,7 @@ static void plan_tune(struct lt_plan *p, const void *a, const void *b, float bet
 	KERN_CUDA_CHECK(cudaEventCreate(&ev[0]));
 	KERN_CUDA_CHECK(cudaEventCreate(&ev[1]));
 	int n = g_ncand, pick = -1;
-	float ms[LT_TUNE_MOST];
+	float ms[KERN_GEMM_TUNE_MOST];
 	for (int i = 0; i < n; i++) {
 		ms[i] = time_algo(p, &g_cand[i].algo, a, b, beta, dst, ev);
 		if (ms[i] >= 0.0f && (pick < 0 || ms[i] < ms[pick]))

@@ -65,8 +65,7 @@ int trn_gpu_gemm_tune(int nondeterministic)
 	const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
 	if (!v)
 		return nondeterministic ? TRN_GPU_GEMM_TUNE_CANDIDATES : 0;
-	long n = strtol(v, NULL, 10);   /* as kern_matmul_cuda_gemm_tune reads it */
-	return n < 2 ? 0 : n > 16 ? 16 : (int)n;
+	return kern_gemm_tune_count(atol(v));
 }
 
 const char *trn_plan_item_name(enum trn_plan_item item)

@@ -480,12 +480,11 @@ int kern_matmul_cuda_gemm_tune(int candidates)
 {
 	if (shim_gemm_tune < 0) {
 		const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
-		int n = v ? atoi(v) : 0;
-		shim_gemm_tune = n < 2 ? 0 : n > 16 ? 16 : n;
+		shim_gemm_tune = kern_gemm_tune_count(v ? atol(v) : 0);
 	}
 	int prev = shim_gemm_tune;
 	if (candidates >= 0)
-		shim_gemm_tune = candidates < 2 ? 0 : candidates > 16 ? 16 : candidates;
+		shim_gemm_tune = kern_gemm_tune_count(candidates);
 	return prev;
 }
 
