@@ -1,6 +1,7 @@
 /* kernels/cuda_common.cu - checks, device query, buffers and the shared
  * stream and cuBLAS handle of the CUDA kernels (see cuda_common.h). */
 #include "cuda_common.h"
+#include "gpu_parts.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -186,8 +187,18 @@ extern "C" double kern_cuda_peak_fp32(int index)
 	return (double)sms * lanes * 2.0 * (double)khz * 1e3;
 }
 
-extern "C" double kern_cuda_peak_tensor16(int index)
+extern "C" double kern_cuda_peak_tensor16(int index, const char **basis)
 {
+	struct cudaDeviceProp p;
+	if (cudaGetDeviceProperties(&p, index) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	double sheet = kern_gpu_datasheet_tensor16(p.name);
+	if (basis)
+		*basis = sheet > 0 ? "NVIDIA's data sheet" : "SMs x clock";
+	if (sheet > 0)
+		return sheet;
 	int sms, khz, major, minor;
 	if (sm_clock(index, &sms, &khz, &major, &minor) != 0)
 		return 0;

@@ -148,6 +148,7 @@ struct trn_model {
 	 * next forward (0: none said; the forward takes it back to 0) */
 	float bwd_scale_next;
 	double peak_flops;             /* the device's peak FLOP/s for the MFU; 0 unknown (CPU) */
+	const char *peak_basis;        /* where peak_flops comes from (static), NULL on the CPU */
 	char device_desc[384];         /* "cuda:0 NVIDIA H100 ..., sm_90, ..." ("" on the CPU) */
 	int n_blocks, block_first, block_params;
 	enum trn_offload param_offload;

@@ -112,8 +112,10 @@ int trn_model_cuda_print_devices(FILE *out)
 		struct kern_cuda_device d;
 		if (kern_cuda_device_query(i, &d, why, sizeof why) == 0) {
 			kern_cuda_device_describe(&d, desc, sizeof desc);
-			fprintf(out, "cuda:%d %s; peak %.1f TFLOP/s fp32\n", i, desc,
-			        kern_cuda_peak_fp32(i) * 1e-12);
+			const char *basis = "";
+			double t16 = kern_cuda_peak_tensor16(i, &basis);
+			fprintf(out, "cuda:%d %s; peak %.1f TFLOP/s fp32, %.1f TFLOP/s 16-bit tensor (%s)\n",
+			        i, desc, kern_cuda_peak_fp32(i) * 1e-12, t16 * 1e-12, basis);
 		} else {
 			fprintf(out, "cuda:%d (%s)\n", i, why);
 		}
@@ -208,8 +210,12 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	b->act_bytes = b->act_bytes_none = arena_floats * (long)sizeof(float);
 	b->device = 1;
 	int dev = kern_cuda_current_device();
-	b->peak_flops = b->dtype == TRN_DTYPE_FP32 ? kern_cuda_peak_fp32(dev)
-	                                           : kern_cuda_peak_tensor16(dev);
+	if (b->dtype == TRN_DTYPE_FP32) {
+		b->peak_flops = kern_cuda_peak_fp32(dev);
+		b->peak_basis = "SMs x FP32 lanes x clock";
+	} else {
+		b->peak_flops = kern_cuda_peak_tensor16(dev, &b->peak_basis);
+	}
 	struct kern_cuda_device info;
 	char why[256], desc[280];
 	if (kern_cuda_device_query(dev, &info, why, sizeof why) == 0) {

@@ -354,9 +354,10 @@ static void print_plan(const struct run *r)
 		       trn_dtype_name(m->dtype));
 	print_memory(r);
 	if (m->device)
-		printf("device: %s; peak %.1f TFLOP/s %s (the MFU's denominator); %s\n",
+		printf("device: %s; peak %.1f TFLOP/s %s (%s; the MFU's denominator); %s\n",
 		       m->device_desc, m->peak_flops * 1e-12,
 		       m->dtype == TRN_DTYPE_FP32 ? "fp32" : "16-bit tensor",
+		       m->peak_basis ? m->peak_basis : "unknown",
 		       r->resident ? "weights, gradients and optimizer state on the device"
 		                   : "the optimizer on the host (gradients down, weights up a step)");
 	printf("blas: %s\n", kern_blas_describe());

@@ -2,7 +2,7 @@
 """tests/bench/bench_gpt_gpu.py - GPT-2 124M on one GPU: larch-train beside
 PyTorch, in one run on the same GPU (issue #7's benchmark).
 
-    python3 tests/bench/bench_gpt_gpu.py [--build build-gpu] [--micro auto|N] [--micro-cap 32]
+    python3 tests/bench/bench_gpt_gpu.py [--build build-gpu] [--micro auto|N] [--micro-cap 128]
                                          [--steps 30] [--no-torch] [--layers 12] [--dim 768]
                                          [--seq 1024]
 
@@ -58,9 +58,12 @@ says which ran). Printed side by side:
 tokens/s of each (median over the logged intervals after the first two,
 which include start-up and compilation), MFU = model FLOPs per token (the
 formula larch-train uses: 72 L T C^2 + 12 L T^2 C + 6 T C V per sample of T
-tokens) x tokens/s / the GPU's peak in that precision (fp32: larch-train
---list-devices' figure from the SM count and clock; bf16: the dense tensor
-peak of the named part), and the ratio to PyTorch bf16. Needs PyTorch with
+tokens) x tokens/s / the GPU's peak in that precision as larch-train
+--list-devices prints it, the denominator of larch-train's own MFU (fp32:
+from the SM count and clock; bf16: the dense tensor peak of NVIDIA's data
+sheet for a part kernels/gpu_parts.c knows, 989.4 TFLOP/s for an H100 SXM
+or an H200, else from the SM count and clock), and the ratio to PyTorch
+bf16. Needs PyTorch with
 CUDA for the baselines (--no-torch runs larch-train alone). Never fails on
 timing.
 """
@@ -78,11 +81,6 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-# dense bf16 tensor-core peaks (FLOP/s) by part name; fp32 comes from larch-train
-BF16_PEAK = [("H100 PCIe", 756e12), ("H100", 989.4e12), ("H200", 989.4e12), ("H800", 989.4e12),
-             ("A100", 312e12), ("L40S", 362e12), ("L4", 121e12)]
-
 
 def write_tokens(path, n, vocab, seed):
     """llm.c's token file: 256 int32 header (20240520, 1, count), uint16 tokens."""
@@ -247,11 +245,16 @@ def gemms(B, T, C, V, dtype, reps=20):
 '''
 
 
-def bf16_peak(name):
-    for key, peak in BF16_PEAK:
-        if key in name:
-            return peak
-    return float("nan")
+def device_peaks(line):
+    """fp32 and 16-bit tensor peaks (FLOP/s) from larch-train --list-devices'
+    line: the MFU denominators larch-train itself divides by (the 16-bit one
+    NVIDIA's data sheet for a part it knows, kernels/gpu_parts.c); NaN when
+    the line lacks one."""
+    peaks = []
+    for what in ("fp32", "16-bit tensor"):
+        m = re.search(r"([\d.]+) TFLOP/s " + what, line)
+        peaks.append(float(m.group(1)) * 1e12 if m else float("nan"))
+    return peaks
 
 
 def main():
@@ -261,7 +264,7 @@ def main():
                     help="micro-batch, or auto (default): the largest power of two up to "
                          "--micro-cap that larch plan says fits the GPU, for each precision; "
                          "PyTorch runs the same, halved until it fits")
-    ap.add_argument("--micro-cap", type=int, default=32)
+    ap.add_argument("--micro-cap", type=int, default=128)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--log-every", type=int, default=5)
     ap.add_argument("--layers", type=int, default=12)
@@ -281,8 +284,7 @@ def main():
         print(f"bench_gpt_gpu: no GPU: {probe.stdout.strip()}")
         return 77
     line = probe.stdout.splitlines()[0]
-    m = re.search(r"peak ([\d.]+) TFLOP/s fp32", line)
-    fp32_peak = float(m.group(1)) * 1e12 if m else float("nan")
+    fp32_peak, bf16_peak = device_peaks(line)
     print(f"# {line}")
     fpt = flops_per_token(a.layers, a.dim, a.seq, a.vocab)
     print(f"# GPT {a.layers} layers, {a.heads} heads, dim {a.dim}, seq {a.seq}, vocab {a.vocab}, "
@@ -322,7 +324,7 @@ def main():
             print(f"# larch-train {prec}{tag} {r['device']}\n"
                   f"# larch-train {prec}{tag} {r['done']}")
             add_row("larch-train" + (f" ({tag[1:]})" if tag else ""), prec, r["tokens_s"],
-                    fp32_peak if prec == "fp32" else bf16_peak(line), r["micro"])
+                    fp32_peak if prec == "fp32" else bf16_peak, r["micro"])
 
         def torch_row(bf16):
             if a.no_torch or "failed" in torch_ns:
@@ -332,9 +334,8 @@ def main():
                 if "bench" not in torch_ns:
                     exec(TORCH_GPT, torch_ns)
                 r = torch_bench(torch, torch_ns, a, micro["bf16" if bf16 else "fp32"], bf16)
-                name = torch.cuda.get_device_name(0)
                 add_row(f"PyTorch {torch.__version__}" + (" compile" if bf16 else ""),
-                        "bf16" if bf16 else "fp32", r[0], bf16_peak(name) if bf16 else fp32_peak,
+                        "bf16" if bf16 else "fp32", r[0], bf16_peak if bf16 else fp32_peak,
                         r[1])
             except Exception as e:  # noqa: BLE001 - the baseline is optional: say why it is missing
                 print(f"# PyTorch {'bf16' if bf16 else 'fp32'} baseline unavailable: "
