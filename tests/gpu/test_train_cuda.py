@@ -54,8 +54,18 @@ library only: the GPU machine has no numpy of ours to rely on.
    model's error), for a GPT in fp32 and bf16, recomputed, with its
    parameters or its optimizer offloaded, with int8 optimizer state, on the
    fused attention, in the fp32-buffer layout, and for the MLP.
+7. Logits past 2^31 elements: a one-layer GPT with GPT-2's vocabulary at
+   seq 1024 and micro-batch 48 ([49152, 50304] logits, and their gradient)
+   in fp32 and bf16, two steps, against the same 48 sequences as three
+   micro-batches of 16 (each under 2^31): the losses within TOL, where an
+   int index or size would have wrapped, read or written elsewhere, or
+   failed. The GPT-2 benchmark's largest micro-batch that fits an H200 is
+   128. Needs about 25 GiB of device memory; on the CPU stand-in of the
+   unit suite (host memory, CI's 24 GiB) the same comparison runs at
+   micro-batch 2 against 2 x 1, for its logic only.
 """
 import argparse
+import array
 import gzip
 import json
 import os
@@ -145,6 +155,41 @@ def write_corpus(tmp):
     words = "the of and to in larch trains large batches on many ranks quickly".split()
     corpus.write_text(" ".join(rnd.choice(words) for _ in range(40000)))
     return corpus
+
+
+def write_tokens(path, n, vocab, seed):
+    """llm.c's token file: a 256 x int32 header (20240520, 1, n), then n
+    uint16 tokens below vocab."""
+    rnd = random.Random(seed)
+    header = struct.pack("<256i", 20240520, 1, n, *([0] * 253))
+    path.write_bytes(header + array.array("H", (rnd.randrange(vocab) for _ in range(n))).tobytes())
+
+
+def check_big_logits(c, exe, tmp, micro, parts):
+    """7. above: GPT-2's vocabulary at seq 1024, micro-batch micro against
+    the same sequences as micro-batches of micro / parts, fp32 and bf16."""
+    data = tmp / "big-logits.bin"
+    write_tokens(data, 2 * micro * 1024 + 1025, 50257, 5)
+    base = {"model": {"type": "gpt", "layers": 1, "heads": 1, "dim": 64, "seq": 1024},
+            "data": {"format": "tokens_u16", "train": str(data)},
+            "optimizer": {"type": "adamw", "lr": 1e-3}, "steps": 2, "log_every": 1,
+            "seed": 11}
+    for prec in ("fp32", "bf16"):
+        losses = []
+        for m in (micro, micro // parts):
+            name = f"gpt-logits-{prec}-micro{m}"
+            spec = {**base, "name": name, "precision": {"compute": prec},
+                    "batch": {"global": micro, "micro": m}}
+            r = run(exe, spec, tmp / name, "cuda")
+            c.check(r.returncode == 0, f"{name}: GPU run, [{m * 1024}, 50304] logits "
+                    f"({m * 1024 * 50304 / 2**31:.2f} x 2^31 elements; exit {r.returncode}) "
+                    f"{r.stderr.strip()[-300:]}")
+            losses.append(metrics(tmp / name, "train/loss") if r.returncode == 0 else {})
+        a, b = losses
+        worst = max((abs(a[s] - b[s]) / abs(a[s]) for s in a if s in b), default=1)
+        c.check(len(a) == 2 and a.keys() == b.keys() and worst <= TOL,
+                f"gpt-logits-{prec}: micro-batch {micro} against {parts} x {micro // parts}, "
+                f"losses within {TOL:g} (largest {worst:.2e}; {sorted(a.items())})")
 
 
 def resume_dir(job, step, dest, carry=()):
@@ -508,6 +553,13 @@ def main():
         if job:
             c.check(max(metrics(job, "train/loss")) == 15,
                     "mlp-rollback-streamed: the run went on to step 15 after the rollback")
+
+        # logits past 2^31 elements (7. above), on a GPU; the stand-in
+        # checks the comparison's logic at a size its host memory holds
+        if "CPU shim" in probe.stdout:
+            check_big_logits(c, exe, tmp, 2, 2)
+        else:
+            check_big_logits(c, exe, tmp, 48, 3)
 
         # the device memory against the plan, at a size where the model's
         # buffers, not the workspaces, are most of it
