@@ -4,7 +4,7 @@ PyTorch, in one run on the same GPU (issue #7's benchmark).
 
     python3 tests/bench/bench_gpt_gpu.py [--build build-gpu] [--micro auto|N] [--micro-cap 128]
                                          [--steps 30] [--no-torch] [--layers 12] [--dim 768]
-                                         [--seq 1024]
+                                         [--seq 1024] [--rows bf16,nondeterministic,torch,...]
 
 The model: GPT-2 small (12 layers, 12 heads, dim 768, seq 1024, vocab
 50257, tied embeddings), AdamW, on random tokens the script writes in
@@ -389,10 +389,10 @@ def main():
         # the defaults are worth; --rows picks others (a name again runs
         # the row again: interleaved repeats show the machine's noise)
         order = a.rows.split(",") if a.rows else [
-            "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias", "tune-a128",
-            "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks", "dbias-fused",
-            "xent-sep", "ln-res-sep", "gemm-attn", "gelu-sep", "neither", "torch-fp32",
-            "gemm-bound", "act32"]
+            "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
+            "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks",
+            "dbias-fused", "xent-sep", "ln-res-sep", "gemm-attn", "gelu-sep", "neither",
+            "torch-fp32", "gemm-bound", "act32"]
         unknown = [r for r in order if r not in named]
         if unknown:
             print(f"bench_gpt_gpu: unknown rows {', '.join(unknown)}; the rows: "

@@ -103,7 +103,6 @@ static void test_largest_micro(void)
 	trn_spec_release(&s);
 }
 
-
 /* A bf16 GPT on a GPU whose attention runs fused (head size 64): with
  * "deterministic": false its backward keeps an fp32 dq of [B, T, C] for the
  * atomic adds, and its GEMMs all go through cuBLASLt (tuned), so cuBLAS's
@@ -140,6 +139,7 @@ static void test_nondeterministic_gpu(void)
 			          trn_plan_item_name((enum trn_plan_item)i), p[1].bytes[i],
 			          p[0].bytes[i]);
 }
+
 /* The data's shape is remembered while its file is unchanged, and read
  * again once it changes. */
 static void test_data_changes(void)
