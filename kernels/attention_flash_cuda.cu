@@ -15,11 +15,12 @@
  * (the longest walk over the keys).
  *
  * Forward, one pass over the key tiles up to the diagonal with an online
- * softmax in base 2: per tile the row max m is updated, the accumulators
- * and the row's sum of exp2(s - m) rescaled by exp2(m_old - m), and
- * p = exp2(s - m) rounded to 16 bits times v added in; at the end out is
- * divided by the row's sum and lse = m + log2(sum) (natural log) goes out
- * for backward.
+ * softmax in base 2: per tile the row max m of the raw scores s = q k is
+ * updated, the accumulators and the row's sum of exp2(c (s - m)) (c the
+ * scale times log2(e), applied by one fma inside the exponent) rescaled
+ * by exp2(c (m_old - m)), and p = exp2(c (s - m)) rounded to 16 bits times
+ * v added in; at the end out is divided by the row's sum and
+ * lse = (c m + log2(sum)) / log2(e) goes out for backward.
  *
  * Backward without atomics, in two kernels that each recompute p and
  * dp = dout v^T from q, k, v and lse:

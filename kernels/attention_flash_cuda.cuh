@@ -27,14 +27,40 @@
 #define KERN_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
 
+/* A tile's 16-byte chunks (FA_TILE rows of FA_HS / 8) among a block of
+ * Threads threads: each thread's FA_TILE_CHUNKS / Threads chunks are in
+ * one column (col, of tile_chunk) and rows Threads / 8 apart, a trip
+ * count the compiler unrolls (the block is launched with Threads). */
+#define FA_TILE_CHUNKS (FA_TILE * (FA_HS / 8))
+
+template <int Threads>
+struct fa_chunks {
+	static_assert(FA_TILE_CHUNKS % Threads == 0 && Threads % (FA_HS / 8) == 0,
+	              "a tile's chunks in whole rows a pass");
+	static const int per_thread = FA_TILE_CHUNKS / Threads, row_step = Threads / (FA_HS / 8);
+};
+
+/* this thread's first row of a tile and its column (values) */
+__device__ static inline int tile_row(void)
+{
+	return (int)threadIdx.x / (FA_HS / 8);
+}
+
+__device__ static inline int tile_col(void)
+{
+	return (int)threadIdx.x % (FA_HS / 8) * 8;
+}
+
 /* Rows [r0, r0 + 64) of one head's 64 columns of src (rows ld values apart)
  * into a tile, zeros for rows at or past t. 16-byte copies, by a block of
  * Threads threads (as the tile loaders below). */
 template <int Threads = FA_THREADS>
 __device__ static void load_tile(uint16_t *dst, const uint16_t *src, long ld, int r0, int t)
 {
-	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += Threads) {
-		int r = i / (FA_HS / 8), col = i % (FA_HS / 8) * 8;
+	typedef fa_chunks<Threads> ch;
+	int r = tile_row(), col = tile_col();
+#pragma unroll
+	for (int n = 0; n < ch::per_thread; n++, r += ch::row_step) {
 		uint4 v = make_uint4(0, 0, 0, 0);
 		if (r0 + r < t)
 			v = *(const uint4 *)(src + (size_t)(r0 + r) * ld + col);
@@ -52,22 +78,22 @@ __device__ static void warp_rows(uint32_t f[FA_HS / 16][4], const uint16_t *tile
 		ldsm_x4(f[k], ldsm_at(tile, FA_LD, r0, 16 * k, lane));
 }
 
-/* s[i][16, 64] = a[i][16, 64] x^T for each of a warp's R tiles of 16 rows
- * (warp_rows) and x a whole tile: s[i][j] holds columns 8j.. (x's rows
- * 8j..), as mma16816's d. Each of x's fragments is read from shared
- * memory once for the R tiles. */
-template <typename T, int R>
-__device__ static void warp_abt_rows(float s[R][FA_TILE / 8][4],
+/* s[i][16, 16 N16] = a[i][16, 64] x^T for each of a warp's R tiles of 16
+ * rows (warp_rows) and x 16 N16 rows of a tile (a whole one by default):
+ * s[i][j] holds columns 8j.. (x's rows 8j..), as mma16816's d. Each of
+ * x's fragments is read from shared memory once for the R tiles. */
+template <typename T, int R, int N16 = FA_TILE / 16>
+__device__ static void warp_abt_rows(float s[R][2 * N16][4],
                                      const uint32_t a[R][FA_HS / 16][4], const uint16_t *x)
 {
 	int lane = threadIdx.x & 31;
 #pragma unroll
 	for (int i = 0; i < R; i++)
 #pragma unroll
-		for (int j = 0; j < FA_TILE / 8; j++)
+		for (int j = 0; j < 2 * N16; j++)
 			s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;
 #pragma unroll
-	for (int n = 0; n < FA_TILE / 16; n++)
+	for (int n = 0; n < N16; n++)
 #pragma unroll
 		for (int k = 0; k < FA_HS / 16; k++) {
 			uint32_t r[4];
@@ -81,20 +107,22 @@ __device__ static void warp_abt_rows(float s[R][FA_TILE / 8][4],
 }
 
 /* warp_abt_rows of one tile of 16 rows */
-template <typename T>
-__device__ static void warp_abt(float s[FA_TILE / 8][4], const uint32_t a[FA_HS / 16][4],
+template <typename T, int N16 = FA_TILE / 16>
+__device__ static void warp_abt(float s[2 * N16][4], const uint32_t a[FA_HS / 16][4],
                                 const uint16_t *x)
 {
-	warp_abt_rows<T, 1>((float (*)[FA_TILE / 8][4])s, (const uint32_t (*)[FA_HS / 16][4])a, x);
+	warp_abt_rows<T, 1, N16>((float (*)[2 * N16][4])s, (const uint32_t (*)[FA_HS / 16][4])a,
+	                         x);
 }
 
-/* p[16, 64] (as mma16816's d, columns 8j.. in p[j]) rounded to 16 bits as
- * the a operands of its four [16, 16] column blocks */
-__device__ static void to_rows16(uint32_t f[FA_TILE / 16][4], const float p[FA_TILE / 8][4],
-                                 int bf16)
+/* p[16, 16 K16] (as mma16816's d, columns 8j.. in p[j]; a whole tile's 64
+ * by default) rounded to 16 bits as the a operands of its K16 [16, 16]
+ * column blocks */
+template <int K16 = FA_TILE / 16>
+__device__ static void to_rows16(uint32_t f[K16][4], const float p[2 * K16][4], int bf16)
 {
 #pragma unroll
-	for (int k = 0; k < FA_TILE / 16; k++) {
+	for (int k = 0; k < K16; k++) {
 		f[k][0] = pack16x2(p[2 * k][0], p[2 * k][1], bf16);
 		f[k][1] = pack16x2(p[2 * k][2], p[2 * k][3], bf16);
 		f[k][2] = pack16x2(p[2 * k + 1][0], p[2 * k + 1][1], bf16);
@@ -177,8 +205,11 @@ __device__ static void warp_store(uint16_t *dst, long ld, int row0, int t,
 template <int Threads = FA_THREADS>
 __device__ static void tile_async(uint16_t *dst, const uint16_t *src, long ld, int r0, int t)
 {
-	for (int i = threadIdx.x; i < FA_TILE * (FA_HS / 8); i += Threads) {
-		int r = i / (FA_HS / 8), col = i % (FA_HS / 8) * 8, in = r0 + r < t;
+	typedef fa_chunks<Threads> ch;
+	int r = tile_row(), col = tile_col();
+#pragma unroll
+	for (int n = 0; n < ch::per_thread; n++, r += ch::row_step) {
+		int in = r0 + r < t;
 		cp_async16(dst + r * FA_LD + col, src + (size_t)(in ? r0 + r : r0) * ld + col,
 		           in ? 16 : 0);
 	}
@@ -187,7 +218,9 @@ __device__ static void tile_async(uint16_t *dst, const uint16_t *src, long ld, i
 template <int Threads = FA_THREADS>
 __device__ static void rows_async(float *dst, const float *src, int r0, int t)
 {
-	for (int i = threadIdx.x; i < FA_TILE; i += Threads) {
+	static_assert(Threads >= FA_TILE, "a row a thread");
+	int i = (int)threadIdx.x;
+	if (i < FA_TILE) {
 		int in = r0 + i < t;
 		cp_async4(dst + i, src + (in ? r0 + i : r0), in ? 4 : 0);
 	}
@@ -197,6 +230,10 @@ __device__ static void rows_async(float *dst, const float *src, int r0, int t)
  * and, for dk and dv, the rows' lse and D: one set, or with Pipe two, the
  * next one's copies (cp.async) landing while this one is computed on */
 #define FA_BWD_WALK_TILES 2
+/* the query columns the dk, dv kernel takes at a time (of FA_TILE) */
+#ifndef FA_KV_PART
+#define FA_KV_PART 32
+#endif
 template <bool Pipe>
 struct fa_walk {
 	static const int sets = Pipe ? 2 : 1;
@@ -271,9 +308,12 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 	for (int i = 0; i < R; i++)
 		warp_rows(qf[i], qs, (wrow - q0) + 16 * i);
 
-	/* online softmax: m the running max (base 2) of each of the lane's two
-	 * rows of each tile (g and g + 8), l its part of the sum of exp2(s - m),
-	 * o the unnormalised out */
+	/* online softmax: m the running max of each of the lane's two rows of
+	 * each tile (g and g + 8), of the raw scores q k (scale > 0 keeps
+	 * their order), l its part of the sum of exp2(sl2 (s - m)), o the
+	 * unnormalised out. Each score costs one fma and one exp2
+	 * (FlashAttention-2's scaling inside the exponent), not a multiply,
+	 * a subtraction and exp2f's subnormal handling. */
 	float m[R][2], l[R][2], o[R][FA_HS / 8][4];
 #pragma unroll
 	for (int i = 0; i < R; i++) {
@@ -294,34 +334,35 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 		uint32_t pf[R][FA_TILE / 16][4];
 #pragma unroll
 		for (int i = 0; i < R; i++) {
-			/* scale and mask; every row sees key k0 <= q0 first, so its
-			 * max is finite (rows at or past t too: they see the zero
-			 * keys, never stored). Only a tile that reaches past the
-			 * tile of rows' first row needs the mask's compares (the
+			/* mask; every row sees key k0 <= q0 first, so its max is
+			 * finite (rows at or past t too: they see the zero keys,
+			 * never stored). Only a tile that reaches past the tile of
+			 * rows' first row needs the mask's compares (the
 			 * diagonal's): masked is a constant at each call. */
 			int row0 = wrow + 16 * i + g;
 			float mx[2] = { m[i][0], m[i][1] };
-			auto scale_mask = [&](const bool masked) {
+			auto mask_max = [&](const bool masked) {
 #pragma unroll
 				for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
 						int key = k0 + 8 * j + 2 * q + (e & 1), row = row0 + 8 * (e >> 1);
-						float v = !masked || key <= row ? s[i][j][e] * sl2 : -INFINITY;
-						s[i][j][e] = v;
-						mx[e >> 1] = fmaxf(mx[e >> 1], v);
+						if (masked && key > row)
+							s[i][j][e] = -INFINITY;
+						mx[e >> 1] = fmaxf(mx[e >> 1], s[i][j][e]);
 					}
 			};
 			if (k0 + FA_TILE - 1 <= wrow + 16 * i)
-				scale_mask(false);
+				mask_max(false);
 			else
-				scale_mask(true);
-			float alpha[2];
+				mask_max(true);
+			float alpha[2], msl[2];
 #pragma unroll
 			for (int r = 0; r < 2; r++) {  /* the row's four lanes agree on its max */
 				mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
 				mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-				alpha[r] = exp2f(m[i][r] - mx[r]);
+				msl[r] = mx[r] * sl2;
+				alpha[r] = fast_exp2(m[i][r] * sl2 - msl[r]);   /* 0 at the first tile */
 				m[i][r] = mx[r];
 				l[i][r] *= alpha[r];
 			}
@@ -329,7 +370,7 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 			for (int j = 0; j < FA_TILE / 8; j++)
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
-					float p = exp2f(s[i][j][e] - m[i][e >> 1]);
+					float p = fast_exp2(fmaf(s[i][j][e], sl2, -msl[e >> 1]));
 					s[i][j][e] = p;
 					l[i][e >> 1] += p;
 					o[i][j][e] *= alpha[e >> 1];
@@ -354,7 +395,7 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 			for (int r = 0; r < 2; r++)
 				if (row0 + 8 * r < t)
 					lse[(size_t)bh * t + row0 + 8 * r] =
-						(m[i][r] + log2f(l[i][r])) / FA_LOG2E;
+						(m[i][r] * sl2 + log2f(l[i][r])) / FA_LOG2E;
 	}
 }
 
@@ -397,15 +438,16 @@ __global__ static void fa_rowdot_kernel(float *dd, float *dq_zero, const uint16_
 		dd[r] = s;
 }
 
-/* A warp's ds^T (to_rows16: its 16 rows of keys from r0, a query tile's
- * 64 columns) into those rows of a shared tile, as they are: keys down,
- * queries across */
-__device__ static void warp_put_rows(uint16_t *tile, int r0, const uint32_t f[FA_TILE / 16][4])
+/* A warp's ds^T (to_rows16: its 16 rows of keys from r0, 16 K16 of a
+ * query tile's columns from c0) into those rows and columns of a shared
+ * tile, as they are: keys down, queries across */
+template <int K16>
+__device__ static void warp_put_rows(uint16_t *tile, int r0, int c0, const uint32_t f[K16][4])
 {
 	int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-	uint16_t *top = tile + (r0 + g) * FA_LD + 2 * q, *low = top + 8 * FA_LD;
+	uint16_t *top = tile + (r0 + g) * FA_LD + c0 + 2 * q, *low = top + 8 * FA_LD;
 #pragma unroll
-	for (int k = 0; k < FA_TILE / 16; k++) {
+	for (int k = 0; k < K16; k++) {
 		*(uint32_t *)(top + 16 * k) = f[k][0];
 		*(uint32_t *)(low + 16 * k) = f[k][1];
 		*(uint32_t *)(top + 16 * k + 8) = f[k][2];
@@ -451,8 +493,8 @@ __device__ static void warp_add(float *dst, long ld, int row0, int t, const floa
  * memory: k, v (Warps / 4 tiles each), then per set q, dout (tiles) and
  * lse, D (FA_TILE floats each), and with AddDq ds (Warps / 4 tiles).
  * MinBlocks: the blocks an SM must be able to hold at once, which caps a
- * thread's registers (1: no cap, 222 registers, two blocks of 4 warps an
- * SM; 3: 168, with a few spilled; kern_attention_flash_more_blocks).
+ * thread's registers (1: no cap, 212-220 registers, two blocks of 4 warps
+ * an SM; 3: 168, with a few spilled; kern_attention_flash_more_blocks).
  *
  * AddDq: the block also adds each query tile's part of dq, ds k over its
  * keys, to the fp32 dq_acc ([b, t, c], cleared before: fa_rowdot_kernel)
@@ -541,42 +583,60 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 			}
 		}
 		__syncthreads();
-		uint32_t dsf[FA_TILE / 16][4];
-		if (k0 + warp * 16 < q0 + FA_TILE) {   /* some query of the tile sees a key of the warp's */
-			/* p^T = exp2(k q^T - lse), dp^T = v dout^T; ds^T = p^T (dp^T - D) */
-			float p[FA_TILE / 8][4], ds[FA_TILE / 8][4];
-			warp_abt<T>(p, kf, qs);
-			warp_abt<T>(ds, vf, dos);
-			/* the mask's compares only where the tile is not whole: on
-			 * the diagonal, or at t (masked a constant at each call) */
-			auto probs = [&](const bool masked) {
+		/* the query tile in parts of FA_KV_PART columns, each through
+		 * its scores, dp, ds and its k16 steps of the two products
+		 * before the next: the same steps in the same order as the
+		 * whole tile at once, so the same bits, for a part's registers
+		 * instead of the tile's (an SM's third block) */
+		const int part16 = FA_KV_PART / 16;
+		int wk = k0 + warp * 16;       /* the warp's first key */
+		bool seen = wk < q0 + FA_TILE; /* some query of the tile sees a key of the warp's */
 #pragma unroll
-				for (int j = 0; j < FA_TILE / 8; j++)
+		for (int c0 = 0; c0 < FA_TILE; c0 += FA_KV_PART) {
+			uint32_t dsf[part16][4];
+			if (seen) {
+				/* p^T = exp2(k q^T - lse), dp^T = v dout^T; ds^T = p^T (dp^T - D) */
+				float p[2 * part16][4], ds[2 * part16][4];
+				warp_abt<T, part16>(p, kf, qs + c0 * FA_LD);
+				warp_abt<T, part16>(ds, vf, dos + c0 * FA_LD);
+				/* the mask's compares only where the tile is not whole:
+				 * on the diagonal, or at t (masked a constant at each
+				 * call) */
+				auto probs = [&](const bool masked) {
 #pragma unroll
-					for (int i = 0; i < 4; i++) {
-						int col = 8 * j + 2 * q + (i & 1), qi = q0 + col;
-						int key = key0 + 8 * (i >> 1);
-						float e = !masked || (key <= qi && qi < t && key < t)
-						                  ? exp2f(p[j][i] * sl2 - lse_s[col] * FA_LOG2E)
-						                  : 0.0f;
-						p[j][i] = e;
-						ds[j][i] = e * (ds[j][i] - dd_s[col]);
-					}
-			};
-			int wk = k0 + warp * 16;   /* the warp's first key */
-			if (wk + 15 <= q0 && q0 + FA_TILE <= t)
-				probs(false);
-			else
-				probs(true);
-			uint32_t pf[FA_TILE / 16][4];
-			to_rows16(pf, p, bf16);
-			to_rows16(dsf, ds, bf16);
-			warp_ab<T>(dv, pf, dos);
-			warp_ab<T>(dk, dsf, qs);
-		} else {
+					for (int j = 0; j < 2 * part16; j++)
 #pragma unroll
-			for (int k = 0; k < FA_TILE / 16; k++)
-				dsf[k][0] = dsf[k][1] = dsf[k][2] = dsf[k][3] = 0;
+						for (int i = 0; i < 4; i++) {
+							int col = c0 + 8 * j + 2 * q + (i & 1), qi = q0 + col;
+							int key = key0 + 8 * (i >> 1);
+							float e = !masked || (key <= qi && qi < t && key < t)
+							                  ? fast_exp2(p[j][i] * sl2 -
+							                              lse_s[col] * FA_LOG2E)
+							                  : 0.0f;
+							p[j][i] = e;
+							ds[j][i] = e * (ds[j][i] - dd_s[col]);
+						}
+				};
+				if (wk + 15 <= q0 && q0 + FA_TILE <= t)
+					probs(false);
+				else
+					probs(true);
+				uint32_t pf[part16][4];
+				to_rows16<part16>(pf, p, bf16);
+				to_rows16<part16>(dsf, ds, bf16);
+				warp_ab_block<T, 1, part16, FA_HS / 16>(
+					(float (*)[FA_HS / 8][4])dv, (const uint32_t (*)[part16][4])pf,
+					dos + c0 * FA_LD, 0);
+				warp_ab_block<T, 1, part16, FA_HS / 16>(
+					(float (*)[FA_HS / 8][4])dk, (const uint32_t (*)[part16][4])dsf,
+					qs + c0 * FA_LD, 0);
+			} else {
+#pragma unroll
+				for (int k = 0; k < part16; k++)
+					dsf[k][0] = dsf[k][1] = dsf[k][2] = dsf[k][3] = 0;
+			}
+			if (AddDq)
+				warp_put_rows<part16>(dss, warp * 16, c0, dsf);
 		}
 		if (AddDq) {
 			/* dq of queries q0 + 16 (warp % 4).. (and of 8 warps, columns
@@ -585,7 +645,6 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 			 * these reads at the loop's first barrier */
 			const int cols = FA_HS / kt;   /* the warp's columns of dq */
 			int qt = warp % 4, c0 = warp / 4 * cols;
-			warp_put_rows(dss, warp * 16, dsf);
 			__syncthreads();
 			uint32_t af[1][kt * FA_TILE / 16][4];
 			warp_cols<kt * FA_TILE / 16>(af[0], dss, qt * 16);
@@ -606,9 +665,10 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 
 /* one block per query tile: dq of its 64 queries over the keys they see.
  * Shared memory: q, dout, then per set k, v. MinBlocks as the dk, dv
- * kernel's (1: 166-168 registers, three blocks an SM; 4: 128, a few
+ * kernel's (3: 168 registers, none spilled, three blocks an SM, where
+ * without the cap ptxas takes 180-182 and an SM holds two; 4: 128, a few
  * spilled). */
-template <typename T, bool Pipe, int MinBlocks = 1>
+template <typename T, bool Pipe, int MinBlocks = 3>
 __global__ static void __launch_bounds__(FA_THREADS, MinBlocks)
 fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                 const float *dd, int t, int c, int nh, float scale, int bf16)
@@ -662,7 +722,8 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 				for (int i = 0; i < 4; i++) {
 					int key = k0 + 8 * j + 2 * q + (i & 1), row = row0 + 8 * (i >> 1);
 					float e = !masked || (key <= row && row < t)
-					                  ? exp2f(s[j][i] * sl2 - row_lse[i >> 1]) : 0.0f;
+					                  ? fast_exp2(s[j][i] * sl2 - row_lse[i >> 1])
+					                  : 0.0f;
 					ds[j][i] = e * (ds[j][i] - row_dd[i >> 1]);
 				}
 		};

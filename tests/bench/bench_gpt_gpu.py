@@ -44,7 +44,8 @@ says which ran). Printed side by side:
   a warp), "ln-rows" (LARCH_CUDA_LN=rows: LayerNorm's backward a row at a
   time from registers), "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
   q": the fused attention's backward kernels at one block more an SM than
-  their registers allow, capped) and "dbias-fused" (LARCH_CUDA_DBIAS=
+  their registers allow, capped), "more-kv" (="kv": only the dk, dv
+  kernel's, 3 blocks an SM, none of its registers spilled) and "dbias-fused" (LARCH_CUDA_DBIAS=
   fused: the bias gradients in the weight gradients' GEMM epilogues
   instead of column-sum kernels); --rows names the rows to run, in
   order (a name again runs that row again: interleaved repeats show how
@@ -376,6 +377,7 @@ def main():
                 ("fwd-rows32", {"LARCH_CUDA_FLASH_FWD_ROWS": "32"}),
                 ("ln-rows", {"LARCH_CUDA_LN": "rows"}),
                 ("more-blocks", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"}),
+                ("more-kv", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv"}),
                 ("dbias-fused", {"LARCH_CUDA_DBIAS": "fused"}),
                 ("xent-sep", {"LARCH_CUDA_XENT": "separate"}),
                 ("ln-res-sep", {"LARCH_CUDA_LN_RESIDUAL": "separate"}),
@@ -391,7 +393,7 @@ def main():
         order = a.rows.split(",") if a.rows else [
             "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
             "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks",
-            "dbias-fused", "xent-sep", "ln-res-sep", "gemm-attn", "gelu-sep", "neither",
+            "more-kv", "dbias-fused", "xent-sep", "ln-res-sep", "gemm-attn", "gelu-sep", "neither",
             "torch-fp32", "gemm-bound", "act32"]
         unknown = [r for r in order if r not in named]
         if unknown:
