@@ -139,18 +139,6 @@ __device__ static inline void red_add2(float *dst, float a, float b)
 #endif
 }
 
-/* 2^x by the SFU in one instruction (ex2.approx.ftz: about 2 ulp, a
- * subnormal argument or result taken as zero). exp2f without fast math
- * is the same MUFU.EX2 with a compare and two multiplies around it for
- * subnormal results: four issue slots where this takes one, in the
- * attention kernels' inner loops that issue one exp per score. */
-__device__ static inline float fast_exp2(float x)
-{
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
-}
-
 /* lo and hi rounded to nearest even in one instruction, as a register
  * (the bits of to16_bits, NaNs aside) */
 __device__ static inline uint32_t pack16x2(float lo, float hi, int bf16)
@@ -168,14 +156,6 @@ __device__ static inline uint32_t pack16x2(float lo, float hi, int bf16)
 __device__ static inline uint32_t pack16x2(float lo, float hi, int bf16)
 {
 	return to16_bits(lo, bf16) | (uint32_t)to16_bits(hi, bf16) << 16;
-}
-
-__device__ static inline float fast_exp2(float x)
-{
-	if (std::fpclassify(x) == FP_SUBNORMAL)
-		x = 0.0f;
-	float y = exp2f(x);
-	return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
 }
 
 #endif

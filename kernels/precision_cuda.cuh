@@ -190,4 +190,30 @@ __device__ static inline void act_st8(void *p, size_t k, const float x[8], int a
 	((float4 *)p)[2 * k + 1] = store16x4(make_float4(x[4], x[5], x[6], x[7]), ops);
 }
 
+/* 2^x by the SFU in one instruction (ex2.approx.ftz: about 2 ulp, a
+ * subnormal argument or result taken as zero). exp2f without fast math
+ * is the same MUFU.EX2 with a compare and two multiplies around it for
+ * subnormal results, and expf a few more instructions for its argument's
+ * reduction: the kernels that take one exponential an element (the fused
+ * attention's scores, the cross-entropy's logits) call this, with the
+ * base-e scale folded into an fma of the argument. The CPU emulation
+ * (tests/unit/cuda_emu.hh, which defines KERN_MMA_EMULATED) computes the
+ * same function with exp2f. */
+#ifndef KERN_MMA_EMULATED
+__device__ static inline float fast_exp2(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+}
+#else
+__device__ static inline float fast_exp2(float x)
+{
+	if (std::fpclassify(x) == FP_SUBNORMAL)
+		x = 0.0f;
+	float y = exp2f(x);
+	return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+}
+#endif
+
 #endif

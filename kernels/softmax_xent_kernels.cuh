@@ -14,6 +14,7 @@
 #define XENT_BWD_THREADS 256
 #define XENT_VEC 8              /* elements of one vector access (act_ld8) */
 #define XENT_BWD_PER_THREAD XENT_VEC
+#define XENT_LOG2E 1.4426950408889634f
 
 /* Whether the kernels below may read (and write) rows of ld elements at p
  * eight at a time: every row starts on 16 bytes. */
@@ -67,9 +68,11 @@ __device__ static float xent_row_lse(const void *logits, size_t x0, int v, int v
 			float mk = x[0];
 			for (int i = 1; i < XENT_VEC; i++)
 				mk = fmaxf(mk, x[i]);   /* NaNs left out here ... */
-			float sk = 0.0f;
-			for (int i = 0; i < XENT_VEC; i++)
-				sk += x[i] == -INFINITY ? 0.0f : expf(x[i] - mk);   /* ... not here */
+			/* exp(x - mk) as 2^(x log2(e) - mk log2(e)): an fma and
+			 * fast_exp2 an element */
+			float sk = 0.0f, mk2 = mk * XENT_LOG2E;
+			for (int i = 0; i < XENT_VEC; i++)   /* ... not here */
+				sk += x[i] == -INFINITY ? 0.0f : fast_exp2(fmaf(x[i], XENT_LOG2E, -mk2));
 			lse_merge(&m, &s, mk, sk);
 		}
 	}
@@ -121,10 +124,19 @@ __global__ static void xent_fwd_kernel(float *losses, float *lse, const void *lo
 
 /* dlogits' element j of a row: g = dloss (p - [j == target]) rounded before
  * the add (__fmul_rn), so that adding gives exactly dlogits + what the _set
- * version writes; 0 for a negative target */
-__device__ static inline float xent_grad(float x, float l, int j, int tgt, float dloss)
+ * version writes; 0 for a negative target. p = exp(x - lse) as
+ * 2^(x log2(e) - l2) with l2 = lse log2(e) (xent_l2): an fma and
+ * fast_exp2. */
+__device__ static inline float xent_grad(float x, float l2, int j, int tgt, float dloss)
 {
-	return tgt < 0 ? 0.0f : __fmul_rn(dloss, expf(x - l) - (j == tgt ? 1.0f : 0.0f));
+	return tgt < 0 ? 0.0f
+	               : __fmul_rn(dloss, fast_exp2(fmaf(x, XENT_LOG2E, -l2)) -
+	                                          (j == tgt ? 1.0f : 0.0f));
+}
+
+__device__ static inline float xent_l2(float lse)
+{
+	return lse * XENT_LOG2E;
 }
 
 /* set: dlogits = g; else dlogits += g. Block (row, y) covers the row's
@@ -140,7 +152,7 @@ __global__ static void xent_bwd_kernel(void *dlogits, float dloss, const void *l
 	int tgt = targets[row];
 	if (tgt < 0 && !set)
 		return;
-	float l = tgt < 0 ? 0.0f : lse[row];
+	float l2 = tgt < 0 ? 0.0f : xent_l2(lse[row]);
 	size_t base = (size_t)row * ld;
 	int span0 = blockIdx.y * (XENT_BWD_THREADS * XENT_VEC);
 	int j0 = span0 + threadIdx.x * XENT_VEC;
@@ -151,7 +163,7 @@ __global__ static void xent_bwd_kernel(void *dlogits, float dloss, const void *l
 		if (!set)
 			act_raw8(dlogits, k, a16, ops, d);
 		for (int i = 0; i < XENT_VEC; i++) {
-			float g = xent_grad(x[i], l, j0 + i, tgt, dloss);
+			float g = xent_grad(x[i], l2, j0 + i, tgt, dloss);
 			d[i] = set ? g : d[i] + g;
 		}
 		act_st8(dlogits, k, d, a16, ops);
@@ -162,7 +174,7 @@ __global__ static void xent_bwd_kernel(void *dlogits, float dloss, const void *l
 		int j = vec ? j0 + i : span0 + threadIdx.x + i * XENT_BWD_THREADS;
 		if (j >= v)
 			break;
-		float g = xent_grad(act_ld(logits, base + j, a16, ops), l, j, tgt, dloss);
+		float g = xent_grad(act_ld(logits, base + j, a16, ops), l2, j, tgt, dloss);
 		act_st(dlogits, base + j, set ? g : act_raw(dlogits, base + j, a16, ops) + g, a16, ops);
 	}
 }
@@ -189,6 +201,7 @@ __global__ static void xent_fwd_bwd_kernel(float *losses, float *lse, void *dlog
 		losses[row] = tgt < 0 ? 0.0f : l - act_ld(logits, x0 + tgt, a16, ops);
 	}
 	int head = 0;
+	float l2 = xent_l2(l);
 	if (vec) {
 		int groups = v / XENT_VEC;
 		head = groups * XENT_VEC;
@@ -197,12 +210,12 @@ __global__ static void xent_fwd_bwd_kernel(float *losses, float *lse, void *dlog
 			float x[XENT_VEC], d[XENT_VEC];
 			act_ld8(logits, k0 + k, a16, ops, x);
 			for (int i = 0; i < XENT_VEC; i++)
-				d[i] = xent_grad(x[i], l, k * XENT_VEC + i, tgt, dloss);
+				d[i] = xent_grad(x[i], l2, k * XENT_VEC + i, tgt, dloss);
 			act_st8(dlogits, k0 + k, d, a16, ops);
 		}
 	}
 	for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
-		act_st(dlogits, x0 + j, xent_grad(act_ld(logits, x0 + j, a16, ops), l, j, tgt, dloss),
+		act_st(dlogits, x0 + j, xent_grad(act_ld(logits, x0 + j, a16, ops), l2, j, tgt, dloss),
 		       a16, ops);
 }
 

@@ -9,8 +9,10 @@
  *   losses, lse: 1e-5 + 1e-5 rel. The fp32 sum of v exps (per thread, then a
  *     fixed tree) errs by ~1e-6 relative, i.e. ~1e-6 absolute in lse; lse
  *     itself is rounded to fp32 (ulp 2e-6 at 20, 8e-6 at 70).
- *   dlogits: 1e-8 + 1e-5 rel, both sides from the same lse: p = expf(x - lse)
- *     errs by the rounding of x - lse (~1e-6 relative) and expf's 2 ulp.
+ *   dlogits: 1e-8 + 1e-5 rel, both sides from the same lse: p =
+ *     2^(x log2(e) - lse log2(e)) (fast_exp2) errs by the rounding of
+ *     lse log2(e) (2.6e-6 relative at lse 77, the far case below) and
+ *     ex2.approx's 2 ulp.
  */
 #include <math.h>
 #include <stdio.h>
