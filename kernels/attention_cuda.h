@@ -57,9 +57,8 @@ int kern_attention_flash_pipeline(int on);
 enum kern_flash_kernel { KERN_FLASH_BWD_KV, KERN_FLASH_BWD_Q };
 /* Whether an SM holds one more block of the pipelined backward's kernel k
  * than its registers allow, with them capped (__launch_bounds__): the
- * dk, dv kernel 3 instead of 2 (168 registers instead of 202, none
- * spilled), the dq kernel 4 instead of 3 (128 instead of 168, a few
- * spilled to local memory). Off unless LARCH_CUDA_FLASH_MORE_BLOCKS names the kernel ("kv",
+ * dk, dv kernel 3 instead of 2 (168 registers instead of 202), the dq
+ * kernel 4 instead of 3 (128 instead of 153), none spilled. Off unless LARCH_CUDA_FLASH_MORE_BLOCKS names the kernel ("kv",
  * "q", "kv q"); on >= 0 sets it, -1 only asks. Returns the previous
  * setting. The same values either way. */
 int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on);

@@ -234,6 +234,10 @@ __device__ static void rows_async(float *dst, const float *src, int r0, int t)
 #ifndef FA_KV_PART
 #define FA_KV_PART 32
 #endif
+/* the keys the dq kernel takes at a time (of FA_TILE) */
+#ifndef FA_Q_PART
+#define FA_Q_PART 32
+#endif
 template <bool Pipe>
 struct fa_walk {
 	static const int sets = Pipe ? 2 : 1;
@@ -665,9 +669,8 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 
 /* one block per query tile: dq of its 64 queries over the keys they see.
  * Shared memory: q, dout, then per set k, v. MinBlocks as the dk, dv
- * kernel's (3: 168 registers, none spilled, three blocks an SM, where
- * without the cap ptxas takes 180-182 and an SM holds two; 4: 128, a few
- * spilled). */
+ * kernel's (3: 153 registers, three blocks an SM; 4: 128, none spilled
+ * either, kern_attention_flash_more_blocks). */
 template <typename T, bool Pipe, int MinBlocks = 3>
 __global__ static void __launch_bounds__(FA_THREADS, MinBlocks)
 fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
@@ -710,31 +713,42 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
 		uint16_t *ks = kv_tiles<Pipe>(walk, set, base, ld, c, k0, kend, t);
 		uint16_t *vs = ks + FA_TILE_VALUES;
-		float s[FA_TILE / 8][4], ds[FA_TILE / 8][4];
-		warp_abt<T>(s, qf, ks);
-		warp_abt<T>(ds, dof, vs);
-		/* the mask's compares only where the tile is not whole: on the
-		 * diagonal, or at t (masked a constant at each call) */
-		auto probs = [&](const bool masked) {
-#pragma unroll
-			for (int j = 0; j < FA_TILE / 8; j++)
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					int key = k0 + 8 * j + 2 * q + (i & 1), row = row0 + 8 * (i >> 1);
-					float e = !masked || (key <= row && row < t)
-					                  ? fast_exp2(s[j][i] * sl2 - row_lse[i >> 1])
-					                  : 0.0f;
-					ds[j][i] = e * (ds[j][i] - row_dd[i >> 1]);
-				}
-		};
+		/* the key tile in parts of FA_Q_PART keys, as the dk, dv kernel
+		 * takes its query tile: the same steps in the same order (the
+		 * same bits) for a part's registers */
+		const int part16 = FA_Q_PART / 16;
 		int wr = q0 + warp * 16;       /* the warp's first row */
-		if (k0 + FA_TILE - 1 <= wr && wr + 15 < t)
-			probs(false);
-		else
-			probs(true);
-		uint32_t dsf[FA_TILE / 16][4];
-		to_rows16(dsf, ds, bf16);
-		warp_ab<T>(dq, dsf, ks);
+		bool whole = k0 + FA_TILE - 1 <= wr && wr + 15 < t;
+#pragma unroll
+		for (int c0 = 0; c0 < FA_TILE; c0 += FA_Q_PART) {
+			float s[2 * part16][4], ds[2 * part16][4];
+			warp_abt<T, part16>(s, qf, ks + c0 * FA_LD);
+			warp_abt<T, part16>(ds, dof, vs + c0 * FA_LD);
+			/* the mask's compares only where the tile is not whole: on
+			 * the diagonal, or at t (masked a constant at each call) */
+			auto probs = [&](const bool masked) {
+#pragma unroll
+				for (int j = 0; j < 2 * part16; j++)
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						int key = k0 + c0 + 8 * j + 2 * q + (i & 1);
+						int row = row0 + 8 * (i >> 1);
+						float e = !masked || (key <= row && row < t)
+						                  ? fast_exp2(s[j][i] * sl2 - row_lse[i >> 1])
+						                  : 0.0f;
+						ds[j][i] = e * (ds[j][i] - row_dd[i >> 1]);
+					}
+			};
+			if (whole)
+				probs(false);
+			else
+				probs(true);
+			uint32_t dsf[part16][4];
+			to_rows16<part16>(dsf, ds, bf16);
+			warp_ab_block<T, 1, part16, FA_HS / 16>((float (*)[FA_HS / 8][4])dq,
+			                                        (const uint32_t (*)[part16][4])dsf,
+			                                        ks + c0 * FA_LD, 0);
+		}
 	}
 	const float qscale[2] = { scale, scale };
 	warp_store(dqkv + (size_t)b * t * ld + (size_t)h * FA_HS, ld, q0 + warp * 16, t, dq, qscale,
