@@ -7,6 +7,7 @@ the kernels grouped by name: time per step, launches per step, share.
     python3 tests/gpu/profile_gpt.py --build build-gpu [--precision bf16]
                                      [--micro 8] [--steps 2] [--layers 12]
                                      [--nondeterministic]
+                                     [--detail REGEX [--detail-count 48]]
 
 ncu runs the kernels one at a time (--cache-control none, --clock-control
 none), so the sum is the step's kernel time without overlap or launch gaps;
@@ -16,6 +17,16 @@ validation set. --nondeterministic profiles the spec's "deterministic":
 false (tuned GEMMs, attention's dq added atomically): the run under ncu
 takes the plain run's GEMM picks (its gemm-tune.txt), so that no tuning
 runs are among its kernels. Exit 77 when ncu or a GPU is missing.
+
+--detail REGEX profiles the first --detail-count launches of the kernels
+whose names match (ncu's --kernel-name regex, e.g. "fa_|xent|dbias") once
+more with ncu's occupancy, warp-state, scheduler and workload sections,
+and prints per kernel what says where its time goes: registers, achieved
+against theoretical occupancy, issue slots busy, warp cycles per issued
+instruction and the largest stall reasons in those cycles, the busiest
+pipes (tensor, FMA, ALU, XU: the SFU's exponentials), shared memory's
+bank conflicts and DRAM throughput. --self-test checks that report on a
+table in ncu's raw CSV layout and exits (no GPU needed).
 """
 import argparse
 import collections
@@ -60,7 +71,116 @@ def short(name):
     return name if len(name) <= 70 else name[:67] + "..."
 
 
+# --detail: ncu's sections, and what of their raw metrics the report shows
+DETAIL_SECTIONS = ["LaunchStats", "Occupancy", "WarpStateStats", "SchedulerStats",
+                   "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "SpeedOfLight"]
+DETAIL_FIXED = [  # (label, metric): shown where the table has the column
+    ("registers/thread", "launch__registers_per_thread"),
+    ("theoretical occupancy %", "sm__maximum_warps_per_active_cycle_pct"),
+    ("achieved occupancy %", "sm__warps_active.avg.pct_of_peak_sustained_active"),
+    ("issue slots busy %", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+    ("warp cycles / issued inst", "smsp__average_warp_latency_per_inst_issued.ratio"),
+    ("SM throughput %", "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("DRAM throughput %", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("shared bank conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"),
+    ("shared wavefronts", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"),
+]
+STALL = "smsp__average_warps_issue_stalled_"
+STALL_END = "_per_issue_active.ratio"
+
+
+def detail_rows(text):
+    """ncu --csv --page raw output -> {kernel: {metric: mean over its launches}}, the
+    kernels in the order of their first launch; cells that are not numbers are left out"""
+    text = text[text.find('"ID"'):]
+    out = {}
+    counts = collections.Counter()
+    for r in csv.DictReader(io.StringIO(text)):
+        if not r.get("ID", "").isdigit():
+            continue              # the units row
+        name = short(r["Kernel Name"])
+        counts[name] += 1
+        acc = out.setdefault(name, {})
+        for k, v in r.items():
+            try:
+                x = float((v or "").replace(",", ""))
+            except ValueError:
+                continue
+            acc[k] = acc.get(k, 0.0) + x
+    for name, acc in out.items():
+        for k in acc:
+            acc[k] /= counts[name]
+        acc["launches"] = counts[name]
+    return out
+
+
+def detail_report(per, stalls=5, pipes=4):
+    """lines for detail_rows' kernels: the fixed metrics, the largest stall reasons
+    (warps stalled per issued instruction, whose sum is about the warp cycles per issued
+    instruction) and the busiest pipes (% of peak while active)"""
+    lines = []
+    for name, m in per.items():
+        lines.append(f"{name} ({int(m['launches'])} launches)")
+        fixed = [f"{label} {m[key]:.4g}" for label, key in DETAIL_FIXED if key in m]
+        lines.append("  " + "; ".join(fixed))
+        st = sorted((-v, k[len(STALL):-len(STALL_END)]) for k, v in m.items()
+                    if k.startswith(STALL) and k.endswith(STALL_END)
+                    and not k.endswith("_not_issued" + STALL_END))
+        if st:
+            lines.append("  stalls (cycles per issue): " +
+                         ", ".join(f"{k} {-v:.2f}" for v, k in st[:stalls]))
+        pp = sorted((-v, k) for k, v in m.items()
+                    if k.startswith("sm__") and "pipe_" in k
+                    and k.endswith(".avg.pct_of_peak_sustained_active"))
+        if pp:
+            lines.append("  pipes (% of peak, active): " + ", ".join(
+                f"{k[len('sm__'):-len('.avg.pct_of_peak_sustained_active')]} {-v:.1f}"
+                for v, k in pp[:pipes]))
+    return lines
+
+
+def self_test():
+    """detail_rows and detail_report on a table in ncu's raw CSV layout"""
+    head = ["ID", "Kernel Name", "launch__registers_per_thread",
+            "sm__warps_active.avg.pct_of_peak_sustained_active",
+            STALL + "barrier" + STALL_END, STALL + "long_scoreboard" + STALL_END,
+            STALL + "math_pipe_throttle" + STALL_END, STALL + "not_issued" + STALL_END,
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"]
+    units = ["", "", "register/thread", "%", "", "", "", "", "%", "%"]
+    rows = [["0", "fa_fwd_kernel<__nv_bfloat16, true, 1>(unsigned short*, float*)", "126",
+             "60", "1.5", "0.5", "3", "9", "40", "30"],
+            ["1", "xent_fwd_bwd_kernel(float*)", "40", "90", "0.1", "6", "0.2", "9", "0", "5"],
+            ["2", "fa_fwd_kernel<__nv_bfloat16, true, 1>(unsigned short*, float*)", "126",
+             "70", "2.5", "0.5", "1", "9", "50", "n/a"]]
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL)
+    w.writerow(head)
+    w.writerow(units)
+    w.writerows(rows)
+    per = detail_rows("==PROF== a line before the table\n" + buf.getvalue())
+    assert list(per) == ["fa_fwd_kernel<__nv_bfloat16, true, 1>", "xent_fwd_bwd_kernel"], per
+    fa = per["fa_fwd_kernel<__nv_bfloat16, true, 1>"]
+    assert fa["launches"] == 2 and fa["launch__registers_per_thread"] == 126
+    assert fa["sm__warps_active.avg.pct_of_peak_sustained_active"] == 65
+    assert fa["sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"] == 15  # n/a left out
+    text = "\n".join(detail_report(per))
+    print(text)
+    assert "registers/thread 126; achieved occupancy % 65" in text, text
+    assert "stalls (cycles per issue): barrier 2.00, math_pipe_throttle 2.00, " \
+           "long_scoreboard 0.50" in text, text
+    assert "not_issued" not in text, text
+    assert "pipes (% of peak, active): pipe_tensor_op_hmma_cycles_active 45.0, " \
+           "inst_executed_pipe_xu 15.0" in text, text
+    assert "stalls (cycles per issue): long_scoreboard 6.00, math_pipe_throttle 0.20, " \
+           "barrier 0.10" in text, text
+    print("profile_gpt self-test: ok")
+    return 0
+
+
 def main():
+    if "--self-test" in sys.argv[1:]:
+        return self_test()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("LARCH_BUILD", "build-gpu"))
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
@@ -73,6 +193,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--nondeterministic", action="store_true")
+    ap.add_argument("--detail", default=None, metavar="REGEX")
+    ap.add_argument("--detail-count", type=int, default=48)
     a = ap.parse_args()
     exe = pathlib.Path(a.build) / "trainer" / "larch-train"
     ncu = find_ncu()
@@ -129,6 +251,25 @@ def main():
         print(f"{'kernel':72s} {'ms/step':>9s} {'calls/step':>10s} {'share':>6s}")
         for name, (ns, cnt) in sorted(per.items(), key=lambda kv: -kv[1][0])[:a.top]:
             print(f"{name:72s} {ns / n / 1e6:9.3f} {cnt / n:10.1f} {100 * ns / total:5.1f}%")
+        if a.detail:
+            sections = [x for sec in DETAIL_SECTIONS for x in ("--section", sec)]
+            shutil.rmtree(tmp / "ncu", ignore_errors=True)
+            if picks.exists():
+                (tmp / "ncu").mkdir()
+                shutil.copy(picks, tmp / "ncu" / "gemm-tune.txt")
+            det = subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none",
+                                  "--kernel-name", "regex:" + a.detail,
+                                  "--launch-count", str(a.detail_count), *sections,
+                                  "--csv", "--page", "raw", "--print-units", "base",
+                                  *cmd, "--job-dir", str(tmp / "ncu")],
+                                 capture_output=True, text=True)
+            if det.returncode != 0:
+                print(det.stdout[-3000:], det.stderr[-3000:])
+                return 1
+            print(f"# the first {a.detail_count} launches of the kernels matching "
+                  f"{a.detail!r}, ncu's sections {', '.join(DETAIL_SECTIONS)}:")
+            for line in detail_report(detail_rows(det.stdout)):
+                print(line)
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
