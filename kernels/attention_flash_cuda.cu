@@ -175,8 +175,7 @@ static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int
 	}
 	int pipe = kern_attention_flash_pipeline(-1), r = kern_attention_flash_fwd_rows(-1) / 16;
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
-	int rows = r * FA_TILE;
-	dim3 grid((unsigned)((t + rows - 1) / rows), (unsigned)(b * nh));
+	dim3 grid = fa_grid(b, nh, t, r * FA_TILE);
 	fwd[pipe][r - 1]<<<grid, FA_THREADS, FA_FWD_SMEM(pipe + 1, r), kern_cuda_stream()>>>(
 		out, lse, qkv, t, c, nh, scale, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
@@ -236,8 +235,7 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	fa_rowdot_kernel<<<(unsigned)((rows + FA_ROWDOT_ROWS - 1) / FA_ROWDOT_ROWS), 256, 0,
 	                   kern_cuda_stream()>>>(dd, dq_acc, dout, out, b, t, c, nh, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
-	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
-	dim3 kv_grid((unsigned)((t + kt * FA_TILE - 1) / (kt * FA_TILE)), (unsigned)(b * nh));
+	dim3 grid = fa_grid(b, nh, t, FA_TILE), kv_grid = fa_grid(b, nh, t, kt * FA_TILE);
 	kv[pipe][more_kv][add]<<<kv_grid, kt * FA_THREADS, FA_BWD_SMEM(pipe + 1, add > 0, kt),
 	                        kern_cuda_stream()>>>(dqkv, dq_acc, dout, qkv, lse, dd, t, c, nh,
 	                                              scale, bf16);
@@ -258,7 +256,8 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 /* The operands' type for a fused attention call (what names it), once
  * they are known to be 16-bit and, for a non-empty call, the head size 64,
  * the operands (ptrs: their addresses or'ed) 16-byte aligned, as the tiles'
- * vector loads read them, and batch x heads within a grid's y (65535). */
+ * vector loads read them, and the tiles of 64 within a grid's y (65535:
+ * fa_grid). */
 static int flash_ops(const char *what, int b, int t, int c, int nh, uintptr_t ptrs)
 {
 	int ops = kern_cuda_act_operands(KERN_ACT_16, what);
@@ -268,8 +267,8 @@ static int flash_ops(const char *what, int b, int t, int c, int nh, uintptr_t pt
 		kern_cuda_fail(__FILE__, __LINE__, what, "head size other than 64");
 	if (ptrs & 15)
 		kern_cuda_fail(__FILE__, __LINE__, what, "an operand not 16-byte aligned");
-	if ((long)b * nh > 65535)
-		kern_cuda_fail(__FILE__, __LINE__, what, "batch x heads over 65535");
+	if ((t + FA_TILE - 1) / FA_TILE > 65535)
+		kern_cuda_fail(__FILE__, __LINE__, what, "a sequence over 65535 tiles of 64");
 	return ops;
 }
 

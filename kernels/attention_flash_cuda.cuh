@@ -226,6 +226,19 @@ __device__ static void rows_async(float *dst, const float *src, int r0, int t)
 	}
 }
 
+/* The grid of the forward and the two backward kernels: a block per
+ * (batch x head, tile of `rows` queries or keys), the head in x. The
+ * hardware starts blocks in the order of their linear index, x fastest,
+ * so each kernel's tile index (y) maps to its longest walks first: every
+ * head's longest block starts before any head's second longest, and the
+ * last blocks to start are the shortest (a causal walk is 1 to t / 64
+ * tiles long). With the heads in y, as before, the last head's longest
+ * walk started near the kernel's end and ran on alone. */
+__host__ __device__ static inline dim3 fa_grid(int b, int nh, int t, int rows)
+{
+	return dim3((unsigned)(b * nh), (unsigned)((t + rows - 1) / rows));
+}
+
 /* The kernels' tiles that change as they walk (k and v, or q and dout)
  * and, for dk and dv, the rows' lse and D: one set, or with Pipe two, the
  * next one's copies (cp.async) landing while this one is computed on */
@@ -291,8 +304,8 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *qs = (uint16_t *)smem, *walk = qs + R * FA_TILE_VALUES;   /* then per set k, v */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
-	int q0 = (gridDim.x - 1 - blockIdx.x) * R * FA_TILE;   /* the longest walks first */
+	int bh = blockIdx.x, b = bh / nh, h = bh % nh;
+	int q0 = (gridDim.y - 1 - blockIdx.y) * R * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	int wrow = q0 + warp * 16 * R;     /* the warp's first row; tile i's from wrow + 16 i */
@@ -527,8 +540,8 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 	float *rows = (float *)(walk + fa_walk<Pipe>::sets * FA_BWD_WALK_TILES * FA_TILE_VALUES);
 	uint16_t *dss = (uint16_t *)(rows + fa_walk<Pipe>::sets * 2 * FA_TILE);   /* AddDq's ds^T */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
-	int k0 = blockIdx.x * kt * FA_TILE;
+	int bh = blockIdx.x, b = bh / nh, h = bh % nh;
+	int k0 = blockIdx.y * kt * FA_TILE;   /* the longest walks first: from the first keys */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	const uint16_t *dbase = dout + (size_t)b * t * c + (size_t)h * FA_HS;
@@ -679,8 +692,8 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *qs = (uint16_t *)smem, *dos = qs + FA_TILE_VALUES, *walk = dos + FA_TILE_VALUES;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-	int bh = blockIdx.y, b = bh / nh, h = bh % nh;
-	int q0 = (gridDim.x - 1 - blockIdx.x) * FA_TILE;   /* the longest walks first */
+	int bh = blockIdx.x, b = bh / nh, h = bh % nh;
+	int q0 = (gridDim.y - 1 - blockIdx.y) * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	int row0 = q0 + warp * 16 + g;

@@ -114,7 +114,7 @@ static void check_dq_added(const std::vector<uint16_t> &two_kernels, const buf16
 	long btc = (long)b * t * c, rows = (long)b * nh * t;
 	float scale = (float)(1.0 / std::sqrt((double)FA_HS));
 	const char *ty = bf16 ? "bf16" : "fp16";
-	dim3 grid((unsigned)((t + keys - 1) / keys), (unsigned)(b * nh));
+	dim3 grid = fa_grid(b, nh, t, keys);
 	std::vector<uint16_t> got[2];
 	for (int pipe = 0; pipe < 2; pipe++) {
 		std::vector<float> dd((size_t)rows, NAN), dq_acc((size_t)btc, NAN);
@@ -184,7 +184,7 @@ static void run_case(int b, int t, int nh, int bf16)
 
 	std::vector<uint16_t> out16((size_t)btc, 0xffff), dqkv16((size_t)(3 * btc), 0xffff);
 	std::vector<float> lse((size_t)b * nh * t, NAN), dd((size_t)b * nh * t, NAN);
-	dim3 grid((unsigned)((t + FA_TILE - 1) / FA_TILE), (unsigned)(b * nh));
+	dim3 grid = fa_grid(b, nh, t, FA_TILE);
 	emu_launch(grid, dim3(FA_THREADS), [&] {
 		fa_fwd_kernel<T, false>(out16.data(), lse.data(), qkv.h.data(), t, c, nh, scale, bf16);
 	});
@@ -202,7 +202,7 @@ static void run_case(int b, int t, int nh, int bf16)
 		          b, t, nh);
 		/* 32 rows a warp (R = 2, blocks of 128 queries): the same bits,
 		 * pipelined and not */
-		dim3 grid2((unsigned)((t + 2 * FA_TILE - 1) / (2 * FA_TILE)), (unsigned)(b * nh));
+		dim3 grid2 = fa_grid(b, nh, t, 2 * FA_TILE);
 		for (int pipe = 0; pipe < 2; pipe++) {
 			std::fill(out_pipe.begin(), out_pipe.end(), 0xffff);
 			std::fill(lse_pipe.begin(), lse_pipe.end(), NAN);
