@@ -258,30 +258,33 @@ struct fa_walk {
 
 /* A walk over the key tiles (forward, dq) at tile k0 of those below kend:
  * the k and v tiles of k0 in shared memory for every thread of the block
- * (the returned k tile, v after it), loaded now, or with Pipe landed from
- * the copies the last step (or the kernel's start, for set 0) began, and
- * the next tile's begun into the other set */
+ * (the returned k tile, v after it). Without Pipe they are loaded now,
+ * between two barriers. With Pipe they landed from the copies the last
+ * step (or the kernel's start, for set 0) began: one barrier, after this
+ * thread's wait for its copies, makes every thread's visible, and since
+ * every thread has then also finished the last step's reads of the other
+ * set, the next tile's copies go there right after it, and land while
+ * the block computes on this one. */
 template <bool Pipe>
 __device__ static uint16_t *kv_tiles(uint16_t *walk, int set, const uint16_t *base, long ld,
                                      int c, int k0, int kend, int t)
 {
 	uint16_t *ks = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
-	__syncthreads();                   /* the other set's last readers are done */
 	if (Pipe) {
-		if (k0 + FA_TILE < kend) {     /* the next tile's copies, then wait for this one's */
+		cp_async_wait<0>();            /* this tile's copies, the only ones in flight */
+		__syncthreads();
+		if (k0 + FA_TILE < kend) {     /* the next tile's, into the set the last step read */
 			uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
 			tile_async(nk, base + c, ld, k0 + FA_TILE, t);
 			tile_async(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
 			cp_async_commit();
-			cp_async_wait<1>();
-		} else {
-			cp_async_wait<0>();
 		}
 	} else {
+		__syncthreads();               /* the last tile's readers are done */
 		load_tile(ks, base + c, ld, k0, t);
 		load_tile(ks + FA_TILE_VALUES, base + 2 * c, ld, k0, t);
+		__syncthreads();
 	}
-	__syncthreads();
 	return ks;
 }
 
@@ -576,9 +579,12 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 		uint16_t *qs = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
 		uint16_t *dos = qs + FA_TILE_VALUES;
 		float *lse_s = rows + set * 2 * FA_TILE, *dd_s = lse_s + FA_TILE;
-		__syncthreads();               /* the other set's last readers are done */
 		if (Pipe) {
-			if (q0 + FA_TILE < t) {    /* the next tile's copies, then wait for this one's */
+			/* as kv_tiles: this tile's copies landed, one barrier, then
+			 * the next tile's into the set the last step read */
+			cp_async_wait<0>();
+			__syncthreads();
+			if (q0 + FA_TILE < t) {
 				uint16_t *nq = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
 				float *nr = rows + (set ^ 1) * 2 * FA_TILE;
 				tile_async<threads>(nq, base, ld, q0 + FA_TILE, t);
@@ -586,11 +592,9 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 				rows_async<threads>(nr, lse_bh, q0 + FA_TILE, t);
 				rows_async<threads>(nr + FA_TILE, dd_bh, q0 + FA_TILE, t);
 				cp_async_commit();
-				cp_async_wait<1>();
-			} else {
-				cp_async_wait<0>();
 			}
 		} else {
+			__syncthreads();           /* the last tile's readers are done */
 			load_tile<threads>(qs, base, ld, q0, t);
 			load_tile<threads>(dos, dbase, c, q0, t);
 			for (int i = threadIdx.x; i < FA_TILE; i += threads) {
@@ -598,8 +602,8 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 				lse_s[i] = qi < t ? lse_bh[qi] : 0.0f;
 				dd_s[i] = qi < t ? dd_bh[qi] : 0.0f;
 			}
+			__syncthreads();
 		}
-		__syncthreads();
 		/* the query tile in parts of FA_KV_PART columns, each through
 		 * its scores, dp, ds and its k16 steps of the two products
 		 * before the next: the same steps in the same order as the
