@@ -58,9 +58,11 @@ enum kern_flash_kernel { KERN_FLASH_BWD_KV, KERN_FLASH_BWD_Q };
 /* Whether an SM holds one more block of the pipelined backward's kernel k
  * than its registers allow, with them capped (__launch_bounds__): the
  * dk, dv kernel 3 instead of 2 (168 registers instead of 202), the dq
- * kernel 4 instead of 3 (128 instead of 153), none spilled. Off unless LARCH_CUDA_FLASH_MORE_BLOCKS names the kernel ("kv",
- * "q", "kv q"); on >= 0 sets it, -1 only asks. Returns the previous
- * setting. The same values either way. */
+ * kernel 4 instead of 3 (128 instead of 156), none spilled. Off unless
+ * LARCH_CUDA_FLASH_MORE_BLOCKS names the kernel ("kv", "q", "kv q"); on >= 0
+ * sets it, -1 only asks. Returns the previous setting. The same values
+ * either way. Blocks of 8 warps (kern_attention_flash_block) leave it
+ * aside. */
 int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on);
 /* How many rows of queries a warp of the fused forward takes: 16 (the
  * default) or 32, where each fragment of k and v it reads from shared
@@ -69,6 +71,14 @@ int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on);
  * rows 16 or 32 sets it, anything else only asks. Returns the previous
  * setting. The same values either way. */
 int kern_attention_flash_fwd_rows(int rows);
+/* The queries (forward, dq) or keys (dk, dv) a block of the fused
+ * attention's kernels takes: 64 (4 warps, the default) or 128 (8 warps:
+ * each tile a block copies into shared memory serves twice the rows, and
+ * dq added atomically takes 128-key blocks). 128 if
+ * LARCH_CUDA_FLASH_BLOCK=128 is in the environment; rows 64 or 128 sets
+ * it, anything else only asks. Returns the previous setting. The same
+ * values either way. */
+int kern_attention_flash_block(int rows);
 /* Whether the fused backward computes dq in its dk, dv kernel and adds it
  * to an fp32 copy by atomic adds, rounded to 16 bits at the end
  * (FlashAttention-2's: five tile products a pair of tiles where its

@@ -130,6 +130,22 @@ extern "C" int kern_attention_flash_fwd_rows(int rows)
 	return prev;
 }
 
+/* The queries or keys a block takes (64 or 128): 0 not read from
+ * LARCH_CUDA_FLASH_BLOCK yet */
+static int flash_block;
+
+extern "C" int kern_attention_flash_block(int rows)
+{
+	if (!flash_block) {
+		const char *v = getenv("LARCH_CUDA_FLASH_BLOCK");
+		flash_block = v && strcmp(v, "128") == 0 ? 128 : 64;
+	}
+	int prev = flash_block;
+	if (rows == 64 || rows == 128)
+		flash_block = rows;
+	return prev;
+}
+
 /* The keys a block of the dk, dv kernel that adds dq atomically takes
  * (fa_bwd_kv_kernel's AddDq: 64 or 128, its Warps 4 or 8), 0 for the dq
  * kernel: -1 not read from LARCH_CUDA_FLASH_DQ ("atomic", "atomic128") yet */
@@ -160,23 +176,31 @@ static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int
                       int bf16)
 {
 	typedef void (*fwd_kernel)(uint16_t *, float *, const uint16_t *, int, int, int, float, int);
-	/* by [pipelined][R - 1] */
-	static const fwd_kernel fwd[2][2] = {
-		{ fa_fwd_kernel<T, false>, fa_fwd_kernel<T, false, 2> },
-		{ fa_fwd_kernel<T, true>, fa_fwd_kernel<T, true, 2> },
+	/* by [pipelined][v]: v 0 R = 1 (16 rows a warp) of 4 warps, 1 R = 2
+	 * of 4 warps, 2 R = 1 of 8 warps; the query tiles of a block (qt) */
+	static const fwd_kernel fwd[2][3] = {
+		{ fa_fwd_kernel<T, false>, fa_fwd_kernel<T, false, 2>, fa_fwd_kernel<T, false, 1, 8> },
+		{ fa_fwd_kernel<T, true>, fa_fwd_kernel<T, true, 2>, fa_fwd_kernel<T, true, 1, 8> },
 	};
-	static int opted_in;   /* per T: R = 2's shared memory */
+	static const int qt[3] = { 1, 2, 2 }, warps[3] = { 4, 4, 8 };
+	static int opted_in;   /* per T: the larger shared memory of all but the smallest */
 	if (!opted_in) {
 		for (int p = 0; p < 2; p++)
-			KERN_CUDA_CHECK(cudaFuncSetAttribute(fwd[p][1],
-			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                     (int)FA_FWD_SMEM(p + 1, 2)));
+			for (int v = 1; v < 3; v++)
+				KERN_CUDA_CHECK(cudaFuncSetAttribute(
+					fwd[p][v], cudaFuncAttributeMaxDynamicSharedMemorySize,
+					(int)FA_FWD_SMEM(p + 1, qt[v])));
 		opted_in = 1;
 	}
-	int pipe = kern_attention_flash_pipeline(-1), r = kern_attention_flash_fwd_rows(-1) / 16;
+	/* 32 rows a warp if asked (128 queries a block already), else 8 warps
+	 * for blocks of 128 if asked */
+	int pipe = kern_attention_flash_pipeline(-1);
+	int v = kern_attention_flash_fwd_rows(-1) == 32        ? 1
+	        : kern_attention_flash_block(-1) == 128 ? 2
+	                                                : 0;
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
-	dim3 grid = fa_grid(b, nh, t, r * FA_TILE);
-	fwd[pipe][r - 1]<<<grid, FA_THREADS, FA_FWD_SMEM(pipe + 1, r), kern_cuda_stream()>>>(
+	dim3 grid = fa_grid(b, nh, t, qt[v] * FA_TILE);
+	fwd[pipe][v]<<<grid, 32 * warps[v], FA_FWD_SMEM(pipe + 1, qt[v]), kern_cuda_stream()>>>(
 		out, lse, qkv, t, c, nh, scale, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 }
@@ -206,6 +230,12 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 		{ fa_bwd_q_kernel<T, false>, NULL },
 		{ fa_bwd_q_kernel<T, true>, fa_bwd_q_kernel<T, true, 4> },
 	};
+	/* blocks of 128 (kern_attention_flash_block) without atomics: the dk,
+	 * dv and the dq kernels of 8 warps, by [pipelined] */
+	static const kv_kernel kv8[2] = { fa_bwd_kv_kernel<T, false, 1, false, 8>,
+		                          fa_bwd_kv_kernel<T, true, 1, false, 8> };
+	static const q_kernel q8[2] = { fa_bwd_q_kernel<T, false, 2, 8>,
+		                        fa_bwd_q_kernel<T, true, 2, 8> };
 	static int opted_in;   /* per T: the larger shared memory of all but the smallest */
 	if (!opted_in) {
 		for (int p = 0; p < 2; p++)
@@ -220,12 +250,24 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 						q[p][m], cudaFuncAttributeMaxDynamicSharedMemorySize,
 						(int)FA_BWD_SMEM(p + 1, 0, 1)));
 			}
+		for (int p = 0; p < 2; p++) {
+			KERN_CUDA_CHECK(cudaFuncSetAttribute(kv8[p],
+			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                     (int)FA_BWD_SMEM(p + 1, 0, 2)));
+			KERN_CUDA_CHECK(cudaFuncSetAttribute(q8[p],
+			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+			                                     (int)FA_BWD_SMEM(p + 1, 0, 2)));
+		}
 		opted_in = 1;
 	}
 	int pipe = kern_attention_flash_pipeline(-1), keys = kern_attention_flash_dq_atomic(-1);
-	int add = keys == 128 ? 2 : keys == 64 ? 1 : 0, kt = add == 2 ? 2 : 1;
-	int more_kv = pipe && add < 2 && kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
-	int more_q = pipe && kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
+	int wide = kern_attention_flash_block(-1) == 128;
+	if (wide && keys == 64)            /* dq added atomically by blocks of 128 keys */
+		keys = 128;
+	int add = keys == 128 ? 2 : keys == 64 ? 1 : 0, kt = add == 2 || wide ? 2 : 1;
+	int more_kv = pipe && add < 2 && !wide &&
+	              kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
+	int more_q = pipe && !wide && kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
 
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	long rows = (long)b * nh * t;
@@ -235,17 +277,18 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	fa_rowdot_kernel<<<(unsigned)((rows + FA_ROWDOT_ROWS - 1) / FA_ROWDOT_ROWS), 256, 0,
 	                   kern_cuda_stream()>>>(dd, dq_acc, dout, out, b, t, c, nh, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
-	dim3 grid = fa_grid(b, nh, t, FA_TILE), kv_grid = fa_grid(b, nh, t, kt * FA_TILE);
-	kv[pipe][more_kv][add]<<<kv_grid, kt * FA_THREADS, FA_BWD_SMEM(pipe + 1, add > 0, kt),
-	                        kern_cuda_stream()>>>(dqkv, dq_acc, dout, qkv, lse, dd, t, c, nh,
-	                                              scale, bf16);
+	dim3 grid = fa_grid(b, nh, t, kt * FA_TILE);
+	kv_kernel kvk = wide && !add ? kv8[pipe] : kv[pipe][more_kv][add];
+	kvk<<<grid, kt * FA_THREADS, FA_BWD_SMEM(pipe + 1, add > 0, kt), kern_cuda_stream()>>>(
+		dqkv, dq_acc, dout, qkv, lse, dd, t, c, nh, scale, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 	if (add) {
 		long n = (long)b * t * (c / 8);
 		fa_dq_round_kernel<<<(unsigned)((n + 255) / 256), 256, 0, kern_cuda_stream()>>>(
 			dqkv, dq_acc, (long)b * t, c, bf16);
 	} else {
-		q[pipe][more_q]<<<grid, FA_THREADS, FA_BWD_SMEM(pipe + 1, 0, 1), kern_cuda_stream()>>>(
+		q_kernel qk = wide ? q8[pipe] : q[pipe][more_q];
+		qk<<<grid, kt * FA_THREADS, FA_BWD_SMEM(pipe + 1, 0, kt), kern_cuda_stream()>>>(
 			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
 	}
 	KERN_CUDA_CHECK_LAUNCH();

@@ -265,7 +265,7 @@ struct fa_walk {
  * every thread has then also finished the last step's reads of the other
  * set, the next tile's copies go there right after it, and land while
  * the block computes on this one. */
-template <bool Pipe>
+template <bool Pipe, int Threads = FA_THREADS>
 __device__ static uint16_t *kv_tiles(uint16_t *walk, int set, const uint16_t *base, long ld,
                                      int c, int k0, int kend, int t)
 {
@@ -275,14 +275,14 @@ __device__ static uint16_t *kv_tiles(uint16_t *walk, int set, const uint16_t *ba
 		__syncthreads();
 		if (k0 + FA_TILE < kend) {     /* the next tile's, into the set the last step read */
 			uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
-			tile_async(nk, base + c, ld, k0 + FA_TILE, t);
-			tile_async(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
+			tile_async<Threads>(nk, base + c, ld, k0 + FA_TILE, t);
+			tile_async<Threads>(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
 			cp_async_commit();
 		}
 	} else {
 		__syncthreads();               /* the last tile's readers are done */
-		load_tile(ks, base + c, ld, k0, t);
-		load_tile(ks + FA_TILE_VALUES, base + 2 * c, ld, k0, t);
+		load_tile<Threads>(ks, base + c, ld, k0, t);
+		load_tile<Threads>(ks + FA_TILE_VALUES, base + 2 * c, ld, k0, t);
 		__syncthreads();
 	}
 	return ks;
@@ -291,37 +291,41 @@ __device__ static uint16_t *kv_tiles(uint16_t *walk, int set, const uint16_t *ba
 
 /* ---- forward ------------------------------------------------------------------ */
 
-/* One block per tile of 64 R queries, R tiles of 16 rows a warp: warp w's
- * rows from 16 R w. With R = 2 each fragment of k and v that a warp reads
- * from shared memory serves 32 rows instead of 16, for twice the
- * registers (kern_attention_flash_fwd_rows). A warp whose rows all come
- * before a key tile skips its products there: their probabilities would
- * all be zero, and the online softmax would be left as it was, so every
- * row's sums are those of R = 1 and the results the same bits. Shared
- * memory: q (64 R rows), then per set of the walk k, v. */
-template <typename T, bool Pipe, int R = 1>
-__global__ static void __launch_bounds__(FA_THREADS)
+/* One block per 16 R Warps queries (64 R with 4 warps, 128 R with 8), R
+ * tiles of 16 rows a warp: warp w's rows from 16 R w. With R = 2 each
+ * fragment of k and v that a warp reads from shared memory serves 32 rows
+ * instead of 16, for twice the registers (kern_attention_flash_fwd_rows);
+ * with 8 warps each key tile a block copies serves twice the rows
+ * (kern_attention_flash_block). A warp whose rows all come before a key
+ * tile skips its products there: their probabilities would all be zero,
+ * and the online softmax would be left as it was, so every row's sums are
+ * those of R = 1 and 4 warps, and the results the same bits. Shared
+ * memory: q (16 R Warps rows), then per set of the walk k, v. */
+template <typename T, bool Pipe, int R = 1, int Warps = FA_WARPS>
+__global__ static void __launch_bounds__(Warps * 32)
 fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int nh, float scale,
               int bf16)
 {
+	static_assert(Warps == 4 || Warps == 8, "query tiles of 64 or 128 R");
+	const int threads = Warps * 32, qt = R * Warps / 4;   /* query tiles of FA_TILE a block */
 	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *qs = (uint16_t *)smem, *walk = qs + R * FA_TILE_VALUES;   /* then per set k, v */
+	uint16_t *qs = (uint16_t *)smem, *walk = qs + qt * FA_TILE_VALUES;  /* then per set k, v */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.x, b = bh / nh, h = bh % nh;
-	int q0 = (gridDim.y - 1 - blockIdx.y) * R * FA_TILE;   /* the longest walks first */
+	int q0 = (gridDim.y - 1 - blockIdx.y) * qt * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	int wrow = q0 + warp * 16 * R;     /* the warp's first row; tile i's from wrow + 16 i */
-	int kend = min(t, q0 + R * FA_TILE);   /* the keys any query of the tile sees */
+	int kend = min(t, q0 + qt * FA_TILE);   /* the keys any query of the block sees */
 	float sl2 = scale * FA_LOG2E;      /* scores in base 2 */
 	if (Pipe) {                        /* the first key tile's, beside q's */
-		tile_async(walk, base + c, ld, 0, t);
-		tile_async(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
+		tile_async<threads>(walk, base + c, ld, 0, t);
+		tile_async<threads>(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
 		cp_async_commit();
 	}
 #pragma unroll
-	for (int i = 0; i < R; i++)        /* 64-row tiles, one after the other: one of 64 R */
-		load_tile(qs + i * FA_TILE_VALUES, base, ld, q0 + i * FA_TILE, t);
+	for (int i = 0; i < qt; i++)       /* 64-row tiles, one after the other: one of 64 qt */
+		load_tile<threads>(qs + i * FA_TILE_VALUES, base, ld, q0 + i * FA_TILE, t);
 	__syncthreads();
 	uint32_t qf[R][FA_HS / 16][4];
 #pragma unroll
@@ -345,7 +349,7 @@ fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int 
 	}
 	int set = 0;
 	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
-		uint16_t *ks = kv_tiles<Pipe>(walk, set, base, ld, c, k0, kend, t);
+		uint16_t *ks = kv_tiles<Pipe, threads>(walk, set, base, ld, c, k0, kend, t);
 		uint16_t *vs = ks + FA_TILE_VALUES;
 		if (k0 > wrow + 16 * R - 1)    /* every key after every row of the warp's */
 			continue;
@@ -684,32 +688,43 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 	warp_store(dbase3 + 2 * c, ld, k0 + warp * 16, t, dv, one, bf16);
 }
 
-/* one block per query tile: dq of its 64 queries over the keys they see.
- * Shared memory: q, dout, then per set k, v. MinBlocks as the dk, dv
- * kernel's (3: 153 registers, three blocks an SM; 4: 128, none spilled
- * either, kern_attention_flash_more_blocks). */
-template <typename T, bool Pipe, int MinBlocks = 3>
-__global__ static void __launch_bounds__(FA_THREADS, MinBlocks)
+/* one block per 16 Warps queries (a query tile, or two with 8 warps): dq
+ * of its queries over the keys they see. Shared memory: q, dout (Warps / 4
+ * tiles each), then per set k, v. MinBlocks as the dk, dv kernel's (4
+ * warps: 3, 156 registers, three blocks an SM; 4: 128, none spilled
+ * either, kern_attention_flash_more_blocks; 8 warps: 2, 128). A warp whose
+ * rows all come before a key tile (with 8 warps, the first four at the
+ * block's last tile) skips it: every probability there is zero, so the
+ * same bits as with 4 warps. */
+template <typename T, bool Pipe, int MinBlocks = 3, int Warps = FA_WARPS>
+__global__ static void __launch_bounds__(Warps * 32, MinBlocks)
 fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                 const float *dd, int t, int c, int nh, float scale, int bf16)
 {
+	static_assert(Warps == 4 || Warps == 8, "query tiles of 64 or 128");
+	const int threads = Warps * 32, qt = Warps / 4;   /* query tiles of FA_TILE a block */
 	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *qs = (uint16_t *)smem, *dos = qs + FA_TILE_VALUES, *walk = dos + FA_TILE_VALUES;
+	uint16_t *qs = (uint16_t *)smem, *dos = qs + qt * FA_TILE_VALUES;
+	uint16_t *walk = dos + qt * FA_TILE_VALUES;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.x, b = bh / nh, h = bh % nh;
-	int q0 = (gridDim.y - 1 - blockIdx.y) * FA_TILE;   /* the longest walks first */
+	int q0 = (gridDim.y - 1 - blockIdx.y) * qt * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
+	const uint16_t *dbase = dout + (size_t)b * t * c + (size_t)h * FA_HS;
 	int row0 = q0 + warp * 16 + g;
-	int kend = min(t, q0 + FA_TILE);
+	int kend = min(t, q0 + qt * FA_TILE);
 	float sl2 = scale * FA_LOG2E;
 	if (Pipe) {                        /* the first key tile's, beside q's and dout's */
-		tile_async(walk, base + c, ld, 0, t);
-		tile_async(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
+		tile_async<threads>(walk, base + c, ld, 0, t);
+		tile_async<threads>(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
 		cp_async_commit();
 	}
-	load_tile(qs, base, ld, q0, t);
-	load_tile(dos, dout + (size_t)b * t * c + (size_t)h * FA_HS, c, q0, t);
+#pragma unroll
+	for (int i = 0; i < qt; i++) {
+		load_tile<threads>(qs + i * FA_TILE_VALUES, base, ld, q0 + i * FA_TILE, t);
+		load_tile<threads>(dos + i * FA_TILE_VALUES, dbase, c, q0 + i * FA_TILE, t);
+	}
 	__syncthreads();
 	uint32_t qf[FA_HS / 16][4], dof[FA_HS / 16][4];
 	warp_rows(qf, qs, warp * 16);
@@ -728,13 +743,15 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 		dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
 	int set = 0;
 	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
-		uint16_t *ks = kv_tiles<Pipe>(walk, set, base, ld, c, k0, kend, t);
+		uint16_t *ks = kv_tiles<Pipe, threads>(walk, set, base, ld, c, k0, kend, t);
 		uint16_t *vs = ks + FA_TILE_VALUES;
+		int wr = q0 + warp * 16;       /* the warp's first row */
+		if (k0 > wr + 15)              /* every key after every row of the warp's */
+			continue;
 		/* the key tile in parts of FA_Q_PART keys, as the dk, dv kernel
 		 * takes its query tile: the same steps in the same order (the
 		 * same bits) for a part's registers */
 		const int part16 = FA_Q_PART / 16;
-		int wr = q0 + warp * 16;       /* the warp's first row */
 		bool whole = k0 + FA_TILE - 1 <= wr && wr + 15 < t;
 #pragma unroll
 		for (int c0 = 0; c0 < FA_TILE; c0 += FA_Q_PART) {

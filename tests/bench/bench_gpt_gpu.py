@@ -45,7 +45,9 @@ says which ran). Printed side by side:
   time from registers), "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
   q": the fused attention's backward kernels at one block more an SM than
   their registers allow, capped), "more-kv" (="kv": only the dk, dv
-  kernel's, 3 blocks an SM, none of its registers spilled) and "dbias-fused" (LARCH_CUDA_DBIAS=
+  kernel's, 3 blocks an SM, none of its registers spilled), "block128"
+  (LARCH_CUDA_FLASH_BLOCK=128: the fused attention's three kernels in
+  blocks of 8 warps, 128 queries or keys) and "dbias-fused" (LARCH_CUDA_DBIAS=
   fused: the bias gradients in the weight gradients' GEMM epilogues
   instead of column-sum kernels); --rows names the rows to run, in
   order (a name again runs that row again: interleaved repeats show how
@@ -378,6 +380,7 @@ def main():
                 ("ln-rows", {"LARCH_CUDA_LN": "rows"}),
                 ("more-blocks", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"}),
                 ("more-kv", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv"}),
+                ("block128", {"LARCH_CUDA_FLASH_BLOCK": "128"}),
                 ("dbias-fused", {"LARCH_CUDA_DBIAS": "fused"}),
                 ("xent-sep", {"LARCH_CUDA_XENT": "separate"}),
                 ("ln-res-sep", {"LARCH_CUDA_LN_RESIDUAL": "separate"}),
@@ -393,8 +396,8 @@ def main():
         order = a.rows.split(",") if a.rows else [
             "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
             "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks",
-            "more-kv", "dbias-fused", "xent-sep", "ln-res-sep", "gemm-attn", "gelu-sep", "neither",
-            "torch-fp32", "gemm-bound", "act32"]
+            "more-kv", "block128", "dbias-fused", "xent-sep", "ln-res-sep", "gemm-attn",
+            "gelu-sep", "neither", "torch-fp32", "gemm-bound", "act32"]
         unknown = [r for r in order if r not in named]
         if unknown:
             print(f"bench_gpt_gpu: unknown rows {', '.join(unknown)}; the rows: "

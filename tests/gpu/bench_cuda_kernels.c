@@ -833,6 +833,15 @@ static void bench_attention16(int b, int t, int c, int nh)
 	kern_attention_flash_fwd_rows(fr);
 	printf("%-40s flash fwd: 32 rows a warp %8.4f ms %7.1f TFLOP/s, 16 %8.4f ms, x%.2f\n", name,
 	       f32, 2 * flop / (f32 * 1e-3) / 1e12, ff, ff / f32);
+	/* all three kernels in blocks of 8 warps (128 queries or keys: each
+	 * tile a block copies serves twice the rows), beside 4 */
+	int blk = kern_attention_flash_block(128);
+	double f8 = time_gpu_ms(att16_fwd_flash, &a), b8 = time_gpu_ms(att16_bwd_flash, &a);
+	kern_attention_flash_block(blk);
+	printf("%-40s flash fwd: blocks of 8 warps %8.4f ms %7.1f TFLOP/s, of 4 %8.4f ms, x%.2f\n",
+	       name, f8, 2 * flop / (f8 * 1e-3) / 1e12, ff, ff / f8);
+	printf("%-40s flash bwd: blocks of 8 warps %8.4f ms %7.1f TFLOP/s, of 4 %8.4f ms, x%.2f\n",
+	       name, b8, 4 * flop / (b8 * 1e-3) / 1e12, bf, bf / b8);
 	/* dq added atomically by the dk, dv kernel (five tile products a pair
 	 * of tiles) in blocks of 64 keys and of 128, beside the dq kernel of
 	 * its own (seven) */

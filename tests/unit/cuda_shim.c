@@ -987,6 +987,12 @@ int kern_attention_flash_fwd_rows(int rows)
 	return 16;
 }
 
+int kern_attention_flash_block(int rows)
+{
+	(void)rows;                        /* (no blocks here) */
+	return 64;
+}
+
 /* the setting kept, for the tests of what a model asks for; the shim's
  * backward has no atomics (one way either way) */
 static int shim_dq_atomic;

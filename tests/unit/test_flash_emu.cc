@@ -218,6 +218,22 @@ static void run_case(int b, int t, int nh, int bf16)
 			                                            sizeof(float) * lse.size()),
 			          "%s forward b=%d t=%d nh=%d: 32 rows a warp (pipelined %d) and 16 differ",
 			          bf16 ? "bf16" : "fp16", b, t, nh, pipe);
+			/* 8 warps of 16 rows (blocks of 128 queries,
+			 * kern_attention_flash_block): the same bits */
+			std::fill(out_pipe.begin(), out_pipe.end(), 0xffff);
+			std::fill(lse_pipe.begin(), lse_pipe.end(), NAN);
+			emu_launch(grid2, dim3(2 * FA_THREADS), [&] {
+				if (pipe)
+					fa_fwd_kernel<T, true, 1, 8>(out_pipe.data(), lse_pipe.data(),
+					                             qkv.h.data(), t, c, nh, scale, bf16);
+				else
+					fa_fwd_kernel<T, false, 1, 8>(out_pipe.data(), lse_pipe.data(),
+					                              qkv.h.data(), t, c, nh, scale, bf16);
+			});
+			CHECK_MSG(out_pipe == out16 && !std::memcmp(lse_pipe.data(), lse.data(),
+			                                            sizeof(float) * lse.size()),
+			          "%s forward b=%d t=%d nh=%d: 8 warps (pipelined %d) and 4 differ",
+			          bf16 ? "bf16" : "fp16", b, t, nh, pipe);
 		}
 	}
 
@@ -286,6 +302,33 @@ static void run_case(int b, int t, int nh, int bf16)
 	});
 	CHECK_MSG(dqkv_pipe == dqkv16, "%s dqkv b=%d t=%d nh=%d: pipelined and not differ", ty, b, t,
 	          nh);
+	/* both kernels with 8 warps (blocks of 128 keys, of 128 queries:
+	 * kern_attention_flash_block), pipelined and not: the same bits */
+	for (int pipe = 0; pipe < 2; pipe++) {
+		dim3 grid8 = fa_grid(b, nh, t, 2 * FA_TILE);
+		std::fill(dqkv_pipe.begin(), dqkv_pipe.end(), 0xffff);
+		emu_launch(grid8, dim3(2 * FA_THREADS), [&] {
+			if (pipe)
+				fa_bwd_kv_kernel<T, true, 1, false, 8>(dqkv_pipe.data(), nullptr,
+				                                       dout.h.data(), qkv.h.data(), lse.data(),
+				                                       dd.data(), t, c, nh, scale, bf16);
+			else
+				fa_bwd_kv_kernel<T, false, 1, false, 8>(dqkv_pipe.data(), nullptr,
+				                                        dout.h.data(), qkv.h.data(),
+				                                        lse.data(), dd.data(), t, c, nh, scale,
+				                                        bf16);
+		});
+		emu_launch(grid8, dim3(2 * FA_THREADS), [&] {
+			if (pipe)
+				fa_bwd_q_kernel<T, true, 2, 8>(dqkv_pipe.data(), dout.h.data(), qkv.h.data(),
+				                               lse.data(), dd.data(), t, c, nh, scale, bf16);
+			else
+				fa_bwd_q_kernel<T, false, 2, 8>(dqkv_pipe.data(), dout.h.data(), qkv.h.data(),
+				                                lse.data(), dd.data(), t, c, nh, scale, bf16);
+		});
+		CHECK_MSG(dqkv_pipe == dqkv16, "%s dqkv b=%d t=%d nh=%d: 8 warps (pipelined %d) and 4 "
+		          "differ", ty, b, t, nh, pipe);
+	}
 	check_dq_added<T, 4>(dqkv16, dout, qkv, out16, lse, b, t, nh, bf16);
 	check_dq_added<T, 8>(dqkv16, dout, qkv, out16, lse, b, t, nh, bf16);
 	std::fill(dqkv_ref.begin(), dqkv_ref.end(), 0.0f);
