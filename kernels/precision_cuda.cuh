@@ -151,14 +151,20 @@ __device__ static inline void act_st4(void *p, long k, float4 v, int a16, int op
  * long rows (the logits), where a 16-byte access a thread keeps enough
  * bytes in flight to reach the memory's bandwidth and a 2-byte one does
  * not. */
+__device__ static inline void unpack16x8(uint4 u, int bf16, float x[8])
+{
+	uint2 lo = { u.x, u.y }, hi = { u.z, u.w };
+	float4 a = unpack16x4(lo, bf16), b = unpack16x4(hi, bf16);
+	x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+	x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+
 __device__ static inline void act_raw8(const void *p, size_t k, int a16, int ops, float x[8])
 {
 	float4 a, b;
 	if (a16) {
-		uint4 u = ((const uint4 *)p)[k];
-		uint2 lo = { u.x, u.y }, hi = { u.z, u.w };
-		a = unpack16x4(lo, ops == 2);
-		b = unpack16x4(hi, ops == 2);
+		unpack16x8(((const uint4 *)p)[k], ops == 2, x);
+		return;
 	} else {
 		a = ((const float4 *)p)[2 * k];
 		b = ((const float4 *)p)[2 * k + 1];

@@ -55,6 +55,15 @@ extern "C" void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const floa
 	kern_softmax_xent_fwd_ld_cuda(losses, lse, logits, v, targets, n, v);
 }
 
+/* whether the one-pass kernel keeps the row in registers
+ * (xent_fwd_bwd_rows_kernel): -1 not read from LARCH_CUDA_XENT yet */
+static int g_xent_rows = -1;
+
+extern "C" int kern_softmax_xent_cuda_rows(int on)
+{
+	return kern_cuda_env_switch(&g_xent_rows, "LARCH_CUDA_XENT", "rows", 0, on);
+}
+
 static void xent_bwd(int a16, void *dlogits, float dloss, const void *logits, int ld,
                      const float *lse, const int *targets, int n, int v, int set)
 {
@@ -106,6 +115,21 @@ extern "C" void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses
 	if (n <= 0 || v <= 0)
 		return;
 	int vec = xent_vec_ok(logits, ld) && xent_vec_ok(dlogits, ld);
+	/* the row in registers between the passes where asked for and it fits
+	 * (G groups of eight a thread: 4, 8 or 16) */
+	long per = ((long)v / XENT_VEC + XENT_FWD_THREADS - 1) / XENT_FWD_THREADS;
+	if (a16 && vec && per <= 16 && kern_softmax_xent_cuda_rows(-1)) {
+		typedef void (*rows_kernel)(float *, float *, uint16_t *, float, const uint16_t *, int,
+		                            const int *, int, int);
+		rows_kernel k = per <= 4   ? xent_fwd_bwd_rows_kernel<4>
+		                : per <= 8 ? xent_fwd_bwd_rows_kernel<8>
+		                           : xent_fwd_bwd_rows_kernel<16>;
+		k<<<n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, (uint16_t *)dlogits,
+		                                                  dloss, (const uint16_t *)logits, ld,
+		                                                  targets, v, ops);
+		KERN_CUDA_CHECK_LAUNCH();
+		return;
+	}
 	xent_fwd_bwd_kernel<<<n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(
 		losses, lse, dlogits, dloss, logits, ld, targets, v, vec, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();

@@ -47,15 +47,33 @@ __device__ static inline void lse_add(float *m, float *s, float x)
 	}
 }
 
+/* A group of eight logits into a thread's (m, s): the group's own maximum
+ * and sum, merged (one exp an element, as online). */
+__device__ static inline void xent_group_add(float *m, float *s, const float x[XENT_VEC])
+{
+	float mk = x[0];
+	for (int i = 1; i < XENT_VEC; i++)
+		mk = fmaxf(mk, x[i]);           /* NaNs left out here ... */
+	/* exp(x - mk) as 2^(x log2(e) - mk log2(e)): an fma and fast_exp2 an
+	 * element */
+	float sk = 0.0f, mk2 = mk * XENT_LOG2E;
+	for (int i = 0; i < XENT_VEC; i++)  /* ... not here */
+		sk += x[i] == -INFINITY ? 0.0f : fast_exp2(fmaf(x[i], XENT_LOG2E, -mk2));
+	lse_merge(m, s, mk, sk);
+}
+
+/* The block's lse from each thread's (m, s) of the row, merged in a fixed
+ * order: the butterfly in each warp, then the warps in turn. */
+__device__ static float xent_block_lse(float m, float s);
+
 /* The row's lse = log sum exp(logits) from x0 (v elements) for every thread
  * of the block (XENT_FWD_THREADS): with vec (xent_vec_ok) each thread reads
- * groups of eight, whose own maximum and sum merge into the thread's (one
- * exp an element, as online), else one element at a time; then the merges
- * in a fixed order. */
+ * groups of eight (xent_group_add), groups threadIdx.x + j XENT_FWD_THREADS,
+ * else one element at a time; then the merges in a fixed order
+ * (xent_block_lse). */
 __device__ static float xent_row_lse(const void *logits, size_t x0, int v, int vec, int a16,
                                      int ops)
 {
-	__shared__ float sm[XENT_FWD_THREADS / 32], ss[XENT_FWD_THREADS / 32], sl;
 	float m = -INFINITY, s = 0.0f;
 	int head = 0;                       /* elements [0, head) went eight at a time */
 	if (vec) {
@@ -65,19 +83,17 @@ __device__ static float xent_row_lse(const void *logits, size_t x0, int v, int v
 		for (int k = threadIdx.x; k < groups; k += XENT_FWD_THREADS) {
 			float x[XENT_VEC];
 			act_ld8(logits, k0 + k, a16, ops, x);
-			float mk = x[0];
-			for (int i = 1; i < XENT_VEC; i++)
-				mk = fmaxf(mk, x[i]);   /* NaNs left out here ... */
-			/* exp(x - mk) as 2^(x log2(e) - mk log2(e)): an fma and
-			 * fast_exp2 an element */
-			float sk = 0.0f, mk2 = mk * XENT_LOG2E;
-			for (int i = 0; i < XENT_VEC; i++)   /* ... not here */
-				sk += x[i] == -INFINITY ? 0.0f : fast_exp2(fmaf(x[i], XENT_LOG2E, -mk2));
-			lse_merge(&m, &s, mk, sk);
+			xent_group_add(&m, &s, x);
 		}
 	}
 	for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
 		lse_add(&m, &s, act_ld(logits, x0 + j, a16, ops));
+	return xent_block_lse(m, s);
+}
+
+__device__ static float xent_block_lse(float m, float s)
+{
+	__shared__ float sm[XENT_FWD_THREADS / 32], ss[XENT_FWD_THREADS / 32], sl;
 	for (int off = 16; off > 0; off >>= 1) {
 		float m2 = __shfl_xor_sync(0xffffffffu, m, off);
 		float s2 = __shfl_xor_sync(0xffffffffu, s, off);
@@ -216,6 +232,68 @@ __global__ static void xent_fwd_bwd_kernel(float *losses, float *lse, void *dlog
 	}
 	for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
 		act_st(dlogits, x0 + j, xent_grad(act_ld(logits, x0 + j, a16, ops), l2, j, tgt, dloss),
+		       a16, ops);
+}
+
+/* xent_fwd_bwd_kernel with the row kept in registers between its two
+ * passes, for 16-bit logits in rows on 16 bytes (xent_vec_ok) of at most
+ * G x 8 x XENT_FWD_THREADS elements: each thread loads its G groups of
+ * eight at once (every load in flight together), takes them into the
+ * row's lse as xent_row_lse does (the same groups a thread, in the same
+ * order: the same bits), then writes their gradients from the registers,
+ * where xent_fwd_bwd_kernel reads the row again (from the L2 only while
+ * the SMs' rows in flight fit there: 100 KB a row of GPT-2's logits). One
+ * block a row, one block an SM (the registers). */
+template <int G>
+__global__ static void __launch_bounds__(XENT_FWD_THREADS)
+xent_fwd_bwd_rows_kernel(float *losses, float *lse, uint16_t *dlogits, float dloss,
+                         const uint16_t *logits, int ld, const int *targets, int v, int ops)
+{
+	int row = blockIdx.x;
+	int tgt = targets[row];
+	size_t x0 = (size_t)row * ld, k0 = x0 / XENT_VEC;
+	int groups = v / XENT_VEC, head = groups * XENT_VEC, bf16 = ops == 2;
+	const int a16 = 1;                  /* packed 16-bit logits and dlogits */
+	uint4 raw[G];
+#pragma unroll
+	for (int j = 0; j < G; j++) {
+		int k = threadIdx.x + j * XENT_FWD_THREADS;
+		if (k < groups)
+			raw[j] = ((const uint4 *)logits)[k0 + k];
+	}
+	float l = 0.0f;
+	if (tgt >= 0) {
+		float m = -INFINITY, s = 0.0f;
+#pragma unroll
+		for (int j = 0; j < G; j++)
+			if ((int)threadIdx.x + j * XENT_FWD_THREADS < groups) {
+				float x[XENT_VEC];
+				unpack16x8(raw[j], bf16, x);
+				xent_group_add(&m, &s, x);
+			}
+		for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
+			lse_add(&m, &s, act_ld(logits, x0 + j, a16, ops));
+		l = xent_block_lse(m, s);
+	}
+	if (threadIdx.x == 0) {
+		lse[row] = l;
+		losses[row] = tgt < 0 ? 0.0f : l - act_ld(logits, x0 + tgt, a16, ops);
+	}
+	float l2 = xent_l2(l);
+#pragma unroll
+	for (int j = 0; j < G; j++) {
+		int k = threadIdx.x + j * XENT_FWD_THREADS;
+		if (k < groups) {
+			float x[XENT_VEC], d[XENT_VEC];
+			unpack16x8(raw[j], bf16, x);
+			for (int i = 0; i < XENT_VEC; i++)
+				d[i] = xent_grad(x[i], l2, k * XENT_VEC + i, tgt, dloss);
+			act_st8(dlogits, k0 + k, d, a16, ops);
+		}
+	}
+	for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
+		act_st(dlogits, x0 + j,
+		       xent_grad(act_ld(logits, x0 + j, a16, ops), l2, j, tgt, dloss),
 		       a16, ops);
 }
 

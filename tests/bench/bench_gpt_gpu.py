@@ -47,7 +47,9 @@ says which ran). Printed side by side:
   their registers allow, capped), "more-kv" (="kv": only the dk, dv
   kernel's, 3 blocks an SM, none of its registers spilled), "block128"
   (LARCH_CUDA_FLASH_BLOCK=128: the fused attention's three kernels in
-  blocks of 8 warps, 128 queries or keys) and "dbias-fused" (LARCH_CUDA_DBIAS=
+  blocks of 8 warps, 128 queries or keys), "xent-rows" (LARCH_CUDA_XENT=
+  rows: the cross-entropy's one pass with each row kept in registers
+  between its forward and backward) and "dbias-fused" (LARCH_CUDA_DBIAS=
   fused: the bias gradients in the weight gradients' GEMM epilogues
   instead of column-sum kernels); --rows names the rows to run, in
   order (a name again runs that row again: interleaved repeats show how
@@ -383,6 +385,7 @@ def main():
                 ("block128", {"LARCH_CUDA_FLASH_BLOCK": "128"}),
                 ("dbias-fused", {"LARCH_CUDA_DBIAS": "fused"}),
                 ("xent-sep", {"LARCH_CUDA_XENT": "separate"}),
+                ("xent-rows", {"LARCH_CUDA_XENT": "rows"}),
                 ("ln-res-sep", {"LARCH_CUDA_LN_RESIDUAL": "separate"}),
                 ("gemm-attn", gemm), ("gelu-sep", sep), ("neither", {**gemm, **sep}),
                 ("act32", {"LARCH_CUDA_ACT16": "0"})):
@@ -396,7 +399,8 @@ def main():
         order = a.rows.split(",") if a.rows else [
             "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
             "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks",
-            "more-kv", "block128", "dbias-fused", "xent-sep", "ln-res-sep", "gemm-attn",
+            "more-kv", "block128", "xent-rows", "dbias-fused", "xent-sep", "ln-res-sep",
+            "gemm-attn",
             "gelu-sep", "neither", "torch-fp32", "gemm-bound", "act32"]
         unknown = [r for r in order if r not in named]
         if unknown:

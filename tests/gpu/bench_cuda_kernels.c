@@ -515,6 +515,13 @@ static void bench_softmax_xent16(int n, int v)
 	double two = time_gpu_ms(sx16_both, &s), one = time_gpu_ms(sx16_one_pass, &s);
 	printf("%-40s fwd+bwd_set: one pass %8.4f ms %6.0f GB/s, two kernels %8.4f ms, x%.2f\n",
 	       name, one, 4.0 * n * v / (one * 1e-3) / 1e9, two, two / one);
+	/* the one pass with each row kept in registers between its passes */
+	int rows = kern_softmax_xent_cuda_rows(1);
+	double reg = time_gpu_ms(sx16_one_pass, &s);
+	kern_softmax_xent_cuda_rows(rows);
+	printf("%-40s fwd+bwd_set: one pass, the row in registers %8.4f ms %6.0f GB/s, read "
+	       "again %8.4f ms, x%.2f\n", name, reg, 4.0 * n * v / (reg * 1e-3) / 1e9, one,
+	       one / reg);
 	fflush(stdout);
 	free(h), free(t);
 	kern_cuda_free(d), kern_cuda_free(s.logits), kern_cuda_free(s.dl);

@@ -416,7 +416,9 @@ static void test_elementwise()
 /* The forward and _set backward in one kernel (xent_fwd_bwd_kernel) on the
  * fp32 logits x and their packed x16: losses, lse and dlogits (padding
  * columns untouched: zeros) the bits the two kernels gave (l, lse, d, d16;
- * NaNs too) */
+ * NaNs too); with vec, also the one pass that keeps the row in registers
+ * (xent_fwd_bwd_rows_kernel, 16-bit) at 4 and 16 groups a thread where
+ * the row fits */
 static void xent_one_pass(const std::vector<float> &x, const std::vector<uint16_t> &x16,
                           const std::vector<int> &tgt, int v, int ld, int vec,
                           const std::vector<float> &l, const std::vector<float> &lse,
@@ -442,6 +444,27 @@ static void xent_one_pass(const std::vector<float> &x, const std::vector<uint16_
 		CHECK_MSG(a16 ? bits(h1.data(), d16.data(), sizeof(uint16_t) * h1.size())
 		              : bits(d1.data(), d.data(), sizeof(float) * d1.size()),
 		          "%s xent in one pass (a16 %d, vec %d, v %d): dlogits differ", ty(), a16, vec, v);
+	}
+	if (!vec)
+		return;
+	for (int g : { 4, 16 }) {
+		if (v / XENT_VEC > g * XENT_FWD_THREADS)
+			continue;
+		std::vector<float> l1(n, -1.0f), lse1(n, -1.0f);
+		std::vector<uint16_t> h1(d16.size(), 0);
+		emu_launch(dim3(n), dim3(XENT_FWD_THREADS), [&] {
+			if (g == 4)
+				xent_fwd_bwd_rows_kernel<4>(l1.data(), lse1.data(), h1.data(), 0.37f, x16.data(),
+				                            ld, tgt.data(), v, g_ops);
+			else
+				xent_fwd_bwd_rows_kernel<16>(l1.data(), lse1.data(), h1.data(), 0.37f,
+				                             x16.data(), ld, tgt.data(), v, g_ops);
+		});
+		CHECK_MSG(bits(l1.data(), l.data(), sizeof(float) * n) &&
+		          bits(lse1.data(), lse.data(), sizeof(float) * n) &&
+		          bits(h1.data(), d16.data(), sizeof(uint16_t) * h1.size()),
+		          "%s xent in one pass, the row in registers (%d groups a thread, v %d): "
+		          "losses, lse or dlogits differ", ty(), g, v);
 	}
 }
 
@@ -528,6 +551,8 @@ static void test_softmax_xent()
 	xent_case(n, 1001, 1003, 0, l1, lse1, d1);
 	/* v a multiple of eight: no element left over */
 	xent_case(n, 1000, 1000, 1, l1, lse1, d1);
+	/* several groups a thread (1536 of 512 threads), five left over */
+	xent_case(n, 12293, 12296, 1, l1, lse1, d1);
 
 	const long total = (long)n * ld;
 	auto x = rand16(total, -8, 8);
