@@ -29,7 +29,7 @@
 
 /* A tile's 16-byte chunks (FA_TILE rows of FA_HS / 8) among a block of
  * Threads threads: each thread's FA_TILE_CHUNKS / Threads chunks are in
- * one column (col, of tile_chunk) and rows Threads / 8 apart, a trip
+ * one column (tile_col) and rows Threads / 8 apart from tile_row, a trip
  * count the compiler unrolls (the block is launched with Threads). */
 #define FA_TILE_CHUNKS (FA_TILE * (FA_HS / 8))
 
@@ -517,8 +517,9 @@ __device__ static void warp_add(float *dst, long ld, int row0, int t, const floa
  * memory: k, v (Warps / 4 tiles each), then per set q, dout (tiles) and
  * lse, D (FA_TILE floats each), and with AddDq ds (Warps / 4 tiles).
  * MinBlocks: the blocks an SM must be able to hold at once, which caps a
- * thread's registers (1: no cap, 212-220 registers, two blocks of 4 warps
- * an SM; 3: 168, with a few spilled; kern_attention_flash_more_blocks).
+ * thread's registers (1: no cap, 196-208 registers, two blocks of 4 warps
+ * an SM; 3: 168, none spilled but with AddDq 8 bytes;
+ * kern_attention_flash_more_blocks; 8 warps: about 200, one block).
  *
  * AddDq: the block also adds each query tile's part of dq, ds k over its
  * keys, to the fp32 dq_acc ([b, t, c], cleared before: fa_rowdot_kernel)
