@@ -47,6 +47,11 @@ void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float 
  * semantics). 16-bit operands (kern_matmul_cuda_operands) and head size
  * 64 only: kern_attention_flash_supported says whether a shape can run. */
 int kern_attention_flash_supported(int t, int c, int nh);
+/* The switches below that give the same values either way fix a variant
+ * when set (in the environment, to any value; through the call, away from
+ * the default); where none is, a shape's first call times the forward's
+ * variants and each backward kernel's and keeps the fastest
+ * (kern_cuda_kernel_tune, cuda_common.h). */
 /* Whether the fused forward and backward copy their next tiles while they
  * compute
  * (cp.async into a second set of tiles): on unless LARCH_CUDA_FLASH_PIPE=0

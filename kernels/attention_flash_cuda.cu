@@ -171,13 +171,40 @@ extern "C" int kern_attention_flash_supported(int t, int c, int nh)
 	return t > 0 && nh > 0 && c == nh * FA_HS;
 }
 
-template <typename T>
-static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int t, int c, int nh,
-                      int bf16)
+/* Whether the environment sets any of names (NULL-terminated): a switch
+ * set there, to any value, fixes the variant (kern_cuda_kernel_tune) */
+static int env_fixes(const char *const names[])
 {
+	for (int i = 0; names[i]; i++)
+		if (getenv(names[i]))
+			return 1;
+	return 0;
+}
+
+/* "bf16,b2,t1024,nh12": the shape in a variant's key (kern_cuda_variant_pick) */
+static void flash_key(char *key, size_t len, const char *op, int b, int t, int nh, int bf16)
+{
+	snprintf(key, len, "%s:%s,b%d,t%d,nh%d", op, bf16 ? "bf16" : "fp16", b, t, nh);
+}
+
+/* A forward call's operands, for its variants (fwd_run) */
+struct fwd_call {
+	uint16_t *out;
+	float *lse;
+	const uint16_t *qkv;
+	int b, t, c, nh, bf16, pipe;
+};
+
+/* the forward's variants: 0 R = 1 (16 rows a warp) of 4 warps, 1 R = 2 of
+ * 4 warps, 2 R = 1 of 8 warps (blocks of 128 queries both) */
+static const char *const fwd_names[3] = { "16 rows a warp", "32 rows a warp", "8 warps" };
+
+template <typename T>
+static void fwd_run(void *ctx, int v)
+{
+	const struct fwd_call *f = (const struct fwd_call *)ctx;
 	typedef void (*fwd_kernel)(uint16_t *, float *, const uint16_t *, int, int, int, float, int);
-	/* by [pipelined][v]: v 0 R = 1 (16 rows a warp) of 4 warps, 1 R = 2
-	 * of 4 warps, 2 R = 1 of 8 warps; the query tiles of a block (qt) */
+	/* by [pipelined][v]; the query tiles of a block (qt) */
 	static const fwd_kernel fwd[2][3] = {
 		{ fa_fwd_kernel<T, false>, fa_fwd_kernel<T, false, 2>, fa_fwd_kernel<T, false, 1, 8> },
 		{ fa_fwd_kernel<T, true>, fa_fwd_kernel<T, true, 2>, fa_fwd_kernel<T, true, 1, 8> },
@@ -186,22 +213,132 @@ static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int
 	static int opted_in;   /* per T: the larger shared memory of all but the smallest */
 	if (!opted_in) {
 		for (int p = 0; p < 2; p++)
-			for (int v = 1; v < 3; v++)
+			for (int i = 1; i < 3; i++)
 				KERN_CUDA_CHECK(cudaFuncSetAttribute(
-					fwd[p][v], cudaFuncAttributeMaxDynamicSharedMemorySize,
-					(int)FA_FWD_SMEM(p + 1, qt[v])));
+					fwd[p][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+					(int)FA_FWD_SMEM(p + 1, qt[i])));
 		opted_in = 1;
 	}
+	float scale = (float)(1.0 / sqrt((double)FA_HS));
+	dim3 grid = fa_grid(f->b, f->nh, f->t, qt[v] * FA_TILE);
+	fwd[f->pipe][v]<<<grid, 32 * warps[v], FA_FWD_SMEM(f->pipe + 1, qt[v]),
+	                  kern_cuda_stream()>>>(f->out, f->lse, f->qkv, f->t, f->c, f->nh, scale,
+	                                        f->bf16);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int t, int c, int nh,
+                      int bf16)
+{
+	static const char *const fixers[] = { "LARCH_CUDA_FLASH_FWD_ROWS", "LARCH_CUDA_FLASH_BLOCK",
+		                              "LARCH_CUDA_FLASH_PIPE", NULL };
+	struct fwd_call f = { out, lse, qkv, b, t, c, nh, bf16, kern_attention_flash_pipeline(-1) };
 	/* 32 rows a warp if asked (128 queries a block already), else 8 warps
-	 * for blocks of 128 if asked */
-	int pipe = kern_attention_flash_pipeline(-1);
+	 * for blocks of 128 if asked; else the fastest, pipelined */
 	int v = kern_attention_flash_fwd_rows(-1) == 32        ? 1
 	        : kern_attention_flash_block(-1) == 128 ? 2
 	                                                : 0;
+	if (v == 0 && f.pipe && !env_fixes(fixers)) {
+		char key[96];
+		flash_key(key, sizeof key, "flash-fwd", b, t, nh, bf16);
+		v = kern_cuda_variant_pick(key, 3, fwd_names, fwd_run<T>, &f);
+	}
+	fwd_run<T>(&f, v);
+}
+
+/* A backward call's operands, for the variants of its two kernels (kv_run,
+ * q_run); add: dq added atomically by the dk, dv kernel in blocks of 64
+ * keys (1) or 128 (2), else 0 */
+struct bwd_call {
+	uint16_t *dqkv;
+	float *dq_acc;
+	const uint16_t *dout, *qkv;
+	const float *lse, *dd;
+	int b, t, c, nh, bf16, pipe, add;
+};
+
+/* the variants of the dk, dv kernel (without atomics) and of the dq
+ * kernel: 0 blocks of 4 warps, 1 the same at one block more an SM (its
+ * registers capped: kern_attention_flash_more_blocks; pipelined only),
+ * 2 blocks of 8 warps (kern_attention_flash_block) */
+static const char *const bwd_names[3] = { "4 warps", "4 warps, a block more an SM", "8 warps" };
+
+typedef void (*kv_kernel)(uint16_t *, float *, const uint16_t *, const uint16_t *, const float *,
+                          const float *, int, int, int, float, int);
+typedef void (*q_kernel)(uint16_t *, const uint16_t *, const uint16_t *, const float *,
+                         const float *, int, int, int, float, int);
+
+/* The dk, dv kernels by [pipelined][variant][add]; none unpipelined with
+ * one block more, none of 8 warps that adds dq atomically but by 128 keys
+ * (add 2, which is 8 warps already: variant 0), none of 128 keys with
+ * one block more */
+template <typename T>
+static kv_kernel kv_kernel_of(int pipe, int v, int add)
+{
+	static const kv_kernel kv[2][3][3] = {
+		{ { fa_bwd_kv_kernel<T, false>, fa_bwd_kv_kernel<T, false, 1, true>,
+		    fa_bwd_kv_kernel<T, false, 1, true, 8> },
+		  { NULL, NULL, NULL },
+		  { fa_bwd_kv_kernel<T, false, 1, false, 8>, NULL, NULL } },
+		{ { fa_bwd_kv_kernel<T, true>, fa_bwd_kv_kernel<T, true, 1, true>,
+		    fa_bwd_kv_kernel<T, true, 1, true, 8> },
+		  { fa_bwd_kv_kernel<T, true, 3>, fa_bwd_kv_kernel<T, true, 3, true>, NULL },
+		  { fa_bwd_kv_kernel<T, true, 1, false, 8>, NULL, NULL } },
+	};
+	static int opted_in;   /* per T: the larger shared memory of all but the smallest */
+	if (!opted_in) {
+		for (int p = 0; p < 2; p++)
+			for (int i = 0; i < 3; i++)
+				for (int a = 0; a < 3; a++)
+					if (kv[p][i][a])
+						KERN_CUDA_CHECK(cudaFuncSetAttribute(
+							kv[p][i][a], cudaFuncAttributeMaxDynamicSharedMemorySize,
+							(int)FA_BWD_SMEM(p + 1, a > 0, a == 2 || i == 2 ? 2 : 1)));
+		opted_in = 1;
+	}
+	return kv[pipe][v][add];
+}
+
+template <typename T>
+static void kv_run(void *ctx, int v)
+{
+	const struct bwd_call *k = (const struct bwd_call *)ctx;
+	kv_kernel kern = kv_kernel_of<T>(k->pipe, v, k->add);
+	int kt = v == 2 || k->add == 2 ? 2 : 1;   /* key tiles a block */
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
-	dim3 grid = fa_grid(b, nh, t, qt[v] * FA_TILE);
-	fwd[pipe][v]<<<grid, 32 * warps[v], FA_FWD_SMEM(pipe + 1, qt[v]), kern_cuda_stream()>>>(
-		out, lse, qkv, t, c, nh, scale, bf16);
+	kern<<<fa_grid(k->b, k->nh, k->t, kt * FA_TILE), kt * FA_THREADS,
+	       FA_BWD_SMEM(k->pipe + 1, k->add > 0, kt), kern_cuda_stream()>>>(
+		k->dqkv, k->dq_acc, k->dout, k->qkv, k->lse, k->dd, k->t, k->c, k->nh, scale,
+		k->bf16);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+static void q_run(void *ctx, int v)
+{
+	const struct bwd_call *k = (const struct bwd_call *)ctx;
+	/* by [pipelined][variant]; none unpipelined with one block more */
+	static const q_kernel q[2][3] = {
+		{ fa_bwd_q_kernel<T, false>, NULL, fa_bwd_q_kernel<T, false, 2, 8> },
+		{ fa_bwd_q_kernel<T, true>, fa_bwd_q_kernel<T, true, 4>,
+		  fa_bwd_q_kernel<T, true, 2, 8> },
+	};
+	static int opted_in;
+	if (!opted_in) {
+		for (int p = 0; p < 2; p++)
+			for (int i = 0; i < 3; i++)
+				if (q[p][i])
+					KERN_CUDA_CHECK(cudaFuncSetAttribute(
+						q[p][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+						(int)FA_BWD_SMEM(p + 1, 0, i == 2 ? 2 : 1)));
+		opted_in = 1;
+	}
+	int kt = v == 2 ? 2 : 1;           /* query tiles a block */
+	float scale = (float)(1.0 / sqrt((double)FA_HS));
+	q[k->pipe][v]<<<fa_grid(k->b, k->nh, k->t, kt * FA_TILE), kt * FA_THREADS,
+	                FA_BWD_SMEM(k->pipe + 1, 0, kt), kern_cuda_stream()>>>(
+		k->dqkv, k->dout, k->qkv, k->lse, k->dd, k->t, k->c, k->nh, scale, k->bf16);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
@@ -209,67 +346,25 @@ template <typename T>
 static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
                       const uint16_t *qkv, const float *lse, int b, int t, int c, int nh, int bf16)
 {
-	typedef void (*kv_kernel)(uint16_t *, float *, const uint16_t *, const uint16_t *,
-	                          const float *, const float *, int, int, int, float, int);
-	typedef void (*q_kernel)(uint16_t *, const uint16_t *, const uint16_t *, const float *,
-	                         const float *, int, int, int, float, int);
-	/* the dk, dv kernels by [pipelined][one block more an SM
-	 * (kern_attention_flash_more_blocks)][dq: its own kernel, added
-	 * atomically by blocks of 64 keys, of 128], and the dq kernels by
-	 * [pipelined][one block more]; none unpipelined with more, nor of 128
-	 * keys with more */
-	static const kv_kernel kv[2][2][3] = {
-		{ { fa_bwd_kv_kernel<T, false>, fa_bwd_kv_kernel<T, false, 1, true>,
-		    fa_bwd_kv_kernel<T, false, 1, true, 8> },
-		  { NULL, NULL, NULL } },
-		{ { fa_bwd_kv_kernel<T, true>, fa_bwd_kv_kernel<T, true, 1, true>,
-		    fa_bwd_kv_kernel<T, true, 1, true, 8> },
-		  { fa_bwd_kv_kernel<T, true, 3>, fa_bwd_kv_kernel<T, true, 3, true>, NULL } },
-	};
-	static const q_kernel q[2][2] = {
-		{ fa_bwd_q_kernel<T, false>, NULL },
-		{ fa_bwd_q_kernel<T, true>, fa_bwd_q_kernel<T, true, 4> },
-	};
-	/* blocks of 128 (kern_attention_flash_block) without atomics: the dk,
-	 * dv and the dq kernels of 8 warps, by [pipelined] */
-	static const kv_kernel kv8[2] = { fa_bwd_kv_kernel<T, false, 1, false, 8>,
-		                          fa_bwd_kv_kernel<T, true, 1, false, 8> };
-	static const q_kernel q8[2] = { fa_bwd_q_kernel<T, false, 2, 8>,
-		                        fa_bwd_q_kernel<T, true, 2, 8> };
-	static int opted_in;   /* per T: the larger shared memory of all but the smallest */
-	if (!opted_in) {
-		for (int p = 0; p < 2; p++)
-			for (int m = 0; m < 2; m++) {
-				for (int a = 0; a < 3; a++)
-					if (kv[p][m][a])
-						KERN_CUDA_CHECK(cudaFuncSetAttribute(
-							kv[p][m][a], cudaFuncAttributeMaxDynamicSharedMemorySize,
-							(int)FA_BWD_SMEM(p + 1, a > 0, a == 2 ? 2 : 1)));
-				if (q[p][m])
-					KERN_CUDA_CHECK(cudaFuncSetAttribute(
-						q[p][m], cudaFuncAttributeMaxDynamicSharedMemorySize,
-						(int)FA_BWD_SMEM(p + 1, 0, 1)));
-			}
-		for (int p = 0; p < 2; p++) {
-			KERN_CUDA_CHECK(cudaFuncSetAttribute(kv8[p],
-			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                     (int)FA_BWD_SMEM(p + 1, 0, 2)));
-			KERN_CUDA_CHECK(cudaFuncSetAttribute(q8[p],
-			                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-			                                     (int)FA_BWD_SMEM(p + 1, 0, 2)));
-		}
-		opted_in = 1;
-	}
+	static const char *const fixers[] = { "LARCH_CUDA_FLASH_MORE_BLOCKS",
+		                              "LARCH_CUDA_FLASH_BLOCK", "LARCH_CUDA_FLASH_PIPE",
+		                              NULL };
 	int pipe = kern_attention_flash_pipeline(-1), keys = kern_attention_flash_dq_atomic(-1);
 	int wide = kern_attention_flash_block(-1) == 128;
 	if (wide && keys == 64)            /* dq added atomically by blocks of 128 keys */
 		keys = 128;
-	int add = keys == 128 ? 2 : keys == 64 ? 1 : 0, kt = add == 2 || wide ? 2 : 1;
-	int more_kv = pipe && add < 2 && !wide &&
-	              kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
-	int more_q = pipe && !wide && kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
+	int add = keys == 128 ? 2 : keys == 64 ? 1 : 0;
+	/* each kernel's variant: 8 warps where asked (none for add 1), else
+	 * one block more where asked (pipelined, and not for add 2), else
+	 * the fastest where nothing fixes them and dq has its own kernel */
+	int kv_v = wide && !add                                                         ? 2
+	           : pipe && add < 2 && kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1) ? 1
+	                                                                                 : 0;
+	int q_v = wide                                                         ? 2
+	          : pipe && kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1) ? 1
+	                                                                  : 0;
+	int tune = !add && pipe && kv_v == 0 && q_v == 0 && !env_fixes(fixers);
 
-	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	long rows = (long)b * nh * t;
 	float *dd = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)rows);
 	float *dq_acc = add ? (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)b * t * c)
@@ -277,21 +372,23 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	fa_rowdot_kernel<<<(unsigned)((rows + FA_ROWDOT_ROWS - 1) / FA_ROWDOT_ROWS), 256, 0,
 	                   kern_cuda_stream()>>>(dd, dq_acc, dout, out, b, t, c, nh, bf16);
 	KERN_CUDA_CHECK_LAUNCH();
-	dim3 grid = fa_grid(b, nh, t, kt * FA_TILE);
-	kv_kernel kvk = wide && !add ? kv8[pipe] : kv[pipe][more_kv][add];
-	kvk<<<grid, kt * FA_THREADS, FA_BWD_SMEM(pipe + 1, add > 0, kt), kern_cuda_stream()>>>(
-		dqkv, dq_acc, dout, qkv, lse, dd, t, c, nh, scale, bf16);
-	KERN_CUDA_CHECK_LAUNCH();
+	struct bwd_call k = { dqkv, dq_acc, dout, qkv, lse, dd, b, t, c, nh, bf16, pipe, add };
+	if (tune) {                        /* each kernel on its own: they write apart */
+		char key[96];
+		flash_key(key, sizeof key, "flash-bwd-kv", b, t, nh, bf16);
+		kv_v = kern_cuda_variant_pick(key, 3, bwd_names, kv_run<T>, &k);
+		flash_key(key, sizeof key, "flash-bwd-q", b, t, nh, bf16);
+		q_v = kern_cuda_variant_pick(key, 3, bwd_names, q_run<T>, &k);
+	}
+	kv_run<T>(&k, kv_v);
 	if (add) {
 		long n = (long)b * t * (c / 8);
 		fa_dq_round_kernel<<<(unsigned)((n + 255) / 256), 256, 0, kern_cuda_stream()>>>(
 			dqkv, dq_acc, (long)b * t, c, bf16);
+		KERN_CUDA_CHECK_LAUNCH();
 	} else {
-		q_kernel qk = wide ? q8[pipe] : q[pipe][more_q];
-		qk<<<grid, kt * FA_THREADS, FA_BWD_SMEM(pipe + 1, 0, kt), kern_cuda_stream()>>>(
-			dqkv, dout, qkv, lse, dd, t, c, nh, scale, bf16);
+		q_run<T>(&k, q_v);
 	}
-	KERN_CUDA_CHECK_LAUNCH();
 	kern_cuda_scratch_free(dq_acc);
 	kern_cuda_scratch_free(dd);
 }

@@ -2,6 +2,7 @@
  * stream and cuBLAS handle of the CUDA kernels (see cuda_common.h). */
 #include "cuda_common.h"
 #include "gpu_parts.h"
+#include "tune_table.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -468,6 +469,101 @@ extern "C" void kern_cuda_scratch_free(void *dev)
 {
 	if (dev)
 		KERN_CUDA_CHECK(cudaFreeAsync(dev, g_stream));
+}
+
+/* ---- same-bits variants, timed ---------------------------------------------- */
+
+#define VARIANT_RUNS 3                 /* timed runs a variant, after one untimed */
+#define VARIANT_MARGIN 0.02            /* a variant beats the default by more than this */
+#define VARIANT_MOST 8
+
+static int g_kernel_tune = -1;         /* -1: LARCH_CUDA_KERNEL_TUNE not read yet */
+static struct kern_tune_table g_variants;  /* the picks (variant in word 0), no file */
+static long g_variants_tuned, g_variants_other;
+
+extern "C" int kern_cuda_kernel_tune(int on)
+{
+	return kern_cuda_env_switch(&g_kernel_tune, "LARCH_CUDA_KERNEL_TUNE", "0", 1, on);
+}
+
+extern "C" long kern_cuda_variants_tuned(long *other)
+{
+	if (other)
+		*other = g_variants_other;
+	return g_variants_tuned;
+}
+
+/* variant v's time (ms): the least of VARIANT_RUNS runs after an untimed one */
+static float time_variant(kern_cuda_variant_fn run, void *ctx, int v, cudaEvent_t ev[2])
+{
+	float least = -1.0f;
+	for (int r = 0; r <= VARIANT_RUNS; r++) {
+		KERN_CUDA_CHECK(cudaEventRecord(ev[0], g_stream));
+		run(ctx, v);
+		KERN_CUDA_CHECK(cudaEventRecord(ev[1], g_stream));
+		KERN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+		float ms = 0.0f;
+		KERN_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+		if (r > 0 && (least < 0.0f || ms < least))
+			least = ms;
+	}
+	return least;
+}
+
+/* LARCH_CUDA_KERNEL_PICKS's picks into the table, once: a wrong one is an
+ * error (a run told what to pick that cannot) */
+static void preset_picks(void)
+{
+	static int read;
+	if (read)
+		return;
+	read = 1;
+	const char *text = getenv("LARCH_CUDA_KERNEL_PICKS");
+	char why[KERN_TUNE_KEY + 64];
+	if (text && kern_tune_picks_parse(&g_variants, text, why, sizeof why) < 0)
+		kern_cuda_fail(__FILE__, __LINE__, "LARCH_CUDA_KERNEL_PICKS", why);
+}
+
+extern "C" int kern_cuda_variant_pick(const char *key, int n, const char *const names[],
+                                      kern_cuda_variant_fn run, void *ctx)
+{
+	preset_picks();
+	const uint64_t *kept = kern_tune_table_find(&g_variants, key);
+	if (kept) {
+		if ((int)kept[0] >= n) {
+			char why[96];
+			snprintf(why, sizeof why, "pick %d of %d variants", (int)kept[0], n);
+			kern_cuda_fail(__FILE__, __LINE__, key, why);
+		}
+		return (int)kept[0];
+	}
+	if (n < 2 || !kern_cuda_kernel_tune(-1))
+		return 0;
+	if (n > VARIANT_MOST)
+		kern_cuda_fail(__FILE__, __LINE__, key, "more variants than VARIANT_MOST");
+	cudaEvent_t ev[2];
+	KERN_CUDA_CHECK(cudaEventCreate(&ev[0]));
+	KERN_CUDA_CHECK(cudaEventCreate(&ev[1]));
+	float ms[VARIANT_MOST];
+	for (int v = 0; v < n; v++)
+		ms[v] = time_variant(run, ctx, v, ev);
+	KERN_CUDA_CHECK(cudaEventDestroy(ev[0]));
+	KERN_CUDA_CHECK(cudaEventDestroy(ev[1]));
+	int pick = kern_tune_fastest(ms, n, VARIANT_MARGIN);
+	uint64_t word[KERN_TUNE_WORDS] = { (uint64_t)pick };
+	char why[160];
+	if (kern_tune_table_add(&g_variants, NULL, key, word, why, sizeof why) != 0)
+		kern_cuda_fail(__FILE__, __LINE__, key, why);  /* a caller's key, or no memory */
+	g_variants_tuned++;
+	g_variants_other += pick != 0;
+	char line[640];
+	int len = snprintf(line, sizeof line, "larch: kernels timed: %s=%d (%s):", key, pick,
+	                   names[pick]);
+	for (int v = 0; v < n && len > 0 && (size_t)len < sizeof line; v++)
+		len += snprintf(line + len, sizeof line - (size_t)len, "%s %s %.4f ms", v ? "," : "",
+		                names[v], (double)ms[v]);
+	fprintf(stderr, "%s\n", line);
+	return pick;
 }
 
 /* ---- launch shapes --------------------------------------------------------- */

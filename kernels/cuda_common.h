@@ -205,6 +205,43 @@ void kern_cuda_scratch_free(void *dev);
 /* The most memory the scratch pool has held at once (bytes; 0 unknown). */
 size_t kern_cuda_scratch_peak(void);
 
+/* ---- same-bits variants, timed ---------------------------------------------- */
+
+/* Some ops have several kernels, or ways through them, that give the same
+ * bits and differ only in time (their variants: the fused attention's
+ * blocks of 4 or 8 warps, the cross-entropy's one pass or two). With tuning
+ * on, an op whose variant nothing fixes (neither its environment switch,
+ * set to any value, nor its API switch, set away from the default) times
+ * its variants at its first call for a shape and keeps the fastest, as
+ * cuDNN's benchmark mode does for convolutions: results are the same bits
+ * whichever wins. On unless LARCH_CUDA_KERNEL_TUNE=0; on >= 0 sets it, -1
+ * only asks; returns the setting before the call. */
+int kern_cuda_kernel_tune(int on);
+
+/* Enqueues variant i (0 the default) of an op on kern_cuda_stream(). It
+ * writes only what no variant reads, so that it may run again. */
+typedef void (*kern_cuda_variant_fn)(void *ctx, int variant);
+
+/* The variant of the op and shape that key names (printable, no spaces,
+ * under KERN_TUNE_KEY characters: the op, the type and every size that
+ * may change the pick) among n, names[i] naming variant i: the pick kept
+ * for key, or given for it in LARCH_CUDA_KERNEL_PICKS ("KEY=N" entries
+ * apart by spaces: kern_tune_picks_parse; a run's timing left out, as
+ * profile_gpt.py does under ncu); else 0 where tuning is off or n < 2;
+ * else each variant run once and timed on the next three runs
+ * (cudaEvents, the host waiting), the fastest by the least of its three
+ * kept (kern_tune_fastest: the default unless beaten by more than 2%) and
+ * said on stderr with every variant's time ("larch: kernels timed:
+ * KEY=N (name): name ms, ..."). The caller then runs the pick: its outputs
+ * are those of the last variant timed until then. An entry that does not
+ * parse, or a pick past n, aborts with the reason. */
+int kern_cuda_variant_pick(const char *key, int n, const char *const names[],
+                           kern_cuda_variant_fn run, void *ctx);
+
+/* The keys tuned so far in this process; with other (not NULL), those of
+ * them whose pick is not variant 0. */
+long kern_cuda_variants_tuned(long *other);
+
 /* ---- launch shapes --------------------------------------------------------- */
 
 /* Blocks for a grid-stride loop over n items with threads per block: enough

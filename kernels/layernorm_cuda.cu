@@ -30,6 +30,9 @@
  */
 #include "layernorm_cuda.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "cuda_common.h"
 
 extern "C" {
@@ -37,6 +40,7 @@ extern "C" {
 }
 
 #include "layernorm_kernels.cuh"   /* after layernorm.h: KERN_LAYERNORM_EPS */
+#include "matmul_cuda.h"
 #include "residual_cuda.h"
 
 extern "C" void kern_layernorm_fwd_act_cuda(int a16, void *out, float *mean, float *rstd,
@@ -67,6 +71,43 @@ extern "C" int kern_layernorm_cuda_fuse_residual(int on)
 	return kern_cuda_env_switch(&g_ln_residual, "LARCH_CUDA_LN_RESIDUAL", "separate", 1, on);
 }
 
+/* A residual + LayerNorm call's operands, for its variants (res_ln_run):
+ * the one kernel (0) or the residual's then the LayerNorm's (1), the same
+ * bits */
+struct res_ln_call {
+	void *res, *out;
+	float *mean, *rstd;
+	const void *a, *b;
+	const float *weight, *bias;
+	int a16, n, c, ops, g;
+};
+
+static const char *const res_ln_names[2] = { "one kernel", "two kernels" };
+
+static void res_ln_run(void *ctx, int two)
+{
+	const struct res_ln_call *r = (const struct res_ln_call *)ctx;
+	if (two) {
+		kern_residual_fwd_act_cuda(r->a16, r->res, r->a, r->b, (long)r->n * r->c);
+		kern_layernorm_fwd_act_cuda(r->a16, r->out, r->mean, r->rstd, r->res, r->weight,
+		                            r->bias, r->n, r->c);
+		return;
+	}
+	typedef void (*res_kernel)(void *, void *, float *, float *, const void *, const void *,
+	                           const float *, const float *, int, int, int, int);
+	/* the fewest registers that hold the row: GPT-2's 768 (6 groups a
+	 * lane) in 8, 1600 (13) in 16 */
+	res_kernel k = r->g <= 2 ? ln_res_fwd_kernel<2>
+	             : r->g <= 4 ? ln_res_fwd_kernel<4>
+	             : r->g <= 8 ? ln_res_fwd_kernel<8>
+	                         : ln_res_fwd_kernel<LN_RES_MAX_G>;
+	unsigned blocks = (unsigned)((r->n + LN_FWD_WARPS - 1) / LN_FWD_WARPS);
+	k<<<blocks, LN_FWD_WARPS * 32, 0, kern_cuda_stream()>>>(r->res, r->out, r->mean, r->rstd,
+	                                                        r->a, r->b, r->weight, r->bias,
+	                                                        r->n, r->c, r->a16, r->ops);
+	KERN_CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *out, float *mean,
                                                      float *rstd, const void *a, const void *b,
                                                      const float *weight, const float *bias,
@@ -75,25 +116,23 @@ extern "C" void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *o
 	int ops = kern_cuda_act_operands(a16, "residual + layernorm forward");
 	if (n <= 0 || c <= 0)
 		return;
-	int g = (c / 4 + 31) / 32;       /* the groups of four a lane holds */
-	if (!kern_layernorm_cuda_fuse_residual(-1) || g > LN_RES_MAX_G || !ln_vec_ok(res, c, a16) ||
+	struct res_ln_call r = { res, out, mean, rstd, a, b, weight, bias, a16, n, c, ops,
+		                 (c / 4 + 31) / 32 /* the groups of four a lane holds */ };
+	if (!kern_layernorm_cuda_fuse_residual(-1) || r.g > LN_RES_MAX_G || !ln_vec_ok(res, c, a16) ||
 	    !ln_vec_ok(out, c, a16) || !ln_vec_ok(a, c, a16) || !ln_vec_ok(b, c, a16)) {
-		kern_residual_fwd_act_cuda(a16, res, a, b, (long)n * c);
-		kern_layernorm_fwd_act_cuda(a16, out, mean, rstd, res, weight, bias, n, c);
+		res_ln_run(&r, 1);
 		return;
 	}
-	typedef void (*res_kernel)(void *, void *, float *, float *, const void *, const void *,
-	                           const float *, const float *, int, int, int, int);
-	/* the fewest registers that hold the row: GPT-2's 768 (6 groups a
-	 * lane) in 8, 1600 (13) in 16 */
-	res_kernel k = g <= 2 ? ln_res_fwd_kernel<2>
-	             : g <= 4 ? ln_res_fwd_kernel<4>
-	             : g <= 8 ? ln_res_fwd_kernel<8>
-	                      : ln_res_fwd_kernel<LN_RES_MAX_G>;
-	unsigned blocks = (unsigned)((n + LN_FWD_WARPS - 1) / LN_FWD_WARPS);
-	k<<<blocks, LN_FWD_WARPS * 32, 0, kern_cuda_stream()>>>(res, out, mean, rstd, a, b, weight,
-	                                                        bias, n, c, a16, ops);
-	KERN_CUDA_CHECK_LAUNCH();
+	int two = 0;
+	/* the faster, where the environment leaves it open and the sum does
+	 * not overwrite an input (no variant may read what one writes) */
+	if (!getenv("LARCH_CUDA_LN_RESIDUAL") && res != a && res != b) {
+		char key[96];
+		snprintf(key, sizeof key, "residual-layernorm:%s,n%d,c%d",
+		         !a16 ? "f32" : ops == KERN_MM_BF16 ? "bf16" : "fp16", n, c);
+		two = kern_cuda_variant_pick(key, 2, res_ln_names, res_ln_run, &r);
+	}
+	res_ln_run(&r, two);
 }
 
 static int g_ln_rows = -1;              /* -1: LARCH_CUDA_LN not read yet */

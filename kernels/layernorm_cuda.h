@@ -33,7 +33,10 @@ void kern_layernorm_bwd_act_cuda(int a16, void *dinp, float *dweight, float *dbi
  * 2048, or kern_layernorm_cuda_fuse_residual is off; else one kernel that
  * reads a and b once and keeps each row in registers (the two read res
  * back three times). res may be a or b (each group of a row is read
- * before it is written), not out. */
+ * before it is written), not out. Where the one kernel can run, unless
+ * LARCH_CUDA_LN_RESIDUAL is in the environment or res is a or b, a shape's
+ * first call times it and the two and keeps the faster
+ * (kern_cuda_kernel_tune, cuda_common.h). */
 void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *out, float *mean,
                                           float *rstd, const void *a, const void *b,
                                           const float *weight, const float *bias, int n, int c);

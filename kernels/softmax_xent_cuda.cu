@@ -26,8 +26,11 @@
 #include "softmax_xent_cuda.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda_common.h"
+#include "matmul_cuda.h"
 #include "softmax_xent_kernels.cuh"
 
 extern "C" void kern_softmax_xent_fwd_ld_act_cuda(int a16, float *losses, float *lse,
@@ -106,6 +109,62 @@ extern "C" void kern_softmax_xent_bwd_set_ld_act_cuda(int a16, void *dlogits, fl
 	xent_bwd(a16, dlogits, dloss, logits, ld, lse, targets, n, v, 1);
 }
 
+/* A training step's forward and backward over the logits, for its
+ * variants (xent_run): the one-pass kernel, the same with the row in
+ * registers (xent_fwd_bwd_rows_kernel, where it fits), or the forward's
+ * kernel then the backward's; the same bits each */
+struct xent_call {
+	float *losses, *lse;
+	void *dlogits;
+	float dloss;
+	const void *logits;
+	const int *targets;
+	int a16, ld, n, v, vec, ops;
+	int per;                           /* a thread's groups of XENT_VEC, in the rows kernel */
+};
+
+enum { XENT_ONE_PASS, XENT_ROWS, XENT_TWO_KERNELS };
+static const char *const xent_names[3] = { "one pass", "one pass, the row in registers",
+	                                   "two kernels" };
+
+static void xent_run(void *ctx, int way)
+{
+	const struct xent_call *x = (const struct xent_call *)ctx;
+	if (way == XENT_ROWS) {
+		typedef void (*rows_kernel)(float *, float *, uint16_t *, float, const uint16_t *, int,
+		                            const int *, int, int);
+		rows_kernel k = x->per <= 4   ? xent_fwd_bwd_rows_kernel<4>
+		                : x->per <= 8 ? xent_fwd_bwd_rows_kernel<8>
+		                              : xent_fwd_bwd_rows_kernel<16>;
+		k<<<x->n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(
+			x->losses, x->lse, (uint16_t *)x->dlogits, x->dloss, (const uint16_t *)x->logits,
+			x->ld, x->targets, x->v, x->ops);
+		KERN_CUDA_CHECK_LAUNCH();
+	} else if (way == XENT_TWO_KERNELS) {
+		kern_softmax_xent_fwd_ld_act_cuda(x->a16, x->losses, x->lse, x->logits, x->ld,
+		                                  x->targets, x->n, x->v);
+		xent_bwd(x->a16, x->dlogits, x->dloss, x->logits, x->ld, x->lse, x->targets, x->n,
+		         x->v, 1);
+	} else {
+		xent_fwd_bwd_kernel<<<x->n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(
+			x->losses, x->lse, x->dlogits, x->dloss, x->logits, x->ld, x->targets, x->v,
+			x->vec, x->a16, x->ops);
+		KERN_CUDA_CHECK_LAUNCH();
+	}
+}
+
+/* the ways a shape has (ways[i], variant i of kern_cuda_variant_pick) */
+struct xent_pick {
+	struct xent_call *x;
+	const int *ways;
+};
+
+static void xent_pick_run(void *ctx, int i)
+{
+	const struct xent_pick *p = (const struct xent_pick *)ctx;
+	xent_run(p->x, p->ways[i]);
+}
+
 extern "C" void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses, float *lse,
                                                           void *dlogits, float dloss,
                                                           const void *logits, int ld,
@@ -114,25 +173,36 @@ extern "C" void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses
 	int ops = kern_cuda_act_operands(a16, "softmax_xent forward and backward");
 	if (n <= 0 || v <= 0)
 		return;
-	int vec = xent_vec_ok(logits, ld) && xent_vec_ok(dlogits, ld);
-	/* the row in registers between the passes where asked for and it fits
-	 * (G groups of eight a thread: 4, 8 or 16) */
-	long per = ((long)v / XENT_VEC + XENT_FWD_THREADS - 1) / XENT_FWD_THREADS;
-	if (a16 && vec && per <= 16 && kern_softmax_xent_cuda_rows(-1)) {
-		typedef void (*rows_kernel)(float *, float *, uint16_t *, float, const uint16_t *, int,
-		                            const int *, int, int);
-		rows_kernel k = per <= 4   ? xent_fwd_bwd_rows_kernel<4>
-		                : per <= 8 ? xent_fwd_bwd_rows_kernel<8>
-		                           : xent_fwd_bwd_rows_kernel<16>;
-		k<<<n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(losses, lse, (uint16_t *)dlogits,
-		                                                  dloss, (const uint16_t *)logits, ld,
-		                                                  targets, v, ops);
-		KERN_CUDA_CHECK_LAUNCH();
+	struct xent_call x = { losses, lse, dlogits, dloss, logits, targets, a16, ld, n, v, 0, ops,
+		               0 };
+	x.vec = xent_vec_ok(logits, ld) && xent_vec_ok(dlogits, ld);
+	/* the row in registers where it fits (G groups of eight a thread: 4,
+	 * 8 or 16) */
+	x.per = (int)(((long)v / XENT_VEC + XENT_FWD_THREADS - 1) / XENT_FWD_THREADS);
+	int rows_fit = a16 && x.vec && x.per <= 16;
+	if (kern_softmax_xent_cuda_rows(-1)) {
+		xent_run(&x, rows_fit ? XENT_ROWS : XENT_ONE_PASS);
 		return;
 	}
-	xent_fwd_bwd_kernel<<<n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(
-		losses, lse, dlogits, dloss, logits, ld, targets, v, vec, a16, ops);
-	KERN_CUDA_CHECK_LAUNCH();
+	int way = XENT_ONE_PASS;
+	/* the fastest, where the environment leaves the way open and the
+	 * logits could not be rewritten by the gradient (no variant may read
+	 * what one writes) */
+	if (!getenv("LARCH_CUDA_XENT") && dlogits != logits) {
+		int ways[3], nw = 0;
+		const char *names[3];
+		for (int w = XENT_ONE_PASS; w <= XENT_TWO_KERNELS; w++)
+			if (w != XENT_ROWS || rows_fit) {
+				ways[nw] = w;
+				names[nw++] = xent_names[w];
+			}
+		struct xent_pick pick = { &x, ways };
+		char key[96];
+		snprintf(key, sizeof key, "xent-fwd-bwd:%s,n%d,v%d,ld%d,vec%d",
+		         !a16 ? "f32" : ops == KERN_MM_BF16 ? "bf16" : "fp16", n, v, ld, x.vec);
+		way = ways[kern_cuda_variant_pick(key, nw, names, xent_pick_run, &pick)];
+	}
+	xent_run(&x, way);
 }
 
 extern "C" void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld,

@@ -40,7 +40,11 @@ void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld
 /* kern_softmax_xent_fwd_ld_act_cuda and then kern_softmax_xent_bwd_set_ld_act_cuda
  * in one pass (the same values): for a training step, whose backward's
  * dloss is known before its forward, one read of the logits from memory
- * instead of two. */
+ * instead of two. Unless LARCH_CUDA_XENT is in the environment or the row
+ * in registers asked for (kern_softmax_xent_cuda_rows), a shape's first
+ * call times the one pass, with the row in registers where it fits and as
+ * the two kernels, and keeps the fastest (kern_cuda_kernel_tune,
+ * cuda_common.h), where dlogits is not logits. */
 void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses, float *lse,
                                                void *dlogits, float dloss, const void *logits,
                                                int ld, const int *targets, int n, int v);

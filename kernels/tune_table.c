@@ -172,3 +172,55 @@ void kern_tune_table_free(struct kern_tune_table *t)
 	t->e = NULL;
 	t->n = t->cap = 0;
 }
+
+int kern_tune_fastest(const float *ms, int n, double margin)
+{
+	int best = -1;
+	for (int i = 0; i < n; i++)
+		if (ms[i] >= 0.0f && (best < 0 || ms[i] < ms[best]))
+			best = i;
+	if (best <= 0)
+		return best < 0 ? 0 : best;
+	if (ms[0] >= 0.0f && (double)ms[best] >= (double)ms[0] * (1.0 - margin))
+		return 0;
+	return best;
+}
+
+int kern_tune_picks_parse(struct kern_tune_table *t, const char *text, char *why,
+                          size_t why_len)
+{
+	int added = 0;
+	const char *p = text;
+	for (;;) {
+		while (*p == ' ' || *p == '\t' || *p == '\n')
+			p++;
+		if (!*p)
+			return added;
+		size_t len = strcspn(p, " \t\n");
+		char entry[KERN_TUNE_KEY + 8];
+		if (len >= sizeof entry) {
+			snprintf(why, why_len, "a pick longer than %zu characters: %.40s...",
+			         sizeof entry - 1, p);
+			return -1;
+		}
+		memcpy(entry, p, len);
+		entry[len] = '\0';
+		p += len;
+		char *eq = strrchr(entry, '=');
+		char *end = NULL;
+		long v = eq ? strtol(eq + 1, &end, 10) : -1;
+		if (!eq || eq == entry || !end || end == eq + 1 || *end || v < 0 || v > 63) {
+			snprintf(why, why_len, "pick %s: not KEY=N with N from 0 to 63", entry);
+			return -1;
+		}
+		*eq = '\0';
+		if (!kern_tune_key_ok(entry)) {
+			snprintf(why, why_len, "pick %s=%ld: not a key", entry, v);
+			return -1;
+		}
+		uint64_t word[KERN_TUNE_WORDS] = { (uint64_t)v };
+		if (kern_tune_table_add(t, NULL, entry, word, why, why_len) != 0)
+			return -1;
+		added++;
+	}
+}

@@ -1,7 +1,10 @@
 /* kernels/tune_table.h - the picks of tuned GEMMs kept in a text file, so
  * that a later run on the same job directory (a resume) takes the same
  * algorithm for each problem without timing the candidates again, and so
- * gives the same bits (kern_matmul_cuda_gemm_tune_file, matmul_cuda.h).
+ * gives the same bits (kern_matmul_cuda_gemm_tune_file, matmul_cuda.h); the
+ * same table, without a file, keeps the picks of the kernels' own timed
+ * variants (kern_cuda_variant_pick, cuda_common.h), and kern_tune_fastest
+ * makes both kinds of pick.
  *
  * One line a problem: its key (printable, no spaces: the device, the
  * library's version and the problem's shape, types and alignments), a
@@ -57,6 +60,22 @@ int kern_tune_table_add(struct kern_tune_table *t, const char *path, const char 
                         const uint64_t algo[KERN_TUNE_WORDS], char *why, size_t why_len);
 
 void kern_tune_table_free(struct kern_tune_table *t);
+
+/* Picks given as text into t: entries "KEY=N" (KEY as kern_tune_key_ok
+ * takes it, N a variant from 0 to 63) apart by spaces, as
+ * kern_cuda_variant_pick names them on stderr ("larch: kernels timed:
+ * KEY=N ..."), the pick in word 0. Returns the entries added, or -1 with
+ * why at the first that does not parse (those before it added). */
+int kern_tune_picks_parse(struct kern_tune_table *t, const char *text, char *why,
+                          size_t why_len);
+
+/* The pick among n timings ms[0..n) of one problem's candidates (ms[i] < 0:
+ * candidate i did not run): the fastest, except that candidate 0 (the
+ * default) stays unless the fastest beats it by more than the fraction
+ * margin of its time (timings that close are within a GPU's run-to-run
+ * spread). The fastest that ran where candidate 0 did not; 0 when none
+ * ran. */
+int kern_tune_fastest(const float *ms, int n, double margin);
 
 #ifdef __cplusplus
 }

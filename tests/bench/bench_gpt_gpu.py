@@ -49,9 +49,12 @@ says which ran). Printed side by side:
   (LARCH_CUDA_FLASH_BLOCK=128: the fused attention's three kernels in
   blocks of 8 warps, 128 queries or keys), "xent-rows" (LARCH_CUDA_XENT=
   rows: the cross-entropy's one pass with each row kept in registers
-  between its forward and backward) and "dbias-fused" (LARCH_CUDA_DBIAS=
-  fused: the bias gradients in the weight gradients' GEMM epilogues
-  instead of column-sum kernels); --rows names the rows to run, in
+  between its forward and backward), "untuned" (LARCH_CUDA_KERNEL_TUNE=0:
+  each op's default kernels, where the default rows time the variants
+  that give the same bits at their first call and keep the fastest; the
+  rows print each pick and its times, "kernels timed") and "dbias-fused"
+  (LARCH_CUDA_DBIAS=fused: the bias gradients in the weight gradients'
+  GEMM epilogues instead of column-sum kernels); --rows names the rows to run, in
   order (a name again runs that row again: interleaved repeats show how
   much the machine's noise moves a row)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
@@ -163,8 +166,12 @@ def run_larch(exe, tmp, a, precision, micro, env=None, tag="", deterministic=Tru
                                      .splitlines()) if m["name"] == "train/tokens_per_s"]
     dev = next((l for l in p.stdout.splitlines() if l.startswith("device:")), "device: ?")
     done = next((l for l in p.stdout.splitlines() if l.startswith("done:")), "")
+    # the kernels' variants timed at their first call (kern_cuda_variant_pick):
+    # "flash-fwd:bf16,...=2 (8 warps): 16 rows a warp 0.4500 ms, ..."
+    timed = [l.split("kernels timed: ", 1)[1] for l in p.stderr.splitlines()
+             if "larch: kernels timed: " in l]
     return {"tokens_s": statistics.median(rates[2:] or rates), "device": dev, "done": done,
-            "wall": wall, "micro": micro}
+            "wall": wall, "micro": micro, "timed": timed}
 
 
 TORCH_GPT = r'''
@@ -328,6 +335,8 @@ def main():
                 return
             print(f"# larch-train {prec}{tag} {r['device']}\n"
                   f"# larch-train {prec}{tag} {r['done']}")
+            for line in r["timed"]:
+                print(f"# larch-train {prec}{tag} kernels timed: {line}")
             add_row("larch-train" + (f" ({tag[1:]})" if tag else ""), prec, r["tokens_s"],
                     fp32_peak if prec == "fp32" else bf16_peak, r["micro"])
 
@@ -387,6 +396,7 @@ def main():
                 ("xent-sep", {"LARCH_CUDA_XENT": "separate"}),
                 ("xent-rows", {"LARCH_CUDA_XENT": "rows"}),
                 ("ln-res-sep", {"LARCH_CUDA_LN_RESIDUAL": "separate"}),
+                ("untuned", {"LARCH_CUDA_KERNEL_TUNE": "0"}),
                 ("gemm-attn", gemm), ("gelu-sep", sep), ("neither", {**gemm, **sep}),
                 ("act32", {"LARCH_CUDA_ACT16": "0"})):
             named[tag] = env_row(env, tag)
@@ -399,7 +409,8 @@ def main():
         order = a.rows.split(",") if a.rows else [
             "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
             "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks",
-            "more-kv", "block128", "xent-rows", "dbias-fused", "xent-sep", "ln-res-sep",
+            "more-kv", "block128", "xent-rows", "untuned", "dbias-fused", "xent-sep",
+            "ln-res-sep",
             "gemm-attn",
             "gelu-sep", "neither", "torch-fp32", "gemm-bound", "act32"]
         unknown = [r for r in order if r not in named]

@@ -16,7 +16,8 @@ cost. The validation pass at the end is left out by giving the run no
 validation set. --nondeterministic profiles the spec's "deterministic":
 false (tuned GEMMs, attention's dq added atomically): the run under ncu
 takes the plain run's GEMM picks (its gemm-tune.txt), so that no tuning
-runs are among its kernels. Exit 77 when ncu or a GPU is missing.
+runs are among its kernels; every run under ncu takes the plain run's
+picks of the kernels' same-bits variants likewise (LARCH_CUDA_KERNEL_PICKS). Exit 77 when ncu or a GPU is missing.
 
 --detail REGEX profiles the first --detail-count launches of the kernels
 whose names match (ncu's --kernel-name regex, e.g. "fa_|xent|dbias") once
@@ -35,6 +36,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +53,14 @@ def find_ncu():
             return cand
     found = sorted(pathlib.Path("/opt/nvidia").glob("nsight-compute/*/ncu"))
     return str(found[-1]) if found else None
+
+
+def variant_picks(stderr):
+    """The KEY=N picks of the kernels' variants a run timed, from its stderr
+    ("larch: kernels timed: KEY=N (name): ..."), for LARCH_CUDA_KERNEL_PICKS:
+    a run under ncu takes them instead of timing (its kernels run one at a
+    time there, and the timing runs would be among the kernels counted)."""
+    return re.findall(r"larch: kernels timed: (\S+=\d+) ", stderr)
 
 
 def spec_for(a, tmp):
@@ -140,7 +150,8 @@ def detail_report(per, stalls=5, pipes=4):
 
 
 def self_test():
-    """detail_rows and detail_report on a table in ncu's raw CSV layout"""
+    """detail_rows and detail_report on a table in ncu's raw CSV layout, and
+    variant_picks on a run's stderr"""
     head = ["ID", "Kernel Name", "launch__registers_per_thread",
             "sm__warps_active.avg.pct_of_peak_sustained_active",
             STALL + "barrier" + STALL_END, STALL + "long_scoreboard" + STALL_END,
@@ -174,6 +185,13 @@ def self_test():
            "inst_executed_pipe_xu 15.0" in text, text
     assert "stalls (cycles per issue): long_scoreboard 6.00, math_pipe_throttle 0.20, " \
            "barrier 0.10" in text, text
+    err = ("larch: kernels timed: flash-fwd:bf16,b8,t1024,nh12=2 (8 warps): 16 rows a warp "
+           "0.4500 ms, 32 rows a warp 0.4700 ms, 8 warps 0.4100 ms\n"
+           "larch: cuBLASLt tuned: epilogue 1, ops NT, m 768 n 8192 k 3072: candidate 2 of 8\n"
+           "larch: kernels timed: residual-layernorm:bf16,n8192,c768=0 (one kernel): "
+           "one kernel 0.0300 ms, two kernels 0.0500 ms\n")
+    assert variant_picks(err) == ["flash-fwd:bf16,b8,t1024,nh12=2",
+                                  "residual-layernorm:bf16,n8192,c768=0"], variant_picks(err)
     print("profile_gpt self-test: ok")
     return 0
 
@@ -223,11 +241,16 @@ def main():
         if picks.exists():
             (tmp / "ncu").mkdir()
             shutil.copy(picks, tmp / "ncu" / "gemm-tune.txt")
+        # the kernels' variants the plain run timed, taken as they are
+        kernel_picks = variant_picks(plain.stderr)
+        ncu_env = dict(os.environ, LARCH_CUDA_KERNEL_PICKS=" ".join(kernel_picks))
+        for line in kernel_picks:
+            print(f"# the plain run's kernel variant: {line}")
         prof = subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none",
                                "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
                                "--print-units", "base",
                                *cmd, "--job-dir", str(tmp / "ncu")],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=ncu_env)
         if prof.returncode != 0:
             print(prof.stdout[-3000:], prof.stderr[-3000:])
             return 1
@@ -262,7 +285,7 @@ def main():
                                   "--launch-count", str(a.detail_count), *sections,
                                   "--csv", "--page", "raw", "--print-units", "base",
                                   *cmd, "--job-dir", str(tmp / "ncu")],
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True, env=ncu_env)
             if det.returncode != 0:
                 print(det.stdout[-3000:], det.stderr[-3000:])
                 return 1

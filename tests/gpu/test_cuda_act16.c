@@ -819,6 +819,118 @@ static void test_kept_weights(void)
 	kept_case(33, 48, 77, 80);        /* odd sizes, a gap of 3 rows */
 }
 
+/* n 16-bit values at d set to all ones (a NaN in bf16 and fp16), so that a
+ * call that writes nothing there shows */
+static void fill16_nan(void *d, long n)
+{
+	uint16_t *h = malloc(sizeof *h * (size_t)n);
+	if (!h)
+		abort();
+	memset(h, 0xff, sizeof *h * (size_t)n);
+	kern_cuda_upload(d, h, sizeof *h * (size_t)n);
+	free(h);
+}
+
+/* The kernels' variants timed at an op's first call for a shape
+ * (kern_cuda_kernel_tune): the fused attention's forward and its
+ * backward's two kernels, the cross-entropy's forward and backward in one
+ * call, the residual + LayerNorm. Three passes over the same inputs, the
+ * outputs set to NaN before each: tuning off (the default variants), on
+ * (each op's first call for its shape: the five keys timed, where the
+ * environment fixes none), on again (the picks kept: none timed); the
+ * outputs of the three the same bits. Shapes no other case runs. */
+static void test_kernel_tune(void)
+{
+	enum { OUT, LSE, DQKV, LOSS, XLSE, DLOGITS, RES, LN, OUTPUTS };
+	static const char *const names[OUTPUTS] = { "flash out", "flash lse", "flash dqkv",
+		                                    "xent losses", "xent lse", "xent dlogits",
+		                                    "residual", "layernorm" };
+	int was = kern_cuda_kernel_tune(-1);
+	int b = 3, t = 320, nh = 4, c = nh * 64;
+	long btc = (long)b * t * c, rows = (long)b * nh * t;
+	float *qkv = rand16(3 * btc, -1.5f, 1.5f), *dy = rand16(btc, -1, 1);
+	void *qkv16 = dev16(qkv, 3 * btc), *dy16 = dev16(dy, btc), *o16 = dev16_alloc(btc);
+	void *dq16 = dev16_alloc(3 * btc);
+	float *d_lse = dev_alloc(rows);
+	int n = 24, v = 50257, ld = 50304;
+	long nl = (long)n * ld;
+	float *x = rand16(nl, -8, 8);
+	int tgt[24];
+	for (int i = 0; i < n; i++)
+		tgt[i] = i % 7 == 3 ? -1 : (i * 4099) % v;
+	int *d_tgt = kern_cuda_dup(tgt, sizeof tgt);
+	void *x16 = dev16(x, nl), *dl16 = dev16_alloc(nl);
+	float *d_loss = dev_alloc(n), *d_xlse = dev_alloc(n);
+	int rn = 3000, rc = 768;
+	long rnc = (long)rn * rc;
+	float *ra = rand16(rnc, -2, 2), *rb = rand16(rnc, -1, 1);
+	float *w = rand16(rc, 0.5f, 1.5f), *bi = rand16(rc, -0.5f, 0.5f);
+	void *da = dev16(ra, rnc), *db = dev16(rb, rnc), *dres = dev16_alloc(rnc);
+	void *dln = dev16_alloc(rnc);
+	float *d_w = dev_copy(w, rc), *d_bi = dev_copy(bi, rc);
+	float *d_mean = dev_alloc(rn), *d_rstd = dev_alloc(rn);
+
+	float *got[3][OUTPUTS];
+	long timed[3];
+	for (int pass = 0; pass < 3; pass++) {
+		fill16_nan(o16, btc), fill16_nan(dq16, 3 * btc), fill16_nan(dl16, nl);
+		fill16_nan(dres, rnc), fill16_nan(dln, rnc);
+		kern_cuda_kernel_tune(pass > 0);
+		long before = kern_cuda_variants_tuned(NULL);
+		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
+		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
+		kern_softmax_xent_fwd_bwd_set_ld_act_cuda(KERN_ACT_16, d_loss, d_xlse, dl16, 0.25f, x16,
+		                                          ld, d_tgt, n, v);
+		kern_residual_layernorm_fwd_act_cuda(KERN_ACT_16, dres, dln, d_mean, d_rstd, da, db, d_w,
+		                                     d_bi, rn, rc);
+		timed[pass] = kern_cuda_variants_tuned(NULL) - before;
+		got[pass][OUT] = fetch16(o16, btc);
+		got[pass][LSE] = dev_fetch(d_lse, rows);
+		got[pass][DQKV] = fetch16(dq16, 3 * btc);
+		got[pass][LOSS] = dev_fetch(d_loss, n);
+		got[pass][XLSE] = dev_fetch(d_xlse, n);
+		got[pass][DLOGITS] = fetch16(dl16, nl);
+		got[pass][RES] = fetch16(dres, rnc);
+		got[pass][LN] = fetch16(dln, rnc);
+	}
+	kern_cuda_kernel_tune(was);
+	const long counts[OUTPUTS] = { btc, rows, 3 * btc, n, n, nl, rnc, rnc };
+	char what[128];
+	for (int pass = 1; pass < 3; pass++)
+		for (int i = 0; i < OUTPUTS; i++) {
+			snprintf(what, sizeof what, "%s %s, %s against the default variants", type_name(),
+			         names[i], pass == 1 ? "variants timed" : "the picks kept");
+			check_bits(what, got[pass][i], got[0][i], counts[i]);
+		}
+	/* the keys the environment leaves to the timing (none on the stand-in) */
+	long want = 0;
+	if (!gpu_test_standin()) {
+		want += getenv("LARCH_CUDA_FLASH_FWD_ROWS") || getenv("LARCH_CUDA_FLASH_BLOCK") ||
+		                        getenv("LARCH_CUDA_FLASH_PIPE")
+		                ? 0
+		                : 1;
+		want += getenv("LARCH_CUDA_FLASH_MORE_BLOCKS") || getenv("LARCH_CUDA_FLASH_BLOCK") ||
+		                        getenv("LARCH_CUDA_FLASH_PIPE")
+		                ? 0
+		                : 2;
+		want += getenv("LARCH_CUDA_XENT") ? 0 : 1;
+		want += getenv("LARCH_CUDA_LN_RESIDUAL") ? 0 : 1;
+	}
+	CHECK_MSG(timed[0] == 0 && timed[1] == want && timed[2] == 0,
+	          "%s keys timed: %ld off, %ld on, %ld again (want 0, %ld, 0)", type_name(), timed[0],
+	          timed[1], timed[2], want);
+
+	for (int pass = 0; pass < 3; pass++)
+		for (int i = 0; i < OUTPUTS; i++)
+			free(got[pass][i]);
+	free(qkv), free(dy), free(x), free(ra), free(rb), free(w), free(bi);
+	kern_cuda_free(qkv16), kern_cuda_free(dy16), kern_cuda_free(o16), kern_cuda_free(dq16);
+	kern_cuda_free(d_lse), kern_cuda_free(d_tgt), kern_cuda_free(x16), kern_cuda_free(dl16);
+	kern_cuda_free(d_loss), kern_cuda_free(d_xlse), kern_cuda_free(da), kern_cuda_free(db);
+	kern_cuda_free(dres), kern_cuda_free(dln), kern_cuda_free(d_w), kern_cuda_free(d_bi);
+	kern_cuda_free(d_mean), kern_cuda_free(d_rstd);
+}
+
 static void run_all(void)
 {
 	CHECK_RUN(test_layernorm);
@@ -831,6 +943,7 @@ static void run_all(void)
 	CHECK_RUN(test_flash);
 	CHECK_RUN(test_gelu_fused);
 	CHECK_RUN(test_kept_weights);
+	CHECK_RUN(test_kernel_tune);
 }
 
 int main(void)

@@ -714,6 +714,24 @@ void kern_cuda_sync(void)
 {
 }
 
+/* the switch kept; the shim's ops have one way each, so nothing is timed */
+static int shim_kernel_tune = 1;
+
+int kern_cuda_kernel_tune(int on)
+{
+	int prev = shim_kernel_tune;
+	if (on >= 0)
+		shim_kernel_tune = on != 0;
+	return prev;
+}
+
+long kern_cuda_variants_tuned(long *other)
+{
+	if (other)
+		*other = 0;
+	return 0;
+}
+
 /* ---- 16-bit activations (cuda_common.h) -------------------------------------- */
 
 /* Each _act op with a16 runs the fp32 version above on fp32 copies of its

@@ -158,12 +158,81 @@ static void test_refused(void)
 	kern_tune_table_free(&t);
 }
 
+/* kern_tune_fastest: the fastest that ran; the default (0) unless beaten
+ * by more than the margin; the picks of the kernels' variants kept in a
+ * table without a file */
+static void test_fastest(void)
+{
+	const float a[] = { 1.00f, 0.90f, 0.95f };
+	CHECK_INT_EQ(kern_tune_fastest(a, 3, 0.02), 1);
+	const float close[] = { 1.00f, 0.99f, 1.20f };    /* within 2%: the default stays */
+	CHECK_INT_EQ(kern_tune_fastest(close, 3, 0.02), 0);
+	CHECK_INT_EQ(kern_tune_fastest(close, 3, 0.0), 1);
+	const float slower[] = { 0.50f, 0.60f };
+	CHECK_INT_EQ(kern_tune_fastest(slower, 2, 0.02), 0);
+	const float skipped[] = { 1.00f, -1.0f, 0.70f };  /* candidate 1 did not run */
+	CHECK_INT_EQ(kern_tune_fastest(skipped, 3, 0.02), 2);
+	const float no_default[] = { -1.0f, 0.80f, 0.79f };
+	CHECK_INT_EQ(kern_tune_fastest(no_default, 3, 0.02), 2);
+	const float none[] = { -1.0f, -1.0f };
+	CHECK_INT_EQ(kern_tune_fastest(none, 2, 0.02), 0);
+	CHECK_INT_EQ(kern_tune_fastest(a, 1, 0.02), 0);
+	CHECK_INT_EQ(kern_tune_fastest(a, 0, 0.02), 0);
+
+	struct kern_tune_table t = { 0 };
+	uint64_t pick[KERN_TUNE_WORDS] = { 2 };
+	char why[128] = "";
+	CHECK_INT_EQ(kern_tune_table_add(&t, NULL, "flash-fwd:bf16,b3,t320,nh4", pick, why,
+	                                 sizeof why), 0);
+	const uint64_t *got = kern_tune_table_find(&t, "flash-fwd:bf16,b3,t320,nh4");
+	CHECK(got != NULL && got[0] == 2);
+	CHECK(kern_tune_table_find(&t, "flash-fwd:fp16,b3,t320,nh4") == NULL);
+	kern_tune_table_free(&t);
+}
+
+/* kern_tune_picks_parse: KEY=N entries apart by blanks; a bad one said */
+static void test_picks_parse(void)
+{
+	struct kern_tune_table t = { 0 };
+	char why[256] = "";
+	CHECK_INT_EQ(kern_tune_picks_parse(&t, "", why, sizeof why), 0);
+	CHECK_INT_EQ(kern_tune_picks_parse(&t, "  flash-fwd:bf16,b8,t1024,nh12=2 \t"
+	                                   "xent-fwd-bwd:bf16,n8192,v50257,ld50304,vec1=0\n", why,
+	                                   sizeof why), 2);
+	const uint64_t *got = kern_tune_table_find(&t, "flash-fwd:bf16,b8,t1024,nh12");
+	CHECK(got != NULL && got[0] == 2);
+	got = kern_tune_table_find(&t, "xent-fwd-bwd:bf16,n8192,v50257,ld50304,vec1");
+	CHECK(got != NULL && got[0] == 0);
+	/* a key with '=' in it: the last '=' splits */
+	CHECK_INT_EQ(kern_tune_picks_parse(&t, "a=b=1", why, sizeof why), 1);
+	got = kern_tune_table_find(&t, "a=b");
+	CHECK(got != NULL && got[0] == 1);
+	static const char *const bad[] = { "nokey", "=1", "k=", "k=x", "k=1x", "k=-1", "k=64",
+		                           "k=99999999999999999999" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		why[0] = '\0';
+		CHECK_MSG(kern_tune_picks_parse(&t, bad[i], why, sizeof why) == -1 && why[0],
+		          "%s refused", bad[i]);
+	}
+	why[0] = '\0';
+	CHECK_INT_EQ(kern_tune_picks_parse(&t, "ok=1 bad", why, sizeof why), -1);
+	CHECK_MSG(strstr(why, "bad") != NULL, "why: %s", why);
+	CHECK(kern_tune_table_find(&t, "ok") != NULL);       /* the one before it added */
+	char big[KERN_TUNE_KEY + 20];
+	memset(big, 'k', sizeof big - 3);
+	memcpy(big + sizeof big - 3, "=1", 3);
+	CHECK_INT_EQ(kern_tune_picks_parse(&t, big, why, sizeof why), -1);
+	kern_tune_table_free(&t);
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof dir, "%s", check_tmpdir("tune_table"));
 	CHECK_RUN(test_round_trip);
 	CHECK_RUN(test_bad_lines);
 	CHECK_RUN(test_refused);
+	CHECK_RUN(test_fastest);
+	CHECK_RUN(test_picks_parse);
 	rmdir(dir);
 	return check_finish();
 }
