@@ -949,6 +949,9 @@ static void run_all(void)
 int main(void)
 {
 	gpu_test_init("test_cuda_act16");
+	/* each case runs the kernels it names (the default ones where it sets
+	 * none), not the fastest of them: test_kernel_tune times them */
+	kern_cuda_kernel_tune(0);
 	for (g_bf16 = 1; g_bf16 >= 0; g_bf16--) {
 		kern_matmul_cuda_operands(g_bf16 ? KERN_MM_BF16 : KERN_MM_FP16);
 		run_all();
