@@ -228,9 +228,10 @@ typedef void (*kern_cuda_variant_fn)(void *ctx, int variant);
  * for key, or given for it in LARCH_CUDA_KERNEL_PICKS ("KEY=N" entries
  * apart by spaces: kern_tune_picks_parse; a run's timing left out, as
  * profile_gpt.py does under ncu); else 0 where tuning is off or n < 2;
- * else each variant run once and timed on the next three runs
- * (cudaEvents, the host waiting), the fastest by the least of its three
- * kept (kern_tune_fastest: the default unless beaten by more than 2%) and
+ * else each variant timed (cudaEvents, the host waiting) over two blocks
+ * of three runs back to back, each block behind an untimed run, the
+ * fastest by the lesser block's mean kept (kern_tune_fastest: the default
+ * unless beaten by more than 2%) and
  * said on stderr with every variant's time ("larch: kernels timed:
  * KEY=N (name): name ms, ..."). The caller then runs the pick: its outputs
  * are those of the last variant timed until then. An entry that does not
