@@ -19,7 +19,10 @@ library only: the GPU machine has no numpy of ours to rely on.
    the GEMMs tuned (LARCH_CUDA_GEMM_TUNE=8), whose picks the job
    directory's gemm-tune.txt keeps for the resume. A spec's "deterministic":
    false tunes them and adds attention's dq atomically: within bf16's noise
-   as the others.
+   as the others. The kernels' same-bits variants, timed at each op's
+   first call by default, give the losses of a run with that timing off
+   (LARCH_CUDA_KERNEL_TUNE=0) bit for bit, and the run names each of the
+   five ops it timed.
 4. bf16 on the GPU against bf16 on the CPU (16-bit storage, the GEMMs on
    the tensor cores), measured against bf16's own noise: how far the CPU's
    bf16 run is from its fp32 run at the same step. The first step (the
@@ -446,6 +449,32 @@ def main():
                  "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-h64-cpu",
                 env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_FWD_ROWS": "32"})
+        # the kernels' same-bits variants timed at each op's first call (the
+        # default: kern_cuda_kernel_tune): the losses of the run that takes
+        # every op's default way (LARCH_CUDA_KERNEL_TUNE=0) bit for bit, and
+        # each of the five timed ops named on stderr with its pick
+        vspec = {**h64, "name": "gpt-h64-bf16-variants", "precision": {"compute": "bf16"}}
+        runs = {}
+        for tag, extra in (("timed", {}), ("untimed", {"LARCH_CUDA_KERNEL_TUNE": "0"})):
+            job = tmp / f"gpt-h64-bf16-variants-{tag}"
+            r = run(exe, vspec, job, "cuda", env={"LARCH_CUDA_ATTENTION": "flash", **extra})
+            c.check(r.returncode == 0, f"gpt-h64-bf16-variants ({tag}): GPU run (exit "
+                    f"{r.returncode}) {r.stderr.strip()[-300:]}")
+            runs[tag] = (r, job)
+        if all(r.returncode == 0 for r, _ in runs.values()):
+            # (the CPU stand-in's ops have one way each: none timed)
+            ops = sorted(set(re.findall(r"larch: kernels timed: ([a-z-]+):",
+                                        runs["timed"][0].stderr)))
+            want = [] if "CPU shim" in probe.stdout else [
+                "flash-bwd-kv", "flash-bwd-q", "flash-fwd", "residual-layernorm", "xent-fwd-bwd"]
+            c.check(ops == want and "kernels timed" not in runs["untimed"][0].stderr,
+                    f"gpt-h64-bf16-variants: the ops timed {ops}, none with the timing off")
+            for name in ("train/loss", "val/loss"):
+                a = metrics(runs["timed"][1], name)
+                b = metrics(runs["untimed"][1], name)
+                c.check(a and a == b, f"gpt-h64-bf16-variants: {name} with the variants timed "
+                        f"equals the default ways' bit for bit "
+                        f"({[(k, a[k], b.get(k)) for k in sorted(a)][:2]})")
         fp16 = {**gpt, "name": "gpt-fp16", "precision": {"compute": "fp16"}, "steps": 30}
         r = run(exe, fp16, tmp / "gpt-fp16", "cuda")
         c.check(r.returncode == 0, f"gpt-fp16: GPU run (exit {r.returncode}) "
