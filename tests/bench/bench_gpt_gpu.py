@@ -56,7 +56,8 @@ says which ran). Printed side by side:
   (LARCH_CUDA_DBIAS=fused: the bias gradients in the weight gradients'
   GEMM epilogues instead of column-sum kernels); --rows names the rows to run, in
   order (a name again runs that row again: interleaved repeats show how
-  much the machine's noise moves a row)
+  much the machine's noise moves a row; the table then ends with each
+  row's mean, spread and ratios over its runs)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -473,6 +474,38 @@ def table(rows, fpt):
         ratio = f"{tps / base:.2f}x" if base else "-"
         own = f"{tps / f32:.2f}x" if f32 and run.startswith("larch-train") else "-"
         print(f"{run:28s} {prec:>9s} {b:5d} {tps:10.0f} {mfu:7.1%} {ratio:>16s} {own:>14s}")
+    repeats(rows, fpt)
+
+
+def repeats(rows, fpt):
+    """For rows run more than once (--rows naming them again, interleaved):
+    each one's mean tokens/s and MFU, its spread (the runs' range over the
+    mean), and its mean against larch-train bf16's mean and PyTorch bf16's:
+    the figures a default is decided on, where one run's few percent of
+    noise would decide it by chance."""
+    runs = {}
+    for run, prec, tps, peak, b in rows:
+        runs.setdefault((run, prec, b), []).append((tps, peak))
+    if all(len(v) < 2 for v in runs.values()):
+        return
+
+    def mean(key):
+        return statistics.mean(t for t, _ in runs[key]) if key in runs else None
+
+    base = next((mean(k) for k in runs if k[0] == "larch-train" and k[1] == "bf16"), None)
+    torch_bf16 = next((mean(k) for k in runs if k[0].startswith("PyTorch") and k[1] == "bf16"),
+                      None)
+    print("# each row's mean over its runs (some ran more than once)")
+    print(f"{'run':28s} {'precision':>9s} {'runs':>4s} {'mean tok/s':>10s} {'MFU':>7s} "
+          f"{'spread':>7s} {'vs larch bf16':>14s} {'vs PyTorch bf16':>16s}")
+    for (run, prec, b), got in runs.items():
+        tps = [t for t, _ in got]
+        m = statistics.mean(tps)
+        spread = (max(tps) - min(tps)) / m
+        own = f"{m / base:.3f}x" if base else "-"
+        ratio = f"{m / torch_bf16:.3f}x" if torch_bf16 else "-"
+        print(f"{run:28s} {prec:>9s} {len(tps):4d} {m:10.0f} {fpt * m / got[0][1]:7.1%} "
+              f"{spread:7.1%} {own:>14s} {ratio:>16s}")
 
 
 if __name__ == "__main__":
