@@ -114,36 +114,38 @@ extern "C" int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on
 	return prev;
 }
 
-/* The rows of queries a warp of the forward takes (16 or 32: its R 1 or 2):
- * 0 not read from LARCH_CUDA_FLASH_FWD_ROWS yet */
+/* A switch of two values, dflt and alt: *state is 0 until the first call
+ * reads name from the environment (alt where its value is alt written in
+ * decimal), then a value given (dflt or alt) sets it, any other only
+ * asks. Returns the setting before the call. */
+static int two_way_switch(int *state, const char *name, int dflt, int alt, int value)
+{
+	if (!*state) {
+		const char *v = getenv(name);
+		char want[16];
+		snprintf(want, sizeof want, "%d", alt);
+		*state = v && strcmp(v, want) == 0 ? alt : dflt;
+	}
+	int prev = *state;
+	if (value == dflt || value == alt)
+		*state = value;
+	return prev;
+}
+
+/* The rows of queries a warp of the forward takes (16 or 32: its R 1 or 2) */
 static int flash_fwd_rows;
 
 extern "C" int kern_attention_flash_fwd_rows(int rows)
 {
-	if (!flash_fwd_rows) {
-		const char *v = getenv("LARCH_CUDA_FLASH_FWD_ROWS");
-		flash_fwd_rows = v && strcmp(v, "32") == 0 ? 32 : 16;
-	}
-	int prev = flash_fwd_rows;
-	if (rows == 16 || rows == 32)
-		flash_fwd_rows = rows;
-	return prev;
+	return two_way_switch(&flash_fwd_rows, "LARCH_CUDA_FLASH_FWD_ROWS", 16, 32, rows);
 }
 
-/* The queries or keys a block takes (64 or 128): 0 not read from
- * LARCH_CUDA_FLASH_BLOCK yet */
+/* The queries or keys a block takes (64 or 128) */
 static int flash_block;
 
 extern "C" int kern_attention_flash_block(int rows)
 {
-	if (!flash_block) {
-		const char *v = getenv("LARCH_CUDA_FLASH_BLOCK");
-		flash_block = v && strcmp(v, "128") == 0 ? 128 : 64;
-	}
-	int prev = flash_block;
-	if (rows == 64 || rows == 128)
-		flash_block = rows;
-	return prev;
+	return two_way_switch(&flash_block, "LARCH_CUDA_FLASH_BLOCK", 64, 128, rows);
 }
 
 /* The keys a block of the dk, dv kernel that adds dq atomically takes
@@ -172,13 +174,16 @@ extern "C" int kern_attention_flash_supported(int t, int c, int nh)
 }
 
 /* Whether the environment sets any of names (NULL-terminated): a switch
- * set there, to any value, fixes the variant (kern_cuda_kernel_tune) */
-static int env_fixes(const char *const names[])
+ * set there, to any value, fixes the variant (kern_cuda_kernel_tune).
+ * Read once into *state (-1 until then): the calls are in the step. */
+static int env_fixes(int *state, const char *const names[])
 {
-	for (int i = 0; names[i]; i++)
-		if (getenv(names[i]))
-			return 1;
-	return 0;
+	if (*state < 0) {
+		*state = 0;
+		for (int i = 0; names[i]; i++)
+			*state |= getenv(names[i]) != NULL;
+	}
+	return *state;
 }
 
 /* "bf16,b2,t1024,nh12": the shape in a variant's key (kern_cuda_variant_pick) */
@@ -233,13 +238,14 @@ static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int
 {
 	static const char *const fixers[] = { "LARCH_CUDA_FLASH_FWD_ROWS", "LARCH_CUDA_FLASH_BLOCK",
 		                              "LARCH_CUDA_FLASH_PIPE", NULL };
+	static int fixed = -1;
 	struct fwd_call f = { out, lse, qkv, b, t, c, nh, bf16, kern_attention_flash_pipeline(-1) };
 	/* 32 rows a warp if asked (128 queries a block already), else 8 warps
 	 * for blocks of 128 if asked; else the fastest, pipelined */
 	int v = kern_attention_flash_fwd_rows(-1) == 32        ? 1
 	        : kern_attention_flash_block(-1) == 128 ? 2
 	                                                : 0;
-	if (v == 0 && f.pipe && !env_fixes(fixers)) {
+	if (v == 0 && f.pipe && !env_fixes(&fixed, fixers)) {
 		char key[96];
 		flash_key(key, sizeof key, "flash-fwd", b, t, nh, bf16);
 		v = kern_cuda_variant_pick(key, 3, fwd_names, fwd_run<T>, &f);
@@ -349,6 +355,7 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	static const char *const fixers[] = { "LARCH_CUDA_FLASH_MORE_BLOCKS",
 		                              "LARCH_CUDA_FLASH_BLOCK", "LARCH_CUDA_FLASH_PIPE",
 		                              NULL };
+	static int fixed = -1;
 	int pipe = kern_attention_flash_pipeline(-1), keys = kern_attention_flash_dq_atomic(-1);
 	int wide = kern_attention_flash_block(-1) == 128;
 	if (wide && keys == 64)            /* dq added atomically by blocks of 128 keys */
@@ -363,7 +370,7 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	int q_v = wide                                                         ? 2
 	          : pipe && kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1) ? 1
 	                                                                  : 0;
-	int tune = !add && pipe && kv_v == 0 && q_v == 0 && !env_fixes(fixers);
+	int tune = !add && pipe && kv_v == 0 && q_v == 0 && !env_fixes(&fixed, fixers);
 
 	long rows = (long)b * nh * t;
 	float *dd = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)rows);

@@ -480,17 +480,15 @@ extern "C" void kern_cuda_scratch_free(void *dev)
 
 static int g_kernel_tune = -1;         /* -1: LARCH_CUDA_KERNEL_TUNE not read yet */
 static struct kern_tune_table g_variants;  /* the picks (variant in word 0), no file */
-static long g_variants_tuned, g_variants_other;
+static long g_variants_tuned;        /* keys timed */
 
 extern "C" int kern_cuda_kernel_tune(int on)
 {
 	return kern_cuda_env_switch(&g_kernel_tune, "LARCH_CUDA_KERNEL_TUNE", "0", 1, on);
 }
 
-extern "C" long kern_cuda_variants_tuned(long *other)
+extern "C" long kern_cuda_variants_tuned(void)
 {
-	if (other)
-		*other = g_variants_other;
 	return g_variants_tuned;
 }
 
@@ -564,7 +562,6 @@ extern "C" int kern_cuda_variant_pick(const char *key, int n, const char *const 
 	if (kern_tune_table_add(&g_variants, NULL, key, word, why, sizeof why) != 0)
 		kern_cuda_fail(__FILE__, __LINE__, key, why);  /* a caller's key, or no memory */
 	g_variants_tuned++;
-	g_variants_other += pick != 0;
 	char line[640];
 	int len = snprintf(line, sizeof line, "larch: kernels timed: %s=%d (%s):", key, pick,
 	                   names[pick]);

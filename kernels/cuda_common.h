@@ -239,9 +239,8 @@ typedef void (*kern_cuda_variant_fn)(void *ctx, int variant);
 int kern_cuda_variant_pick(const char *key, int n, const char *const names[],
                            kern_cuda_variant_fn run, void *ctx);
 
-/* The keys tuned so far in this process; with other (not NULL), those of
- * them whose pick is not variant 0. */
-long kern_cuda_variants_tuned(long *other);
+/* The keys timed so far in this process. */
+long kern_cuda_variants_tuned(void);
 
 /* ---- launch shapes --------------------------------------------------------- */
 

@@ -126,7 +126,10 @@ extern "C" void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *o
 	int two = 0;
 	/* the faster, where the environment leaves it open and the sum does
 	 * not overwrite an input (no variant may read what one writes) */
-	if (!getenv("LARCH_CUDA_LN_RESIDUAL") && res != a && res != b) {
+	static int env_set = -1;           /* read once: 2 L + 1 calls a step */
+	if (env_set < 0)
+		env_set = getenv("LARCH_CUDA_LN_RESIDUAL") != NULL;
+	if (!env_set && res != a && res != b) {
 		char key[96];
 		snprintf(key, sizeof key, "residual-layernorm:%s,n%d,c%d",
 		         !a16 ? "f32" : ops == KERN_MM_BF16 ? "bf16" : "fp16", n, c);

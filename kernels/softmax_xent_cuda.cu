@@ -188,7 +188,10 @@ extern "C" void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses
 	/* the fastest, where the environment leaves the way open and the
 	 * logits could not be rewritten by the gradient (no variant may read
 	 * what one writes) */
-	if (!getenv("LARCH_CUDA_XENT") && dlogits != logits) {
+	static int env_set = -1;           /* read once: the call is in the step */
+	if (env_set < 0)
+		env_set = getenv("LARCH_CUDA_XENT") != NULL;
+	if (!env_set && dlogits != logits) {
 		int ways[3], nw = 0;
 		const char *names[3];
 		for (int w = XENT_ONE_PASS; w <= XENT_TWO_KERNELS; w++)

@@ -876,14 +876,14 @@ static void test_kernel_tune(void)
 		fill16_nan(o16, btc), fill16_nan(dq16, 3 * btc), fill16_nan(dl16, nl);
 		fill16_nan(dres, rnc), fill16_nan(dln, rnc);
 		kern_cuda_kernel_tune(pass > 0);
-		long before = kern_cuda_variants_tuned(NULL);
+		long before = kern_cuda_variants_tuned();
 		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
 		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
 		kern_softmax_xent_fwd_bwd_set_ld_act_cuda(KERN_ACT_16, d_loss, d_xlse, dl16, 0.25f, x16,
 		                                          ld, d_tgt, n, v);
 		kern_residual_layernorm_fwd_act_cuda(KERN_ACT_16, dres, dln, d_mean, d_rstd, da, db, d_w,
 		                                     d_bi, rn, rc);
-		timed[pass] = kern_cuda_variants_tuned(NULL) - before;
+		timed[pass] = kern_cuda_variants_tuned() - before;
 		got[pass][OUT] = fetch16(o16, btc);
 		got[pass][LSE] = dev_fetch(d_lse, rows);
 		got[pass][DQKV] = fetch16(dq16, 3 * btc);

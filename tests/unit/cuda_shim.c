@@ -725,10 +725,8 @@ int kern_cuda_kernel_tune(int on)
 	return prev;
 }
 
-long kern_cuda_variants_tuned(long *other)
+long kern_cuda_variants_tuned(void)
 {
-	if (other)
-		*other = 0;
 	return 0;
 }
 
