@@ -84,6 +84,15 @@ int kern_attention_flash_fwd_rows(int rows);
  * it, anything else only asks. Returns the previous setting. The same
  * values either way. */
 int kern_attention_flash_block(int rows);
+/* Whether the fused forward computes each key tile's scores a tile ahead,
+ * the tensor cores running the next tile's q k^T while the warp works
+ * this tile's softmax (FlashAttention-3's overlap, on mma.sync), for about
+ * 32 registers more a thread (three blocks an SM instead of four). On if
+ * LARCH_CUDA_FLASH_FWD_AHEAD=1 is in the environment; on >= 0 sets it,
+ * -1 only asks. Returns the previous setting. Pipelined only (with
+ * kern_attention_flash_pipeline off it runs the plain forward); the rows
+ * and block switches above take precedence. The same values either way. */
+int kern_attention_flash_fwd_ahead(int on);
 /* Whether the fused backward computes dq in its dk, dv kernel and adds it
  * to an fp32 copy by atomic adds, rounded to 16 bits at the end
  * (FlashAttention-2's: five tile products a pair of tiles where its

@@ -148,6 +148,14 @@ extern "C" int kern_attention_flash_block(int rows)
 	return two_way_switch(&flash_block, "LARCH_CUDA_FLASH_BLOCK", 64, 128, rows);
 }
 
+/* Whether the forward runs the scores a tile ahead (fa_fwd_ahead_kernel) */
+static int flash_fwd_ahead = -1;
+
+extern "C" int kern_attention_flash_fwd_ahead(int on)
+{
+	return kern_cuda_env_switch(&flash_fwd_ahead, "LARCH_CUDA_FLASH_FWD_AHEAD", "1", 0, on);
+}
+
 /* The keys a block of the dk, dv kernel that adds dq atomically takes
  * (fa_bwd_kv_kernel's AddDq: 64 or 128, its Warps 4 or 8), 0 for the dq
  * kernel: -1 not read from LARCH_CUDA_FLASH_DQ ("atomic", "atomic128") yet */
@@ -201,8 +209,12 @@ struct fwd_call {
 };
 
 /* the forward's variants: 0 R = 1 (16 rows a warp) of 4 warps, 1 R = 2 of
- * 4 warps, 2 R = 1 of 8 warps (blocks of 128 queries both) */
-static const char *const fwd_names[3] = { "16 rows a warp", "32 rows a warp", "8 warps" };
+ * 4 warps, 2 R = 1 of 8 warps (blocks of 128 queries both), 3 as 0 with
+ * the scores a tile ahead (pipelined only: fa_fwd_ahead_kernel) */
+#define FA_FWD_VARIANTS 4
+static const char *const fwd_names[FA_FWD_VARIANTS] = {
+	"16 rows a warp", "32 rows a warp", "8 warps", "scores a tile ahead"
+};
 
 template <typename T>
 static void fwd_run(void *ctx, int v)
@@ -210,11 +222,13 @@ static void fwd_run(void *ctx, int v)
 	const struct fwd_call *f = (const struct fwd_call *)ctx;
 	typedef void (*fwd_kernel)(uint16_t *, float *, const uint16_t *, int, int, int, float, int);
 	/* by [pipelined][v]; the query tiles of a block (qt) */
-	static const fwd_kernel fwd[2][3] = {
-		{ fa_fwd_kernel<T, false>, fa_fwd_kernel<T, false, 2>, fa_fwd_kernel<T, false, 1, 8> },
-		{ fa_fwd_kernel<T, true>, fa_fwd_kernel<T, true, 2>, fa_fwd_kernel<T, true, 1, 8> },
+	static const fwd_kernel fwd[2][FA_FWD_VARIANTS] = {
+		{ fa_fwd_kernel<T, false>, fa_fwd_kernel<T, false, 2>, fa_fwd_kernel<T, false, 1, 8>,
+		  NULL },
+		{ fa_fwd_kernel<T, true>, fa_fwd_kernel<T, true, 2>, fa_fwd_kernel<T, true, 1, 8>,
+		  fa_fwd_ahead_kernel<T> },
 	};
-	static const int qt[3] = { 1, 2, 2 }, warps[3] = { 4, 4, 8 };
+	static const int qt[FA_FWD_VARIANTS] = { 1, 2, 2, 1 }, warps[FA_FWD_VARIANTS] = { 4, 4, 8, 4 };
 	static int opted_in;   /* per T: the larger shared memory of all but the smallest */
 	if (!opted_in) {
 		for (int p = 0; p < 2; p++)
@@ -224,6 +238,8 @@ static void fwd_run(void *ctx, int v)
 					(int)FA_FWD_SMEM(p + 1, qt[i])));
 		opted_in = 1;
 	}
+	if (!fwd[f->pipe][v])
+		kern_cuda_fail(__FILE__, __LINE__, "flash attention forward", "no such variant");
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	dim3 grid = fa_grid(f->b, f->nh, f->t, qt[v] * FA_TILE);
 	fwd[f->pipe][v]<<<grid, 32 * warps[v], FA_FWD_SMEM(f->pipe + 1, qt[v]),
@@ -237,18 +253,21 @@ static void flash_fwd(uint16_t *out, float *lse, const uint16_t *qkv, int b, int
                       int bf16)
 {
 	static const char *const fixers[] = { "LARCH_CUDA_FLASH_FWD_ROWS", "LARCH_CUDA_FLASH_BLOCK",
-		                              "LARCH_CUDA_FLASH_PIPE", NULL };
+		                              "LARCH_CUDA_FLASH_PIPE", "LARCH_CUDA_FLASH_FWD_AHEAD",
+		                              NULL };
 	static int fixed = -1;
 	struct fwd_call f = { out, lse, qkv, b, t, c, nh, bf16, kern_attention_flash_pipeline(-1) };
 	/* 32 rows a warp if asked (128 queries a block already), else 8 warps
-	 * for blocks of 128 if asked; else the fastest, pipelined */
-	int v = kern_attention_flash_fwd_rows(-1) == 32        ? 1
+	 * for blocks of 128 if asked, else the scores a tile ahead if asked
+	 * (pipelined); else the fastest, pipelined */
+	int v = kern_attention_flash_fwd_rows(-1) == 32 ? 1
 	        : kern_attention_flash_block(-1) == 128 ? 2
-	                                                : 0;
+	        : f.pipe && kern_attention_flash_fwd_ahead(-1) ? 3
+	        : 0;
 	if (v == 0 && f.pipe && !env_fixes(&fixed, fixers)) {
 		char key[96];
 		flash_key(key, sizeof key, "flash-fwd", b, t, nh, bf16);
-		v = kern_cuda_variant_pick(key, 3, fwd_names, fwd_run<T>, &f);
+		v = kern_cuda_variant_pick(key, FA_FWD_VARIANTS, fwd_names, fwd_run<T>, &f);
 	}
 	fwd_run<T>(&f, v);
 }

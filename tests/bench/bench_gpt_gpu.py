@@ -41,8 +41,10 @@ says which ran). Printed side by side:
   five tile products instead of seven), "dq-atomic128" (=atomic128: the
   same in blocks of 128 keys, half the adds), "fwd-rows32"
   (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows of queries
-  a warp), "ln-rows" (LARCH_CUDA_LN=rows: LayerNorm's backward a row at a
-  time from registers), "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
+  a warp), "fwd-ahead" (LARCH_CUDA_FLASH_FWD_AHEAD=1: the fused forward
+  with each key tile's scores computed a tile ahead, overlapping the
+  tensor cores with the softmax), "ln-rows" (LARCH_CUDA_LN=rows:
+  LayerNorm's backward a row at a time from registers), "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
   q": the fused attention's backward kernels at one block more an SM than
   their registers allow, capped), "more-kv" (="kv": only the dk, dv
   kernel's, 3 blocks an SM, none of its registers spilled), "block128"
@@ -389,6 +391,7 @@ def main():
                 ("dq-atomic", {"LARCH_CUDA_FLASH_DQ": "atomic"}),
                 ("dq-atomic128", {"LARCH_CUDA_FLASH_DQ": "atomic128"}),
                 ("fwd-rows32", {"LARCH_CUDA_FLASH_FWD_ROWS": "32"}),
+                ("fwd-ahead", {"LARCH_CUDA_FLASH_FWD_AHEAD": "1"}),
                 ("ln-rows", {"LARCH_CUDA_LN": "rows"}),
                 ("more-blocks", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"}),
                 ("more-kv", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv"}),
@@ -409,7 +412,8 @@ def main():
         # the row again: interleaved repeats show the machine's noise)
         order = a.rows.split(",") if a.rows else [
             "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
-            "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "ln-rows", "more-blocks",
+            "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "fwd-ahead", "ln-rows",
+            "more-blocks",
             "more-kv", "block128", "xent-rows", "untuned", "dbias-fused", "xent-sep",
             "ln-res-sep",
             "gemm-attn",

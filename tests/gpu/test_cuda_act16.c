@@ -522,7 +522,9 @@ static void check_normwise16(const char *what, const float *got, const float *wa
  * order, then rounded) and 3u of the reference; a seventh the same with
  * blocks of 128 keys. A sixth runs the forward with 32 rows a warp
  * (kern_attention_flash_fwd_rows), an eighth all three kernels with
- * blocks of 8 warps (kern_attention_flash_block): the same bits. */
+ * blocks of 8 warps (kern_attention_flash_block), a ninth the forward with
+ * the scores a tile ahead (kern_attention_flash_fwd_ahead): the same
+ * bits. */
 static void flash_case(int b, int t, int nh)
 {
 	char what[128];
@@ -548,20 +550,23 @@ static void flash_case(int b, int t, int nh)
 	void *qkv16 = dev16(qkv, 3 * btc), *dy16 = dev16(dy, btc), *o16 = dev16_alloc(btc);
 	void *dq16 = dev16_alloc(3 * btc);
 	float *d_lse = dev_alloc(rows);
-	float *got_o[8], *got_dq[8], *got_lse = NULL;
+	enum { RUNS = 9 };
+	float *got_o[RUNS], *got_dq[RUNS], *got_lse = NULL;
 	int pipe = kern_attention_flash_pipeline(-1);
 	int more_kv = kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
 	int more_q = kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1);
 	int dq_atomic = kern_attention_flash_dq_atomic(-1);
 	int fwd_rows = kern_attention_flash_fwd_rows(-1);
 	int block = kern_attention_flash_block(-1);
-	for (int run = 0; run < 8; run++) {
+	int ahead = kern_attention_flash_fwd_ahead(-1);
+	for (int run = 0; run < RUNS; run++) {
 		kern_attention_flash_pipeline(run != 2);
 		kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, run == 3);
 		kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, run == 3);
 		kern_attention_flash_dq_atomic(run == 4 ? 64 : run == 6 ? 128 : 0);
 		kern_attention_flash_fwd_rows(run == 5 ? 32 : 16);
 		kern_attention_flash_block(run == 7 ? 128 : 64);
+		kern_attention_flash_fwd_ahead(run == 8);
 		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
 		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
 		got_o[run] = fetch16(o16, btc);
@@ -575,6 +580,7 @@ static void flash_case(int b, int t, int nh)
 	kern_attention_flash_dq_atomic(dq_atomic);
 	kern_attention_flash_fwd_rows(fwd_rows);
 	kern_attention_flash_block(block);
+	kern_attention_flash_fwd_ahead(ahead);
 	snprintf(what, sizeof what, "flash lse b=%d t=%d nh=%d", b, t, nh);
 	check_rel(what, got_lse, lse_ref, rows, 1e-5);
 	snprintf(what, sizeof what, "flash out b=%d t=%d nh=%d", b, t, nh);
@@ -590,6 +596,8 @@ static void flash_case(int b, int t, int nh)
 	check_bits("flash dqkv, after 32 rows a warp", got_dq[5], got_dq[0], 3 * btc);
 	check_bits("flash out, blocks of 8 warps", got_o[7], got_o[0], btc);
 	check_bits("flash dqkv, blocks of 8 warps", got_dq[7], got_dq[0], 3 * btc);
+	check_bits("flash out, the scores a tile ahead", got_o[8], got_o[0], btc);
+	check_bits("flash dqkv, after the scores a tile ahead", got_dq[8], got_dq[0], 3 * btc);
 	/* dqkv's rows are q, k, v (c values each) */
 	float *dq_add = host_zeros(b * (long)t * c), *dq_own = host_zeros(b * (long)t * c);
 	for (int run = 4; run <= 6; run += 2) {
@@ -615,7 +623,7 @@ static void flash_case(int b, int t, int nh)
 
 	free(qkv), free(dy), free(out), free(pre), free(att), free(dq), free(dpre), free(datt);
 	free(lse_ref), free(got_lse);
-	for (int run = 0; run < 8; run++)
+	for (int run = 0; run < RUNS; run++)
 		free(got_o[run]), free(got_dq[run]);
 	kern_cuda_free(qkv16), kern_cuda_free(dy16), kern_cuda_free(o16), kern_cuda_free(dq16);
 	kern_cuda_free(d_lse);
@@ -906,7 +914,8 @@ static void test_kernel_tune(void)
 	long want = 0;
 	if (!gpu_test_standin()) {
 		want += getenv("LARCH_CUDA_FLASH_FWD_ROWS") || getenv("LARCH_CUDA_FLASH_BLOCK") ||
-		                        getenv("LARCH_CUDA_FLASH_PIPE")
+		                        getenv("LARCH_CUDA_FLASH_PIPE") ||
+		                        getenv("LARCH_CUDA_FLASH_FWD_AHEAD")
 		                ? 0
 		                : 1;
 		want += getenv("LARCH_CUDA_FLASH_MORE_BLOCKS") || getenv("LARCH_CUDA_FLASH_BLOCK") ||

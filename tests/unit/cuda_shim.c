@@ -1009,6 +1009,12 @@ int kern_attention_flash_block(int rows)
 	return 64;
 }
 
+int kern_attention_flash_fwd_ahead(int on)
+{
+	(void)on;                          /* (no tensor cores here) */
+	return 0;
+}
+
 /* the setting kept, for the tests of what a model asks for; the shim's
  * backward has no atomics (one way either way) */
 static int shim_dq_atomic;

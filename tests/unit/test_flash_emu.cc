@@ -235,6 +235,17 @@ static void run_case(int b, int t, int nh, int bf16)
 			          "%s forward b=%d t=%d nh=%d: 8 warps (pipelined %d) and 4 differ",
 			          bf16 ? "bf16" : "fp16", b, t, nh, pipe);
 		}
+		/* the scores a tile ahead (fa_fwd_ahead_kernel): the same bits */
+		std::fill(out_pipe.begin(), out_pipe.end(), 0xffff);
+		std::fill(lse_pipe.begin(), lse_pipe.end(), NAN);
+		emu_launch(grid, dim3(FA_THREADS), [&] {
+			fa_fwd_ahead_kernel<T>(out_pipe.data(), lse_pipe.data(), qkv.h.data(), t, c, nh,
+			                       scale, bf16);
+		});
+		CHECK_MSG(out_pipe == out16 && !std::memcmp(lse_pipe.data(), lse.data(),
+		                                            sizeof(float) * lse.size()),
+		          "%s forward b=%d t=%d nh=%d: the scores a tile ahead and not differ",
+		          bf16 ? "bf16" : "fp16", b, t, nh);
 	}
 
 	/* lse against the scores the reference left in preatt (scaled) */
