@@ -840,6 +840,14 @@ static void bench_attention16(int b, int t, int c, int nh)
 	kern_attention_flash_fwd_rows(fr);
 	printf("%-40s flash fwd: 32 rows a warp %8.4f ms %7.1f TFLOP/s, 16 %8.4f ms, x%.2f\n", name,
 	       f32, 2 * flop / (f32 * 1e-3) / 1e12, ff, ff / f32);
+	/* the forward with each key tile's scores a tile ahead (the tensor
+	 * cores on the next tile's q k^T while the warp works this tile's
+	 * softmax), beside the default */
+	int ah = kern_attention_flash_fwd_ahead(1);
+	double fa = time_gpu_ms(att16_fwd_flash, &a);
+	kern_attention_flash_fwd_ahead(ah);
+	printf("%-40s flash fwd: scores a tile ahead %8.4f ms %7.1f TFLOP/s, not %8.4f ms, x%.2f\n",
+	       name, fa, 2 * flop / (fa * 1e-3) / 1e12, ff, ff / fa);
 	/* all three kernels in blocks of 8 warps (128 queries or keys: each
 	 * tile a block copies serves twice the rows), beside 4 */
 	int blk = kern_attention_flash_block(128);
