@@ -93,6 +93,17 @@ int kern_attention_flash_block(int rows);
  * kern_attention_flash_pipeline off it runs the plain forward); the rows
  * and block switches above take precedence. The same values either way. */
 int kern_attention_flash_fwd_ahead(int on);
+/* Whether the fused backward's two kernels take each tile of their walk
+ * whole (the dk, dv kernel a query tile's 64 columns at once, the dq
+ * kernel a key tile's 64 keys) instead of in halves: more independent
+ * products and exponentials in flight a warp, for registers (the dk, dv
+ * kernel 216 instead of 202, still two blocks an SM; the dq kernel 168
+ * instead of 156, three). On if LARCH_CUDA_FLASH_WHOLE_TILES=1 is in the
+ * environment; on >= 0 sets it, -1 only asks. Returns the previous
+ * setting. Pipelined only; the dk, dv kernel not where it adds dq
+ * atomically; the block and one-block-more switches above take
+ * precedence. The same values either way. */
+int kern_attention_flash_whole_tiles(int on);
 /* Whether the fused backward computes dq in its dk, dv kernel and adds it
  * to an fp32 copy by atomic adds, rounded to 16 bits at the end
  * (FlashAttention-2's: five tile products a pair of tiles where its

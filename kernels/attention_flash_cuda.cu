@@ -156,6 +156,14 @@ extern "C" int kern_attention_flash_fwd_ahead(int on)
 	return kern_cuda_env_switch(&flash_fwd_ahead, "LARCH_CUDA_FLASH_FWD_AHEAD", "1", 0, on);
 }
 
+/* Whether the backward kernels take each tile of their walk whole */
+static int flash_whole_tiles = -1;
+
+extern "C" int kern_attention_flash_whole_tiles(int on)
+{
+	return kern_cuda_env_switch(&flash_whole_tiles, "LARCH_CUDA_FLASH_WHOLE_TILES", "1", 0, on);
+}
+
 /* The keys a block of the dk, dv kernel that adds dq atomically takes
  * (fa_bwd_kv_kernel's AddDq: 64 or 128, its Warps 4 or 8), 0 for the dq
  * kernel: -1 not read from LARCH_CUDA_FLASH_DQ ("atomic", "atomic128") yet */
@@ -286,8 +294,13 @@ struct bwd_call {
 /* the variants of the dk, dv kernel (without atomics) and of the dq
  * kernel: 0 blocks of 4 warps, 1 the same at one block more an SM (its
  * registers capped: kern_attention_flash_more_blocks; pipelined only),
- * 2 blocks of 8 warps (kern_attention_flash_block) */
-static const char *const bwd_names[3] = { "4 warps", "4 warps, a block more an SM", "8 warps" };
+ * 2 blocks of 8 warps (kern_attention_flash_block), 3 blocks of 4 warps
+ * that take each tile of the walk whole (kern_attention_flash_whole_tiles;
+ * pipelined only) */
+#define FA_BWD_VARIANTS 4
+static const char *const bwd_names[FA_BWD_VARIANTS] = {
+	"4 warps", "4 warps, a block more an SM", "8 warps", "4 warps, whole tiles"
+};
 
 typedef void (*kv_kernel)(uint16_t *, float *, const uint16_t *, const uint16_t *, const float *,
                           const float *, int, int, int, float, int);
@@ -295,26 +308,28 @@ typedef void (*q_kernel)(uint16_t *, const uint16_t *, const uint16_t *, const f
                          const float *, int, int, int, float, int);
 
 /* The dk, dv kernels by [pipelined][variant][add]; none unpipelined with
- * one block more, none of 8 warps that adds dq atomically but by 128 keys
- * (add 2, which is 8 warps already: variant 0), none of 128 keys with
- * one block more */
+ * one block more or whole tiles, none of 8 warps that adds dq atomically
+ * but by 128 keys (add 2, which is 8 warps already: variant 0), none of
+ * 128 keys with one block more, none with whole tiles that adds dq */
 template <typename T>
 static kv_kernel kv_kernel_of(int pipe, int v, int add)
 {
-	static const kv_kernel kv[2][3][3] = {
+	static const kv_kernel kv[2][FA_BWD_VARIANTS][3] = {
 		{ { fa_bwd_kv_kernel<T, false>, fa_bwd_kv_kernel<T, false, 1, true>,
 		    fa_bwd_kv_kernel<T, false, 1, true, 8> },
 		  { NULL, NULL, NULL },
-		  { fa_bwd_kv_kernel<T, false, 1, false, 8>, NULL, NULL } },
+		  { fa_bwd_kv_kernel<T, false, 1, false, 8>, NULL, NULL },
+		  { NULL, NULL, NULL } },
 		{ { fa_bwd_kv_kernel<T, true>, fa_bwd_kv_kernel<T, true, 1, true>,
 		    fa_bwd_kv_kernel<T, true, 1, true, 8> },
 		  { fa_bwd_kv_kernel<T, true, 3>, fa_bwd_kv_kernel<T, true, 3, true>, NULL },
-		  { fa_bwd_kv_kernel<T, true, 1, false, 8>, NULL, NULL } },
+		  { fa_bwd_kv_kernel<T, true, 1, false, 8>, NULL, NULL },
+		  { fa_bwd_kv_kernel<T, true, 1, false, FA_WARPS, FA_TILE>, NULL, NULL } },
 	};
 	static int opted_in;   /* per T: the larger shared memory of all but the smallest */
 	if (!opted_in) {
 		for (int p = 0; p < 2; p++)
-			for (int i = 0; i < 3; i++)
+			for (int i = 0; i < FA_BWD_VARIANTS; i++)
 				for (int a = 0; a < 3; a++)
 					if (kv[p][i][a])
 						KERN_CUDA_CHECK(cudaFuncSetAttribute(
@@ -322,6 +337,8 @@ static kv_kernel kv_kernel_of(int pipe, int v, int add)
 							(int)FA_BWD_SMEM(p + 1, a > 0, a == 2 || i == 2 ? 2 : 1)));
 		opted_in = 1;
 	}
+	if (!kv[pipe][v][add])
+		kern_cuda_fail(__FILE__, __LINE__, "flash attention dk, dv", "no such variant");
 	return kv[pipe][v][add];
 }
 
@@ -343,22 +360,25 @@ template <typename T>
 static void q_run(void *ctx, int v)
 {
 	const struct bwd_call *k = (const struct bwd_call *)ctx;
-	/* by [pipelined][variant]; none unpipelined with one block more */
-	static const q_kernel q[2][3] = {
-		{ fa_bwd_q_kernel<T, false>, NULL, fa_bwd_q_kernel<T, false, 2, 8> },
+	/* by [pipelined][variant]; none unpipelined with one block more or
+	 * whole tiles */
+	static const q_kernel q[2][FA_BWD_VARIANTS] = {
+		{ fa_bwd_q_kernel<T, false>, NULL, fa_bwd_q_kernel<T, false, 2, 8>, NULL },
 		{ fa_bwd_q_kernel<T, true>, fa_bwd_q_kernel<T, true, 4>,
-		  fa_bwd_q_kernel<T, true, 2, 8> },
+		  fa_bwd_q_kernel<T, true, 2, 8>, fa_bwd_q_kernel<T, true, 3, FA_WARPS, FA_TILE> },
 	};
 	static int opted_in;
 	if (!opted_in) {
 		for (int p = 0; p < 2; p++)
-			for (int i = 0; i < 3; i++)
+			for (int i = 0; i < FA_BWD_VARIANTS; i++)
 				if (q[p][i])
 					KERN_CUDA_CHECK(cudaFuncSetAttribute(
 						q[p][i], cudaFuncAttributeMaxDynamicSharedMemorySize,
 						(int)FA_BWD_SMEM(p + 1, 0, i == 2 ? 2 : 1)));
 		opted_in = 1;
 	}
+	if (!q[k->pipe][v])
+		kern_cuda_fail(__FILE__, __LINE__, "flash attention dq", "no such variant");
 	int kt = v == 2 ? 2 : 1;           /* query tiles a block */
 	float scale = (float)(1.0 / sqrt((double)FA_HS));
 	q[k->pipe][v]<<<fa_grid(k->b, k->nh, k->t, kt * FA_TILE), kt * FA_THREADS,
@@ -373,7 +393,7 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 {
 	static const char *const fixers[] = { "LARCH_CUDA_FLASH_MORE_BLOCKS",
 		                              "LARCH_CUDA_FLASH_BLOCK", "LARCH_CUDA_FLASH_PIPE",
-		                              NULL };
+		                              "LARCH_CUDA_FLASH_WHOLE_TILES", NULL };
 	static int fixed = -1;
 	int pipe = kern_attention_flash_pipeline(-1), keys = kern_attention_flash_dq_atomic(-1);
 	int wide = kern_attention_flash_block(-1) == 128;
@@ -382,13 +402,17 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	int add = keys == 128 ? 2 : keys == 64 ? 1 : 0;
 	/* each kernel's variant: 8 warps where asked (none for add 1), else
 	 * one block more where asked (pipelined, and not for add 2), else
+	 * whole tiles where asked (pipelined, and dq in its own kernel), else
 	 * the fastest where nothing fixes them and dq has its own kernel */
-	int kv_v = wide && !add                                                         ? 2
+	int whole = pipe && kern_attention_flash_whole_tiles(-1);
+	int kv_v = wide && !add ? 2
 	           : pipe && add < 2 && kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1) ? 1
-	                                                                                 : 0;
-	int q_v = wide                                                         ? 2
+	           : whole && !add ? 3
+	           : 0;
+	int q_v = wide ? 2
 	          : pipe && kern_attention_flash_more_blocks(KERN_FLASH_BWD_Q, -1) ? 1
-	                                                                  : 0;
+	          : whole ? 3
+	          : 0;
 	int tune = !add && pipe && kv_v == 0 && q_v == 0 && !env_fixes(&fixed, fixers);
 
 	long rows = (long)b * nh * t;
@@ -402,9 +426,9 @@ static void flash_bwd(uint16_t *dqkv, const uint16_t *dout, const uint16_t *out,
 	if (tune) {                        /* each kernel on its own: they write apart */
 		char key[96];
 		flash_key(key, sizeof key, "flash-bwd-kv", b, t, nh, bf16);
-		kv_v = kern_cuda_variant_pick(key, 3, bwd_names, kv_run<T>, &k);
+		kv_v = kern_cuda_variant_pick(key, FA_BWD_VARIANTS, bwd_names, kv_run<T>, &k);
 		flash_key(key, sizeof key, "flash-bwd-q", b, t, nh, bf16);
-		q_v = kern_cuda_variant_pick(key, 3, bwd_names, q_run<T>, &k);
+		q_v = kern_cuda_variant_pick(key, FA_BWD_VARIANTS, bwd_names, q_run<T>, &k);
 	}
 	kv_run<T>(&k, kv_v);
 	if (add) {

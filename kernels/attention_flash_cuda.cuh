@@ -243,11 +243,12 @@ __host__ __device__ static inline dim3 fa_grid(int b, int nh, int t, int rows)
  * and, for dk and dv, the rows' lse and D: one set, or with Pipe two, the
  * next one's copies (cp.async) landing while this one is computed on */
 #define FA_BWD_WALK_TILES 2
-/* the query columns the dk, dv kernel takes at a time (of FA_TILE) */
+/* the query columns the dk, dv kernel takes at a time (of FA_TILE), by
+ * default: its Part */
 #ifndef FA_KV_PART
 #define FA_KV_PART 32
 #endif
-/* the keys the dq kernel takes at a time (of FA_TILE) */
+/* the keys the dq kernel takes at a time (of FA_TILE), by default */
 #ifndef FA_Q_PART
 #define FA_Q_PART 32
 #endif
@@ -648,8 +649,11 @@ __device__ static void warp_add(float *dst, long ld, int row0, int t, const floa
  *
  * A warp whose keys all come after the query tile's skips the tile: its
  * probabilities would all be zero (only with 8 warps, on a block's first
- * tile). dk and dv are the same bits whatever Warps and AddDq. */
-template <typename T, bool Pipe, int MinBlocks = 1, bool AddDq = false, int Warps = FA_WARPS>
+ * tile). Part: the query columns taken at a time, FA_TILE for the whole
+ * tile (216 registers, two blocks an SM all the same; ptxas, CUDA 13.0,
+ * sm_90). dk and dv are the same bits whatever Warps, AddDq and Part. */
+template <typename T, bool Pipe, int MinBlocks = 1, bool AddDq = false, int Warps = FA_WARPS,
+          int Part = FA_KV_PART>
 __global__ static void __launch_bounds__(Warps * 32, MinBlocks)
 fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint16_t *qkv,
                  const float *lse, const float *dd, int t, int c, int nh, float scale, int bf16)
@@ -723,16 +727,17 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 			}
 			__syncthreads();
 		}
-		/* the query tile in parts of FA_KV_PART columns, each through
+		/* the query tile in parts of Part columns, each through
 		 * its scores, dp, ds and its k16 steps of the two products
 		 * before the next: the same steps in the same order as the
 		 * whole tile at once, so the same bits, for a part's registers
 		 * instead of the tile's (an SM's third block) */
-		const int part16 = FA_KV_PART / 16;
+		static_assert(FA_TILE % Part == 0 && Part % 16 == 0, "whole parts of m16 tiles");
+		const int part16 = Part / 16;
 		int wk = k0 + warp * 16;       /* the warp's first key */
 		bool seen = wk < q0 + FA_TILE; /* some query of the tile sees a key of the warp's */
 #pragma unroll
-		for (int c0 = 0; c0 < FA_TILE; c0 += FA_KV_PART) {
+		for (int c0 = 0; c0 < FA_TILE; c0 += Part) {
 			uint32_t dsf[part16][4];
 			if (seen) {
 				/* p^T = exp2(k q^T - lse), dp^T = v dout^T; ds^T = p^T (dp^T - D) */
@@ -810,8 +815,10 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
  * either, kern_attention_flash_more_blocks; 8 warps: 2, 128). A warp whose
  * rows all come before a key tile (with 8 warps, the first four at the
  * block's last tile) skips it: every probability there is zero, so the
- * same bits as with 4 warps. */
-template <typename T, bool Pipe, int MinBlocks = 3, int Warps = FA_WARPS>
+ * same bits as with 4 warps. Part: the keys taken at a time, FA_TILE for
+ * the whole tile (4 warps at 3 blocks an SM: 168 registers, none
+ * spilled). The same bits whatever Part. */
+template <typename T, bool Pipe, int MinBlocks = 3, int Warps = FA_WARPS, int Part = FA_Q_PART>
 __global__ static void __launch_bounds__(Warps * 32, MinBlocks)
 fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                 const float *dd, int t, int c, int nh, float scale, int bf16)
@@ -863,13 +870,14 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 		int wr = q0 + warp * 16;       /* the warp's first row */
 		if (k0 > wr + 15)              /* every key after every row of the warp's */
 			continue;
-		/* the key tile in parts of FA_Q_PART keys, as the dk, dv kernel
+		/* the key tile in parts of Part keys, as the dk, dv kernel
 		 * takes its query tile: the same steps in the same order (the
 		 * same bits) for a part's registers */
-		const int part16 = FA_Q_PART / 16;
+		static_assert(FA_TILE % Part == 0 && Part % 16 == 0, "whole parts of m16 tiles");
+		const int part16 = Part / 16;
 		bool whole = k0 + FA_TILE - 1 <= wr && wr + 15 < t;
 #pragma unroll
-		for (int c0 = 0; c0 < FA_TILE; c0 += FA_Q_PART) {
+		for (int c0 = 0; c0 < FA_TILE; c0 += Part) {
 			float s[2 * part16][4], ds[2 * part16][4];
 			warp_abt<T, part16>(s, qf, ks + c0 * FA_LD);
 			warp_abt<T, part16>(ds, dof, vs + c0 * FA_LD);

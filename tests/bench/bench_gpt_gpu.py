@@ -43,7 +43,9 @@ says which ran). Printed side by side:
   (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows of queries
   a warp), "fwd-ahead" (LARCH_CUDA_FLASH_FWD_AHEAD=1: the fused forward
   with each key tile's scores computed a tile ahead, overlapping the
-  tensor cores with the softmax), "ln-rows" (LARCH_CUDA_LN=rows:
+  tensor cores with the softmax), "whole-tiles"
+  (LARCH_CUDA_FLASH_WHOLE_TILES=1: the fused backward's kernels on whole
+  tiles of their walk instead of halves), "ln-rows" (LARCH_CUDA_LN=rows:
   LayerNorm's backward a row at a time from registers), "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
   q": the fused attention's backward kernels at one block more an SM than
   their registers allow, capped), "more-kv" (="kv": only the dk, dv
@@ -392,6 +394,7 @@ def main():
                 ("dq-atomic128", {"LARCH_CUDA_FLASH_DQ": "atomic128"}),
                 ("fwd-rows32", {"LARCH_CUDA_FLASH_FWD_ROWS": "32"}),
                 ("fwd-ahead", {"LARCH_CUDA_FLASH_FWD_AHEAD": "1"}),
+                ("whole-tiles", {"LARCH_CUDA_FLASH_WHOLE_TILES": "1"}),
                 ("ln-rows", {"LARCH_CUDA_LN": "rows"}),
                 ("more-blocks", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"}),
                 ("more-kv", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv"}),
@@ -412,8 +415,8 @@ def main():
         # the row again: interleaved repeats show the machine's noise)
         order = a.rows.split(",") if a.rows else [
             "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
-            "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "fwd-ahead", "ln-rows",
-            "more-blocks",
+            "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "fwd-ahead", "whole-tiles",
+            "ln-rows", "more-blocks",
             "more-kv", "block128", "xent-rows", "untuned", "dbias-fused", "xent-sep",
             "ln-res-sep",
             "gemm-attn",

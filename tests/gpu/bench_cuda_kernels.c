@@ -848,6 +848,12 @@ static void bench_attention16(int b, int t, int c, int nh)
 	kern_attention_flash_fwd_ahead(ah);
 	printf("%-40s flash fwd: scores a tile ahead %8.4f ms %7.1f TFLOP/s, not %8.4f ms, x%.2f\n",
 	       name, fa, 2 * flop / (fa * 1e-3) / 1e12, ff, ff / fa);
+	/* the backward kernels on whole tiles of their walk, beside halves */
+	int wt = kern_attention_flash_whole_tiles(1);
+	double bw = time_gpu_ms(att16_bwd_flash, &a);
+	kern_attention_flash_whole_tiles(wt);
+	printf("%-40s flash bwd: whole tiles %8.4f ms %7.1f TFLOP/s, halves %8.4f ms, x%.2f\n", name,
+	       bw, 4 * flop / (bw * 1e-3) / 1e12, bf, bf / bw);
 	/* all three kernels in blocks of 8 warps (128 queries or keys: each
 	 * tile a block copies serves twice the rows), beside 4 */
 	int blk = kern_attention_flash_block(128);

@@ -523,8 +523,9 @@ static void check_normwise16(const char *what, const float *got, const float *wa
  * blocks of 128 keys. A sixth runs the forward with 32 rows a warp
  * (kern_attention_flash_fwd_rows), an eighth all three kernels with
  * blocks of 8 warps (kern_attention_flash_block), a ninth the forward with
- * the scores a tile ahead (kern_attention_flash_fwd_ahead): the same
- * bits. */
+ * the scores a tile ahead (kern_attention_flash_fwd_ahead), a tenth the
+ * backward kernels on whole tiles (kern_attention_flash_whole_tiles): the
+ * same bits. */
 static void flash_case(int b, int t, int nh)
 {
 	char what[128];
@@ -550,7 +551,7 @@ static void flash_case(int b, int t, int nh)
 	void *qkv16 = dev16(qkv, 3 * btc), *dy16 = dev16(dy, btc), *o16 = dev16_alloc(btc);
 	void *dq16 = dev16_alloc(3 * btc);
 	float *d_lse = dev_alloc(rows);
-	enum { RUNS = 9 };
+	enum { RUNS = 10 };
 	float *got_o[RUNS], *got_dq[RUNS], *got_lse = NULL;
 	int pipe = kern_attention_flash_pipeline(-1);
 	int more_kv = kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, -1);
@@ -559,6 +560,7 @@ static void flash_case(int b, int t, int nh)
 	int fwd_rows = kern_attention_flash_fwd_rows(-1);
 	int block = kern_attention_flash_block(-1);
 	int ahead = kern_attention_flash_fwd_ahead(-1);
+	int whole = kern_attention_flash_whole_tiles(-1);
 	for (int run = 0; run < RUNS; run++) {
 		kern_attention_flash_pipeline(run != 2);
 		kern_attention_flash_more_blocks(KERN_FLASH_BWD_KV, run == 3);
@@ -567,6 +569,7 @@ static void flash_case(int b, int t, int nh)
 		kern_attention_flash_fwd_rows(run == 5 ? 32 : 16);
 		kern_attention_flash_block(run == 7 ? 128 : 64);
 		kern_attention_flash_fwd_ahead(run == 8);
+		kern_attention_flash_whole_tiles(run == 9);
 		kern_attention_flash_fwd_cuda(o16, d_lse, qkv16, b, t, c, nh);
 		kern_attention_flash_bwd_set_cuda(dq16, dy16, o16, qkv16, d_lse, b, t, c, nh);
 		got_o[run] = fetch16(o16, btc);
@@ -581,6 +584,7 @@ static void flash_case(int b, int t, int nh)
 	kern_attention_flash_fwd_rows(fwd_rows);
 	kern_attention_flash_block(block);
 	kern_attention_flash_fwd_ahead(ahead);
+	kern_attention_flash_whole_tiles(whole);
 	snprintf(what, sizeof what, "flash lse b=%d t=%d nh=%d", b, t, nh);
 	check_rel(what, got_lse, lse_ref, rows, 1e-5);
 	snprintf(what, sizeof what, "flash out b=%d t=%d nh=%d", b, t, nh);
@@ -598,6 +602,7 @@ static void flash_case(int b, int t, int nh)
 	check_bits("flash dqkv, blocks of 8 warps", got_dq[7], got_dq[0], 3 * btc);
 	check_bits("flash out, the scores a tile ahead", got_o[8], got_o[0], btc);
 	check_bits("flash dqkv, after the scores a tile ahead", got_dq[8], got_dq[0], 3 * btc);
+	check_bits("flash dqkv, whole tiles", got_dq[9], got_dq[0], 3 * btc);
 	/* dqkv's rows are q, k, v (c values each) */
 	float *dq_add = host_zeros(b * (long)t * c), *dq_own = host_zeros(b * (long)t * c);
 	for (int run = 4; run <= 6; run += 2) {
@@ -919,7 +924,8 @@ static void test_kernel_tune(void)
 		                ? 0
 		                : 1;
 		want += getenv("LARCH_CUDA_FLASH_MORE_BLOCKS") || getenv("LARCH_CUDA_FLASH_BLOCK") ||
-		                        getenv("LARCH_CUDA_FLASH_PIPE")
+		                        getenv("LARCH_CUDA_FLASH_PIPE") ||
+		                        getenv("LARCH_CUDA_FLASH_WHOLE_TILES")
 		                ? 0
 		                : 2;
 		want += getenv("LARCH_CUDA_XENT") ? 0 : 1;

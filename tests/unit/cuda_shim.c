@@ -1015,6 +1015,12 @@ int kern_attention_flash_fwd_ahead(int on)
 	return 0;
 }
 
+int kern_attention_flash_whole_tiles(int on)
+{
+	(void)on;                          /* (no tiles here) */
+	return 0;
+}
+
 /* the setting kept, for the tests of what a model asks for; the shim's
  * backward has no atomics (one way either way) */
 static int shim_dq_atomic;

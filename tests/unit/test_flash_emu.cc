@@ -340,6 +340,21 @@ static void run_case(int b, int t, int nh, int bf16)
 		CHECK_MSG(dqkv_pipe == dqkv16, "%s dqkv b=%d t=%d nh=%d: 8 warps (pipelined %d) and 4 "
 		          "differ", ty, b, t, nh, pipe);
 	}
+	/* both kernels taking each tile of their walk whole (Part FA_TILE:
+	 * kern_attention_flash_whole_tiles), pipelined: the same bits */
+	std::fill(dqkv_pipe.begin(), dqkv_pipe.end(), 0xffff);
+	emu_launch(grid, dim3(FA_THREADS), [&] {
+		fa_bwd_kv_kernel<T, true, 1, false, FA_WARPS, FA_TILE>(
+			dqkv_pipe.data(), nullptr, dout.h.data(), qkv.h.data(), lse.data(), dd.data(), t, c,
+			nh, scale, bf16);
+	});
+	emu_launch(grid, dim3(FA_THREADS), [&] {
+		fa_bwd_q_kernel<T, true, 3, FA_WARPS, FA_TILE>(dqkv_pipe.data(), dout.h.data(),
+		                                               qkv.h.data(), lse.data(), dd.data(), t, c,
+		                                               nh, scale, bf16);
+	});
+	CHECK_MSG(dqkv_pipe == dqkv16, "%s dqkv b=%d t=%d nh=%d: whole tiles and halves differ", ty,
+	          b, t, nh);
 	check_dq_added<T, 4>(dqkv16, dout, qkv, out16, lse, b, t, nh, bf16);
 	check_dq_added<T, 8>(dqkv16, dout, qkv, out16, lse, b, t, nh, bf16);
 	std::fill(dqkv_ref.begin(), dqkv_ref.end(), 0.0f);
