@@ -46,9 +46,10 @@ says which ran). Printed side by side:
   tensor cores with the softmax), "whole-tiles"
   (LARCH_CUDA_FLASH_WHOLE_TILES=1: the fused backward's kernels on whole
   tiles of their walk instead of halves), "ln-rows" (LARCH_CUDA_LN=rows:
-  LayerNorm's backward a row at a time from registers), "more-blocks" (LARCH_CUDA_FLASH_MORE_BLOCKS="kv
-  q": the fused attention's backward kernels at one block more an SM than
-  their registers allow, capped), "more-kv" (="kv": only the dk, dv
+  LayerNorm's backward a row at a time from registers), "more-blocks"
+  (LARCH_CUDA_FLASH_MORE_BLOCKS="kv q": the fused attention's backward
+  kernels at one block more an SM than their registers allow, capped),
+  "more-kv" (="kv": only the dk, dv
   kernel's, 3 blocks an SM, none of its registers spilled), "block128"
   (LARCH_CUDA_FLASH_BLOCK=128: the fused attention's three kernels in
   blocks of 8 warps, 128 queries or keys), "xent-rows" (LARCH_CUDA_XENT=
