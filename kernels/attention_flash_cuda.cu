@@ -40,6 +40,12 @@
  * this one (kern_attention_flash_pipeline; without, each tile's loads
  * stalled the block, at two blocks an SM that the dk, dv kernel's 222
  * registers allow).
+ *
+ * Each kernel has several shapes that give the same bits (blocks of 4 or
+ * 8 warps, 16 or 32 rows a warp, registers capped for one block more an
+ * SM, the forward's scores a tile ahead, the backward's tiles whole or in
+ * halves): a switch below fixes one, else a shape's first call times them
+ * and keeps the fastest (kern_cuda_variant_pick).
  */
 #include "attention_cuda.h"
 
