@@ -58,7 +58,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "attention_flash_cuda.cuh"
+#include "attention_flash_bwd_cuda.cuh"
+#include "attention_flash_fwd_cuda.cuh"
 #include "cuda_common.h"
 #include "matmul_cuda.h"
 

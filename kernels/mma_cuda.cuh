@@ -1,7 +1,7 @@
 /* kernels/mma_cuda.cuh - warp-level tensor-core primitives whose register
  * layouts the PTX ISA documents ("Matrix Fragments for mma.m16n8k16",
  * "ldmatrix"), for kernels that keep products in registers and work on them
- * there (attention_flash_cuda.cuh). sm_80 or later; CUDA C++ (nvcc).
+ * there (attention_flash_*.cuh). sm_80 or later; CUDA C++ (nvcc).
  *
  * In a warp, lane l is in group g = l / 4 and is thread q = l % 4 of it.
  * A 32-bit register holds two 16-bit values, the first in its low half.

@@ -1,5 +1,5 @@
 /* tests/unit/test_flash_emu.cc - the fused attention's kernels
- * (kernels/attention_flash_cuda.cuh) run on the CPU through cuda_emu.hh,
+ * (kernels/attention_flash_*.cuh) run on the CPU through cuda_emu.hh,
  * against attention_cpu.c's reference on the same 16-bit inputs: the
  * tiling, the causal masks, partial tiles (t not a multiple of 64), the
  * forward's online softmax over several key tiles, both backward kernels,
@@ -34,7 +34,8 @@ float emu_of16(uint16_t bits, bool bf16)
 	return bf16 ? fp32_of_bf16(bits) : fp32_of_fp16(bits);
 }
 
-#include "kernels/attention_flash_cuda.cuh"
+#include "kernels/attention_flash_bwd_cuda.cuh"
+#include "kernels/attention_flash_fwd_cuda.cuh"
 
 static uint64_t rng = 12345;
 
