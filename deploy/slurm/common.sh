@@ -44,13 +44,20 @@ pid_file() {
 # daemons are reaped late), and so does a process whose command line does not
 # name this cluster's directory (a pid file left over, the pid reused).
 daemon_pid() {
-	local pid state
+	local pid
 	pid=$(cat "$(pid_file "$1")" 2>/dev/null) || return 1
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1) || return 1
-	[ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$slurm_dir/" || return 1
+	ours_alive "$pid" || return 1
 	echo "$pid"
+}
+
+# ours_alive PID: succeeds while PID is a live process (not a zombie) of
+# this cluster (its command line names $slurm_dir)
+ours_alive() {
+	local state
+	state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) || return 1
+	[ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] || return 1
+	tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$slurm_dir/"
 }
 
 # now_ms: milliseconds since the epoch, for deadlines (SECONDS ticks on whole seconds)

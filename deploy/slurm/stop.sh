@@ -15,10 +15,13 @@ if [ ! -d "$slurm_dir" ]; then
 	exit 0
 fi
 
-# wait_gone NAME SECONDS: succeeds once the daemon has exited
+# wait_gone PID SECONDS: succeeds once the daemon PID has exited. Its
+# process, not its pid file: munged removes the file on SIGTERM before it
+# writes its seed and exits, so the file went first and a check right
+# after stop.sh found munged still running.
 wait_gone() {
 	local end=$(($(now_ms) + $2 * 1000))
-	while daemon_pid "$1" >/dev/null; do
+	while ours_alive "$1"; do
 		[ "$(now_ms)" -lt $end ] || return 1
 		sleep 0.05
 	done
@@ -41,10 +44,10 @@ stopped=()
 for d in slurmd slurmctld munged; do
 	pid=$(daemon_pid "$d") || continue
 	kill -TERM "$pid" 2>/dev/null || true
-	if ! wait_gone "$d" 15; then
+	if ! wait_gone "$pid" 15; then
 		echo "slurm-dev: $d ($pid) still runs 15 s after SIGTERM: SIGKILL" >&2
 		kill -KILL "$pid" 2>/dev/null || true
-		wait_gone "$d" 5 || slurm_fail "$d ($pid) survives SIGKILL"
+		wait_gone "$pid" 5 || slurm_fail "$d ($pid) survives SIGKILL"
 	fi
 	stopped+=("$d")
 done
