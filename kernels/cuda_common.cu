@@ -476,7 +476,6 @@ extern "C" void kern_cuda_scratch_free(void *dev)
 #define VARIANT_RUNS 3                 /* timed runs a block, back to back */
 #define VARIANT_BLOCKS 2               /* blocks a variant, its least kept */
 #define VARIANT_MARGIN 0.02            /* a variant beats the default by more than this */
-#define VARIANT_MOST 8
 
 static int g_kernel_tune = -1;         /* -1: LARCH_CUDA_KERNEL_TUNE not read yet */
 static struct kern_tune_table g_variants;  /* the picks (variant in word 0), no file */
@@ -546,12 +545,12 @@ extern "C" int kern_cuda_variant_pick(const char *key, int n, const char *const 
 	}
 	if (n < 2 || !kern_cuda_kernel_tune(-1))
 		return 0;
-	if (n > VARIANT_MOST)
-		kern_cuda_fail(__FILE__, __LINE__, key, "more variants than VARIANT_MOST");
+	if (n > KERN_CUDA_VARIANTS_MOST)
+		kern_cuda_fail(__FILE__, __LINE__, key, "more variants than KERN_CUDA_VARIANTS_MOST");
 	cudaEvent_t ev[2];
 	KERN_CUDA_CHECK(cudaEventCreate(&ev[0]));
 	KERN_CUDA_CHECK(cudaEventCreate(&ev[1]));
-	float ms[VARIANT_MOST];
+	float ms[KERN_CUDA_VARIANTS_MOST];
 	for (int v = 0; v < n; v++)
 		ms[v] = time_variant(run, ctx, v, ev);
 	KERN_CUDA_CHECK(cudaEventDestroy(ev[0]));

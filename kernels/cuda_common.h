@@ -222,6 +222,9 @@ int kern_cuda_kernel_tune(int on);
  * writes only what no variant reads, so that it may run again. */
 typedef void (*kern_cuda_variant_fn)(void *ctx, int variant);
 
+/* The most variants one key may time. */
+#define KERN_CUDA_VARIANTS_MOST 8
+
 /* The variant of the op and shape that key names (printable, no spaces,
  * under KERN_TUNE_KEY characters: the op, the type and every size that
  * may change the pick) among n, names[i] naming variant i: the pick kept

@@ -41,6 +41,9 @@
 #define LT_CACHE 128
 /* the timed runs of each candidate, after one untimed */
 #define LT_TUNE_RUNS 3
+/* the heuristic's candidates whose bits the same-bits tuning compares with
+ * the default path's (plan_same) */
+#define LT_SAME_CANDIDATES 8
 
 static int g_fused_bias = 1;
 static int g_fused_gelu = 0;
@@ -54,6 +57,9 @@ static long g_tuned, g_tuned_other;    /* problems tuned; those not on the first
 static long g_tune_reused;             /* problems that took a pick from the file */
 static struct kern_tune_table g_picks;  /* the picks so far (kern_matmul_cuda_gemm_tune_file) */
 static char *g_picks_path;             /* their file, or NULL */
+static int g_same = -1;                /* -1: LARCH_CUDA_GEMM_SAME not read yet */
+static long g_same_checked;            /* problems whose candidates' bits were compared */
+static long g_same_other;              /* those that kept another algorithm than the default */
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
 {
@@ -124,6 +130,28 @@ extern "C" long kern_matmul_cuda_gemm_tuned(long *other)
 extern "C" long kern_matmul_cuda_gemm_tune_reused(void)
 {
 	return g_tune_reused;
+}
+
+/* on unless LARCH_CUDA_GEMM_SAME=0 (matmul_cuda.h); on >= 0 sets it, -1
+ * only asks */
+extern "C" int kern_matmul_cuda_gemm_same(int on)
+{
+	return kern_cuda_env_switch(&g_same, "LARCH_CUDA_GEMM_SAME", "0", 1, on);
+}
+
+extern "C" long kern_matmul_cuda_gemm_same_checked(long *other)
+{
+	if (other)
+		*other = g_same_other;
+	return g_same_checked;
+}
+
+/* Whether a GEMM's first call looks for faster algorithms with the default
+ * path's bits: neither tuned (which may change the bits) nor told not to */
+static int same_bits_tuning(void)
+{
+	return !kern_matmul_cuda_gemm_tune(-1) && kern_matmul_cuda_gemm_same(-1) &&
+	       kern_cuda_kernel_tune(-1);
 }
 
 extern "C" int kern_matmul_cuda_operands(int dtype)
@@ -213,14 +241,16 @@ static int lt_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
  * from the fp32 result) = alpha op(A) op(B) + beta C with A and B in 16
  * bits, the products exact and summed in fp32 on the tensor cores: through
  * cuBLAS, or with the GEMMs tuned (kern_matmul_cuda_gemm_tune) through
- * cuBLASLt on the algorithm timed fastest, where it has one. */
+ * cuBLASLt on the algorithm timed fastest, where it has one; with the
+ * same-bits tuning, through the fastest of cuBLAS's call and those of
+ * cuBLASLt's algorithms that gave its bits (plan_same). */
 static void gemm16_to(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                       const uint16_t *a, int lda, const uint16_t *b, int ldb, float beta,
                       void *c, cudaDataType ct, int ldc)
 {
 	const float one = 1.0f;
 	cudaDataType t = type16();
-	if (kern_matmul_cuda_gemm_tune(-1) &&
+	if ((kern_matmul_cuda_gemm_tune(-1) || same_bits_tuning()) &&
 	    lt_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, t, ct, CUBLASLT_EPILOGUE_DEFAULT,
 	            NULL, NULL, 0))
 		return;
@@ -260,7 +290,8 @@ static void dweight16(float *dweight, const uint16_t *dout, int ldd, const uint1
  * Plans are cached by everything the heuristic sees, pointer alignments
  * included (the bias's too: the heuristic reads the alignment of the bias
  * and aux pointers set in the descriptor, cublasLt.h) and the candidates
- * asked of it (1, or those a tuned problem times); beta is the call's. */
+ * asked of it (1, or those a tuned problem times) and whether they are
+ * held to the default's bits (same); beta is the call's. */
 struct lt_key {
 	cublasOperation_t ta, tb;
 	int m, n, k, lda, ldb, ldd;
@@ -269,6 +300,7 @@ struct lt_key {
 	long aux_ld;                       /* 0: no aux matrix */
 	unsigned align[6];                 /* A, B, C (= D), D, aux, bias; 0: none */
 	int cands;
+	int same;                          /* the same-bits tuning (plan_same) */
 };
 
 struct lt_plan {
@@ -279,7 +311,10 @@ struct lt_plan {
 	cublasLtMatmulAlgo_t algo;
 	int ok;                            /* 0: no algorithm for this problem, the caller's
 	                                    * other path */
-	int untimed;                       /* candidates to time at its first call (plan_tune) */
+	int untimed;                       /* candidates to time at its first call (plan_tune,
+	                                    * plan_same) */
+	int cublas;                        /* 1: plan_same kept the caller's cuBLAS call, which
+	                                    * lt_gemm leaves to the caller (returns 0) */
 };
 
 /* the candidates the heuristic gave the plan made last (plan_get), its
@@ -345,6 +380,10 @@ static void plan_refuse(struct lt_plan *p, const char *why, cublasStatus_t st, i
 {
 	const struct lt_key *key = &p->key;
 	p->ok = 0;
+	/* a GEMM without epilogue that the same-bits tuning offered cuBLASLt:
+	 * its cuBLAS call is the default path, not a fallback */
+	if (key->same && key->epi == CUBLASLT_EPILOGUE_DEFAULT)
+		return;
 	g_lt_refused++;
 	fprintf(stderr,
 	        "larch: cuBLASLt: %s (%s, %d found) for epilogue %d, ops %c%c, "
@@ -353,6 +392,29 @@ static void plan_refuse(struct lt_plan *p, const char *why, cublasStatus_t st, i
 	        key->ta == CUBLAS_OP_T ? 'T' : 'N', key->tb == CUBLAS_OP_T ? 'T' : 'N', key->m,
 	        key->n, key->k, (int)key->ab, (int)key->dt, key->align[0], key->align[1],
 	        key->align[2], key->align[3], key->align[4], key->align[5]);
+}
+
+/* g_cand[0..*found) with first the algorithm an untuned plan of the
+ * problem takes, the heuristic's answer when asked for one (which need not
+ * lead its longer list): the default path the same-bits tuning holds the
+ * others to */
+static void default_first(const struct lt_plan *p, cublasLtMatmulPreference_t pref, int *found)
+{
+	cublasLtMatmulHeuristicResult_t one;
+	int got = 0;
+	if (cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->d, p->d, pref, 1, &one,
+	                                   &got) != CUBLAS_STATUS_SUCCESS ||
+	    got < 1)
+		return;
+	int at = 0;
+	while (at < *found && memcmp(&g_cand[at].algo, &one.algo, sizeof one.algo) != 0)
+		at++;
+	if (at == *found && *found < KERN_GEMM_TUNE_MOST)
+		(*found)++;                /* not in the list: one more */
+	else if (at == *found)
+		at--;                      /* the list full: its last makes room */
+	memmove(&g_cand[1], &g_cand[0], sizeof g_cand[0] * (size_t)at);
+	g_cand[0] = one;
 }
 
 static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, const void *aux)
@@ -423,12 +485,16 @@ static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, cons
 	int found = 0;
 	cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->d, p->d,
 	                                                   pref, key->cands, g_cand, &found);
+	if (st == CUBLAS_STATUS_SUCCESS && found > 0 && key->same)
+		default_first(p, pref, &found);
 	cublasLtMatmulPreferenceDestroy(pref);
 	g_ncand = st == CUBLAS_STATUS_SUCCESS ? found : 0;
 	if (g_ncand > 0) {
 		p->ok = 1;
 		p->algo = g_cand[0].algo;
-		p->untimed = g_ncand > 1;
+		/* the same-bits tuning of a GEMM without epilogue weighs even one
+		 * candidate against cuBLAS's call */
+		p->untimed = g_ncand > (key->same && key->epi == CUBLASLT_EPILOGUE_DEFAULT ? 0 : 1);
 	} else {
 		plan_refuse(p, "no algorithm", st, found);
 	}
@@ -461,6 +527,19 @@ static float time_algo(const struct lt_plan *p, const cublasLtMatmulAlgo_t *algo
 	return least;
 }
 
+/* The problem's shape, types, epilogue, alignments and candidates as text
+ * without spaces, for the keys of its picks */
+static void problem_text(const struct lt_key *k, char *out, size_t n)
+{
+	snprintf(out, n,
+	         "ops=%c%c;m=%d;n=%d;k=%d;ld=%d,%d,%d;types=%d,%d;epi=%d;aux=%ld;"
+	         "align=%u,%u,%u,%u,%u,%u;cands=%d",
+	         k->ta == CUBLAS_OP_T ? 'T' : 'N', k->tb == CUBLAS_OP_T ? 'T' : 'N', k->m, k->n,
+	         k->k, k->lda, k->ldb, k->ldd, (int)k->ab, (int)k->dt, (int)k->epi, k->aux_ld,
+	         k->align[0], k->align[1], k->align[2], k->align[3], k->align[4], k->align[5],
+	         k->cands);
+}
+
 /* The problem's line key in the picks' file (tune_table.h): the device and
  * cuBLASLt's version, under which a stored algorithm holds, then the plan's
  * key */
@@ -479,13 +558,9 @@ static void pick_key(const struct lt_key *k, char *out, size_t n)
 			if (*c <= ' ' || *c > '~')
 				*c = '_';
 	}
-	snprintf(out, n,
-	         "%s;cublasLt=%zu;ops=%c%c;m=%d;n=%d;k=%d;ld=%d,%d,%d;types=%d,%d;epi=%d;aux=%ld;"
-	         "align=%u,%u,%u,%u,%u,%u;cands=%d",
-	         dev, cublasLtGetVersion(), k->ta == CUBLAS_OP_T ? 'T' : 'N',
-	         k->tb == CUBLAS_OP_T ? 'T' : 'N', k->m, k->n, k->k, k->lda, k->ldb, k->ldd,
-	         (int)k->ab, (int)k->dt, (int)k->epi, k->aux_ld, k->align[0], k->align[1],
-	         k->align[2], k->align[3], k->align[4], k->align[5], k->cands);
+	char problem[KERN_TUNE_KEY - 96];   /* room for the device's name and the version */
+	problem_text(k, problem, sizeof problem);
+	snprintf(out, n, "%s;cublasLt=%zu;%s", dev, cublasLtGetVersion(), problem);
 }
 
 /* p's pick from the picks' file: 1 when the file has one that cuBLASLt
@@ -571,6 +646,194 @@ static void plan_tune(struct lt_plan *p, const void *a, const void *b, float bet
 	        key->m, key->n, key->k, pick + 1, n, ms[pick], first);
 }
 
+/* ---- the same-bits tuning -------------------------------------------------- */
+
+/* A problem's first call runs its default path (cuBLAS's call for a GEMM
+ * without epilogue, else the heuristic's first algorithm) and each of the
+ * heuristic's other candidates on the call's own operands, and hashes what
+ * each writes (D, and the epilogue's aux matrix or bias gradient): the
+ * candidates whose hashes are the default's give its bits, each output
+ * summed in the same order (cuBLAS's and cuBLASLt's results are the same
+ * bits run to run for one algorithm). Those are the problem's variants for
+ * kern_cuda_variant_pick, which times them and keeps the fastest, as it
+ * does for the kernels' variants: the results are the default path's bits
+ * whichever wins, so the run stays deterministic (the spec's default),
+ * where the any-bits tuning (kern_matmul_cuda_gemm_tune) is not. Where C
+ * is read (beta != 0) every run starts from the same C, a pattern in
+ * scratch (bits_fill_kernel), never the caller's. */
+
+/* what a GEMM writes: D and, by its epilogue, an aux matrix or a bias gradient */
+enum { SAME_D = 1, SAME_AUX = 2, SAME_BIAS = 4 };
+
+/* the outputs of epilogue e (SAME_*), or -1 for one this file does not use
+ * (its outputs unknown here: not tuned) */
+static int epilogue_outputs(cublasLtEpilogue_t e)
+{
+	switch (e) {
+	case CUBLASLT_EPILOGUE_DEFAULT:
+	case CUBLASLT_EPILOGUE_BIAS:
+	case CUBLASLT_EPILOGUE_DGELU:
+		return SAME_D;
+	case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+		return SAME_D | SAME_AUX;
+	case CUBLASLT_EPILOGUE_BGRADA:
+	case CUBLASLT_EPILOGUE_BGRADB:
+		return SAME_D | SAME_BIAS;
+	default:
+		return -1;
+	}
+}
+
+/* One problem's variants: 0 the default path, then the candidates with its
+ * bits; D is the call's own where beta is 0, else scratch */
+struct same_runs {
+	const struct lt_plan *p;
+	const void *a, *b;
+	float beta;
+	void *d;
+	int cublas;                        /* variant 0 is cuBLAS's call */
+	const cublasLtMatmulAlgo_t *algo[KERN_CUDA_VARIANTS_MOST];
+};
+
+/* Enqueues r's variant v (its algorithm algo where not cuBLAS's call);
+ * 0 when cuBLASLt refused it (it checks before it launches anything) */
+static int same_launch(const struct same_runs *r, int v, const cublasLtMatmulAlgo_t *algo)
+{
+	const struct lt_plan *p = r->p;
+	const struct lt_key *k = &p->key;
+	const float one = 1.0f;
+	if (v == 0 && r->cublas) {
+		KERN_CUBLAS_CHECK(cublasGemmEx(kern_cuda_cublas(), k->ta, k->tb, k->m, k->n, k->k, &one,
+		                               r->a, k->ab, k->lda, r->b, k->ab, k->ldb, &r->beta, r->d,
+		                               k->dt, k->ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+		return 1;
+	}
+	return cublasLtMatmul(g_lt, p->desc, &one, r->a, p->a, r->b, p->b, &r->beta, r->d, p->d,
+	                      r->d, p->d, algo, g_lt_workspace, KERN_CUBLASLT_WORKSPACE_BYTES,
+	                      kern_cuda_stream()) == CUBLAS_STATUS_SUCCESS;
+}
+
+/* kern_cuda_variant_fn: every variant has run once before it is timed */
+static void same_run(void *ctx, int v)
+{
+	const struct same_runs *r = (const struct same_runs *)ctx;
+	if (!same_launch(r, v, r->algo[v]))
+		kern_cuda_fail(__FILE__, __LINE__, "cublasLtMatmul", "an algorithm that ran refused");
+}
+
+/* h[0..3) += the hashes of D, the aux matrix and the bias gradient (those
+ * the epilogue writes, outs) */
+static void same_hash(unsigned long long *h, const struct lt_key *k, int outs, const void *d,
+                      const void *aux, const void *bias)
+{
+	cudaStream_t s = kern_cuda_stream();
+	int es = k->dt == CUDA_R_32F ? 4 : 2;
+	unsigned grid = kern_cuda_grid((long)k->m * k->n, 256);
+	grid = grid < 512 ? grid : 512;    /* an atomic add a thread, to one place */
+	bits_hash_kernel<<<grid, 256, 0, s>>>(h, d, es, k->m, k->n, k->ldd);
+	KERN_CUDA_CHECK_LAUNCH();
+	if (outs & SAME_AUX) {
+		bits_hash_kernel<<<grid, 256, 0, s>>>(h + 1, aux, es, k->m, k->n, k->aux_ld);
+		KERN_CUDA_CHECK_LAUNCH();
+	}
+	if (outs & SAME_BIAS) {          /* BGRADA sums over m's rows, BGRADB n's */
+		long len = k->epi == CUBLASLT_EPILOGUE_BGRADA ? k->m : k->n;
+		bits_hash_kernel<<<1, 256, 0, s>>>(h + 2, bias, es, len, 1, len);
+		KERN_CUDA_CHECK_LAUNCH();
+	}
+}
+
+/* The same-bits tuning of plan p (made by this call: g_cand holds its
+ * candidates) on the call's operands, bias and aux as the call has them:
+ * p->algo and p->cublas set to the pick. Nothing changes where the
+ * scratch cannot be had, and the default stays where no candidate gives
+ * its bits (said on stderr: how many did). */
+static void plan_same(struct lt_plan *p, const void *a, const void *b, float beta, void *d,
+                      const void *bias, const void *aux)
+{
+	const struct lt_key *key = &p->key;
+	p->untimed = 0;
+	int outs = epilogue_outputs(key->epi);
+	if (outs < 0)
+		return;
+	struct same_runs r;
+	memset(&r, 0, sizeof r);
+	r.p = p, r.a = a, r.b = b, r.beta = beta, r.d = d;
+	r.cublas = key->epi == CUBLASLT_EPILOGUE_DEFAULT;
+	/* what runs: the default, then each candidate that is not it */
+	const cublasLtMatmulAlgo_t *run[LT_SAME_CANDIDATES + 1];
+	int from[LT_SAME_CANDIDATES + 1], nrun = 0;
+	run[nrun] = r.cublas ? NULL : &g_cand[0].algo, from[nrun++] = 0;
+	for (int i = r.cublas ? 0 : 1; i < g_ncand && nrun < LT_SAME_CANDIDATES + 1; i++)
+		run[nrun] = &g_cand[i].algo, from[nrun++] = i;
+	r.algo[0] = run[0];
+
+	cudaStream_t s = kern_cuda_stream();
+	int es = key->dt == CUDA_R_32F ? 4 : 2;
+	void *c = NULL;
+	if (beta != 0.0f) {
+		size_t bytes = (size_t)es * ((size_t)(key->n - 1) * (size_t)key->ldd + (size_t)key->m);
+		if (cudaMallocAsync(&c, bytes, s) != cudaSuccess) {
+			(void)cudaGetLastError();
+			return;
+		}
+		r.d = c;
+	}
+	size_t hbytes = sizeof(unsigned long long) * 3 * (size_t)nrun;
+	unsigned long long *hd = (unsigned long long *)kern_cuda_scratch_alloc(hbytes);
+	KERN_CUDA_CHECK(cudaMemsetAsync(hd, 0, hbytes, s));
+	int ran[LT_SAME_CANDIDATES + 1];
+	for (int i = 0; i < nrun; i++) {
+		if (c) {
+			unsigned grid = kern_cuda_grid((long)key->m * key->n, 256);
+			bits_fill_kernel<<<grid, 256, 0, s>>>(c, es, key->dt == CUDA_R_16BF, key->m,
+			                                      key->n, key->ldd);
+			KERN_CUDA_CHECK_LAUNCH();
+		}
+		ran[i] = same_launch(&r, i == 0 ? 0 : 1, run[i]);
+		if (ran[i])
+			same_hash(hd + 3 * i, key, outs, r.d, aux, bias);
+	}
+	unsigned long long h[3 * (LT_SAME_CANDIDATES + 1)];
+	KERN_CUDA_CHECK(cudaMemcpyAsync(h, hd, hbytes, cudaMemcpyDeviceToHost, s));
+	KERN_CUDA_CHECK(cudaStreamSynchronize(s));
+	kern_cuda_scratch_free(hd);
+
+	/* the variants: the default, then the candidates with its hashes */
+	char names[KERN_CUDA_VARIANTS_MOST][24];
+	const char *name[KERN_CUDA_VARIANTS_MOST];
+	int nv = 0, same = 0;
+	if (ran[0]) {
+		snprintf(names[0], sizeof names[0], "%s", r.cublas ? "cuBLAS" : "candidate 1");
+		name[nv++] = names[0];
+		for (int i = 1; i < nrun; i++) {
+			if (!ran[i] || memcmp(&h[3 * i], &h[0], sizeof h[0] * 3) != 0)
+				continue;
+			same++;
+			if (nv == KERN_CUDA_VARIANTS_MOST)
+				continue;
+			r.algo[nv] = run[i];
+			snprintf(names[nv], sizeof names[nv], "candidate %d", from[i] + 1);
+			name[nv] = names[nv];
+			nv++;
+		}
+	}
+	g_same_checked++;
+	char text[KERN_TUNE_KEY];
+	memcpy(text, "gemm;", 5);
+	problem_text(key, text + 5, sizeof text - 5);
+	fprintf(stderr, "larch: GEMM same bits: %s: %d of %d candidates give the default's bits\n",
+	        text, same, nrun - 1);
+	int pick = nv > 1 ? kern_cuda_variant_pick(text, nv, name, same_run, &r) : 0;
+	if (c)
+		KERN_CUDA_CHECK(cudaFreeAsync(c, s));
+	p->cublas = r.cublas && pick == 0;
+	if (pick > 0) {
+		p->algo = *r.algo[pick];
+		g_same_other++;
+	}
+}
+
 /* The problem of struct lt_key in one cuBLASLt call, D = op(A) op(B) + beta
  * D; 0 when cuBLASLt has no algorithm for it, or the bias or aux matrix is
  * not as the epilogue needs it: nothing is done then, and the caller takes
@@ -593,7 +856,8 @@ static int lt_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 	key.ab = ab, key.dt = dt, key.epi = epi;
 	key.aux_ld = aux ? aux_ld : 0;
 	int tune = kern_matmul_cuda_gemm_tune(-1);
-	key.cands = tune ? tune : 1;
+	key.same = !tune && same_bits_tuning();
+	key.cands = tune ? tune : key.same ? LT_SAME_CANDIDATES : 1;
 	unsigned al[6] = { ptr_align(a),           ptr_align(b),
 	                   ptr_align(d),           ptr_align(d),
 	                   aux ? ptr_align(aux) : 0, bias ? ptr_align(bias) : 0 };
@@ -607,8 +871,12 @@ static int lt_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int
 	if (aux)
 		KERN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
 			p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-	if (p->untimed)
+	if (p->untimed && key.same)
+		plan_same(p, a, b, beta, d, bias, aux);
+	else if (p->untimed)
 		plan_tune(p, a, b, beta, d);
+	if (p->cublas)
+		return 0;
 	const float one = 1.0f;
 	cublasStatus_t st = cublasLtMatmul(g_lt, p->desc, &one, a, p->a, b, p->b, &beta, d, p->d, d,
 	                                   p->d, &p->algo, g_lt_workspace,

@@ -201,6 +201,25 @@ long kern_matmul_cuda_gemm_tuned(long *other);
 int kern_matmul_cuda_gemm_tune_file(const char *path);
 /* How many problems took their pick from that file so far. */
 long kern_matmul_cuda_gemm_tune_reused(void);
+/* Whether, without that tuning, the GEMMs are tuned for the same bits: a
+ * problem's first call (shape, types, epilogue, alignments) runs its
+ * default path (cuBLAS's call for a 16-bit GEMM without epilogue, else
+ * cuBLASLt's heuristic's first algorithm) and cuBLASLt's next candidates
+ * on its operands (from one pattern of C where it adds), keeps those whose
+ * outputs (D, and the epilogue's aux matrix or bias gradient) hash the same
+ * as the default's, and times them with the default as the kernels'
+ * variants are timed (kern_cuda_variant_pick, cuda_common.h: "larch:
+ * kernels timed: gemm;..." on stderr, and LARCH_CUDA_KERNEL_PICKS takes
+ * such picks): the default path's bits whichever is kept, so a run stays
+ * deterministic. Each problem checked is said on stderr ("larch: GEMM same
+ * bits: ...: k of n candidates give the default's bits"). On unless
+ * LARCH_CUDA_GEMM_SAME=0, and only while kern_cuda_kernel_tune is on; on
+ * >= 0 sets it, -1 only asks. Returns the previous setting. */
+int kern_matmul_cuda_gemm_same(int on);
+/* How many problems the same-bits tuning has checked so far, and (other,
+ * when not NULL) how many of them kept another algorithm than the
+ * default path's, for tests and benchmarks. */
+long kern_matmul_cuda_gemm_same_checked(long *other);
 
 #ifdef __cplusplus
 }

@@ -57,7 +57,9 @@ says which ran). Printed side by side:
   between its forward and backward), "untuned" (LARCH_CUDA_KERNEL_TUNE=0:
   each op's default kernels, where the default rows time the variants
   that give the same bits at their first call and keep the fastest; the
-  rows print each pick and its times, "kernels timed") and "dbias-fused"
+  rows print each pick and its times, "kernels timed"), "gemm-same-off"
+  (LARCH_CUDA_GEMM_SAME=0: the other kernels' variants timed, but not
+  the GEMMs' cuBLASLt algorithms with the default's bits) and "dbias-fused"
   (LARCH_CUDA_DBIAS=fused: the bias gradients in the weight gradients'
   GEMM epilogues instead of column-sum kernels); --rows names the rows to run, in
   order (a name again runs that row again: interleaved repeats show how
@@ -176,8 +178,12 @@ def run_larch(exe, tmp, a, precision, micro, env=None, tag="", deterministic=Tru
     # "flash-fwd:bf16,...=2 (8 warps): 16 rows a warp 0.4500 ms, ..."
     timed = [l.split("kernels timed: ", 1)[1] for l in p.stderr.splitlines()
              if "larch: kernels timed: " in l]
+    # the GEMMs' same-bits tuning: how many of each problem's cuBLASLt
+    # candidates gave the default path's bits ("gemm;ops=...: 3 of 8 ...")
+    same = [l.split("GEMM same bits: ", 1)[1] for l in p.stderr.splitlines()
+            if "larch: GEMM same bits: " in l]
     return {"tokens_s": statistics.median(rates[2:] or rates), "device": dev, "done": done,
-            "wall": wall, "micro": micro, "timed": timed}
+            "wall": wall, "micro": micro, "timed": timed, "same": same}
 
 
 TORCH_GPT = r'''
@@ -341,6 +347,8 @@ def main():
                 return
             print(f"# larch-train {prec}{tag} {r['device']}\n"
                   f"# larch-train {prec}{tag} {r['done']}")
+            for line in r["same"]:
+                print(f"# larch-train {prec}{tag} GEMM same bits: {line}")
             for line in r["timed"]:
                 print(f"# larch-train {prec}{tag} kernels timed: {line}")
             add_row("larch-train" + (f" ({tag[1:]})" if tag else ""), prec, r["tokens_s"],
@@ -405,6 +413,7 @@ def main():
                 ("xent-rows", {"LARCH_CUDA_XENT": "rows"}),
                 ("ln-res-sep", {"LARCH_CUDA_LN_RESIDUAL": "separate"}),
                 ("untuned", {"LARCH_CUDA_KERNEL_TUNE": "0"}),
+                ("gemm-same-off", {"LARCH_CUDA_GEMM_SAME": "0"}),
                 ("gemm-attn", gemm), ("gelu-sep", sep), ("neither", {**gemm, **sep}),
                 ("act32", {"LARCH_CUDA_ACT16": "0"})):
             named[tag] = env_row(env, tag)
@@ -418,7 +427,8 @@ def main():
             "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
             "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "fwd-ahead", "whole-tiles",
             "ln-rows", "more-blocks",
-            "more-kv", "block128", "xent-rows", "untuned", "dbias-fused", "xent-sep",
+            "more-kv", "block128", "xent-rows", "untuned", "gemm-same-off", "dbias-fused",
+            "xent-sep",
             "ln-res-sep",
             "gemm-attn",
             "gelu-sep", "neither", "torch-fp32", "gemm-bound", "act32"]

@@ -28,6 +28,8 @@
  *   tuned GEMMs (kern_matmul_cuda_gemm_tune) against the untuned: 16-bit
  *     out and dinp within one 16-bit spacing (another algorithm's sums may
  *     round to the neighbour) or 3e-5 of the largest; dweight as above.
+ *   the same-bits tuning (kern_matmul_cuda_gemm_same) against none: the
+ *     same bits, every output.
  */
 #include <math.h>
 #include <stdio.h>
@@ -781,6 +783,138 @@ static void test_tune_file(void)
 	rmdir(dir);
 }
 
+/* The same-bits tuning (kern_matmul_cuda_gemm_same): a layer's 16-bit
+ * forward (the bias epilogue, or the padded logits' GEMM without it), its
+ * GELU forward (GELU_AUX_BIAS: out and pre) and its backwards (the _set
+ * one, dinp without epilogue and dweight adding into fp32, with the bias
+ * gradient summed apart and in the GEMM, BGRADB; the DGELU one), on two
+ * sets of operands, with the tuning off and then on (the first set's
+ * calls check and time the problems' candidates, the second's take the
+ * picks): every output the same bits either way, as the tuning promises
+ * for any operands. On a GPU, the tuning checked problems. */
+struct same_out {
+	uint16_t *out, *gout, *gpre, *gi, *dpre;
+	float *gw, *gb, *fw, *fb, *dw;
+};
+
+static void same_run_layer(struct bwd16 *b, const float *d_b, void *out16, void *pre16,
+                           const void *pin16, struct same_out *o)
+{
+	int n = b->n, c = b->c, oc = b->oc, ldd = b->ldd;
+	o->out = fwd16_run(out16, ldd, b->x16, b->d_w, d_b, n, c, oc);
+	if (d_b && ldd == oc) {
+		void *g16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)n * (size_t)oc);
+		kern_matmul_gelu_fwd_act_cuda(KERN_ACT_16, g16, pre16, b->x16, b->d_w, d_b, n, c, oc);
+		o->gout = fetch_raw16(g16, (long)n * oc);
+		o->gpre = fetch_raw16(pre16, (long)n * oc);
+		kern_cuda_free(g16);
+		/* the layer after a GELU: its input b->x16 with pre pin16 [n, c] */
+		void *dp16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)b->nc);
+		dev_put(b->d_dw, b->dw0, b->oc_c);
+		dev_put(b->d_db, b->db0, oc);
+		kern_matmul_bwd_set_dgelu_act_cuda(KERN_ACT_16, dp16, b->d_dw, b->d_db, b->dy16, b->x16,
+		                                   b->d_w, pin16, n, c, oc);
+		o->dpre = fetch_raw16(dp16, b->nc);
+		o->dw = dev_fetch(b->d_dw, b->oc_c);
+		kern_cuda_free(dp16);
+	}
+	int prev = set_fused_dbias(0);
+	bwd16_run(b, &o->gi, &o->gw, &o->gb);
+	uint16_t *gi;
+	set_fused_dbias(1);
+	bwd16_run(b, &gi, &o->fw, &o->fb);
+	set_fused_dbias(prev);
+	free(gi);
+}
+
+static void same_out_free(struct same_out *o)
+{
+	free(o->out), free(o->gout), free(o->gpre), free(o->gi), free(o->dpre);
+	free(o->gw), free(o->gb), free(o->fw), free(o->fb), free(o->dw);
+}
+
+static void same_case(int dtype, int n, int c, int oc, int ldd, int bias)
+{
+	struct bwd16 b[2];
+	float *bh[2], *d_b[2], *pin[2];
+	void *pin16[2];
+	for (int k = 0; k < 2; k++) {
+		bwd16_init(&b[k], dtype, n, c, oc, ldd);
+		bh[k] = rand16(oc, -1, 1, b[k].bf16);
+		d_b[k] = bias ? dev_copy(bh[k], oc) : NULL;
+		pin[k] = rand16(b[k].nc, -3, 3, b[k].bf16);
+		pin16[k] = dev_copy16(pin[k], b[k].nc, b[k].bf16);
+	}
+	const char *ty = b[0].bf16 ? "bf16" : "fp16";
+	void *out16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)n * (size_t)ldd);
+	void *pre16 = kern_cuda_malloc(sizeof(uint16_t) * (size_t)n * (size_t)oc);
+	int prev_ops = kern_matmul_cuda_operands(dtype), prev_gelu = kern_matmul_cuda_fused_gelu(1);
+	int prev_tune = kern_cuda_kernel_tune(1), prev_same = kern_matmul_cuda_gemm_same(-1);
+	long checked0 = kern_matmul_cuda_gemm_same_checked(NULL);
+	struct same_out o[2][2];           /* [tuning off, on][operands] */
+	memset(o, 0, sizeof o);
+	for (int on = 0; on < 2; on++) {
+		kern_matmul_cuda_gemm_same(on);
+		for (int k = 0; k < 2; k++)
+			same_run_layer(&b[k], d_b[k], out16, pre16, pin16[k], &o[on][k]);
+	}
+	long other = 0, checked = kern_matmul_cuda_gemm_same_checked(&other) - checked0;
+	kern_matmul_cuda_gemm_same(prev_same);
+	kern_cuda_kernel_tune(prev_tune);
+	kern_matmul_cuda_fused_gelu(prev_gelu);
+	kern_matmul_cuda_operands(prev_ops);
+
+	char what[160];
+	snprintf(what, sizeof what, "%s same bits n=%d c=%d oc=%d ldd=%d", ty, n, c, oc, ldd);
+	if (!gpu_test_standin())
+		CHECK_MSG(checked > 0, "%s: no problem was checked", what);
+	printf("  %s: %ld problems checked (%ld on another algorithm in all so far)\n", what,
+	       checked, other);
+	fflush(stdout);
+	for (int k = 0; k < 2; k++) {
+		const struct same_out *off = &o[0][k], *on = &o[1][k];
+		snprintf(what, sizeof what, "%s same bits %s, n=%d c=%d oc=%d ldd=%d", ty,
+		         k ? "operands after the picks" : "operands timed", n, c, oc, ldd);
+		check_same16(what, on->out, off->out, (long)n * ldd);
+		check_same16(what, on->gi, off->gi, b[k].nc);
+		check_same_bits(what, on->gw, off->gw, b[k].oc_c);
+		check_same_bits(what, on->gb, off->gb, oc);
+		check_same_bits(what, on->fw, off->fw, b[k].oc_c);
+		check_same_bits(what, on->fb, off->fb, oc);
+		if (off->gout) {
+			check_same16(what, on->gout, off->gout, (long)n * oc);
+			check_same16(what, on->gpre, off->gpre, (long)n * oc);
+			check_same16(what, on->dpre, off->dpre, b[k].nc);
+			check_same_bits(what, on->dw, off->dw, b[k].oc_c);
+		}
+	}
+	for (int on = 0; on < 2; on++)
+		for (int k = 0; k < 2; k++)
+			same_out_free(&o[on][k]);
+	for (int k = 0; k < 2; k++) {
+		free(bh[k]), free(pin[k]);
+		kern_cuda_free(d_b[k]), kern_cuda_free(pin16[k]);
+		bwd16_free(&b[k]);
+	}
+	kern_cuda_free(out16), kern_cuda_free(pre16);
+}
+
+static void test_same_bits(void)
+{
+	/* odd sizes, the padded logits' (no bias, rows ldd apart), then GPT-2's
+	 * qkv and fc at one sequence (the stand-in stops after the first two) */
+	static const int cases[][5] = {   /* n, c, oc, ldd, bias */
+		{ 37, 40, 77, 77, 1 }, { 64, 64, 250, 256, 0 }, { 1024, 768, 2304, 2304, 1 },
+		{ 1024, 768, 3072, 3072, 1 }, { 512, 768, 50257, 50304, 0 },
+	};
+	static const int dtypes[] = { KERN_MM_BF16, KERN_MM_FP16 };
+	size_t count = gpu_test_standin() ? 2 : sizeof cases / sizeof cases[0];
+	for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++)
+		for (size_t k = 0; k < count; k++)
+			same_case(dtypes[t], cases[k][0], cases[k][1], cases[k][2], cases[k][3],
+			          cases[k][4]);
+}
+
 int main(void)
 {
 	gpu_test_init("test_cuda_matmul");
@@ -793,5 +927,6 @@ int main(void)
 	CHECK_RUN(test_split_odd);
 	CHECK_RUN(test_tuned);
 	CHECK_RUN(test_tune_file);
+	CHECK_RUN(test_same_bits);
 	return check_finish();
 }

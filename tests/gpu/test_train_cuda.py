@@ -450,9 +450,11 @@ def main():
                 reference=tmp / "gpt-h64-cpu",
                 env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_FWD_ROWS": "32"})
         # the kernels' same-bits variants timed at each op's first call (the
-        # default: kern_cuda_kernel_tune): the losses of the run that takes
-        # every op's default way (LARCH_CUDA_KERNEL_TUNE=0) bit for bit, and
-        # each of the five timed ops named on stderr with its pick
+        # default: kern_cuda_kernel_tune), the GEMMs' cuBLASLt algorithms
+        # with the default path's bits among them (kern_matmul_cuda_gemm_same):
+        # the losses of the run that takes every op's default way
+        # (LARCH_CUDA_KERNEL_TUNE=0) bit for bit, each of the five timed ops
+        # named on stderr with its pick, and the GEMMs checked
         vspec = {**h64, "name": "gpt-h64-bf16-variants", "precision": {"compute": "bf16"}}
         runs = {}
         for tag, extra in (("timed", {}), ("untimed", {"LARCH_CUDA_KERNEL_TUNE": "0"})):
@@ -469,6 +471,11 @@ def main():
                 "flash-bwd-kv", "flash-bwd-q", "flash-fwd", "residual-layernorm", "xent-fwd-bwd"]
             c.check(ops == want and "kernels timed" not in runs["untimed"][0].stderr,
                     f"gpt-h64-bf16-variants: the ops timed {ops}, none with the timing off")
+            checked = [runs[t][0].stderr.count("larch: GEMM same bits: ")
+                       for t in ("timed", "untimed")]
+            c.check((checked[0] > 0) == bool(want) and checked[1] == 0,
+                    f"gpt-h64-bf16-variants: {checked[0]} GEMM problems checked for the same "
+                    f"bits, {checked[1]} with the timing off")
             for name in ("train/loss", "val/loss"):
                 a = metrics(runs["timed"][1], name)
                 b = metrics(runs["untimed"][1], name)

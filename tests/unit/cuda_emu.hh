@@ -123,6 +123,11 @@ static inline float atomicAdd(float *p, float v)
 	return std::atomic_ref<float>(*p).fetch_add(v);
 }
 
+static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
+{
+	return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
+}
+
 static inline int min(int a, int b)
 {
 	return a < b ? a : b;

@@ -1196,6 +1196,25 @@ long kern_matmul_cuda_gemm_tune_reused(void)
 	return shim_tune_reused;
 }
 
+/* the same-bits tuning: the switch is kept; the GEMMs here are the CPU's,
+ * with no other algorithm to check */
+static int shim_gemm_same = 1;
+
+int kern_matmul_cuda_gemm_same(int on)
+{
+	int prev = shim_gemm_same;
+	if (on >= 0)
+		shim_gemm_same = on != 0;
+	return prev;
+}
+
+long kern_matmul_cuda_gemm_same_checked(long *other)
+{
+	if (other)
+		*other = 0;
+	return 0;
+}
+
 void kern_matmul_gelu_fwd_act_cuda(int a16, void *out, void *pre, const void *inp,
                                    const float *weight, const float *bias, int n, int c, int oc)
 {

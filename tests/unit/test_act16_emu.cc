@@ -1,8 +1,9 @@
 /* tests/unit/test_act16_emu.cc - the CUDA kernels that store activations
  * as 16 bits (KERN_ACT_16: LayerNorm, GELU, the residual, softmax +
  * cross-entropy and its argmax, the embedding, attention's causal softmax,
- * matmul's bias store and bias gradient; kernels/<op>_kernels.cuh; not the
- * GEMMs, which are cuBLAS's) run on the CPU through cuda_emu.hh, in bf16
+ * matmul's bias store and bias gradient, and the hash of a GEMM's output its
+ * same-bits tuning compares; kernels/<op>_kernels.cuh; not the GEMMs, which
+ * are cuBLAS's) run on the CPU through cuda_emu.hh, in bf16
  * and fp16:
  *   - with packed 16-bit buffers (a16 1) each output is the fp32-buffer
  *     path's (a16 0) bit for bit, once packed: the same values read, the
@@ -725,6 +726,90 @@ static void test_matmul_small()
 	}
 }
 
+/* The hash a GEMM's same-bits tuning compares outputs by (bits_hash_kernel):
+ * the host's sum of the same terms, whatever the grid; blind to what lies
+ * between the columns; moved by one bit of one element, and by two
+ * elements swapped. The pattern it fills C with (bits_fill_kernel): every
+ * value of magnitude 0.25 to 1, of both signs, the same for any grid, the
+ * gaps between the columns left as they were. */
+template <typename E>
+static void gemm_bits_case(int bf16)
+{
+	const long rows = 37, cols = 23, ld = 40;
+	const int es = (int)sizeof(E);
+	std::vector<E> m((size_t)(ld * cols));
+	for (auto &v : m)
+		v = (E)(uint32_t)(uniform(0, 1) * 4294967295.0);
+	auto hash = [&](const std::vector<E> &x, unsigned grid, unsigned block) {
+		unsigned long long h = 0;
+		emu_launch(dim3(grid), dim3(block), [&] {
+			bits_hash_kernel(&h, x.data(), es, rows, cols, ld);
+		});
+		return h;
+	};
+	unsigned long long want = 0;
+	for (long e = 0; e < rows * cols; e++)
+		want += bits_mix64((uint64_t)m[(size_t)(e / rows * ld + e % rows)] +
+		                   (uint64_t)e * 0x9e3779b97f4a7c15ull);
+	unsigned long long h = hash(m, 1, 32);
+	CHECK_MSG(h == want && hash(m, 3, 64) == want && hash(m, 40, 32) == want,
+	          "gemm bits hash (%d bytes): %#llx, want %#llx", es, h, want);
+	auto gap = m;
+	gap[(size_t)(2 * ld + rows + 1)] ^= 1;
+	CHECK_MSG(hash(gap, 2, 32) == want, "gemm bits hash (%d bytes): moved by the gaps", es);
+	auto bit = m;
+	bit[(size_t)(5 * ld + 7)] ^= 1;
+	CHECK_MSG(hash(bit, 2, 32) != want, "gemm bits hash (%d bytes): one bit not seen", es);
+	auto swap = m;
+	const size_t p1 = (size_t)(3 * ld + 1), p2 = p1 + 1;
+	swap[p2] = (E)(swap[p1] + 1);
+	auto swapped = swap;
+	std::swap(swapped[p1], swapped[p2]);
+	CHECK_MSG(hash(swap, 2, 32) != hash(swapped, 2, 32),
+	          "gemm bits hash (%d bytes): two elements swapped not seen", es);
+
+	std::vector<E> f1(m.size(), (E)7), f2(f1);
+	emu_launch(dim3(1), dim3(32), [&] {
+		bits_fill_kernel(f1.data(), es, bf16, rows, cols, ld);
+	});
+	emu_launch(dim3(5), dim3(64), [&] {
+		bits_fill_kernel(f2.data(), es, bf16, rows, cols, ld);
+	});
+	CHECK_MSG(f1 == f2, "gemm bits fill (%d bytes): another grid, other values", es);
+	int bad = 0, neg = 0;
+	for (long j = 0; j < cols; j++)
+		for (long i = 0; i < ld; i++) {
+			E bits = f1[(size_t)(j * ld + i)];
+			if (i >= rows) {
+				bad += bits != (E)7;
+				continue;
+			}
+			float v;
+			if (es == 4) {
+				uint32_t u = (uint32_t)bits;
+				std::memcpy(&v, &u, sizeof v);
+			} else {
+				uint16_t u = (uint16_t)bits;
+				if (bf16)
+					kern_bf16_to_fp32_cpu(&v, &u, 1);
+				else
+					kern_fp16_to_fp32_cpu(&v, &u, 1);
+			}
+			bad += !(std::fabs(v) >= 0.25f && std::fabs(v) < 1.0f);
+			neg += v < 0;
+		}
+	CHECK_MSG(!bad && neg > rows * cols / 4 && neg < rows * cols * 3 / 4,
+	          "gemm bits fill (%d bytes, bf16 %d): %d values out of place, %d of %ld negative",
+	          es, bf16, bad, neg, rows * cols);
+}
+
+static void test_gemm_bits()
+{
+	gemm_bits_case<uint32_t>(0);
+	gemm_bits_case<uint16_t>(1);
+	gemm_bits_case<uint16_t>(0);
+}
+
 /* the embedding's forward into a packed buffer and an fp32 one, and its
  * backward from a packed dout and an fp32 one (the positions sorted by
  * token as CUB's stable radix sort leaves them) */
@@ -804,5 +889,6 @@ int main(void)
 		CHECK_RUN(test_matmul_small);
 		CHECK_RUN(test_embedding);
 	}
+	CHECK_RUN(test_gemm_bits);
 	return check_finish();
 }
