@@ -530,32 +530,48 @@ static void preset_picks(void)
 		kern_cuda_fail(__FILE__, __LINE__, "LARCH_CUDA_KERNEL_PICKS", why);
 }
 
-extern "C" int kern_cuda_variant_pick(const char *key, int n, const char *const names[],
-                                      kern_cuda_variant_fn run, void *ctx)
+extern "C" int kern_cuda_variant_kept(const char *key)
 {
 	preset_picks();
 	const uint64_t *kept = kern_tune_table_find(&g_variants, key);
-	if (kept) {
-		if ((int)kept[0] >= n) {
+	return kept ? (int)kept[0] : -1;
+}
+
+extern "C" int kern_cuda_variant_pick_some(const char *key, int n, const char *const names[],
+                                           const unsigned char *ok, kern_cuda_variant_fn run,
+                                           void *ctx)
+{
+	int kept = kern_cuda_variant_kept(key);
+	if (kept >= 0) {
+		if (kept >= n) {
 			char why[96];
-			snprintf(why, sizeof why, "pick %d of %d variants", (int)kept[0], n);
+			snprintf(why, sizeof why, "pick %d of %d variants", kept, n);
 			kern_cuda_fail(__FILE__, __LINE__, key, why);
 		}
-		return (int)kept[0];
+		return kept;
 	}
 	if (n < 2 || !kern_cuda_kernel_tune(-1))
 		return 0;
 	if (n > KERN_CUDA_VARIANTS_MOST)
 		kern_cuda_fail(__FILE__, __LINE__, key, "more variants than KERN_CUDA_VARIANTS_MOST");
-	cudaEvent_t ev[2];
-	KERN_CUDA_CHECK(cudaEventCreate(&ev[0]));
-	KERN_CUDA_CHECK(cudaEventCreate(&ev[1]));
+	int offered = 0, only = 0;
+	for (int v = n - 1; v >= 0; v--)
+		if (!ok || ok[v])
+			offered++, only = v;
 	float ms[KERN_CUDA_VARIANTS_MOST];
 	for (int v = 0; v < n; v++)
-		ms[v] = time_variant(run, ctx, v, ev);
-	KERN_CUDA_CHECK(cudaEventDestroy(ev[0]));
-	KERN_CUDA_CHECK(cudaEventDestroy(ev[1]));
-	int pick = kern_tune_fastest(ms, n, VARIANT_MARGIN);
+		ms[v] = -1.0f;
+	if (offered > 1) {
+		cudaEvent_t ev[2];
+		KERN_CUDA_CHECK(cudaEventCreate(&ev[0]));
+		KERN_CUDA_CHECK(cudaEventCreate(&ev[1]));
+		for (int v = 0; v < n; v++)
+			if (!ok || ok[v])
+				ms[v] = time_variant(run, ctx, v, ev);
+		KERN_CUDA_CHECK(cudaEventDestroy(ev[0]));
+		KERN_CUDA_CHECK(cudaEventDestroy(ev[1]));
+	}
+	int pick = offered > 1 ? kern_tune_fastest(ms, n, VARIANT_MARGIN) : only;
 	uint64_t word[KERN_TUNE_WORDS] = { (uint64_t)pick };
 	char why[160];
 	if (kern_tune_table_add(&g_variants, NULL, key, word, why, sizeof why) != 0)
@@ -564,11 +580,23 @@ extern "C" int kern_cuda_variant_pick(const char *key, int n, const char *const 
 	char line[640];
 	int len = snprintf(line, sizeof line, "larch: kernels timed: %s=%d (%s):", key, pick,
 	                   names[pick]);
-	for (int v = 0; v < n && len > 0 && (size_t)len < sizeof line; v++)
-		len += snprintf(line + len, sizeof line - (size_t)len, "%s %s %.4f ms", v ? "," : "",
-		                names[v], (double)ms[v]);
+	if (offered < 2)
+		snprintf(line + len, sizeof line - (size_t)len, " the only way offered");
+	for (int v = 0, first = 1; v < n && len > 0 && (size_t)len < sizeof line; v++) {
+		if (ms[v] < 0.0f)
+			continue;              /* not offered, or not timed */
+		len += snprintf(line + len, sizeof line - (size_t)len, "%s %s %.4f ms",
+		                first ? "" : ",", names[v], (double)ms[v]);
+		first = 0;
+	}
 	fprintf(stderr, "%s\n", line);
 	return pick;
+}
+
+extern "C" int kern_cuda_variant_pick(const char *key, int n, const char *const names[],
+                                      kern_cuda_variant_fn run, void *ctx)
+{
+	return kern_cuda_variant_pick_some(key, n, names, NULL, run, ctx);
 }
 
 /* ---- launch shapes --------------------------------------------------------- */

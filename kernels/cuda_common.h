@@ -241,6 +241,16 @@ typedef void (*kern_cuda_variant_fn)(void *ctx, int variant);
  * parse, or a pick past n, aborts with the reason. */
 int kern_cuda_variant_pick(const char *key, int n, const char *const names[],
                            kern_cuda_variant_fn run, void *ctx);
+/* kern_cuda_variant_pick among the variants v with ok[v] set (ok NULL:
+ * all): the others are not timed (nor named) and not picked unless kept
+ * or given for the key. Where only one is offered it is kept untimed
+ * (said on stderr as "the only way offered"), so that the key has a pick
+ * that a later call, or LARCH_CUDA_KERNEL_PICKS, takes as it is. */
+int kern_cuda_variant_pick_some(const char *key, int n, const char *const names[],
+                                const unsigned char *ok, kern_cuda_variant_fn run, void *ctx);
+/* The pick kept for key, or given for it in LARCH_CUDA_KERNEL_PICKS; -1
+ * for none (nothing timed). */
+int kern_cuda_variant_kept(const char *key);
 
 /* The keys timed so far in this process. */
 long kern_cuda_variants_tuned(void);

@@ -41,8 +41,8 @@
 #define LT_CACHE 128
 /* the timed runs of each candidate, after one untimed */
 #define LT_TUNE_RUNS 3
-/* the heuristic's candidates whose bits the same-bits tuning compares with
- * the default path's (plan_same) */
+/* the heuristic's candidates the same-bits tuning asks for (plan_same):
+ * with the default, at most KERN_CUDA_VARIANTS_MOST variants */
 #define LT_SAME_CANDIDATES 8
 
 static int g_fused_bias = 1;
@@ -684,20 +684,22 @@ static int epilogue_outputs(cublasLtEpilogue_t e)
 	}
 }
 
-/* One problem's variants: 0 the default path, then the candidates with its
- * bits; D is the call's own where beta is 0, else scratch */
+/* One problem's variants: 0 the default path, then the heuristic's other
+ * candidates in its order; D is the call's own where beta is 0, else
+ * scratch */
 struct same_runs {
 	const struct lt_plan *p;
 	const void *a, *b;
 	float beta;
 	void *d;
 	int cublas;                        /* variant 0 is cuBLAS's call */
+	int n;
 	const cublasLtMatmulAlgo_t *algo[KERN_CUDA_VARIANTS_MOST];
 };
 
-/* Enqueues r's variant v (its algorithm algo where not cuBLAS's call);
- * 0 when cuBLASLt refused it (it checks before it launches anything) */
-static int same_launch(const struct same_runs *r, int v, const cublasLtMatmulAlgo_t *algo)
+/* Enqueues r's variant v; 0 when cuBLASLt refused it (it checks before it
+ * launches anything) */
+static int same_launch(const struct same_runs *r, int v)
 {
 	const struct lt_plan *p = r->p;
 	const struct lt_key *k = &p->key;
@@ -709,15 +711,15 @@ static int same_launch(const struct same_runs *r, int v, const cublasLtMatmulAlg
 		return 1;
 	}
 	return cublasLtMatmul(g_lt, p->desc, &one, r->a, p->a, r->b, p->b, &r->beta, r->d, p->d,
-	                      r->d, p->d, algo, g_lt_workspace, KERN_CUBLASLT_WORKSPACE_BYTES,
+	                      r->d, p->d, r->algo[v], g_lt_workspace,
+	                      KERN_CUBLASLT_WORKSPACE_BYTES,
 	                      kern_cuda_stream()) == CUBLAS_STATUS_SUCCESS;
 }
 
-/* kern_cuda_variant_fn: every variant has run once before it is timed */
+/* kern_cuda_variant_fn: a variant timed has run once already */
 static void same_run(void *ctx, int v)
 {
-	const struct same_runs *r = (const struct same_runs *)ctx;
-	if (!same_launch(r, v, r->algo[v]))
+	if (!same_launch((const struct same_runs *)ctx, v))
 		kern_cuda_fail(__FILE__, __LINE__, "cublasLtMatmul", "an algorithm that ran refused");
 }
 
@@ -743,16 +745,53 @@ static void same_hash(unsigned long long *h, const struct lt_key *k, int outs, c
 	}
 }
 
+/* ok[v] = whether r's variant v writes variant 0's bits (ok[0]: whether it
+ * ran), each from the same C where the GEMM adds; the count of v > 0 */
+static int same_check(struct same_runs *r, int outs, const void *bias, const void *aux,
+                      unsigned char *ok)
+{
+	const struct lt_key *key = &r->p->key;
+	cudaStream_t s = kern_cuda_stream();
+	int es = key->dt == CUDA_R_32F ? 4 : 2;
+	size_t hbytes = sizeof(unsigned long long) * 3 * (size_t)r->n;
+	unsigned long long *hd = (unsigned long long *)kern_cuda_scratch_alloc(hbytes);
+	KERN_CUDA_CHECK(cudaMemsetAsync(hd, 0, hbytes, s));
+	for (int v = 0; v < r->n; v++) {
+		if (r->beta != 0.0f) {
+			unsigned grid = kern_cuda_grid((long)key->m * key->n, 256);
+			bits_fill_kernel<<<grid, 256, 0, s>>>(r->d, es, key->dt == CUDA_R_16BF, key->m,
+			                                      key->n, key->ldd);
+			KERN_CUDA_CHECK_LAUNCH();
+		}
+		ok[v] = (unsigned char)same_launch(r, v);
+		if (ok[v])
+			same_hash(hd + 3 * v, key, outs, r->d, aux, bias);
+	}
+	unsigned long long h[3 * KERN_CUDA_VARIANTS_MOST];
+	KERN_CUDA_CHECK(cudaMemcpyAsync(h, hd, hbytes, cudaMemcpyDeviceToHost, s));
+	KERN_CUDA_CHECK(cudaStreamSynchronize(s));
+	kern_cuda_scratch_free(hd);
+	int same = 0;
+	for (int v = 1; v < r->n; v++) {
+		ok[v] = ok[v] && ok[0] && memcmp(&h[3 * v], &h[0], sizeof h[0] * 3) == 0;
+		same += ok[v];
+	}
+	return same;
+}
+
 /* The same-bits tuning of plan p (made by this call: g_cand holds its
  * candidates) on the call's operands, bias and aux as the call has them:
- * p->algo and p->cublas set to the pick. Nothing changes where the
- * scratch cannot be had, and the default stays where no candidate gives
- * its bits (said on stderr: how many did). */
+ * p->algo and p->cublas set to the pick. A pick kept or given for the
+ * problem (kern_cuda_variant_kept) is taken as it is; else the candidates
+ * are checked (said on stderr: how many give the default's bits) and
+ * those that do timed with the default. Nothing changes where the scratch
+ * cannot be had. */
 static void plan_same(struct lt_plan *p, const void *a, const void *b, float beta, void *d,
                       const void *bias, const void *aux)
 {
 	const struct lt_key *key = &p->key;
 	p->untimed = 0;
+	p->cublas = key->epi == CUBLASLT_EPILOGUE_DEFAULT;   /* the default path, unless picked */
 	int outs = epilogue_outputs(key->epi);
 	if (outs < 0)
 		return;
@@ -760,73 +799,49 @@ static void plan_same(struct lt_plan *p, const void *a, const void *b, float bet
 	memset(&r, 0, sizeof r);
 	r.p = p, r.a = a, r.b = b, r.beta = beta, r.d = d;
 	r.cublas = key->epi == CUBLASLT_EPILOGUE_DEFAULT;
-	/* what runs: the default, then each candidate that is not it */
-	const cublasLtMatmulAlgo_t *run[LT_SAME_CANDIDATES + 1];
-	int from[LT_SAME_CANDIDATES + 1], nrun = 0;
-	run[nrun] = r.cublas ? NULL : &g_cand[0].algo, from[nrun++] = 0;
-	for (int i = r.cublas ? 0 : 1; i < g_ncand && nrun < LT_SAME_CANDIDATES + 1; i++)
-		run[nrun] = &g_cand[i].algo, from[nrun++] = i;
-	r.algo[0] = run[0];
-
-	cudaStream_t s = kern_cuda_stream();
-	int es = key->dt == CUDA_R_32F ? 4 : 2;
-	void *c = NULL;
-	if (beta != 0.0f) {
-		size_t bytes = (size_t)es * ((size_t)(key->n - 1) * (size_t)key->ldd + (size_t)key->m);
-		if (cudaMallocAsync(&c, bytes, s) != cudaSuccess) {
-			(void)cudaGetLastError();
-			return;
-		}
-		r.d = c;
-	}
-	size_t hbytes = sizeof(unsigned long long) * 3 * (size_t)nrun;
-	unsigned long long *hd = (unsigned long long *)kern_cuda_scratch_alloc(hbytes);
-	KERN_CUDA_CHECK(cudaMemsetAsync(hd, 0, hbytes, s));
-	int ran[LT_SAME_CANDIDATES + 1];
-	for (int i = 0; i < nrun; i++) {
-		if (c) {
-			unsigned grid = kern_cuda_grid((long)key->m * key->n, 256);
-			bits_fill_kernel<<<grid, 256, 0, s>>>(c, es, key->dt == CUDA_R_16BF, key->m,
-			                                      key->n, key->ldd);
-			KERN_CUDA_CHECK_LAUNCH();
-		}
-		ran[i] = same_launch(&r, i == 0 ? 0 : 1, run[i]);
-		if (ran[i])
-			same_hash(hd + 3 * i, key, outs, r.d, aux, bias);
-	}
-	unsigned long long h[3 * (LT_SAME_CANDIDATES + 1)];
-	KERN_CUDA_CHECK(cudaMemcpyAsync(h, hd, hbytes, cudaMemcpyDeviceToHost, s));
-	KERN_CUDA_CHECK(cudaStreamSynchronize(s));
-	kern_cuda_scratch_free(hd);
-
-	/* the variants: the default, then the candidates with its hashes */
+	/* the variants: the default, then each candidate that is not it */
 	char names[KERN_CUDA_VARIANTS_MOST][24];
 	const char *name[KERN_CUDA_VARIANTS_MOST];
-	int nv = 0, same = 0;
-	if (ran[0]) {
-		snprintf(names[0], sizeof names[0], "%s", r.cublas ? "cuBLAS" : "candidate 1");
-		name[nv++] = names[0];
-		for (int i = 1; i < nrun; i++) {
-			if (!ran[i] || memcmp(&h[3 * i], &h[0], sizeof h[0] * 3) != 0)
-				continue;
-			same++;
-			if (nv == KERN_CUDA_VARIANTS_MOST)
-				continue;
-			r.algo[nv] = run[i];
-			snprintf(names[nv], sizeof names[nv], "candidate %d", from[i] + 1);
-			name[nv] = names[nv];
-			nv++;
-		}
+	for (int i = r.cublas ? -1 : 0; i < g_ncand && r.n < KERN_CUDA_VARIANTS_MOST; i++) {
+		r.algo[r.n] = i < 0 ? NULL : &g_cand[i].algo;
+		if (i < 0)
+			snprintf(names[r.n], sizeof names[r.n], "cuBLAS");
+		else
+			snprintf(names[r.n], sizeof names[r.n], "candidate %d", i + 1);
+		name[r.n] = names[r.n];
+		r.n++;
 	}
-	g_same_checked++;
 	char text[KERN_TUNE_KEY];
 	memcpy(text, "gemm;", 5);
 	problem_text(key, text + 5, sizeof text - 5);
-	fprintf(stderr, "larch: GEMM same bits: %s: %d of %d candidates give the default's bits\n",
-	        text, same, nrun - 1);
-	int pick = nv > 1 ? kern_cuda_variant_pick(text, nv, name, same_run, &r) : 0;
-	if (c)
-		KERN_CUDA_CHECK(cudaFreeAsync(c, s));
+	int pick = kern_cuda_variant_kept(text);
+	if (pick >= r.n)
+		kern_cuda_fail(__FILE__, __LINE__, text, "a pick past the problem's candidates");
+	if (pick < 0) {
+		cudaStream_t s = kern_cuda_stream();
+		void *c = NULL;
+		if (beta != 0.0f) {
+			size_t es = key->dt == CUDA_R_32F ? 4 : 2;
+			size_t bytes = es * ((size_t)(key->n - 1) * (size_t)key->ldd + (size_t)key->m);
+			if (cudaMallocAsync(&c, bytes, s) != cudaSuccess) {
+				(void)cudaGetLastError();
+				return;
+			}
+			r.d = c;
+		}
+		unsigned char ok[KERN_CUDA_VARIANTS_MOST];
+		int same = same_check(&r, outs, bias, aux, ok);
+		g_same_checked++;
+		fprintf(stderr,
+		        "larch: GEMM same bits: %s: %d of %d candidates give the default's bits\n",
+		        text, same, r.n - 1);
+		/* kept even where only the default is offered: a later plan of the
+		 * problem, or a run given the picks (profile_gpt.py's under ncu),
+		 * then checks nothing again */
+		pick = ok[0] ? kern_cuda_variant_pick_some(text, r.n, name, ok, same_run, &r) : 0;
+		if (c)
+			KERN_CUDA_CHECK(cudaFreeAsync(c, s));
+	}
 	p->cublas = r.cublas && pick == 0;
 	if (pick > 0) {
 		p->algo = *r.algo[pick];

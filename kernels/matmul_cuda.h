@@ -204,8 +204,8 @@ long kern_matmul_cuda_gemm_tune_reused(void);
 /* Whether, without that tuning, the GEMMs are tuned for the same bits: a
  * problem's first call (shape, types, epilogue, alignments) runs its
  * default path (cuBLAS's call for a 16-bit GEMM without epilogue, else
- * cuBLASLt's heuristic's first algorithm) and cuBLASLt's next candidates
- * on its operands (from one pattern of C where it adds), keeps those whose
+ * cuBLASLt's heuristic's first algorithm) and up to 7 more of cuBLASLt's
+ * candidates on its operands (from one pattern of C where it adds), keeps those whose
  * outputs (D, and the epilogue's aux matrix or bias gradient) hash the same
  * as the default's, and times them with the default as the kernels'
  * variants are timed (kern_cuda_variant_pick, cuda_common.h: "larch:
