@@ -1023,9 +1023,11 @@ static void bench_kept16(const char *label, int n, int c, int oc)
 }
 
 /* A bf16 layer's forward and backward as bench_kept16 times them (weights
- * kept as 16 bits), on cuBLAS's and cuBLASLt's heuristics' picks or with
- * the GEMMs tuned (kern_matmul_cuda_gemm_tune: the fastest of 8 candidates
- * each, timed at the first call, inside the warm-up). */
+ * kept as 16 bits), on cuBLAS's and cuBLASLt's heuristics' picks, with
+ * the GEMMs tuned for the same bits (kern_matmul_cuda_gemm_same: the
+ * default and those of 7 candidates that give its bits) and with them
+ * tuned (kern_matmul_cuda_gemm_tune: the fastest of 8 candidates each);
+ * the tuning timed at the first call, inside the warm-up. */
 static void bench_tuned(const char *label, int n, int c, int oc)
 {
 	char name[128];
@@ -1035,19 +1037,24 @@ static void bench_tuned(const char *label, int n, int c, int oc)
 	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
 	struct kb16 k = { .n = n, .c = c, .oc = oc, .kept = 1 };
 	kb16_alloc(&k);
-	double ms[2];                      /* [0] the heuristics', [1] tuned */
+	double ms[3];                      /* the heuristics', same bits, tuned */
 	long other0 = 0, tuned0 = kern_matmul_cuda_gemm_tuned(&other0), other = 0;
-	for (int i = 0; i < 2; i++) {
-		int was = kern_matmul_cuda_gemm_tune(i ? 8 : 0);
+	long same_other0 = 0, same0 = kern_matmul_cuda_gemm_same_checked(&same_other0);
+	for (int i = 0; i < 3; i++) {
+		int was = kern_matmul_cuda_gemm_tune(i == 2 ? 8 : 0);
+		int was_same = kern_cuda_kernel_tune(i == 1);
 		ms[i] = time_gpu_ms(kept16_step, &k);
+		kern_cuda_kernel_tune(was_same);
 		kern_matmul_cuda_gemm_tune(was);
 	}
-	long tuned = kern_matmul_cuda_gemm_tuned(&other) - tuned0;
-	double flop = 6.0 * n * c * oc;
-	printf("%-40s fwd+bwd: heuristic %8.4f ms %7.1f TFLOP/s, tuned %8.4f ms %7.1f TFLOP/s, "
-	       "heuristic/tuned x%.2f (%ld of %ld GEMMs on another pick)\n", name, ms[0],
-	       flop / (ms[0] * 1e-3) / 1e12, ms[1], flop / (ms[1] * 1e-3) / 1e12, ms[0] / ms[1],
-	       other - other0, tuned);
+	long tuned = kern_matmul_cuda_gemm_tuned(&other) - tuned0, same_other = 0;
+	long same = kern_matmul_cuda_gemm_same_checked(&same_other) - same0;
+	double tf = 6.0 * n * c * oc / 1e9;   /* GFLOP: over ms, TFLOP/s */
+	printf("%-40s fwd+bwd: heuristic %8.4f ms %7.1f TFLOP/s, same bits %8.4f ms %7.1f "
+	       "TFLOP/s, tuned %8.4f ms %7.1f TFLOP/s, heuristic/same x%.2f, heuristic/tuned "
+	       "x%.2f (another pick: %ld of %ld GEMMs same bits, %ld of %ld tuned)\n", name, ms[0],
+	       tf / ms[0], ms[1], tf / ms[1], ms[2], tf / ms[2], ms[0] / ms[1], ms[0] / ms[2],
+	       same_other - same_other0, same, other - other0, tuned);
 	fflush(stdout);
 	kb16_free(&k);
 	kern_matmul_cuda_operands(prev);

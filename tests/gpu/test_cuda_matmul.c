@@ -716,11 +716,12 @@ static void tuned_case(int dtype, int n, int c, int oc, int ldd, int bias)
 	bwd16_free(&b);
 }
 
-static void test_tuned(void)
+/* The tuning cases' layers, in bf16 and fp16: odd sizes, the padded
+ * logits' (no bias, rows ldd apart), then GPT-2's qkv and fc at one
+ * sequence and its lm_head (where the stand-in, whose GEMMs are the CPU's,
+ * stops after the first two) */
+static void for_tuning_layers(void (*one)(int dtype, int n, int c, int oc, int ldd, int bias))
 {
-	/* odd sizes, the padded logits' (no bias, rows ldd apart), then GPT-2's
-	 * qkv and fc at one sequence (where the stand-in, whose GEMMs are the
-	 * CPU's, stops after the first two) */
 	static const int cases[][5] = {   /* n, c, oc, ldd, bias */
 		{ 37, 40, 77, 77, 1 }, { 64, 64, 250, 256, 0 }, { 1024, 768, 2304, 2304, 1 },
 		{ 1024, 768, 3072, 3072, 1 }, { 512, 768, 50257, 50304, 0 },
@@ -729,8 +730,12 @@ static void test_tuned(void)
 	size_t count = gpu_test_standin() ? 2 : sizeof cases / sizeof cases[0];
 	for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++)
 		for (size_t k = 0; k < count; k++)
-			tuned_case(dtypes[t], cases[k][0], cases[k][1], cases[k][2], cases[k][3],
-			           cases[k][4]);
+			one(dtypes[t], cases[k][0], cases[k][1], cases[k][2], cases[k][3], cases[k][4]);
+}
+
+static void test_tuned(void)
+{
+	for_tuning_layers(tuned_case);
 }
 
 /* The tuned GEMMs' picks kept in a file (kern_matmul_cuda_gemm_tune_file):
@@ -901,18 +906,7 @@ static void same_case(int dtype, int n, int c, int oc, int ldd, int bias)
 
 static void test_same_bits(void)
 {
-	/* odd sizes, the padded logits' (no bias, rows ldd apart), then GPT-2's
-	 * qkv and fc at one sequence (the stand-in stops after the first two) */
-	static const int cases[][5] = {   /* n, c, oc, ldd, bias */
-		{ 37, 40, 77, 77, 1 }, { 64, 64, 250, 256, 0 }, { 1024, 768, 2304, 2304, 1 },
-		{ 1024, 768, 3072, 3072, 1 }, { 512, 768, 50257, 50304, 0 },
-	};
-	static const int dtypes[] = { KERN_MM_BF16, KERN_MM_FP16 };
-	size_t count = gpu_test_standin() ? 2 : sizeof cases / sizeof cases[0];
-	for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++)
-		for (size_t k = 0; k < count; k++)
-			same_case(dtypes[t], cases[k][0], cases[k][1], cases[k][2], cases[k][3],
-			          cases[k][4]);
+	for_tuning_layers(same_case);
 }
 
 int main(void)
