@@ -36,6 +36,7 @@ extern "C" {
 #include "kernels/gelu_kernels.cuh"
 #include "kernels/layernorm_kernels.cuh"
 #include "kernels/matmul_kernels.cuh"
+#include "kernels/matmul_lt_kernels.cuh"
 #include "kernels/residual_kernels.cuh"
 #include "kernels/softmax_xent_kernels.cuh"
 
