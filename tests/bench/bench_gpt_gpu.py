@@ -68,8 +68,11 @@ says which ran). Printed side by side:
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
-  cuBLAS(Lt) through torch.matmul on the model's GEMM shapes, fp32 and
-  bf16: the bound a step's GEMMs could reach
+  cuBLAS(Lt) through torch.matmul on the model's GEMM shapes (each
+  layer's forward, input gradient and weight gradient, whose k is the
+  batch's rows), fp32 and bf16, and a step's GEMMs at those rates: the
+  bound a step's GEMMs could reach (beside the GEMMs' time in
+  profile_gpt.py's table)
 
 tokens/s of each (median over the logged intervals after the first two,
 which include start-up and compilation), MFU = model FLOPs per token (the
@@ -249,24 +252,44 @@ def bench(L, NH, C, T, V, B, steps, bf16):
     return B * T / dt, loss.item()
 
 def gemms(B, T, C, V, dtype, reps=20):
+    """cuBLAS through torch.matmul on each GEMM of a GPT step, per layer
+    kind: the forward x w^T, the input gradient dy w and the weight
+    gradient dy^T x (its sum over the B T rows): (name, pass, m, k, n,
+    FLOP/s, seconds a call)"""
     torch.backends.cuda.matmul.allow_tf32 = False
     out = []
     BT = B * T
-    for name, (m, k, n) in [("qkv", (BT, C, 3 * C)), ("proj", (BT, C, C)), ("fc", (BT, C, 4 * C)),
-                            ("fcproj", (BT, 4 * C, C)), ("lm_head", (BT, C, V))]:
-        a = torch.randn(m, k, device="cuda", dtype=dtype)
+    for name, (k, n) in [("qkv", (C, 3 * C)), ("proj", (C, C)), ("fc", (C, 4 * C)),
+                         ("fcproj", (4 * C, C)), ("lm_head", (C, V))]:
+        x = torch.randn(BT, k, device="cuda", dtype=dtype)
         w = torch.randn(n, k, device="cuda", dtype=dtype)
-        for _ in range(3):
-            a @ w.t()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            a @ w.t()
-        torch.cuda.synchronize()
-        dt = (time.perf_counter() - t0) / reps
-        out.append((name, m, k, n, 2.0 * m * k * n / dt))
+        dy = torch.randn(BT, n, device="cuda", dtype=dtype)
+        for what, f, (mm, kk, nn) in (("fwd", lambda: x @ w.t(), (BT, k, n)),
+                                      ("dinp", lambda: dy @ w, (BT, n, k)),
+                                      ("dweight", lambda: dy.t() @ x, (n, BT, k))):
+            for _ in range(3):
+                f()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                f()
+            torch.cuda.synchronize()
+            dt = (time.perf_counter() - t0) / reps
+            out.append((name, what, mm, kk, nn, 2.0 * mm * kk * nn / dt, dt))
+        del x, w, dy
+        torch.cuda.empty_cache()
     return out
 '''
+
+
+def gemm_step_line(g, layers, label):
+    """A step's GEMMs at the rates gemms() measured: every layer's forward,
+    input and weight gradients, and lm_head's (whose input gradient the
+    step also takes: the embedding's is tied), their time and rate."""
+    secs = sum(dt * (1 if n == "lm_head" else layers) for n, _, _, _, _, _, dt in g)
+    flop = sum(f * dt * (1 if n == "lm_head" else layers) for n, _, _, _, _, f, dt in g)
+    return (f"a step's GEMMs at those rates ({label}, {layers} layers): {secs * 1e3:.1f} ms, "
+            f"{flop / secs / 1e12:.1f} TFLOP/s")
 
 
 def device_peaks(line):
@@ -381,7 +404,9 @@ def main():
                 for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
                     g = torch_ns["gemms"](micro["bf16"], a.seq, a.dim, a.vocab, dtype)
                     print(f"# cuBLAS GEMMs ({label}, torch.matmul): " + ", ".join(
-                        f"{n} {m}x{k}x{nn} {f / 1e12:.1f} TFLOP/s" for n, m, k, nn, f in g))
+                        f"{n} {w} {m}x{k}x{nn} {f / 1e12:.1f} TFLOP/s"
+                        for n, w, m, k, nn, f, _ in g))
+                    print("# " + gemm_step_line(g, a.layers, label))
             except Exception as e:  # noqa: BLE001
                 print(f"# cuBLAS GEMM bound unavailable: {type(e).__name__}: {e}")
 
