@@ -2,11 +2,13 @@
 """tests/gpu/profile_gpt.py - where a GPT training step's GPU time goes: runs
 larch-train (--device cuda) on GPT-2 124M for a few steps under Nsight
 Compute, reading one metric (gpu__time_duration.sum) per kernel, and prints
-the kernels grouped by name: time per step, launches per step, share.
+the kernels grouped by name: time per step, launches per step, share
+(--by-grid: by name and grid, ncu's launch__grid_size, so that a GEMM
+kernel's problems show apart and a grid of fewer blocks than SMs shows).
 
     python3 tests/gpu/profile_gpt.py --build build-gpu [--precision bf16]
                                      [--micro 8] [--steps 2] [--layers 12]
-                                     [--nondeterministic]
+                                     [--nondeterministic] [--by-grid]
                                      [--detail REGEX [--detail-count 48]]
 
 ncu runs the kernels one at a time (--cache-control none, --clock-control
@@ -97,6 +99,25 @@ DETAIL_FIXED = [  # (label, metric): shown where the table has the column
 ]
 STALL = "smsp__average_warps_issue_stalled_"
 STALL_END = "_per_issue_active.ratio"
+
+
+def time_table(rows, by_grid=False):
+    """ncu's rows (one a launch) -> ({kernel: [ns, launches]}, total ns); with
+    by_grid each kernel's launches apart by their grid's blocks ("name [grid
+    N]"), so that one GEMM kernel's problems show apart, a grid short of the
+    SMs among them"""
+    per = collections.defaultdict(lambda: [0.0, 0])
+    total = 0.0
+    for r in rows:
+        ns = float(r["gpu__time_duration.sum"].replace(",", ""))
+        name = short(r["Kernel Name"])
+        grid = (r.get("launch__grid_size") or "").replace(",", "")
+        if by_grid and grid:
+            name = f"{name} [grid {int(float(grid))}]"
+        per[name][0] += ns
+        per[name][1] += 1
+        total += ns
+    return per, total
 
 
 def detail_rows(text):
@@ -192,6 +213,22 @@ def self_test():
            "one kernel 0.0300 ms, two kernels 0.0500 ms\n")
     assert variant_picks(err) == ["flash-fwd:bf16,b8,t1024,nh12=2",
                                   "residual-layernorm:bf16,n8192,c768=0"], variant_picks(err)
+    gemm = ("larch: kernels timed: gemm;ops=NT;m=768;n=768;k=8192;ld=768,768,768;types=14,0;"
+            "epi=1;aux=0;align=256,256,256,256,0,0;cands=8=0 (cuBLAS): the only way offered\n")
+    assert variant_picks(gemm) == ["gemm;ops=NT;m=768;n=768;k=8192;ld=768,768,768;types=14,0;"
+                                   "epi=1;aux=0;align=256,256,256,256,0,0;cands=8=0"], \
+        variant_picks(gemm)
+    launches = [{"ID": "0", "Kernel Name": "sm90_gemm(int)", "gpu__time_duration.sum": "1,000",
+                 "launch__grid_size": "36"},
+                {"ID": "1", "Kernel Name": "sm90_gemm(int)", "gpu__time_duration.sum": "3000",
+                 "launch__grid_size": "264"},
+                {"ID": "2", "Kernel Name": "sm90_gemm(int)", "gpu__time_duration.sum": "500",
+                 "launch__grid_size": "36"}]
+    per, total = time_table(launches)
+    assert dict(per) == {"sm90_gemm": [4500.0, 3]} and total == 4500.0, per
+    per, _ = time_table(launches, by_grid=True)
+    assert dict(per) == {"sm90_gemm [grid 36]": [1500.0, 2],
+                         "sm90_gemm [grid 264]": [3000.0, 1]}, per
     print("profile_gpt self-test: ok")
     return 0
 
@@ -213,6 +250,8 @@ def main():
     ap.add_argument("--nondeterministic", action="store_true")
     ap.add_argument("--detail", default=None, metavar="REGEX")
     ap.add_argument("--detail-count", type=int, default=48)
+    ap.add_argument("--by-grid", action="store_true",
+                    help="each kernel's launches apart by their grid's blocks")
     a = ap.parse_args()
     exe = pathlib.Path(a.build) / "trainer" / "larch-train"
     ncu = find_ncu()
@@ -247,7 +286,8 @@ def main():
         for line in kernel_picks:
             print(f"# the plain run's kernel variant: {line}")
         prof = subprocess.run([ncu, "--clock-control", "none", "--cache-control", "none",
-                               "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
+                               "--metrics", "gpu__time_duration.sum,launch__grid_size",
+                               "--csv", "--page", "raw",
                                "--print-units", "base",
                                *cmd, "--job-dir", str(tmp / "ncu")],
                               capture_output=True, text=True, env=ncu_env)
@@ -257,13 +297,7 @@ def main():
         text = prof.stdout[prof.stdout.find('"ID"'):]
         rows = list(csv.DictReader(io.StringIO(text)))
         rows = [r for r in rows if r.get("ID", "").isdigit()]
-        per = collections.defaultdict(lambda: [0.0, 0])
-        total = 0.0
-        for r in rows:
-            ns = float(r["gpu__time_duration.sum"].replace(",", ""))
-            per[short(r["Kernel Name"])][0] += ns
-            per[short(r["Kernel Name"])][1] += 1
-            total += ns
+        per, total = time_table(rows, a.by_grid)
         n = a.steps
         print(f"# GPT L={a.layers} C={a.dim} T={a.seq} V={a.vocab} micro {a.micro}, "
               f"{a.precision}{', nondeterministic' if a.nondeterministic else ''}, {n} steps; "
