@@ -174,13 +174,15 @@ long kern_matmul_cuda_fused_dbias_gemms(void);
  * alignments) cuBLASLt has had no algorithm for so far; each took the
  * unfused path and was named once on stderr. For tests and benchmarks. */
 long kern_matmul_cuda_lt_refused(void);
-/* Whether the 16-bit GEMMs are tuned, as cuDNN's benchmark mode tunes
- * convolutions: 0 (off, the default) each runs cuBLAS's or cuBLASLt's
- * heuristic's pick; n >= 2 each runs through cuBLASLt (the GEMMs with no
- * epilogue too) and a problem's first call (shape, types, epilogue,
- * alignments) times the heuristic's first n candidates on its operands,
- * the problem keeping the fastest from then on: one synchronizing pass of
- * a few runs of each, in a training run's first step. The sums' order is
+/* Whether the 16-bit GEMMs are tuned with the bits free to move, as
+ * cuDNN's benchmark mode tunes convolutions: 0 (off, the default) each
+ * runs cuBLAS's or cuBLASLt's heuristic's pick, or the fastest with its
+ * bits (kern_matmul_cuda_gemm_same, below); n >= 2 each runs through
+ * cuBLASLt (the GEMMs with no epilogue too) and a problem's first call
+ * (shape, types, epilogue, alignments) times the heuristic's first n
+ * candidates on its operands, the problem keeping the fastest from then
+ * on: one synchronizing pass of a few runs of each, in a training run's
+ * first step. The sums' order is
  * the algorithm's, so that the bits may differ from run to run (each pick
  * is the same on every later call). Off unless LARCH_CUDA_GEMM_TUNE is a
  * count of 2 or more (at most 16); candidates >= 0 sets it (2 to 16, or
