@@ -200,10 +200,6 @@ static void plan_refuse(struct lt_plan *p, const char *why, cublasStatus_t st, i
 {
 	const struct lt_key *key = &p->key;
 	p->ok = 0;
-	/* a GEMM without epilogue that the same-bits tuning offered cuBLASLt:
-	 * its cuBLAS call is the default path, not a fallback */
-	if (key->same && key->epi == CUBLASLT_EPILOGUE_DEFAULT)
-		return;
 	g_lt_refused++;
 	fprintf(stderr,
 	        "larch: cuBLASLt: %s (%s, %d found) for epilogue %d, ops %c%c, "
@@ -315,8 +311,34 @@ static struct lt_plan *plan_get(const struct lt_key *key, const void *bias, cons
 		/* the same-bits tuning of a GEMM without epilogue weighs even one
 		 * candidate against cuBLAS's call */
 		p->untimed = g_ncand > (key->same && key->epi == CUBLASLT_EPILOGUE_DEFAULT ? 0 : 1);
+	} else if (key->same && key->epi == CUBLASLT_EPILOGUE_DEFAULT) {
+		/* the same-bits tuning of a GEMM without epilogue, with nothing
+		 * to weigh against cuBLAS's call: that call, the default path
+		 * (not a fallback to say) */
+		p->ok = 1;
+		p->cublas = 1;
 	} else {
 		plan_refuse(p, "no algorithm", st, found);
+	}
+	return p;
+}
+
+/* the bytes of an element of the problem's D */
+static int d_bytes(const struct lt_key *k)
+{
+	return k->dt == CUDA_R_32F ? (int)sizeof(float) : (int)sizeof(uint16_t);
+}
+
+/* Scratch of the problem's D's shape on the stream, for the tunings' runs
+ * of a GEMM that adds (they must not add into the caller's D); NULL where
+ * it cannot be had (the tuning then leaves the default) */
+static void *d_scratch(const struct lt_key *k)
+{
+	size_t bytes = (size_t)d_bytes(k) * ((size_t)(k->n - 1) * (size_t)k->ldd + (size_t)k->m);
+	void *p = NULL;
+	if (cudaMallocAsync(&p, bytes, kern_cuda_stream()) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return NULL;
 	}
 	return p;
 }
@@ -421,13 +443,9 @@ static void plan_tune(struct lt_plan *p, const void *a, const void *b, float bet
 		if (pick_stored(p, text))
 			return;
 	}
-	size_t es = key->dt == CUDA_R_32F ? sizeof(float) : sizeof(uint16_t);
-	size_t bytes = es * ((size_t)(key->n - 1) * (size_t)key->ldd + (size_t)key->m);
-	void *dst = d;
-	if (beta != 0.0f && cudaMallocAsync(&dst, bytes, kern_cuda_stream()) != cudaSuccess) {
-		(void)cudaGetLastError();
+	void *dst = beta != 0.0f ? d_scratch(key) : d;
+	if (!dst)
 		return;
-	}
 	cudaEvent_t ev[2];
 	KERN_CUDA_CHECK(cudaEventCreate(&ev[0]));
 	KERN_CUDA_CHECK(cudaEventCreate(&ev[1]));
@@ -549,7 +567,7 @@ static void same_hash(unsigned long long *h, const struct lt_key *k, int outs, c
                       const void *aux, const void *bias)
 {
 	cudaStream_t s = kern_cuda_stream();
-	int es = k->dt == CUDA_R_32F ? 4 : 2;
+	int es = d_bytes(k);
 	unsigned grid = kern_cuda_grid((long)k->m * k->n, 256);
 	grid = grid < 512 ? grid : 512;    /* an atomic add a thread, to one place */
 	bits_hash_kernel<<<grid, 256, 0, s>>>(h, d, es, k->m, k->n, k->ldd);
@@ -572,7 +590,7 @@ static int same_check(struct same_runs *r, int outs, const void *bias, const voi
 {
 	const struct lt_key *key = &r->p->key;
 	cudaStream_t s = kern_cuda_stream();
-	int es = key->dt == CUDA_R_32F ? 4 : 2;
+	int es = d_bytes(key);
 	size_t hbytes = sizeof(unsigned long long) * 3 * (size_t)r->n;
 	unsigned long long *hd = (unsigned long long *)kern_cuda_scratch_alloc(hbytes);
 	KERN_CUDA_CHECK(cudaMemsetAsync(hd, 0, hbytes, s));
@@ -638,15 +656,11 @@ static void plan_same(struct lt_plan *p, const void *a, const void *b, float bet
 	if (pick >= r.n)
 		kern_cuda_fail(__FILE__, __LINE__, text, "a pick past the problem's candidates");
 	if (pick < 0) {
-		cudaStream_t s = kern_cuda_stream();
 		void *c = NULL;
 		if (beta != 0.0f) {
-			size_t es = key->dt == CUDA_R_32F ? 4 : 2;
-			size_t bytes = es * ((size_t)(key->n - 1) * (size_t)key->ldd + (size_t)key->m);
-			if (cudaMallocAsync(&c, bytes, s) != cudaSuccess) {
-				(void)cudaGetLastError();
+			c = d_scratch(key);
+			if (!c)
 				return;
-			}
 			r.d = c;
 		}
 		unsigned char ok[KERN_CUDA_VARIANTS_MOST];
@@ -660,7 +674,7 @@ static void plan_same(struct lt_plan *p, const void *a, const void *b, float bet
 		 * then checks nothing again */
 		pick = ok[0] ? kern_cuda_variant_pick_some(text, r.n, name, ok, same_run, &r) : 0;
 		if (c)
-			KERN_CUDA_CHECK(cudaFreeAsync(c, s));
+			KERN_CUDA_CHECK(cudaFreeAsync(c, kern_cuda_stream()));
 	}
 	p->cublas = r.cublas && pick == 0;
 	if (pick > 0) {
