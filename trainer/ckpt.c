@@ -3,8 +3,10 @@
  * Writing: the JSON header is built first (it fixes every offset), then the
  * header and the tensors stream through one write loop that also feeds
  * SHA-256, into "<path>.tmp.<pid>"; fsync, rename, fsync of the directory.
- * Reading: the file is mapped and every header entry is checked against the
- * mapping before anyone reads a byte through it.
+ * Reading: the file (opened with trn_input_open) is mapped and every header
+ * entry is checked against the mapping before anyone reads a byte through
+ * it. A file that fails those checks is described without its bytes: no
+ * header length, no tensor name (tensors are numbered), no metadata value.
  */
 #include "ckpt.h"
 
@@ -19,6 +21,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "input.h"
 
 #define CKPT_SUBDIR "checkpoints"
 #define CKPT_PREFIX "step-"
@@ -278,58 +282,70 @@ out:
 
 /* ---- reading -------------------------------------------------------------- */
 
-static int check_entry(const char *path, const char *name, json_t *t, size_t data_len,
-                       struct trn_err *err)
+/* Tensor number k of the header (from 0, in the header's order): named by
+ * its number, since a name is bytes of the file. who: "<path>" or
+ * "<field>: <path>". */
+static int check_entry(const char *who, int k, json_t *t, size_t data_len, struct trn_err *err)
 {
 	json_t *dtype = json_object_get(t, "dtype"), *shape = json_object_get(t, "shape");
 	json_t *offs = json_object_get(t, "data_offsets");
 	if (!json_is_object(t) || !json_is_string(dtype) || !json_is_array(shape) ||
 	    !json_is_array(offs) || json_array_size(offs) != 2)
-		return trn_err_set(err, "%s: tensor %s: needs dtype, shape and data_offsets [begin, end]",
-		                   path, name);
+		return trn_err_set(err, "%s: tensor #%d: needs dtype, shape and data_offsets [begin, "
+		                   "end]", who, k);
 	size_t numel_bytes = dtype_size(json_string_value(dtype));
 	if (!numel_bytes)
-		return trn_err_set(err, "%s: tensor %s: unknown dtype %s", path, name,
-		                   json_string_value(dtype));
+		return trn_err_set(err, "%s: tensor #%d: unknown dtype", who, k);
 	size_t i;
 	json_t *d;
 	json_array_foreach(shape, i, d) {
 		json_int_t v = json_is_integer(d) ? json_integer_value(d) : -1;
 		if (v < 0)
-			return trn_err_set(err, "%s: tensor %s: shape must hold integers >= 0", path, name);
+			return trn_err_set(err, "%s: tensor #%d: shape must hold integers >= 0", who, k);
 		if (v > 0 && numel_bytes > SIZE_MAX / (uint64_t)v)
-			return trn_err_set(err, "%s: tensor %s: shape too large", path, name);
+			return trn_err_set(err, "%s: tensor #%d: shape too large", who, k);
 		numel_bytes *= (size_t)v;
 	}
 	json_t *b = json_array_get(offs, 0), *e = json_array_get(offs, 1);
 	if (!json_is_integer(b) || !json_is_integer(e))
-		return trn_err_set(err, "%s: tensor %s: data_offsets must be integers", path, name);
+		return trn_err_set(err, "%s: tensor #%d: data_offsets must be integers", who, k);
 	json_int_t begin = json_integer_value(b), end = json_integer_value(e);
 	if (begin < 0 || end < begin || (uint64_t)end > data_len)
-		return trn_err_set(err, "%s: tensor %s: data_offsets [%lld, %lld] outside the data "
-		                   "section of %zu bytes", path, name, (long long)begin, (long long)end,
-		                   data_len);
+		return trn_err_set(err, "%s: tensor #%d: data_offsets outside the data section of "
+		                   "%zu bytes", who, k, data_len);
 	if ((uint64_t)(end - begin) != numel_bytes)
-		return trn_err_set(err, "%s: tensor %s: data_offsets span %lld bytes but the shape "
-		                   "needs %zu", path, name, (long long)(end - begin), numel_bytes);
+		return trn_err_set(err, "%s: tensor #%d: data_offsets span another size than its "
+		                   "shape and dtype need", who, k);
 	return 0;
 }
 
 int trn_ckpt_open(struct trn_ckpt *c, const char *path, struct trn_err *err)
 {
+	return trn_ckpt_open_input(c, path, NULL, NULL, err);
+}
+
+int trn_ckpt_open_input(struct trn_ckpt *c, const char *path,
+                        const struct trn_input_policy *inputs, const char *field,
+                        struct trn_err *err)
+{
 	memset(c, 0, sizeof *c);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char who[TRN_ERR_TEXT];
+	if (field)
+		snprintf(who, sizeof who, "%s: %s", field, path);
+	else
+		snprintf(who, sizeof who, "%s", path);
+	int fd = trn_input_open(path, inputs, field ? field : "checkpoint", err);
 	if (fd < 0)
-		return trn_err_set(err, "%s: %s", path, strerror(errno));
+		return -1;
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
 		int saved = errno;
 		close(fd);
-		return trn_err_set(err, "%s: stat: %s", path, strerror(saved));
+		return trn_err_set(err, "%s: stat: %s", who, strerror(saved));
 	}
-	if (!S_ISREG(st.st_mode) || st.st_size < 8) {
+	if (st.st_size < 8) {
 		close(fd);
-		return trn_err_set(err, "%s: not a safetensors file (%lld bytes)", path,
+		return trn_err_set(err, "%s: not a safetensors file (%lld bytes)", who,
 		                   (long long)st.st_size);
 	}
 	size_t size = (size_t)st.st_size;
@@ -337,28 +353,34 @@ int trn_ckpt_open(struct trn_ckpt *c, const char *path, struct trn_err *err)
 	int saved = errno;
 	close(fd);
 	if (map == MAP_FAILED)
-		return trn_err_set(err, "%s: mmap: %s", path, strerror(saved));
+		return trn_err_set(err, "%s: mmap: %s", who, strerror(saved));
 	c->map = map;
 	c->map_len = size;
 
+	/* nothing read from a file that fails here goes into a message */
 	const uint8_t *p = map;
 	uint64_t hlen = 0;
 	for (int i = 0; i < 8; i++)
 		hlen |= (uint64_t)p[i] << (8 * i);
-	if (hlen > size - 8 || hlen > CKPT_HEADER_MAX) {
-		trn_err_set(err, "%s: header length %llu past the end of the file (%zu bytes)", path,
-		            (unsigned long long)hlen, size);
+	if (hlen > size - 8) {
+		trn_err_set(err, "%s: not a safetensors file (the header's length is past the end of "
+		            "the file, %zu bytes)", who, size);
+		goto fail;
+	}
+	if (hlen > CKPT_HEADER_MAX) {
+		trn_err_set(err, "%s: the header is larger than %u MiB", who, CKPT_HEADER_MAX >> 20);
 		goto fail;
 	}
 	json_error_t jerr;
+	char why[JSON_ERROR_TEXT_LENGTH];
 	c->header = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
 	if (!c->header) {
-		trn_err_set(err, "%s: header is not valid JSON: %s (at byte %d)", path, jerr.text,
-		            jerr.position);
+		trn_err_set(err, "%s: header is not valid JSON: %s (at byte %d)", who,
+		            trn_json_error_text(&jerr, why, sizeof why), jerr.position);
 		goto fail;
 	}
 	if (!json_is_object(c->header)) {
-		trn_err_set(err, "%s: header is not a JSON object", path);
+		trn_err_set(err, "%s: header is not a JSON object", who);
 		goto fail;
 	}
 	c->data = p + 8 + hlen;
@@ -366,22 +388,23 @@ int trn_ckpt_open(struct trn_ckpt *c, const char *path, struct trn_err *err)
 
 	const char *key;
 	json_t *v;
+	int k = 0;
 	json_object_foreach(c->header, key, v) {
 		if (strcmp(key, "__metadata__") == 0) {
 			const char *mk;
 			json_t *mv;
 			if (!json_is_object(v)) {
-				trn_err_set(err, "%s: __metadata__ is not an object", path);
+				trn_err_set(err, "%s: __metadata__ is not an object", who);
 				goto fail;
 			}
 			json_object_foreach(v, mk, mv)
 				if (!json_is_string(mv)) {
-					trn_err_set(err, "%s: metadata %s is not a string", path, mk);
+					trn_err_set(err, "%s: a metadata value is not a string", who);
 					goto fail;
 				}
 			continue;
 		}
-		if (check_entry(path, key, v, c->data_len, err) != 0)
+		if (check_entry(who, k++, v, c->data_len, err) != 0)
 			goto fail;
 	}
 	return 0;

@@ -44,8 +44,18 @@ struct trn_ckpt {
 	size_t map_len;
 };
 
-/* Opens and checks a checkpoint (header, offsets within the file, dtypes). */
+struct trn_input_policy;
+
+/* Opens and checks a checkpoint (header, offsets within the file, dtypes):
+ * 0, or -1 with err "<path>: <what is wrong>", never bytes of the file
+ * (a tensor is named by its number in the header, "tensor #3", from 0).
+ * The file is opened with trn_input_open (input.h), unconfined. */
 int trn_ckpt_open(struct trn_ckpt *c, const char *path, struct trn_err *err);
+/* The same for a file a user named: opened under inputs (borrowed; NULL
+ * confines nothing), messages "<field>: <path>: ..." ("init.from"). */
+int trn_ckpt_open_input(struct trn_ckpt *c, const char *path,
+                        const struct trn_input_policy *inputs, const char *field,
+                        struct trn_err *err);
 void trn_ckpt_close(struct trn_ckpt *c);
 
 /* A metadata value, or NULL when absent. Borrowed from c. */

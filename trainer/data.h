@@ -17,10 +17,13 @@
 #ifndef LARCH_TRAINER_DATA_H
 #define LARCH_TRAINER_DATA_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "err.h"
 #include "spec.h"
+
+struct trn_input_policy;
 
 enum trn_task { TRN_TASK_CLASSIFY, TRN_TASK_TOKENS };
 
@@ -44,15 +47,36 @@ struct trn_dataset {
 	double mean, std;              /* classify: standardisation applied (from train) */
 };
 
-/* Loads spec->data (paths already resolved by the spec validator). Returns 0
- * or -1 with err naming the file and what is wrong with it. */
-int trn_dataset_load(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err);
+/* Loads spec->data (paths already resolved by the spec validator). Every
+ * file is opened with trn_input_open (input.h) under inputs (borrowed; NULL
+ * confines nothing), but for a named data set (data.name), whose packaged
+ * files are never confined. Returns 0 or -1 with err naming the field and
+ * the file and what is wrong with it (never bytes read from it). */
+int trn_dataset_load(struct trn_dataset *ds, const struct trn_spec *spec,
+                     const struct trn_input_policy *inputs, struct trn_err *err);
 void trn_dataset_release(struct trn_dataset *ds);
 /* The shape of spec->data without loading it, for memory plans: task, dim,
- * n_classes (idx: from the label files), and the splits' sample counts
- * (idx) or token counts (tokens, from the file sizes); no buffers. 0, or -1
- * with err naming the file that cannot be read. */
-int trn_dataset_shape(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err);
+ * n_classes (idx: from the label files), the splits' sample counts, and for
+ * tokens the token counts (tokens_u16: from the checked headers; text: the
+ * sizes), seq, and vocab 256 for text (0: unknown); no buffers. Files are
+ * opened as trn_dataset_load opens them, and their headers checked as it
+ * checks them; the counts are described, not judged (a split too small to
+ * train is the probe's to refuse, probe.h). 0, or -1 with err naming the
+ * field and the file. */
+int trn_dataset_shape(struct trn_dataset *ds, const struct trn_spec *spec,
+                      const struct trn_input_policy *inputs, struct trn_err *err);
+/* A shape as JSON (larch-train --probe prints it, larchd plans with it):
+ *   {"task": "classify" | "tokens", "dim": D, "n_classes": C, "seq": S,
+ *    "vocab": V, "train_samples": N, "val_samples": N, "train_tokens": T,
+ *    "val_tokens": T}
+ * every key always present (0 where the task has none). A new reference,
+ * NULL when out of memory. */
+json_t *trn_dataset_shape_to_json(const struct trn_dataset *shape);
+/* The shape from such an object (borrowed), checked: the task known, every
+ * count an integer in range, a classify shape with dim and n_classes >= 1,
+ * a tokens shape with seq >= 1; absent counts read as 0. No buffers. 0, or
+ * -1 with err naming the key ("shape.dim: ..."). */
+int trn_dataset_shape_from_json(struct trn_dataset *shape, const json_t *j, struct trn_err *err);
 /* Bytes the loaded data of a shape takes in memory. */
 double trn_dataset_bytes(const struct trn_dataset *ds);
 

@@ -5,14 +5,21 @@
  * unsigned bytes. zlib's gzread reads gzip and plain files alike. Pixels are
  * standardised with the mean and std of the train split's pixels, all of
  * them (data.standardize "global") or each pixel's own ("per_feature").
+ * Files are opened with trn_input_open and read through gzdopen. A file
+ * whose magic number is wrong is refused without a word of what it holds;
+ * past the magic, the header's counts may appear in messages.
  */
 #include "data_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include "input.h"
 
 #define IDX_IMAGES 0x00000803u
 #define IDX_LABELS 0x00000801u
@@ -57,15 +64,19 @@ static int gz_fail(gzFile f, const char *what, const char *path, struct trn_err 
 /* Reads one IDX file; images selects the expected magic. header_only: the
  * dims without the data (x->data stays NULL). */
 static int idx_read_part(struct idx *x, const char *what, const char *path, int images,
-                         int header_only, struct trn_err *err)
+                         int header_only, const struct trn_input_policy *inputs,
+                         struct trn_err *err)
 {
 	memset(x, 0, sizeof *x);
 	const char *kind = images ? "image" : "label";
-	errno = 0;
-	gzFile f = gzopen(path, "rb");
-	if (!f)
-		return trn_err_set(err, "%s: %s: %s", what, path,
-		                   errno ? strerror(errno) : "out of memory");
+	int fd = trn_input_open(path, inputs, what, err);
+	if (fd < 0)
+		return -1;
+	gzFile f = gzdopen(fd, "rb");
+	if (!f) {
+		close(fd);
+		return trn_err_set(err, "%s: %s: out of memory", what, path);
+	}
 	uint8_t head[16];
 	size_t head_len = images ? 16 : 8;
 	long long k = gz_read_full(f, head, 4);
@@ -75,9 +86,8 @@ static int idx_read_part(struct idx *x, const char *what, const char *path, int 
 		trn_err_set(err, "%s: %s: not an IDX %s file (%lld bytes)", what, path, kind, k);
 		goto fail;
 	}
-	uint32_t magic = be32(head);
-	if (magic != (images ? IDX_IMAGES : IDX_LABELS)) {
-		trn_err_set(err, "%s: %s: not an IDX %s file (magic 0x%08x)", what, path, kind, magic);
+	if (be32(head) != (images ? IDX_IMAGES : IDX_LABELS)) {
+		trn_err_set(err, "%s: %s: not an IDX %s file (wrong magic number)", what, path, kind);
 		goto fail;
 	}
 	k = gz_read_full(f, head + 4, head_len - 4);
@@ -92,14 +102,14 @@ static int idx_read_part(struct idx *x, const char *what, const char *path, int 
 	x->rows = images ? be32(head + 8) : 1;
 	x->cols = images ? be32(head + 12) : 1;
 	if (x->n == 0 || x->rows == 0 || x->cols == 0) {
-		trn_err_set(err, "%s: %s: empty IDX file (dims %u x %u x %u)", what, path, x->n,
-		            x->rows, x->cols);
+		trn_err_set(err, "%s: %s: empty IDX file (a dimension of 0)", what, path);
 		goto fail;
 	}
 	unsigned long long bytes = (unsigned long long)x->n * x->rows;
-	if (bytes > IDX_MAX_BYTES || bytes * x->cols > IDX_MAX_BYTES) {
-		trn_err_set(err, "%s: %s: implausible IDX dims %u x %u x %u", what, path, x->n,
-		            x->rows, x->cols);
+	if (bytes > IDX_MAX_BYTES || bytes * x->cols > IDX_MAX_BYTES ||
+	    (unsigned long long)x->rows * x->cols > INT_MAX) {
+		trn_err_set(err, "%s: %s: implausible IDX dimensions (more than %llu bytes)", what,
+		            path, IDX_MAX_BYTES);
 		goto fail;
 	}
 	bytes *= x->cols;
@@ -141,27 +151,28 @@ fail:
 }
 
 static int idx_read(struct idx *x, const char *what, const char *path, int images,
-                    struct trn_err *err)
+                    const struct trn_input_policy *inputs, struct trn_err *err)
 {
-	return idx_read_part(x, what, path, images, 0, err);
+	return idx_read_part(x, what, path, images, 0, inputs, err);
 }
 
 /* Images and their labels; the counts must agree. what is "data.train" or
  * "data.val". */
 static int idx_read_pair(struct idx *img, struct idx *lab, const char *what, const char *images,
-                         const char *labels, struct trn_err *err)
+                         const char *labels, const struct trn_input_policy *inputs,
+                         struct trn_err *err)
 {
 	char name[64];
 	memset(lab, 0, sizeof *lab);
 	snprintf(name, sizeof name, "%s.images", what);
-	if (idx_read(img, name, images, 1, err) != 0)
+	if (idx_read(img, name, images, 1, inputs, err) != 0)
 		return -1;
 	snprintf(name, sizeof name, "%s.labels", what);
 	if (!labels[0]) {
 		trn_err_set(err, "%s: required with %s.images", name, what);
 		goto fail;
 	}
-	if (idx_read(lab, name, labels, 0, err) != 0)
+	if (idx_read(lab, name, labels, 0, inputs, err) != 0)
 		goto fail;
 	if (lab->n != img->n) {
 		trn_err_set(err, "%s: %s: %u images but %u labels", name, labels, img->n, lab->n);
@@ -248,18 +259,19 @@ static int max_label(const struct idx *lab)
 	return m;
 }
 
-int trn_data_idx_load(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err)
+int trn_data_idx_load(struct trn_dataset *ds, const struct trn_spec *spec,
+                      const struct trn_input_policy *inputs, struct trn_err *err)
 {
 	const struct trn_spec_data *d = &spec->data;
 	struct idx ti, tl, vi = { 0 }, vl = { 0 };
 	int rc = -1;
-	if (idx_read_pair(&ti, &tl, "data.train", d->train, d->train_labels, err) != 0)
+	if (idx_read_pair(&ti, &tl, "data.train", d->train, d->train_labels, inputs, err) != 0)
 		return -1;
 
 	long n_train = ti.n, n_val = 0;
 	int held_out = 0;
 	if (d->val[0]) {
-		if (idx_read_pair(&vi, &vl, "data.val", d->val, d->val_labels, err) != 0)
+		if (idx_read_pair(&vi, &vl, "data.val", d->val, d->val_labels, inputs, err) != 0)
 			goto out;
 		if (vi.rows != ti.rows || vi.cols != ti.cols) {
 			trn_err_set(err, "data.val.images: %s: %u x %u images, but train has %u x %u",
@@ -330,26 +342,46 @@ out:
 	return rc;
 }
 
-int trn_data_idx_shape(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err)
+int trn_data_idx_shape(struct trn_dataset *ds, const struct trn_spec *spec,
+                       const struct trn_input_policy *inputs, struct trn_err *err)
 {
 	const struct trn_spec_data *d = &spec->data;
 	struct idx ti, tl = { 0 }, vi = { 0 }, vl = { 0 };
 	int rc = -1;
-	if (idx_read_part(&ti, "data.train.images", d->train, 1, 1, err) != 0)
+	if (idx_read_part(&ti, "data.train.images", d->train, 1, 1, inputs, err) != 0)
 		return -1;
-	if (!d->train_labels[0] || idx_read(&tl, "data.train.labels", d->train_labels, 0, err) != 0) {
-		if (!d->train_labels[0])
-			trn_err_set(err, "data.train.labels: required with data.train.images");
+	if (!d->train_labels[0])
+		return trn_err_set(err, "data.train.labels: required with data.train.images");
+	if (idx_read(&tl, "data.train.labels", d->train_labels, 0, inputs, err) != 0)
 		return -1;
+	if (tl.n != ti.n) {
+		trn_err_set(err, "data.train.labels: %s: %u images but %u labels", d->train_labels,
+		            ti.n, tl.n);
+		goto out;
 	}
 	long n_train = ti.n, n_val = 0;
 	int classes = max_label(&tl) + 1;
 	if (d->val[0]) {
-		if (idx_read_part(&vi, "data.val.images", d->val, 1, 1, err) != 0 ||
-		    (d->val_labels[0] && idx_read(&vl, "data.val.labels", d->val_labels, 0, err) != 0))
+		if (idx_read_part(&vi, "data.val.images", d->val, 1, 1, inputs, err) != 0)
 			goto out;
+		if (!d->val_labels[0]) {
+			trn_err_set(err, "data.val.labels: required with data.val.images");
+			goto out;
+		}
+		if (idx_read(&vl, "data.val.labels", d->val_labels, 0, inputs, err) != 0)
+			goto out;
+		if (vl.n != vi.n) {
+			trn_err_set(err, "data.val.labels: %s: %u images but %u labels", d->val_labels,
+			            vi.n, vl.n);
+			goto out;
+		}
+		if (vi.rows != ti.rows || vi.cols != ti.cols) {
+			trn_err_set(err, "data.val.images: %s: %u x %u images, but train has %u x %u",
+			            d->val, vi.rows, vi.cols, ti.rows, ti.cols);
+			goto out;
+		}
 		n_val = vi.n;
-		if (vl.data && max_label(&vl) + 1 > classes)
+		if (max_label(&vl) + 1 > classes)
 			classes = max_label(&vl) + 1;
 	} else if (d->val_fraction > 0) {
 		n_val = trn_data_holdout(n_train, d->val_fraction);

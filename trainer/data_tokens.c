@@ -7,11 +7,12 @@
 #include "data_int.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "input.h"
 
 #define TOK_MAGIC 20240520
 #define TOK_VERSION 1
@@ -37,20 +38,18 @@ static int read_at(int fd, void *buf, size_t len, off_t off, const char *what, c
 	return 0;
 }
 
-static int open_sized(const char *what, const char *path, long long *size, struct trn_err *err)
+/* The file through the opener (input.h) and its size. */
+static int open_sized(const char *what, const char *path, const struct trn_input_policy *inputs,
+                      long long *size, struct trn_err *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = trn_input_open(path, inputs, what, err);
 	if (fd < 0)
-		return trn_err_set(err, "%s: %s: %s", what, path, strerror(errno));
+		return -1;
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
 		int saved = errno;
 		close(fd);
 		return trn_err_set(err, "%s: %s: %s", what, path, strerror(saved));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return trn_err_set(err, "%s: %s: not a regular file", what, path);
 	}
 	*size = (long long)st.st_size;
 	return fd;
@@ -61,45 +60,45 @@ static uint32_t le32(const uint8_t *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static int read_tokens_u16(struct trn_split *s, const char *what, const char *path,
-                           struct trn_err *err)
+/* Checks a token file's header against its size; *count: its tokens.
+ * Nothing read from a file that is not one is put in a message. */
+static int read_header(int fd, long long size, const char *what, const char *path,
+                       int32_t *count, struct trn_err *err)
 {
-	long long size;
-	int fd = open_sized(what, path, &size, err);
+	uint8_t head[TOK_HEADER_BYTES];
+	if (size < TOK_HEADER_BYTES)
+		return trn_err_set(err, "%s: %s: not an llm.c token file (%lld bytes, the header alone "
+		                   "is %d)", what, path, size, TOK_HEADER_BYTES);
+	if (read_at(fd, head, sizeof head, 0, what, path, err) != 0)
+		return -1;
+	if ((int32_t)le32(head) != TOK_MAGIC)
+		return trn_err_set(err, "%s: %s: not an llm.c token file (wrong magic number)", what,
+		                   path);
+	if ((int32_t)le32(head + 4) != TOK_VERSION)
+		return trn_err_set(err, "%s: %s: unsupported llm.c token file version (this reads "
+		                   "version %d)", what, path, TOK_VERSION);
+	*count = (int32_t)le32(head + 8);
+	long long want = TOK_HEADER_BYTES + 2LL * *count;
+	if (*count < 0 || size < want)
+		return trn_err_set(err, "%s: %s: truncated (expected %lld bytes for %d tokens, file "
+		                   "has %lld)", what, path, want, *count, size);
+	if (size > want)
+		return trn_err_set(err, "%s: %s: %lld bytes, but the header's %d tokens need %lld",
+		                   what, path, size, *count, want);
+	return 0;
+}
+
+static int read_tokens_u16(struct trn_split *s, const char *what, const char *path,
+                           const struct trn_input_policy *inputs, struct trn_err *err)
+{
+	long long size = 0;
+	int fd = open_sized(what, path, inputs, &size, err);
 	if (fd < 0)
 		return -1;
 	int rc = -1;
-	uint8_t head[TOK_HEADER_BYTES];
-	if (size < TOK_HEADER_BYTES) {
-		trn_err_set(err, "%s: %s: not an llm.c token file (%lld bytes, the header alone is %d)",
-		            what, path, size, TOK_HEADER_BYTES);
+	int32_t count;
+	if (read_header(fd, size, what, path, &count, err) != 0)
 		goto out;
-	}
-	if (read_at(fd, head, sizeof head, 0, what, path, err) != 0)
-		goto out;
-	int32_t magic = (int32_t)le32(head), version = (int32_t)le32(head + 4);
-	int32_t count = (int32_t)le32(head + 8);
-	if (magic != TOK_MAGIC) {
-		trn_err_set(err, "%s: %s: not an llm.c token file (magic %d, expected %d)", what, path,
-		            magic, TOK_MAGIC);
-		goto out;
-	}
-	if (version != TOK_VERSION) {
-		trn_err_set(err, "%s: %s: token file version %d, expected %d", what, path, version,
-		            TOK_VERSION);
-		goto out;
-	}
-	long long want = TOK_HEADER_BYTES + 2LL * count;
-	if (count < 0 || size < want) {
-		trn_err_set(err, "%s: %s: truncated (expected %lld bytes for %d tokens, file has %lld)",
-		            what, path, want, count, size);
-		goto out;
-	}
-	if (size > want) {
-		trn_err_set(err, "%s: %s: %lld bytes, but the header's %d tokens need %lld", what, path,
-		            size, count, want);
-		goto out;
-	}
 	s->n_tokens = count;
 	s->tokens = malloc(sizeof(uint16_t) * (size_t)(count > 0 ? count : 1));
 	if (!s->tokens) {
@@ -118,10 +117,11 @@ out:
 	return rc;
 }
 
-static int read_text(struct trn_split *s, const char *what, const char *path, struct trn_err *err)
+static int read_text(struct trn_split *s, const char *what, const char *path,
+                     const struct trn_input_policy *inputs, struct trn_err *err)
 {
-	long long size;
-	int fd = open_sized(what, path, &size, err);
+	long long size = 0;
+	int fd = open_sized(what, path, inputs, &size, err);
 	if (fd < 0)
 		return -1;
 	int rc = -1;
@@ -162,12 +162,13 @@ static int max_token(const struct trn_split *s)
 	return m;
 }
 
-int trn_data_tokens_load(struct trn_dataset *ds, const struct trn_spec *spec, struct trn_err *err)
+int trn_data_tokens_load(struct trn_dataset *ds, const struct trn_spec *spec,
+                         const struct trn_input_policy *inputs, struct trn_err *err)
 {
 	const struct trn_spec_data *d = &spec->data;
 	int text = d->format == TRN_DATA_TEXT;
-	int (*load)(struct trn_split *, const char *, const char *, struct trn_err *) =
-		text ? read_text : read_tokens_u16;
+	int (*load)(struct trn_split *, const char *, const char *, const struct trn_input_policy *,
+	            struct trn_err *) = text ? read_text : read_tokens_u16;
 	/* the spec names a text corpus "data.path" */
 	const char *train_name = text ? "data.path" : "data.train";
 	int seq = spec->model.seq;
@@ -176,10 +177,10 @@ int trn_data_tokens_load(struct trn_dataset *ds, const struct trn_spec *spec, st
 	ds->task = TRN_TASK_TOKENS;
 	ds->seq = seq;
 
-	if (load(&ds->train, train_name, d->train, err) != 0)
+	if (load(&ds->train, train_name, d->train, inputs, err) != 0)
 		return -1;
 	if (d->val[0]) {
-		if (load(&ds->val, "data.val", d->val, err) != 0 ||
+		if (load(&ds->val, "data.val", d->val, inputs, err) != 0 ||
 		    count_samples(&ds->val, seq, "data.val", d->val, err) != 0)
 			return -1;
 	} else if (d->val_fraction > 0) {
@@ -212,5 +213,54 @@ int trn_data_tokens_load(struct trn_dataset *ds, const struct trn_spec *spec, st
 			m = max_token(&ds->val);
 		ds->vocab = m + 1;
 	}
+	return 0;
+}
+
+/* The tokens in one file, for the shape: its header's count (tokens_u16)
+ * or its bytes (text). */
+static int shape_count(const char *what, const char *path, int text,
+                       const struct trn_input_policy *inputs, long *n, struct trn_err *err)
+{
+	long long size = 0;
+	int fd = open_sized(what, path, inputs, &size, err);
+	if (fd < 0)
+		return -1;
+	int rc = 0;
+	int32_t count = 0;
+	if (text)
+		*n = (long)size;
+	else if ((rc = read_header(fd, size, what, path, &count, err)) == 0)
+		*n = count;
+	close(fd);
+	return rc;
+}
+
+/* Samples of seq + 1 tokens in n tokens (the loader's count_samples), or 0. */
+static long samples_in(long n, int seq)
+{
+	return n > 0 ? (n - 1) / seq : 0;
+}
+
+int trn_data_tokens_shape(struct trn_dataset *ds, const struct trn_spec *spec,
+                          const struct trn_input_policy *inputs, struct trn_err *err)
+{
+	const struct trn_spec_data *d = &spec->data;
+	int text = d->format == TRN_DATA_TEXT;
+	int seq = spec->model.seq;
+	if (seq < 1)
+		return trn_err_set(err, "model.seq: must be > 0 for token data (got %d)", seq);
+	ds->task = TRN_TASK_TOKENS;
+	ds->seq = seq;
+	ds->vocab = text ? 256 : 0;    /* tokens_u16: known once the tokens are read */
+	if (shape_count(text ? "data.path" : "data.train", d->train, text, inputs,
+	                &ds->train.n_tokens, err) != 0 ||
+	    (d->val[0] && shape_count("data.val", d->val, text, inputs, &ds->val.n_tokens, err) != 0))
+		return -1;
+	if (!d->val[0] && d->val_fraction > 0) {
+		ds->val.n_tokens = trn_data_holdout(ds->train.n_tokens, d->val_fraction);
+		ds->train.n_tokens -= ds->val.n_tokens;
+	}
+	ds->train.n = samples_in(ds->train.n_tokens, seq);
+	ds->val.n = samples_in(ds->val.n_tokens, seq);
 	return 0;
 }

@@ -8,6 +8,9 @@
 #ifndef LARCH_TRAINER_ERR_H
 #define LARCH_TRAINER_ERR_H
 
+#include <jansson.h>
+#include <stddef.h>
+
 #define TRN_ERR_TEXT 512
 
 struct trn_err {
@@ -21,5 +24,11 @@ int trn_err_set(struct trn_err *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 void trn_err_clear(struct trn_err *err);
+
+/* What jansson says is wrong with a text it could not parse, without the
+ * bits of the text it quotes ("invalid token near 'root'" reads "invalid
+ * token"; a byte's value is never given): error messages about a file
+ * never echo its bytes. Returns buf (size bytes) or a static string. */
+const char *trn_json_error_text(const json_error_t *e, char *buf, size_t size);
 
 #endif

@@ -324,7 +324,7 @@ static int data_shape(struct trn_dataset *ds, const struct trn_spec *spec, struc
 	pthread_mutex_unlock(&shape_lock);
 	if (hit)
 		return 0;
-	if (trn_dataset_shape(ds, spec, err) != 0)
+	if (trn_dataset_shape(ds, spec, NULL, err) != 0)
 		return -1;
 	pthread_mutex_lock(&shape_lock);
 	shape_cache.valid = 1;
@@ -336,13 +336,19 @@ static int data_shape(struct trn_dataset *ds, const struct trn_spec *spec, struc
 	return 0;
 }
 
+int trn_plan_make_shape(struct trn_plan *p, const struct trn_spec *spec,
+                        const struct trn_dataset *shape, long micro, struct trn_err *err)
+{
+	return plan_with(p, spec, shape, micro, err);
+}
+
 int trn_plan_make(struct trn_plan *p, const struct trn_spec *spec, long micro,
                   struct trn_err *err)
 {
 	struct trn_dataset ds;
 	if (data_shape(&ds, spec, err) != 0)
 		return -1;
-	return plan_with(p, spec, &ds, micro, err);
+	return trn_plan_make_shape(p, spec, &ds, micro, err);
 }
 
 int trn_plan_fits(const struct trn_plan *p, double host_limit, double device_limit)
@@ -351,18 +357,15 @@ int trn_plan_fits(const struct trn_plan *p, double host_limit, double device_lim
 	       (device_limit <= 0 || p->device_bytes <= device_limit);
 }
 
-long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double device_limit,
-                        struct trn_err *err)
+long trn_plan_max_micro_shape(const struct trn_spec *spec, const struct trn_dataset *shape,
+                              double host_limit, double device_limit, struct trn_err *err)
 {
-	struct trn_dataset ds;
 	struct trn_plan p;
-	if (data_shape(&ds, spec, err) != 0)
-		return -1;
 	/* memory grows with the micro-batch: the largest that fits by bisection */
 	long lo = 0, hi = spec->batch.micro;
 	while (lo < hi) {
 		long mid = lo + (hi - lo + 1) / 2;
-		int rc = plan_with(&p, spec, &ds, mid, err);
+		int rc = plan_with(&p, spec, shape, mid, err);
 		if (rc == TRN_PLAN_TOO_LARGE) {
 			hi = mid - 1;
 			continue;
@@ -375,6 +378,15 @@ long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double d
 			hi = mid - 1;
 	}
 	return lo;
+}
+
+long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double device_limit,
+                        struct trn_err *err)
+{
+	struct trn_dataset ds;
+	if (data_shape(&ds, spec, err) != 0)
+		return -1;
+	return trn_plan_max_micro_shape(spec, &ds, host_limit, device_limit, err);
 }
 
 static double mib(double bytes)

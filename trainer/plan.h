@@ -39,6 +39,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "data.h"
 #include "err.h"
 #include "spec.h"
 
@@ -131,15 +132,27 @@ int trn_gpu_gemm_tune(int nondeterministic);
  * be petabytes: no plan (its sizes would overflow), and nothing can fit. */
 #define TRN_PLAN_TOO_LARGE (-2)
 
-/* The plan of spec at micro-batch micro (0: the spec's). 0, -1 with err (the
- * data's shape could not be read, or the model is invalid), or
- * TRN_PLAN_TOO_LARGE with err. */
+/* The plan of spec at micro-batch micro (0: the spec's) for data of the
+ * given shape (trn_dataset_shape, or trn_dataset_shape_from_json of what
+ * larch-train --probe printed; borrowed): opens no file. 0, -1 with err
+ * (the model is invalid), or TRN_PLAN_TOO_LARGE with err. */
+int trn_plan_make_shape(struct trn_plan *p, const struct trn_spec *spec,
+                        const struct trn_dataset *shape, long micro, struct trn_err *err);
+
+/* trn_plan_make_shape with the shape read from spec's data files (opened
+ * unconfined; remembered while they are unchanged). -1 with err also when
+ * the shape cannot be read. */
 int trn_plan_make(struct trn_plan *p, const struct trn_spec *spec, long micro,
                   struct trn_err *err);
 
-/* The largest micro-batch up to the spec's whose plan has host bytes per
- * node <= host_limit and device bytes <= device_limit (a limit 0: none);
- * 0 when not even 1 fits, -1 with err when planning failed. */
+/* The largest micro-batch up to the spec's whose plan for data of the shape
+ * has host bytes per node <= host_limit and device bytes <= device_limit (a
+ * limit 0: none); 0 when not even 1 fits, -1 with err when planning
+ * failed. Opens no file. */
+long trn_plan_max_micro_shape(const struct trn_spec *spec, const struct trn_dataset *shape,
+                              double host_limit, double device_limit, struct trn_err *err);
+
+/* trn_plan_max_micro_shape with the shape read as trn_plan_make reads it. */
 long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double device_limit,
                         struct trn_err *err);
 

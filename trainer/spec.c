@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "input.h"
 #include "spec_fields.h"
 
 #define BATCH_MAX (1LL << 24)
@@ -547,11 +549,12 @@ int trn_spec_from_json(struct trn_spec *spec, json_t *root, struct trn_err *err)
 static int from_buffer(struct trn_spec *spec, const char *text, size_t len, struct trn_err *err)
 {
 	json_error_t jerr;
+	char why[JSON_ERROR_TEXT_LENGTH];
 	memset(spec, 0, sizeof *spec);
 	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
 	if (!root)
 		return trn_err_set(err, "spec: invalid JSON at line %d column %d: %s", jerr.line,
-		                   jerr.column, jerr.text);
+		                   jerr.column, trn_json_error_text(&jerr, why, sizeof why));
 	int rc = trn_spec_from_json(spec, root, err);
 	json_decref(root);
 	return rc;
@@ -566,23 +569,43 @@ int trn_spec_from_string(struct trn_spec *spec, const char *text, struct trn_err
 	return from_buffer(spec, text, strlen(text), err);
 }
 
-int trn_spec_from_file(struct trn_spec *spec, const char *path, struct trn_err *err)
+int trn_spec_from_fd(struct trn_spec *spec, int fd, const char *name, struct trn_err *err)
 {
 	memset(spec, 0, sizeof *spec);
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return trn_err_set(err, "spec: cannot open %s: %s", path, strerror(errno));
 	char *buf = malloc(SPEC_FILE_MAX + 1);
-	size_t n = buf ? fread(buf, 1, SPEC_FILE_MAX + 1, fp) : 0;
-	int rc, bad = !buf || ferror(fp);
-	fclose(fp);
-	if (bad)
-		rc = trn_err_set(err, "spec: cannot read %s", path);
-	else if (n > SPEC_FILE_MAX)
-		rc = trn_err_set(err, "spec: %s is larger than %ld bytes", path, SPEC_FILE_MAX);
+	if (!buf)
+		return trn_err_set(err, "spec: out of memory");
+	size_t n = 0;
+	while (n <= SPEC_FILE_MAX) {
+		ssize_t k = read(fd, buf + n, SPEC_FILE_MAX + 1 - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			int saved = errno;
+			free(buf);
+			return trn_err_set(err, "spec: %s: %s", name, strerror(saved));
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	int rc;
+	if (n > SPEC_FILE_MAX)
+		rc = trn_err_set(err, "spec: %s is larger than %ld bytes", name, SPEC_FILE_MAX);
 	else
 		rc = from_buffer(spec, buf, n, err);
 	free(buf);
+	return rc;
+}
+
+int trn_spec_from_file(struct trn_spec *spec, const char *path, struct trn_err *err)
+{
+	memset(spec, 0, sizeof *spec);
+	int fd = trn_input_open(path, NULL, "spec", err);
+	if (fd < 0)
+		return -1;
+	int rc = trn_spec_from_fd(spec, fd, path, err);
+	close(fd);
 	return rc;
 }
 

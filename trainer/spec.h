@@ -183,7 +183,13 @@ struct trn_spec {
  * own reference to a canonical copy), or -1 with err set. Borrows root. */
 int trn_spec_from_json(struct trn_spec *spec, json_t *root, struct trn_err *err);
 int trn_spec_from_string(struct trn_spec *spec, const char *text, struct trn_err *err);
+/* The spec file at path, opened with trn_input_open (input.h: a regular
+ * file of at most 1 MiB; a FIFO or a device is refused, not read). A JSON
+ * error says where and what, never the text it met. */
 int trn_spec_from_file(struct trn_spec *spec, const char *path, struct trn_err *err);
+/* The spec read from fd to its end (stdin for larch-train --probe --spec -);
+ * name is for messages. Borrows fd. */
+int trn_spec_from_fd(struct trn_spec *spec, int fd, const char *name, struct trn_err *err);
 
 /* Frees what a successful parse allocated; the struct may then be reused. */
 void trn_spec_release(struct trn_spec *spec);

@@ -30,7 +30,7 @@ static int get_meta_long(const struct trn_ckpt *c, const char *path, const char 
 	errno = 0;
 	*out = strtoll(v, &end, 10);
 	if (errno || *end)
-		return trn_err_set(err, "%s: metadata \"%s\" is not an integer (\"%s\")", path, key, v);
+		return trn_err_set(err, "%s: metadata \"%s\" is not an integer", path, key);
 	return 0;
 }
 
@@ -161,9 +161,10 @@ static int read_state(const struct trn_ckpt *c, const char *path, const struct t
 	char want[64];
 	const char *have = trn_ckpt_meta(c, "optim_state");
 	state_code(s->opt, want, sizeof want);
+	/* (the file is a larch checkpoint of this spec: its format and hash matched) */
 	if (strcmp(have ? have : "", want) != 0)
-		return trn_err_set(err, "%s: optimizer state written as \"%s\", this run keeps \"%s\"",
-		                   path, have ? have : "fp32", want[0] ? want : "fp32");
+		return trn_err_set(err, "%s: optimizer state written as \"%.32s\", this run keeps "
+		                   "\"%s\"", path, have ? have : "fp32", want[0] ? want : "fp32");
 	if (!os)
 		return 0;
 	if ((os->m && read_tensors(c, path, m, "optim.m.", TRN_CKPT_F32, os->m, 4, NULL, err)) ||
@@ -188,14 +189,13 @@ int trn_state_load(const char *path, struct trn_state *s, struct trn_err *err)
 	const char *hash = trn_ckpt_meta(&c, "spec_hash");
 	long long step, epoch, pos, t;
 	if (!format || strcmp(format, STATE_FORMAT) != 0) {
-		trn_err_set(err, "%s: not a larch training checkpoint (format \"%s\")", path,
-		            format ? format : "");
+		trn_err_set(err, "%s: not a larch training checkpoint (its metadata has no format "
+		            "\"" STATE_FORMAT "\")", path);
 		goto out;
 	}
 	if (!hash || strcmp(hash, s->spec_hash) != 0) {
-		trn_err_set(err, "%s: written for a different spec (spec_hash %.12s..., this spec "
-		            "%.12s...): use a new job dir for a changed spec", path, hash ? hash : "none",
-		            s->spec_hash);
+		trn_err_set(err, "%s: written for a different spec (this spec's hash is %.12s...): "
+		            "use a new job dir for a changed spec", path, s->spec_hash);
 		goto out;
 	}
 	if (get_meta_long(&c, path, "step", &step, err) || get_meta_long(&c, path, "epoch", &epoch, err) ||
@@ -228,10 +228,11 @@ out:
 	return rc;
 }
 
-int trn_params_load(struct trn_model *m, const char *path, struct trn_err *err)
+int trn_params_load(struct trn_model *m, const char *path, const struct trn_input_policy *inputs,
+                    struct trn_err *err)
 {
 	struct trn_ckpt c;
-	if (trn_ckpt_open(&c, path, err) != 0)
+	if (trn_ckpt_open_input(&c, path, inputs, "init.from", err) != 0)
 		return -1;
 	int rc = 0;
 	for (int i = 0; i < m->n_params && rc == 0; i++) {

@@ -53,7 +53,10 @@ int trn_state_load(const char *path, struct trn_state *s, struct trn_err *err);
 
 /* Loads every parameter of m from a safetensors file whose F32 tensors are
  * named param.<name> (a larch checkpoint) or <name> (e.g. saved by numpy or
- * PyTorch); sizes must match. */
-int trn_params_load(struct trn_model *m, const char *path, struct trn_err *err);
+ * PyTorch); sizes must match. The file (init.from) is opened with
+ * trn_input_open under inputs (borrowed; NULL confines nothing). */
+struct trn_input_policy;
+int trn_params_load(struct trn_model *m, const char *path, const struct trn_input_policy *inputs,
+                    struct trn_err *err);
 
 #endif

@@ -296,7 +296,12 @@ static void print_peak(const struct run *r)
 	struct trn_spec planned = *r->spec;    /* (read only: nothing of it is released) */
 	if (m->device && planned.resources.gpus_per_node < 1)
 		planned.resources.gpus_per_node = 1;
-	int have = trn_plan_make(&p, &planned, 0, &err) == 0;
+	/* the loaded data's shape: its files are not opened again */
+	struct trn_dataset shape = r->ds;
+	shape.train.x = shape.val.x = NULL;
+	shape.train.y = shape.val.y = NULL;
+	shape.train.tokens = shape.val.tokens = NULL;
+	int have = trn_plan_make_shape(&p, &planned, &shape, 0, &err) == 0;
 	if (m->device)
 		printf("input: %ld batches copied to the device ahead, beside the compute, and "
 		       "taken by their forward; %ld not taken\n", m->batches_ahead,
@@ -440,7 +445,7 @@ static int fresh_start(struct run *r, struct trn_err *err)
 {
 	const struct trn_spec *s = r->spec;
 	if (s->init_from[0]) {
-		if (trn_params_load(r->model, s->init_from, err) != 0)
+		if (trn_params_load(r->model, s->init_from, r->opts->inputs, err) != 0)
 			return -1;
 	} else {
 		trn_model_init_weights(r->model, s->seed);
@@ -591,7 +596,7 @@ static int setup(struct run *r, struct trn_err *err)
 		kern_set_threads(r->opts->threads);
 	if (make_dir(dir, err) != 0 || (r->lead && write_spec(dir, s, err) != 0))
 		return TRN_EXIT_FAILED;
-	if (trn_dataset_load(&r->ds, s, err) != 0)
+	if (trn_dataset_load(&r->ds, s, r->opts->inputs, err) != 0)
 		return TRN_EXIT_FAILED;
 	if (trn_loader_init(&r->loader, &r->ds, &r->ds.train, s->seed, s->data.shuffle,
 	                    r->comm->rank, s->parallel.ranks, s->batch.global, s->batch.micro, err) != 0)

@@ -7,6 +7,7 @@
 #ifndef LARCH_TRAINER_TRAIN_H
 #define LARCH_TRAINER_TRAIN_H
 
+#include "input.h"
 #include "spec.h"
 
 enum trn_exit {
@@ -29,6 +30,8 @@ struct trn_train_opts {
 	int quiet;                     /* no progress lines */
 	const char *device;            /* "cpu", "cuda", or NULL: cuda when the spec asks for GPUs
 	                                  (resources.gpus_per_node > 0) */
+	const struct trn_input_policy *inputs;  /* how data files and init.from are opened
+	                                  (--data-root, --confine-data); NULL: unconfined */
 };
 
 /* Runs spec to the end (or to a stop signal) and returns an enum trn_exit.

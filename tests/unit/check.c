@@ -178,3 +178,66 @@ const char *check_tmpdir(const char *name)
 	}
 	return path;
 }
+
+static int leaked(const char *text, const char *needle, const char *what, const char *file,
+                  int line)
+{
+	if (!needle[0] || !strstr(text, needle))
+		return 0;
+	check_truef(0, file, line, "the message holds the file's %s (\"%s\"): %s", what, needle,
+	            text);
+	return 1;
+}
+
+int check_no_leak(const char *text, const void *secret, size_t len, const char *file, int line)
+{
+	const unsigned char *b = secret;
+	char buf[64];
+	int bad = 0;
+	if (len < 16) {
+		check_truef(0, file, line, "check_no_leak: a secret of %zu bytes, want 16", len);
+		return 0;
+	}
+	for (size_t n = 4; n <= 8; n += 4) {
+		snprintf(buf, sizeof buf, "%.*s", (int)n, (const char *)b);
+		bad |= leaked(text, buf, "bytes as text", file, line);
+	}
+	for (size_t off = 0; off <= 8; off += 4) {
+		uint32_t be = (uint32_t)b[off] << 24 | (uint32_t)b[off + 1] << 16 |
+		              (uint32_t)b[off + 2] << 8 | b[off + 3];
+		uint32_t le = (uint32_t)b[off] | (uint32_t)b[off + 1] << 8 |
+		              (uint32_t)b[off + 2] << 16 | (uint32_t)b[off + 3] << 24;
+		uint32_t words[2] = { be, le };
+		for (int w = 0; w < 2; w++) {
+			snprintf(buf, sizeof buf, "%d", (int32_t)words[w]);
+			bad |= leaked(text, buf, "32-bit word", file, line);
+			snprintf(buf, sizeof buf, "%u", words[w]);
+			bad |= leaked(text, buf, "32-bit word", file, line);
+			snprintf(buf, sizeof buf, "%x", words[w]);
+			bad |= leaked(text, buf, "32-bit word", file, line);
+			snprintf(buf, sizeof buf, "%08x", words[w]);
+			bad |= leaked(text, buf, "32-bit word", file, line);
+			snprintf(buf, sizeof buf, "%X", words[w]);
+			bad |= leaked(text, buf, "32-bit word", file, line);
+		}
+	}
+	for (size_t off = 0; off <= 8; off += 8) {
+		uint64_t be = 0, le = 0;
+		for (int i = 0; i < 8; i++) {
+			be = be << 8 | b[off + (size_t)i];
+			le |= (uint64_t)b[off + (size_t)i] << (8 * i);
+		}
+		uint64_t words[2] = { be, le };
+		for (int w = 0; w < 2; w++) {
+			snprintf(buf, sizeof buf, "%lld", (long long)words[w]);
+			bad |= leaked(text, buf, "64-bit word", file, line);
+			snprintf(buf, sizeof buf, "%llu", (unsigned long long)words[w]);
+			bad |= leaked(text, buf, "64-bit word", file, line);
+			snprintf(buf, sizeof buf, "%llx", (unsigned long long)words[w]);
+			bad |= leaked(text, buf, "64-bit word", file, line);
+		}
+	}
+	if (!bad)
+		check_true(1, "no leak", file, line);
+	return !bad;
+}

@@ -10,6 +10,7 @@
 #ifndef LARCH_TESTS_CHECK_H
 #define LARCH_TESTS_CHECK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define CHECK(cond) check_true(!!(cond), #cond, __FILE__, __LINE__)
@@ -45,6 +46,15 @@ typedef double (*check_loss_fn)(void *ctx);
 int check_grad(const char *what, float *x, long n, const float *grad,
                check_loss_fn loss, void *ctx, double eps, double atol, double rtol,
                int max_probes);
+
+/* Whether text holds nothing of secret (len >= 16 bytes, the start of a file
+ * that failed to parse) in any rendering a message could give it: the
+ * first 4 and 8 bytes as text; the 32-bit words at offsets 0, 4 and 8 and
+ * the 64-bit words at 0 and 8, big- and little-endian, as %d, %u, %x,
+ * %08x, %X, %lld, %llu and %llx print them. Fails the check, naming what
+ * leaked, and returns 0 when it does. */
+#define CHECK_NO_LEAK(text, secret, len) check_no_leak((text), (secret), (len), __FILE__, __LINE__)
+int check_no_leak(const char *text, const void *secret, size_t len, const char *file, int line);
 
 /* A fresh scratch directory under LARCH_TEST_TMP (or /tmp) for this test;
  * returns its path (static storage). */

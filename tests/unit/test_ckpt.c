@@ -267,7 +267,7 @@ static void test_corrupt_files(void)
 	/* a header length past the end of the file */
 	snprintf(path, sizeof path, "%s/hlen.safetensors", tmp);
 	write_raw(path, "{}", 0, 1000);
-	expect_open_error(path, "header length 1000 past the end");
+	expect_open_error(path, "the header's length is past the end of the file");
 
 	/* JSON that does not parse, and JSON that is not an object */
 	snprintf(path, sizeof path, "%s/json.safetensors", tmp);
@@ -279,21 +279,21 @@ static void test_corrupt_files(void)
 	/* offsets outside the data section, reversed, or not matching the shape */
 	snprintf(path, sizeof path, "%s/offsets.safetensors", tmp);
 	write_raw(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8, 0);
-	expect_open_error(path, "data_offsets [0, 16] outside");
+	expect_open_error(path, "tensor #0: data_offsets outside the data section of 8 bytes");
 	write_raw(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", 8, 0);
 	expect_open_error(path, "outside");
 	write_raw(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 16, 0);
-	expect_open_error(path, "shape needs 12");
+	expect_open_error(path, "data_offsets span another size than its shape");
 
 	/* unknown dtype, missing fields, negative shapes, non-string metadata */
 	write_raw(path, "{\"t\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8, 0);
-	expect_open_error(path, "unknown dtype Q7");
+	expect_open_error(path, "tensor #0: unknown dtype");
 	write_raw(path, "{\"t\":{\"dtype\":\"F32\",\"shape\":[1]}}", 8, 0);
 	expect_open_error(path, "data_offsets");
 	write_raw(path, "{\"t\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 8, 0);
 	expect_open_error(path, "shape must hold integers");
 	write_raw(path, "{\"__metadata__\":{\"step\":3}}", 0, 0);
-	expect_open_error(path, "metadata step");
+	expect_open_error(path, "a metadata value is not a string");
 	write_raw(path, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
 	          "\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8, 0);
 	expect_open_error(path, "not valid JSON");
@@ -330,6 +330,51 @@ static int count_temps(const char *dir)
 	if (d)
 		closedir(d);
 	return n;
+}
+
+/* A file that is not a checkpoint, or one whose header carries a secret in
+ * its names and values, fails without its bytes in the message. */
+static void test_secret_not_echoed(void)
+{
+	static const char secret[] = "root:$y$j9T$Zq7Vb3kXw2Pn0Lr5:19700:0:99999:7:::\n";
+	char path[4096], header[512];
+	struct trn_ckpt c;
+	struct trn_err err = { 0 };
+	snprintf(path, sizeof path, "%s/secret.safetensors", tmp);
+	spit(path, secret, sizeof secret - 1);
+	CHECK_INT_EQ(trn_ckpt_open_input(&c, path, NULL, "init.from", &err), -1);
+	CHECK_MSG(strncmp(err.text, "init.from: ", 11) == 0 &&
+	          contains(err.text, "not a safetensors file"), "%s", err.text);
+	CHECK_NO_LEAK(err.text, secret, sizeof secret - 1);
+	/* a length that fits, then the secret where the JSON belongs */
+	write_raw(path, secret, 0, 0);
+	trn_err_clear(&err);
+	CHECK_INT_EQ(trn_ckpt_open(&c, path, &err), -1);
+	CHECK_MSG(contains(err.text, "header is not valid JSON") && !contains(err.text, "near"),
+	          "%s", err.text);
+	CHECK_NO_LEAK(err.text, secret, sizeof secret - 1);
+	/* the secret as a tensor's name, its dtype, and a metadata key */
+	const char *const headers[] = {
+		"{\"%s\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+		"{\"t\":{\"dtype\":\"%s\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+		"{\"__metadata__\":{\"%s\":3}}",
+		"{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,99]}}",
+	};
+	char quoted[128];
+	snprintf(quoted, sizeof quoted, "%.*s", (int)strcspn(secret, "\n"), secret);
+	for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
+		snprintf(header, sizeof header, headers[i], quoted);
+		write_raw(path, header, 8, 0);
+		trn_err_clear(&err);
+		CHECK_INT_EQ(trn_ckpt_open(&c, path, &err), -1);
+		CHECK_NO_LEAK(err.text, secret, sizeof secret - 1);
+	}
+	/* a FIFO is refused, not opened for reading (which would block) */
+	snprintf(path, sizeof path, "%s/fifo.safetensors", tmp);
+	CHECK(mkfifo(path, 0600) == 0);
+	trn_err_clear(&err);
+	CHECK_INT_EQ(trn_ckpt_open_input(&c, path, NULL, "init.from", &err), -1);
+	CHECK_MSG(contains(err.text, "not a regular file"), "%s", err.text);
 }
 
 static void test_list_prune(void)
@@ -454,6 +499,7 @@ int main(void)
 	CHECK_RUN(test_round_trip);
 	CHECK_RUN(test_bad_input_to_write);
 	CHECK_RUN(test_corrupt_files);
+	CHECK_RUN(test_secret_not_echoed);
 	CHECK_RUN(test_list_prune);
 	CHECK_RUN(test_failing_write);
 	return check_finish();

@@ -1,16 +1,19 @@
 /* tests/unit/test_data.c - trainer/data*.c: IDX (gzip and plain), token and
  * text files, validation splits, errors naming the file, and the loader's
- * order across ranks, micro-batches, epochs and a resume. Specs are filled by
- * hand (no JSON parsing). */
+ * order across ranks, micro-batches, epochs and a resume; shapes and their
+ * JSON; a file that fails to parse is not echoed; a confining policy reaches
+ * every format. Specs are filled by hand (no JSON parsing). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "check.h"
 #include "trainer/data.h"
+#include "trainer/input.h"
 
 static const char *tmp;
 
@@ -146,7 +149,7 @@ static void test_idx_load(void)
 	struct trn_spec *s = idx_spec("train-images.gz", "train-labels.gz", "val-images", "val-labels");
 	struct trn_dataset ds;
 	struct trn_err err = { 0 };
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	CHECK_MSG(!err.set, "%s", err.text);
 	CHECK_INT_EQ(ds.task, TRN_TASK_CLASSIFY);
 	CHECK_INT_EQ(ds.dim, DIM);
@@ -212,7 +215,7 @@ static void test_idx_per_feature(void)
 	s->data.standardize = TRN_STANDARDIZE_PER_FEATURE;
 	struct trn_dataset ds;
 	struct trn_err err = { 0 };
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	CHECK_MSG(!err.set, "%s", err.text);
 	double sum = 0, sumsq = 0;
 	for (int i = 0; i < TN * DIM; i++) {
@@ -259,14 +262,14 @@ static void test_idx_val_fraction(void)
 	struct trn_err err = { 0 };
 
 	/* no val files and no fraction: no validation */
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	CHECK_INT_EQ(ds.train.n, TN);
 	CHECK_INT_EQ(ds.val.n, 0);
 	trn_dataset_release(&ds);
 
 	/* the last 10% of the file order, standardised with the first 90% */
 	s->data.val_fraction = 0.1;
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	CHECK_MSG(!err.set, "%s", err.text);
 	CHECK_INT_EQ(ds.train.n, 90);
 	CHECK_INT_EQ(ds.val.n, 10);
@@ -286,7 +289,7 @@ static void test_idx_val_fraction(void)
 
 	/* a fraction that takes everything */
 	s->data.val_fraction = 0.999;
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), -1);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), -1);
 	CHECK_MSG(contains(err.text, "data.val_fraction"), "%s", err.text);
 	free(s);
 }
@@ -296,7 +299,7 @@ static void expect_load_error(struct trn_spec *s, const char *what, const char *
 {
 	struct trn_dataset ds;
 	struct trn_err err = { 0 };
-	int rc = trn_dataset_load(&ds, s, &err);
+	int rc = trn_dataset_load(&ds, s, NULL, &err);
 	CHECK_MSG(rc == -1 && contains(err.text, what) && contains(err.text, path) &&
 	          contains(err.text, needle), "rc %d, error \"%s\", want \"%s\" and \"%s\"", rc,
 	          err.text, what, needle);
@@ -319,9 +322,9 @@ static void test_idx_errors(void)
 	/* a labels file where images belong */
 	expect_load_error(idx_spec("train-labels.gz", "train-labels.gz", NULL, NULL),
 	                  "data.train.images", tmp_path("train-labels.gz"),
-	                  "not an IDX image file (magic 0x00000801)");
+	                  "not an IDX image file (wrong magic number)");
 	expect_load_error(idx_spec("val-images", "val-images", NULL, NULL), "data.train.labels",
-	                  tmp_path("val-images"), "not an IDX label file (magic 0x00000803)");
+	                  tmp_path("val-images"), "not an IDX label file (wrong magic number)");
 	/* counts that disagree */
 	write_labels(tmp_path("labels-99"), train_lab, 99);
 	expect_load_error(idx_spec("train-images.gz", "labels-99", NULL, NULL), "data.train.labels",
@@ -360,7 +363,7 @@ static void test_fashion_mnist(void)
 	snprintf(s->data.val_labels, sizeof s->data.val_labels, "%s/t10k-labels-idx1-ubyte.gz", dir);
 	struct trn_dataset ds;
 	struct trn_err err = { 0 };
-	int rc = trn_dataset_load(&ds, s, &err);
+	int rc = trn_dataset_load(&ds, s, NULL, &err);
 	CHECK_MSG(rc == 0 && ds.train.n == 60000 && ds.val.n == 10000 && ds.dim == 784 &&
 	          ds.n_classes == 10 && fabs(ds.mean - 72.94) < 0.01 && fabs(ds.std - 90.02) < 0.01,
 	          "rc %d (%s): train %ld val %ld dim %d classes %d mean %.3f std %.3f", rc, err.text,
@@ -396,7 +399,7 @@ static void test_tokens_u16(void)
 	struct trn_spec *s = tok_spec(TRN_DATA_TOKENS_U16, "train.bin", "val.bin", SEQ);
 	struct trn_dataset ds;
 	struct trn_err err = { 0 };
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	CHECK_MSG(!err.set, "%s", err.text);
 	CHECK_INT_EQ(ds.task, TRN_TASK_TOKENS);
 	CHECK_INT_EQ(ds.seq, SEQ);
@@ -427,7 +430,7 @@ static void test_tokens_u16(void)
 	/* the last tenth of the tokens held out */
 	s = tok_spec(TRN_DATA_TOKENS_U16, "train.bin", NULL, SEQ);
 	s->data.val_fraction = 0.1;
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	CHECK_INT_EQ(ds.train.n_tokens, 900);
 	CHECK_INT_EQ(ds.val.n_tokens, 100);
 	CHECK_INT_EQ(ds.train.n, 899 / SEQ);
@@ -435,17 +438,17 @@ static void test_tokens_u16(void)
 	CHECK(memcmp(ds.val.tokens, tok + 900, 200) == 0 && memcmp(ds.train.tokens, tok, 1800) == 0);
 	trn_dataset_release(&ds);
 	s->data.val_fraction = 0.01;   /* 10 tokens: too few for a sample */
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), -1);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), -1);
 	CHECK_MSG(contains(err.text, "data.val_fraction"), "%s", err.text);
 	free(s);
 
 	/* bad files */
 	write_tokens(tmp_path("magic.bin"), tok, 10, 20240521, 1, 10);
 	expect_load_error(tok_spec(TRN_DATA_TOKENS_U16, "magic.bin", NULL, 4), "data.train",
-	                  tmp_path("magic.bin"), "not an llm.c token file (magic 20240521");
+	                  tmp_path("magic.bin"), "not an llm.c token file (wrong magic number)");
 	write_tokens(tmp_path("version.bin"), tok, 10, 20240520, 2, 10);
 	expect_load_error(tok_spec(TRN_DATA_TOKENS_U16, "version.bin", NULL, 4), "data.train",
-	                  tmp_path("version.bin"), "version 2");
+	                  tmp_path("version.bin"), "unsupported llm.c token file version");
 	write_tokens(tmp_path("short.bin"), tok, 10, 20240520, 1, 11);
 	expect_load_error(tok_spec(TRN_DATA_TOKENS_U16, "short.bin", NULL, 4), "data.train",
 	                  tmp_path("short.bin"), "truncated (expected 1046 bytes");
@@ -456,11 +459,11 @@ static void test_tokens_u16(void)
 	expect_load_error(tok_spec(TRN_DATA_TOKENS_U16, "tiny.bin", NULL, 4), "data.train",
 	                  tmp_path("tiny.bin"), "not an llm.c token file");
 	expect_load_error(tok_spec(TRN_DATA_TOKENS_U16, "train.bin", "version.bin", 4), "data.val",
-	                  tmp_path("version.bin"), "version 2");
+	                  tmp_path("version.bin"), "unsupported llm.c token file version");
 	/* 10 tokens hold one sample of seq 9, none of seq 10 */
 	write_tokens(tmp_path("ten.bin"), tok, 10, 20240520, 1, 10);
 	s = tok_spec(TRN_DATA_TOKENS_U16, "ten.bin", NULL, 9);
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	CHECK_INT_EQ(ds.train.n, 1);
 	trn_dataset_release(&ds);
 	free(s);
@@ -481,7 +484,7 @@ static void test_text(void)
 	s->data.val_fraction = 0.2;
 	struct trn_dataset ds;
 	struct trn_err err = { 0 };
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	CHECK_MSG(!err.set, "%s", err.text);
 	CHECK_INT_EQ(ds.vocab, 256);
 	CHECK_INT_EQ(ds.train.n_tokens, 400);
@@ -498,7 +501,152 @@ static void test_text(void)
 
 	write_file(tmp_path("empty.txt"), "", 0);
 	expect_load_error(tok_spec(TRN_DATA_TEXT, "empty.txt", NULL, SEQ), "data.path",
-	                  tmp_path("empty.txt"), "0 tokens, too few");
+	                  tmp_path("empty.txt"), "is empty");
+}
+
+/* ---- what a file that fails to parse may not say ------------------------------ */
+
+/* The start of a file the job's user may not read (a hostile spec names
+ * /etc/shadow as data): every format refuses it without its bytes. */
+static const char secret[] = "root:$y$j9T$Zq7Vb3kXw2Pn0Lr5:19700:0:99999:7:::\n"
+                             "larch:$y$j9T$Kp2Qm8Rt4Lz6:19700:0:99999:7:::\n";
+
+static void expect_no_leak(struct trn_spec *s, const char *field)
+{
+	struct trn_dataset ds;
+	struct trn_err err = { 0 };
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), -1);
+	CHECK_MSG(contains(err.text, field), "%s", err.text);
+	CHECK_NO_LEAK(err.text, secret, sizeof secret - 1);
+	trn_err_clear(&err);
+	CHECK_INT_EQ(trn_dataset_shape(&ds, s, NULL, &err), -1);
+	CHECK_MSG(contains(err.text, field), "%s", err.text);
+	CHECK_NO_LEAK(err.text, secret, sizeof secret - 1);
+	free(s);
+}
+
+static void test_secret_not_echoed(void)
+{
+	write_file(tmp_path("secret"), secret, sizeof secret - 1);
+	write_file(tmp_path("secret.gz"), secret, sizeof secret - 1);
+	expect_no_leak(idx_spec("secret", "train-labels.gz", NULL, NULL), "data.train.images");
+	expect_no_leak(idx_spec("secret.gz", "train-labels.gz", NULL, NULL), "data.train.images");
+	expect_no_leak(idx_spec("train-images.gz", "secret", NULL, NULL), "data.train.labels");
+	expect_no_leak(idx_spec("train-images.gz", "train-labels.gz", "secret.gz", "val-labels"),
+	               "data.val.images");
+	expect_no_leak(tok_spec(TRN_DATA_TOKENS_U16, "secret", NULL, 4), "data.train");
+	expect_no_leak(tok_spec(TRN_DATA_TOKENS_U16, "train.bin", "secret", 4), "data.val");
+	/* past the header's size, too: a secret of 1024 bytes and more */
+	char big[2048];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = secret[i % (sizeof secret - 1)];
+	write_file(tmp_path("secret-big"), big, sizeof big);
+	expect_no_leak(tok_spec(TRN_DATA_TOKENS_U16, "secret-big", NULL, 4), "data.train");
+	expect_no_leak(idx_spec("secret-big", "train-labels.gz", NULL, NULL), "data.train.images");
+}
+
+/* ---- shapes ---------------------------------------------------------------- */
+
+static void test_shape(void)
+{
+	struct trn_spec *s = idx_spec("train-images.gz", "train-labels.gz", "val-images", "val-labels");
+	struct trn_dataset ds, back;
+	struct trn_err err = { 0 };
+	CHECK_MSG(trn_dataset_shape(&ds, s, NULL, &err) == 0, "%s", err.text);
+	CHECK_INT_EQ(ds.task, TRN_TASK_CLASSIFY);
+	CHECK_INT_EQ(ds.dim, DIM);
+	CHECK_INT_EQ(ds.n_classes, 9);              /* val's labels reach 8 */
+	CHECK_INT_EQ(ds.train.n, TN);
+	CHECK_INT_EQ(ds.val.n, VN);
+	CHECK(!ds.train.x && !ds.train.y && !ds.val.x);
+	json_t *j = trn_dataset_shape_to_json(&ds);
+	char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+	CHECK_STR_EQ(text, "{\"dim\":20,\"n_classes\":9,\"seq\":0,\"task\":\"classify\","
+	             "\"train_samples\":100,\"train_tokens\":0,\"val_samples\":30,"
+	             "\"val_tokens\":0,\"vocab\":0}");
+	free(text);
+	CHECK_INT_EQ(trn_dataset_shape_from_json(&back, j, &err), 0);
+	CHECK(back.task == ds.task && back.dim == ds.dim && back.n_classes == ds.n_classes &&
+	      back.train.n == ds.train.n && back.val.n == ds.val.n);
+	json_decref(j);
+	/* labels that disagree with their images: the shape says so as the load does */
+	write_labels(tmp_path("labels-99"), train_lab, 99);
+	snprintf(s->data.train_labels, sizeof s->data.train_labels, "%s", tmp_path("labels-99"));
+	CHECK_INT_EQ(trn_dataset_shape(&ds, s, NULL, &err), -1);
+	CHECK_MSG(contains(err.text, "data.train.labels") && contains(err.text, "100 images but 99"),
+	          "%s", err.text);
+	free(s);
+
+	/* tokens: counts from the checked header; held-out validation by tokens */
+	s = tok_spec(TRN_DATA_TOKENS_U16, "train.bin", NULL, 16);
+	s->data.val_fraction = 0.1;
+	trn_err_clear(&err);
+	CHECK_MSG(trn_dataset_shape(&ds, s, NULL, &err) == 0, "%s", err.text);
+	CHECK_INT_EQ(ds.task, TRN_TASK_TOKENS);
+	CHECK_INT_EQ(ds.seq, 16);
+	CHECK_INT_EQ(ds.train.n_tokens, 900);
+	CHECK_INT_EQ(ds.val.n_tokens, 100);
+	CHECK_INT_EQ(ds.train.n, 899 / 16);
+	CHECK_INT_EQ(ds.val.n, 99 / 16);
+	j = trn_dataset_shape_to_json(&ds);
+	CHECK_INT_EQ(trn_dataset_shape_from_json(&back, j, &err), 0);
+	CHECK(back.task == TRN_TASK_TOKENS && back.seq == 16 && back.train.n_tokens == 900 &&
+	      back.val.n_tokens == 100 && back.train.n == ds.train.n);
+	json_decref(j);
+	free(s);
+
+	/* what from_json refuses */
+	static const char *const bad[][2] = {
+		{ "[]", "shape: must be a JSON object" },
+		{ "{\"task\": \"images\"}", "shape.task: must be \"classify\" or \"tokens\"" },
+		{ "{\"task\": \"classify\", \"n_classes\": 10}", "shape.dim: must be an integer in [1, " },
+		{ "{\"task\": \"tokens\", \"seq\": 8, \"train_tokens\": -1}",
+		  "shape.train_tokens: must be an integer in [0, " },
+		{ "{\"task\": \"tokens\", \"seq\": 8, \"vocab\": 1.5}", "shape.vocab: must be an integer" },
+		{ "{\"task\": \"tokens\"}", "shape.seq: must be an integer in [1, " },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		j = json_loads(bad[i][0], JSON_DECODE_ANY, NULL);
+		trn_err_clear(&err);
+		CHECK_INT_EQ(trn_dataset_shape_from_json(&back, j, &err), -1);
+		CHECK_MSG(strncmp(err.text, bad[i][1], strlen(bad[i][1])) == 0, "%s: %s", bad[i][0],
+		          err.text);
+		json_decref(j);
+	}
+}
+
+/* A confining policy reaches every file of every format; a named data set
+ * is not confined. */
+static void test_confined(void)
+{
+	struct trn_input_policy pol;
+	struct trn_err err = { 0 };
+	struct trn_dataset ds;
+	const char *root = tmp_path("root");
+	CHECK(mkdir(root, 0755) == 0);
+	trn_input_policy_init(&pol);
+	CHECK_INT_EQ(trn_input_policy_add_root(&pol, root, &err), 0);
+	struct trn_spec *s = idx_spec("train-images.gz", "train-labels.gz", NULL, NULL);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, &pol, &err), -1);
+	CHECK_MSG(contains(err.text, "data.train.images: ") &&
+	          contains(err.text, " is outside the directories this job may read"), "%s",
+	          err.text);
+	trn_err_clear(&err);
+	CHECK_INT_EQ(trn_dataset_shape(&ds, s, &pol, &err), -1);
+	CHECK_MSG(contains(err.text, "is outside the directories"), "%s", err.text);
+	/* the same files named a data set are read (their own root) */
+	snprintf(s->data.name, sizeof s->data.name, "test");
+	trn_err_clear(&err);
+	CHECK_MSG(trn_dataset_shape(&ds, s, &pol, &err) == 0, "%s", err.text);
+	free(s);
+	/* a root of its own: allowed */
+	trn_input_policy_release(&pol);
+	CHECK_INT_EQ(trn_input_policy_add_root(&pol, tmp, &err), 0);
+	s = tok_spec(TRN_DATA_TOKENS_U16, "train.bin", "val.bin", 4);
+	CHECK_MSG(trn_dataset_load(&ds, s, &pol, &err) == 0, "%s", err.text);
+	trn_dataset_release(&ds);
+	free(s);
+	trn_input_policy_release(&pol);
 }
 
 /* ---- the loader ---------------------------------------------------------- */
@@ -692,7 +840,7 @@ static void test_loader_tokens(void)
 	struct trn_spec *s = tok_spec(TRN_DATA_TOKENS_U16, "train.bin", NULL, SEQ);
 	struct trn_dataset ds;
 	struct trn_err err = { 0 };
-	CHECK_INT_EQ(trn_dataset_load(&ds, s, &err), 0);
+	CHECK_INT_EQ(trn_dataset_load(&ds, s, NULL, &err), 0);
 	struct trn_loader l;
 	CHECK_INT_EQ(trn_loader_init(&l, &ds, &ds.train, 1, 1, 0, 1, 32, 16, &err), 0);
 	struct trn_batch b;
@@ -747,6 +895,9 @@ int main(void)
 	CHECK_RUN(test_fashion_mnist);
 	CHECK_RUN(test_tokens_u16);
 	CHECK_RUN(test_text);
+	CHECK_RUN(test_secret_not_echoed);
+	CHECK_RUN(test_shape);
+	CHECK_RUN(test_confined);
 	CHECK_RUN(test_loader_epochs);
 	CHECK_RUN(test_loader_partial_and_order);
 	CHECK_RUN(test_loader_seek);

@@ -3,13 +3,14 @@
  * under specs/valid/ loads, with its defaults and derived values checked; the
  * canonical JSON reparses to itself and hashes the same whatever the key
  * order, whitespace or spelled-out defaults; the watchdog section's accepted
- * edges. */
+ * edges; a spec file that is not JSON is not echoed. */
 #include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "check.h"
 #include "trainer/spec.h"
@@ -106,6 +107,13 @@ static void test_invalid_cases(void)
 		snprintf(path, sizeof path, "%s/%s.error", dir, names[i]);
 		if (!CHECK_MSG(read_line(path, want, sizeof want), "%s: no .error file", names[i]))
 			continue;
+		/* "{dir}" in a message stands for the folder of the cases */
+		char *at = strstr(want, "{dir}");
+		if (at) {
+			char rest[1024];
+			snprintf(rest, sizeof rest, "%s", at + 5);
+			snprintf(at, sizeof want - (size_t)(at - want), "%s%s", dir, rest);
+		}
 		snprintf(path, sizeof path, "%s/%s.json", dir, names[i]);
 		int rc = trn_spec_from_file(&s, path, &err);
 		CHECK_MSG(rc == -1, "%s: accepted", names[i]);
@@ -615,7 +623,7 @@ static void test_api_edges(void)
 	CHECK_STR_EQ(err.text, "spec: no text");
 	trn_err_clear(&err);
 	CHECK(trn_spec_from_file(&s, "/nonexistent/spec.json", &err) == -1);
-	CHECK_STR_EQ(err.text, "spec: cannot open /nonexistent/spec.json: No such file or directory");
+	CHECK_STR_EQ(err.text, "spec: /nonexistent/spec.json: No such file or directory");
 	trn_err_clear(&err);
 	CHECK(trn_spec_from_json(&s, NULL, NULL) == -1);   /* err may be NULL */
 
@@ -624,6 +632,37 @@ static void test_api_edges(void)
 	CHECK_STR_EQ(trn_dtype_name(TRN_DTYPE_BF16), "bf16");
 	CHECK_STR_EQ(trn_dtype_name(TRN_DTYPE_INT8), "int8");
 	CHECK_STR_EQ(trn_dtype_name((enum trn_dtype)99), "unknown");
+}
+
+/* A spec file that is not JSON (a secret file named as the spec) fails
+ * without a byte of it in the message; a FIFO is refused, not read. */
+static void test_file_not_echoed(void)
+{
+	static const char secret[] = "root:$y$j9T$Zq7Vb3kXw2Pn0Lr5:19700:0:99999:7:::\n";
+	const char *dir = check_tmpdir("spec");
+	char path[4200];
+	struct trn_spec s;
+	struct trn_err err = { 0 };
+	snprintf(path, sizeof path, "%s/secret", dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f && fputs(secret, f) >= 0 && fclose(f) == 0);
+	CHECK(trn_spec_from_file(&s, path, &err) == -1);
+	CHECK_MSG(strstr(err.text, "spec: invalid JSON at line 1 column ") == err.text, "%s",
+	          err.text);
+	CHECK_NO_LEAK(err.text, secret, sizeof secret - 1);
+	/* the same bytes after a valid start: no quoted input either */
+	snprintf(path, sizeof path, "%s/secret2", dir);
+	f = fopen(path, "w");
+	CHECK(f && fprintf(f, "{\"a\": %s", secret) > 0 && fclose(f) == 0);
+	trn_err_clear(&err);
+	CHECK(trn_spec_from_file(&s, path, &err) == -1);
+	CHECK_NO_LEAK(err.text, secret, sizeof secret - 1);
+	CHECK_MSG(strstr(err.text, "near") == NULL, "%s", err.text);
+	snprintf(path, sizeof path, "%s/fifo", dir);
+	CHECK(mkfifo(path, 0600) == 0);
+	trn_err_clear(&err);
+	CHECK(trn_spec_from_file(&s, path, &err) == -1);
+	CHECK_MSG(strstr(err.text, "not a regular file") != NULL, "%s", err.text);
 }
 
 /* trn_json_dumps: reals in their shortest round-trip form, still reals;
@@ -674,6 +713,7 @@ int main(void)
 	CHECK_RUN(test_warmup_start_default);
 	CHECK_RUN(test_watchdog_edges);
 	CHECK_RUN(test_api_edges);
+	CHECK_RUN(test_file_not_echoed);
 	CHECK_RUN(test_short_reals);
 	return check_finish();
 }
