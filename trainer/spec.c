@@ -443,9 +443,55 @@ static int parse_watchdog(struct trn_fields *root, struct trn_spec_watchdog *w)
 
 /* ---- the root ------------------------------------------------------------------- */
 
+/* "j-" and 1 to 18 digits: larchd's job ids (j-000123) */
+static int job_id_valid(const char *id)
+{
+	size_t n = strlen(id);
+	if (n < 3 || n > 20 || strncmp(id, "j-", 2) != 0)
+		return 0;
+	return strspn(id + 2, "0123456789") == n - 2;
+}
+
+/* "init": {"from": path} or {"job": id, "step": n} */
+static int parse_init(struct trn_fields *root, struct trn_spec *s)
+{
+	static const char *const keys[] = { "from", "job", "step", NULL };
+	struct trn_fields init;
+	char q[512];
+	s->init_step = -1;
+	if (!json_object_get(root->in, "init"))
+		return 0;
+	if (trn_fields_object(&init, root, "init", 0) < 0 ||
+	    trn_fields_known(&init, keys, NULL, NULL) < 0)
+		return -1;
+	int has_from = json_object_get(init.in, "from") != NULL;
+	if (has_from == (json_object_get(init.in, "job") != NULL))
+		return trn_fields_fail(&init, NULL, "exactly one of \"from\" or \"job\"");
+	if (has_from) {
+		if (json_object_get(init.in, "step"))
+			return trn_fields_fail(&init, "step", "goes with \"job\", not \"from\"");
+		return trn_fields_filepath(&init, "from", TRN_REQUIRED, s->init_from) < 0 ? -1 : 0;
+	}
+	json_t *job = json_object_get(init.in, "job");
+	if (!json_is_string(job))
+		return trn_fields_fail_type(&init, "job", "a string", job);
+	if (!job_id_valid(json_string_value(job)))
+		return trn_fields_fail(&init, "job", "must be a larch job id such as \"j-000123\" "
+		                       "(got %s)", trn_quote(json_string_value(job), q, sizeof q));
+	snprintf(s->init_job, sizeof s->init_job, "%s", json_string_value(job));
+	if (trn_fields_put(&init, "job", json_string(s->init_job)) < 0)
+		return -1;
+	if (json_object_get(init.in, "step")) {
+		long long step;
+		if (trn_fields_int(&init, "step", 0, TRN_STEPS_MAX, TRN_REQUIRED, 0, &step) < 0)
+			return -1;
+		s->init_step = (long)step;
+	}
+	return 0;
+}
+
 static int parse_run(struct trn_fields *root, struct trn_spec *s)
 {
-	struct trn_fields init;
 	long long eval, ckpt, keep, log, seed;
 	if (parse_period(root, &s->length) < 0 ||
 	    trn_fields_int(root, "eval_every", 0, TRN_STEPS_MAX, 0, 0, &eval) < 0 ||
@@ -460,13 +506,7 @@ static int parse_run(struct trn_fields *root, struct trn_spec *s)
 	s->keep_checkpoints = (int)keep;
 	s->log_every = (long)log;
 	s->seed = (uint64_t)seed;
-	if (!json_object_get(root->in, "init"))
-		return 0;
-	static const char *const keys[] = { "from", NULL };
-	if (trn_fields_object(&init, root, "init", 0) < 0 || trn_fields_known(&init, keys, NULL, NULL) < 0 ||
-	    trn_fields_filepath(&init, "from", TRN_REQUIRED, s->init_from) < 0)
-		return -1;
-	return 0;
+	return parse_init(root, s);
 }
 
 /* What no single section can see. */

@@ -176,6 +176,11 @@ struct trn_spec {
 	uint64_t seed;                 /* default 0 */
 	char init_from[TRN_PATH_MAX];  /* "init": {"from": "file.safetensors"}: start from these
 	                                  parameters instead of a random init; "" = random */
+	char init_job[TRN_NAME_MAX + 1];  /* "init": {"job": "j-000123", "step": 300}: a
+	                                  checkpoint of another larch job, which larchd
+	                                  resolves (rewriting the spec to {"from": path});
+	                                  larch-train refuses to run it. "" = none */
+	long init_step;                /* with init_job: its step; -1 = the newest */
 	json_t *json;                  /* canonical spec with defaults (owned reference) */
 };
 

@@ -92,6 +92,9 @@ static double mib(double bytes)
  * front with the field's name rather than train something else. */
 static int check_supported(const struct trn_spec *s, struct trn_err *err)
 {
+	if (s->init_job[0])
+		return trn_err_set(err, "init.job: names a checkpoint of a larch job, which larchd "
+		                   "resolves; a run outside larchd needs init.from");
 	if (s->parallel.zero_stage > 1)
 		return trn_err_set(err, "parallel.zero_stage: ZeRO stage %d is not supported by this "
 		                   "larch-train yet (0 or 1)", s->parallel.zero_stage);

@@ -109,3 +109,18 @@ def test_token_past_the_vocabulary_is_refused(trainer, tmp_path):
     out = trainer.run(spec, tmp_path / "job")
     assert out.returncode == 1
     assert "model.vocab: the data holds token 299, past the vocabulary of 256" in out.stderr
+
+
+def test_init_job_needs_larchd(trainer, tmp_path):
+    """init.job names a checkpoint of another larch job, which only larchd
+    resolves: a run that still holds it fails at start, before any data."""
+    spec = gpt_spec({"format": "text", "path": str(CORPUS)}, 50)
+    spec["init"] = {"job": "j-000123", "step": 300}
+    job = tmp_path / "job"
+    job.mkdir()                        # as larchd makes it
+    out = trainer.run(spec, job)
+    want = ("init.job: names a checkpoint of a larch job, which larchd resolves; "
+            "a run outside larchd needs init.from")
+    assert out.returncode == 2, out.stderr
+    assert want in out.stderr
+    assert result(job)["reason"] == want

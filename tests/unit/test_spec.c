@@ -3,7 +3,7 @@
  * under specs/valid/ loads, with its defaults and derived values checked; the
  * canonical JSON reparses to itself and hashes the same whatever the key
  * order, whitespace or spelled-out defaults; the watchdog section's accepted
- * edges; a spec file that is not JSON is not echoed. */
+ * edges; init's two forms; a spec file that is not JSON is not echoed. */
 #include <dirent.h>
 #include <limits.h>
 #include <math.h>
@@ -214,6 +214,7 @@ static void test_minimal_defaults(void)
 	CHECK_INT_EQ(s.checkpoint_every, 0);
 	CHECK_INT_EQ(s.keep_checkpoints, 3);
 	CHECK_INT_EQ(s.log_every, 10);
+	CHECK_STR_EQ(s.init_job, "");
 	CHECK_INT_EQ(s.seed, 0);
 	CHECK_STR_EQ(s.init_from, "");
 	CHECK_INT_EQ(s.watchdog.max_rollbacks, 0);
@@ -634,6 +635,43 @@ static void test_api_edges(void)
 	CHECK_STR_EQ(trn_dtype_name((enum trn_dtype)99), "unknown");
 }
 
+/* "init": {"job": id, "step": n}: kept for larchd to resolve, in the
+ * struct and in the canonical spec; step absent = the newest (-1). */
+static void test_init_job(void)
+{
+	static const char *const base = "{\"model\": {\"type\": \"mlp\", \"hidden\": [8]}, "
+	                                "\"data\": {\"name\": \"fashion-mnist\"}, \"batch\": "
+	                                "{\"global\": 8}, \"optimizer\": {\"type\": \"sgd\", "
+	                                "\"lr\": 0.1}, \"steps\": 1, \"init\": %s}";
+	char text[1024];
+	struct trn_spec s;
+	struct trn_err err = { 0 };
+	snprintf(text, sizeof text, base, "{\"job\": \"j-000123\", \"step\": 300}");
+	if (CHECK_MSG(trn_spec_from_string(&s, text, &err) == 0, "%s", err.text)) {
+		CHECK_STR_EQ(s.init_job, "j-000123");
+		CHECK_INT_EQ(s.init_step, 300);
+		CHECK_STR_EQ(s.init_from, "");
+		json_t *init = json_object_get(s.json, "init");
+		CHECK_STR_EQ(json_string_value(json_object_get(init, "job")), "j-000123");
+		CHECK_INT_EQ(json_integer_value(json_object_get(init, "step")), 300);
+		trn_spec_release(&s);
+	}
+	snprintf(text, sizeof text, base, "{\"job\": \"j-1234567\"}");
+	if (CHECK_MSG(trn_spec_from_string(&s, text, &err) == 0, "%s", err.text)) {
+		CHECK_STR_EQ(s.init_job, "j-1234567");
+		CHECK_INT_EQ(s.init_step, -1);
+		CHECK(json_object_get(json_object_get(s.json, "init"), "step") == NULL);
+		trn_spec_release(&s);
+	}
+	snprintf(text, sizeof text, base, "{\"from\": \"w.safetensors\"}");
+	if (CHECK_MSG(trn_spec_from_string(&s, text, &err) == 0, "%s", err.text)) {
+		CHECK_STR_EQ(s.init_job, "");
+		CHECK_INT_EQ(s.init_step, -1);
+		CHECK_STR_EQ(s.init_from, "w.safetensors");
+		trn_spec_release(&s);
+	}
+}
+
 /* A spec file that is not JSON (a secret file named as the spec) fails
  * without a byte of it in the message; a FIFO is refused, not read. */
 static void test_file_not_echoed(void)
@@ -713,6 +751,7 @@ int main(void)
 	CHECK_RUN(test_warmup_start_default);
 	CHECK_RUN(test_watchdog_edges);
 	CHECK_RUN(test_api_edges);
+	CHECK_RUN(test_init_job);
 	CHECK_RUN(test_file_not_echoed);
 	CHECK_RUN(test_short_reals);
 	return check_finish();
