@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "input.h"
 #include "model.h"
 #include "plan.h"
+#include "probe.h"
 #include "spec.h"
 #include "train.h"
 
@@ -17,13 +19,15 @@
 static void usage(FILE *out)
 {
 	fputs("usage: larch-train --spec FILE [--job-dir DIR] [--resume] [--threads N] [--quiet]\n"
-	      "                   [--device cpu|cuda]\n"
+	      "                   [--device cpu|cuda] [--data-root PATH]... [--confine-data]\n"
+	      "       larch-train --probe --spec FILE|- [--base-dir DIR] [--data-root PATH]...\n"
+	      "                   [--confine-data]\n"
 	      "       larch-train --check FILE\n"
 	      "       larch-train --plan FILE [--gpu-mem GIB] [--host-mem GIB]\n"
 	      "\n"
 	      "Trains the job spec FILE (see docs/spec.md) on the CPU or a CUDA GPU.\n"
 	      "\n"
-	      "  --spec FILE     the job spec (JSON)\n"
+	      "  --spec FILE     the job spec (JSON; - reads it from stdin)\n"
 	      "  --job-dir DIR   where spec.json, metrics.jsonl, result.json and checkpoints/\n"
 	      "                  go (default: runs/<spec name>); an existing checkpoint there\n"
 	      "                  is resumed\n"
@@ -41,6 +45,19 @@ static void usage(FILE *out)
 	      "                  the largest micro-batch that does; exit 0 when it fits, 1 not\n"
 	      "  --list-devices  print the CUDA GPUs --device cuda would use (exit 0 with at\n"
 	      "                  least one, 1 with none)\n"
+	      "\n"
+	      "Set by larchd, not for standalone use:\n"
+	      "  --data-root PATH  (repeatable) a directory or one file the job's data files\n"
+	      "                  and init.from must resolve to or under (symbolic links\n"
+	      "                  resolved); named data sets are not confined\n"
+	      "  --confine-data  confine them even with no --data-root (then only named data\n"
+	      "                  sets can be read)\n"
+	      "  --probe         check the spec's input files and print one JSON object,\n"
+	      "                  {\"ok\": true, \"shape\": {...}} or {\"ok\": false, \"field\": ..,\n"
+	      "                  \"message\": ..}; exit 0 (2: bad command line). Reads no data\n"
+	      "                  past headers and label files, writes nothing\n"
+	      "  --base-dir DIR  with --probe: the job's directory (absolute; need not exist),\n"
+	      "                  where relative paths lead\n"
 	      "  --version, --help\n"
 	      "\n"
 	      "SIGUSR1, SIGTERM and SIGINT write a checkpoint at the next step boundary and\n"
@@ -130,6 +147,28 @@ static double parse_gib(const char *opt, const char *text)
 	return v;
 }
 
+/* --probe: the answer on stdout, one line of JSON. */
+static int probe(const char *spec_path, const struct trn_input_policy *inputs,
+                 const char *base_dir)
+{
+	struct trn_spec spec;
+	struct trn_err err = { 0 };
+	int rc = strcmp(spec_path, "-") == 0 ? trn_spec_from_fd(&spec, 0, "stdin", &err)
+	                                     : trn_spec_from_file(&spec, spec_path, &err);
+	json_t *answer = rc == 0 ? trn_probe(&spec, inputs, base_dir) : trn_probe_failure(err.text);
+	if (rc == 0)
+		trn_spec_release(&spec);
+	char *text = answer ? json_dumps(answer, JSON_COMPACT) : NULL;
+	json_decref(answer);
+	if (!text) {
+		fprintf(stderr, "larch-train: --probe: out of memory\n");
+		return TRN_EXIT_FAILED;
+	}
+	puts(text);
+	free(text);
+	return fflush(stdout) == 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -144,14 +183,24 @@ int main(int argc, char **argv)
 		{ "host-mem", required_argument, NULL, 'H' },
 		{ "device", required_argument, NULL, 'D' },
 		{ "list-devices", no_argument, NULL, 'L' },
+		{ "data-root", required_argument, NULL, 'R' },
+		{ "confine-data", no_argument, NULL, 'C' },
+		{ "probe", no_argument, NULL, 'p' },
+		{ "base-dir", required_argument, NULL, 'B' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *spec_path = NULL, *check_path = NULL, *plan_path = NULL;
+	const char *spec_path = NULL, *check_path = NULL, *plan_path = NULL, *base_dir = NULL;
 	double gpu_gib = 0, host_gib = 0;
 	struct trn_train_opts opts = { .resume = TRN_RESUME_AUTO };
+	const char **roots = calloc((size_t)argc, sizeof *roots);
+	int n_roots = 0, confine = 0, probing = 0;
 	int c;
+	if (!roots) {
+		fprintf(stderr, "larch-train: out of memory\n");
+		return TRN_EXIT_FAILED;
+	}
 	while ((c = getopt_long(argc, argv, "s:d:rt:qc:Vh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's': spec_path = optarg; break;
@@ -160,6 +209,10 @@ int main(int argc, char **argv)
 		case 'q': opts.quiet = 1; break;
 		case 'c': check_path = optarg; break;
 		case 'P': plan_path = optarg; break;
+		case 'R': roots[n_roots++] = optarg; break;
+		case 'C': confine = 1; break;
+		case 'p': probing = 1; break;
+		case 'B': base_dir = optarg; break;
 		case 'G':
 		case 'H': {
 			double v = parse_gib(c == 'G' ? "--gpu-mem" : "--host-mem", optarg);
@@ -198,6 +251,15 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return TRN_EXIT_USAGE;
 	}
+	if ((n_roots || confine) && (check_path || plan_path)) {
+		fprintf(stderr, "larch-train: --data-root and --confine-data go with --spec\n");
+		return TRN_EXIT_USAGE;
+	}
+	if (base_dir && (!probing || base_dir[0] != '/')) {
+		fprintf(stderr, "larch-train: --base-dir: goes with --probe and must be an absolute "
+		        "path\n");
+		return TRN_EXIT_USAGE;
+	}
 	if (check_path)
 		return check_spec(check_path);
 	if (plan_path)
@@ -212,10 +274,32 @@ int main(int argc, char **argv)
 		return TRN_EXIT_USAGE;
 	}
 
-	struct trn_spec spec;
+	/* the roots, canonical from here on (a root that is missing is an error) */
+	struct trn_input_policy inputs;
 	struct trn_err err = { 0 };
-	if (trn_spec_from_file(&spec, spec_path, &err) != 0) {
+	trn_input_policy_init(&inputs);
+	inputs.confine = confine;
+	for (int i = 0; i < n_roots; i++)
+		if (trn_input_policy_add_root(&inputs, roots[i], &err) != 0) {
+			fprintf(stderr, "larch-train: %s\n", err.text);
+			trn_input_policy_release(&inputs);
+			free(roots);
+			return TRN_EXIT_USAGE;
+		}
+	free(roots);
+	opts.inputs = &inputs;
+	if (probing) {
+		int code = probe(spec_path, &inputs, base_dir);
+		trn_input_policy_release(&inputs);
+		return code;
+	}
+
+	struct trn_spec spec;
+	int loaded = strcmp(spec_path, "-") == 0 ? trn_spec_from_fd(&spec, 0, "stdin", &err)
+	                                         : trn_spec_from_file(&spec, spec_path, &err);
+	if (loaded != 0) {
 		fprintf(stderr, "larch-train: %s\n", err.text);
+		trn_input_policy_release(&inputs);
 		return TRN_EXIT_USAGE;
 	}
 	char default_dir[TRN_NAME_MAX + 8];
@@ -223,12 +307,12 @@ int main(int argc, char **argv)
 		snprintf(default_dir, sizeof default_dir, "runs/%s", spec.name);
 		opts.job_dir = default_dir;
 	}
-	if (install_handlers() != 0) {
+	int code = TRN_EXIT_FAILED;
+	if (install_handlers() != 0)
 		perror("larch-train: sigaction");
-		trn_spec_release(&spec);
-		return TRN_EXIT_FAILED;
-	}
-	int code = trn_train(&spec, &opts);
+	else
+		code = trn_train(&spec, &opts);
 	trn_spec_release(&spec);
+	trn_input_policy_release(&inputs);
 	return code;
 }
