@@ -254,3 +254,30 @@ def test_the_trainer_is_confined(larch_train, data, tmp_path):
     want = f"data.path: {data['text']['path']} is outside the directories this job may read"
     assert want in out.stderr
     assert json.loads((job / "result.json").read_text())["reason"] == want
+
+
+def test_init_from_a_confined_checkpoint(larch_train, data, tmp_path):
+    """larchd resolves init.job to a checkpoint path and passes it as a root:
+    the second run starts from the first one's parameters."""
+    def run(spec, job, *args):
+        path = tmp_path / f"{job.name}.json"
+        path.write_text(json.dumps(spec))
+        return subprocess.run([str(larch_train), "--spec", str(path), "--job-dir", str(job),
+                               "--quiet", *map(str, args)], capture_output=True, text=True,
+                              timeout=300)
+
+    first = tmp_path / "first"
+    out = run(gpt_spec(data["text"]), first)
+    assert out.returncode == 0, out.stderr
+    ckpt, = (first / "checkpoints").iterdir()
+    spec = gpt_spec(data["text"])
+    spec["init"] = {"from": str(ckpt)}
+    roots = ["--data-root", data["root"], "--data-root", ckpt]
+    assert probe(larch_train, spec, *roots)["ok"]
+    out = run(spec, tmp_path / "second", *roots)
+    assert out.returncode == 0, out.stderr
+    # without the checkpoint among the roots it is refused, by the probe and the run
+    want = f"init.from: {ckpt} is outside the directories this job may read"
+    assert failure(probe(larch_train, spec, *roots[:2]), "init.from") == want
+    out = run(spec, tmp_path / "third", *roots[:2])
+    assert out.returncode == 1 and want in out.stderr, out.stderr
