@@ -65,6 +65,7 @@ struct db_job {
 	char *idem_key;          /* the Idempotency-Key it was created with, or NULL */
 	int64_t progress_step, progress_total;   /* 0 = not reported */
 	double last_loss;        /* NaN = none */
+	char *unix_user;         /* the Unix user it runs as; NULL: larchd's own (run_as service) */
 };
 
 void db_job_release(struct db_job *job);
@@ -81,6 +82,7 @@ struct db_job_new {
 	const char *idem_key;    /* Idempotency-Key (1..128 chars) or NULL */
 	const char *request_hash;/* identifies the request body for the key; NULL = SHA-256 of spec */
 	int64_t time_ms;         /* submit time; 0 = now */
+	const char *unix_user;   /* the Unix user it runs as; NULL: larchd's own */
 };
 
 struct db_submit {

@@ -38,7 +38,7 @@ int db_job_id_parse(const char *s, int64_t *id)
 
 #define JOB_COLUMNS "id, owner, name, spec, state, executor, slurm_job_id, priority, partition, " \
 	"attempt, submit_time, start_time, end_time, exit_code, reason, created_by, "         \
-	"progress_step, progress_total, last_loss"
+	"progress_step, progress_total, last_loss, unix_user"
 
 void db_job_release(struct db_job *job)
 {
@@ -52,6 +52,7 @@ void db_job_release(struct db_job *job)
 	free(job->partition);
 	free(job->reason);
 	free(job->idem_key);
+	free(job->unix_user);
 	memset(job, 0, sizeof *job);
 }
 
@@ -79,6 +80,7 @@ int db_job_read_row(sqlite3_stmt *st, struct db_job *j, struct db_err *err)
 	j->progress_step = sqlite3_column_int64(st, 16);
 	j->progress_total = sqlite3_column_int64(st, 17);
 	j->last_loss = sqlite3_column_type(st, 18) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 18);
+	j->unix_user = db_column_strdup(st, 19, &oom);
 	if (oom || (int)j->state < 0) {
 		db_job_release(j);
 		return oom ? DB_FAIL(err, DB_ERROR, "read job: out of memory")

@@ -154,6 +154,14 @@ static const char *const migrations[] = {
 	"	WHERE m.job = r.job AND m.name = r.name AND m.value IS NOT NULL\n"
 	"	AND m.step BETWEEN r.bucket * r.width AND r.bucket * r.width + r.width - 1\n"
 	"	ORDER BY m.value DESC, m.step LIMIT 1);\n",
+
+	/* 6: identity. A larch user runs jobs as a Unix user (users.unix_user,
+	 * NULL: the Unix user of the same name); a job records the Unix user it
+	 * was checked for at submit and runs as (jobs.unix_user, NULL: larchd's
+	 * own user, run_as service) */
+	"ALTER TABLE users ADD COLUMN unix_user TEXT CHECK (unix_user IS NULL OR\n"
+	"	length(unix_user) BETWEEN 1 AND 32);\n"
+	"ALTER TABLE jobs ADD COLUMN unix_user TEXT;\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))

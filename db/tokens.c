@@ -87,6 +87,104 @@ int db_users_ensure(struct db *db, const char *name, enum db_role role, struct d
 	return db_txn(db, user_fn, &a, err);
 }
 
+int db_unix_name_ok(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (n < 1 || n > DB_UNIX_NAME_MAX || s[0] == '-')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      ch == '.' || ch == '_' || ch == '-'))
+			return 0;
+	}
+	return strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+static const char sql_user_get[] =
+	"SELECT name, role, coalesce(unix_user, ''), created FROM users WHERE name = ?1";
+static const char sql_user_set_unix[] = "UPDATE users SET unix_user = ?2 WHERE name = ?1";
+
+struct user_get_arg {
+	const char *name;
+	struct db_user *out;
+};
+
+static int user_get_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct user_get_arg *a = arg;
+	sqlite3_stmt *st = DB_STMT(c, sql_user_get, "get user", err);
+	if (!st)
+		return DB_ERROR;
+	db_bind_text(st, 1, a->name);
+	int rc = DB_SQL(c, sqlite3_step(st), "get user", err);
+	if (rc == SQLITE_DONE)
+		return DB_FAIL(err, DB_NOT_FOUND, "no user \"%s\"", a->name);
+	if (rc != SQLITE_ROW)
+		return DB_RC(err);
+	memset(a->out, 0, sizeof *a->out);
+	snprintf(a->out->name, sizeof a->out->name, "%s", (const char *)sqlite3_column_text(st, 0));
+	int role = db_role_parse((const char *)sqlite3_column_text(st, 1));
+	a->out->role = role < 0 ? DB_ROLE_USER : (enum db_role)role;
+	snprintf(a->out->unix_user, sizeof a->out->unix_user, "%s",
+	         (const char *)sqlite3_column_text(st, 2));
+	a->out->created_ms = sqlite3_column_int64(st, 3);
+	return 0;
+}
+
+int db_users_get(struct db *db, const char *name, struct db_user *out, struct db_err *err)
+{
+	if (!name_ok(name))
+		return DB_FAIL(err, DB_NOT_FOUND, "no user with that name");
+	struct user_get_arg a = { name, out };
+	return db_read(db, user_get_fn, &a, err);
+}
+
+struct set_unix_arg {
+	const char *name, *unix_user;
+};
+
+static int set_unix_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct set_unix_arg *a = arg;
+	sqlite3_stmt *st = DB_STMT(c, sql_user_set_unix, "map user", err);
+	if (!st)
+		return DB_ERROR;
+	db_bind_text(st, 1, a->name);
+	db_bind_text(st, 2, a->unix_user);
+	if (DB_STEP_DONE(c, st, "map user", err))
+		return DB_RC(err);
+	if (sqlite3_changes(c->h) == 0)
+		return DB_FAIL(err, DB_NOT_FOUND, "no user \"%s\"", a->name);
+	return 0;
+}
+
+int db_users_set_unix(struct db *db, const char *name, const char *unix_user,
+                      struct db_err *err)
+{
+	if (!name_ok(name))
+		return DB_FAIL(err, DB_NOT_FOUND, "no user with that name");
+	if (unix_user && !db_unix_name_ok(unix_user))
+		return DB_FAIL(err, DB_INVALID, "unix user: must be 1 to %d characters of A-Z a-z "
+		               "0-9 . _ - not starting with -", DB_UNIX_NAME_MAX);
+	struct set_unix_arg a = { name, unix_user };
+	return db_txn(db, set_unix_fn, &a, err);
+}
+
+int db_users_unix(struct db *db, const char *name, char *out, struct db_err *err)
+{
+	struct db_user u;
+	int rc = db_users_get(db, name, &u, err);
+	if (rc)
+		return rc;
+	const char *unix_user = u.unix_user[0] ? u.unix_user : u.name;
+	if (!db_unix_name_ok(unix_user))
+		return DB_FAIL(err, DB_INVALID, "user \"%s\" is not a Unix user name and is mapped to "
+		               "none (larchd token create --user NAME --unix-user UNIX maps it)", name);
+	memcpy(out, unix_user, strlen(unix_user) + 1);   /* db_unix_name_ok: fits */
+	return 0;
+}
+
 /* ---- secrets ---------------------------------------------------------------- */
 
 static int token_hash(const char *token, unsigned char md[32], struct db_err *err)

@@ -32,6 +32,33 @@ int db_role_parse(const char *s);
  * exists with another role; DB_INVALID for a bad name or role. */
 int db_users_ensure(struct db *db, const char *name, enum db_role role, struct db_err *err);
 
+#define DB_UNIX_NAME_MAX 32     /* Unix user names: 1..32 of A-Z a-z 0-9 . _ -, not starting with - */
+
+/* 1 if s is a Unix user name larch accepts (checked before it reaches
+ * getpwnam, sacct or a log). */
+int db_unix_name_ok(const char *s);
+
+struct db_user {
+	char name[DB_NAME_MAX + 1];
+	enum db_role role;
+	char unix_user[DB_UNIX_NAME_MAX + 1];  /* "" = the Unix user of the same name */
+	int64_t created_ms;
+};
+
+/* User name; DB_NOT_FOUND if there is none. */
+int db_users_get(struct db *db, const char *name, struct db_user *out, struct db_err *err);
+
+/* Maps user name (who must exist) to Unix user unix_user (NULL: the Unix
+ * user of the same name). DB_NOT_FOUND, DB_INVALID for a bad Unix name. */
+int db_users_set_unix(struct db *db, const char *name, const char *unix_user,
+                      struct db_err *err);
+
+/* The Unix user that user's jobs run as into out (DB_UNIX_NAME_MAX + 1
+ * bytes): the mapped one, else the user's own name when it is a valid Unix
+ * name. DB_NOT_FOUND for no such user, DB_INVALID when the name is not a
+ * valid Unix name and no mapping is set. */
+int db_users_unix(struct db *db, const char *name, char *out, struct db_err *err);
+
 struct db_token {
 	int64_t id;
 	char user[DB_NAME_MAX + 1];

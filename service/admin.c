@@ -15,6 +15,7 @@
 #include "db/db.h"
 #include "db/jobs.h"
 #include "db/tokens.h"
+#include "identity.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -22,7 +23,7 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 struct args {
 	const char *group, *verb;
-	const char *user, *role;
+	const char *user, *role, *unix_user;
 	const char *pos[MAX_POS];
 	int n_pos;
 	struct svc_config cfg;
@@ -32,7 +33,7 @@ struct args {
 struct command {
 	const char *group, *verb;
 	int n_pos;                          /* positional arguments it takes */
-	int user_role;                      /* takes --user and --role */
+	int user_role;                      /* takes --user and --role (and --unix-user) */
 	int create_db;                      /* may create the state dir and database */
 	int (*run)(struct args *a, struct db *db);
 	const char *synopsis;
@@ -105,11 +106,35 @@ static int token_create(struct args *a, struct db *db)
 		fprintf(stderr, "larchd: token create: %s\n", err.text);
 		return EXIT_FAIL;
 	}
+	if (a->unix_user && (rc = db_users_set_unix(db, a->user, a->unix_user, &err)) != 0) {
+		db_err_clear(&err);
+		db_tokens_revoke(db, info.id, 0, &err);   /* no token for a user half made */
+		explicit_bzero(token, sizeof token);
+		fprintf(stderr, "larchd: --unix-user must be 1 to %d characters of A-Z a-z 0-9 . _ - "
+		        "not starting with - (got \"%s\")\n", DB_UNIX_NAME_MAX, a->unix_user);
+		return rc == DB_INVALID ? EXIT_USAGE : EXIT_FAIL;
+	}
+	char unix_user[DB_UNIX_NAME_MAX + 1] = "";
+	db_err_clear(&err);
+	db_users_unix(db, a->user, unix_user, &err);
 	printf("%s\n", token);
 	explicit_bzero(token, sizeof token);
 	fflush(stdout);
 	fprintf(stderr, "larchd: token %lld for %s (%s) created; it is shown only this once\n",
 	        (long long)info.id, info.user, db_role_name(info.role));
+	if (!unix_user[0])
+		fprintf(stderr, "larchd: warning: %s is not a Unix user name and is mapped to none: "
+		        "where jobs run as their owner (run_as owner), %s cannot submit until "
+		        "--unix-user maps it\n", info.user, info.user);
+	else if (svc_unix_user_exists(unix_user) == 0)
+		fprintf(stderr, "larchd: warning: there is no Unix user %s on this host: where jobs "
+		        "run as their owner (run_as owner), %s's submits are refused until it exists "
+		        "(or --unix-user maps %s to another)\n", unix_user, info.user, info.user);
+	if (a->unix_user) {
+		char serr[4400];
+		if (svc_auth_tokens_changed(a->cfg.state_dir, serr, sizeof serr) != 0)
+			fprintf(stderr, "larchd: telling a running larchd: %s\n", serr);
+	}
 	return EXIT_OK;
 }
 
@@ -207,7 +232,8 @@ static int db_backup_cmd(struct args *a, struct db *db)
 }
 
 static const struct command commands[] = {
-	{ "token", "create", 0, 1, 1, token_create, "token create --user NAME --role user|admin" },
+	{ "token", "create", 0, 1, 1, token_create,
+	  "token create --user NAME --role user|admin [--unix-user UNIX]" },
 	{ "token", "list", 0, 0, 0, token_list, "token list" },
 	{ "token", "revoke", 1, 0, 0, token_revoke, "token revoke ID" },
 	{ "db", "migrate", 0, 0, 0, db_migrate_cmd, "db migrate" },
@@ -277,11 +303,15 @@ static int parse(int argc, char **argv, struct args *a, const struct command **c
 			own = &a->user;
 		else if (strncmp(arg, "--role", 6) == 0 && (arg[6] == '\0' || arg[6] == '='))
 			own = &a->role;
+		else if (strncmp(arg, "--unix-user", 11) == 0 && (arg[11] == '\0' || arg[11] == '='))
+			own = &a->unix_user;
 		if (own) {
+			size_t len = own == &a->unix_user ? 11 : 6;
 			if (!(*cmd)->user_role)
-				return bad_usage(a->group, "%.6s: not an option of this command", arg);
-			if (arg[6] == '=')
-				*own = arg + 7;
+				return bad_usage(a->group, "%.*s: not an option of this command", (int)len,
+				                 arg);
+			if (arg[len] == '=')
+				*own = arg + len + 1;
 			else if (i + 1 < argc)
 				*own = argv[++i];
 			else

@@ -200,6 +200,40 @@ void svc_log_request(const char *fmt, ...)
 	va_end(ap);
 }
 
+static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void svc_log_limited(struct svc_log_limit *limit, unsigned interval_ms, enum svc_log_level level,
+                     const char *fmt, ...)
+{
+	if (!svc_log_enabled(level))
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	pthread_mutex_lock(&limit_lock);
+	if (limit->next_ms && now < limit->next_ms) {
+		limit->dropped++;
+		pthread_mutex_unlock(&limit_lock);
+		return;
+	}
+	unsigned dropped = limit->dropped;
+	long long since = limit->since_ms;
+	limit->dropped = 0;
+	limit->since_ms = now;
+	limit->next_ms = now + interval_ms;
+	pthread_mutex_unlock(&limit_lock);
+	char text[900];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	if (dropped)
+		svc_log(level, "%s (%u more like this in the last %lld s)", text, dropped,
+		        (now - since + 999) / 1000);
+	else
+		svc_log(level, "%s", text);
+}
+
 static char *sanitize(const char *s, char *out, size_t out_size, int token)
 {
 	static const char hex[] = "0123456789ABCDEF";

@@ -38,6 +38,18 @@ void svc_log(enum svc_log_level level, const char *fmt, ...) __attribute__((form
 /* A request line (level info), buffered: see above. */
 void svc_log_request(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A warning that may repeat fast (every launch failing while the disk is
+ * full): at most one line per interval; the next line written says how many
+ * were dropped ("... (12 more like this in the last 30 s)"). Zero-initialise
+ * one per kind of message (a static); safe on many threads. */
+struct svc_log_limit {
+	long long next_ms;               /* monotonic ms before which lines are dropped */
+	long long since_ms;              /* when the last line was written */
+	unsigned dropped;
+};
+void svc_log_limited(struct svc_log_limit *limit, unsigned interval_ms, enum svc_log_level level,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* Copies s into out (out_size bytes with the NUL) for a log line: bytes
  * outside printable ASCII become %XX, and a long s is cut with "...".
  * Returns out. */
