@@ -1,6 +1,11 @@
 /* api/jobs_checkpoints_get.c - GET /v1/jobs/{id}/checkpoints: the
- * checkpoints the job has written, by step. */
+ * checkpoints the job has written, by step, each with the "init" that
+ * starts another job from it ({"job": "j-000123", "step": 300}). The file's
+ * path on the server is for admins only: a user cannot name it (the file is
+ * the job owner's, and user-role paths may be confined) and has no use for
+ * where larchd keeps it. */
 #include "db/checkpoints.h"
+#include "db/jobs.h"
 #include "handlers.h"
 #include "jobs_common.h"
 #include "reply.h"
@@ -20,6 +25,9 @@ enum MHD_Result api_jobs_checkpoints_get(struct api_request *req)
 	if (rc)
 		return api_reply_db_error(req, rc, &err);
 
+	int admin = req->principal.role == API_ROLE_ADMIN;
+	char job[DB_JOB_ID_MAX];
+	db_job_id_format(id, job);
 	struct api_buf b;
 	api_buf_init(&b, 128 + list.n * 256);
 	api_buf_adds(&b, "{\"checkpoints\":[");
@@ -27,9 +35,15 @@ enum MHD_Result api_jobs_checkpoints_get(struct api_request *req)
 		const struct db_checkpoint *c = &list.items[i];
 		api_buf_adds(&b, i ? ",{\"step\":" : "{\"step\":");
 		api_buf_json_int(&b, c->step);
-		api_buf_adds(&b, ",\"path\":");
-		api_buf_json_str(&b, c->path);
-		api_buf_adds(&b, ",\"bytes\":");
+		if (admin) {
+			api_buf_adds(&b, ",\"path\":");
+			api_buf_json_str(&b, c->path);
+		}
+		api_buf_adds(&b, ",\"init\":{\"job\":");
+		api_buf_json_str(&b, job);
+		api_buf_adds(&b, ",\"step\":");
+		api_buf_json_int(&b, c->step);
+		api_buf_adds(&b, "},\"bytes\":");
 		api_buf_json_int(&b, c->bytes);
 		api_buf_adds(&b, ",\"sha256\":");
 		api_buf_json_str(&b, c->sha256);

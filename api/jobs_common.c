@@ -58,6 +58,8 @@ void api_job_write(struct api_buf *b, const struct db_job *job)
 	api_buf_json_str(b, job->name);
 	api_buf_adds(b, ",\"owner\":");
 	api_buf_json_str(b, job->owner);
+	api_buf_adds(b, ",\"run_as\":");     /* null: larchd's own user (run_as service) */
+	api_buf_json_str(b, job->unix_user);
 	api_buf_adds(b, ",\"state\":\"");
 	api_buf_adds(b, db_state_name(job->state));
 	api_buf_adds(b, "\",\"executor\":");

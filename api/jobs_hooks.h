@@ -13,6 +13,29 @@
 
 struct api_buf;
 
+/* A submit's preflight (service/preflight.h): who the job will run as, and
+ * the look at its input files that no HTTP thread may take. */
+struct api_preflight {
+	const char *user;              /* the submitter (a larch user) */
+	int admin;                     /* 1: the submitter's role is admin */
+	const char *spec;              /* the validated spec, canonical JSON */
+};
+
+#define API_PREFLIGHT_TEXT 1024
+
+struct api_preflight_result {
+	int status;                    /* 0: go on; else the status to answer (400, 403, 503) */
+	char field[128];               /* status 400: the spec field at fault */
+	char message[API_PREFLIGHT_TEXT];   /* status != 0: why; else a note, or "" */
+	char unix_user[33];            /* who the job runs as; "" = larchd's own user */
+	char *shape;                   /* the data's shape as JSON text (trainer/data.h), or
+	                                  NULL when it was not learned; owned by the preflight
+	                                  for the duration of the callback only */
+};
+
+/* Called once per preflight, on a preflight thread: quick, no db calls. */
+typedef void (*api_preflight_done_fn)(void *arg, const struct api_preflight_result *res);
+
 struct api_jobs_hooks {
 	/* A job was stored as PENDING: hand it to the executor soon (wakes the
 	 * runner; returns at once). */
@@ -35,6 +58,13 @@ struct api_jobs_hooks {
 	 * partition (NULL: the default one; 0 = unknown) and bytes per GPU (0 =
 	 * unknown), for the submit-time memory plan. */
 	void (*memory_limits)(void *arg, const char *partition, double *host, double *gpu);
+	/* Optional. Starts a submit's preflight; done(done_arg, result) is called
+	 * exactly once, later, on another thread. Returns 0, or -1 when it was not
+	 * started (larchd stopping, too many waiting): then done is never called
+	 * and the submit is answered 503. in is borrowed for the call. */
+	int (*preflight)(void *arg, const struct api_preflight *in, api_preflight_done_fn done,
+	                 void *done_arg);
+	void *preflight_arg;
 	/* Optional. The executor's health for /healthz: 1 ok, 0 degraded (detail
 	 * says why). */
 	int (*health)(void *arg, char *detail, size_t len);

@@ -44,7 +44,9 @@ static int read_piece(const char *path, int64_t *offset_io, int64_t limit, int t
 	if (fd < 0)
 		return errno == ENOENT ? 0 : -1;
 	struct stat st;
-	int e = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : 0;
+	/* the job directory may be its owner's (service/jobfs.h): never a link
+	 * followed, a FIFO waited on, or a hard link to a file elsewhere read */
+	int e = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) || st.st_nlink != 1 ? EINVAL : 0;
 	if (e) {
 		close(fd);
 		errno = e;

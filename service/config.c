@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef LARCH_VERSION
@@ -19,7 +20,7 @@
 #endif
 
 enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_CHOICE,
-		K_NAME, K_GPU_MEMORY };
+		K_NAME, K_GPU_MEMORY, K_PATH_LIST };
 
 struct key {
 	const char *name;            /* file key; flag --name-with-dashes; env LARCHD_NAME */
@@ -73,6 +74,19 @@ static const struct key keys[] = {
 	{ .name = "trainer_path", .kind = K_AUTO_PATH, .offset = FIELD(trainer_path),
 	  .def = "auto", .metavar = "FILE",
 	  .help = "the larch-train jobs run (auto: beside larchd, or the build tree's)" },
+	{ .name = "run_as", .kind = K_CHOICE, .offset = FIELD(run_as), .def = "auto",
+	  .choices = (const char *const[]){ "auto", "owner", "service", NULL },
+	  .metavar = "MODE", .help = "owner: each job runs as its owner's Unix user (larchd must run "
+	  "as root); service: as larchd's own user, and user-role jobs may name files only under "
+	  "data_roots; auto: owner when larchd runs as root, else service" },
+	{ .name = "data_roots", .kind = K_PATH_LIST, .offset = FIELD(data_roots), .def = "",
+	  .metavar = "DIR[,DIR...]", .help = "in service mode, the directories whose files jobs of "
+	  "user-role tokens may name as data or init (symlinks resolved); empty: none, only named "
+	  "datasets and checkpoints by job" },
+	{ .name = "preflight_timeout", .kind = K_UINT, .offset = FIELD(preflight_timeout),
+	  .def = "10", .min = 1, .max = 600, .metavar = "SECONDS",
+	  .help = "a submit's look at its data files (as the job's user, off the HTTP threads) "
+	  "may take this long; past it the job is taken unexamined and its trainer checks" },
 	{ .name = "cancel_grace", .kind = K_UINT, .offset = FIELD(cancel_grace), .def = "30",
 	  .min = 1, .max = 86400, .metavar = "SECONDS",
 	  .help = "a cancelled job's time to checkpoint after SIGTERM, then SIGKILL" },
@@ -176,6 +190,7 @@ static const char *size_text(unsigned long long v, char *buf, size_t len)
 }
 
 static int valid_name(const char *s);
+static char *trim(char *s);
 
 /* "SIZE" or "SIZE,PART=SIZE,...": the first size is every other partition's. */
 static int parse_gpu_memory(const struct key *k, const char *value, struct svc_gpu_memory *out,
@@ -214,6 +229,46 @@ bad:
 	         "\"80G,small=40G\" (got \"%s\")", where, size_text(k->min, lo, sizeof lo),
 	         size_text(k->max, hi, sizeof hi), SVC_GPU_MEMORY_PARTS, value);
 	return -1;
+}
+
+/* "" or "DIR,DIR,...": absolute paths, each resolved (symlinks too) now. */
+static int parse_path_list(const char *value, struct svc_path_list *out, const char *where,
+                           char *err, size_t err_size)
+{
+	struct svc_path_list l = { 0 };
+	char buf[SVC_PATH_LIST_MAX * 256];
+	if (strlen(value) >= sizeof buf) {
+		snprintf(err, err_size, "%s: too long (at most %zu bytes)", where, sizeof buf - 1);
+		return -1;
+	}
+	snprintf(buf, sizeof buf, "%s", value);
+	for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
+	     item = strtok_r(NULL, ",", &save)) {
+		char *dir = trim(item);
+		if (!*dir)
+			continue;
+		char real[PATH_MAX];
+		struct stat st;
+		if (dir[0] != '/') {
+			snprintf(err, err_size, "%s: %s: must be an absolute path", where, dir);
+			return -1;
+		}
+		if (!realpath(dir, real) || stat(real, &st) != 0) {
+			snprintf(err, err_size, "%s: %s: %s", where, dir, strerror(errno));
+			return -1;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			snprintf(err, err_size, "%s: %s: not a directory", where, dir);
+			return -1;
+		}
+		if (l.n == SVC_PATH_LIST_MAX) {
+			snprintf(err, err_size, "%s: at most %d directories", where, SVC_PATH_LIST_MAX);
+			return -1;
+		}
+		snprintf(l.path[l.n++], sizeof l.path[0], "%s", real);
+	}
+	*out = l;
+	return 0;
 }
 
 size_t svc_gpu_memory_of(const struct svc_gpu_memory *g, const char *partition)
@@ -362,6 +417,9 @@ static int set_key(struct svc_config *cfg, const struct key *k, const char *valu
 			return -1;
 		}
 		return set_string((char **)(base + k->offset), value, err, err_size);
+	case K_PATH_LIST:
+		return parse_path_list(value, (struct svc_path_list *)(base + k->offset), where, err,
+		                       err_size);
 	case K_GPU_MEMORY:
 		return parse_gpu_memory(k, value, (struct svc_gpu_memory *)(base + k->offset), where,
 		                        err, err_size);
@@ -596,6 +654,9 @@ int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, si
 	}
 	if (resolve_listen(cfg, err, err_size) != 0)
 		goto out;
+	if (strcmp(cfg->run_as, "auto") == 0 &&
+	    set_string(&cfg->run_as, geteuid() == 0 ? "owner" : "service", err, err_size) != 0)
+		goto out;
 	rc = SVC_CONFIG_RUN;
 out:
 	free(flags);
@@ -617,5 +678,6 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->slurm_mpi);
 	free(cfg->dashboard_dir);
 	free(cfg->chartjs_path);
+	free(cfg->run_as);
 	memset(cfg, 0, sizeof *cfg);
 }

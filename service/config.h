@@ -33,6 +33,13 @@ struct svc_gpu_memory {
 /* The GPU memory of partition (NULL or "": the default partition). */
 size_t svc_gpu_memory_of(const struct svc_gpu_memory *g, const char *partition);
 
+/* Directories, each absolute and resolved (realpath) when the setting was read. */
+#define SVC_PATH_LIST_MAX 16
+struct svc_path_list {
+	int n;
+	char path[SVC_PATH_LIST_MAX][4096];
+};
+
 struct svc_config {
 	char *listen;                    /* "127.0.0.1:8080" */
 	struct sockaddr_storage addr;    /* listen, resolved */
@@ -49,6 +56,9 @@ struct svc_config {
 	unsigned max_local_jobs;         /* the local executor's concurrent jobs */
 	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
 	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */
+	char *run_as;                    /* "owner" or "service" ("auto" resolved at load) */
+	struct svc_path_list data_roots; /* service mode: where user-role jobs' files may be */
+	unsigned preflight_timeout;      /* seconds a submit's look at its data files may take */
 	char *dashboard_dir;             /* NULL: the dashboard built into larchd */
 	char *chartjs_path;              /* Chart.js for the dashboard; NULL ("auto"): none */
 	size_t body_limit;               /* request body bytes */

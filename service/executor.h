@@ -20,6 +20,7 @@
 
 #define EXEC_PATH_MAX 4096
 #define EXEC_REASON_MAX 256
+#define EXEC_DATA_ROOTS_MAX 16         /* directories a confined job may read (data_roots) */
 
 enum exec_state {
 	EXEC_QUEUED,                   /* accepted, waiting for a slot */
@@ -49,6 +50,14 @@ struct exec_job {
 	char partition[65], qos[65], account[65];
 	int nodes, cpus_per_task, gpus_per_node;
 	long long mem_mb;              /* 0 = unset */
+	/* who it runs as (service/identity.h): "" = larchd's own user; else the
+	 * Unix user (run_as owner), looked up when it starts */
+	char unix_user[33];
+	/* 1: its trainer may read input files only under the executor's
+	 * data_roots and init_path (a user-role job of run_as service) */
+	int confine;
+	char init_path[EXEC_PATH_MAX]; /* a checkpoint larchd resolved for init ("" none):
+	                                  readable even when confined */
 };
 
 struct exec_event {
@@ -125,6 +134,8 @@ struct exec_local_config {
 	int report_flush_s;            /* LARCH_REPORT_FLUSH_S for jobs that report (the seconds
 	                                  their final flush may take; keep it well under grace_s);
 	                                  0 = the trainer's default */
+	const char *const *data_roots; /* for confined jobs (exec_job.confine): canonical dirs */
+	int n_data_roots;
 };
 
 /* The embedded executor: child processes on this machine. Returns NULL with
@@ -158,6 +169,8 @@ struct exec_slurm_config {
 	enum exec_slurm_mpi mpi;
 	int grace_s;                   /* --signal=B:USR1@grace before the time limit */
 	int report_flush_s;            /* as for the local executor */
+	const char *const *data_roots; /* as for the local executor */
+	int n_data_roots;
 };
 
 /* The Slurm executor: sbatch, one squeue per poll for every job, scancel;

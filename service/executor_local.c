@@ -22,6 +22,9 @@
  * job dir.)
  */
 #include "executor.h"
+#include "identity.h"
+#include "jobfs.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -40,6 +44,11 @@
 
 extern char **environ;
 
+#define LAUNCH_WAIT_MS 5000    /* a child this long before exec is taken as started */
+#define RETRY_FIRST_MS 1000    /* a start that failed for now is tried again after this, */
+#define RETRY_MAX_MS 60000     /* doubled each time up to this */
+#define RETRY_LOG_MS 10000     /* and said in the log at most this often */
+
 struct local_job {
 	struct exec_job job;
 	enum exec_state state;         /* EXEC_QUEUED or EXEC_RUNNING */
@@ -48,6 +57,8 @@ struct local_job {
 	long long started_ms;
 	long long term_sent_ms;        /* 0 until SIGTERM was sent */
 	int cancel_requested, timed_out, killed;
+	long long retry_at_ms;         /* a start that failed for now: not before this */
+	long long retry_wait_ms;       /* the last wait; doubles each time */
 	struct local_job *next;
 };
 
@@ -56,6 +67,8 @@ struct local {
 	struct exec_local_config cfg;
 	char *trainer_path, *server_url;
 	char *mpirun_path;             /* for jobs of several ranks; NULL: none in PATH */
+	char *roots[EXEC_DATA_ROOTS_MAX];  /* data_roots for confined jobs (copies) */
+	int n_roots;
 	pthread_mutex_t lock;
 	struct local_job *jobs;        /* submission order, so queued jobs start FIFO */
 	struct exec_event *events;     /* observed, not yet reported */
@@ -136,20 +149,27 @@ static int format_long(char *buf, long v)
 /* Everything the child needs, prepared before fork: after fork only
  * async-signal-safe calls are allowed (larchd has other threads). */
 struct launch {
-	char *argv[20];
+	char *argv[24 + 2 * EXEC_DATA_ROOTS_MAX];
 	char **envp;
-	char spec[EXEC_PATH_MAX + 16], out[EXEC_PATH_MAX + 16], errlog[EXEC_PATH_MAX + 16];
-	char rec[EXEC_PATH_MAX + 16], rec_tmp[EXEC_PATH_MAX + 16];
+	const char *dir;
+	struct svc_unix_id id;             /* who it runs as, when as_user */
+	int as_user;
 	int lock_fd;                       /* DIR/lock, flocked; the child's fd 3 */
+	int status_fd;                     /* the child's end of the status pipe (CLOEXEC) */
 	char threads[16], ranks[16], env_url[4200], env_id[64], env_token[160], env_flush[48];
+	char env_home[300], env_user[48], env_logname[48];
 };
+
+/* Environment variables that describe larchd's own user, replaced for a job
+ * that runs as another */
+static const char *const user_vars[] = { "HOME=", "USER=", "LOGNAME=" };
 
 static int build_env(struct launch *l, const struct local *lx, const struct exec_job *job)
 {
 	size_t n = 0;
 	while (environ[n])
 		n++;
-	l->envp = calloc(n + 5, sizeof *l->envp);
+	l->envp = calloc(n + 8, sizeof *l->envp);
 	if (!l->envp)
 		return -1;
 	/* larchd's own reporting variables (if it has any) never reach a job,
@@ -162,8 +182,18 @@ static int build_env(struct launch *l, const struct local *lx, const struct exec
 		int skip = 0;
 		for (size_t o = 0; o < sizeof own / sizeof own[0]; o++)
 			skip |= strncmp(environ[i], own[o], strlen(own[o])) == 0;
+		for (size_t o = 0; l->as_user && o < sizeof user_vars / sizeof user_vars[0]; o++)
+			skip |= strncmp(environ[i], user_vars[o], strlen(user_vars[o])) == 0;
 		if (!skip)
 			l->envp[k++] = environ[i];
+	}
+	if (l->as_user) {
+		snprintf(l->env_user, sizeof l->env_user, "USER=%s", l->id.name);
+		snprintf(l->env_logname, sizeof l->env_logname, "LOGNAME=%s", l->id.name);
+		snprintf(l->env_home, sizeof l->env_home, "HOME=%s", l->id.home[0] ? l->id.home : "/");
+		l->envp[k++] = l->env_user;
+		l->envp[k++] = l->env_logname;
+		l->envp[k++] = l->env_home;
 	}
 	if (lx->server_url && job->token[0]) {
 		snprintf(l->env_url, sizeof l->env_url, "LARCH_SERVER_URL=%s", lx->server_url);
@@ -182,51 +212,101 @@ static int build_env(struct launch *l, const struct local *lx, const struct exec
 	return 0;
 }
 
-/* In the child, between fork and exec. Returns only on failure. */
-static void child(const struct launch *l)
+/* Where a child that did not reach exec failed: written to the status pipe
+ * as two ints (the stage, errno); exec closes the pipe with nothing in it. */
+enum launch_stage { STAGE_USER = 1, STAGE_DIR, STAGE_LOGS, STAGE_LOCK, STAGE_RECORD, STAGE_EXEC };
+
+static const char *const stage_names[] = {
+	[STAGE_USER] = "becoming the job's Unix user",
+	[STAGE_DIR] = "entering the job directory",
+	[STAGE_LOGS] = "opening stdout.log and stderr.log",
+	[STAGE_LOCK] = "keeping the job lock",
+	[STAGE_RECORD] = "writing the launch record",
+	[STAGE_EXEC] = "executing the trainer",
+};
+
+static void child_fail(const struct launch *l, enum launch_stage stage) __attribute__((noreturn));
+
+static void child_fail(const struct launch *l, enum launch_stage stage)
 {
+	int msg[2] = { (int)stage, errno };
+	ssize_t ignored = write(l->status_fd, msg, sizeof msg);
+	(void)ignored;
+	_exit(126);
+}
+
+/* In the child, between fork and exec (its own copy of l). Never returns. */
+static void child(struct launch *l) __attribute__((noreturn));
+
+static void child(struct launch *l)
+{
+	/* out of the way of 0-4 first: the lock becomes fd 3, the pipe fd 4 */
+	l->lock_fd = fcntl(l->lock_fd, F_DUPFD_CLOEXEC, 10);
+	l->status_fd = fcntl(l->status_fd, F_DUPFD_CLOEXEC, 10);
+	if (l->lock_fd < 0 || l->status_fd < 0)
+		_exit(126);
 	setpgid(0, 0);
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);              /* ignored dispositions survive exec */
 
+	/* the owner's groups, gid and uid first: the files it makes are its own */
+	if (l->as_user && svc_unix_id_become(&l->id) != 0)
+		child_fail(l, STAGE_USER);
+	/* the trainer's working directory: relative paths in its spec are the
+	 * job directory's (docs/spec.md) */
+	if (chdir(l->dir) != 0)
+		child_fail(l, STAGE_DIR);
 	int in = open("/dev/null", O_RDONLY);
-	int out = open(l->out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-	int err = open(l->errlog, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	int out = open("stdout.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0640);
+	int err = open("stderr.log", O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0640);
 	if (in < 0 || out < 0 || err < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-		_exit(126);
-	/* the job lock lives as long as this process: fd 3, kept through exec */
-	if (l->lock_fd == 3 ? fcntl(3, F_SETFD, 0) != 0 : dup2(l->lock_fd, 3) < 0)
-		_exit(126);
-	syscall(SYS_close_range, 4U, ~0U, 0U);  /* no db, socket or log fd leaks into jobs */
+		child_fail(l, STAGE_LOGS);
+	fcntl(1, F_SETFL, O_APPEND);
+	fcntl(2, F_SETFL, O_APPEND);
+	/* the job lock lives as long as this process: fd 3, kept through exec;
+	 * the status pipe goes to 4 (it closes at exec) */
+	if (dup2(l->lock_fd, 3) < 0 || dup3(l->status_fd, 4, O_CLOEXEC) < 0)
+		child_fail(l, STAGE_LOCK);
+	l->status_fd = 4;
+	syscall(SYS_close_range, 5U, ~0U, 0U);  /* no db, socket or log fd leaks into jobs */
 
 	char pid[24];
 	int len = format_long(pid, (long)getpid());
 	pid[len++] = '\n';
-	int fd = open(l->rec_tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	unlink("launch.tmp");
+	int fd = open("launch.tmp", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0640);
 	if (fd < 0 || write(fd, pid, (size_t)len) != len || fsync(fd) != 0 || close(fd) != 0 ||
-	    rename(l->rec_tmp, l->rec) != 0)
-		_exit(126);
+	    rename("launch.tmp", "launch") != 0)
+		child_fail(l, STAGE_RECORD);
 
 	execve(l->argv[0], l->argv, l->envp);
-	static const char msg[] = "larchd: cannot execute the trainer\n";
-	ssize_t ignored = write(2, msg, sizeof msg - 1);
-	(void)ignored;
-	_exit(127);
+	child_fail(l, STAGE_EXEC);
 }
 
-/* Starts j; called with the lock held. 0, or -1 with reason filled. */
+/* Errors that pass: the job waits and is launched again, not failed. */
+static int transient(int e)
+{
+	return e == ENOSPC || e == EDQUOT || e == ENOMEM || e == EAGAIN || e == EMFILE ||
+	       e == ENFILE || e == EINTR || e == ETXTBSY;
+}
+
+/* Starts j; called with the lock held. 0; 1 when it could not start for
+ * now (reason says why: it stays queued); -1 when it cannot start (reason). */
 static int start(struct local *lx, struct local_job *j, char *reason, size_t len)
 {
 	struct launch l;
 	memset(&l, 0, sizeof l);
 	const char *dir = j->job.dir;
-	snprintf(l.spec, sizeof l.spec, "%s/spec.json", dir);
-	snprintf(l.out, sizeof l.out, "%s/stdout.log", dir);
-	snprintf(l.errlog, sizeof l.errlog, "%s/stderr.log", dir);
-	snprintf(l.rec, sizeof l.rec, "%s/launch", dir);
-	snprintf(l.rec_tmp, sizeof l.rec_tmp, "%s/launch.tmp", dir);
+	l.dir = dir;
+	l.status_fd = -1;
+	if (j->job.unix_user[0]) {
+		if (svc_unix_id_lookup(j->job.unix_user, &l.id, reason, len) != 0)
+			return -1;
+		l.as_user = 1;
+	}
+	uid_t run_uid = l.as_user ? l.id.uid : geteuid();
 	int a = 0;
 	if (j->job.ranks > 1) {
 		/* data parallel: mpirun starts the ranks (larch-train's comm.h) */
@@ -242,12 +322,12 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 		l.argv[a++] = "--oversubscribe";        /* more ranks than cores still runs */
 		l.argv[a++] = "--bind-to";              /* each rank's OpenMP threads spread */
 		l.argv[a++] = "none";
-		if (geteuid() == 0)
+		if (run_uid == 0)
 			l.argv[a++] = "--allow-run-as-root";
 	}
 	l.argv[a++] = lx->trainer_path;
 	l.argv[a++] = "--spec";
-	l.argv[a++] = l.spec;
+	l.argv[a++] = "spec.json";
 	l.argv[a++] = "--job-dir";
 	l.argv[a++] = j->job.dir;
 	if (lx->cfg.threads_per_job > 0) {
@@ -255,13 +335,23 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 		l.argv[a++] = "--threads";
 		l.argv[a++] = l.threads;
 	}
+	if (j->job.confine) {
+		l.argv[a++] = "--confine-data";
+		for (int i = 0; i < lx->n_roots; i++) {
+			l.argv[a++] = "--data-root";
+			l.argv[a++] = lx->roots[i];
+		}
+		if (j->job.init_path[0]) {
+			l.argv[a++] = "--data-root";
+			l.argv[a++] = j->job.init_path;
+		}
+	}
 	l.argv[a] = NULL;
-	char lock[EXEC_PATH_MAX + 16];
-	snprintf(lock, sizeof lock, "%s/lock", dir);
-	l.lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	l.lock_fd = svc_jobfs_open(dir, "lock", O_RDWR | O_CREAT, 0600);
 	if (l.lock_fd < 0) {
-		snprintf(reason, len, "the job's lock file: %s", strerror(errno));
-		return -1;
+		int e = errno;
+		snprintf(reason, len, "the job's lock file: %s", strerror(e));
+		return transient(e) ? 1 : -1;
 	}
 	if (flock(l.lock_fd, LOCK_EX | LOCK_NB) != 0) {
 		int e = errno;
@@ -270,22 +360,49 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 		         "held: a process of this job is still running" : strerror(e));
 		return -1;
 	}
+	int status[2];
+	if (pipe2(status, O_CLOEXEC) != 0) {
+		int e = errno;
+		close(l.lock_fd);
+		snprintf(reason, len, "pipe: %s", strerror(e));
+		return transient(e) ? 1 : -1;
+	}
+	l.status_fd = status[1];
 	if (build_env(&l, lx, &j->job) != 0) {
 		close(l.lock_fd);
+		close(status[0]);
+		close(status[1]);
 		snprintf(reason, len, "out of memory");
-		return -1;
+		return 1;
 	}
 	pid_t pid = fork();
 	if (pid == 0)
 		child(&l);
 	int saved = errno;
 	close(l.lock_fd);   /* the child's copy holds the lock now */
+	close(status[1]);
 	free(l.envp);
 	if (pid < 0) {
+		close(status[0]);
 		snprintf(reason, len, "fork: %s", strerror(saved));
-		return -1;
+		return transient(saved) ? 1 : -1;
 	}
 	setpgid(pid, pid);   /* also here, so a signal sent right away reaches the group */
+	/* exec closes the pipe with nothing written; a child that failed before
+	 * says where (it exits 126) */
+	int msg[2] = { 0, 0 };
+	struct pollfd pfd = { .fd = status[0], .events = POLLIN };
+	ssize_t got = 0;
+	if (poll(&pfd, 1, LAUNCH_WAIT_MS) == 1)
+		got = read(status[0], msg, sizeof msg);
+	close(status[0]);
+	if (got == (ssize_t)sizeof msg && msg[0] > 0 && msg[0] <= STAGE_EXEC) {
+		waitpid(pid, NULL, 0);
+		if (msg[0] != STAGE_USER)
+			svc_jobfs_unlink(dir, "launch");   /* it never ran: no record of a run */
+		snprintf(reason, len, "%s: %s", stage_names[msg[0]], strerror(msg[1]));
+		return transient(msg[1]) ? 1 : -1;
+	}
 	j->pid = pid;
 	j->is_child = 1;
 	j->state = EXEC_RUNNING;
@@ -330,9 +447,7 @@ static int adopted_alive(pid_t pid, const char *dir)
  * 0 free, -1 no lock file (a job dir from before the lock). */
 static int lock_held(const char *dir)
 {
-	char path[EXEC_PATH_MAX + 16];
-	snprintf(path, sizeof path, "%s/lock", dir);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = svc_jobfs_open(dir, "lock", O_RDONLY, 0);
 	if (fd < 0)
 		return errno == ENOENT ? -1 : 1;   /* unreadable: assume alive, never start twice */
 	int held = flock(fd, LOCK_SH | LOCK_NB) != 0;
@@ -350,9 +465,10 @@ static int adopted_running(const struct local_job *j)
 /* exit_code and reason from DIR/result.json; -1 when there is none. */
 static int read_result(const char *dir, char *reason, size_t len)
 {
-	char path[EXEC_PATH_MAX + 16];
-	snprintf(path, sizeof path, "%s/result.json", dir);
-	json_t *r = json_load_file(path, 0, NULL);
+	FILE *f = svc_jobfs_fopen(dir, "result.json");
+	json_t *r = f ? json_loadf(f, 0, NULL) : NULL;
+	if (f)
+		fclose(f);
 	if (!r)
 		return -1;
 	json_t *code = json_object_get(r, "exit_code"), *why = json_object_get(r, "reason");
@@ -367,9 +483,8 @@ static int read_result(const char *dir, char *reason, size_t len)
  * could write result.json (a bad spec, a missing trainer). */
 static void last_stderr_line(const char *dir, char *out, size_t len)
 {
-	char path[EXEC_PATH_MAX + 16], buf[1024];
-	snprintf(path, sizeof path, "%s/stderr.log", dir);
-	FILE *f = fopen(path, "r");
+	char buf[1024];
+	FILE *f = svc_jobfs_fopen(dir, "stderr.log");
 	if (!f)
 		return;
 	if (fseek(f, -(long)(sizeof buf - 1), SEEK_END) != 0)
@@ -471,15 +586,13 @@ static int local_submit(struct executor *ex, const struct exec_job *job, char *e
 static int local_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
 {
 	struct local *lx = (struct local *)ex;
-	char rec[EXEC_PATH_MAX + 16];
-	snprintf(rec, sizeof rec, "%s/launch", job->dir);
-	FILE *f = fopen(rec, "r");
+	FILE *f = svc_jobfs_fopen(job->dir, "launch");
 	/* no launch record but the lock held: a previous larchd forked it a moment
 	 * ago and the child has not written the record yet; wait for it */
 	for (int i = 0; !f && i < 250 && lock_held(job->dir) == 1; i++) {
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
-		f = fopen(rec, "r");
+		f = svc_jobfs_fopen(job->dir, "launch");
 	}
 	if (!f) {
 		if (lock_held(job->dir) == 1) {
@@ -495,7 +608,7 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 		(long long)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000 : now_ms();
 	fclose(f);
 	if (!ok) {
-		snprintf(err, errlen, "%s: not a launch record", rec);
+		snprintf(err, errlen, "%s/launch: not a launch record", job->dir);
 		return -1;
 	}
 	struct local_job *j = calloc(1, sizeof *j);
@@ -598,10 +711,24 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 		 * alone, oversubscribed */
 		if (running > 0 && running + job_slots(j) > lx->cfg.max_running)
 			break;
+		if (now < j->retry_at_ms)
+			break;                 /* the first in line waits to try again */
 		char reason[EXEC_REASON_MAX];
-		if (start(lx, j, reason, sizeof reason) == 0) {
+		int rc = start(lx, j, reason, sizeof reason);
+		if (rc == 0) {
 			emit(lx, j, EXEC_RUNNING, -1, NULL);
 			running += job_slots(j);
+		} else if (rc > 0) {
+			/* the disk full, out of processes: it stays queued and is tried
+			 * again, later each time, up to a minute apart */
+			long long wait = j->retry_wait_ms ? j->retry_wait_ms * 2 : RETRY_FIRST_MS;
+			j->retry_wait_ms = wait < RETRY_MAX_MS ? wait : RETRY_MAX_MS;
+			j->retry_at_ms = now + j->retry_wait_ms;
+			static struct svc_log_limit limit;
+			svc_log_limited(&limit, RETRY_LOG_MS, SVC_LOG_WARN, "job j-%06lld: cannot start "
+			                "it now, trying again in %lld s: %s", j->job.id,
+			                j->retry_wait_ms / 1000, reason);
+			break;
 		} else {
 			emit(lx, j, EXEC_FAILED, -1, reason);
 			unlink_job(lx, j);
@@ -641,6 +768,8 @@ static void local_free(struct executor *ex)
 	free(lx->trainer_path);
 	free(lx->mpirun_path);
 	free(lx->server_url);
+	for (int i = 0; i < lx->n_roots; i++)
+		free(lx->roots[i]);
 	pthread_mutex_destroy(&lx->lock);
 	free(lx);
 }
@@ -720,8 +849,12 @@ struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, 
 	lx->trainer_path = strdup(cfg->trainer_path);
 	lx->server_url = cfg->server_url ? strdup(cfg->server_url) : NULL;
 	lx->mpirun_path = find_in_path("mpirun");
+	int oom = 0;
+	for (int i = 0; i < cfg->n_data_roots && i < EXEC_DATA_ROOTS_MAX; i++)
+		oom |= !(lx->roots[lx->n_roots++] = strdup(cfg->data_roots[i]));
+	lx->cfg.data_roots = NULL;          /* borrowed for the call only */
 	pthread_mutex_init(&lx->lock, NULL);
-	if (!lx->trainer_path || (cfg->server_url && !lx->server_url)) {
+	if (oom || !lx->trainer_path || (cfg->server_url && !lx->server_url)) {
 		local_free(&lx->base);
 		snprintf(err, errlen, "out of memory");
 		return NULL;

@@ -67,6 +67,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "identity.h"
+#include "jobfs.h"
 #include "slurm_cmd.h"
 #include "slurm_submit.h"
 
@@ -84,6 +86,8 @@ enum phase {
 
 struct sjob {
 	struct exec_job job;          /* token wiped */
+	struct svc_unix_id owner;     /* job.unix_user's, when set (run_as owner) */
+	int as_owner;
 	enum phase phase;
 	char sid[32];
 	char name[64];                /* Slurm's job name */
@@ -104,6 +108,8 @@ struct slurm_ex {
 	struct executor base;         /* first: a struct executor * is a struct slurm_ex * */
 	struct exec_slurm_config cfg;
 	char *trainer_path, *server_url, *partition, *account, *qos;
+	char *roots[EXEC_DATA_ROOTS_MAX];   /* data_roots for confined jobs (copies) */
+	int n_roots;
 	char prefix[48];              /* "larch-<instance>-j-" */
 	int use_api;                  /* submit through libslurm, not sbatch */
 
@@ -209,22 +215,26 @@ static void note_health(struct slurm_ex *sx, int ok, const char *what)
 
 /* ---- files in the job directory ------------------------------------------------ */
 
-/* Writes text to DIR/name through a temporary file and rename; synced
- * unless the file is remade on every adoption (the script, the token). */
-static int write_file_sync(const char *dir, const char *name, const char *text, mode_t mode,
-                           int sync, char *err, size_t errlen)
+/* snprintf for messages that may be cut (vsnprintf: no truncation warnings). */
+static void say(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void say(char *out, size_t len, const char *fmt, ...)
 {
-	char path[EXEC_PATH_MAX + 64], tmp[EXEC_PATH_MAX + 80];
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-	size_t len = strlen(text);
-	if (fd < 0 || write(fd, text, len) != (ssize_t)len || (sync && fsync(fd) != 0) ||
-	    close(fd) != 0 || rename(tmp, path) != 0) {
-		snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		unlink(tmp);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(out, len, fmt, ap);
+	va_end(ap);
+}
+
+/* Writes text to DIR/name through a temporary file and rename (jobfs.h:
+ * the directory may be a job owner's), owned by owner when given. */
+static int write_file_as(const char *dir, const char *name, const char *text, mode_t mode,
+                         const struct svc_unix_id *owner, char *err, size_t errlen)
+{
+	if (svc_jobfs_write(dir, name, text, strlen(text), mode, owner ? owner->uid : (uid_t)-1,
+	                    owner ? owner->gid : (gid_t)-1) != 0) {
+		int e = errno;
+		say(err, errlen, "cannot write %s/%s: %s", dir, name, strerror(e));
 		return -1;
 	}
 	return 0;
@@ -233,14 +243,12 @@ static int write_file_sync(const char *dir, const char *name, const char *text, 
 static int write_file(const char *dir, const char *name, const char *text, mode_t mode,
                       char *err, size_t errlen)
 {
-	return write_file_sync(dir, name, text, mode, 1, err, errlen);
+	return write_file_as(dir, name, text, mode, NULL, err, errlen);
 }
 
 static int read_file(const char *dir, const char *name, char *buf, size_t len)
 {
-	char path[EXEC_PATH_MAX + 64];
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = svc_jobfs_open(dir, name, O_RDONLY, 0);
 	if (fd < 0)
 		return -1;
 	ssize_t n = read(fd, buf, len - 1);
@@ -254,9 +262,7 @@ static int read_file(const char *dir, const char *name, char *buf, size_t len)
 
 static int file_exists(const char *dir, const char *name)
 {
-	char path[EXEC_PATH_MAX + 64];
-	snprintf(path, sizeof path, "%s/%s", dir, name);
-	return access(path, F_OK) == 0;
+	return svc_jobfs_exists(dir, name) == 1;
 }
 
 /* s single-quoted for sh into out ('it'\''s'); -1 if it does not fit. */
@@ -285,16 +291,47 @@ static int sh_quote(const char *s, char *out, size_t len)
 	return 0;
 }
 
-/* DIR/slurm.sh for job j (see the top of this file). */
-static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err, size_t errlen)
+/* The trainer's confinement for a confined job (exec_job.confine):
+ * " --confine-data --data-root 'DIR' ...", quoted, into out; "" otherwise. */
+static int confine_args(const struct slurm_ex *sx, const struct exec_job *j, char *out,
+                        size_t len)
 {
+	out[0] = '\0';
+	if (!j->confine)
+		return 0;
+	size_t o = (size_t)snprintf(out, len, " --confine-data");
+	char q[2 * EXEC_PATH_MAX + 8];
+	for (int i = 0; i <= sx->n_roots; i++) {
+		const char *root = i < sx->n_roots ? sx->roots[i] : j->init_path;
+		if (!*root)
+			continue;
+		if (sh_quote(root, q, sizeof q) != 0 || o + strlen(q) + 16 >= len)
+			return -1;
+		o += (size_t)snprintf(out + o, len - o, " --data-root %s", q);
+	}
+	return 0;
+}
+
+/* DIR/slurm.sh for job j (see the top of this file). */
+static int write_script(struct slurm_ex *sx, const struct sjob *sj, char *err, size_t errlen)
+{
+	const struct exec_job *j = &sj->job;
 	char dir[2 * EXEC_PATH_MAX + 8], trainer[2 * EXEC_PATH_MAX + 8], url[1024] = "''";
+	char confine[(EXEC_DATA_ROOTS_MAX + 1) * (2 * EXEC_PATH_MAX + 24)];
 	if (sh_quote(j->dir, dir, sizeof dir) != 0 ||
 	    sh_quote(sx->trainer_path, trainer, sizeof trainer) != 0 ||
-	    (sx->server_url && sh_quote(sx->server_url, url, sizeof url) != 0)) {
+	    (sx->server_url && sh_quote(sx->server_url, url, sizeof url) != 0) ||
+	    confine_args(sx, j, confine, sizeof confine) != 0) {
 		snprintf(err, errlen, "a path is too long for the batch script");
 		return -1;
 	}
+	/* a job of its owner's: the owner's HOME, USER and LOGNAME, not those of
+	 * the root that submitted it */
+	char who[512] = "", home[600];
+	if (sj->as_owner && sh_quote(sj->owner.home[0] ? sj->owner.home : "/", home,
+	                             sizeof home) == 0)
+		snprintf(who, sizeof who, "export HOME=%s USER='%s' LOGNAME='%s'\n", home,
+		         sj->owner.name, sj->owner.name);
 	char flush[64] = "";
 	if (sx->cfg.report_flush_s > 0)
 		snprintf(flush, sizeof flush, "\texport LARCH_REPORT_FLUSH_S=%d\n",
@@ -332,6 +369,7 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		"# larch job j-%06lld, generated by larchd. Every value below was validated\n"
 		"# and is single-quoted; Slurm's options are on sbatch's command line.\n"
 		"cd %s || exit 1\n"
+		"%s"
 		"printf '%%s\\n' \"${SLURM_RESTART_COUNT:-0}\" > slurm-attempt\n"
 		"export LARCH_JOB_ID='j-%06lld'\n"
 		"if [ -n %s ] && [ -r job-token ]; then\n"
@@ -349,7 +387,7 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		"# itself; this shell stays to collect the trainer's status\n"
 		"trap 'terminated=1' TERM\n"
 		"%s"
-		"$launch %s --spec spec.json --job-dir . --threads %d &\n"
+		"$launch %s --spec spec.json --job-dir . --threads %d%s &\n"
 		"child=$!\n"
 		"while :; do\n"
 		"\twait \"$child\"\n"
@@ -361,13 +399,13 @@ static int write_script(struct slurm_ex *sx, const struct exec_job *j, char *err
 		"\twhile [ -z \"$terminated\" ]; do sleep 1; done\n"
 		"fi\n"
 		"exit \"$rc\"\n",
-		j->id, dir, j->id, url, url, flush, launcher, trainer,
-		j->cpus_per_task > 0 ? j->cpus_per_task : 1);
+		j->id, dir, who, j->id, url, url, flush, launcher, trainer,
+		j->cpus_per_task > 0 ? j->cpus_per_task : 1, confine);
 	if (n < 0) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	int rc = write_file_sync(j->dir, "slurm.sh", text, 0750, 0, err, errlen);
+	int rc = write_file(j->dir, "slurm.sh", text, 0750, err, errlen);
 	free(text);
 	return rc;
 }
@@ -419,6 +457,9 @@ static void describe(struct slurm_ex *sx, const struct sjob *sj, char *comment, 
 		.mem_mb = j->mem_mb,
 		.time_s = j->time_limit_s,
 		.hold = sj->hold,
+		.as_user = sj->as_owner,
+		.uid = sj->owner.uid,
+		.gid = sj->owner.gid,
 	};
 	if (j->time_limit_s > 0) {
 		/* the checkpoint signal: grace seconds before the end, at most half the run */
@@ -465,6 +506,12 @@ static void sbatch_argv(const struct slurm_submit *r, struct argv_buf *a)
 	}
 	if (r->hold)
 		arg(a, "--hold");
+	if (r->as_user) {
+		/* root submits it as its owner: Slurm's limits, fair share and
+		 * accounting are the owner's */
+		argf(a, "--uid=%u", (unsigned)r->uid);
+		argf(a, "--gid=%u", (unsigned)r->gid);
+	}
 	argf(a, "%s/slurm.sh", r->dir);
 }
 
@@ -745,9 +792,8 @@ static void emit_final(struct slurm_ex *sx, struct sjob *j, enum exec_state st,
  * this Slurm job in DIR/stderr.log decides. */
 static int attempt_preempted(const struct sjob *j)
 {
-	char path[EXEC_PATH_MAX + 16], tail[8192 + 1], mark[48];
-	snprintf(path, sizeof path, "%s/stderr.log", j->job.dir);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char tail[8192 + 1], mark[48];
+	int fd = svc_jobfs_open(j->job.dir, "stderr.log", O_RDONLY, 0);
 	if (fd < 0)
 		return 0;
 	struct stat st;
@@ -911,9 +957,10 @@ static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct resol
 	}
 	/* Slurm forgot it: what the trainer left says how it ended */
 	char status[64] = "";
-	char path[EXEC_PATH_MAX + 32];
-	snprintf(path, sizeof path, "%s/result.json", j->job.dir);
-	json_t *result = json_load_file(path, 0, NULL);
+	FILE *f = svc_jobfs_fopen(j->job.dir, "result.json");
+	json_t *result = f ? json_loadf(f, 0, NULL) : NULL;
+	if (f)
+		fclose(f);
 	const char *st = json_string_value(json_object_get(result, "status"));
 	snprintf(status, sizeof status, "%s", st ? st : "");
 	json_decref(result);
@@ -1268,22 +1315,31 @@ static struct sjob *find(struct slurm_ex *sx, long long id)
 static int track(struct slurm_ex *sx, const struct exec_job *job, enum phase phase,
                  const char *sid, char *err, size_t errlen)
 {
-	if (write_script(sx, job, err, errlen) != 0)
-		return -1;
-	char token[sizeof job->token + 2];
-	snprintf(token, sizeof token, "%s\n", job->token);
-	if (job->token[0] &&
-	    write_file_sync(job->dir, "job-token", token, 0600, 0, err, errlen) != 0) {
-		explicit_bzero(token, sizeof token);
-		return -1;
-	}
-	explicit_bzero(token, sizeof token);
 	struct sjob *j = calloc(1, sizeof *j);
 	if (!j) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
 	j->job = *job;
+	if (job->unix_user[0]) {
+		if (svc_unix_id_lookup(job->unix_user, &j->owner, err, errlen) != 0) {
+			explicit_bzero(j->job.token, sizeof j->job.token);
+			free(j);
+			return -1;
+		}
+		j->as_owner = 1;
+	}
+	char token[sizeof job->token + 2];
+	snprintf(token, sizeof token, "%s\n", job->token);
+	if (write_script(sx, j, err, errlen) != 0 ||
+	    (job->token[0] && write_file_as(job->dir, "job-token", token, 0600,
+	                                    j->as_owner ? &j->owner : NULL, err, errlen) != 0)) {
+		explicit_bzero(token, sizeof token);
+		explicit_bzero(j->job.token, sizeof j->job.token);
+		free(j);
+		return -1;
+	}
+	explicit_bzero(token, sizeof token);
 	explicit_bzero(j->job.token, sizeof j->job.token);
 	j->phase = phase;
 	j->last = -1;
@@ -1475,6 +1531,8 @@ static void slurm_free(struct executor *ex)
 	free(sx->partition);
 	free(sx->account);
 	free(sx->qos);
+	for (int i = 0; i < sx->n_roots; i++)
+		free(sx->roots[i]);
 	pthread_cond_destroy(&sx->wake);
 	pthread_mutex_destroy(&sx->lock);
 	free(sx);
@@ -1557,8 +1615,12 @@ struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, 
 	sx->partition = dup_or_null(cfg->partition);
 	sx->account = dup_or_null(cfg->account);
 	sx->qos = dup_or_null(cfg->qos);
-	if (!sx->trainer_path || instance_id(cfg->state_dir, inst, err, errlen) != 0) {
-		if (!sx->trainer_path)
+	int oom = !sx->trainer_path;
+	for (int i = 0; i < cfg->n_data_roots && i < EXEC_DATA_ROOTS_MAX; i++)
+		oom |= !(sx->roots[sx->n_roots++] = strdup(cfg->data_roots[i]));
+	sx->cfg.data_roots = NULL;          /* borrowed for the call only */
+	if (oom || instance_id(cfg->state_dir, inst, err, errlen) != 0) {
+		if (oom)
 			snprintf(err, errlen, "out of memory");
 		slurm_free(&sx->base);
 		return NULL;

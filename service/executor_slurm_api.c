@@ -195,8 +195,8 @@ int slurm_api_submit(const struct slurm_submit *r, char *sid, size_t sid_len, ch
 	d.argv = argv0;
 	d.environment = env;
 	d.env_size = (uint32_t)k;
-	d.user_id = getuid();
-	d.group_id = getgid();
+	d.user_id = r->as_user ? r->uid : getuid();
+	d.group_id = r->as_user ? r->gid : getgid();
 
 	submit_response_msg_t *resp = NULL;
 	int rc = slurm_submit_batch_job(&d, &resp);

@@ -17,6 +17,7 @@
 #include "db/checkpoints.h"
 #include "db/jobs.h"
 #include "db/metrics.h"
+#include "jobfs.h"
 
 #define BATCH 1000          /* points per insert transaction */
 #define NAME_MAX_LEN 128    /* db/metrics.h */
@@ -78,11 +79,12 @@ int svc_import_metrics(struct db *db, int64_t job, const char *dir, struct svc_i
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	FILE *f = fopen(path, "r");
+	FILE *f = svc_jobfs_fopen(dir, "metrics.jsonl");
 	if (!f) {
 		if (errno == ENOENT)
 			return 0;
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		snprintf(err, errlen, "%s: %s", path, errno == EINVAL || errno == ELOOP ?
+		         "not a regular file of the job's (skipped)" : strerror(errno));
 		return -1;
 	}
 	struct batch *b = calloc(1, sizeof *b);
@@ -133,13 +135,9 @@ int svc_import_metrics(struct db *db, int64_t job, const char *dir, struct svc_i
 
 /* ---- checkpoints ------------------------------------------------------------ */
 
-int svc_file_sha256(const char *path, char hex[65], int64_t *bytes, char *err, size_t errlen)
+int svc_fd_sha256(int fd, const char *path, char hex[65], int64_t *bytes, char *err,
+                  size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
 	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	size_t bufsize = 1 << 20;
 	unsigned char *buf = malloc(bufsize);
@@ -204,11 +202,15 @@ int svc_import_checkpoints(struct db *db, int64_t job, const char *dir,
 {
 	char cdir[4200];
 	snprintf(cdir, sizeof cdir, "%s/checkpoints", dir);
-	DIR *d = opendir(cdir);
+	int dfd = svc_jobfs_opendir(dir, "checkpoints");
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 	if (!d) {
-		if (errno == ENOENT)
+		int e = errno;
+		if (dfd >= 0)
+			close(dfd);
+		if (e == ENOENT)
 			return 0;
-		snprintf(err, errlen, "%s: %s", cdir, strerror(errno));
+		snprintf(err, errlen, "%s: %s", cdir, strerror(e));
 		return -1;
 	}
 	int rc = 0;
@@ -219,16 +221,19 @@ int svc_import_checkpoints(struct db *db, int64_t job, const char *dir,
 			continue;
 		char path[4500];
 		snprintf(path, sizeof path, "%s/%s", cdir, e->d_name);
+		/* a regular file of one link, never a link followed (service/jobfs.h) */
+		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		struct stat sb;
-		if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
-			continue;                  /* pruned meanwhile, or not a file */
+		if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_nlink != 1) {
+			if (fd >= 0)
+				close(fd);
+			continue;                  /* pruned meanwhile, or not a checkpoint file */
+		}
 		struct db_checkpoint ck = {
 			.step = step, .path = path,
 			.time_ms = (int64_t)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000,
 		};
-		if (svc_file_sha256(path, ck.sha256, &ck.bytes, err, errlen) != 0) {
-			if (access(path, F_OK) != 0)
-				continue;              /* pruned while we read it */
+		if (svc_fd_sha256(fd, path, ck.sha256, &ck.bytes, err, errlen) != 0) {
 			rc = -1;
 			break;
 		}

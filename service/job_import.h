@@ -45,9 +45,11 @@ int svc_import_metrics(struct db *db, int64_t job, const char *dir, struct svc_i
 int svc_import_checkpoints(struct db *db, int64_t job, const char *dir,
                            struct svc_import_stats *st, char *err, size_t errlen);
 
-/* The SHA-256 of the file at path as 64 lower-case hex digits and its size.
- * Returns 0, or -1 with err filled. */
-int svc_file_sha256(const char *path, char hex[65], int64_t *bytes, char *err, size_t errlen);
+/* The SHA-256 of what fd reads (to its end) as 64 lower-case hex digits,
+ * and its size; closes fd. path names it in err. Returns 0, or -1 with err
+ * filled. */
+int svc_fd_sha256(int fd, const char *path, char hex[65], int64_t *bytes, char *err,
+                  size_t errlen);
 
 /* All of the above for a job that has ended, then its progress (st's last
  * step and loss; total = the spec's "steps" when it has one, else what the

@@ -32,7 +32,10 @@
 #include "dashboard_files.h"
 #include "db/db.h"
 #include "executor.h"
+#include "db/tokens.h"
+#include "identity.h"
 #include "log.h"
+#include "preflight.h"
 #include "runner.h"
 #include "server.h"
 
@@ -125,12 +128,63 @@ static void drain(struct svc_server *srv, const sigset_t *signals, unsigned time
 	svc_server_free(srv);
 }
 
+/* The first admin (SVC_ADMIN_USER) runs jobs as the Unix user larchd runs
+ * as, unless it is mapped already or a Unix user of its name exists. */
+static int map_first_admin(struct db *db, char *err, size_t errlen)
+{
+	struct db_user u;
+	struct db_err dberr = { 0 };
+	if (db_users_get(db, SVC_ADMIN_USER, &u, &dberr) != 0 || u.unix_user[0] ||
+	    svc_unix_user_exists(SVC_ADMIN_USER) != 0)
+		return 0;
+	struct svc_unix_id self;
+	char why[256];
+	if (svc_unix_id_self(&self, why, sizeof why) != 0 || !db_unix_name_ok(self.name))
+		return 0;
+	if (db_users_set_unix(db, SVC_ADMIN_USER, self.name, &dberr) != 0) {
+		say(err, errlen, "mapping user %s to Unix user %s: %s", SVC_ADMIN_USER, self.name,
+		    dberr.text);
+		return -1;
+	}
+	svc_log(SVC_LOG_INFO, "user %s runs jobs as Unix user %s (larchd's own)", SVC_ADMIN_USER,
+	        self.name);
+	return 0;
+}
+
+/* Jobs that run as their owners must reach the state dir (to their own job
+ * directory) and the trainer: says which directory on the way is closed to
+ * other users. */
+static void warn_unreachable(const char *state, const char *trainer)
+{
+	const char *paths[2] = { state, trainer };
+	for (int i = 0; i < 2; i++) {
+		char buf[PATH_MAX];
+		if (!realpath(paths[i], buf))
+			continue;
+		for (char *slash = buf + strlen(buf); slash; slash = strrchr(buf, '/')) {
+			if (slash == buf)
+				break;
+			struct stat st;
+			if (stat(buf, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+				svc_log(SVC_LOG_WARN, "%s is closed to other users (mode %04o): jobs that run "
+				        "as a user other than %s cannot reach %s", buf,
+				        (unsigned)(st.st_mode & 07777), st.st_uid == 0 ? "root" : "its owner",
+				        i ? "the trainer" : "their job directories");
+				break;
+			}
+			*slash = '\0';
+		}
+	}
+}
+
 /* What main starts, stopped in reverse order. */
 struct larchd {
 	struct svc_config cfg;
 	struct db *db;
 	struct svc_auth *auth;
 	struct svc_runner *runner;
+	struct svc_preflight *preflight;   /* submits' look at their files (preflight.h) */
+	struct api_jobs_hooks jobs_hooks;  /* the runner's, and the preflight */
 	struct executor *ex;
 	struct svc_cluster *cluster;       /* the admin endpoints' Slurm side (cluster.h) */
 	struct svc_server *srv;
@@ -160,6 +214,7 @@ static int dashboard_new(struct larchd *d, char *err, size_t errlen)
 static void stop(struct larchd *d, int clean)
 {
 	svc_server_free(d->srv);           /* first: no request uses what follows */
+	svc_preflight_free(d->preflight);
 	svc_runner_free(d->runner);        /* jobs keep running: the next start adopts them */
 	svc_cluster_free(d->cluster);
 	exec_free(d->ex);
@@ -180,8 +235,21 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
                  int *admin_created)
 {
 	char state[PATH_MAX], path[PATH_MAX + 16], trainer[PATH_MAX];
+	int owner = strcmp(d->cfg.run_as, "owner") == 0;
+	int slurm = strcmp(d->cfg.executor, "slurm") == 0;
+	if (owner && geteuid() != 0) {
+		say(err, errlen, "run_as owner: larchd starts each job as its owner's Unix user, which "
+		    "takes root (it runs as uid %u); set run_as = service to run jobs as larchd's "
+		    "own user", (unsigned)geteuid());
+		return -1;
+	}
 	if (svc_state_dir_make(d->cfg.state_dir, err, errlen) != 0)
 		return -1;
+	/* job owners pass through it to their job directories, and list nothing */
+	if (owner && chmod(d->cfg.state_dir, 0711) != 0) {
+		say(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
+		return -1;
+	}
 	if (!realpath(d->cfg.state_dir, state)) {
 		say(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return -1;
@@ -203,7 +271,8 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		return -1;
 	}
 	if (svc_admin_token_ensure(d->db, state, admin_path, pathlen, admin_created, err,
-	                           errlen) != 0)
+	                           errlen) != 0 ||
+	    map_first_admin(d->db, err, errlen) != 0)
 		return -1;
 
 	/* every job event from here on feeds GET /v1/events */
@@ -217,14 +286,22 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		say(err, errlen, "out of memory");
 		return -1;
 	}
-	int slurm = strcmp(d->cfg.executor, "slurm") == 0;
 	/* Slurm queues every job it is given; the local executor a few beyond its slots */
 	struct svc_runner_config rcfg = { .db = d->db, .state_dir = state,
+	                                  .run_as_owner = owner, .confine_user_jobs = !owner,
 	                                  .queue_max = slurm ? 0 : (int)d->cfg.max_local_jobs +
 	                                                           QUEUE_EXTRA,
 	                                  .executor = d->cfg.executor,
 	                                  .gpu_memory = &d->cfg.gpu_memory };
 	if (!(d->runner = svc_runner_new(&rcfg, err, errlen)))
+		return -1;
+	char jobs_dir[PATH_MAX + 8];
+	say(jobs_dir, sizeof jobs_dir, "%s/jobs", state);
+	struct svc_preflight_config pcfg = { .db = d->db, .trainer_path = trainer,
+	                                     .jobs_dir = jobs_dir, .run_as_owner = owner,
+	                                     .slurm = slurm, .data_roots = &d->cfg.data_roots,
+	                                     .timeout_s = d->cfg.preflight_timeout };
+	if (!(d->preflight = svc_preflight_new(&pcfg, err, errlen)))
 		return -1;
 	if (!(d->cluster = svc_cluster_new(d->db, d->cfg.executor, d->cfg.max_local_jobs,
 	                                   d->cfg.slurm_timeout, err, errlen)))
@@ -234,7 +311,10 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	d->ctx.auth_lookup = svc_auth_lookup;
 	d->ctx.auth_cls = d->auth;
 	d->ctx.db = d->db;
-	d->ctx.jobs = svc_runner_hooks(d->runner);
+	d->jobs_hooks = *svc_runner_hooks(d->runner);
+	d->jobs_hooks.preflight = svc_preflight_submit;
+	d->jobs_hooks.preflight_arg = d->preflight;
+	d->ctx.jobs = &d->jobs_hooks;
 	d->ctx.svc = d->runner;
 	d->ctx.admin = svc_cluster_hooks(d->cluster);
 	d->ctx.job_cache = api_job_cache_new();
@@ -258,6 +338,9 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	char url[256];
 	job_server_url(svc_server_address(d->srv), url, sizeof url);
 	char what[512];
+	const char *roots[SVC_PATH_LIST_MAX];
+	for (int i = 0; i < d->cfg.data_roots.n; i++)
+		roots[i] = d->cfg.data_roots.path[i];
 	if (slurm) {
 		struct exec_slurm_config xcfg = {
 			.trainer_path = trainer,
@@ -278,6 +361,8 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 			                                                 : EXEC_SLURM_MPI_AUTO,
 			.grace_s = (int)d->cfg.cancel_grace,
 			.report_flush_s = REPORT_FLUSH_S,
+			.data_roots = roots,
+			.n_data_roots = d->cfg.data_roots.n,
 		};
 		if (!(d->ex = exec_slurm_new(&xcfg, err, errlen)))
 			return -1;
@@ -291,6 +376,8 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 			.max_running = (int)d->cfg.max_local_jobs,
 			.grace_s = (int)d->cfg.cancel_grace,
 			.report_flush_s = REPORT_FLUSH_S,
+			.data_roots = roots,
+			.n_data_roots = d->cfg.data_roots.n,
 		};
 		if (!(d->ex = exec_local_new(&xcfg, err, errlen)))
 			return -1;
@@ -299,10 +386,12 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	if (svc_runner_start(d->runner, d->ex, err, errlen) != 0)
 		return -1;
 	svc_log(SVC_LOG_INFO, "larchd %s: listening on http://%s, state dir %s, %u threads, "
-	        "body limit %zu bytes, %s, %s%s%s", api_version(),
+	        "body limit %zu bytes, %s, %s, jobs run as %s%s%s", api_version(),
 	        svc_server_address(d->srv), state, d->cfg.threads, d->cfg.body_limit,
-	        what, trainer, d->cfg.config_file ? ", config " : "",
-	        d->cfg.config_file ? d->cfg.config_file : "");
+	        what, trainer, owner ? "their owners" : "larchd's user",
+	        d->cfg.config_file ? ", config " : "", d->cfg.config_file ? d->cfg.config_file : "");
+	if (owner)
+		warn_unreachable(state, trainer);
 	return 0;
 }
 
@@ -353,6 +442,7 @@ int main(int argc, char **argv)
 	svc_log(SVC_LOG_INFO, "%s: stopping (in flight: %u)", strsignal(sig),
 	        svc_server_in_flight(d.srv));
 	api_changes_close(d.ctx.changes);  /* parked long polls answer now */
+	svc_preflight_close(d.preflight);  /* and parked submits (503) */
 	drain(d.srv, &signals, d.cfg.shutdown_timeout);
 	d.srv = NULL;                      /* drain freed it */
 	stop(&d, 1);

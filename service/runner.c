@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "api/buf.h"
+#include "db/checkpoints.h"
+#include "identity.h"
+#include "jobfs.h"
 #include "log.h"
 #include "runner_internal.h"
 #include "slurm_cmd.h"
@@ -145,6 +148,8 @@ static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct e
 	ej->gpus_per_node = int_or(json_object_get(res, "gpus_per_node"), 0);
 	ej->mem_mb = mem_mb(json_object_get(res, "mem"));
 	json_decref(spec);
+	if (r->run_as_owner && job->unix_user)
+		snprintf(ej->unix_user, sizeof ej->unix_user, "%s", job->unix_user);
 	return 0;
 }
 
@@ -162,20 +167,143 @@ static void mint_token(struct svc_runner *r, struct exec_job *ej)
 	explicit_bzero(token, sizeof token);
 }
 
-/* spec.json in dir, written to a temporary and renamed. */
-static int write_spec(const char *dir, const char *spec, char *err, size_t errlen)
+/* The job's spec as its trainer reads it: the stored spec, with an init
+ * that names a checkpoint by job ({"job": "j-000123", "step": 300}, the
+ * step optional: the newest) turned into that checkpoint's file, whose
+ * path goes to init_path. The job named was checked at submit to be one
+ * the owner may read; it is checked again here. Returns a new string, or
+ * NULL with why filled. */
+static char *trainer_spec(struct svc_runner *r, const struct db_job *job, char *init_path,
+                          size_t path_len, char *why, size_t why_len)
 {
-	char path[EXEC_PATH_MAX + 32], tmp[EXEC_PATH_MAX + 32];
-	snprintf(path, sizeof path, "%s/spec.json", dir);
-	snprintf(tmp, sizeof tmp, "%s/spec.json.tmp", dir);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	init_path[0] = '\0';
+	json_t *spec = json_loads(job->spec, 0, NULL);
+	json_t *init = json_object_get(spec, "init");
+	json_t *ref = json_object_get(init, "job");
+	if (!spec || !json_is_string(ref)) {
+		json_decref(spec);
+		char *copy = strdup(job->spec);
+		if (!copy)
+			snprintf(why, why_len, "out of memory");
+		return copy;
+	}
+	json_t *step = json_object_get(init, "step");
+	const char *ref_id = json_string_value(ref);
+	int64_t from = 0;
+	struct db_user owner;
+	struct db_err err = { 0 };
+	struct db_checkpoint_list list = { 0 };
+	int admin = db_users_get(r->db, job->owner, &owner, &err) == 0 &&
+	            owner.role == DB_ROLE_ADMIN;
+	char *out = NULL;
+	if (db_job_id_parse(ref_id, &from) != 0 ||
+	    db_checkpoints_list(r->db, from, admin ? NULL : job->owner, &list, &err) != 0) {
+		snprintf(why, why_len, "init.job: no job %s that %s may read", ref_id, job->owner);
+		goto out;
+	}
+	const struct db_checkpoint *pick = NULL;
+	for (size_t i = 0; i < list.n; i++)
+		if (json_is_integer(step) ? list.items[i].step == json_integer_value(step)
+		                          : (!pick || list.items[i].step > pick->step))
+			pick = &list.items[i];
+	if (!pick) {
+		if (json_is_integer(step))
+			snprintf(why, why_len, "init: %s has no checkpoint of step %lld (any more: a job "
+			         "keeps only its newest keep_checkpoints)", ref_id,
+			         (long long)json_integer_value(step));
+		else
+			snprintf(why, why_len, "init: %s has no checkpoint", ref_id);
+		goto out;
+	}
+	snprintf(init_path, path_len, "%s", pick->path);
+	json_object_set_new(spec, "init", json_pack("{s:s}", "from", pick->path));
+	out = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
+	if (!out)
+		snprintf(why, why_len, "out of memory");
+out:
+	db_checkpoint_list_release(&list);
+	json_decref(spec);
+	return out;
+}
+
+/* Errors that pass (a full disk): the job stays PENDING and is handed over
+ * on a later pass. */
+static int transient(int e)
+{
+	return e == ENOSPC || e == EDQUOT || e == ENOMEM || e == EAGAIN || e == EMFILE ||
+	       e == ENFILE || e == EINTR;
+}
+
+/* Makes the job directory (0750) and its spec.json; for a job that runs as
+ * its owner both belong to the owner. 0, 1 when it should be tried again
+ * later, -1 for good (why says why). *existed: the directory was there. */
+static int make_job_dir(const struct exec_job *ej, const struct svc_unix_id *owner,
+                        const char *spec, int *existed, char *why, size_t why_len)
+{
+	*existed = 0;
+	if (mkdir(ej->dir, 0750) != 0) {
+		int e = errno;
+		if (e != EEXIST) {
+			snprintf(why, why_len, "cannot create the job directory: %s", strerror(e));
+			return transient(e) ? 1 : -1;
+		}
+		*existed = 1;
+	}
+	uid_t uid = owner ? owner->uid : (uid_t)-1;
+	gid_t gid = owner ? owner->gid : (gid_t)-1;
+	int dfd = open(ej->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0 || (owner && fchown(dfd, uid, gid) != 0) || fchmod(dfd, 0750) != 0) {
+		int e = errno;
+		if (dfd >= 0)
+			close(dfd);
+		snprintf(why, why_len, "cannot give the job directory to its owner: %s", strerror(e));
+		return transient(e) ? 1 : -1;
+	}
+	close(dfd);
 	size_t len = strlen(spec);
-	if (fd < 0 || write(fd, spec, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
-	    fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-		snprintf(err, errlen, "cannot write the job's spec.json: %s", strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		unlink(tmp);
+	char *text = malloc(len + 2);
+	if (!text) {
+		snprintf(why, why_len, "out of memory");
+		return 1;
+	}
+	memcpy(text, spec, len);
+	memcpy(text + len, "\n", 2);
+	int rc = svc_jobfs_write(ej->dir, "spec.json", text, len + 1, 0640, uid, gid);
+	int e = errno;
+	free(text);
+	if (rc != 0) {
+		snprintf(why, why_len, "cannot write the job's spec.json: %s", strerror(e));
+		return transient(e) ? 1 : -1;
+	}
+	return 0;
+}
+
+/* Who job runs as, into owner (NULL: larchd's own user), and whether its
+ * input files are confined. 0, or -1 with why filled: the job cannot run. */
+static int job_identity(struct svc_runner *r, const struct db_job *job, struct exec_job *ej,
+                        struct svc_unix_id *owner, int *as_owner, char *why, size_t why_len)
+{
+	struct db_user u;
+	struct db_err err = { 0 };
+	int user_role = db_users_get(r->db, job->owner, &u, &err) != 0 || u.role != DB_ROLE_ADMIN;
+	*as_owner = ej->unix_user[0] != '\0';
+	ej->confine = r->confine_user_jobs && user_role;
+	if (!*as_owner) {
+		if (r->run_as_owner) {
+			snprintf(why, why_len, "the job has no Unix user to run as (submitted before "
+			         "jobs ran as their owners?)");
+			return -1;
+		}
+		return 0;
+	}
+	char e[256];
+	if (svc_unix_id_lookup(ej->unix_user, owner, e, sizeof e) != 0) {
+		snprintf(why, why_len, "%s", e);
+		return -1;
+	}
+	if (user_role && owner->uid == 0) {
+		snprintf(why, why_len, "user %s is mapped to Unix user %s, uid 0: a job of a user-role "
+		         "token never runs as uid 0", job->owner, ej->unix_user);
 		return -1;
 	}
 	return 0;
@@ -192,16 +320,28 @@ static void hand_over(struct svc_runner *r, struct executor *ex, int64_t id)
 		return;                        /* cancelled or held meanwhile */
 	}
 	struct exec_job ej;
+	struct svc_unix_id owner;
 	char why[EXEC_REASON_MAX + 64] = "", err[EXEC_REASON_MAX] = "";
-	int existed = 0;
-	if (exec_job_for(r, &job, &ej) != 0) {
+	int existed = 0, as_owner = 0, later = 0;
+	char *spec = NULL;
+	if (exec_job_for(r, &job, &ej) != 0)
 		snprintf(why, sizeof why, "the job directory path is too long");
-	} else if (mkdir(ej.dir, 0750) != 0 && !(existed = errno == EEXIST)) {
-		snprintf(why, sizeof why, "cannot create the job directory: %s", strerror(errno));
-	} else if (write_spec(ej.dir, job.spec, err, sizeof err) != 0) {
-		snprintf(why, sizeof why, "%s", err);
-	}
+	else if (job_identity(r, &job, &ej, &owner, &as_owner, why, sizeof why) != 0)
+		;
+	else if (!(spec = trainer_spec(r, &job, ej.init_path, sizeof ej.init_path, why,
+	                               sizeof why)))
+		;
+	else
+		later = make_job_dir(&ej, as_owner ? &owner : NULL, spec, &existed, why,
+		                     sizeof why) > 0;
+	free(spec);
 	db_job_release(&job);
+	if (later) {
+		static struct svc_log_limit limit;
+		svc_log_limited(&limit, 10000, SVC_LOG_WARN, "job j-%06lld: stays PENDING, tried "
+		                "again soon: %s", (long long)id, why);
+		return;
+	}
 	if (why[0]) {
 		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
 		return;
@@ -273,14 +413,24 @@ static void adopt_one(struct svc_runner *r, struct executor *ex, int64_t id)
 	enum db_state state = job.state;
 	struct exec_job ej;
 	struct stat sb;
+	struct svc_unix_id owner;
+	char why[EXEC_REASON_MAX + 64] = "";
+	int as_owner = 0;
 	int ok = exec_job_for(r, &job, &ej) == 0;
+	/* as when it was handed over: who it runs as, its confinement, its init */
+	char *spec = NULL;
+	if (ok && (job_identity(r, &job, &ej, &owner, &as_owner, why, sizeof why) != 0 ||
+	           !(spec = trainer_spec(r, &job, ej.init_path, sizeof ej.init_path, why,
+	                                 sizeof why))))
+		ej.init_path[0] = '\0';   /* the trainer checks what is left */
+	free(spec);
 	db_job_release(&job);
 	if (!ok || stat(ej.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
 		svc_runner_move(r, id, state, DB_STATE_FAILED, "reconciler", "job directory lost", 0, 0);
 		return;
 	}
 	mint_token(r, &ej);
-	char err[EXEC_REASON_MAX], why[EXEC_REASON_MAX + 32];
+	char err[EXEC_REASON_MAX];
 	int rc = exec_adopt(ex, &ej, err, sizeof err);
 	explicit_bzero(ej.token, sizeof ej.token);
 	if (rc != 0) {
@@ -461,6 +611,8 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 	r->db = cfg->db;
 	r->poll_ms = cfg->poll_ms > 0 ? cfg->poll_ms : 200;
 	r->queue_max = cfg->queue_max;
+	r->run_as_owner = cfg->run_as_owner;
+	r->confine_user_jobs = cfg->confine_user_jobs;
 	if (cfg->gpu_memory)
 		r->gpu_memory = *cfg->gpu_memory;
 	r->hooks = (struct api_jobs_hooks){ .submitted = hook_submitted,
@@ -487,7 +639,9 @@ int svc_runner_start(struct svc_runner *r, struct executor *ex, char *err, size_
 {
 	char jobs[EXEC_PATH_MAX];
 	snprintf(jobs, sizeof jobs, "%s/jobs", r->state_dir);
-	if (mkdir(jobs, 0750) != 0 && errno != EEXIST) {
+	/* owners reach their own job directories through it, and list nothing */
+	mode_t mode = r->run_as_owner ? 0711 : 0750;
+	if ((mkdir(jobs, mode) != 0 && errno != EEXIST) || chmod(jobs, mode) != 0) {
 		snprintf(err, errlen, "%s: %s", jobs, strerror(errno));
 		return -1;
 	}

@@ -4,9 +4,12 @@
  * every poll_ms, and on each pass:
  *   - hands PENDING jobs to the executor, oldest first, while the executor
  *     holds fewer than queue_max jobs: makes the job directory
- *     <state>/jobs/j-000123 (0750), writes spec.json (the stored spec),
- *     creates the job's token, submits it and records PENDING -> QUEUED
- *     (PENDING -> FAILED with the reason when that fails for good);
+ *     <state>/jobs/j-000123 (0750; where jobs run as their owner, the
+ *     owner's: service/jobfs.h says how larchd then reads it), writes
+ *     spec.json (the stored spec; an init that names a checkpoint by job
+ *     resolved to its file), creates the job's token, submits it and records
+ *     PENDING -> QUEUED (PENDING -> FAILED with the reason when that fails
+ *     for good; a full disk or the like leaves it PENDING, tried again);
  *   - polls the executor and turns each event into a transition (by
  *     "executor"): QUEUED -> RUNNING (the reason names the pid), and on the
  *     way to a final state first imports what the job left in its directory
@@ -58,6 +61,10 @@ struct svc_runner_config {
 	const char *executor;          /* the executor's name for new jobs; NULL = "local" */
 	const struct svc_gpu_memory *gpu_memory;   /* per GPU, for memory plans; NULL = unknown
 	                                              (copied) */
+	int run_as_owner;              /* 1: jobs run as the Unix user their row names
+	                                  (run_as owner); 0: as larchd's user */
+	int confine_user_jobs;         /* 1: user-role jobs may read input files only under
+	                                  the executor's data_roots (run_as service) */
 };
 
 struct svc_runner;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "job_import.h"
+#include "jobfs.h"
 #include "log.h"
 #include "runner_internal.h"
 
@@ -49,14 +50,6 @@ int svc_runner_move(struct svc_runner *r, int64_t id, enum db_state from, enum d
 
 /* ---- cancel requests ----------------------------------------------------------- */
 
-static void cancel_file(struct svc_runner *r, long long id, char *path, size_t len)
-{
-	char dir[EXEC_PATH_MAX];
-	if (svc_runner_job_dir(r, id, dir, sizeof dir) != 0)
-		dir[0] = '\0';
-	snprintf(path, len, "%s/cancel", dir);
-}
-
 void svc_runner_note_cancel(struct svc_runner *r, long long id, const char *by)
 {
 	pthread_mutex_lock(&r->lock);
@@ -73,19 +66,12 @@ void svc_runner_note_cancel(struct svc_runner *r, long long id, const char *by)
 	pthread_mutex_unlock(&r->lock);
 
 	/* the file is what survives a restart */
-	char path[EXEC_PATH_MAX + 16], tmp[EXEC_PATH_MAX + 32];
-	cancel_file(r, id, path, sizeof path);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-	size_t len = strlen(by);
-	if (fd < 0 || write(fd, by, len) != (ssize_t)len || write(fd, "\n", 1) != 1 ||
-	    fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-		svc_log(SVC_LOG_WARN, "job j-%06lld: cannot record the cancel request in %s: %s",
-		        id, path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		unlink(tmp);
-	}
+	char dir[EXEC_PATH_MAX], line[DB_NAME_MAX + 2];
+	int n = snprintf(line, sizeof line, "%s\n", by);
+	if (svc_runner_job_dir(r, id, dir, sizeof dir) != 0 ||
+	    svc_jobfs_write(dir, "cancel", line, (size_t)n, 0640, (uid_t)-1, (gid_t)-1) != 0)
+		svc_log(SVC_LOG_WARN, "job j-%06lld: cannot record the cancel request in its "
+		        "directory: %s", id, strerror(errno));
 }
 
 int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX + 1], int forget)
@@ -107,9 +93,9 @@ int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX
 	pthread_mutex_unlock(&r->lock);
 	if (found)
 		return 1;
-	char path[EXEC_PATH_MAX + 16];
-	cancel_file(r, id, path, sizeof path);
-	FILE *f = fopen(path, "r");
+	char dir[EXEC_PATH_MAX];
+	FILE *f = svc_runner_job_dir(r, id, dir, sizeof dir) == 0 ? svc_jobfs_fopen(dir, "cancel")
+	                                                            : NULL;
 	if (!f)
 		return 0;
 	char line[DB_NAME_MAX + 2] = "";

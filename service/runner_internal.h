@@ -25,6 +25,7 @@ struct svc_runner {
 	struct db *db;
 	char *state_dir, *executor_name;
 	int poll_ms, queue_max;
+	int run_as_owner, confine_user_jobs;   /* svc_runner_config's */
 	struct svc_gpu_memory gpu_memory;   /* per GPU, for memory plans */
 
 	pthread_mutex_t lock;          /* guards the fields below */

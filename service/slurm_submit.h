@@ -15,6 +15,7 @@
 #define LARCH_SLURM_SUBMIT_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 struct slurm_submit {
 	const char *name;              /* --job-name */
@@ -26,6 +27,9 @@ struct slurm_submit {
 	long time_s;                   /* 0 = the partition's limit */
 	long grace_s;                  /* USR1 to the batch shell this long before the limit; 0 none */
 	int hold;                      /* submitted held (priority 0) */
+	int as_user;                   /* 1: as uid:gid (larchd is root), else as larchd */
+	uid_t uid;
+	gid_t gid;
 };
 
 /* Slurm expands %j and the like in --output/--error: dir with each % doubled

@@ -1,9 +1,11 @@
 /* trainer/probe.c - see probe.h. */
 #include "probe.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -82,11 +84,7 @@ json_t *trn_probe(const struct trn_spec *spec, const struct trn_input_policy *in
 	if (!s)
 		return NULL;
 	*s = *spec;                    /* a copy to rebase paths in; shares spec->json */
-	if (s->init_job[0]) {
-		trn_err_set(&err, "init.job: names a checkpoint of a larch job, which larchd "
-		            "resolves; a run outside larchd needs init.from");
-		goto fail;
-	}
+	const char *kind = NULL;       /* "missing": a path that names nothing here */
 	struct input in[5];
 	int n = list_inputs(s, inputs, in);
 	char rebased[TRN_PATH_MAX];
@@ -100,8 +98,12 @@ json_t *trn_probe(const struct trn_spec *spec, const struct trn_input_policy *in
 			memcpy(in[i].path, rebased, strlen(rebased) + 1);
 		}
 		int fd = trn_input_open(in[i].path, in[i].policy, in[i].field, &err);
-		if (fd < 0)
+		if (fd < 0) {
+			struct stat st;
+			if (stat(in[i].path, &st) != 0 && errno == ENOENT)
+				kind = "missing";
 			goto fail;
+		}
 		close(fd);
 	}
 	struct trn_dataset shape;
@@ -120,5 +122,8 @@ json_t *trn_probe(const struct trn_spec *spec, const struct trn_input_policy *in
 	return answer;
 fail:
 	free(s);
-	return trn_probe_failure(err.text);
+	answer = trn_probe_failure(err.text);
+	if (answer && kind)
+		json_object_set_new(answer, "kind", json_string(kind));
+	return answer;
 }

@@ -25,9 +25,13 @@
 
 /* The answer as a new JSON object:
  *   {"ok": true, "shape": <trn_dataset_shape_to_json>}
- *   {"ok": false, "field": "data.train", "message": "data.train: ..."}
+ *   {"ok": false, "field": "data.train", "message": "data.train: ...",
+ *    "kind": "missing"}
  * field is the spec field at fault (the message's prefix); the message is
- * the whole error, as the trainer would give it. Borrows spec and inputs;
+ * the whole error, as the trainer would give it; "kind" (only then) says
+ * the path names nothing on this host, which for a job run elsewhere (Slurm)
+ * need not be an error. An init that names a job's checkpoint (init.job)
+ * is larchd's to check: the probe passes it by. Borrows spec and inputs;
  * base_dir may be NULL. NULL only when out of memory. */
 json_t *trn_probe(const struct trn_spec *spec, const struct trn_input_policy *inputs,
                   const char *base_dir);

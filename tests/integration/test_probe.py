@@ -218,11 +218,13 @@ def test_what_the_trainer_would_refuse(larch_train, data):
     a = probe(larch_train, mlp_spec(data["idx"], global_batch=256))
     assert failure(a, "batch.global") == ("batch.global: must not exceed the 128 samples of "
                                           "the train split (got 256)")
+    # an init by job is larchd's to check (the database): the probe passes it by
     spec = gpt_spec(data["text"])
     spec["init"] = {"job": "j-000007"}
-    assert failure(probe(larch_train, spec), "init.job") == (
-        "init.job: names a checkpoint of a larch job, which larchd resolves; a run outside "
-        "larchd needs init.from")
+    assert probe(larch_train, spec)["ok"]
+    # a path that names nothing here says so, for larchd's Slurm executor
+    a = probe(larch_train, gpt_spec({"format": "text", "path": str(data["text"]) + ".gone"}))
+    assert a["kind"] == "missing" and failure(a, "data.path")
     assert failure(probe(larch_train, "{\"model\": "), "spec").startswith("spec: invalid JSON")
     bad = gpt_spec(data["text"])
     bad["batch"]["micro"] = 3
