@@ -21,6 +21,8 @@ import time
 
 import pytest
 
+import unix_users
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("LARCH_BUILD_DIR", ROOT / "build"))
 LISTENING = re.compile(r"^larchd: listening on http://(127\.0\.0\.1|\[::1\]):(\d+)$")
@@ -44,8 +46,23 @@ class Larchd:
         self.port = None
         self.url = None
 
+    @property
+    def owner_mode(self):
+        """Whether jobs run as their owners (run_as owner: the default as root)."""
+        args = " ".join(self.args)
+        if "--run-as service" in args or "--run-as=service" in args:
+            return False
+        return os.geteuid() == 0
+
     def start(self, timeout=15):
         """Starts larchd and waits for its listening line; returns self."""
+        if self.owner_mode:
+            # jobs run as the test users: they must exist and reach their job
+            # directories and the trainer
+            unix_users.ensure()
+            self.state_dir.parent.mkdir(parents=True, exist_ok=True)
+            unix_users.make_reachable(self.state_dir.parent)
+            unix_users.make_reachable(BUILD / "trainer")
         cmd = [str(self.exe), "--listen", "127.0.0.1:0", "--state-dir", str(self.state_dir)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd + self.args, stdout=subprocess.PIPE, stderr=log,
