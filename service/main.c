@@ -182,6 +182,13 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	char state[PATH_MAX], path[PATH_MAX + 16], trainer[PATH_MAX];
 	if (svc_state_dir_make(d->cfg.state_dir, err, errlen) != 0)
 		return -1;
+	mode_t was;
+	int changed = svc_state_dir_secure(d->cfg.state_dir, 0700, &was, err, errlen);
+	if (changed < 0)
+		return -1;
+	if (changed)
+		svc_log(SVC_LOG_WARN, "state dir %s was mode %04o, open to other users: now 0700",
+		        d->cfg.state_dir, (unsigned)was);
 	if (!realpath(d->cfg.state_dir, state)) {
 		say(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return -1;
