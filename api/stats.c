@@ -35,6 +35,8 @@ struct series {
 /* one per route of the table; then "other" per method */
 static struct series table[ROUTES_MAX + OTHER_METHODS];
 
+static atomic_uint_fast64_t conn_events[API_CONN_EVENTS];
+
 static size_t status_index(unsigned status)
 {
 	for (size_t i = 0; i < N_STATUS - 1; i++)
@@ -72,6 +74,12 @@ void api_stats_record(const struct api_route *route, const char *method, unsigne
 	atomic_fetch_add_explicit(&s->sum_ns, ns, memory_order_relaxed);
 }
 
+void api_stats_connection(enum api_conn_event event)
+{
+	if ((unsigned)event < API_CONN_EVENTS)
+		atomic_fetch_add_explicit(&conn_events[event], 1, memory_order_relaxed);
+}
+
 static uint64_t get(atomic_uint_fast64_t *v)
 {
 	return atomic_load_explicit(v, memory_order_relaxed);
@@ -94,6 +102,32 @@ static void labels(struct api_buf *b, size_t r)
 static int row_used(size_t r)
 {
 	return r < ROUTES_MAX ? r < api_routes_count : get(&table[r].count) > 0;
+}
+
+static void write_connections(struct api_buf *b)
+{
+	uint64_t opened = get(&conn_events[API_CONN_OPENED]);
+	uint64_t closed = get(&conn_events[API_CONN_CLOSED]);
+	api_buf_printf(b, "# HELP larch_http_connections_total Connections accepted.\n"
+	                  "# TYPE larch_http_connections_total counter\n"
+	                  "larch_http_connections_total %llu\n"
+	                  "# HELP larch_http_connections_open Connections open now.\n"
+	                  "# TYPE larch_http_connections_open gauge\n"
+	                  "larch_http_connections_open %llu\n",
+	               (unsigned long long)opened,
+	               (unsigned long long)(opened > closed ? opened - closed : 0));
+	api_buf_printf(b, "# HELP larch_http_connections_dropped_total Connections closed or "
+	                  "refused while no request was in, by reason: header_timeout (no whole request head within "
+	                  "header_timeout of connecting), idle (kept alive, no new request within "
+	                  "header_timeout), per_ip_limit (refused: max_connections_per_ip open "
+	                  "from its address).\n"
+	                  "# TYPE larch_http_connections_dropped_total counter\n"
+	                  "larch_http_connections_dropped_total{reason=\"header_timeout\"} %llu\n"
+	                  "larch_http_connections_dropped_total{reason=\"idle\"} %llu\n"
+	                  "larch_http_connections_dropped_total{reason=\"per_ip_limit\"} %llu\n",
+	               (unsigned long long)get(&conn_events[API_CONN_HEADER_TIMEOUT]),
+	               (unsigned long long)get(&conn_events[API_CONN_IDLE_TIMEOUT]),
+	               (unsigned long long)get(&conn_events[API_CONN_PER_IP_REFUSED]));
 }
 
 void api_stats_write(struct api_buf *b)
@@ -143,4 +177,5 @@ void api_stats_write(struct api_buf *b)
 		labels(b, r);
 		api_buf_printf(b, "} %llu\n", (unsigned long long)count);
 	}
+	write_connections(b);
 }

@@ -2,12 +2,15 @@
 #include "db/internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- errors ----------------------------------------------------------------- */
 
@@ -212,6 +215,41 @@ fail:
 	return NULL;
 }
 
+int db_file_private(const char *path, int create, struct db_err *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+	if (fd < 0) {
+		if (errno == ENOENT && !create)
+			return 0;
+		return DB_FAIL(err, DB_ERROR, "open %s: %s", path, strerror(errno));
+	}
+	struct stat st;
+	int rc = 0;
+	if (fstat(fd, &st) != 0)
+		rc = DB_FAIL(err, DB_ERROR, "stat %s: %s", path, strerror(errno));
+	else if ((st.st_mode & 077) && fchmod(fd, st.st_mode & 0700 & ~0100) != 0)
+		rc = DB_FAIL(err, DB_ERROR, "%s: mode %04o lets other users read it, and chmod 0600 "
+		             "failed: %s", path, (unsigned)(st.st_mode & 07777), strerror(errno));
+	close(fd);
+	return rc;
+}
+
+/* The database file and its WAL and shared-memory files, mode 0600. */
+static int private_files(const char *path, struct db_err *err)
+{
+	static const char *const suffixes[] = { "-wal", "-shm" };
+	if (!*path || *path == ':' || strncmp(path, "file:", 5) == 0)
+		return 0;                   /* in memory, or a URI: not ours to chmod */
+	int rc = db_file_private(path, 1, err);
+	for (size_t i = 0; !rc && i < sizeof suffixes / sizeof suffixes[0]; i++) {
+		char other[4096 + 8];
+		if ((size_t)snprintf(other, sizeof other, "%s%s", path, suffixes[i]) >= sizeof other)
+			return DB_FAIL(err, DB_ERROR, "open %s: path too long", path);
+		rc = db_file_private(other, 0, err);
+	}
+	return rc;
+}
+
 /* WAL is a property of the file: set once, by the writer, outside a transaction. */
 static int set_wal(struct db_conn *c, struct db_err *err)
 {
@@ -249,6 +287,8 @@ struct db *db_open(const char *path, const struct db_options *opts, struct db_er
 	pthread_mutex_init(&db->plock, NULL);
 	pthread_cond_init(&db->pcond, NULL);
 
+	if (!db->opts.readonly && private_files(path, err))
+		goto fail;
 	db->wconn = db_conn_open(db, 0, err);
 	if (!db->wconn)
 		goto fail;

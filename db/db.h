@@ -58,7 +58,9 @@ struct db_options {
 
 /* Opens (creating if missing) the database at path: WAL, foreign keys,
  * synchronous=FULL, then applies the missing migrations unless
- * opts->no_migrate. opts may be NULL for the defaults. Refuses a database
+ * opts->no_migrate. Unless read-only, the file and its -wal and -shm are
+ * made mode 0600 (created so, and group and other bits taken off old
+ * ones). opts may be NULL for the defaults. Refuses a database
  * whose schema is newer than this code. Returns a new db (free with
  * db_close) or NULL with err filled. */
 struct db *db_open(const char *path, const struct db_options *opts, struct db_err *err);
@@ -109,7 +111,7 @@ const char *db_migration_sql(int version);
  * caller (free()), with one line per problem ("" when clean). */
 int db_check(struct db *db, char **report, struct db_err *err);
 /* Copies the database to dst with the online backup API while larchd keeps
- * serving: written to dst.tmp, synced, then renamed over dst. */
+ * serving: written to dst.tmp (mode 0600), synced, then renamed over dst. */
 int db_backup(struct db *db, const char *dst, struct db_err *err);
 
 /* Milliseconds since the epoch (CLOCK_REALTIME). */

@@ -99,6 +99,14 @@ int db_step_done_(struct db_conn *c, sqlite3_stmt *st, const char *what, struct 
                   const char *file, int line);
 #define DB_STEP_DONE(c, st, what, err) db_step_done_((c), (st), (what), (err), __FILE__, __LINE__)
 
+/* Makes the file at path private to larchd's user, mode 0600 (the
+ * database holds specs, token hashes and the audit log): creates it empty
+ * when create is set and it is missing (SQLite then gives its -wal, -shm and
+ * journal files the same mode), else leaves a missing file alone; takes
+ * group and other bits off an existing one. 0, or DB_ERROR with err
+ * filled (chmod failed: another user's file). */
+int db_file_private(const char *path, int create, struct db_err *err);
+
 /* Opens one connection to db->path (read-only or the writer). */
 struct db_conn *db_conn_open(struct db *db, int reader, struct db_err *err);
 void db_conn_close(struct db_conn *c);

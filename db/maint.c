@@ -150,9 +150,13 @@ int db_backup(struct db *db, const char *dst, struct db_err *err)
 	if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", dst) >= sizeof tmp)
 		return DB_FAIL(err, DB_INVALID, "backup: path too long");
 	unlink(tmp);
-	struct db_conn *src = db_conn_open(db, 1, err);
-	if (!src)
+	if (db_file_private(tmp, 1, err))   /* the copy, its journal and dst: 0600 */
 		return DB_ERROR;
+	struct db_conn *src = db_conn_open(db, 1, err);
+	if (!src) {
+		unlink(tmp);
+		return DB_ERROR;
+	}
 	sqlite3 *out = NULL;
 	int rc = sqlite3_open_v2(tmp, &out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
 	if (rc != SQLITE_OK) {

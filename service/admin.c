@@ -67,6 +67,37 @@ int svc_state_dir_make(const char *dir, char *err, size_t errlen)
 	return 0;
 }
 
+int svc_state_dir_secure(const char *dir, mode_t mode_wanted, mode_t *was, char *err,
+                         size_t errlen)
+{
+	struct stat st;
+	if (stat(dir, &st) != 0) {
+		snprintf(err, errlen, "state dir %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "state dir %s: not a directory", dir);
+		return -1;
+	}
+	mode_t bits = st.st_mode & 07777;
+	if (bits == mode_wanted)
+		return 0;
+	if (st.st_uid != geteuid()) {
+		snprintf(err, errlen, "state dir %s: mode %04o where larchd wants %04o, and it belongs "
+		         "to uid %u, not to larchd's uid %u: chmod %04o it as its owner, or pick a "
+		         "state_dir of larchd's own", dir, (unsigned)bits, (unsigned)mode_wanted,
+		         (unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)mode_wanted);
+		return -1;
+	}
+	if (chmod(dir, mode_wanted) != 0) {
+		snprintf(err, errlen, "state dir %s: chmod %04o: %s", dir, (unsigned)mode_wanted,
+		         strerror(errno));
+		return -1;
+	}
+	*was = bits;
+	return 1;
+}
+
 /* ---- the commands ------------------------------------------------------------ */
 
 static void when(int64_t ms, char *out, size_t len)

@@ -17,6 +17,7 @@
 #define LARCH_SERVICE_ADMIN_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Is argv[1] one of the commands above ("token", "db")? */
 int svc_admin_is_command(int argc, char **argv);
@@ -27,5 +28,16 @@ int svc_admin_main(int argc, char **argv);
 /* mkdir -p dir, mode 0700 for what it makes; dir must end up a directory.
  * 0, or -1 with err filled. */
 int svc_state_dir_make(const char *dir, char *err, size_t errlen);
+
+/* Gives the directory dir the permission bits mode_wanted (0700: only
+ * larchd's user may enter it; 0711: others may reach what it holds by name,
+ * never list it) where it has others, e.g. an old state dir of mode 0755
+ * that let every user read the database. Returns 0 when it had them
+ * already, 1 when it changed them (*was: the bits it had, for the caller's
+ * log line), -1 with err filled when dir is not a directory, belongs to
+ * another user (whose directory larchd does not chmod, even as root) or
+ * chmod fails. */
+int svc_state_dir_secure(const char *dir, mode_t mode_wanted, mode_t *was, char *err,
+                         size_t errlen);
 
 #endif

@@ -67,6 +67,8 @@ struct svc_config {
 	char *log_file;                  /* NULL: stderr */
 	unsigned threads;                /* HTTP threads */
 	unsigned max_connections;
+	unsigned max_connections_per_ip; /* from one address; 0: no cap */
+	unsigned header_timeout;         /* seconds to a whole request head */
 	unsigned connection_timeout;     /* seconds a connection may idle */
 	unsigned request_timeout;        /* seconds a request's body may take */
 	unsigned shutdown_timeout;       /* seconds in-flight requests get on SIGTERM */

@@ -245,11 +245,18 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	}
 	if (svc_state_dir_make(d->cfg.state_dir, err, errlen) != 0)
 		return -1;
-	/* job owners pass through it to their job directories, and list nothing */
-	if (owner && chmod(d->cfg.state_dir, 0711) != 0) {
-		say(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
+	/* owner mode: job owners pass through it to their job directories, and
+	 * list nothing */
+	mode_t want = owner ? 0711 : 0700, was;
+	int changed = svc_state_dir_secure(d->cfg.state_dir, want, &was, err, errlen);
+	if (changed < 0)
 		return -1;
-	}
+	if (changed && (was & 077 & ~want))
+		svc_log(SVC_LOG_WARN, "state dir %s was mode %04o, open to other users: now %04o",
+		        d->cfg.state_dir, (unsigned)was, (unsigned)want);
+	else if (changed)
+		svc_log(SVC_LOG_INFO, "state dir %s: mode %04o, was %04o", d->cfg.state_dir,
+		        (unsigned)want, (unsigned)was);
 	if (!realpath(d->cfg.state_dir, state)) {
 		say(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return -1;
@@ -324,7 +331,9 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		.addr_len = d->cfg.addr_len,
 		.threads = d->cfg.threads,
 		.max_connections = d->cfg.max_connections,
+		.max_connections_per_ip = d->cfg.max_connections_per_ip,
 		.connection_timeout = d->cfg.connection_timeout,
+		.header_timeout = d->cfg.header_timeout,
 		.request_timeout = d->cfg.request_timeout,
 		.body_limit = d->cfg.body_limit,
 		.routes = api_routes,

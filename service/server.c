@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,12 +28,18 @@
 #include "api/reply.h"
 #include "api/stats.h"
 #include "log.h"
+#include "server_conns.h"
+
+/* files larchd keeps open besides its connections (the database, logs,
+ * job files, pipes): the open-file limit must have room for both */
+#define FILES_RESERVED 256
 
 struct svc_server {
 	struct MHD_Daemon *mhd;
 	int listen_fd;                   /* ours until MHD_start_daemon takes it */
 	MHD_socket quiesced_fd;          /* handed back by MHD_quiesce_daemon; closed after stop */
 	struct svc_server_config cfg;
+	struct svc_conns *conns;         /* head deadlines, per-address caps */
 	unsigned port;
 	char address[64];
 	atomic_int draining;
@@ -301,6 +308,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		r->api.deferred = &srv->deferred;
 		*req_cls = r;
 		atomic_fetch_add(&srv->in_flight, 1);
+		svc_conns_request_begin(srv->conns, conn);
 		if (svc_log_enabled(SVC_LOG_DEBUG)) {
 			char m[32], path[256];
 			svc_log(SVC_LOG_DEBUG, "%s %s: headers in",
@@ -341,8 +349,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 {
 	struct svc_server *srv = cls;
 	struct svc_request *r = *req_cls;
+	svc_conns_request_end(srv->conns, conn);
 	if (!r)
-		return;
+		return;                     /* its head never came in whole */
 	*req_cls = NULL;
 	if (r->api.then)                    /* ended while parked: it will not run */
 		atomic_fetch_sub(&srv->deferred, 1);
@@ -427,6 +436,31 @@ static int listen_on(struct svc_server *srv, char *err, size_t err_size)
 	return 0;
 }
 
+/* Raises the soft limit on open files to fit max_connections (the hard
+ * limit permitting), and says so when it cannot: past the limit, accept()
+ * fails and new connections wait in the listen backlog. */
+static void fit_open_files(unsigned max_connections)
+{
+	struct rlimit rl;
+	if (!max_connections || getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	rlim_t want = (rlim_t)max_connections + FILES_RESERVED;
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return;
+	struct rlimit raised = { want, rl.rlim_max };
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want)
+		raised.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+		rl.rlim_cur = raised.rlim_cur;
+	if (rl.rlim_cur < want)
+		svc_log(SVC_LOG_WARN, "max_connections %u: the open-file limit is %llu (hard limit "
+		        "%llu), room for about %llu connections; raise it (ulimit -n, LimitNOFILE=) "
+		        "or lower max_connections", max_connections, (unsigned long long)rl.rlim_cur,
+		        (unsigned long long)rl.rlim_max,
+		        (unsigned long long)(rl.rlim_cur > FILES_RESERVED ? rl.rlim_cur - FILES_RESERVED
+		                                                          : 0));
+}
+
 struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *err,
                                     size_t err_size)
 {
@@ -439,10 +473,17 @@ struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *e
 	srv->listen_fd = -1;
 	srv->quiesced_fd = MHD_INVALID_SOCKET;
 	if (api_routes_check(cfg->routes, cfg->n_routes, err, err_size) != 0 ||
-	    listen_on(srv, err, err_size) != 0) {
+	    !(srv->conns = svc_conns_new(cfg->header_timeout, cfg->max_connections_per_ip,
+	                                 cfg->max_connections, err, err_size))) {
 		free(srv);
 		return NULL;
 	}
+	if (listen_on(srv, err, err_size) != 0) {
+		svc_conns_free(srv->conns);
+		free(srv);
+		return NULL;
+	}
+	fit_open_files(cfg->max_connections);
 	unsigned threads = cfg->threads ? cfg->threads : 1;
 	/* poll(), not epoll: with epoll, MHD_quiesce_daemon and a polling
 	 * thread can both take the listening socket out of the thread's epoll
@@ -452,26 +493,29 @@ struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *e
 	 * out of its next poll set. */
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
 	                 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-	struct MHD_OptionItem options[8] = {
+	struct MHD_OptionItem options[10] = {
 		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL },   /* first: MHD asks */
 		{ MHD_OPTION_LISTEN_SOCKET, srv->listen_fd, NULL },
 		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv },
+		{ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)svc_conns_notify, srv->conns },
+		{ MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)svc_conns_request_line, srv->conns },
 		{ MHD_OPTION_UNESCAPE_CALLBACK, (intptr_t)keep_escaped, NULL },
 		{ MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout, NULL },
 	};
-	size_t n = 5;
+	size_t n = 7;
 	if (cfg->max_connections)
 		options[n++] = (struct MHD_OptionItem){ MHD_OPTION_CONNECTION_LIMIT,
 		                                        cfg->max_connections, NULL };
 	if (threads > 1)
 		options[n++] = (struct MHD_OptionItem){ MHD_OPTION_THREAD_POOL_SIZE, threads, NULL };
 	options[n] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
-	srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_access, srv,
+	srv->mhd = MHD_start_daemon(flags, 0, svc_conns_accept, srv->conns, on_access, srv,
 	                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
 	if (!srv->mhd) {
 		snprintf(err, err_size, "%s: libmicrohttpd would not start (threads %u)",
 		         srv->address, threads);
 		close(srv->listen_fd);
+		svc_conns_free(srv->conns);
 		free(srv);
 		return NULL;
 	}
@@ -529,6 +573,7 @@ void svc_server_free(struct svc_server *srv)
 		wait_parked(srv);
 		MHD_stop_daemon(srv->mhd);
 	}
+	svc_conns_free(srv->conns);       /* after MHD: every connection is closed */
 	if (srv->quiesced_fd != MHD_INVALID_SOCKET)
 		close(srv->quiesced_fd);
 	free(srv);

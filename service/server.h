@@ -2,8 +2,13 @@
  *
  * The daemon runs MHD's internal poll() loop in a pool of threads (all
  * accepting on the one listening socket; not epoll, whose quiescing races
- * in libmicrohttpd 0.9.75: server.c). For each request
- * the server, in this order:
+ * in libmicrohttpd 0.9.75: server.c). A connection from an address that has
+ * max_connections_per_ip open already is refused, and one that sends no
+ * whole request head within header_timeout of connecting (or of its
+ * previous request's end) is closed (server_conns.h: libmicrohttpd's own
+ * idle timeout restarts at every byte, so it cannot stop a trickle). At
+ * start the soft limit on open files is raised to fit max_connections.
+ * For each request the server, in this order:
  *   - while shutting down: 503 overloaded, Connection: close;
  *   - a body (Content-Length > 0 or chunked) must be application/json (a
  *     charset parameter, if any, utf-8): else 415; a Content-Length over the
@@ -36,7 +41,12 @@ struct svc_server_config {
 	socklen_t addr_len;
 	unsigned threads;                /* MHD threads (a poll loop each); 0 means 1 */
 	unsigned max_connections;        /* 0: MHD's default */
+	unsigned max_connections_per_ip; /* open from one address (127.0.0.1 and ::1
+	                                    aside); 0: no cap */
 	unsigned connection_timeout;     /* seconds a connection may idle; 0: never */
+	unsigned header_timeout;         /* seconds from connecting, or from the end of
+	                                    the previous request, to a whole request
+	                                    head (else closed); 0: none */
 	unsigned request_timeout;        /* seconds from a request's start to its whole
 	                                    body (else 408, connection closed); 0: none */
 	size_t body_limit;               /* bytes */

@@ -1,5 +1,6 @@
 """larchd's first admin token, `larchd token ...` and `larchd db ...` against
-the real binary: the token file (0600, made once, announced), tokens made,
+the real binary: the token file (0600, made once, announced), the state dir
+(0700, an open one tightened) and database files (0600), tokens made,
 listed and revoked while larchd serves, roles, only hashes in the database,
 db check, an online backup, migrating a database of an older schema, help
 and bad usage."""
@@ -74,6 +75,61 @@ def test_first_start_makes_the_admin_token_once(tmp_path):
     listed = cli(state, "token", "list")
     assert listed.returncode == 0, listed.stderr
     assert len([line for line in listed.stdout.splitlines() if " admin " in line]) == 1
+
+
+def private(path):
+    return stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_state_dir_and_database_are_private(tmp_path):
+    """The database and its -wal and -shm are made 0600 whatever the umask;
+    a state dir (and database) left readable by other users, as older
+    larchd made them, is tightened at start with a warning saying so."""
+    state = tmp_path / "state"
+    old = os.umask(0o022)
+    try:
+        run_until_listening(state, tmp_path / "log")
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        db = state / "larch.db"
+        assert private(db)
+        for name in ("larch.db-wal", "larch.db-shm"):
+            assert not (state / name).exists() or private(state / name), name
+        # the old way: world-readable
+        state.chmod(0o755)
+        db.chmod(0o644)
+        server = Larchd(tmp_path, state_dir=state).start()
+        try:
+            assert stat.S_IMODE(state.stat().st_mode) == 0o700
+            assert private(db)
+            r = requests.post(server.url + "/v1/jobs", json=SPEC, headers=server.auth())
+            assert r.status_code == 201, r.text
+            assert private(state / "larch.db-wal") and private(state / "larch.db-shm")
+            server.wait_log(rf"warn  state dir {re.escape(str(state))} was mode 0755, open to "
+                            r"other users: now 0700$")
+        finally:
+            server.stop()
+    finally:
+        os.umask(old)
+    # a backup is made 0600 too
+    dest = tmp_path / "backup.db"
+    assert cli(state, "db", "backup", str(dest)).returncode == 0
+    assert private(dest)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_state_dir_of_another_user_is_refused(tmp_path):
+    """A state dir open to others that belongs to someone else is not
+    larchd's to chmod: it refuses to start (exit 1) and says why."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    os.chown(state, 65534, 65534)
+    r = subprocess.run([str(larchd_exe()), "--listen", "127.0.0.1:0", "--state-dir", str(state)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert (f"larchd: state dir {state}: mode 0755 where larchd wants 0700, and it belongs to "
+            f"uid 65534, not to larchd's uid 0") in r.stderr, r.stderr
+    assert stat.S_IMODE(state.stat().st_mode) == 0o755 and not list(state.iterdir())
 
 
 def token_ids(listing):
@@ -165,6 +221,7 @@ def test_db_check_and_backup(larchd, tmp_path):
         assert sorted(row[0] for row in db.execute("SELECT id FROM jobs")) == ids
         assert db.execute("SELECT count(*) FROM tokens").fetchone()[0] >= 1
     assert not (tmp_path / "backup.db.tmp").exists()
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
     # a backup is a database larchd runs on
     restored = tmp_path / "restored"
     restored.mkdir(mode=0o700)

@@ -1,12 +1,13 @@
 /* tests/unit/test_db_maint.c - db/maint.c: db_check on a clean database and
  * on one with a dangling foreign key; db_backup while submits go on (the copy
- * opens, passes the check, holds every job committed before the backup), and
- * a backup that cannot be written. */
+ * opens, passes the check, holds every job committed before the backup, is
+ * mode 0600), and a backup that cannot be written. */
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -99,8 +100,13 @@ static void test_backup(void)
 	p.stop = 1;
 	pthread_join(th, NULL);
 	CHECK(access(tmpfile, F_OK) != 0);
-	/* a second backup over the first */
+	/* a second backup over the first, which had been left readable by all */
+	CHECK(chmod(dst, 0644) == 0);
+	mode_t old = umask(022);
 	CHECK_MSG(db_backup(db, dst, &err) == 0, "%s", err.text);
+	umask(old);
+	struct stat st;
+	CHECK(stat(dst, &st) == 0 && (st.st_mode & 07777) == 0600);
 	db_close(db);
 
 	db_err_clear(&err);

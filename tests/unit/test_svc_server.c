@@ -2,9 +2,13 @@
  * libcurl, on a free port, with a route table of test-only endpoints (they
  * are compiled into this test, never into larchd): tokens and roles
  * (401/403), bodies (400/413/415), the query string, ETag/304, replies
- * that name a bad byte, keep-alive after errors, concurrent clients, and a
- * graceful stop that lets an in-flight request finish. */
+ * that name a bad byte, keep-alive after errors, concurrent clients, the
+ * connection guard (head deadline, per-address cap: raw sockets from other
+ * loopback addresses), and a graceful stop that lets an in-flight request
+ * finish. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -17,6 +21,7 @@
 
 #include "api/auth.h"
 #include "api/reply.h"
+#include "api/stats.h"
 #include "check.h"
 #include "service/log.h"
 #include "service/server.h"
@@ -573,6 +578,174 @@ static void test_graceful_stop(void)
 	srv = NULL;
 }
 
+/* ---- the connection guard (server_conns.h) over raw sockets ---------------- */
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A socket from source (another loopback address: another client) to p. */
+static int connect_from(const char *source, unsigned p)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in from = { .sin_family = AF_INET };
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)p),
+	                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	inet_pton(AF_INET, source, &from.sin_addr);
+	struct timeval tv = { 5, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (bind(fd, (struct sockaddr *)&from, sizeof from) != 0 ||
+	    connect(fd, (struct sockaddr *)&to, sizeof to) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Reads one reply: its status, or 0 when the server closed (or reset) the
+ * connection first. */
+static int read_status(int fd)
+{
+	char buf[4096];
+	size_t len = 0;
+	while (len < sizeof buf - 1) {
+		ssize_t n = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+		if (n <= 0)
+			return 0;
+		len += (size_t)n;
+		buf[len] = '\0';
+		const char *end = strstr(buf, "\r\n\r\n");
+		if (end && buf[len - 1] == '}')
+			return atoi(buf + 9);
+	}
+	return 0;
+}
+
+static int get_on(int fd)
+{
+	static const char req[] = "GET /t/open HTTP/1.1\r\nHost: x\r\n\r\n";
+	if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)sizeof req - 1)
+		return 0;
+	return read_status(fd);
+}
+
+/* Has the server closed fd? Waits up to ms. */
+static int closed_within(int fd, int ms)
+{
+	char c;
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	ssize_t n = recv(fd, &c, 1, 0);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* A server of the test routes with a connection guard. */
+static struct svc_server *start_guarded(unsigned header_timeout, unsigned per_ip)
+{
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct svc_server_config cfg = {
+		.addr = (struct sockaddr *)&in, .addr_len = sizeof in, .threads = 2,
+		.max_connections = 64, .max_connections_per_ip = per_ip,
+		.header_timeout = header_timeout, .connection_timeout = 10,
+		.body_limit = BODY_LIMIT, .routes = routes,
+		.n_routes = sizeof routes / sizeof routes[0], .ctx = &ctx,
+	};
+	char err[256];
+	struct svc_server *g = svc_server_start(&cfg, err, sizeof err);
+	CHECK_MSG(g != NULL, "%s", err);
+	return g;
+}
+
+/* GET /metrics's larch_http_connections_dropped_total{reason=...} */
+static unsigned long long dropped(const char *reason)
+{
+	struct api_buf m;
+	char key[128];
+	api_buf_init(&m, 4096);
+	api_stats_write(&m);
+	snprintf(key, sizeof key, "larch_http_connections_dropped_total{reason=\"%s\"} ", reason);
+	const char *at = strstr(m.data, key);
+	unsigned long long n = at ? strtoull(at + strlen(key), NULL, 10) : ~0ULL;
+	api_buf_release(&m);
+	return n;
+}
+
+/* header_timeout 1 s: a half head is cut off after the deadline, not
+ * before; a request whose head is in may take longer (its body trickles
+ * past the deadline); /metrics counts the one. */
+static void test_head_deadline(void)
+{
+	struct svc_server *g = start_guarded(1, 0);
+	if (!g)
+		return;
+	unsigned p = svc_server_port(g);
+	unsigned long long before = dropped("header_timeout");
+	int half = connect_from("127.0.0.4", p);
+	double t0 = mono_s();
+	static const char head[] = "GET /t/open HTTP/1.1\r\nHost: x\r\n";
+	CHECK(send(half, head, sizeof head - 1, MSG_NOSIGNAL) == (ssize_t)sizeof head - 1);
+	int slow = connect_from("127.0.0.5", p);
+	static const char post[] = "POST /t/echo HTTP/1.1\r\nHost: x\r\n"
+	                           "Content-Type: application/json\r\nContent-Length: 8\r\n\r\n";
+	CHECK(send(slow, post, sizeof post - 1, MSG_NOSIGNAL) == (ssize_t)sizeof post - 1);
+	for (int i = 0; i < 8; i++) {          /* 1.6 s of body, one byte at a time */
+		usleep(200 * 1000);
+		CHECK(send(slow, &"[1,2,3 ]"[i], 1, MSG_NOSIGNAL) == 1);
+	}
+	CHECK_INT_EQ(read_status(slow), 200);
+	CHECK(closed_within(half, 5000));
+	CHECK_MSG(mono_s() - t0 >= 1.0, "closed after %.2f s, before the deadline", mono_s() - t0);
+	close(half);
+	close(slow);
+	svc_server_free(g);
+	CHECK_INT_EQ(dropped("header_timeout") - before, 1);
+}
+
+/* 2 connections per address: a third from 127.0.0.2 is closed unanswered
+ * while 127.0.0.3 and 127.0.0.1 are served, and gets in once one of the two
+ * closes. */
+static void test_per_address_cap(void)
+{
+	struct svc_server *g = start_guarded(0, 2);
+	if (!g)
+		return;
+	unsigned p = svc_server_port(g);
+	unsigned long long before = dropped("per_ip_limit");
+	int a = connect_from("127.0.0.2", p), b = connect_from("127.0.0.2", p);
+	CHECK_INT_EQ(get_on(a), 200);
+	CHECK_INT_EQ(get_on(b), 200);
+	int third = connect_from("127.0.0.2", p);
+	CHECK_INT_EQ(get_on(third), 0);
+	close(third);
+	int local[3];
+	for (int i = 0; i < 3; i++) {
+		local[i] = connect_from("127.0.0.1", p);
+		CHECK_INT_EQ(get_on(local[i]), 200);
+	}
+	int other = connect_from("127.0.0.3", p);
+	CHECK_INT_EQ(get_on(other), 200);
+	close(other);
+	CHECK_INT_EQ(get_on(b), 200);           /* still kept alive */
+	close(a);
+	int again = 0;
+	for (int i = 0; i < 200 && again != 200; i++) {
+		int fd = connect_from("127.0.0.2", p);
+		again = get_on(fd);
+		close(fd);
+		if (again != 200)
+			usleep(10 * 1000);
+	}
+	CHECK_INT_EQ(again, 200);
+	close(b);
+	for (int i = 0; i < 3; i++)
+		close(local[i]);
+	svc_server_free(g);
+	CHECK(dropped("per_ip_limit") - before >= 1);
+}
+
 /* Log fields: bytes outside printable ASCII are %XX; in a request line's
  * fields space and '%' are too, so a path cannot forge the status after it. */
 static void test_log_sanitize(void)
@@ -636,6 +809,8 @@ int main(void)
 	CHECK_RUN(test_reply_helpers);
 	CHECK_RUN(test_concurrent_clients);
 	CHECK_RUN(test_start_errors);
+	CHECK_RUN(test_head_deadline);
+	CHECK_RUN(test_per_address_cap);
 	CHECK_RUN(test_graceful_stop);
 	curl_global_cleanup();
 	return check_finish();
