@@ -194,13 +194,9 @@ int main(int argc, char **argv)
 	const char *spec_path = NULL, *check_path = NULL, *plan_path = NULL, *base_dir = NULL;
 	double gpu_gib = 0, host_gib = 0;
 	struct trn_train_opts opts = { .resume = TRN_RESUME_AUTO };
-	const char **roots = calloc((size_t)argc, sizeof *roots);
+	const char *roots[argc];       /* --data-root's, at most one per argument */
 	int n_roots = 0, confine = 0, probing = 0;
 	int c;
-	if (!roots) {
-		fprintf(stderr, "larch-train: out of memory\n");
-		return TRN_EXIT_FAILED;
-	}
 	while ((c = getopt_long(argc, argv, "s:d:rt:qc:Vh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's': spec_path = optarg; break;
@@ -283,10 +279,8 @@ int main(int argc, char **argv)
 		if (trn_input_policy_add_root(&inputs, roots[i], &err) != 0) {
 			fprintf(stderr, "larch-train: %s\n", err.text);
 			trn_input_policy_release(&inputs);
-			free(roots);
 			return TRN_EXIT_USAGE;
 		}
-	free(roots);
 	opts.inputs = &inputs;
 	if (probing) {
 		int code = probe(spec_path, &inputs, base_dir);
