@@ -924,7 +924,7 @@ static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct resol
 	}
 	slurm_cmd_release(&res);
 	if (!out->found) {
-		const char *sa[] = { "sacct", "-c", "-n", "-P", "-j", j->sid, "-o",
+		const char *sa[] = { "sacct", "-c", "--allusers", "-n", "-P", "-j", j->sid, "-o",
 		                     "JobID,JobName,State,ExitCode", NULL };
 		if (slurm_cmd_run(sa, timeout, &res) == 0) {
 			for (char *line = res.out, *next; line && *line; line = next) {
@@ -979,10 +979,39 @@ static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct resol
 	}
 }
 
+/* squeue's user filter for the jobs followed: "--me" when they are all
+ * larchd's own user's, else "--user=me,alice,bob" (jobs run as their
+ * owners), each Unix user once. Jobs' owners change only as jobs are
+ * tracked, under the lock. */
+static void users_filter(struct slurm_ex *sx, char *out, size_t len)
+{
+	size_t o = (size_t)snprintf(out, len, "--user=%u", (unsigned)geteuid());
+	int others = 0;
+	pthread_mutex_lock(&sx->lock);
+	for (struct sjob *j = sx->jobs; j && o + SVC_UNIX_NAME_MAX + 2 < len; j = j->next) {
+		if (!j->as_owner || j->owner.uid == geteuid())
+			continue;
+		/* once each: look for ",name," in what is there */
+		char key[SVC_UNIX_NAME_MAX + 3];
+		snprintf(key, sizeof key, ",%s,", j->owner.name);
+		out[o] = ',';
+		out[o + 1] = '\0';
+		if (!strstr(out + 7, key))
+			o += (size_t)snprintf(out + o, len - o, ",%s", j->owner.name);
+		out[o] = '\0';
+		others = 1;
+	}
+	pthread_mutex_unlock(&sx->lock);
+	if (!others)
+		snprintf(out, len, "--me");
+}
+
 /* One squeue for every job; then the jobs it did not list. */
 static void poll_squeue(struct slurm_ex *sx)
 {
-	const char *argv[] = { "squeue", "--me", "-h", "-t", "all", "-O",
+	char users[8192];
+	users_filter(sx, users, sizeof users);
+	const char *argv[] = { "squeue", users, "-h", "-t", "all", "-O",
 	                       "JobID:|,Name:|,State:|,exit_code:|,RestartCnt:|,NodeList:|,"
 	                       "Partition:|,Reason:|", NULL };
 	struct slurm_cmd_result res;

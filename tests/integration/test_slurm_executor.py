@@ -196,6 +196,48 @@ def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers, via):
         assert "NumCPUs=2" in show and "CPUs/Task=2" in show, show
 
 
+def user_auth(server, user):
+    out = subprocess.run([str(server.exe), "token", "create", "--user", user, "--role", "user",
+                          "--state-dir", str(server.state_dir)], capture_output=True, text=True,
+                         timeout=10)
+    assert out.returncode == 0, out.stderr
+    return {"Authorization": f"Bearer {out.stdout.strip()}"}
+
+
+@pytest.mark.parametrize("via", SUBMIT_WAYS)
+def test_jobs_run_as_their_owner_in_slurm(tmp_path, slurm_cluster, servers, via):
+    """larchd as root submits each job on its owner's behalf: Slurm's job is
+    the owner's (squeue, scontrol, the job's files), so Slurm's limits,
+    fair share and accounting apply to that user."""
+    if os.geteuid() != 0:
+        pytest.skip("jobs run as their owners only where larchd is root")
+    server = start(tmp_path, slurm_cluster, via=via)
+    servers.append(server)
+    alice = user_auth(server, "alice")
+    r = requests.post(server.url + "/v1/jobs", json=spec(100000, name="own"), headers=alice,
+                      timeout=30)
+    assert r.status_code == 201, r.text
+    jid = r.json()["id"]
+    j = wait_state(server, jid, "RUNNING")
+    assert j["run_as"] == "alice"
+    sid = j["slurm_job_id"]
+    assert slurm_cluster.run("squeue", "-h", "-j", sid, "-o", "%u").stdout.strip() == "alice"
+    import pwd
+    uid = pwd.getpwnam("alice").pw_uid
+    show = slurm_cluster.run("scontrol", "-o", "show", "job", sid).stdout
+    assert re.search(rf"\bUserId=alice\({uid}\)", show), show
+    d = server.state_dir / "jobs" / jid
+    wait_for(lambda: (d / "slurm-attempt").exists(), "the batch script to start")
+    for name in ("slurm-attempt", "job-token", "spec.json"):
+        assert (d / name).stat().st_uid == uid, name
+    requests.post(f"{server.url}/v1/jobs/{jid}/cancel", headers=alice, timeout=30)
+    wait_state(server, jid, "CANCELLED")
+    # an admin's job is larchd's own user's
+    jid = submit(server, spec(5, name="adm"))["id"]
+    j = wait_state(server, jid, "COMPLETED")
+    assert j["run_as"] == "root"
+
+
 def test_runtime_failure_is_failed_with_exit_code(tmp_path, slurm_cluster, servers):
     server = start(tmp_path, slurm_cluster)
     servers.append(server)
