@@ -4,10 +4,12 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* getpwnam_r into a buffer that grows as NSS asks. 1 found, 0 none, -1 error. */
@@ -68,8 +70,45 @@ static int fill(struct svc_unix_id *out, const struct passwd *pw, char *err, siz
 	return 0;
 }
 
+/* Lookups of the last CACHE_TTL_MS: a submit looks its user up three times
+ * (the preflight, the hand-over, the launch) and NSS may be slow (a
+ * directory service; here ~0.3 ms each through files and systemd). Misses
+ * are not cached: a user created a moment ago is found at once. */
+#define CACHE_SLOTS 64
+#define CACHE_TTL_MS 5000
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	struct svc_unix_id id;
+	long long until;                 /* monotonic ms; 0 = empty */
+} cache[CACHE_SLOTS];
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static unsigned slot_of(const char *name)
+{
+	unsigned h = 2166136261u;                  /* FNV-1a */
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return h % CACHE_SLOTS;
+}
+
 int svc_unix_id_lookup(const char *name, struct svc_unix_id *out, char *err, size_t errlen)
 {
+	unsigned slot = slot_of(name);
+	long long now = mono_ms();
+	pthread_mutex_lock(&cache_lock);
+	int hit = cache[slot].until > now && strcmp(cache[slot].id.name, name) == 0;
+	if (hit)
+		*out = cache[slot].id;
+	pthread_mutex_unlock(&cache_lock);
+	if (hit)
+		return 0;
 	struct passwd pw;
 	char *buf = NULL;
 	int rc = passwd_of(name, &pw, &buf);
@@ -80,6 +119,12 @@ int svc_unix_id_lookup(const char *name, struct svc_unix_id *out, char *err, siz
 	else
 		rc = fill(out, &pw, err, errlen) == 0 ? 1 : -1;
 	free(buf);
+	if (rc == 1 && strcmp(out->name, name) == 0) {
+		pthread_mutex_lock(&cache_lock);
+		cache[slot].id = *out;
+		cache[slot].until = now + CACHE_TTL_MS;
+		pthread_mutex_unlock(&cache_lock);
+	}
 	return rc == 1 ? 0 : -1;
 }
 

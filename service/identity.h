@@ -38,8 +38,9 @@ struct svc_unix_id {
  * error: errno). */
 int svc_unix_user_exists(const char *name);
 
-/* The uid, gid and groups of Unix user name. 0, or -1 with err saying why
- * ("no Unix user alice on this host", or the NSS error). */
+/* The uid, gid and groups of Unix user name (as NSS said within the last
+ * few seconds). 0, or -1 with err saying why ("no Unix user alice on this
+ * host", or the NSS error). Safe on many threads. */
 int svc_unix_id_lookup(const char *name, struct svc_unix_id *out, char *err, size_t errlen);
 
 /* The process's own Unix identity (larchd's user). 0, or -1 with err. */
