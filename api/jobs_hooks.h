@@ -59,9 +59,10 @@ struct api_jobs_hooks {
 	 * unknown), for the submit-time memory plan. */
 	void (*memory_limits)(void *arg, const char *partition, double *host, double *gpu);
 	/* Optional. Starts a submit's preflight; done(done_arg, result) is called
-	 * exactly once, later, on another thread. Returns 0, or -1 when it was not
-	 * started (larchd stopping, too many waiting): then done is never called
-	 * and the submit is answered 503. in is borrowed for the call. */
+	 * exactly once, later, on another thread. Returns 0; or -1 when it was not
+	 * started (larchd stopping, too many waiting: answered 503), -2 when this
+	 * user has too many waiting (429); then done is never called. in is
+	 * borrowed for the call. */
 	int (*preflight)(void *arg, const struct api_preflight *in, api_preflight_done_fn done,
 	                 void *done_arg);
 	void *preflight_arg;

@@ -250,6 +250,8 @@ static enum MHD_Result preflighted(struct api_request *req)
 		return reply_invalid_field(req, s->pre.field, s->pre.message);
 	case 403:
 		return api_reply_error(req, 403, API_ERR_FORBIDDEN, "%s", s->pre.message);
+	case 429:
+		return api_reply_error(req, 429, API_ERR_OVERLOADED, "%s", s->pre.message);
 	default:
 		return api_reply_error(req, 503, API_ERR_UNAVAILABLE, "%s", s->pre.message);
 	}
@@ -345,6 +347,10 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 	}
 	if (check_init_job(req, db, s->tspec, &ret))
 		goto out;
+	if (trn_plan_too_large(s->tspec, &terr) == TRN_PLAN_TOO_LARGE) {
+		ret = api_reply_error(req, 422, API_ERR_INFEASIBLE, "%s", terr.text);
+		goto out;
+	}
 	s->in = (struct db_job_new){
 		.owner = req->principal.user,
 		.name = s->name,
@@ -365,7 +371,13 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 	                            .admin = req->principal.role == API_ROLE_ADMIN,
 	                            .spec = st->spec };
 	ret = api_defer(req, preflighted);
-	if (hooks->preflight(hooks->preflight_arg, &in, preflight_done, req) != 0) {
+	int rc = hooks->preflight(hooks->preflight_arg, &in, preflight_done, req);
+	if (rc == -2) {
+		st->pre.status = 429;
+		snprintf(st->pre.message, sizeof st->pre.message, "too many of your submits are "
+		         "waiting for their files to be checked: try again later");
+		api_resume(req);
+	} else if (rc != 0) {
 		st->pre.status = 503;
 		snprintf(st->pre.message, sizeof st->pre.message, "too many submits are waiting for "
 		         "their files to be checked, or larchd is stopping: try again");

@@ -24,6 +24,8 @@
 
 #define PREFLIGHT_WORKERS 4
 #define PREFLIGHT_QUEUE_MAX 1024
+#define PER_USER_RUNNING 2         /* probes of one user at once: others always get a worker */
+#define PER_USER_WAITING 64        /* submits of one user waiting; more are answered 429 */
 #define PROBE_OUTPUT_MAX 65536     /* the probe prints one small JSON object */
 #define REAP_MAX 256               /* probes killed but not yet gone */
 
@@ -47,6 +49,7 @@ struct svc_preflight {
 	struct item *head, *tail;
 	int queued, closing;
 	pid_t running[PREFLIGHT_WORKERS];  /* probes' process groups, 0: none */
+	char *running_user[PREFLIGHT_WORKERS];   /* whose item each worker holds (borrowed) */
 	pid_t gone[REAP_MAX];              /* killed, waiting to be reaped */
 	int n_gone;
 	int stop_pipe[2];                  /* readable once closing: wakes polls */
@@ -374,21 +377,48 @@ static void answer(const struct item *it, struct api_preflight_result *r)
 	r->shape = NULL;
 }
 
+/* Probes of user running now; lock held. */
+static int running_for(const struct svc_preflight *pf, const char *user)
+{
+	int n = 0;
+	for (int i = 0; i < PREFLIGHT_WORKERS; i++)
+		n += pf->running_user[i] && strcmp(pf->running_user[i], user) == 0;
+	return n;
+}
+
+/* The oldest waiting item whose user has fewer than PER_USER_RUNNING probes
+ * running, unlinked; NULL when none may go. Lock held. */
+static struct item *take(struct svc_preflight *pf)
+{
+	struct item *prev = NULL;
+	for (struct item *it = pf->head; it; prev = it, it = it->next) {
+		if (running_for(pf, it->user) >= PER_USER_RUNNING)
+			continue;
+		if (prev)
+			prev->next = it->next;
+		else
+			pf->head = it->next;
+		if (pf->tail == it)
+			pf->tail = prev;
+		it->next = NULL;
+		pf->queued--;
+		return it;
+	}
+	return NULL;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct svc_preflight *pf = w->pf;
 	pthread_mutex_lock(&pf->lock);
 	for (;;) {
-		while (!pf->head && !pf->closing)
+		struct item *it = NULL;
+		while (!pf->closing && !(it = take(pf)))
 			pthread_cond_wait(&pf->wake, &pf->lock);
 		if (pf->closing)
 			break;
-		struct item *it = pf->head;
-		pf->head = it->next;
-		if (!pf->head)
-			pf->tail = NULL;
-		pf->queued--;
+		pf->running_user[w->slot] = it->user;
 		reap_gone(pf);
 		pthread_mutex_unlock(&pf->lock);
 
@@ -399,6 +429,10 @@ static void *worker_main(void *arg)
 		if (as >= 0)
 			run_probe(pf, w->slot, it, as ? &id : NULL, &r);
 		answer(it, &r);
+		pthread_mutex_lock(&pf->lock);
+		pf->running_user[w->slot] = NULL;
+		pthread_cond_broadcast(&pf->wake);      /* its user's next may go now */
+		pthread_mutex_unlock(&pf->lock);
 		item_free(it);
 		pthread_mutex_lock(&pf->lock);
 	}
@@ -419,10 +453,14 @@ int svc_preflight_submit(void *arg, const struct api_preflight *in, api_prefligh
 	it->done = done;
 	it->done_arg = done_arg;
 	pthread_mutex_lock(&pf->lock);
-	if (pf->closing || pf->queued >= PREFLIGHT_QUEUE_MAX) {
+	int mine = 0;
+	for (struct item *q = pf->head; q && mine < PER_USER_WAITING; q = q->next)
+		mine += strcmp(q->user, in->user) == 0;
+	if (pf->closing || pf->queued >= PREFLIGHT_QUEUE_MAX || mine >= PER_USER_WAITING) {
+		int closing = pf->closing;
 		pthread_mutex_unlock(&pf->lock);
 		item_free(it);
-		return -1;
+		return closing || mine < PER_USER_WAITING ? -1 : -2;
 	}
 	if (pf->tail)
 		pf->tail->next = it;

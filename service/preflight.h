@@ -21,8 +21,10 @@
  * and the submit goes on unexamined (the trainer checks the files itself when
  * it starts, and fails the job with the reason); a probe stuck in the kernel
  * (a hung NFS mount) is left to be reaped later, never waited for. At most
- * PREFLIGHT_WORKERS probes run at once; PREFLIGHT_QUEUE_MAX submits wait,
- * more are answered 503.
+ * PREFLIGHT_WORKERS probes run at once, at most PER_USER_RUNNING of one
+ * user's (so a user whose every submit names a hung mount leaves workers to
+ * the others); PREFLIGHT_QUEUE_MAX submits wait, PER_USER_WAITING of one
+ * user's; more are answered 503, or 429 to that user.
  *
  * svc_preflight_close answers everything queued or running with 503 at
  * once, so that larchd's shutdown never waits on a probe.

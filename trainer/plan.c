@@ -103,12 +103,12 @@ static double optimizer_bytes(const struct trn_spec_optimizer *o, const struct t
 	return n_state * (len + 4.0 * (double)blocks);
 }
 
-static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct trn_dataset *ds,
-                     long micro, struct trn_err *err)
+/* TRN_PLAN_TOO_LARGE when a micro-batch's buffers would overflow the
+ * model's counts (far past any machine), else 0. ds may be a zeroed shape:
+ * then the data's widths are left out (a GPT's need none). */
+static int sizes_plannable(const struct trn_spec *s, const struct trn_dataset *ds, long micro,
+                           struct trn_err *err)
 {
-	memset(p, 0, sizeof *p);
-	if (micro < 1)
-		micro = s->batch.micro;
 	if (micro > 1L << 30) {
 		trn_err_set(err, "memory: a micro-batch of %ld is too large to plan", micro);
 		return TRN_PLAN_TOO_LARGE;
@@ -132,6 +132,25 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 		            "more than any machine has", micro, (double)micro * widest);
 		return TRN_PLAN_TOO_LARGE;
 	}
+	return 0;
+}
+
+int trn_plan_too_large(const struct trn_spec *s, struct trn_err *err)
+{
+	struct trn_dataset none;
+	memset(&none, 0, sizeof none);
+	return sizes_plannable(s, &none, s->batch.micro, err);
+}
+
+static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct trn_dataset *ds,
+                     long micro, struct trn_err *err)
+{
+	memset(p, 0, sizeof *p);
+	if (micro < 1)
+		micro = s->batch.micro;
+	int rc = sizes_plannable(s, ds, micro, err);
+	if (rc)
+		return rc;
 	struct trn_model *m = trn_model_layout(s, ds, (int)micro, err);
 	if (!m)
 		return -1;

@@ -132,6 +132,12 @@ int trn_gpu_gemm_tune(int nondeterministic);
  * be petabytes: no plan (its sizes would overflow), and nothing can fit. */
 #define TRN_PLAN_TOO_LARGE (-2)
 
+/* TRN_PLAN_TOO_LARGE with err when spec's model is that at its micro-batch
+ * whatever the data (a GPT's sizes are its own; an MLP's widths without
+ * the data's are a lower bound), else 0: larchd refuses such a job before
+ * it looks at any file. */
+int trn_plan_too_large(const struct trn_spec *spec, struct trn_err *err);
+
 /* The plan of spec at micro-batch micro (0: the spec's) for data of the
  * given shape (trn_dataset_shape, or trn_dataset_shape_from_json of what
  * larch-train --probe printed; borrowed): opens no file. 0, -1 with err

@@ -336,8 +336,8 @@ static void show_scalar(const json_t *job, const char *key, const char *label)
 static void show_job(const json_t *job)
 {
 	static const char *const plain[][2] = {
-		{ "id", "id:" }, { "name", "name:" }, { "owner", "owner:" }, { "state", "state:" },
-		{ "executor", "executor:" }, { "slurm_job_id", "slurm job:" },
+		{ "id", "id:" }, { "name", "name:" }, { "owner", "owner:" }, { "run_as", "runs as:" },
+		{ "state", "state:" }, { "executor", "executor:" }, { "slurm_job_id", "slurm job:" },
 		{ "priority", "priority:" }, { "attempt", "attempt:" },
 	};
 	static const char *const times[][2] = {
@@ -345,8 +345,8 @@ static void show_job(const json_t *job)
 	};
 	double now = (double)time(NULL);
 	for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
-		if (strcmp(plain[i][0], "slurm_job_id") != 0 ||
-		    json_is_string(json_object_get(job, "slurm_job_id")))
+		if ((strcmp(plain[i][0], "slurm_job_id") != 0 && strcmp(plain[i][0], "run_as") != 0) ||
+		    json_is_string(json_object_get(job, plain[i][0])))
 			show_scalar(job, plain[i][0], plain[i][1]);
 	for (size_t i = 0; i < sizeof times / sizeof times[0]; i++)
 		show_time(job, times[i][0], times[i][1], now);

@@ -63,7 +63,8 @@ export function jobView(main, ctx) {
     const ended = job.ended_at ? Date.parse(job.ended_at) : null;
     const run = started ? (ended || Date.now()) - started : null;
     const rows = [
-      ['Owner', job.owner],
+      ['Owner', job.run_as && job.run_as !== job.owner ? `${job.owner} (runs as ${job.run_as})`
+                                                         : job.owner],
       ['Executor', job.slurm_job_id ? `${job.executor} (Slurm job ${job.slurm_job_id})` : job.executor],
       ['Partition', partition(job) || '—'],
       ['Ranks', ranks(job) === null ? '—' : String(ranks(job))],

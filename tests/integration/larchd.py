@@ -25,6 +25,9 @@ import unix_users
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("LARCH_BUILD_DIR", ROOT / "build"))
+# the state dir's mode on larchd's defaults: run as root, jobs run as their
+# owners, who pass through it to their job directories (0711); else 0700
+STATE_DIR_MODE = 0o711 if os.geteuid() == 0 else 0o700
 LISTENING = re.compile(r"^larchd: listening on http://(127\.0\.0\.1|\[::1\]):(\d+)$")
 
 
@@ -137,6 +140,16 @@ class Larchd:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+
+def stand_in_trainer(path, body):
+    """Writes a stand-in for larch-train at path: a shell script that runs
+    body as the job, and hands the probes larchd runs at each submit
+    (larch-train --probe) to the real larch-train. Returns path."""
+    real = BUILD / "trainer" / "larch-train"
+    path.write_text(f'#!/bin/sh\ncase "$1" in --probe) exec {real} "$@";; esac\n{body}')
+    path.chmod(0o755)
+    return path
 
 
 @pytest.fixture

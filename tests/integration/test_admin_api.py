@@ -25,7 +25,7 @@ import time
 import pytest
 import requests
 
-from larchd import BUILD, Larchd
+from larchd import BUILD, Larchd, stand_in_trainer
 from slurm import free_port_pair, slurm_cluster  # noqa: F401  (the fixture)
 from test_larchd_http import assert_error
 
@@ -38,7 +38,7 @@ ADMIN_ROUTES = [
     ("POST", "/v1/jobs/JOB/hold", None), ("POST", "/v1/jobs/JOB/release", None),
     ("POST", "/v1/jobs/JOB/requeue", None), ("PATCH", "/v1/jobs/JOB", {"priority": 5}),
 ]
-SLEEPER = "#!/bin/sh\n# stands in for larch-train: a job that runs until it is stopped\nexec sleep 300\n"
+SLEEPER = "# stands in for larch-train: a job that runs until it is stopped\nexec sleep 300\n"
 
 
 def spec(name="adm", **extra):
@@ -50,8 +50,7 @@ def spec(name="adm", **extra):
 
 def sleeper(tmp_path):
     path = tmp_path / "sleeper"
-    path.write_text(SLEEPER)
-    path.chmod(0o755)
+    stand_in_trainer(path, SLEEPER)
     return path
 
 

@@ -36,7 +36,7 @@ import time
 import pytest
 import requests
 
-from larchd import Larchd
+from larchd import Larchd, stand_in_trainer
 from test_larchd_http import assert_error
 
 CASES_DIR = pathlib.Path(__file__).resolve().parent / "api_cases"
@@ -65,8 +65,7 @@ def load_cases():
 
 CASES = load_cases()
 
-TRAINER = """#!/bin/sh
-# a stand-in for larch-train: keeps the job token, then fails at once
+TRAINER = """# a stand-in for larch-train: keeps the job token, then fails at once
 # (or, for the job named "holder", sleeps so the token stays live)
 printf '%s' "$LARCH_JOB_TOKEN" > "{dir}/$LARCH_JOB_ID.tmp"
 /bin/mv "{dir}/$LARCH_JOB_ID.tmp" "{dir}/$LARCH_JOB_ID"
@@ -83,9 +82,9 @@ class Server:
         self.tmp = tmp
         self.tokens_dir = tmp / "job-tokens"
         self.tokens_dir.mkdir()
+        self.tokens_dir.chmod(0o1777)       # the jobs run as alice and bob, who leave them
         trainer = tmp / "fake-train"
-        trainer.write_text(TRAINER.replace("{dir}", str(self.tokens_dir)))
-        trainer.chmod(0o755)
+        stand_in_trainer(trainer, TRAINER.replace("{dir}", str(self.tokens_dir)))
         self.marker = tmp / "pwned-marker"
         self.d = Larchd(tmp, args=["--trainer-path", str(trainer), "--max-local-jobs", "4"])
         self.d.start()

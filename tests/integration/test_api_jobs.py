@@ -22,7 +22,7 @@ import time
 import pytest
 import requests
 
-from larchd import Larchd
+from larchd import Larchd, stand_in_trainer
 from test_larchd_http import assert_error
 
 JSON = {"Content-Type": "application/json"}
@@ -106,8 +106,7 @@ def real(tmp_path_factory):
 def fast(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fast")
     trainer = tmp / "fake-train"
-    trainer.write_text("#!/bin/sh\nexit 0\n")
-    trainer.chmod(0o755)
+    stand_in_trainer(trainer, "exit 0\n")
     server = Server(tmp, ["--trainer-path", str(trainer)])
     yield server
     server.stop()
@@ -157,10 +156,12 @@ def test_submit_returns_201_location_and_the_job(real):
     assert JOB_ID.match(job["id"])
     assert r.headers["Location"] == f"/v1/jobs/{job['id']}"
     assert r.headers["Content-Type"] == "application/json"
-    assert set(job) == {"id", "name", "owner", "state", "executor", "slurm_job_id", "priority",
-                        "attempt", "created_at", "started_at", "ended_at", "exit_code", "reason",
-                        "spec", "progress"}
+    assert set(job) == {"id", "name", "owner", "run_as", "state", "executor", "slurm_job_id",
+                        "priority", "attempt", "created_at", "started_at", "ended_at",
+                        "exit_code", "reason", "spec", "progress"}
     assert job["name"] == "shape" and job["owner"] == "alice"
+    # as root, jobs run as their owners (docs/api.md, "Users and who jobs run as")
+    assert job["run_as"] == ("alice" if real.d.owner_mode else None)
     assert job["state"] in {"PENDING", "QUEUED", "RUNNING"}
     assert job["executor"] == "local" and job["attempt"] == 1
     assert TIME.match(job["created_at"]) and job["ended_at"] is None
@@ -240,8 +241,12 @@ def test_checkpoints(real):
     r = real.get(f"/v1/jobs/{real.tiny}/checkpoints", real.alice)
     assert r.status_code == 200
     (ckpt,) = r.json()["checkpoints"]           # the final one at step 30
-    assert set(ckpt) == {"step", "path", "bytes", "sha256", "time"}
+    # users see how to start from it, not where larchd keeps it
+    assert set(ckpt) == {"step", "init", "bytes", "sha256", "time"}
+    assert ckpt["init"] == {"job": real.tiny, "step": 30}
     assert ckpt["step"] == 30 and TIME.match(ckpt["time"])
+    (ckpt,) = real.get(f"/v1/jobs/{real.tiny}/checkpoints", real.admin).json()["checkpoints"]
+    assert set(ckpt) == {"step", "init", "path", "bytes", "sha256", "time"}
     data = open(ckpt["path"], "rb").read()
     assert ckpt["path"].startswith(str(real.d.state_dir / "jobs" / real.tiny) + "/")
     assert ckpt["bytes"] == len(data)
@@ -404,7 +409,7 @@ def test_cancel_running_job(real, long_job):
     assert any(e["by"] == "trainer" and e["reason"].startswith("result: interrupted")
                for e in events)
     # the trainer's checkpoint on SIGTERM, at its last step
-    ckpts = real.get(f"/v1/jobs/{job_id}/checkpoints", real.alice).json()["checkpoints"]
+    ckpts = real.get(f"/v1/jobs/{job_id}/checkpoints", real.admin).json()["checkpoints"]
     assert ckpts and os.path.exists(ckpts[-1]["path"])
     assert ckpts[-1]["sha256"] == hashlib.sha256(open(ckpts[-1]["path"], "rb").read()).hexdigest()
     result = json.loads((real.d.state_dir / "jobs" / job_id / "result.json").read_text())

@@ -26,9 +26,21 @@ TINY = {"name": "tiny", "model": {"type": "mlp", "hidden": [16]}, "data": {"name
         "batch": {"global": 256}, "optimizer": {"type": "sgd", "lr": 0.1}, "steps": 30,
         "log_every": 5}
 LONG = dict(TINY, name="long", steps=100000)
-# valid, so larchd takes it; larch-train then fails at once on the missing data
-FAILING = dict(TINY, name="no-data", data={"format": "idx", "train": {
-    "images": "/nonexistent/train-images.gz", "labels": "/nonexistent/train-labels.gz"}})
+
+
+def failing_spec(d):
+    """A spec larchd takes (its files' headers are fine) and larch-train then
+    fails at once: the image file stops after 10 of the 300 images its header
+    promises. The files are in d, readable by every user."""
+    import struct
+    images, labels = d / "train-images-idx3-ubyte", d / "train-labels-idx1-ubyte"
+    images.write_bytes(struct.pack(">IIII", 0x803, 300, 28, 28) + bytes(10 * 28 * 28))
+    labels.write_bytes(struct.pack(">II", 0x801, 300) + bytes(i % 10 for i in range(300)))
+    for f in (images, labels):
+        f.chmod(0o644)
+    return dict(TINY, name="no-data", data={"format": "idx", "train": {
+        "images": str(images), "labels": str(labels)}})
+
 # what a terminal must never get raw: CSI, OSC with BEL, CR, a newline, a C1 CSI,
 # a right-to-left override, and shell syntax (harmless text, shown as it is)
 HOSTILE = "evil\x1b[2J\x1b]0;pwned\x07\nID  fake\r$(rm -rf ~);`id`|&\u202e\u009b31m"
@@ -91,6 +103,8 @@ class Site:
         self.bob = self.token("bob")
         self.home = tmp / "home"
         self.home.mkdir()
+        self.failing = failing_spec(tmp)
+        self.failing_images = self.failing["data"]["train"]["images"]
         self.tiny_spec = tmp / "tiny.json"
         self.tiny_spec.write_text(json.dumps(TINY))
         out = self.larch("submit", self.tiny_spec)
@@ -414,7 +428,7 @@ def test_ls_table_json_and_filters(tiny_done, site):
     assert out.stderr.startswith('larch: larchd refused the request (400 bad_request): state: ')
 
     # pages: --limit shows one and says there is more; --all follows the cursors
-    second = site.larch("submit", "-", input=json.dumps(FAILING))      # a second job
+    second = site.larch("submit", "-", input=json.dumps(site.failing))      # a second job
     assert second.returncode == EXIT_OK, second.stderr
     out = site.larch("ls", "--limit", "1")
     assert out.returncode == EXIT_OK and len(out.stdout.splitlines()) == 2
@@ -492,7 +506,7 @@ def test_metrics(tiny_done, site):
 
 
 def test_submit_from_stdin_json_and_a_failed_job(site):
-    text = json.dumps(FAILING)
+    text = json.dumps(site.failing)
     out = site.larch("submit", "-", "--json", "--idempotency-key", "fail-1", input=text)
     assert out.returncode == EXIT_OK, out.stderr
     job = json.loads(out.stdout)
@@ -509,9 +523,9 @@ def test_submit_from_stdin_json_and_a_failed_job(site):
     out = site.wait_final(job["id"])
     assert out.returncode == EXIT_REFUSED, out.stdout + out.stderr
     last = out.stdout.splitlines()[-1]
-    assert last.startswith(f"{job['id']}  FAILED  ") and "/nonexistent/train-images.gz" in last
+    assert last.startswith(f"{job['id']}  FAILED  ") and site.failing_images in last
     err = site.larch("logs", "--stream", "stderr", job["id"])
-    assert err.returncode == EXIT_OK and "/nonexistent/train-images.gz" in err.stdout
+    assert err.returncode == EXIT_OK and site.failing_images in err.stdout
 
 
 @pytest.mark.parametrize("spec, message", [

@@ -24,6 +24,7 @@ import pytest
 import requests
 
 from browser import chrome, screenshot
+from larchd import stand_in_trainer
 from slurm import slurm_cluster  # noqa: F401  (the fixture)
 from test_api_jobs import FINAL, JSON, Server, tiny_spec, trainer_env
 
@@ -82,8 +83,7 @@ def real(tmp_path_factory, browser):
 def fake(tmp_path_factory, browser):
     tmp = tmp_path_factory.mktemp("dash-fake")
     trainer = tmp / "fake-train"
-    trainer.write_text(f"#!/bin/sh\nprintf '%s\\n' 'fake-train: started' '{XSS}'\nexec sleep 300\n")
-    trainer.chmod(0o755)
+    stand_in_trainer(trainer, f"printf '%s\\n' 'fake-train: started' '{XSS}'\nexec sleep 300\n")
     server = Server(tmp, ["--trainer-path", str(trainer), "--max-local-jobs", "4"])
     yield server
     leave(browser)

@@ -1,6 +1,7 @@
 """larchd's first admin token, `larchd token ...` and `larchd db ...` against
 the real binary: the token file (0600, made once, announced), the state dir
-(0700, an open one tightened) and database files (0600), tokens made,
+(0700, or 0711 where jobs run as their owners; an open one tightened) and
+database files (0600), tokens made,
 listed and revoked while larchd serves, roles, only hashes in the database,
 db check, an online backup, migrating a database of an older schema, help
 and bad usage."""
@@ -17,7 +18,7 @@ import time
 import pytest
 import requests
 
-from larchd import ROOT, Larchd, larchd, larchd_exe  # noqa: F401  (larchd: the fixture)
+from larchd import STATE_DIR_MODE, ROOT, Larchd, larchd, larchd_exe  # noqa: F401  (the fixture)
 
 TOKEN = re.compile(r"^lt_[0-9a-f]{64}$")
 SPEC = {"name": "admin", "model": {"type": "mlp", "hidden": [16]},
@@ -60,7 +61,7 @@ def test_first_start_makes_the_admin_token_once(tmp_path):
     path = state / "admin.token"
     assert f"larchd: admin token written to {path}\n" in out
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE(state.stat().st_mode) == STATE_DIR_MODE
     token = path.read_text().strip()
     assert TOKEN.match(token)
     assert token not in out                   # the path is printed, not the secret
@@ -89,7 +90,7 @@ def test_state_dir_and_database_are_private(tmp_path):
     old = os.umask(0o022)
     try:
         run_until_listening(state, tmp_path / "log")
-        assert stat.S_IMODE(state.stat().st_mode) == 0o700
+        assert stat.S_IMODE(state.stat().st_mode) == STATE_DIR_MODE
         db = state / "larch.db"
         assert private(db)
         for name in ("larch.db-wal", "larch.db-shm"):
@@ -99,13 +100,13 @@ def test_state_dir_and_database_are_private(tmp_path):
         db.chmod(0o644)
         server = Larchd(tmp_path, state_dir=state).start()
         try:
-            assert stat.S_IMODE(state.stat().st_mode) == 0o700
+            assert stat.S_IMODE(state.stat().st_mode) == STATE_DIR_MODE
             assert private(db)
             r = requests.post(server.url + "/v1/jobs", json=SPEC, headers=server.auth())
             assert r.status_code == 201, r.text
             assert private(state / "larch.db-wal") and private(state / "larch.db-shm")
             server.wait_log(rf"warn  state dir {re.escape(str(state))} was mode 0755, open to "
-                            r"other users: now 0700$")
+                            rf"other users: now {STATE_DIR_MODE:04o}$")
         finally:
             server.stop()
     finally:
@@ -127,7 +128,8 @@ def test_state_dir_of_another_user_is_refused(tmp_path):
     r = subprocess.run([str(larchd_exe()), "--listen", "127.0.0.1:0", "--state-dir", str(state)],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1
-    assert (f"larchd: state dir {state}: mode 0755 where larchd wants 0700, and it belongs to "
+    assert (f"larchd: state dir {state}: mode 0755 where larchd wants {STATE_DIR_MODE:04o}, and "
+            f"it belongs to "
             f"uid 65534, not to larchd's uid 0") in r.stderr, r.stderr
     assert stat.S_IMODE(state.stat().st_mode) == 0o755 and not list(state.iterdir())
 

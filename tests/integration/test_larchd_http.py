@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from larchd import ROOT, Larchd, larchd, larchd_exe  # noqa: F401  (larchd: the fixture)
+from larchd import STATE_DIR_MODE, ROOT, Larchd, larchd, larchd_exe  # noqa: F401  (the fixture)
 
 JSON = {"Content-Type": "application/json"}
 
@@ -413,7 +413,7 @@ def test_log_file_and_state_dir(tmp_path):
         assert requests.get(server.url + "/nope").status_code == 404
     finally:
         server.stop()
-    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE(state.stat().st_mode) == STATE_DIR_MODE
     text = log.read_text()
     assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z info  GET /nope 404 \d+us$", text, re.M)
     assert "listening on http://127.0.0.1:" in text
