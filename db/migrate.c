@@ -154,6 +154,72 @@ static const char *const migrations[] = {
 	"	WHERE m.job = r.job AND m.name = r.name AND m.value IS NOT NULL\n"
 	"	AND m.step BETWEEN r.bucket * r.width AND r.bucket * r.width + r.width - 1\n"
 	"	ORDER BY m.value DESC, m.step LIMIT 1);\n",
+
+	/* 6: usage accounting (db/usage.h). usage_jobs holds each finished job's
+	 * usage once: local jobs' from their own rows (the trigger below, when a
+	 * job of the local executor that ran gets its end time), Slurm jobs' from
+	 * Slurm's accounting (sacct, added by larchd's poller). Each row is spread
+	 * over usage_hours, one row per UTC hour it ran (CPU and GPU
+	 * milliseconds in that hour; the job counted in the hour it ended), so
+	 * that a usage query reads hours, not jobs. A job longer than
+	 * usage_hour_offsets has hours gives its first hour all the time before. */
+	"CREATE TABLE usage_jobs (\n"
+	"	source TEXT NOT NULL CHECK (source IN ('local', 'slurm')),\n"
+	"	key TEXT NOT NULL,\n"                      /* local: the job id; slurm: id@submit@start */
+	"	user TEXT NOT NULL,\n"                     /* local: the owner; slurm: the Unix user */
+	"	account TEXT NOT NULL,\n"                  /* '' for none */
+	"	partition TEXT NOT NULL,\n"
+	"	start_ms INTEGER NOT NULL CHECK (start_ms >= 0),\n"
+	"	end_ms INTEGER NOT NULL CHECK (end_ms >= start_ms),\n"
+	"	cpus INTEGER NOT NULL CHECK (cpus >= 0),\n"
+	"	gpus INTEGER NOT NULL CHECK (gpus >= 0),\n"
+	"	PRIMARY KEY (source, key)\n"
+	") STRICT, WITHOUT ROWID;\n"
+	"CREATE TABLE usage_hours (\n"
+	"	hour INTEGER NOT NULL,\n"                  /* hours since the epoch (UTC) */
+	"	user TEXT NOT NULL,\n"
+	"	account TEXT NOT NULL,\n"
+	"	partition TEXT NOT NULL,\n"
+	"	source TEXT NOT NULL,\n"
+	"	cpu_ms INTEGER NOT NULL,\n"
+	"	gpu_ms INTEGER NOT NULL,\n"
+	"	jobs INTEGER NOT NULL,\n"
+	"	PRIMARY KEY (hour, user, account, partition, source)\n"
+	") STRICT, WITHOUT ROWID;\n"
+	"CREATE TABLE usage_polls (\n"             /* how far each source has been read */
+	"	source TEXT PRIMARY KEY NOT NULL,\n"
+	"	polled_to INTEGER NOT NULL\n"
+	") STRICT;\n"
+	"CREATE TABLE usage_hour_offsets (n INTEGER PRIMARY KEY) STRICT;\n"
+	"WITH RECURSIVE k(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM k WHERE n < 8783)\n"
+	"	INSERT INTO usage_hour_offsets SELECT n FROM k;\n"
+	"CREATE TRIGGER usage_jobs_hours AFTER INSERT ON usage_jobs BEGIN\n"
+	"	INSERT INTO usage_hours (hour, user, account, partition, source, cpu_ms, gpu_ms, jobs)\n"
+	"	SELECT h, new.user, new.account, new.partition, new.source,\n"
+	"		new.cpus * (min(new.end_ms, (h + 1) * 3600000) - lo),\n"
+	"		new.gpus * (min(new.end_ms, (h + 1) * 3600000) - lo), h = h1\n"
+	"	FROM (SELECT h0 + n AS h, h1,\n"
+	"		CASE WHEN n = 0 THEN new.start_ms ELSE (h0 + n) * 3600000 END AS lo\n"
+	"		FROM (SELECT max(new.start_ms / 3600000, h1 - 8783) AS h0, h1\n"
+	"			FROM (SELECT max(new.start_ms / 3600000, (new.end_ms - 1) / 3600000) AS h1)),\n"
+	"		usage_hour_offsets WHERE n <= h1 - h0)\n"
+	"	WHERE true\n"
+	"	ON CONFLICT DO UPDATE SET cpu_ms = cpu_ms + excluded.cpu_ms,\n"
+	"		gpu_ms = gpu_ms + excluded.gpu_ms, jobs = jobs + excluded.jobs;\n"
+	"END;\n"
+	"CREATE TRIGGER jobs_usage AFTER UPDATE OF end_time ON jobs\n"
+	"	WHEN old.end_time IS NULL AND new.end_time IS NOT NULL AND new.executor = 'local'\n"
+	"	AND new.start_time IS NOT NULL BEGIN\n"
+	"	INSERT OR IGNORE INTO usage_jobs (source, key, user, account, partition, start_ms,\n"
+	"		end_ms, cpus, gpus)\n"
+	"	VALUES ('local', printf('j-%06d', new.id), new.owner,\n"
+	"		coalesce(json_extract(new.spec, '$.resources.account'), ''),\n"
+	"		coalesce(new.partition, ''), new.start_time, max(new.start_time, new.end_time),\n"
+	"		coalesce(json_extract(new.spec, '$.resources.cpus_per_task'), 1) *\n"
+	"		coalesce(json_extract(new.spec, '$.parallel.ranks'), 1),\n"
+	"		coalesce(json_extract(new.spec, '$.resources.gpus_per_node'), 0) *\n"
+	"		coalesce(json_extract(new.spec, '$.resources.nodes'), 1));\n"
+	"END;\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
@@ -218,7 +284,7 @@ static int step_fn(struct db_conn *c, void *arg, struct db_err *err)
 	if (read_version(c, &v, err))
 		return DB_ERROR;
 	if (v >= s->target)
-		return 0;     /* another process got there first */
+		return 0;     /* another process got there h0 */
 	char what[64];
 	snprintf(what, sizeof what, "migrate to version %d", s->target);
 	rc = sqlite3_exec(c->h, migrations[s->target - 1], NULL, NULL, NULL);
