@@ -27,6 +27,7 @@ import pwd
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import time
 
@@ -124,13 +125,21 @@ class SlurmCluster:
     def add_user(self, name, account, default=True):
         """Gives user `name` an association with `account` (made if need
         be), as their default account unless default is False; makes the
-        Unix user too (no home, no login shell) when there is none, since
-        slurmd runs the user's jobs as them."""
+        Unix user too (a system user without home or login shell) when
+        there is none, since slurmd runs the user's jobs as them, and lets
+        other users reach the cluster's directory (o+x on it and the
+        directories above: slurmd runs a batch script from its spool as the
+        job's user)."""
         try:
             pwd.getpwnam(name)
         except KeyError:
-            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                            "--shell", "/usr/sbin/nologin", "--comment", "larch test user", name],
                            check=True, capture_output=True, timeout=30)
+        for d in [self.dir, *self.dir.parents]:
+            mode = d.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                os.chmod(d, stat.S_IMODE(mode) | stat.S_IXOTH)
         self.add_account(account)
         have = self.run("sacctmgr", "-nP", "show", "assoc", f"users={name}",
                         f"accounts={account}", "format=account").stdout.split()
