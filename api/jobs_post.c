@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acct_check.h"
 #include "db/jobs.h"
 #include "handlers.h"
 #include "jobs_common.h"
@@ -208,6 +209,8 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 		ret = reply_invalid(req, perr);
 		goto out;
 	}
+	if (api_account_or_reply(req, spec->resources.account, &ret))
+		goto out;
 	if (hooks && hooks->memory_limits && check_memory(req, hooks, spec, &ret))
 		goto out;
 	s->in = (struct db_job_new){
