@@ -248,8 +248,13 @@ enum MHD_Result api_usage_get(struct api_request *req)
 		    acct->unix_user(acct->arg, scope, unix_user, sizeof unix_user) == 0)
 			f.slurm_user = unix_user;
 	}
-	for (int i = 0; i < n_keys; i++)
+	f.merge_users = f.merge_accounts = f.merge_partitions = 1;
+	for (int i = 0; i < n_keys; i++) {
 		f.by_day |= keys[i] == K_DAY;
+		f.merge_users &= keys[i] != K_USER;
+		f.merge_accounts &= keys[i] != K_ACCOUNT;
+		f.merge_partitions &= keys[i] != K_PARTITION;
+	}
 
 	struct db_usage_list list;
 	struct db_err err = { 0 };

@@ -156,13 +156,16 @@ static const char *const migrations[] = {
 	"	ORDER BY m.value DESC, m.step LIMIT 1);\n",
 
 	/* 6: usage accounting (db/usage.h). usage_jobs holds each finished job's
-	 * usage once: local jobs' from their own rows (the trigger below, when a
-	 * job of the local executor that ran gets its end time), Slurm jobs' from
-	 * Slurm's accounting (sacct, added by larchd's poller). Each row is spread
-	 * over usage_hours, one row per UTC hour it ran (CPU and GPU
-	 * milliseconds in that hour; the job counted in the hour it ended), so
-	 * that a usage query reads hours, not jobs. A job longer than
-	 * usage_hour_offsets has hours gives its first hour all the time before. */
+	 * usage once: local jobs' from their own rows (the trigger jobs_usage,
+	 * when a job of the local executor that ran gets its end time), Slurm
+	 * jobs' from Slurm's accounting (sacct, added by larchd's reader). Each
+	 * job is spread over the UTC hours it ran, as the CPU and GPU
+	 * milliseconds of each hour (the job itself counted in the hour it
+	 * ended), into usage_hours and, the same summed by day, usage_days, by
+	 * usage_keys' id of its (source, user, account, partition): a query reads
+	 * whole days from usage_days and only the hours at its two ends, with
+	 * integer keys. A job longer than usage_hour_offsets has hours (a year)
+	 * gives its first hour all the time before. */
 	"CREATE TABLE usage_jobs (\n"
 	"	source TEXT NOT NULL CHECK (source IN ('local', 'slurm')),\n"
 	"	key TEXT NOT NULL,\n"                      /* local: the job id; slurm: id@submit@start */
@@ -175,16 +178,29 @@ static const char *const migrations[] = {
 	"	gpus INTEGER NOT NULL CHECK (gpus >= 0),\n"
 	"	PRIMARY KEY (source, key)\n"
 	") STRICT, WITHOUT ROWID;\n"
-	"CREATE TABLE usage_hours (\n"
-	"	hour INTEGER NOT NULL,\n"                  /* hours since the epoch (UTC) */
+	"CREATE TABLE usage_keys (\n"
+	"	id INTEGER PRIMARY KEY,\n"
+	"	source TEXT NOT NULL,\n"
 	"	user TEXT NOT NULL,\n"
 	"	account TEXT NOT NULL,\n"
 	"	partition TEXT NOT NULL,\n"
-	"	source TEXT NOT NULL,\n"
+	"	UNIQUE (source, user, account, partition)\n"
+	") STRICT;\n"
+	"CREATE TABLE usage_hours (\n"
+	"	hour INTEGER NOT NULL,\n"                  /* hours since the epoch (UTC) */
+	"	key INTEGER NOT NULL,\n"                   /* usage_keys.id */
 	"	cpu_ms INTEGER NOT NULL,\n"
 	"	gpu_ms INTEGER NOT NULL,\n"
 	"	jobs INTEGER NOT NULL,\n"
-	"	PRIMARY KEY (hour, user, account, partition, source)\n"
+	"	PRIMARY KEY (hour, key)\n"
+	") STRICT, WITHOUT ROWID;\n"
+	"CREATE TABLE usage_days (\n"
+	"	day INTEGER NOT NULL,\n"                   /* days since the epoch (UTC) */
+	"	key INTEGER NOT NULL,\n"
+	"	cpu_ms INTEGER NOT NULL,\n"
+	"	gpu_ms INTEGER NOT NULL,\n"
+	"	jobs INTEGER NOT NULL,\n"
+	"	PRIMARY KEY (day, key)\n"
 	") STRICT, WITHOUT ROWID;\n"
 	"CREATE TABLE usage_polls (\n"             /* how far each source has been read */
 	"	source TEXT PRIMARY KEY NOT NULL,\n"
@@ -194,16 +210,30 @@ static const char *const migrations[] = {
 	"WITH RECURSIVE k(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM k WHERE n < 8783)\n"
 	"	INSERT INTO usage_hour_offsets SELECT n FROM k;\n"
 	"CREATE TRIGGER usage_jobs_hours AFTER INSERT ON usage_jobs BEGIN\n"
-	"	INSERT INTO usage_hours (hour, user, account, partition, source, cpu_ms, gpu_ms, jobs)\n"
-	"	SELECT h, new.user, new.account, new.partition, new.source,\n"
-	"		new.cpus * (min(new.end_ms, (h + 1) * 3600000) - lo),\n"
-	"		new.gpus * (min(new.end_ms, (h + 1) * 3600000) - lo), h = h1\n"
-	"	FROM (SELECT h0 + n AS h, h1,\n"
-	"		CASE WHEN n = 0 THEN new.start_ms ELSE (h0 + n) * 3600000 END AS lo\n"
+	"	INSERT OR IGNORE INTO usage_keys (source, user, account, partition)\n"
+	"		VALUES (new.source, new.user, new.account, new.partition);\n"
+	"	INSERT INTO usage_hours (hour, key, cpu_ms, gpu_ms, jobs)\n"
+	"	SELECT h, (SELECT id FROM usage_keys WHERE source = new.source AND user = new.user\n"
+	"			AND account = new.account AND partition = new.partition),\n"
+	"		new.cpus * ms, new.gpus * ms, h = h1\n"
+	"	FROM (SELECT h0 + n AS h, h1, min(new.end_ms, (h0 + n + 1) * 3600000) -\n"
+	"			CASE WHEN n = 0 THEN new.start_ms ELSE (h0 + n) * 3600000 END AS ms\n"
 	"		FROM (SELECT max(new.start_ms / 3600000, h1 - 8783) AS h0, h1\n"
 	"			FROM (SELECT max(new.start_ms / 3600000, (new.end_ms - 1) / 3600000) AS h1)),\n"
 	"		usage_hour_offsets WHERE n <= h1 - h0)\n"
 	"	WHERE true\n"
+	"	ON CONFLICT DO UPDATE SET cpu_ms = cpu_ms + excluded.cpu_ms,\n"
+	"		gpu_ms = gpu_ms + excluded.gpu_ms, jobs = jobs + excluded.jobs;\n"
+	"	INSERT INTO usage_days (day, key, cpu_ms, gpu_ms, jobs)\n"
+	"	SELECT h / 24, (SELECT id FROM usage_keys WHERE source = new.source AND user = new.user\n"
+	"			AND account = new.account AND partition = new.partition),\n"
+	"		new.cpus * sum(ms), new.gpus * sum(ms), sum(h = h1)\n"
+	"	FROM (SELECT h0 + n AS h, h1, min(new.end_ms, (h0 + n + 1) * 3600000) -\n"
+	"			CASE WHEN n = 0 THEN new.start_ms ELSE (h0 + n) * 3600000 END AS ms\n"
+	"		FROM (SELECT max(new.start_ms / 3600000, h1 - 8783) AS h0, h1\n"
+	"			FROM (SELECT max(new.start_ms / 3600000, (new.end_ms - 1) / 3600000) AS h1)),\n"
+	"		usage_hour_offsets WHERE n <= h1 - h0)\n"
+	"	WHERE true GROUP BY h / 24\n"
 	"	ON CONFLICT DO UPDATE SET cpu_ms = cpu_ms + excluded.cpu_ms,\n"
 	"		gpu_ms = gpu_ms + excluded.gpu_ms, jobs = jobs + excluded.jobs;\n"
 	"END;\n"

@@ -1,5 +1,5 @@
-/* db/usage.c - usage accounting: adding Slurm's jobs, reading the hour
- * totals; see usage.h. The tables and the triggers that spread a job over
+/* db/usage.c - usage accounting: adding Slurm's jobs, reading the day and
+ * hour totals; see usage.h. The tables and the triggers that spread a job over
  * its hours (and add the local executor's jobs) are schema version 6
  * (db/migrate.c). */
 #include "db/usage.h"
@@ -129,17 +129,31 @@ int db_usage_polled(struct db *db, enum db_usage_source source, int64_t *ms,
 
 /* ---- query ----------------------------------------------------------------- */
 
-/* ?3 and ?4: the local and Slurm users (both NULL: everyone); ?5: by day.
- * The range is the primary key's first column: the hours read are those of
- * the range only. */
+/* Whole days [?6, ?7) from usage_days, the hours [?1, ?2) and [?8, ?9)
+ * around them from usage_hours (each a range of the primary key's first
+ * column: only the rows of the range are read), added up by integer key
+ * (and day with ?5) before the keys are joined; ?3 and ?4: the local and
+ * Slurm users (both NULL: everyone); ?10, ?11, ?12: keep user, account,
+ * partition apart (else "", added together). */
 static const char sql_query[] =
-	"SELECT source, user, account, partition, CASE WHEN ?5 THEN hour / 24 ELSE 0 END AS day,\n"
-	"	sum(cpu_ms), sum(gpu_ms), sum(jobs)\n"
-	"FROM usage_hours WHERE hour >= ?1 AND hour < ?2\n"
-	"	AND ((?3 IS NULL AND ?4 IS NULL) OR (source = 'local' AND user = ?3)\n"
-	"	     OR (source = 'slurm' AND user = ?4))\n"
-	"GROUP BY source, user, account, partition, day\n"
-	"ORDER BY source, user, account, partition, day";
+	"SELECT k.source, CASE WHEN ?10 THEN k.user ELSE '' END AS u,\n"
+	"	CASE WHEN ?11 THEN k.account ELSE '' END AS a,\n"
+	"	CASE WHEN ?12 THEN k.partition ELSE '' END AS p, x.day, sum(x.cpu), sum(x.gpu),\n"
+	"	sum(x.jobs)\n"
+	"FROM (SELECT key, CASE WHEN ?5 THEN day ELSE 0 END AS day, sum(cpu_ms) AS cpu,\n"
+	"		sum(gpu_ms) AS gpu, sum(jobs) AS jobs\n"
+	"	FROM usage_days WHERE day >= ?6 AND day < ?7 GROUP BY 1, 2\n"
+	"	UNION ALL\n"
+	"	SELECT key, CASE WHEN ?5 THEN hour / 24 ELSE 0 END, sum(cpu_ms), sum(gpu_ms), sum(jobs)\n"
+	"	FROM usage_hours WHERE hour >= ?1 AND hour < ?2 GROUP BY 1, 2\n"
+	"	UNION ALL\n"
+	"	SELECT key, CASE WHEN ?5 THEN hour / 24 ELSE 0 END, sum(cpu_ms), sum(gpu_ms), sum(jobs)\n"
+	"	FROM usage_hours WHERE hour >= ?8 AND hour < ?9 GROUP BY 1, 2) AS x\n"
+	"JOIN usage_keys AS k ON k.id = x.key\n"
+	"WHERE (?3 IS NULL AND ?4 IS NULL) OR (k.source = 'local' AND k.user = ?3)\n"
+	"	OR (k.source = 'slurm' AND k.user = ?4)\n"
+	"GROUP BY k.source, u, a, p, x.day\n"
+	"ORDER BY k.source, u, a, p, x.day";
 
 struct query_arg {
 	const struct db_usage_filter *f;
@@ -153,11 +167,23 @@ static int query_fn(struct db_conn *c, void *arg, struct db_err *err)
 	sqlite3_stmt *st = DB_STMT(c, sql_query, "usage", err);
 	if (!st)
 		return DB_ERROR;
-	sqlite3_bind_int64(st, 1, a->f->from_hour);
-	sqlite3_bind_int64(st, 2, a->f->to_hour);
+	/* the whole days inside the range, and the hours before and after them */
+	int64_t from = a->f->from_hour, to = a->f->to_hour;
+	int64_t d0 = from >= 0 ? (from + 23) / 24 : from / 24, d1 = to >= 0 ? to / 24 : (to - 23) / 24;
+	if (d0 >= d1)
+		d0 = d1 = 0;                    /* no whole day: all hours */
+	sqlite3_bind_int64(st, 1, from);
+	sqlite3_bind_int64(st, 2, d0 < d1 ? d0 * 24 : to);
 	db_bind_text(st, 3, a->f->local_user);
 	db_bind_text(st, 4, a->f->slurm_user);
 	sqlite3_bind_int(st, 5, a->f->by_day != 0);
+	sqlite3_bind_int64(st, 6, d0);
+	sqlite3_bind_int64(st, 7, d1);
+	sqlite3_bind_int64(st, 8, d0 < d1 ? d1 * 24 : 0);
+	sqlite3_bind_int64(st, 9, d0 < d1 ? to : 0);
+	sqlite3_bind_int(st, 10, !a->f->merge_users);
+	sqlite3_bind_int(st, 11, !a->f->merge_accounts);
+	sqlite3_bind_int(st, 12, !a->f->merge_partitions);
 	if (!a->f->local_user && a->f->slurm_user)
 		db_bind_text(st, 3, "");         /* no local user matches "" (users are 1..64) */
 	size_t cap = 0;

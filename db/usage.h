@@ -7,8 +7,9 @@
  * cpus_per_task x ranks CPUs and gpus_per_node x nodes GPUs. Slurm's jobs
  * come from Slurm's accounting (sacct), which larchd reads now and then and
  * adds here with db_usage_add. Every job is kept once (by source and key:
- * adding it again changes nothing) and spread over the UTC hours it ran, so
- * that a query reads hour rows, however many jobs there were.
+ * adding it again changes nothing) and spread over the UTC hours it ran,
+ * kept per hour and per day, so that a query reads the days of its range
+ * and the hours at its ends, however many jobs there were.
  *
  * Times are ms since the epoch; a query's range is whole hours. A job is
  * counted in the hours it ran (its CPU and GPU time in each) and, as one
@@ -63,6 +64,9 @@ struct db_usage_filter {
 	 * none of that source). */
 	const char *local_user, *slurm_user;
 	int by_day;                   /* 1: a row per UTC day too */
+	/* 1: add up the rows of every user (account, partition), whose field
+	 * is then "" (fewer rows for a query that does not group by it) */
+	int merge_users, merge_accounts, merge_partitions;
 };
 
 /* A total of the hours of one (source, user, account, partition[, day]). */
