@@ -54,6 +54,7 @@ struct svc_acct {
 	long long accounts_due, usage_due;
 
 	int64_t usage_read_to;           /* ms since the epoch */
+	long long window_h;              /* hours a sacct call reads at most (the thread's) */
 	char usage_error[256];
 };
 
@@ -159,29 +160,47 @@ static int refresh_accounts(struct svc_acct *a)
 	return rc;
 }
 
+/* Reads sacct up to now, in calls of a->window_h hours at most (a first read
+ * goes SVC_ACCT_FIRST_DAYS back: one call for all of it could pass what a
+ * command may print), until caught up or stopping. */
 static void poll_usage(struct svc_acct *a)
 {
-	int64_t polled = 0, now = db_now_ms() / 1000 * 1000;
-	struct db_err err = { 0 };
+	int64_t now = db_now_ms() / 1000 * 1000, to = 0;
 	char msg[512] = "";
-	size_t added = 0;
-	int rc = db_usage_polled(a->db, DB_USAGE_SLURM, &polled, &err);
-	if (rc != 0) {
-		say(msg, sizeof msg, "usage: %s", err.text);
-	} else {
+	size_t added = 0, seen = 0, total = 0;
+	int rc = 0;
+	do {
+		int64_t polled = 0;
+		struct db_err err = { 0 };
+		if ((rc = db_usage_polled(a->db, DB_USAGE_SLURM, &polled, &err)) != 0) {
+			say(msg, sizeof msg, "usage: %s", err.text);
+			break;
+		}
 		int64_t from = polled > 0 ? polled - SVC_ACCT_SACCT_SLACK_S * 1000LL
 		                          : now - SVC_ACCT_FIRST_DAYS * 86400000LL;
-		rc = svc_acct_slurm_usage(a->timeout_ms, a->db, from, now, &added, msg, sizeof msg);
-	}
+		to = from + a->window_h * 3600000LL < now ? from + a->window_h * 3600000LL : now;
+		rc = svc_acct_slurm_usage(a->timeout_ms, a->db, from, to, &seen, &added, msg,
+		                          sizeof msg);
+		total += added;
+		if (rc == 0 && seen < SVC_ACCT_SACCT_FEW && a->window_h < SVC_ACCT_FIRST_DAYS * 24)
+			a->window_h *= 2;
+		else if ((rc != 0 || seen >= SVC_ACCT_SACCT_FEW) && a->window_h > 1)
+			a->window_h /= 2;      /* a failure may be output past what may be read */
+		pthread_mutex_lock(&a->lock);
+		if (rc == 0)
+			a->usage_read_to = to;
+		int stopping = a->stopping;
+		pthread_mutex_unlock(&a->lock);
+		if (stopping)
+			break;
+	} while (rc == 0 && to < now);
 	pthread_mutex_lock(&a->lock);
-	if (rc == 0)
-		a->usage_read_to = now;
 	say(a->usage_error, sizeof a->usage_error, "%s", rc == 0 ? "" : msg);
 	pthread_mutex_unlock(&a->lock);
 	if (rc != 0)
 		svc_log(SVC_LOG_WARN, "accounting: sacct: %s", msg);
-	else if (added)
-		svc_log(SVC_LOG_DEBUG, "accounting: %zu jobs' usage from sacct", added);
+	else if (total)
+		svc_log(SVC_LOG_DEBUG, "accounting: %zu jobs' usage from sacct", total);
 }
 
 /* The account named name in the snapshot (under the lock), or NULL. */
@@ -472,6 +491,7 @@ struct svc_acct *svc_acct_new(const struct svc_acct_config *cfg, char *err, size
 	    cfg->default_account ? cfg->default_account : "");
 	a->timeout_ms = (int)(cfg->timeout_s ? cfg->timeout_s : 30) * 1000;
 	a->refresh_ms = (long long)(cfg->refresh_s ? cfg->refresh_s : 60) * 1000;
+	a->window_h = SVC_ACCT_SACCT_WINDOW_H;
 	a->state = slurm && cfg->enabled ? API_ACCT_UNKNOWN : API_ACCT_OFF;
 	if (!slurm)
 		say(a->why, sizeof a->why, "the local executor has no slurm accounting");

@@ -17,7 +17,12 @@
  *     ended since the last read (less SVC_ACCT_SACCT_SLACK_S, for records
  *     slurmdbd got late; a job read twice counts once), added to the
  *     database (db/usage.h), so that GET /v1/usage never waits for sacct.
- *     A first read goes SVC_ACCT_FIRST_DAYS back.
+ *     A first read goes SVC_ACCT_FIRST_DAYS back, in calls of a span that
+ *     starts at SVC_ACCT_SACCT_WINDOW_H hours and doubles after a call that
+ *     listed fewer than SVC_ACCT_SACCT_FEW jobs (halves after more, or a
+ *     failure), one
+ *     after the other until caught up: no call prints more than a busy
+ *     cluster's day or two.
  *   - limit changes (PATCH): `sacctmgr -i modify account|user where ...
  *     set MaxJobs= MaxWall= GrpTRES=`, then a refresh of the snapshot,
  *     answered with the account as it is after.
@@ -48,6 +53,8 @@
 #define SVC_ACCT_PROBE_RETRY_MS 5000    /* Slurm did not answer the probe: ask again */
 #define SVC_ACCT_SACCT_SLACK_S 300
 #define SVC_ACCT_FIRST_DAYS 90
+#define SVC_ACCT_SACCT_WINDOW_H 24      /* the span a sacct call reads at first; */
+#define SVC_ACCT_SACCT_FEW 20000        /* doubled after fewer jobs, halved after more */
 
 struct db;
 struct svc_acct;

@@ -23,9 +23,10 @@ int svc_acct_slurm_probe(int timeout_ms, int *on, char *cluster, size_t cluster_
 int svc_acct_slurm_accounts(int timeout_ms, const char *cluster, json_t **accounts,
                             int *no_fairshare, char *msg, size_t len);
 
-/* sacct's jobs that ended in [from_ms, to_ms] into db; *added the new ones. */
+/* sacct's jobs that ended in [from_ms, to_ms] into db; *seen how many
+ * sacct listed, *added the new ones. */
 int svc_acct_slurm_usage(int timeout_ms, struct db *db, int64_t from_ms, int64_t to_ms,
-                         size_t *added, char *msg, size_t len);
+                         size_t *seen, size_t *added, char *msg, size_t len);
 
 /* sacctmgr -i modify ... set ...: 0 with cmd the command line (for the
  * audit entry) and *changed (0: Slurm said "Nothing modified"); -1 with

@@ -491,7 +491,7 @@ static void sacct_time(int64_t ms, char *out, size_t len)
 }
 
 int svc_acct_slurm_usage(int timeout_ms, struct db *db, int64_t from_ms, int64_t to_ms,
-                         size_t *added, char *msg, size_t len)
+                         size_t *seen, size_t *added, char *msg, size_t len)
 {
 	char from[32], to[32];
 	sacct_time(from_ms, from, sizeof from);
@@ -502,10 +502,11 @@ int svc_acct_slurm_usage(int timeout_ms, struct db *db, int64_t from_ms, int64_t
 	                       "AllocTRES,State", NULL };
 	struct slurm_cmd_result res;
 	struct svc_acct_sacct jobs = { 0 };
-	*added = 0;
+	*added = *seen = 0;
 	int rc = run(argv, timeout_ms, &res, msg, len);
 	if (rc == 0)
 		rc = svc_acct_parse_sacct(res.out, &jobs, msg, len);
+	*seen = jobs.n + jobs.skipped;
 	if (rc == 0) {
 		struct db_err err = { 0 };
 		if (db_usage_add(db, DB_USAGE_SLURM, jobs.jobs, jobs.n, to_ms, added, &err) != 0) {

@@ -286,9 +286,16 @@ def test_two_users_jobs_under_their_names_in_sacct_and_usage(slurm, tmp_path):
            for user, acct, cpus in (("alice", "acct-ml", "2"), ("bob", "acct-phys", "1"))}
     for sid in ids.values():
         assert c.wait_job(sid, timeout=60)["JobState"] == "COMPLETED"
-    out = c.run("sacct", "-X", "-n", "-P", "-j", ",".join(map(str, ids.values())),
-                "-o", "JobID,User,Account,AllocCPUS,State").stdout
-    rows = {line.split("|")[1]: line.split("|") for line in out.splitlines()}
+
+    def recorded():
+        """sacct's rows of the two jobs once slurmdbd has both ends."""
+        out = c.run("sacct", "-X", "-n", "-P", "-j", ",".join(map(str, ids.values())),
+                    "-o", "JobID,User,Account,AllocCPUS,State").stdout
+        rows = {line.split("|")[1]: line.split("|") for line in out.splitlines()}
+        return rows if len(rows) == 2 and all(r[4] != "RUNNING" for r in rows.values()) else None
+
+    rows = wait_for(recorded, "slurmdbd to record both jobs' ends", 30)
+    out = rows
     assert rows["alice"][2:] == ["acct-ml", "2", "COMPLETED"], out
     assert rows["bob"][2:] == ["acct-phys", "1", "COMPLETED"], out
 
