@@ -258,6 +258,36 @@ int admin_partition_ok(const char *s)
 	return 1;
 }
 
+/* "HH:MM:SS" or "D-HH:MM:SS" -> seconds, or -1. */
+static long parse_hms(const char *s)
+{
+	long d = 0, h, m, sec;
+	int n = 0;
+	if (strchr(s, '-')) {
+		if (sscanf(s, "%3ld-%2ld:%2ld:%2ld%n", &d, &h, &m, &sec, &n) != 4 || h > 23)
+			return -1;
+	} else if (sscanf(s, "%4ld:%2ld:%2ld%n", &h, &m, &sec, &n) != 3) {
+		return -1;
+	}
+	if (s[n] || d < 0 || h < 0 || m < 0 || m > 59 || sec < 0 || sec > 59 || !(s[0] >= '0' &&
+	    s[0] <= '9'))
+		return -1;
+	for (const char *p = s; *p; p++)
+		if (!(*p >= '0' && *p <= '9') && *p != ':' && *p != '-')
+			return -1;
+	return ((d * 24 + h) * 60 + m) * 60 + sec;
+}
+
+long admin_duration_s(const json_t *v, long max_s)
+{
+	long secs = -1;
+	if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= max_s / 60)
+		secs = (long)json_integer_value(v) * 60;
+	else if (json_is_string(v))
+		secs = parse_hms(json_string_value(v));
+	return secs < 0 || secs > max_s ? -1 : secs;
+}
+
 static void call_done(void *done_arg)
 {
 	api_resume(done_arg);

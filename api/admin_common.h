@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "acct_hooks.h"
 #include "admin_hooks.h"
 #include "db/audit.h"
 #include "db/jobs.h"
@@ -43,6 +44,9 @@ struct admin_req {
 	char reason[4 * ADMIN_REASON_MAX + 1];
 	char partition[65];
 	int64_t old_priority;
+	char account[API_ACCT_NAME_MAX + 1];   /* PATCH /v1/accounts/...: the path's names */
+	char user[API_ACCT_NAME_MAX + 1];
+	struct api_acct_limits limits;         /* ... and what to set (api/acct_hooks.h) */
 };
 
 /* Allocates the state, attaches it to req and, for an action, names it and
@@ -92,6 +96,10 @@ int admin_node_name_ok(const char *name);
 /* 1 if s is a Slurm partition name we pass on: 1..64 of A-Z a-z 0-9 _ . -,
  * not starting with '.' or '-'. */
 int admin_partition_ok(const char *s);
+
+/* A duration as the admin endpoints take it: "HH:MM:SS", "D-HH:MM:SS" or an
+ * integer of minutes, in seconds; -1 for anything else or more than max_s. */
+long admin_duration_s(const json_t *v, long max_s);
 
 /* Parks req and hands its call (req->state's) to fn; the continuation then
  * runs on an MHD thread once the service is done. Returns what the handler

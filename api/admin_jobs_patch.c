@@ -32,26 +32,6 @@
 #define NICE_MAX 2147483645LL
 #define TIME_LIMIT_MAX_S (366L * 24 * 3600)
 
-/* "HH:MM:SS" or "D-HH:MM:SS" -> seconds, or -1. */
-static long parse_hms(const char *s)
-{
-	long d = 0, h, m, sec;
-	int n = 0;
-	if (strchr(s, '-')) {
-		if (sscanf(s, "%3ld-%2ld:%2ld:%2ld%n", &d, &h, &m, &sec, &n) != 4 || h > 23)
-			return -1;
-	} else if (sscanf(s, "%4ld:%2ld:%2ld%n", &h, &m, &sec, &n) != 3) {
-		return -1;
-	}
-	if (s[n] || d < 0 || h < 0 || m < 0 || m > 59 || sec < 0 || sec > 59 || !(s[0] >= '0' &&
-	    s[0] <= '9'))
-		return -1;
-	for (const char *p = s; *p; p++)
-		if (!(*p >= '0' && *p <= '9') && *p != ':' && *p != '-')
-			return -1;
-	return ((d * 24 + h) * 60 + m) * 60 + sec;
-}
-
 /* Reads the body into s->call.update; 0, or -1 with the 400 replied. */
 static int update_or_reply(struct api_request *req, json_t *body, enum MHD_Result *ret)
 {
@@ -82,13 +62,8 @@ static int update_or_reply(struct api_request *req, json_t *body, enum MHD_Resul
 		u->nice = json_integer_value(v);
 	}
 	if (!bad && (v = json_object_get(body, "time_limit"))) {
-		long secs = -1;
-		if (json_is_integer(v) && json_integer_value(v) > 0 &&
-		    json_integer_value(v) <= TIME_LIMIT_MAX_S / 60)
-			secs = (long)json_integer_value(v) * 60;
-		else if (json_is_string(v))
-			secs = parse_hms(json_string_value(v));
-		if (secs <= 0 || secs > TIME_LIMIT_MAX_S)
+		long secs = admin_duration_s(v, TIME_LIMIT_MAX_S);
+		if (secs <= 0)
 			bad = "time_limit", why = "must be \"HH:MM:SS\", \"D-HH:MM:SS\" or an integer of "
 			                           "minutes, more than 0 and at most 366 days";
 		u->time_limit_s = secs;

@@ -40,4 +40,11 @@ enum MHD_Result api_admin_jobs_requeue(struct api_request *req);   /* POST .../{
 enum MHD_Result api_admin_jobs_patch(struct api_request *req);     /* PATCH /v1/jobs/{id} */
 enum MHD_Result api_admin_audit_get(struct api_request *req);      /* GET /v1/audit */
 
+/* accounting (api/acct_hooks.h is what they ask of the service) */
+enum MHD_Result api_usage_get(struct api_request *req);            /* GET /v1/usage */
+enum MHD_Result api_admin_accounts_get(struct api_request *req);   /* GET /v1/accounts */
+enum MHD_Result api_admin_accounts_patch(struct api_request *req); /* PATCH .../{name} */
+enum MHD_Result api_admin_accounts_user_patch(struct api_request *req);
+                                                        /* PATCH .../{name}/users/{user} */
+
 #endif

@@ -3,7 +3,8 @@
  * parse (the body, with the trainer's own validator: one source of truth)
  * -> the Idempotency-Key, the partition and an init that names another
  * job's checkpoint (which the submitter must be able to read) -> the
- * preflight -> the memory plan -> one db submit -> the `submitted` hook ->
+ * preflight -> the Slurm account (api/acct_check.h) -> the memory plan ->
+ * one db submit -> the `submitted` hook ->
  * 201 + Location + the job (200 and the job it made before for a retry with
  * the same key and spec; 409 for the same key with another spec).
  *
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acct_check.h"
 #include "db/checkpoints.h"
 #include "db/jobs.h"
 #include "handlers.h"
@@ -215,6 +217,10 @@ static enum MHD_Result store(struct api_request *req)
 	struct submit *s = req->state;
 	const struct api_jobs_hooks *hooks = req->ctx->jobs;
 	enum MHD_Result ret;
+	/* Slurm's associations are those of the Unix user it runs as */
+	if (api_account_or_reply(req, s->pre.unix_user[0] ? s->pre.unix_user : NULL,
+	                         s->tspec->resources.account, &ret))
+		return ret;
 	if (hooks && hooks->memory_limits &&
 	    check_memory(req, hooks, s->tspec, s->pre.shape, &ret))
 		return ret;

@@ -60,6 +60,15 @@ const struct api_route api_routes[] = {
 	  .role = API_ROLE_ADMIN },
 	{ .method = "GET", .path = "/v1/audit", .handler = api_admin_audit_get,
 	  .role = API_ROLE_ADMIN },
+
+	/* accounting: usage (users: their own), Slurm's accounts (admins) */
+	{ .method = "GET", .path = "/v1/usage", .handler = api_usage_get, .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/accounts", .handler = api_admin_accounts_get,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "PATCH", .path = "/v1/accounts/{name}", .handler = api_admin_accounts_patch,
+	  .role = API_ROLE_ADMIN },
+	{ .method = "PATCH", .path = "/v1/accounts/{name}/users/{user}",
+	  .handler = api_admin_accounts_user_patch, .role = API_ROLE_ADMIN },
 };
 
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

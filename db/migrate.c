@@ -162,6 +162,102 @@ static const char *const migrations[] = {
 	"ALTER TABLE users ADD COLUMN unix_user TEXT CHECK (unix_user IS NULL OR\n"
 	"	length(unix_user) BETWEEN 1 AND 32);\n"
 	"ALTER TABLE jobs ADD COLUMN unix_user TEXT;\n",
+
+	/* 7: usage accounting (db/usage.h). usage_jobs holds each finished job's
+	 * usage once: local jobs' from their own rows (the trigger jobs_usage,
+	 * when a job of the local executor that ran gets its end time), Slurm
+	 * jobs' from Slurm's accounting (sacct, added by larchd's reader). Each
+	 * job is spread over the UTC hours it ran, as the CPU and GPU
+	 * milliseconds of each hour (the job itself counted in the hour it
+	 * ended), into usage_hours and, the same summed by day, usage_days, by
+	 * usage_keys' id of its (source, user, account, partition): a query reads
+	 * whole days from usage_days and only the hours at its two ends, with
+	 * integer keys. A job longer than usage_hour_offsets has hours (a year)
+	 * gives its first hour all the time before. */
+	"CREATE TABLE usage_jobs (\n"
+	"	source TEXT NOT NULL CHECK (source IN ('local', 'slurm')),\n"
+	"	key TEXT NOT NULL,\n"                      /* local: the job id; slurm: id@submit@start */
+	"	user TEXT NOT NULL,\n"                     /* local: the owner; slurm: the Unix user */
+	"	account TEXT NOT NULL,\n"                  /* '' for none */
+	"	partition TEXT NOT NULL,\n"
+	"	start_ms INTEGER NOT NULL CHECK (start_ms >= 0),\n"
+	"	end_ms INTEGER NOT NULL CHECK (end_ms >= start_ms),\n"
+	"	cpus INTEGER NOT NULL CHECK (cpus >= 0),\n"
+	"	gpus INTEGER NOT NULL CHECK (gpus >= 0),\n"
+	"	PRIMARY KEY (source, key)\n"
+	") STRICT, WITHOUT ROWID;\n"
+	"CREATE TABLE usage_keys (\n"
+	"	id INTEGER PRIMARY KEY,\n"
+	"	source TEXT NOT NULL,\n"
+	"	user TEXT NOT NULL,\n"
+	"	account TEXT NOT NULL,\n"
+	"	partition TEXT NOT NULL,\n"
+	"	UNIQUE (source, user, account, partition)\n"
+	") STRICT;\n"
+	"CREATE TABLE usage_hours (\n"
+	"	hour INTEGER NOT NULL,\n"                  /* hours since the epoch (UTC) */
+	"	key INTEGER NOT NULL,\n"                   /* usage_keys.id */
+	"	cpu_ms INTEGER NOT NULL,\n"
+	"	gpu_ms INTEGER NOT NULL,\n"
+	"	jobs INTEGER NOT NULL,\n"
+	"	PRIMARY KEY (hour, key)\n"
+	") STRICT, WITHOUT ROWID;\n"
+	"CREATE TABLE usage_days (\n"
+	"	day INTEGER NOT NULL,\n"                   /* days since the epoch (UTC) */
+	"	key INTEGER NOT NULL,\n"
+	"	cpu_ms INTEGER NOT NULL,\n"
+	"	gpu_ms INTEGER NOT NULL,\n"
+	"	jobs INTEGER NOT NULL,\n"
+	"	PRIMARY KEY (day, key)\n"
+	") STRICT, WITHOUT ROWID;\n"
+	"CREATE TABLE usage_polls (\n"             /* how far each source has been read */
+	"	source TEXT PRIMARY KEY NOT NULL,\n"
+	"	polled_to INTEGER NOT NULL\n"
+	") STRICT;\n"
+	"CREATE TABLE usage_hour_offsets (n INTEGER PRIMARY KEY) STRICT;\n"
+	"WITH RECURSIVE k(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM k WHERE n < 8783)\n"
+	"	INSERT INTO usage_hour_offsets SELECT n FROM k;\n"
+	"CREATE TRIGGER usage_jobs_hours AFTER INSERT ON usage_jobs BEGIN\n"
+	"	INSERT OR IGNORE INTO usage_keys (source, user, account, partition)\n"
+	"		VALUES (new.source, new.user, new.account, new.partition);\n"
+	"	INSERT INTO usage_hours (hour, key, cpu_ms, gpu_ms, jobs)\n"
+	"	SELECT h, (SELECT id FROM usage_keys WHERE source = new.source AND user = new.user\n"
+	"			AND account = new.account AND partition = new.partition),\n"
+	"		new.cpus * ms, new.gpus * ms, h = h1\n"
+	"	FROM (SELECT h0 + n AS h, h1, min(new.end_ms, (h0 + n + 1) * 3600000) -\n"
+	"			CASE WHEN n = 0 THEN new.start_ms ELSE (h0 + n) * 3600000 END AS ms\n"
+	"		FROM (SELECT max(new.start_ms / 3600000, h1 - 8783) AS h0, h1\n"
+	"			FROM (SELECT max(new.start_ms / 3600000, (new.end_ms - 1) / 3600000) AS h1)),\n"
+	"		usage_hour_offsets WHERE n <= h1 - h0)\n"
+	"	WHERE true\n"
+	"	ON CONFLICT DO UPDATE SET cpu_ms = cpu_ms + excluded.cpu_ms,\n"
+	"		gpu_ms = gpu_ms + excluded.gpu_ms, jobs = jobs + excluded.jobs;\n"
+	"	INSERT INTO usage_days (day, key, cpu_ms, gpu_ms, jobs)\n"
+	"	SELECT h / 24, (SELECT id FROM usage_keys WHERE source = new.source AND user = new.user\n"
+	"			AND account = new.account AND partition = new.partition),\n"
+	"		new.cpus * sum(ms), new.gpus * sum(ms), sum(h = h1)\n"
+	"	FROM (SELECT h0 + n AS h, h1, min(new.end_ms, (h0 + n + 1) * 3600000) -\n"
+	"			CASE WHEN n = 0 THEN new.start_ms ELSE (h0 + n) * 3600000 END AS ms\n"
+	"		FROM (SELECT max(new.start_ms / 3600000, h1 - 8783) AS h0, h1\n"
+	"			FROM (SELECT max(new.start_ms / 3600000, (new.end_ms - 1) / 3600000) AS h1)),\n"
+	"		usage_hour_offsets WHERE n <= h1 - h0)\n"
+	"	WHERE true GROUP BY h / 24\n"
+	"	ON CONFLICT DO UPDATE SET cpu_ms = cpu_ms + excluded.cpu_ms,\n"
+	"		gpu_ms = gpu_ms + excluded.gpu_ms, jobs = jobs + excluded.jobs;\n"
+	"END;\n"
+	"CREATE TRIGGER jobs_usage AFTER UPDATE OF end_time ON jobs\n"
+	"	WHEN old.end_time IS NULL AND new.end_time IS NOT NULL AND new.executor = 'local'\n"
+	"	AND new.start_time IS NOT NULL BEGIN\n"
+	"	INSERT OR IGNORE INTO usage_jobs (source, key, user, account, partition, start_ms,\n"
+	"		end_ms, cpus, gpus)\n"
+	"	VALUES ('local', printf('j-%06d', new.id), new.owner,\n"
+	"		coalesce(json_extract(new.spec, '$.resources.account'), ''),\n"
+	"		coalesce(new.partition, ''), new.start_time, max(new.start_time, new.end_time),\n"
+	"		coalesce(json_extract(new.spec, '$.resources.cpus_per_task'), 1) *\n"
+	"		coalesce(json_extract(new.spec, '$.parallel.ranks'), 1),\n"
+	"		coalesce(json_extract(new.spec, '$.resources.gpus_per_node'), 0) *\n"
+	"		coalesce(json_extract(new.spec, '$.resources.nodes'), 1));\n"
+	"END;\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
@@ -226,7 +322,7 @@ static int step_fn(struct db_conn *c, void *arg, struct db_err *err)
 	if (read_version(c, &v, err))
 		return DB_ERROR;
 	if (v >= s->target)
-		return 0;     /* another process got there first */
+		return 0;     /* another process got there h0 */
 	char what[64];
 	snprintf(what, sizeof what, "migrate to version %d", s->target);
 	rc = sqlite3_exec(c->h, migrations[s->target - 1], NULL, NULL, NULL);

@@ -28,6 +28,9 @@ packages=(
 	# the single-node Slurm cluster for development and CI: deploy/slurm/start.sh
 	# runs these daemons with its own config, key and sockets
 	slurmctld slurmd slurm-client munge
+	# ... and its accounting: slurmdbd over a MariaDB of its own (the server
+	# and client without their service scripts: start.sh runs mariadbd)
+	slurmdbd mariadb-server-core mariadb-client-core
 	# larchd submits through libslurm (in-process, no sbatch per job)
 	libslurm-dev
 	# tests/bench/bench_slurm.sh compares larchd with slurmrestd (JWT auth over TCP)

@@ -69,5 +69,10 @@ void svc_node_state(const char *slurm, char *out, size_t len, int *responding);
 /* A Slurm time limit ("30:00", "1:00:00", "2-00:00:00", "infinite") in
  * seconds; -1 for none (infinite, unlimited), -2 when it is not one. */
 long svc_slurm_time_s(const char *s);
+struct slurm_cmd_result;
+/* Whether a Slurm command failed because Slurm could not be asked (timed
+ * out, did not run, or said it could not reach slurmctld or slurmdbd)
+ * rather than because it said no. */
+int svc_slurm_unreachable(const struct slurm_cmd_result *r);
 
 #endif

@@ -17,9 +17,7 @@
 
 /* ---- running commands --------------------------------------------------------- */
 
-/* Did the command fail because Slurm could not be asked (rather than
- * saying no)? */
-static int unreachable(const struct slurm_cmd_result *r)
+int svc_slurm_unreachable(const struct slurm_cmd_result *r)
 {
 	static const char *const signs[] = {
 		"Unable to contact", "connect failure", "Socket timed out", "Zero Bytes were transmitted",
@@ -543,7 +541,7 @@ out:
 static void refused(struct api_admin_call *call, const struct slurm_cmd_result *res,
                     const char *what)
 {
-	if (unreachable(res)) {
+	if (svc_slurm_unreachable(res)) {
 		call->status = 503;
 		svc_cluster_say(call->message, sizeof call->message, "slurm is unreachable: %s", what);
 	} else {
@@ -564,10 +562,10 @@ int svc_cluster_slurm_node(struct svc_cluster *c, struct api_admin_call *call)
 	char what[API_ADMIN_MESSAGE_MAX];
 	int rc = run(c, argv, &res, what, sizeof what);
 	if (rc != 0) {
-		if (!unreachable(&res) && strstr(res.err, "Invalid node name")) {
+		if (!svc_slurm_unreachable(&res) && strstr(res.err, "Invalid node name")) {
 			call->status = 404;
 			svc_cluster_say(call->message, sizeof call->message, "slurm has no node %s", call->node);
-		} else if (!unreachable(&res) && strstr(res.err, "Invalid node state")) {
+		} else if (!svc_slurm_unreachable(&res) && strstr(res.err, "Invalid node state")) {
 			call->status = 409;
 			svc_cluster_say(call->message, sizeof call->message, "node %s cannot resume: it is not "
 			         "drained, draining or down (%s)", call->node, what);
@@ -618,7 +616,7 @@ static int job_state(struct svc_cluster *c, struct api_admin_call *call, char *s
 		svc_cluster_say(call->message, sizeof call->message, "slurm no longer has job %s (it has "
 		         "ended)", call->slurm_job_id);
 		rc = -1;
-	} else if (rc != 0 && !unreachable(&res) && strstr(res.err, "Invalid job id")) {
+	} else if (rc != 0 && !svc_slurm_unreachable(&res) && strstr(res.err, "Invalid job id")) {
 		call->status = 409;
 		svc_cluster_say(call->message, sizeof call->message, "slurm no longer has job %s (it has "
 		         "ended)", call->slurm_job_id);
@@ -717,11 +715,11 @@ int svc_cluster_slurm_job(struct svc_cluster *c, struct api_admin_call *call)
 	struct slurm_cmd_result res;
 	char what[API_ADMIN_MESSAGE_MAX];
 	if (run(c, argv, &res, what, sizeof what) != 0) {
-		if (!unreachable(&res) && strstr(res.err, "Invalid job id")) {
+		if (!svc_slurm_unreachable(&res) && strstr(res.err, "Invalid job id")) {
 			call->status = 409;
 			svc_cluster_say(call->message, sizeof call->message, "slurm no longer has job %s (it "
 			         "has ended)", call->slurm_job_id);
-		} else if (!unreachable(&res) && strstr(res.err, "Invalid partition")) {
+		} else if (!svc_slurm_unreachable(&res) && strstr(res.err, "Invalid partition")) {
 			call->status = 400;
 			svc_cluster_say(call->message, sizeof call->message, "partition: slurm has no "
 			         "partition %s", call->update.partition ? call->update.partition : "?");

@@ -71,6 +71,15 @@ static const struct key keys[] = {
 	  "srun --mpi=pmix, Open MPI's mpirun, or srun --mpi=none (the ranks meet through the "
 	  "job dir and talk TCP); auto: pmix where the node's srun has it, else mpirun where "
 	  "there is one, else none" },
+	{ .name = "accounting", .kind = K_CHOICE, .offset = FIELD(accounting), .def = "auto",
+	  .choices = (const char *const[]){ "auto", "off", NULL },
+	  .metavar = "HOW", .help = "Slurm's accounts, limits and usage (GET /v1/accounts, "
+	  "/v1/usage): auto reads them with sacctmgr, sshare and sacct where the cluster has "
+	  "slurmdbd; off leaves Slurm's accounting alone (usage from larch's own records only)" },
+	{ .name = "accounting_refresh_s", .kind = K_UINT, .offset = FIELD(accounting_refresh_s),
+	  .def = "60", .min = 1, .max = 86400, .metavar = "SECONDS",
+	  .help = "seconds between reads of Slurm's accounts (sacctmgr, sshare) and of the "
+	  "usage of the jobs that ended (sacct)" },
 	{ .name = "trainer_path", .kind = K_AUTO_PATH, .offset = FIELD(trainer_path),
 	  .def = "auto", .metavar = "FILE",
 	  .help = "the larch-train jobs run (auto: beside larchd, or the build tree's)" },
@@ -684,6 +693,7 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->slurm_qos);
 	free(cfg->slurm_submit);
 	free(cfg->slurm_mpi);
+	free(cfg->accounting);
 	free(cfg->dashboard_dir);
 	free(cfg->chartjs_path);
 	free(cfg->run_as);

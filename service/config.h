@@ -53,6 +53,8 @@ struct svc_config {
 	unsigned slurm_submit_parallel;  /* submissions at once */
 	char *slurm_submit;              /* "auto", "libslurm" or "sbatch" */
 	char *slurm_mpi;                 /* "auto", "pmix" or "mpirun" */
+	char *accounting;                /* "auto" or "off" */
+	unsigned accounting_refresh_s;   /* between sacctmgr/sshare/sacct reads */
 	unsigned max_local_jobs;         /* the local executor's concurrent jobs */
 	char *trainer_path;              /* larch-train; NULL: beside larchd ("auto") */
 	unsigned cancel_grace;           /* seconds from SIGTERM to SIGKILL on cancel */

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "accounting.h"
 #include "admin.h"
 #include "api/changes.h"
 #include "api/job_cache.h"
@@ -187,6 +188,7 @@ struct larchd {
 	struct api_jobs_hooks jobs_hooks;  /* the runner's, and the preflight */
 	struct executor *ex;
 	struct svc_cluster *cluster;       /* the admin endpoints' Slurm side (cluster.h) */
+	struct svc_acct *acct;             /* Slurm's accounting (accounting.h) */
 	struct svc_server *srv;
 	struct api_static *dashboard;      /* GET / and /ui/... (api/static.h) */
 	struct api_ctx ctx;
@@ -217,6 +219,7 @@ static void stop(struct larchd *d, int clean)
 	svc_preflight_free(d->preflight);
 	svc_runner_free(d->runner);        /* jobs keep running: the next start adopts them */
 	svc_cluster_free(d->cluster);
+	svc_acct_free(d->acct);
 	exec_free(d->ex);
 	svc_auth_free(d->auth);
 	api_job_cache_free(d->ctx.job_cache);
@@ -313,6 +316,13 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	if (!(d->cluster = svc_cluster_new(d->db, d->cfg.executor, d->cfg.max_local_jobs,
 	                                   d->cfg.slurm_timeout, err, errlen)))
 		return -1;
+	struct svc_acct_config acfg = { .db = d->db, .executor = d->cfg.executor,
+	                                .enabled = strcmp(d->cfg.accounting, "off") != 0,
+	                                .refresh_s = d->cfg.accounting_refresh_s,
+	                                .timeout_s = d->cfg.slurm_timeout,
+	                                .default_account = d->cfg.slurm_account };
+	if (!(d->acct = svc_acct_new(&acfg, err, errlen)))
+		return -1;
 	if (dashboard_new(d, err, errlen) != 0)
 		return -1;
 	d->ctx.auth_lookup = svc_auth_lookup;
@@ -324,6 +334,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	d->ctx.jobs = &d->jobs_hooks;
 	d->ctx.svc = d->runner;
 	d->ctx.admin = svc_cluster_hooks(d->cluster);
+	d->ctx.acct = svc_acct_hooks(d->acct);
 	d->ctx.job_cache = api_job_cache_new();
 	d->ctx.dashboard = d->dashboard;
 	struct svc_server_config scfg = {

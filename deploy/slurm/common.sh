@@ -6,12 +6,13 @@
 # The directory is $LARCH_SLURM_DIR, else ./slurm-dev. Everything the cluster
 # writes lives under it:
 #
-#   slurm.conf  env.sh  jobcomp.txt
+#   slurm.conf  slurmdbd.conf (0600: the database password)  env.sh  jobcomp.txt
 #   munge/      munge.key munge.socket.2 munged.pid munged.seed
+#   mariadb/    MariaDB's datadir (slurmdbd's database, slurm_acct_db)
 #   state/      slurmctld's StateSaveLocation
 #   spool/      slurmd's SlurmdSpoolDir
-#   log/        munged.log slurmctld.log slurmd.log
-#   run/        slurmctld.pid slurmd.pid
+#   log/        munged.log mariadbd.log slurmdbd.log slurmctld.log slurmd.log
+#   run/        mariadbd.pid mariadbd.sock slurmdbd.pid slurmctld.pid slurmd.pid
 
 slurm_fail() {
 	echo "${0##*/}: $*" >&2
@@ -23,15 +24,20 @@ slurm_fail() {
 
 slurm_dir=$(realpath -m "${LARCH_SLURM_DIR:-./slurm-dev}")
 slurm_conf=$slurm_dir/slurm.conf
+dbd_conf=$slurm_dir/slurmdbd.conf
 munge_socket=$slurm_dir/munge/munge.socket.2
+db_socket=$slurm_dir/run/mariadbd.sock
+
+# the daemons in the order they start (stop.sh stops them in reverse)
+daemons=(munged mariadbd slurmdbd slurmctld slurmd)
 
 # unix socket paths are limited to 107 bytes
-[ ${#munge_socket} -le 107 ] ||
-	slurm_fail "$slurm_dir: path too long for munge's socket (${#munge_socket} bytes, at most 107): set LARCH_SLURM_DIR to a shorter one"
+[ ${#munge_socket} -le 107 ] && [ ${#db_socket} -le 107 ] ||
+	slurm_fail "$slurm_dir: path too long for munge's and MariaDB's sockets (at most 107 bytes): set LARCH_SLURM_DIR to a shorter one"
 
 export SLURM_CONF=$slurm_conf
 
-# pid_file NAME: where daemon NAME (munged, slurmctld, slurmd) keeps its pid
+# pid_file NAME: where daemon NAME (one of $daemons) keeps its pid
 pid_file() {
 	case $1 in
 	munged) echo "$slurm_dir/munge/munged.pid" ;;
@@ -41,8 +47,8 @@ pid_file() {
 
 # daemon_pid NAME: prints the pid of this cluster's daemon NAME and succeeds
 # if it runs. A zombie counts as gone (where PID 1 is not an init, exited
-# daemons are reaped late), and so does a process whose command line does not
-# name this cluster's directory (a pid file left over, the pid reused).
+# daemons are reaped late), and so does a process that is not this
+# cluster's (ours_alive: a pid file left over, the pid reused).
 daemon_pid() {
 	local pid
 	pid=$(cat "$(pid_file "$1")" 2>/dev/null) || return 1
@@ -52,12 +58,14 @@ daemon_pid() {
 }
 
 # ours_alive PID: succeeds while PID is a live process (not a zombie) of
-# this cluster (its command line names $slurm_dir)
+# this cluster: its command line names $slurm_dir, or (slurmdbd, which has
+# no option for its config) its environment holds this cluster's SLURM_CONF
 ours_alive() {
 	local state
 	state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) || return 1
 	[ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] || return 1
-	tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$slurm_dir/"
+	tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF "$slurm_dir/" ||
+		tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | grep -qxF "SLURM_CONF=$slurm_conf"
 }
 
 # now_ms: milliseconds since the epoch, for deadlines (SECONDS ticks on whole seconds)
@@ -69,7 +77,8 @@ now_ms() {
 # log_tails: the last lines of each daemon's log, for a failure report
 log_tails() {
 	local f
-	for f in "$slurm_dir"/log/munged.log "$slurm_dir"/log/slurmctld.log "$slurm_dir"/log/slurmd.log; do
+	for f in "${daemons[@]}"; do
+		f=$slurm_dir/log/$f.log
 		[ -f "$f" ] || continue
 		echo "--- last lines of $f" >&2
 		tail -n 15 "$f" >&2

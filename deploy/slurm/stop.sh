@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # deploy/slurm/stop.sh - stops the cluster deploy/slurm/start.sh started in
 # $LARCH_SLURM_DIR (else ./slurm-dev): cancels the jobs still queued or
-# running (their processes would outlive slurmd), then stops slurmd, slurmctld
-# and munged with SIGTERM (SIGKILL after 15 s) and waits until they are gone.
+# running (their processes would outlive slurmd), then stops slurmd,
+# slurmctld, slurmdbd, mariadbd and munged, in that order, each with SIGTERM
+# (SIGKILL after 15 s; MariaDB shuts down cleanly on SIGTERM), waiting until
+# each is gone before the next.
 # A zombie counts as gone: where PID 1 is not an init, it reaps them late.
 # Idempotent: with nothing running it exits 0. The directory stays (state,
 # logs, jobcomp file); remove it by hand for a clean slate.
@@ -41,7 +43,8 @@ if daemon_pid slurmctld >/dev/null; then
 fi
 
 stopped=()
-for d in slurmd slurmctld munged; do
+for ((i = ${#daemons[@]} - 1; i >= 0; i--)); do
+	d=${daemons[i]}
 	pid=$(daemon_pid "$d") || continue
 	kill -TERM "$pid" 2>/dev/null || true
 	if ! wait_gone "$pid" 15; then
@@ -51,7 +54,9 @@ for d in slurmd slurmctld munged; do
 	fi
 	stopped+=("$d")
 done
-rm -f "$(pid_file slurmd)" "$(pid_file slurmctld)" "$(pid_file munged)"
+for d in "${daemons[@]}"; do
+	rm -f "$(pid_file "$d")"
+done
 
 if [ ${#stopped[@]} -eq 0 ]; then
 	echo "slurm-dev: not running ($slurm_dir)"

@@ -7,6 +7,10 @@
  *   hold|release|requeue ID POST /v1/jobs/ID/hold ...
  *   set-priority ID N       PATCH /v1/jobs/ID {"priority": N} (--nice: {"nice": N})
  *   audit                   GET /v1/audit (--actor, --action, --target, --limit, --all)
+ *   accounts                GET /v1/accounts
+ *   set-limits ACCOUNT      PATCH /v1/accounts/ACCOUNT[/users/U] {"max_jobs", "max_wall",
+ *                           "grp_tres": {"cpu", "gpu"}} (--user U, --max-jobs, --max-wall,
+ *                           --cpus, --gpus; "none": null)
  *
  * Everything that came from larchd is printed inert (output.h).
  */
@@ -18,13 +22,15 @@
 
 #include "jobs.h"
 
-enum { OPT_REASON = 0x2000, OPT_NICE, OPT_ACTOR, OPT_ACTION, OPT_TARGET, OPT_LIMIT, OPT_ALL };
+enum { OPT_REASON = 0x2000, OPT_NICE, OPT_ACTOR, OPT_ACTION, OPT_TARGET, OPT_LIMIT, OPT_ALL,
+       OPT_USER, OPT_MAX_JOBS, OPT_MAX_WALL, OPT_CPUS, OPT_GPUS };
 
 struct admin_args {
 	const char *verb;
 	const char *pos[3];           /* the verb's own arguments */
 	int npos;
 	const char *reason, *actor, *action, *target, *limit;
+	const char *user, *max_jobs, *max_wall, *cpus, *gpus;   /* set-limits */
 	int nice, all;
 	long long limit_n;
 };
@@ -244,6 +250,134 @@ static int job_action(struct cli *cli, const struct admin_args *a)
 	return rc;
 }
 
+/* ---- accounts ------------------------------------------------------------------ */
+
+/* The cells of a limits object: max jobs, max wall, CPUs, GPUs. */
+static void limit_cells(const json_t *limits, char cells[4][32])
+{
+	int_text(limits, "max_jobs", cells[0], 32);
+	const char *wall = cli_job_str(limits, "max_wall");
+	snprintf(cells[1], 32, "%s", wall ? wall : "-");
+	int_text(json_object_get(limits, "grp_tres"), "cpu", cells[2], 32);
+	int_text(json_object_get(limits, "grp_tres"), "gpu", cells[3], 32);
+}
+
+static void number_text(const json_t *obj, const char *key, char *out, size_t len)
+{
+	json_t *v = json_object_get(obj, key);
+	if (json_is_number(v))
+		snprintf(out, len, "%.3f", json_number_value(v));
+	else
+		snprintf(out, len, "-");
+}
+
+static void print_accounts(const json_t *view)
+{
+	static const struct cli_column cols[] = {
+		{ .head = "ACCOUNT" }, { .head = "USER" }, { .head = "MAX JOBS", .right = 1 },
+		{ .head = "MAX WALL", .right = 1 }, { .head = "CPUS", .right = 1 },
+		{ .head = "GPUS", .right = 1 }, { .head = "SHARE", .right = 1 },
+		{ .head = "USAGE", .right = 1 }, { .head = "FAIRSHARE", .right = 1 },
+	};
+	struct cli_table *t = cli_table_new(cols, sizeof cols / sizeof cols[0]);
+	size_t i, k;
+	json_t *acc;
+	json_array_foreach(json_object_get(view, "accounts"), i, acc) {
+		for (k = 0; k == 0 || k <= json_array_size(json_object_get(acc, "users")); k++) {
+			const json_t *who = k == 0 ? acc : json_array_get(json_object_get(acc, "users"),
+			                                                  k - 1);
+			char lim[4][32], share[32], usage[32], fair[32], user[160];
+			limit_cells(json_object_get(who, "limits"), lim);
+			json_t *fs = json_object_get(who, "fairshare");
+			number_text(fs, "norm_shares", share, sizeof share);
+			number_text(fs, "effective_usage", usage, sizeof usage);
+			number_text(fs, "fairshare", fair, sizeof fair);
+			if (k == 0)
+				snprintf(user, sizeof user, "-");
+			else
+				snprintf(user, sizeof user, "%s%s%s%s", cli_job_str(who, "name"),
+				         json_is_true(json_object_get(who, "default")) ? " (default)" : "",
+				         cli_job_str(who, "partition") ? " @" : "",
+				         cli_job_str(who, "partition") ? cli_job_str(who, "partition") : "");
+			const char *cells[] = { k == 0 ? cli_job_str(acc, "name") : "", user, lim[0],
+			                        lim[1], lim[2], lim[3], share, usage, fair };
+			cli_table_row(t, cells);
+		}
+	}
+	cli_table_print(t, stdout, cli_term_width());
+	cli_table_free(t);
+}
+
+/* A limit option's value into body[key] (sub: into body[sub][key]): an
+ * integer in [0, max], "none" (null), or for max_wall a duration as text. */
+static int limit_arg(struct cli *cli, json_t *body, const char *sub, const char *key,
+                     const char *opt, const char *arg, long long max)
+{
+	if (!arg)
+		return CLI_OK;
+	json_t *target = body;
+	if (sub) {
+		target = json_object_get(body, sub);
+		if (!target) {
+			target = json_object();
+			json_object_set_new(body, sub, target);
+		}
+	}
+	if (strcmp(arg, "none") == 0)
+		return json_object_set_new(target, key, json_null()) ? CLI_USAGE : CLI_OK;
+	if (max < 0)         /* a duration: larchd checks it */
+		return json_object_set_new(target, key, json_string(arg)) ? CLI_USAGE : CLI_OK;
+	long long n;
+	int rc = cli_parse_long(cli, opt, arg, 0, max, &n);
+	if (rc == CLI_OK)
+		json_object_set_new(target, key, json_integer(n));
+	return rc;
+}
+
+static int set_limits(struct cli *cli, const struct admin_args *a)
+{
+	json_t *body = json_object(), *acc = NULL;
+	int rc;
+	if ((rc = limit_arg(cli, body, NULL, "max_jobs", "--max-jobs", a->max_jobs, 1000000)) ||
+	    (rc = limit_arg(cli, body, NULL, "max_wall", "--max-wall", a->max_wall, -1)) ||
+	    (rc = limit_arg(cli, body, "grp_tres", "cpu", "--cpus", a->cpus, 10000000)) ||
+	    (rc = limit_arg(cli, body, "grp_tres", "gpu", "--gpus", a->gpus, 1000000))) {
+		json_decref(body);
+		return rc;
+	}
+	struct cli_buf path = { 0 };
+	cli_buf_adds(&path, "/v1/accounts/");
+	cli_http_escape(&path, a->pos[0]);
+	if (a->user) {
+		cli_buf_adds(&path, "/users/");
+		cli_http_escape(&path, a->user);
+	}
+	rc = send_json(cli, "PATCH", cli_buf_str(&path), body, NULL, &acc);
+	if (rc == CLI_OK && cli->json) {
+		cli_print_json(acc);
+	} else if (rc == CLI_OK) {
+		json_t *view = json_pack("{s:[O]}", "accounts", acc);
+		if (view && a->user) {       /* only the user's rows under the account */
+			json_t *users = json_object_get(json_array_get(json_object_get(view, "accounts"), 0),
+			                                "users"), *keep = json_array();
+			size_t i;
+			json_t *u;
+			json_array_foreach(users, i, u)
+				if (cli_job_str(u, "name") && strcmp(cli_job_str(u, "name"), a->user) == 0)
+					json_array_append(keep, u);
+			json_object_set_new(json_array_get(json_object_get(view, "accounts"), 0), "users",
+			                    keep);
+		}
+		if (view)
+			print_accounts(view);
+		json_decref(view);
+	}
+	json_decref(body);
+	json_decref(acc);
+	cli_buf_release(&path);
+	return rc;
+}
+
 /* ---- audit --------------------------------------------------------------------- */
 
 static int audit(struct cli *cli, const struct admin_args *a)
@@ -304,7 +438,7 @@ static const struct verb verbs[] = {
 	{ "queues", 0, "" }, { "nodes", 0, "" }, { "drain", 1, "a node" },
 	{ "resume", 1, "a node" }, { "hold", 1, "a job id" }, { "release", 1, "a job id" },
 	{ "requeue", 1, "a job id" }, { "set-priority", 2, "a job id and a number" },
-	{ "audit", 0, "" },
+	{ "audit", 0, "" }, { "accounts", 0, "" }, { "set-limits", 1, "an account" },
 };
 
 int cli_cmd_admin(struct cli *cli, int argc, char **argv)
@@ -317,6 +451,11 @@ int cli_cmd_admin(struct cli *cli, int argc, char **argv)
 		{ "target", required_argument, NULL, OPT_TARGET },
 		{ "limit", required_argument, NULL, OPT_LIMIT },
 		{ "all", no_argument, NULL, OPT_ALL },
+		{ "user", required_argument, NULL, OPT_USER },
+		{ "max-jobs", required_argument, NULL, OPT_MAX_JOBS },
+		{ "max-wall", required_argument, NULL, OPT_MAX_WALL },
+		{ "cpus", required_argument, NULL, OPT_CPUS },
+		{ "gpus", required_argument, NULL, OPT_GPUS },
 		CLI_COMMON_OPTIONS, { 0 },
 	};
 	struct admin_args a = { 0 };
@@ -329,6 +468,11 @@ int cli_cmd_admin(struct cli *cli, int argc, char **argv)
 		case OPT_ACTION: a.action = optarg; break;
 		case OPT_TARGET: a.target = optarg; break;
 		case OPT_ALL: a.all = 1; break;
+		case OPT_USER: a.user = optarg; break;
+		case OPT_MAX_JOBS: a.max_jobs = optarg; break;
+		case OPT_MAX_WALL: a.max_wall = optarg; break;
+		case OPT_CPUS: a.cpus = optarg; break;
+		case OPT_GPUS: a.gpus = optarg; break;
 		case OPT_LIMIT:
 			if ((rc = cli_parse_long(cli, "--limit", optarg, 1, 500, &a.limit_n)) != CLI_OK)
 				return rc;
@@ -341,7 +485,7 @@ int cli_cmd_admin(struct cli *cli, int argc, char **argv)
 	}
 	if (optind >= argc)
 		return cli_usage_error(cli, "what to do? (queues, nodes, drain, resume, hold, release, "
-		                       "requeue, set-priority, audit)");
+		                       "requeue, set-priority, audit, accounts, set-limits)");
 	a.verb = argv[optind++];
 	const struct verb *v = NULL;
 	for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
@@ -368,8 +512,19 @@ int cli_cmd_admin(struct cli *cli, int argc, char **argv)
 	if (!is_audit && (a.actor || a.action || a.target || a.limit || a.all))
 		return cli_usage_error(cli, "--actor, --action, --target, --limit and --all go with "
 		                       "audit");
+	int is_limits = strcmp(v->name, "set-limits") == 0;
+	if (!is_limits && (a.user || a.max_jobs || a.max_wall || a.cpus || a.gpus))
+		return cli_usage_error(cli, "--user, --max-jobs, --max-wall, --cpus and --gpus go "
+		                       "with set-limits");
+	if (is_limits && !(a.max_jobs || a.max_wall || a.cpus || a.gpus))
+		return cli_usage_error(cli, "set-limits needs at least one of --max-jobs, --max-wall, "
+		                       "--cpus, --gpus");
 	if ((rc = cli_connect(cli)) != CLI_OK)
 		return rc;
+	if (strcmp(v->name, "accounts") == 0)
+		return view(cli, "/v1/accounts", print_accounts);
+	if (is_limits)
+		return set_limits(cli, &a);
 	if (strcmp(v->name, "queues") == 0)
 		return view(cli, "/v1/queues", print_queues);
 	if (strcmp(v->name, "nodes") == 0)

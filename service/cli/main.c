@@ -86,9 +86,22 @@ static const struct cli_command commands[] = {
 	  "fits and, when not, the largest micro-batch that does (exit status 1).\n\n"
 	  "  --host-mem GIB  host memory per node\n"
 	  "  --gpu-mem GIB   memory per GPU\n" },
+	{ .name = "usage", .run = cli_cmd_usage,
+	  .args = "[--from T] [--to T] [--group-by KEYS]",
+	  .summary = "CPU and GPU hours and jobs, per user and account",
+	  .help =
+	  "Prints the CPU hours, GPU hours and jobs of the jobs that ended, per user and\n"
+	  "account (yours; an admin's token: everyone's). Slurm's jobs as Slurm's\n"
+	  "accounting recorded them, the local executor's from larch's records.\n\n"
+	  "  --from T         from time T (2026-11-01 or 2026-11-01T08:00:00Z; default:\n"
+	  "                   30 days before --to), counted in whole hours (UTC)\n"
+	  "  --to T           up to time T (default: now)\n"
+	  "  --group-by KEYS  a row per combination of KEYS, comma-separated: user,\n"
+	  "                   account, partition, executor, day (default: user,account)\n" },
 	{ .name = "admin", .run = cli_cmd_admin,
 	  .args = CLI_ADMIN_ARGS,
-	  .summary = "queues, nodes, hold/release/requeue, priorities, the audit log (admins)",
+	  .summary = "queues, nodes, hold/release/requeue, priorities, accounts and their "
+	             "limits, the audit log (admins)",
 	  .help = CLI_ADMIN_HELP },
 };
 

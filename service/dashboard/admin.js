@@ -2,14 +2,17 @@
 // with their load (GET /v1/queues), nodes with Drain/Resume (POST
 // /v1/nodes/{name}/drain|resume), the jobs that are waiting or running with
 // Hold/Release/Requeue and their priority (POST /v1/jobs/{id}/hold|release|
-// requeue, PATCH /v1/jobs/{id}), and the audit log (GET /v1/audit). A user
-// token is answered 403 by larchd, and the page says so.
+// requeue, PATCH /v1/jobs/{id}), usage per user per day (usage.js: GET
+// /v1/usage) and the audit log (GET /v1/audit). A user token is answered 403
+// by larchd, and the page says so.
 import { ApiError, request } from './api.js';
 import { ask, card, coalesce, empty, fmtNum, h, notify, stateBadge, tableWrap,
          timeEl } from './ui.js';
+import { UsagePanel } from './usage.js';
 
 const ACTIVE = ['PENDING', 'HELD', 'QUEUED', 'REQUEUED', 'PREEMPTED', 'RUNNING'];
-const ACTIONS = ['node.drain', 'node.resume', 'job.hold', 'job.release', 'job.requeue', 'job.update'];
+const ACTIONS = ['node.drain', 'node.resume', 'job.hold', 'job.release', 'job.requeue', 'job.update',
+                 'account.limits'];
 const REFRESH_MS = 10000;
 const AUDIT_PAGE = 50;
 const PRIORITY_MAX = 4294967294;
@@ -62,6 +65,7 @@ export function adminView(main, ctx) {
                       h('div', { class: 'filter-actions' },
                         h('button', { type: 'submit', class: 'btn btn-primary' }, 'Apply')));
   let auditCursor = null;
+  const usage = new UsagePanel(ctx);
 
   main.append(
     h('div', { class: 'page-head' }, h('h1', null, 'Admin'),
@@ -70,6 +74,7 @@ export function adminView(main, ctx) {
       card('Queues', { dataset: { testid: 'queues-card' } }, queuesBox),
       card('Nodes', { dataset: { testid: 'nodes-card' } }, nodesBox),
       card('Waiting and running jobs', { dataset: { testid: 'active-jobs-card' } }, jobsBox),
+      card('Usage per user', { dataset: { testid: 'usage-card' } }, usage.el),
       card('Audit log', { dataset: { testid: 'audit-card' } }, auditForm,
            tableWrap(auditTable, 'Audit log'), auditEmpty, h('div', { class: 'pager' }, auditMore))));
 
@@ -321,6 +326,7 @@ export function adminView(main, ctx) {
     renderJobs(replies.flatMap((r) => (r.data && r.data.jobs) || []));
   }, 'Jobs'));
   const refreshAudit = coalesce(guard(() => loadAudit(false), 'Audit log'));
+  const refreshUsage = coalesce(guard(() => usage.refresh(), 'Usage'));
 
   auditForm.addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -336,6 +342,7 @@ export function adminView(main, ctx) {
       return;
     refreshJobs();
     refreshAudit();
+    refreshUsage();
     ctx.onChanges(() => {
       refreshJobs();
       refreshCluster();
@@ -343,6 +350,7 @@ export function adminView(main, ctx) {
     ctx.every(REFRESH_MS, () => {
       refreshCluster();
       refreshAudit();
+      refreshUsage();
     });
   })();
 }

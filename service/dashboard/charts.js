@@ -26,7 +26,7 @@ function css(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 }
 
-function palette() {
+export function palette() {
   return { series: COLOR_VARS.map(css), grid: css('--chart-grid'), text: css('--chart-text'),
            font: css('--font-sans') };
 }

@@ -4,7 +4,7 @@
     bench_slurm.py submit  --url URL --token T --jobs N --clients C --name NAME --log FILE
     bench_slurm.py poll    --url URL --token T --pollers P --seconds S --poll-ms MS
     bench_slurm.py counter --url URL --token T --metric LINE
-    bench_slurm.py freeport [--pair]
+    bench_slurm.py freeport [--cluster]
 
 submit: C threads POST N jobs (a small mlp spec named NAME) as fast as larchd
 answers; a watcher reads GET /metrics every 50 ms until no job is PENDING
@@ -17,7 +17,8 @@ poll: P threads each GET /v1/jobs once per second (staggered) for S seconds;
 the squeue counter of GET /metrics is read at the window's two ends.
 
 counter: one value of GET /metrics (the line's name with labels).
-freeport: a free TCP port on 127.0.0.1 (--pair: one whose next port is free too).
+freeport: a free TCP port on 127.0.0.1 (--cluster: one whose next two ports are free too,
+for slurmctld, slurmd and slurmdbd).
 """
 import argparse
 import datetime
@@ -271,15 +272,16 @@ def cmd_freeport(a):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if not a.pair:
+        if not a.cluster:
             return print(port) or 0
-        if port >= 65534:
+        if port >= 65533:
             continue
         try:
-            with socket.socket() as s2, socket.socket() as s3:
-                # slurmctld and slurmd bind every address: check both ports there
+            with socket.socket() as s2, socket.socket() as s3, socket.socket() as s4:
+                # slurmctld and slurmd bind every address: check the ports there
                 s2.bind(("0.0.0.0", port))
                 s3.bind(("0.0.0.0", port + 1))
+                s4.bind(("0.0.0.0", port + 2))
         except OSError:
             continue
         return print(port) or 0
@@ -308,7 +310,7 @@ def main():
     s.add_argument("--token", required=True)
     s.add_argument("--metric", required=True)
     s = sub.add_parser("freeport")
-    s.add_argument("--pair", action="store_true")
+    s.add_argument("--cluster", action="store_true")
     a = p.parse_args()
     return {"submit": cmd_submit, "poll": cmd_poll, "counter": cmd_counter,
             "freeport": cmd_freeport}[a.cmd](a)

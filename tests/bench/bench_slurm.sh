@@ -121,7 +121,7 @@ now() { date +%s.%N; }
 since() { awk -v t0="$1" -v t1="$(now)" 'BEGIN { printf "%.3f", t1 - t0 }'; }
 
 # ---- the cluster -------------------------------------------------------------------
-port=$("${py[@]}" freeport --pair)
+port=$("${py[@]}" freeport --cluster)
 LARCH_SLURM_PORT=$port "$root/deploy/slurm/start.sh" >"$dir/start.out" 2>&1 ||
 	{ cat "$dir/start.out" >&2; echo "bench_slurm: the cluster did not start" >&2; exit 1; }
 

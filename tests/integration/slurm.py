@@ -1,7 +1,8 @@
 """A real single-node Slurm cluster for the integration tests.
 
 `SlurmCluster` drives deploy/slurm/start.sh and stop.sh on one directory
-(munged, slurmctld and slurmd of Debian's packages, run as root). The
+(munged, MariaDB, slurmdbd, slurmctld and slurmd of Debian's packages, run
+as root). The
 `slurm_cluster` fixture gives one per session: the cluster already up in
 $LARCH_SLURM_DIR if there is one (left running at the end), else a fresh one
 in a temporary directory on free ports, stopped at the end with nothing of
@@ -11,6 +12,10 @@ it left running:
 
     def test_x(slurm_cluster):
         subprocess.run(["sinfo"], env=slurm_cluster.env, check=True)
+
+Accounting is Slurm's own (slurmdbd, AccountingStorageEnforce=associations):
+a user submits only under an account of theirs. `add_user(name, account)`
+makes both, the Unix user too when this machine has none of that name.
 
 Without the Slurm packages the tests fail and say to run
 deploy/install-deps.sh (CI installs them; they are never skipped there);
@@ -26,10 +31,13 @@ import time
 
 import pytest
 
+import unix_users
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "deploy" / "slurm"
-COMMANDS = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "sbatch", "squeue", "scontrol")
-DAEMONS = ("munged", "slurmctld", "slurmd")
+COMMANDS = ("munged", "mungekey", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sinfo",
+            "sbatch", "squeue", "scontrol", "sacct", "sacctmgr", "sshare")
+DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
          "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
@@ -44,21 +52,27 @@ def require_slurm():
                     f"run deploy/install-deps.sh")
 
 
-def free_port_pair():
-    """A port p with p and p+1 both free (slurmctld's and slurmd's)."""
+def free_ports(n=3):
+    """A port p with p .. p+n-1 all free (slurmctld's, slurmd's, slurmdbd's)."""
     for _ in range(100):
         with socket.socket() as a:
             a.bind(("", 0))
             port = a.getsockname()[1]
-            if port >= 65534:
+            if port + n - 1 > 65535:
                 continue
-            with socket.socket() as b:
-                try:
-                    b.bind(("", port + 1))
-                except OSError:
-                    continue
+            others = []
+            try:
+                for k in range(1, n):
+                    b = socket.socket()
+                    others.append(b)
+                    b.bind(("", port + k))
+            except OSError:
+                continue
+            finally:
+                for b in others:
+                    b.close()
             return port
-    raise RuntimeError("no two consecutive free ports")
+    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 class SlurmCluster:
@@ -99,6 +113,34 @@ class SlurmCluster:
             assert r.returncode == 0, f"{' '.join(args)} exited with {r.returncode}: {r.stderr}"
         return r
 
+    def sacctmgr(self, *args):
+        """sacctmgr -i (no questions) ARGS; returns its stdout."""
+        return self.run("sacctmgr", "-i", *args).stdout
+
+    def add_account(self, account, parent="root"):
+        """Makes a Slurm account (under parent), unless it exists."""
+        if not self.run("sacctmgr", "-nP", "show", "account", account, "format=account").stdout.strip():
+            self.sacctmgr("add", "account", account, f"parent={parent}")
+
+    def add_user(self, name, account, default=True):
+        """Gives user `name` an association with `account` (made if need
+        be), as their default account unless default is False; makes the
+        Unix user too (a system user without home or login shell) when
+        there is none, since slurmd runs the user's jobs as them, and lets
+        other users reach the cluster's directory (o+x on it and the
+        directories above: slurmd runs a batch script from its spool as the
+        job's user)."""
+        unix_users.ensure((name,))
+        unix_users.make_reachable(self.dir)
+        self.add_account(account)
+        have = self.run("sacctmgr", "-nP", "show", "assoc", f"users={name}",
+                        f"accounts={account}", "format=account").stdout.split()
+        if account not in have:
+            extra = [f"defaultaccount={account}"] if default else []
+            self.sacctmgr("add", "user", name, f"account={account}", *extra)
+        elif default:
+            self.sacctmgr("modify", "user", name, "set", f"defaultaccount={account}")
+
     def pid(self, daemon):
         """The pid in the daemon's pid file, or None."""
         path = self.dir / ("munge/munged.pid" if daemon == "munged" else f"run/{daemon}.pid")
@@ -138,7 +180,7 @@ class SlurmCluster:
         return found
 
     def running(self):
-        """Whether all three daemons of this cluster run."""
+        """Whether all the daemons of this cluster run."""
         alive = self.processes()
         return all(self.pid(d) in alive for d in DAEMONS)
 
@@ -175,7 +217,7 @@ class SlurmCluster:
 
 def fresh_cluster(directory):
     """A cluster started in an empty directory on free ports."""
-    return SlurmCluster(directory, port=free_port_pair()).start()
+    return SlurmCluster(directory, port=free_ports()).start()
 
 
 @pytest.fixture(scope="session")
@@ -187,9 +229,15 @@ def slurm_cluster(tmp_path_factory):
     if given:
         cluster = SlurmCluster(pathlib.Path(given).resolve())
         if cluster.running():
+            for name in unix_users.TEST_USERS:
+                cluster.add_user(name, "larch-test")
             yield cluster
             return
     cluster = fresh_cluster(tmp_path_factory.mktemp("slurm"))
+    # larchd as root submits each job as its owner: the test users need
+    # associations (AccountingStorageEnforce=associations)
+    for name in unix_users.TEST_USERS:
+        cluster.add_user(name, "larch-test")
     yield cluster
     cluster.stop()
     left = cluster.processes()

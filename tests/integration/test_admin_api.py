@@ -26,7 +26,7 @@ import pytest
 import requests
 
 from larchd import BUILD, Larchd, stand_in_trainer
-from slurm import free_port_pair, slurm_cluster  # noqa: F401  (the fixture)
+from slurm import free_ports, slurm_cluster  # noqa: F401  (the fixture)
 from test_larchd_http import assert_error
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
@@ -621,7 +621,7 @@ def test_slurm_hold_release_patch_requeue(slurm_admin, slurm_cluster, tmp_path):
 
 def test_slurm_unreachable_503_then_stale(tmp_path, slurm_cluster):
     # a config whose controller nobody listens on: nothing to show, 503
-    port = free_port_pair()
+    port = free_ports()
     conf = tmp_path / "dead.conf"
     conf.write_text(re.sub(r"^SlurmctldPort=\d+$", f"SlurmctldPort={port}",
                            slurm_cluster.conf.read_text(), flags=re.M))

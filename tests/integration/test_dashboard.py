@@ -447,6 +447,41 @@ def test_admin_page(fake, browser):
     fake.wait(job_id, FINAL)
 
 
+def test_admin_usage_chart(fake, browser):
+    """The admin page's usage card: a stacked bar chart of each user's CPU
+    hours per day from GET /v1/usage, with the same totals in a table, and
+    GPU hours and jobs on request."""
+    for who, spec in ((fake.alice, tiny_spec("use-a", resources={"cpus_per_task": 2})),
+                      (fake.bob, tiny_spec("use-b"))):
+        job_id = fake.submit(who, spec)
+        trainer_env(fake, job_id)                                  # RUNNING
+        time.sleep(0.3)
+        fake.post(f"/v1/jobs/{job_id}/cancel", fake.admin)
+        fake.wait(job_id, FINAL)
+    usage = {r["user"]: r for r in fake.get("/v1/usage?group_by=user", fake.admin).json()["usage"]}
+    assert {"alice", "bob"} <= set(usage), usage
+
+    sign_in(browser, fake, token_of(fake.admin))
+    one(browser, tid("nav-admin")).click()
+    chart = one(browser, tid("usage-chart", '[data-drawn="1"]'))
+    assert chart.is_displayed()
+    wait(browser).until(lambda d: set(one(d, tid("usage-chart")).get_attribute("data-users")
+                                      .split(",")) >= {"alice", "bob"}, "both users charted")
+    total = float(one(browser, tid("usage-chart")).get_attribute("data-total"))
+    assert math.isclose(total, sum(r["cpu_hours"] for r in usage.values()), rel_tol=1e-6)
+    rows = {r.get_attribute("data-user"): r.text for r in css(browser, tid("usage-row"))}
+    assert set(rows) == set(usage) and rows["alice"].split()[-1] == str(usage["alice"]["jobs"])
+    canvas = chart.find_element("css selector", "canvas")
+    assert canvas.size["width"] > 100 and canvas.size["height"] > 100
+    assert "alice" in canvas.get_attribute("aria-label")
+    screenshot(browser, "admin-usage")
+    from selenium.webdriver.support.ui import Select
+    Select(one(browser, tid("usage-metric"))).select_by_value("jobs")
+    wait(browser).until(lambda d: one(d, tid("usage-chart")).get_attribute("data-metric") == "jobs")
+    assert float(one(browser, tid("usage-chart")).get_attribute("data-total")) == \
+        sum(r["jobs"] for r in usage.values())
+
+
 def test_admin_drains_and_resumes_a_slurm_node(tmp_path, slurm_cluster, browser):
     """With the Slurm executor: an admin drains the cluster's node from the
     page with a reason (Slurm holds it, verbatim), the page shows it

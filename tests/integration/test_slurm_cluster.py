@@ -87,7 +87,7 @@ def test_stop_leaves_nothing_running_and_stopping_again_is_a_noop(tmp_path):
     finally:
         r = cluster.stop()
     assert f"cancelling jobs {job_id}" in r.stdout, r.stdout
-    assert "stopped slurmd slurmctld munged" in r.stdout, r.stdout
+    assert "stopped slurmd slurmctld slurmdbd mariadbd munged" in r.stdout, r.stdout
     assert cluster.processes() == {}
     assert all(cluster.pid(d) is None for d in DAEMONS)
 
