@@ -340,6 +340,56 @@ int db_jobs_note(struct db *db, int64_t id, const char *by, const char *reason,
 	return db_txn(db, note_fn, &a, err);
 }
 
+/* ---- a new reason in the same state ------------------------------------------ */
+
+static const char sql_set_reason[] = "UPDATE jobs SET reason = ?2 WHERE id = ?1";
+
+struct reason_arg {
+	int64_t id;
+	enum db_state expect;
+	const char *by, *reason;
+};
+
+static int reason_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct reason_arg *a = arg;
+	char sid[DB_JOB_ID_MAX];
+	db_job_id_format(a->id, sid);
+	sqlite3_stmt *st = DB_STMT(c, sql_state, "set reason", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, a->id);
+	int rc = DB_SQL(c, sqlite3_step(st), "set reason", err);
+	if (rc == SQLITE_DONE)
+		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
+	if (rc != SQLITE_ROW)
+		return DB_RC(err);
+	int state = db_state_parse((const char *)sqlite3_column_text(st, 0));
+	if (state < 0)
+		return DB_FAIL(err, DB_ERROR, "set reason: unknown state in the database");
+	if (state != (int)a->expect)
+		return DB_FAIL(err, DB_STALE, "%s is %s, not %s", sid, state_names[state],
+		               state_names[a->expect]);
+	st = DB_STMT(c, sql_set_reason, "set reason", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, a->id);
+	db_bind_text(st, 2, a->reason);
+	if (DB_STEP_DONE(c, st, "set reason", err))
+		return DB_RC(err);
+	return db_job_event_insert(c, a->id, db_now_ms(), state_names[state], state_names[state],
+	                           a->by, a->reason, err) ? DB_RC(err) : 0;
+}
+
+int db_jobs_set_reason(struct db *db, int64_t id, enum db_state expect, const char *by,
+                       const char *reason, struct db_err *err)
+{
+	if (!by || !*by || !reason || !*reason)
+		return DB_FAIL(err, DB_INVALID, "set reason: who and why are required");
+	struct reason_arg a = { id, expect, by, reason };
+	return db_txn(db, reason_fn, &a, err);
+}
+
 /* ---- progress --------------------------------------------------------------- */
 
 static const char sql_progress[] =

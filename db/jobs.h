@@ -171,6 +171,12 @@ int db_jobs_update(struct db *db, const struct db_job_update *u, struct db_job *
 int db_jobs_note(struct db *db, int64_t id, const char *by, const char *reason,
                  struct db_err *err);
 
+/* The job's reason becomes reason, with a note event saying so (from = to),
+ * while it is in state expect (else DB_STALE): what keeps a queued job
+ * waiting, as Slurm says it ("AssocMaxJobsLimit"). DB_NOT_FOUND. */
+int db_jobs_set_reason(struct db *db, int64_t id, enum db_state expect, const char *by,
+                       const char *reason, struct db_err *err);
+
 /* Progress shown on the job (train step, total steps, last loss; NaN = none).
  * One small write transaction. */
 int db_jobs_progress(struct db *db, int64_t id, int64_t step, int64_t total, double last_loss,

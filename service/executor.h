@@ -70,6 +70,8 @@ struct exec_event {
 	char ext_id[32];               /* the Slurm job id ("" for the local executor) */
 	long long time_ms;             /* when the executor saw it (ms since the epoch) */
 	char reason[EXEC_REASON_MAX];  /* "exit 1", "killed by signal 9", ... ("" when none) */
+	int note;                      /* 1: no change of state: why the job waits changed
+	                                  (Slurm's pending reason); reason says it */
 };
 
 typedef void (*exec_event_fn)(void *ctx, const struct exec_event *ev);

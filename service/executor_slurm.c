@@ -100,6 +100,7 @@ struct sjob {
 	int await_restart;            /* requeued as restart N: RUNNING rows are the old
 	                                 attempt ending until its script starts again */
 	long long next_try_ms;
+	char wait_reason[64];         /* squeue's reason while it waits, as last said */
 	char submit_err[EXEC_REASON_MAX];   /* a permanent sbatch failure, set by a worker */
 	struct sjob *next;
 };
@@ -843,8 +844,16 @@ static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 		j->await_restart = 0;
 		if (j->last == EXEC_RUNNING)
 			emit_requeued(sx, j, r->restarts);
-		if (j->last != EXEC_QUEUED)
+		if (j->last != EXEC_QUEUED) {
 			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s (%s)", j->sid, r->reason);
+		} else if (strcmp(j->wait_reason, r->reason) != 0) {
+			/* why it waits changed ("AssocMaxJobsLimit"): said on the job */
+			int before = sx->n_events;
+			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s pending: %s", j->sid, r->reason);
+			if (sx->n_events > before)
+				sx->events[before].note = 1;
+		}
+		snprintf(j->wait_reason, sizeof j->wait_reason, "%s", r->reason);
 		return 0;
 	case K_HELD:
 		j->await_restart = 0;

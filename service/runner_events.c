@@ -318,6 +318,15 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 	int final = exec_state_final(ev->state);
 	if (ev->state == EXEC_QUEUED && !ev->ext_id[0])
 		return;                      /* the local executor: QUEUED when submit returned */
+	if (ev->note) {
+		/* Slurm says why it waits now: on the job, if it is still QUEUED */
+		struct db_err nerr = { 0 };
+		int rc = db_jobs_set_reason(r->db, ev->id, DB_STATE_QUEUED, "executor", ev->reason,
+		                            &nerr);
+		if (rc != 0 && rc != DB_STALE && rc != DB_NOT_FOUND)
+			svc_log(SVC_LOG_WARN, "job j-%06lld: %s", ev->id, nerr.text);
+		return;
+	}
 	struct db_job job = { 0 };
 	struct db_err err = { 0 };
 	int rc = db_jobs_get(r->db, ev->id, NULL, &job, &err);

@@ -10,13 +10,13 @@ AccountingStorageEnforce=associations,limits,qos) with larchd's accounting
 read every second: GET /v1/accounts shows the accounts and users sacctmgr
 made, with limits and fair share; PATCH sets MaxJobs/MaxWall/GrpTRES
 through sacctmgr (checked with sacctmgr itself) and is audited; two users'
-jobs (submitted as them with sbatch --uid, as larchd will once jobs run as
-their owners) appear under their own names in sacct and in /v1/usage, each
-user seeing only theirs; MaxJobs=1 set through the API holds a second job
-PENDING with Slurm's reason AssocMaxJobsLimit (a CPU idle) until the first
-ends;
-and a job naming an account its user has no association with is refused
-at submit (400 naming the user's accounts).
+jobs, submitted through larchd with their own tokens (larchd as root runs
+each job as its owner), appear under their own names in sacct and in
+/v1/usage, each user seeing only theirs; MaxJobs=1 set through the API
+holds a second job PENDING with Slurm's reason AssocMaxJobsLimit (a CPU
+idle), shown on larch's job, until the first ends; and a job naming an
+account its owner has no association with is refused at submit (400 naming
+the owner's accounts).
 """
 import datetime
 import re
@@ -26,7 +26,7 @@ import time
 import pytest
 import requests
 
-from larchd import BUILD, Larchd
+from larchd import BUILD, Larchd, stand_in_trainer
 from slurm import slurm_cluster  # noqa: F401  (the fixture)
 from test_larchd_http import assert_error
 
@@ -41,11 +41,8 @@ def spec(name="acct", **extra):
 
 
 def stand_in(tmp_path, seconds):
-    """A trainer that sleeps, then exits 0."""
-    path = tmp_path / f"trainer-{seconds}"
-    path.write_text(f"#!/bin/sh\nexec sleep {seconds}\n")
-    path.chmod(0o755)
-    return path
+    """A trainer that sleeps, then exits 0 (and probes as larch-train does)."""
+    return stand_in_trainer(tmp_path / f"trainer-{seconds}", f"exec sleep {seconds}\n")
 
 
 def wait_for(pred, what, timeout=60):
@@ -198,7 +195,10 @@ def slurm(tmp_path, slurm_cluster):
     slurm_cluster.add_user("alice", "acct-ml")
     slurm_cluster.add_user("bob", "acct-phys")
     slurm_cluster.add_user("alice", "acct-phys", default=False)
+    slurm_cluster.add_user("alice", "acct-lim", default=False)
     slurm_cluster.add_user("root", "acct-lim", default=False)
+    for user, default in (("alice", "acct-ml"), ("bob", "acct-phys")):
+        slurm_cluster.sacctmgr("modify", "user", user, "set", f"defaultaccount={default}")
     server = Larchd(tmp_path, args=["--executor", "slurm", "--slurm-poll-ms", "300",
                                     "--accounting-refresh-s", "1",
                                     "--trainer-path", str(stand_in(tmp_path, 300))],
@@ -210,7 +210,7 @@ def slurm(tmp_path, slurm_cluster):
     for j in client.ok("GET", "/v1/jobs", params={"limit": 500})["jobs"]:
         if j["state"] not in FINAL:
             client.req("POST", f"/v1/jobs/{j['id']}/cancel")
-    for account, user in (("acct-ml", "alice"), ("acct-lim", "root")):
+    for account, user in (("acct-ml", "alice"), ("acct-lim", "alice"), ("acct-lim", "root")):
         client.req("PATCH", f"/v1/accounts/{account}/users/{user}",
                    {"max_jobs": None, "max_wall": None, "grp_tres": {"cpu": None, "gpu": None}})
     server.stop()
@@ -277,27 +277,44 @@ def test_accounts_and_limits_through_sacctmgr(slurm):
     assert assoc(slurm.cluster, "acct-ml", "alice") == "||"
 
 
-def test_two_users_jobs_under_their_names_in_sacct_and_usage(slurm, tmp_path):
-    script = tmp_path / "job.sh"
-    script.write_text("#!/bin/sh\nsleep 1\n")
+def submit_as(slurm, token, body):
+    r = slurm.req("POST", "/v1/jobs", body, token=token)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def test_two_users_jobs_under_their_names_in_sacct_and_usage(slurm):
+    """alice's and bob's jobs, submitted through larchd with their own tokens,
+    run as them: sacct and /v1/usage have them under their own names, and
+    each user sees only their own usage."""
+    tokens = {u: slurm.token(u) for u in ("alice", "bob")}
+    jobs = {user: submit_as(slurm, tokens[user], spec(f"of-{user}", resources={
+                "account": acct, "cpus_per_task": int(cpus)}))
+            for user, acct, cpus in (("alice", "acct-ml", "1"), ("bob", "acct-phys", "1"))}
+    sids = {}
+    for user, jid in jobs.items():
+        j = wait_for(lambda: (j := slurm.ok("GET", f"/v1/jobs/{jid}")) and
+                     j["state"] == "RUNNING" and j, f"{jid} to run", 60)
+        assert j["run_as"] == user
+        sids[user] = j["slurm_job_id"]
+    time.sleep(2)                      # some seconds of use to account for
+    for jid in jobs.values():
+        slurm.ok("POST", f"/v1/jobs/{jid}/cancel")
+    for jid in jobs.values():
+        wait_for(lambda: slurm.ok("GET", f"/v1/jobs/{jid}")["state"] in FINAL, f"{jid} ends", 60)
     c = slurm.cluster
-    ids = {user: c.submit(script, f"--uid={user}", f"--gid={user}", f"--account={acct}", "-c", cpus,
-                          "--output=/dev/null", "--chdir=/tmp")
-           for user, acct, cpus in (("alice", "acct-ml", "2"), ("bob", "acct-phys", "1"))}
-    for sid in ids.values():
-        assert c.wait_job(sid, timeout=60)["JobState"] == "COMPLETED"
 
     def recorded():
         """sacct's rows of the two jobs once slurmdbd has both ends."""
-        out = c.run("sacct", "-X", "-n", "-P", "-j", ",".join(map(str, ids.values())),
+        out = c.run("sacct", "-X", "-n", "-P", "-j", ",".join(sids.values()),
                     "-o", "JobID,User,Account,AllocCPUS,State").stdout
         rows = {line.split("|")[1]: line.split("|") for line in out.splitlines()}
-        return rows if len(rows) == 2 and all(r[4] != "RUNNING" for r in rows.values()) else None
+        return rows if len(rows) == 2 and all(r[4] not in ("RUNNING", "PENDING")
+                                              for r in rows.values()) else None
 
     rows = wait_for(recorded, "slurmdbd to record both jobs' ends", 30)
-    out = rows
-    assert rows["alice"][2:] == ["acct-ml", "2", "COMPLETED"], out
-    assert rows["bob"][2:] == ["acct-phys", "1", "COMPLETED"], out
+    assert rows["alice"][:4] == [sids["alice"], "alice", "acct-ml", "1"], rows
+    assert rows["bob"][:4] == [sids["bob"], "bob", "acct-phys", "1"], rows
 
     def usage(token=None):
         u = slurm.ok("GET", "/v1/usage", token=token,
@@ -309,47 +326,59 @@ def test_two_users_jobs_under_their_names_in_sacct_and_usage(slurm, tmp_path):
     a, b = got[("alice", "acct-ml", "slurm")], got[("bob", "acct-phys", "slurm")]
     assert a["jobs"] >= 1 and b["jobs"] >= 1
     assert a["cpu_hours"] > 0 and b["cpu_hours"] > 0
-    alice = slurm.token("alice")
-    assert {k[0] for k in usage(alice)} == {"alice"}
+    assert {k[0] for k in usage(tokens["alice"])} == {"alice"}
+    assert {k[0] for k in usage(tokens["bob"])} == {"bob"}
     assert slurm.ok("GET", "/v1/usage")["slurm"]["accounting"] is True
 
 
 def test_max_jobs_through_the_api_holds_the_next_job(slurm):
-    slurm.ok("PATCH", "/v1/accounts/acct-lim/users/root", {"max_jobs": 1})
-    # the snapshot the submit check reads has root's association with acct-lim
-    wait_for(lambda: any(u["name"] == "root" for u in account(
-        slurm.ok("GET", "/v1/accounts"), "acct-lim")["users"]), "root in acct-lim", 30)
-    first, second = [slurm.req("POST", "/v1/jobs", spec(
+    slurm.ok("PATCH", "/v1/accounts/acct-lim/users/alice", {"max_jobs": 1})
+    alice = slurm.token("alice")
+    # the snapshot the submit check reads has alice's association with acct-lim
+    wait_for(lambda: user_of(account(slurm.ok("GET", "/v1/accounts"), "acct-lim"),
+                             "alice")["limits"]["max_jobs"] == 1, "the limit in the view", 30)
+    first, second = [submit_as(slurm, alice, spec(
         name, resources={"account": "acct-lim", "cpus_per_task": 1})) for name in ("l1", "l2")]
-    assert first.status_code == 201 and second.status_code == 201, (first.text, second.text)
-    first, second = first.json(), second.json()
-    wait_for(lambda: slurm.ok("GET", f"/v1/jobs/{first['id']}")["state"] == "RUNNING",
+    wait_for(lambda: slurm.ok("GET", f"/v1/jobs/{first}")["state"] == "RUNNING",
              "the first job to run", 60)
-    sid = wait_for(lambda: slurm.ok("GET", f"/v1/jobs/{second['id']}")["slurm_job_id"],
+    sid = wait_for(lambda: slurm.ok("GET", f"/v1/jobs/{second}")["slurm_job_id"],
                    "the second job in Slurm", 30)
 
     def slurm_says():
-        out = slurm.cluster.run("squeue", "-h", "-j", sid, "-o", "%T|%r").stdout.strip()
-        return out if out == "PENDING|AssocMaxJobsLimit" else None
+        out = slurm.cluster.run("squeue", "-h", "-j", sid, "-o", "%T|%r|%u").stdout.strip()
+        return out if out == "PENDING|AssocMaxJobsLimit|alice" else None
 
     wait_for(slurm_says, "Slurm to hold the second job for AssocMaxJobsLimit", 30)
     # the limit holds it, not the node: a CPU is idle for it
     idle = slurm.cluster.run("sinfo", "-h", "-N", "-o", "%C").stdout.split("/")[1]
     assert int(idle) >= 1, idle
-    time.sleep(1)
-    assert slurm.ok("GET", f"/v1/jobs/{second['id']}")["state"] == "QUEUED"
-    assert slurm_says()
+    # larch shows the job waiting, and why, as Slurm says it
+    j = wait_for(lambda: (j := slurm.ok("GET", f"/v1/jobs/{second}")) and
+                 "AssocMaxJobsLimit" in (j["reason"] or "") and j, "the reason on the job", 30)
+    assert j["state"] == "QUEUED" and j["reason"] == f"slurm job {sid} pending: AssocMaxJobsLimit"
+    notes = [e for e in slurm.ok("GET", f"/v1/jobs/{second}/events")["events"]
+             if e["from"] == e["to"] == "QUEUED"]
+    assert notes and notes[-1]["reason"] == j["reason"] and notes[-1]["by"] == "executor"
 
     # the first one ends: within the limit again, Slurm starts the second
-    slurm.ok("POST", f"/v1/jobs/{first['id']}/cancel")
-    wait_for(lambda: slurm.ok("GET", f"/v1/jobs/{second['id']}")["state"] == "RUNNING",
+    slurm.ok("POST", f"/v1/jobs/{first}/cancel")
+    wait_for(lambda: slurm.ok("GET", f"/v1/jobs/{second}")["state"] == "RUNNING",
              "the second job to run once the first has ended", 60)
 
 
 def test_submit_checks_the_account(slurm):
-    r = slurm.req("POST", "/v1/jobs", spec("wrong", resources={"account": "acct-phys"}))
+    """The account is checked for the Unix user the job runs as: the owner's
+    associations, as Slurm will check them."""
+    bob = slurm.token("bob")
+    r = slurm.req("POST", "/v1/jobs", spec("wrong", resources={"account": "acct-ml"}), token=bob)
     err = assert_error(r, 400, "invalid_spec")
     assert err["detail"] == {"field": "resources.account"}
+    assert err["message"].startswith("resources.account: user bob has no association with "
+                                     "account acct-ml; their accounts: "), err
+    assert "acct-phys (default)" in err["message"]
+    # an admin's job runs as root: root's associations
+    r = slurm.req("POST", "/v1/jobs", spec("wrong", resources={"account": "acct-phys"}))
+    err = assert_error(r, 400, "invalid_spec")
     assert err["message"].startswith("resources.account: user root has no association with "
                                      "account acct-phys; their accounts: "), err
     assert "acct-lim" in err["message"] and "root (default)" in err["message"]
