@@ -29,10 +29,12 @@
  * Every command goes through slurm_cmd_run (argv, never a shell: names and
  * values arrive validated) with a timeout of slurm_timeout seconds.
  *
- * Who is who: a larch user's Unix user is svc_acct_unix_user's answer, and
- * the Unix user their jobs run as svc_acct_job_user's; the usage endpoint
- * shows Slurm's rows (Unix users) and the local executor's (larch owners)
- * under the Unix user.
+ * Who is who: a larch user's Unix user is db_users_unix's answer (mapped
+ * with `larchd token create --unix-user`, else the same name); a job whose
+ * submit found it an owner to run as is checked against that user's
+ * associations, else against larchd's own user's (run_as service); the
+ * usage endpoint shows Slurm's rows (Unix users) and the local executor's
+ * (larch owners) under the Unix user.
  *
  * With the local executor (or accounting = off) no thread runs; accounting
  * is off and usage is larch's own records.
@@ -76,9 +78,8 @@ const struct api_acct_hooks *svc_acct_hooks(struct svc_acct *a);
 /* Stops the thread (after the command it runs) and frees a. Accepts NULL. */
 void svc_acct_free(struct svc_acct *a);
 
-/* Who is who (one place to change when larch users map to other Unix
- * users): the Unix user of larch user name into out, 0; -1 when name is not
- * a Unix user name. */
+/* name into out when it is a Unix user name (as Slurm and sacct take
+ * them): 0; -1 when it is not. */
 int svc_acct_unix_user(const char *name, char *out, size_t len);
 
 /* ---- Slurm's output (service/accounting_slurm.c; for tests/unit) ---------- */

@@ -555,8 +555,9 @@ static int resolve_listen(struct svc_config *cfg, char *err, size_t err_size)
 static void usage(void)
 {
 	printf("usage: larchd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [options]\n"
-	       "       larchd token create --user NAME --role user|admin | token list | "
-	       "token revoke ID\n"
+	       "       larchd token create --user NAME --role user|admin [--unix-user UNIX] | "
+	       "token list |\n"
+	       "       larchd token revoke ID\n"
 	       "       larchd db migrate | db check | db backup DEST\n"
 	       "\n"
 	       "larch's HTTP service: the REST API v1 (docs/api.md) over SQLite, running jobs\n"

@@ -846,7 +846,7 @@ static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 			emit_requeued(sx, j, r->restarts);
 		if (j->last != EXEC_QUEUED) {
 			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s (%s)", j->sid, r->reason);
-		} else if (strcmp(j->wait_reason, r->reason) != 0) {
+		} else if (strcmp(j->wait_reason, r->reason) != 0 && strcmp(r->reason, "None") != 0) {
 			/* why it waits changed ("AssocMaxJobsLimit"): said on the job */
 			int before = sx->n_events;
 			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s pending: %s", j->sid, r->reason);

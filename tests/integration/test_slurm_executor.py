@@ -171,7 +171,8 @@ def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers, via):
                      headers=server.auth(), timeout=30)
     points = r.json()["series"]["train/loss"]
     assert [p[0] for p in points][-1] == 30 and len(points) >= 6, points
-    states = [e[1] for e in events(server, jid)]
+    # (a QUEUED -> QUEUED note says why Slurm kept it waiting, if it did)
+    states = [e[1] for e in events(server, jid) if not e[0] == e[1] == "QUEUED"]
     assert states == ["PENDING", "QUEUED", "RUNNING", "RUNNING", "COMPLETED"], states
     d = server.state_dir / "jobs" / jid
     assert (d / "slurm-job-id").read_text().strip() == j["slurm_job_id"]
