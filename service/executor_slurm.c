@@ -328,7 +328,7 @@ static int write_script(struct slurm_ex *sx, const struct sjob *sj, char *err, s
 	}
 	/* a job of its owner's: the owner's HOME, USER and LOGNAME, not those of
 	 * the root that submitted it */
-	char who[512] = "", home[600];
+	char who[768] = "", home[600];
 	if (sj->as_owner && sh_quote(sj->owner.home[0] ? sj->owner.home : "/", home,
 	                             sizeof home) == 0)
 		snprintf(who, sizeof who, "export HOME=%s USER='%s' LOGNAME='%s'\n", home,
