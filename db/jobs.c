@@ -135,6 +135,28 @@ struct move_arg {
 	struct db_job *out;     /* may be NULL */
 };
 
+/* The state of job id into *state: 0, DB_NOT_FOUND, or a db error. what
+ * names the operation in messages. */
+static int job_state(struct db_conn *c, int64_t id, const char *what, int *state,
+                     struct db_err *err)
+{
+	char sid[DB_JOB_ID_MAX];
+	db_job_id_format(id, sid);
+	sqlite3_stmt *st = DB_STMT(c, sql_state, what, err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, id);
+	int rc = DB_SQL(c, sqlite3_step(st), what, err);
+	if (rc == SQLITE_DONE)
+		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
+	if (rc != SQLITE_ROW)
+		return DB_RC(err);
+	*state = db_state_parse((const char *)sqlite3_column_text(st, 0));
+	if (*state < 0)
+		return DB_FAIL(err, DB_ERROR, "%s %s: unknown state in the database", what, sid);
+	return 0;
+}
+
 static int move_fn(struct db_conn *c, void *arg, struct db_err *err)
 {
 	struct move_arg *a = arg;
@@ -143,18 +165,9 @@ static int move_fn(struct db_conn *c, void *arg, struct db_err *err)
 	db_job_id_format(t->job, sid);
 	db_job_release(a->out);
 
-	sqlite3_stmt *st = DB_STMT(c, sql_state, "transition", err);
-	if (!st)
-		return DB_ERROR;
-	sqlite3_bind_int64(st, 1, t->job);
-	int rc = DB_SQL(c, sqlite3_step(st), "transition: read state", err);
-	if (rc == SQLITE_DONE)
-		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
-	if (rc != SQLITE_ROW)
-		return DB_RC(err);
-	int from = db_state_parse((const char *)sqlite3_column_text(st, 0));
-	if (from < 0)
-		return DB_FAIL(err, DB_ERROR, "transition %s: unknown state in the database", sid);
+	int from, rc = job_state(c, t->job, "transition", &from, err);
+	if (rc)
+		return rc;
 	if (t->from != DB_STATE_ANY && (int)t->from != from)
 		return DB_FAIL(err, DB_STALE, "%s is %s, not %s", sid, state_names[from],
 		               state_names[t->from]);
@@ -165,7 +178,7 @@ static int move_fn(struct db_conn *c, void *arg, struct db_err *err)
 	int final = db_state_final(t->to);
 	int again = (from == DB_STATE_REQUEUED || from == DB_STATE_PREEMPTED) &&
 	            (t->to == DB_STATE_QUEUED || t->to == DB_STATE_PENDING);
-	st = DB_STMT(c, sql_move, "transition", err);
+	sqlite3_stmt *st = DB_STMT(c, sql_move, "transition", err);
 	if (!st)
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, t->job);
@@ -312,21 +325,9 @@ struct note_arg {
 static int note_fn(struct db_conn *c, void *arg, struct db_err *err)
 {
 	struct note_arg *a = arg;
-	sqlite3_stmt *st = DB_STMT(c, sql_state, "note", err);
-	if (!st)
-		return DB_ERROR;
-	sqlite3_bind_int64(st, 1, a->id);
-	int rc = DB_SQL(c, sqlite3_step(st), "note", err);
-	if (rc == SQLITE_DONE) {
-		char sid[DB_JOB_ID_MAX];
-		db_job_id_format(a->id, sid);
-		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
-	}
-	if (rc != SQLITE_ROW)
-		return DB_RC(err);
-	int state = db_state_parse((const char *)sqlite3_column_text(st, 0));
-	if (state < 0)
-		return DB_FAIL(err, DB_ERROR, "note: unknown state in the database");
+	int state, rc = job_state(c, a->id, "note", &state, err);
+	if (rc)
+		return rc;
 	return db_job_event_insert(c, a->id, db_now_ms(), state_names[state], state_names[state],
 	                           a->by, a->reason, err) ? DB_RC(err) : 0;
 }
@@ -355,22 +356,13 @@ static int reason_fn(struct db_conn *c, void *arg, struct db_err *err)
 	struct reason_arg *a = arg;
 	char sid[DB_JOB_ID_MAX];
 	db_job_id_format(a->id, sid);
-	sqlite3_stmt *st = DB_STMT(c, sql_state, "set reason", err);
-	if (!st)
-		return DB_ERROR;
-	sqlite3_bind_int64(st, 1, a->id);
-	int rc = DB_SQL(c, sqlite3_step(st), "set reason", err);
-	if (rc == SQLITE_DONE)
-		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
-	if (rc != SQLITE_ROW)
-		return DB_RC(err);
-	int state = db_state_parse((const char *)sqlite3_column_text(st, 0));
-	if (state < 0)
-		return DB_FAIL(err, DB_ERROR, "set reason: unknown state in the database");
+	int state, rc = job_state(c, a->id, "set reason", &state, err);
+	if (rc)
+		return rc;
 	if (state != (int)a->expect)
 		return DB_FAIL(err, DB_STALE, "%s is %s, not %s", sid, state_names[state],
 		               state_names[a->expect]);
-	st = DB_STMT(c, sql_set_reason, "set reason", err);
+	sqlite3_stmt *st = DB_STMT(c, sql_set_reason, "set reason", err);
 	if (!st)
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, a->id);

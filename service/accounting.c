@@ -5,7 +5,6 @@
 
 #include <pthread.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,16 +57,6 @@ struct svc_acct {
 	long long window_h;              /* hours a sacct call reads at most (the thread's) */
 	char usage_error[256];
 };
-
-static void say(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void say(char *out, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(out, len, fmt, ap);
-	va_end(ap);
-}
 
 static long long mono_ms(void)
 {
@@ -130,11 +119,11 @@ static void probe(struct svc_acct *a)
 	pthread_mutex_lock(&a->lock);
 	if (rc != 0) {
 		a->probe_due = mono_ms() + SVC_ACCT_PROBE_RETRY_MS;
-		say(a->why, sizeof a->why, "slurm has not said whether it keeps accounting: %s", msg);
+		svc_msgf(a->why, sizeof a->why, "slurm has not said whether it keeps accounting: %s", msg);
 	} else {
 		a->state = on ? API_ACCT_ON : API_ACCT_OFF;
-		say(a->cluster, sizeof a->cluster, "%s", cluster);
-		say(a->why, sizeof a->why, "%s", on ? "" : why);
+		svc_msgf(a->cluster, sizeof a->cluster, "%s", cluster);
+		svc_msgf(a->why, sizeof a->why, "%s", on ? "" : why);
 		a->accounts_due = a->usage_due = 0;
 	}
 	pthread_mutex_unlock(&a->lock);
@@ -160,10 +149,10 @@ static int refresh_accounts(struct svc_acct *a)
 		a->accounts = accounts;
 		a->accounts_ms = db_now_ms();
 		a->accounts_mono = mono_ms();
-		say(a->accounts_error, sizeof a->accounts_error, "%s",
+		svc_msgf(a->accounts_error, sizeof a->accounts_error, "%s",
 		    no_fairshare ? "sshare did not answer: no fair share" : "");
 	} else {
-		say(a->accounts_error, sizeof a->accounts_error, "%s", msg);
+		svc_msgf(a->accounts_error, sizeof a->accounts_error, "%s", msg);
 	}
 	pthread_mutex_unlock(&a->lock);
 	if (rc != 0)
@@ -184,7 +173,7 @@ static void poll_usage(struct svc_acct *a)
 		int64_t polled = 0;
 		struct db_err err = { 0 };
 		if ((rc = db_usage_polled(a->db, DB_USAGE_SLURM, &polled, &err)) != 0) {
-			say(msg, sizeof msg, "usage: %s", err.text);
+			svc_msgf(msg, sizeof msg, "usage: %s", err.text);
 			break;
 		}
 		int64_t from = polled > 0 ? polled - SVC_ACCT_SACCT_SLACK_S * 1000LL
@@ -206,7 +195,7 @@ static void poll_usage(struct svc_acct *a)
 			break;
 	} while (rc == 0 && to < now);
 	pthread_mutex_lock(&a->lock);
-	say(a->usage_error, sizeof a->usage_error, "%s", rc == 0 ? "" : msg);
+	svc_msgf(a->usage_error, sizeof a->usage_error, "%s", rc == 0 ? "" : msg);
 	pthread_mutex_unlock(&a->lock);
 	if (rc != 0)
 		svc_log(SVC_LOG_WARN, "accounting: sacct: %s", msg);
@@ -245,7 +234,7 @@ static void set_limits(struct svc_acct *a, struct acct_task *t)
 	if (svc_acct_slurm_set(a->timeout_ms, a->cluster, in, &changed, cmd, sizeof cmd, &status,
 	                       msg, sizeof msg) != 0) {
 		call->status = status;
-		say(call->message, sizeof call->message, "%s%s", status == 503 ? "slurm is "
+		svc_msgf(call->message, sizeof call->message, "%s%s", status == 503 ? "slurm is "
 		    "unreachable: " : "slurm refused: ", msg);
 		return;
 	}
@@ -255,27 +244,27 @@ static void set_limits(struct svc_acct *a, struct acct_task *t)
 	json_t *acc = read == 0 ? account_of(a, in->account) : NULL;
 	int found = acc && (!in->user || has_user(acc, in->user));
 	if (read != 0)
-		say(read_msg, sizeof read_msg, "%s", a->accounts_error);
+		svc_msgf(read_msg, sizeof read_msg, "%s", a->accounts_error);
 	call->body = found ? json_dumps(acc, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
 	pthread_mutex_unlock(&a->lock);
 	if (read != 0) {
 		call->status = 503;
 		call->partial = changed;
-		say(call->message, sizeof call->message, "%s; reading the accounts back failed: %s",
+		svc_msgf(call->message, sizeof call->message, "%s; reading the accounts back failed: %s",
 		    changed ? cmd : "nothing changed", read_msg);
 	} else if (!found) {
 		call->status = 404;
 		if (in->user)
-			say(call->message, sizeof call->message, "user %s has no association with "
+			svc_msgf(call->message, sizeof call->message, "user %s has no association with "
 			    "account %s", in->user, in->account);
 		else
-			say(call->message, sizeof call->message, "slurm has no account %s", in->account);
+			svc_msgf(call->message, sizeof call->message, "slurm has no account %s", in->account);
 	} else if (!call->body) {
 		call->status = 500;
-		say(call->message, sizeof call->message, "out of memory");
+		svc_msgf(call->message, sizeof call->message, "out of memory");
 	} else {
 		call->status = 200;
-		say(call->message, sizeof call->message, "%s%s", cmd,
+		svc_msgf(call->message, sizeof call->message, "%s%s", cmd,
 		    changed ? "" : " (nothing to change)");
 	}
 }
@@ -304,7 +293,7 @@ static void *worker(void *arg)
 				set_limits(a, t);
 			} else {
 				t->call->status = 503;
-				say(t->call->message, sizeof t->call->message, "accounting: slurm has not "
+				svc_msgf(t->call->message, sizeof t->call->message, "accounting: slurm has not "
 				    "answered yet");
 			}
 			if (t->call->status != 200)
@@ -356,9 +345,9 @@ static enum api_acct_state hook_state(void *arg, char *why, size_t len)
 	pthread_mutex_lock(&a->lock);
 	enum api_acct_state s = a->state;
 	if (s == API_ACCT_UNKNOWN)
-		say(why, len, "%s", a->why[0] ? a->why : "slurm has not answered yet");
+		svc_msgf(why, len, "%s", a->why[0] ? a->why : "slurm has not answered yet");
 	else
-		say(why, len, "%s", a->why);
+		svc_msgf(why, len, "%s", a->why);
 	pthread_mutex_unlock(&a->lock);
 	return s;
 }
@@ -370,13 +359,13 @@ static char *hook_accounts(void *arg, unsigned *status, char *msg, size_t len)
 	pthread_mutex_lock(&a->lock);
 	if (a->state == API_ACCT_OFF) {
 		*status = 409;
-		say(msg, len, "accounting is not configured: %s", a->why);
+		svc_msgf(msg, len, "accounting is not configured: %s", a->why);
 	} else if (a->state == API_ACCT_UNKNOWN) {
 		*status = 503;
-		say(msg, len, "accounting: %s", a->why[0] ? a->why : "slurm has not answered yet");
+		svc_msgf(msg, len, "accounting: %s", a->why[0] ? a->why : "slurm has not answered yet");
 	} else if (!a->accounts) {
 		*status = 503;
-		say(msg, len, "accounting: no accounts read from slurm yet%s%s",
+		svc_msgf(msg, len, "accounting: no accounts read from slurm yet%s%s",
 		    a->accounts_error[0] ? ": " : "", a->accounts_error);
 	} else {
 		char at[32];
@@ -389,7 +378,7 @@ static char *hook_accounts(void *arg, unsigned *status, char *msg, size_t len)
 		json_decref(o);
 		*status = body ? 200 : 500;
 		if (!body)
-			say(msg, len, "out of memory");
+			svc_msgf(msg, len, "out of memory");
 		if (mono_ms() - a->accounts_mono > SVC_ACCT_MAX_AGE_MS) {
 			a->accounts_due = 0;
 			pthread_cond_signal(&a->wake);
@@ -416,10 +405,10 @@ static void hook_set_limits(void *arg, const struct api_acct_limits *in,
 		pthread_cond_signal(&a->wake);
 	} else if (s == API_ACCT_OFF) {
 		call->status = 409;
-		say(call->message, sizeof call->message, "accounting is not configured: %s", a->why);
+		svc_msgf(call->message, sizeof call->message, "accounting is not configured: %s", a->why);
 	} else {
 		call->status = s == API_ACCT_ON && !a->stopping ? 500 : 503;
-		say(call->message, sizeof call->message, "%s", s != API_ACCT_ON
+		svc_msgf(call->message, sizeof call->message, "%s", s != API_ACCT_ON
 		    ? "accounting: slurm has not answered yet" : a->stopping ? "larchd is stopping"
 		                                                          : "out of memory");
 	}
@@ -462,11 +451,11 @@ static int hook_account_ok(void *arg, const char *unix_user, const char *account
 		}
 		if (count == 0) {
 			rc = -1;
-			say(err, errlen, "user %s has no slurm account to charge (an admin gives them "
+			svc_msgf(err, errlen, "user %s has no slurm account to charge (an admin gives them "
 			    "one: sacctmgr add user %s account=...)", unix_user, unix_user);
 		} else if (account && *account && !allowed) {
 			rc = -1;
-			say(err, errlen, "user %s has no association with account %s; their accounts: %s",
+			svc_msgf(err, errlen, "user %s has no association with account %s; their accounts: %s",
 			    unix_user, account, theirs);
 		}
 	}
@@ -479,7 +468,7 @@ static void hook_usage_status(void *arg, int64_t *read_to_ms, char *error, size_
 	struct svc_acct *a = arg;
 	pthread_mutex_lock(&a->lock);
 	*read_to_ms = a->state == API_ACCT_ON ? a->usage_read_to : 0;
-	say(error, len, "%s", a->state == API_ACCT_ON ? a->usage_error : "");
+	svc_msgf(error, len, "%s", a->state == API_ACCT_ON ? a->usage_error : "");
 	pthread_mutex_unlock(&a->lock);
 }
 
@@ -489,25 +478,25 @@ struct svc_acct *svc_acct_new(const struct svc_acct_config *cfg, char *err, size
 {
 	int slurm = cfg->executor && strcmp(cfg->executor, "slurm") == 0;
 	if (!cfg->db || (!slurm && (!cfg->executor || strcmp(cfg->executor, "local") != 0))) {
-		say(err, errlen, "accounting: needs a database and the executor local or slurm");
+		svc_msgf(err, errlen, "accounting: needs a database and the executor local or slurm");
 		return NULL;
 	}
 	struct svc_acct *a = calloc(1, sizeof *a);
 	if (!a) {
-		say(err, errlen, "out of memory");
+		svc_msgf(err, errlen, "out of memory");
 		return NULL;
 	}
 	a->db = cfg->db;
-	say(a->default_account, sizeof a->default_account, "%s",
+	svc_msgf(a->default_account, sizeof a->default_account, "%s",
 	    cfg->default_account ? cfg->default_account : "");
 	a->timeout_ms = (int)(cfg->timeout_s ? cfg->timeout_s : 30) * 1000;
 	a->refresh_ms = (long long)(cfg->refresh_s ? cfg->refresh_s : 60) * 1000;
 	a->window_h = SVC_ACCT_SACCT_WINDOW_H;
 	a->state = slurm && cfg->enabled ? API_ACCT_UNKNOWN : API_ACCT_OFF;
 	if (!slurm)
-		say(a->why, sizeof a->why, "the local executor has no slurm accounting");
+		svc_msgf(a->why, sizeof a->why, "the local executor has no slurm accounting");
 	else if (!cfg->enabled)
-		say(a->why, sizeof a->why, "larchd's accounting setting is off");
+		svc_msgf(a->why, sizeof a->why, "larchd's accounting setting is off");
 	struct passwd pw, *found = NULL;
 	char buf[4096];
 	if (getpwuid_r(geteuid(), &pw, buf, sizeof buf, &found) == 0 && found)
@@ -526,7 +515,7 @@ struct svc_acct *svc_acct_new(const struct svc_acct_config *cfg, char *err, size
 	if (a->state == API_ACCT_UNKNOWN) {
 		int rc = pthread_create(&a->thread, NULL, worker, a);
 		if (rc != 0) {
-			say(err, errlen, "accounting: cannot start a thread: %s", strerror(rc));
+			svc_msgf(err, errlen, "accounting: cannot start a thread: %s", strerror(rc));
 			svc_acct_free(a);
 			return NULL;
 		}

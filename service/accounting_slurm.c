@@ -3,7 +3,6 @@
  * limits, fair share), sacct (usage), sacctmgr modify (limits); see
  * accounting.h. Runs on the accounting thread. */
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,20 +11,10 @@
 #include "accounting_internal.h"
 #include "cluster.h"
 #include "db/db.h"
+#include "log.h"
 #include "slurm_cmd.h"
 
 #define FIELDS_MAX 12
-
-/* snprintf for messages that may be cut (vsnprintf: no truncation warnings). */
-static void say(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void say(char *out, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(out, len, fmt, ap);
-	va_end(ap);
-}
 
 /* Splits line at '|' into at most max fields; returns how many there were
  * (max + 1: more than max). */
@@ -188,9 +177,9 @@ static json_t *parse_sshare(const char *text, char *err, size_t errlen)
 		char *f[FIELDS_MAX], shown[81];
 		if (!trim(line)[0])
 			continue;
-		say(shown, sizeof shown, "%s", line);
+		svc_msgf(shown, sizeof shown, "%s", line);
 		if (split(line, f, 7) != 7) {
-			say(err, errlen, "sshare: unexpected output line \"%s\"", shown);
+			svc_msgf(err, errlen, "sshare: unexpected output line \"%s\"", shown);
 			goto bad;
 		}
 		char key[256];
@@ -205,7 +194,7 @@ static json_t *parse_sshare(const char *text, char *err, size_t errlen)
 	free(copy);
 	return shares;
 oom:
-	say(err, errlen, "out of memory");
+	svc_msgf(err, errlen, "out of memory");
 bad:
 	free(copy);
 	json_decref(shares);
@@ -219,7 +208,7 @@ json_t *svc_acct_parse_accounts(const char *assoc, const char *users, const char
 	json_t *index = json_object();      /* account name -> its object in accounts */
 	char *a_copy = strdup(assoc ? assoc : ""), *u_copy = strdup(users ? users : "");
 	if (!accounts || !defaults || !index || !a_copy || !u_copy) {
-		say(err, errlen, "out of memory");
+		svc_msgf(err, errlen, "out of memory");
 		goto bad;
 	}
 	if (sshare && !(shares = parse_sshare(sshare, err, errlen)))
@@ -229,9 +218,9 @@ json_t *svc_acct_parse_accounts(const char *assoc, const char *users, const char
 		char *f[FIELDS_MAX], shown[81];
 		if (!trim(line)[0])
 			continue;
-		say(shown, sizeof shown, "%s", line);
+		svc_msgf(shown, sizeof shown, "%s", line);
 		if (split(line, f, 2) != 2 || !f[0][0]) {
-			say(err, errlen, "sacctmgr show user: unexpected output line \"%s\"", shown);
+			svc_msgf(err, errlen, "sacctmgr show user: unexpected output line \"%s\"", shown);
 			goto bad;
 		}
 		json_object_set_new(defaults, f[0], json_string(f[1]));
@@ -240,7 +229,7 @@ json_t *svc_acct_parse_accounts(const char *assoc, const char *users, const char
 	for (int pass = 0; pass < 2; pass++) {
 		char *text = strdup(a_copy);
 		if (!text) {
-			say(err, errlen, "out of memory");
+			svc_msgf(err, errlen, "out of memory");
 			goto bad;
 		}
 		for (char *line = strtok_r(text, "\n", &save); line;
@@ -248,9 +237,9 @@ json_t *svc_acct_parse_accounts(const char *assoc, const char *users, const char
 			char *f[FIELDS_MAX], shown[81];
 			if (!trim(line)[0])
 				continue;
-			say(shown, sizeof shown, "%s", line);
+			svc_msgf(shown, sizeof shown, "%s", line);
 			if (split(line, f, 8) != 8 || !f[0][0]) {
-				say(err, errlen, "sacctmgr show assoc: unexpected output line \"%s\"",
+				svc_msgf(err, errlen, "sacctmgr show assoc: unexpected output line \"%s\"",
 				    shown);
 				free(text);
 				goto bad;
@@ -260,7 +249,7 @@ json_t *svc_acct_parse_accounts(const char *assoc, const char *users, const char
 				continue;
 			json_t *limits = limits_object(f[5], f[6], f[7]);
 			if (!limits) {
-				say(err, errlen, "sacctmgr show assoc: unexpected limits in \"%s\"", shown);
+				svc_msgf(err, errlen, "sacctmgr show assoc: unexpected limits in \"%s\"", shown);
 				free(text);
 				goto bad;
 			}
@@ -276,7 +265,7 @@ json_t *svc_acct_parse_accounts(const char *assoc, const char *users, const char
 				                                    : json_null(), "users");
 				if (!acc || json_array_append_new(accounts, acc) ||
 				    json_object_set(index, f[0], acc)) {
-					say(err, errlen, "out of memory");
+					svc_msgf(err, errlen, "out of memory");
 					free(text);
 					goto bad;
 				}
@@ -293,7 +282,7 @@ json_t *svc_acct_parse_accounts(const char *assoc, const char *users, const char
 			                      "fairshare", shares ? fairshare_of(shares, f[0], f[1])
 			                                          : json_null());
 			if (!u || json_array_append_new(json_object_get(acc, "users"), u)) {
-				say(err, errlen, "out of memory");
+				svc_msgf(err, errlen, "out of memory");
 				free(text);
 				goto bad;
 			}
@@ -306,7 +295,7 @@ json_t *svc_acct_parse_accounts(const char *assoc, const char *users, const char
 	json_array_foreach(accounts, i, acc)
 		rc |= sort_by_name(json_object_get(acc, "users"));
 	if (rc) {
-		say(err, errlen, "out of memory");
+		svc_msgf(err, errlen, "out of memory");
 		goto bad;
 	}
 	json_decref(index);
@@ -356,7 +345,7 @@ int svc_acct_parse_sacct(char *text, struct svc_acct_sacct *out, char *err, size
 	out->jobs = calloc(lines, sizeof *out->jobs);
 	out->keys = calloc(lines, sizeof *out->keys);
 	if (!out->jobs || !out->keys) {
-		say(err, errlen, "out of memory");
+		svc_msgf(err, errlen, "out of memory");
 		return -1;
 	}
 	char *save = NULL;
@@ -364,9 +353,9 @@ int svc_acct_parse_sacct(char *text, struct svc_acct_sacct *out, char *err, size
 		char *f[FIELDS_MAX], shown[81];
 		if (!trim(line)[0])
 			continue;
-		say(shown, sizeof shown, "%s", line);
+		svc_msgf(shown, sizeof shown, "%s", line);
 		if (split(line, f, 10) != 10 || !f[0][0]) {
-			say(err, errlen, "sacct: unexpected output line \"%s\"", shown);
+			svc_msgf(err, errlen, "sacct: unexpected output line \"%s\"", shown);
 			return -1;
 		}
 		long long submit = local_time_s(f[4]), start = local_time_s(f[5]),
@@ -376,7 +365,7 @@ int svc_acct_parse_sacct(char *text, struct svc_acct_sacct *out, char *err, size
 			continue;
 		}
 		if (cpus < 0 || svc_acct_tres(f[8], &cpu_tres, &gpus) != 0) {
-			say(err, errlen, "sacct: unexpected fields in \"%s\"", shown);
+			svc_msgf(err, errlen, "sacct: unexpected fields in \"%s\"", shown);
 			return -1;
 		}
 		struct db_usage_job *j = &out->jobs[out->n];
@@ -419,7 +408,7 @@ static void config_value(const char *text, const char *key, char *out, size_t le
 		while (*v == ' ')
 			v++;
 		size_t n = strcspn(v, "\n");
-		say(out, len, "%.*s", (int)n, v);
+		svc_msgf(out, len, "%.*s", (int)n, v);
 		return;
 	}
 }
@@ -437,10 +426,10 @@ int svc_acct_slurm_probe(int timeout_ms, int *on, char *cluster, size_t cluster_
 		config_value(res.out, "ClusterName", cluster, cluster_len);
 		*on = strcmp(storage, "accounting_storage/slurmdbd") == 0;
 		if (!*on)
-			say(why, why_len, "slurm has no accounting database (AccountingStorageType=%s; "
+			svc_msgf(why, why_len, "slurm has no accounting database (AccountingStorageType=%s; "
 			    "slurmdbd keeps accounts and usage)", storage[0] ? storage : "none");
 		if (!storage[0] || !cluster[0]) {
-			say(msg, len, "scontrol show config: no AccountingStorageType or ClusterName");
+			svc_msgf(msg, len, "scontrol show config: no AccountingStorageType or ClusterName");
 			rc = -1;
 		}
 	}
@@ -452,7 +441,7 @@ int svc_acct_slurm_accounts(int timeout_ms, const char *cluster, json_t **accoun
                             int *no_fairshare, char *msg, size_t len)
 {
 	char cluster_arg[96];
-	say(cluster_arg, sizeof cluster_arg, "cluster=%s", cluster);
+	svc_msgf(cluster_arg, sizeof cluster_arg, "cluster=%s", cluster);
 	const char *assoc_argv[] = { "sacctmgr", "-nP", "show", "assoc", cluster_arg,
 	                             "format=account,user,partition,parentname,share,maxjobs,"
 	                             "maxwall,grptres", NULL };
@@ -510,7 +499,7 @@ int svc_acct_slurm_usage(int timeout_ms, struct db *db, int64_t from_ms, int64_t
 	if (rc == 0) {
 		struct db_err err = { 0 };
 		if (db_usage_add(db, DB_USAGE_SLURM, jobs.jobs, jobs.n, to_ms, added, &err) != 0) {
-			say(msg, len, "storing sacct's usage: %s", err.text);
+			svc_msgf(msg, len, "storing sacct's usage: %s", err.text);
 			rc = -1;
 		}
 	}
@@ -527,25 +516,25 @@ int svc_acct_slurm_set(int timeout_ms, const char *cluster, const struct api_acc
 	const char *argv[16] = { "sacctmgr", "-i", "modify", in->user ? "user" : "account",
 	                         "where" };
 	int n = 5;
-	say(name, sizeof name, "name=%s", in->user ? in->user : in->account);
+	svc_msgf(name, sizeof name, "name=%s", in->user ? in->user : in->account);
 	argv[n++] = name;
 	if (in->user) {
-		say(account, sizeof account, "account=%s", in->account);
+		svc_msgf(account, sizeof account, "account=%s", in->account);
 		argv[n++] = account;
 	}
-	say(cluster_arg, sizeof cluster_arg, "cluster=%s", cluster);
+	svc_msgf(cluster_arg, sizeof cluster_arg, "cluster=%s", cluster);
 	argv[n++] = cluster_arg;
 	argv[n++] = "set";
 	if (in->max_jobs != API_ACCT_UNSET) {
-		say(jobs, sizeof jobs, "MaxJobs=%lld", in->max_jobs < 0 ? -1 : in->max_jobs);
+		svc_msgf(jobs, sizeof jobs, "MaxJobs=%lld", in->max_jobs < 0 ? -1 : in->max_jobs);
 		argv[n++] = jobs;
 	}
 	if (in->max_wall_s != API_ACCT_UNSET) {
 		long long s = in->max_wall_s;
 		if (s < 0)
-			say(wall, sizeof wall, "MaxWall=-1");
+			svc_msgf(wall, sizeof wall, "MaxWall=-1");
 		else
-			say(wall, sizeof wall, "MaxWall=%lld-%02lld:%02lld:%02lld", s / 86400,
+			svc_msgf(wall, sizeof wall, "MaxWall=%lld-%02lld:%02lld:%02lld", s / 86400,
 			    s / 3600 % 24, s / 60 % 60, s % 60);
 		argv[n++] = wall;
 	}
@@ -576,7 +565,7 @@ int svc_acct_slurm_set(int timeout_ms, const char *cluster, const struct api_acc
 		*status = svc_slurm_unreachable(&res) ? 503 : 400;
 		/* sacctmgr says why on stdout as often as on stderr */
 		if (!res.err[0] && res.out && res.out[0])
-			say(msg, len, "%s: %.200s", argv[0], trim(res.out));
+			svc_msgf(msg, len, "%s: %.200s", argv[0], trim(res.out));
 	}
 	slurm_cmd_release(&res);
 	return rc;

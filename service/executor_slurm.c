@@ -69,6 +69,7 @@
 
 #include "identity.h"
 #include "jobfs.h"
+#include "log.h"
 #include "slurm_cmd.h"
 #include "slurm_submit.h"
 
@@ -216,17 +217,6 @@ static void note_health(struct slurm_ex *sx, int ok, const char *what)
 
 /* ---- files in the job directory ------------------------------------------------ */
 
-/* snprintf for messages that may be cut (vsnprintf: no truncation warnings). */
-static void say(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void say(char *out, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(out, len, fmt, ap);
-	va_end(ap);
-}
-
 /* Writes text to DIR/name through a temporary file and rename (jobfs.h:
  * the directory may be a job owner's), owned by owner when given. */
 static int write_file_as(const char *dir, const char *name, const char *text, mode_t mode,
@@ -235,7 +225,7 @@ static int write_file_as(const char *dir, const char *name, const char *text, mo
 	if (svc_jobfs_write(dir, name, text, strlen(text), mode, owner ? owner->uid : (uid_t)-1,
 	                    owner ? owner->gid : (gid_t)-1) != 0) {
 		int e = errno;
-		say(err, errlen, "cannot write %s/%s: %s", dir, name, strerror(e));
+		svc_msgf(err, errlen, "cannot write %s/%s: %s", dir, name, strerror(e));
 		return -1;
 	}
 	return 0;

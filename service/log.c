@@ -200,6 +200,14 @@ void svc_log_request(const char *fmt, ...)
 	va_end(ap);
 }
 
+void svc_msgf(char *out, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(out, len, fmt, ap);
+	va_end(ap);
+}
+
 static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void svc_log_limited(struct svc_log_limit *limit, unsigned interval_ms, enum svc_log_level level,

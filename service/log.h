@@ -50,6 +50,10 @@ struct svc_log_limit {
 void svc_log_limited(struct svc_log_limit *limit, unsigned interval_ms, enum svc_log_level level,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* snprintf for messages that may be cut at len bytes (through vsnprintf, so
+ * that GCC's format-truncation warning does not apply). */
+void svc_msgf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Copies s into out (out_size bytes with the NUL) for a log line: bytes
  * outside printable ASCII become %XX, and a long s is cut with "...".
  * Returns out. */

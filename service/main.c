@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,17 +44,6 @@ enum { EXIT_USAGE = 2 };
 #define REPORT_FLUSH_S 5      /* a job's last metrics flush; well inside cancel_grace */
 #define QUEUE_EXTRA 64        /* jobs handed to the executor beyond those it runs */
 
-/* snprintf for messages that may be cut (vsnprintf: no truncation warnings). */
-static void say(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void say(char *out, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(out, len, fmt, ap);
-	va_end(ap);
-}
-
 /* larch-train beside larchd (installed), else in the build tree
  * (build/service/larchd -> build/trainer/larch-train). */
 static int find_trainer(char *out, size_t len, char *err, size_t errlen)
@@ -63,23 +51,23 @@ static int find_trainer(char *out, size_t len, char *err, size_t errlen)
 	char self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
 	if (n <= 0) {
-		say(err, errlen, "trainer_path: cannot find larchd's own path (%s); set it",
+		svc_msgf(err, errlen, "trainer_path: cannot find larchd's own path (%s); set it",
 		         strerror(errno));
 		return -1;
 	}
 	self[n] = '\0';
 	char *slash = strrchr(self, '/');
 	*slash = '\0';
-	say(out, len, "%s/larch-train", self);
+	svc_msgf(out, len, "%s/larch-train", self);
 	if (access(out, X_OK) == 0)
 		return 0;
-	say(out, len, "%s/../trainer/larch-train", self);
+	svc_msgf(out, len, "%s/../trainer/larch-train", self);
 	char real[PATH_MAX];
 	if (access(out, X_OK) == 0 && realpath(out, real)) {
-		say(out, len, "%s", real);
+		svc_msgf(out, len, "%s", real);
 		return 0;
 	}
-	say(err, errlen, "trainer_path: no executable larch-train in %s or %s/../trainer: "
+	svc_msgf(err, errlen, "trainer_path: no executable larch-train in %s or %s/../trainer: "
 	         "set trainer_path (--trainer-path FILE)", self, self);
 	return -1;
 }
@@ -88,11 +76,11 @@ static int find_trainer(char *out, size_t len, char *err, size_t errlen)
 static void job_server_url(const char *address, char *out, size_t len)
 {
 	if (strncmp(address, "0.0.0.0:", 8) == 0)
-		say(out, len, "http://127.0.0.1:%s", address + 8);
+		svc_msgf(out, len, "http://127.0.0.1:%s", address + 8);
 	else if (strncmp(address, "[::]:", 5) == 0)
-		say(out, len, "http://[::1]:%s", address + 5);
+		svc_msgf(out, len, "http://[::1]:%s", address + 5);
 	else
-		say(out, len, "http://%s", address);
+		svc_msgf(out, len, "http://%s", address);
 }
 
 static double now_s(void)
@@ -143,7 +131,7 @@ static int map_first_admin(struct db *db, char *err, size_t errlen)
 	if (svc_unix_id_self(&self, why, sizeof why) != 0 || !db_unix_name_ok(self.name))
 		return 0;
 	if (db_users_set_unix(db, SVC_ADMIN_USER, self.name, &dberr) != 0) {
-		say(err, errlen, "mapping user %s to Unix user %s: %s", SVC_ADMIN_USER, self.name,
+		svc_msgf(err, errlen, "mapping user %s to Unix user %s: %s", SVC_ADMIN_USER, self.name,
 		    dberr.text);
 		return -1;
 	}
@@ -201,7 +189,7 @@ static int dashboard_new(struct larchd *d, char *err, size_t errlen)
 	d->dashboard = api_static_new(svc_dashboard_files, svc_dashboard_files_count,
 	                              d->cfg.dashboard_dir);
 	if (!d->dashboard) {
-		say(err, errlen, "out of memory");
+		svc_msgf(err, errlen, "out of memory");
 		return -1;
 	}
 	char why[PATH_MAX + 128];
@@ -241,7 +229,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	int owner = strcmp(d->cfg.run_as, "owner") == 0;
 	int slurm = strcmp(d->cfg.executor, "slurm") == 0;
 	if (owner && geteuid() != 0) {
-		say(err, errlen, "run_as owner: larchd starts each job as its owner's Unix user, which "
+		svc_msgf(err, errlen, "run_as owner: larchd starts each job as its owner's Unix user, which "
 		    "takes root (it runs as uid %u); set run_as = service to run jobs as larchd's "
 		    "own user", (unsigned)geteuid());
 		return -1;
@@ -261,23 +249,23 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		svc_log(SVC_LOG_INFO, "state dir %s: mode %04o, was %04o", d->cfg.state_dir,
 		        (unsigned)want, (unsigned)was);
 	if (!realpath(d->cfg.state_dir, state)) {
-		say(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
+		svc_msgf(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return -1;
 	}
 	if (d->cfg.trainer_path) {
-		say(trainer, sizeof trainer, "%s", d->cfg.trainer_path);
+		svc_msgf(trainer, sizeof trainer, "%s", d->cfg.trainer_path);
 		if (access(trainer, X_OK) != 0) {
-			say(err, errlen, "trainer_path %s: %s", trainer, strerror(errno));
+			svc_msgf(err, errlen, "trainer_path %s: %s", trainer, strerror(errno));
 			return -1;
 		}
 	} else if (find_trainer(trainer, sizeof trainer, err, errlen) != 0) {
 		return -1;
 	}
 
-	say(path, sizeof path, "%s/larch.db", state);
+	svc_msgf(path, sizeof path, "%s/larch.db", state);
 	struct db_err dberr = { 0 };
 	if (!(d->db = db_open(path, NULL, &dberr))) {
-		say(err, errlen, "%s: %s", path, dberr.text);
+		svc_msgf(err, errlen, "%s: %s", path, dberr.text);
 		return -1;
 	}
 	if (svc_admin_token_ensure(d->db, state, admin_path, pathlen, admin_created, err,
@@ -287,13 +275,13 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 
 	/* every job event from here on feeds GET /v1/events */
 	if (!(d->ctx.changes = api_changes_new())) {
-		say(err, errlen, "the change feed would not start (out of memory or threads)");
+		svc_msgf(err, errlen, "the change feed would not start (out of memory or threads)");
 		return -1;
 	}
 	db_set_change_hook(d->db, api_changes_publish, d->ctx.changes);
 
 	if (!(d->auth = svc_auth_new(d->db, state))) {
-		say(err, errlen, "out of memory");
+		svc_msgf(err, errlen, "out of memory");
 		return -1;
 	}
 	/* Slurm queues every job it is given; the local executor a few beyond its slots */
@@ -306,7 +294,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	if (!(d->runner = svc_runner_new(&rcfg, err, errlen)))
 		return -1;
 	char jobs_dir[PATH_MAX + 8];
-	say(jobs_dir, sizeof jobs_dir, "%s/jobs", state);
+	svc_msgf(jobs_dir, sizeof jobs_dir, "%s/jobs", state);
 	struct svc_preflight_config pcfg = { .db = d->db, .trainer_path = trainer,
 	                                     .jobs_dir = jobs_dir, .run_as_owner = owner,
 	                                     .slurm = slurm, .data_roots = &d->cfg.data_roots,
@@ -386,7 +374,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		};
 		if (!(d->ex = exec_slurm_new(&xcfg, err, errlen)))
 			return -1;
-		say(what, sizeof what, "slurm executor (submits with %s, squeue every %u ms%s%s)",
+		svc_msgf(what, sizeof what, "slurm executor (submits with %s, squeue every %u ms%s%s)",
 		    exec_slurm_submits_with(d->ex), d->cfg.slurm_poll_ms,
 		    *d->cfg.slurm_partition ? ", default partition " : "", d->cfg.slurm_partition);
 	} else {
@@ -401,7 +389,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		};
 		if (!(d->ex = exec_local_new(&xcfg, err, errlen)))
 			return -1;
-		say(what, sizeof what, "local executor: %u jobs at once", d->cfg.max_local_jobs);
+		svc_msgf(what, sizeof what, "local executor: %u jobs at once", d->cfg.max_local_jobs);
 	}
 	if (svc_runner_start(d->runner, d->ex, err, errlen) != 0)
 		return -1;
