@@ -58,6 +58,7 @@ struct exec_job {
 	int confine;
 	char init_path[EXEC_PATH_MAX]; /* a checkpoint larchd resolved for init ("" none):
 	                                  readable even when confined */
+	char ext_id[32];               /* adopt: the Slurm id larchd recorded ("" none yet) */
 };
 
 struct exec_event {

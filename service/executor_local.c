@@ -57,6 +57,7 @@ struct local_job {
 	long long started_ms;
 	long long term_sent_ms;        /* 0 until SIGTERM was sent */
 	int cancel_requested, timed_out, killed;
+	uid_t run_uid;                 /* adopted: the uid its process must run as */
 	long long retry_at_ms;         /* a start that failed for now: not before this */
 	long long retry_wait_ms;       /* the last wait; doubles each time */
 	struct local_job *next;
@@ -412,11 +413,33 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 
 /* ---- following processes -------------------------------------------------- */
 
+/* The real uid process pid runs as (/proc/PID/status), or -1. */
+static long process_uid(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	long uid = -1;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, "Uid:", 4) == 0) {
+			uid = strtol(line + 4, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return uid;
+}
+
 /* For a process that is not our child: alive, not a zombie, and running this
- * job (its command line has the job dir as an argument). */
-static int adopted_alive(pid_t pid, const char *dir)
+ * job: its command line has the job dir as an argument, and it runs as the
+ * job's user (a launch record the job's owner rewrote cannot point larchd,
+ * root, at another's process). */
+static int adopted_alive(pid_t pid, const char *dir, uid_t uid)
 {
 	if (kill(pid, 0) != 0 && errno != EPERM)
+		return 0;
+	if (process_uid(pid) != (long)uid)
 		return 0;
 	char path[64], buf[8192];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -459,7 +482,7 @@ static int lock_held(const char *dir)
 static int adopted_running(const struct local_job *j)
 {
 	int held = lock_held(j->job.dir);
-	return held >= 0 ? held : adopted_alive(j->pid, j->job.dir);
+	return held >= 0 ? held : adopted_alive(j->pid, j->job.dir, j->run_uid);
 }
 
 /* exit_code and reason from DIR/result.json; -1 when there is none. */
@@ -552,7 +575,9 @@ static void finish_adopted(struct local *lx, struct local_job *j)
 
 static void signal_group(struct local_job *j, int sig)
 {
-	if (j->pid > 0)
+	/* a process of a previous larchd's is signalled only while it is still
+	 * the job's (its pid came from the job directory's launch record) */
+	if (j->pid > 0 && (j->is_child || adopted_alive(j->pid, j->job.dir, j->run_uid)))
 		kill(-j->pid, sig);
 }
 
@@ -611,6 +636,28 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 		snprintf(err, errlen, "%s/launch: not a launch record", job->dir);
 		return -1;
 	}
+	/* whose process it must be: the owner's where jobs run as their owners */
+	struct svc_unix_id id;
+	uid_t run_uid = geteuid();
+	if (job->unix_user[0]) {
+		if (svc_unix_id_lookup(job->unix_user, &id, err, errlen) != 0)
+			return -1;
+		run_uid = id.uid;
+	}
+	/* a child of a previous larchd writes its launch record just before it
+	 * executes the trainer: give it the moment to become the job's */
+	int alive = 0, held = lock_held(job->dir) == 1;
+	for (int i = 0; held && !(alive = adopted_alive((pid_t)pid, job->dir, run_uid)) && i < 250;
+	     i++) {
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		held = lock_held(job->dir) == 1;
+	}
+	if (held && !alive) {
+		snprintf(err, errlen, "its launch record names process %ld, which is not this job's "
+		         "(another user's, or another command)", pid);
+		return -1;
+	}
 	struct local_job *j = calloc(1, sizeof *j);
 	if (!j) {
 		snprintf(err, errlen, "out of memory");
@@ -619,6 +666,7 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 	j->job = *job;
 	j->state = EXEC_RUNNING;
 	j->pid = (pid_t)pid;
+	j->run_uid = run_uid;
 	j->is_child = 0;
 	j->started_ms = launched_ms;   /* its time limit counts from its launch */
 	pthread_mutex_lock(&lx->lock);

@@ -14,11 +14,14 @@
  * may share one cluster, so a job is known by its name:
  * "larch-<instance>-j-000123", where the instance id is made once per state
  * dir (STATE/instance-id). Once sbatch answered, the Slurm id is also kept in
- * DIR/slurm-job-id (and in the database by the runner).
+ * DIR/slurm-job-id (for people; in the database by the runner, and only the
+ * database's is believed: a job's owner may rewrite the file). A job is
+ * matched to squeue's rows by its name and its Unix user: another user may
+ * name a job of theirs after it.
  *
  * Never submitted twice. A job whose sbatch failed in a way that may have
  * reached slurmctld (a timeout, a lost connection), or whose submission
- * larchd may have been killed in (adopted without DIR/slurm-job-id), is
+ * larchd may have been killed in (adopted without a Slurm id recorded), is
  * looked up by name in the next squeue that works before it is submitted
  * again: found, it is followed; not found, it is submitted only if its batch
  * script never started (DIR/slurm-attempt is written by the script's first
@@ -112,6 +115,7 @@ struct slurm_ex {
 	char *trainer_path, *server_url, *partition, *account, *qos;
 	char *roots[EXEC_DATA_ROOTS_MAX];   /* data_roots for confined jobs (copies) */
 	int n_roots;
+	char self_user[SVC_UNIX_NAME_MAX + 1];   /* larchd's own Unix user, as squeue names it */
 	char prefix[48];              /* "larch-<instance>-j-" */
 	int use_api;                  /* submit through libslurm, not sbatch */
 
@@ -667,7 +671,7 @@ static void submit_due(struct slurm_ex *sx)
 
 struct row {
 	long long id;                 /* larch id from the name */
-	char *sid, *state, *nodes, *partition, *reason;
+	char *sid, *state, *nodes, *partition, *reason, *user;
 	int exit_raw, restarts;
 };
 
@@ -702,7 +706,7 @@ static struct row *parse_squeue(struct slurm_ex *sx, char *out, int *n_rows)
 			*bar = '\0';
 			p = bar + 1;
 		}
-		if (k < 8 || strncmp(f[1], sx->prefix, plen) != 0)
+		if (k < 9 || strncmp(f[1], sx->prefix, plen) != 0)
 			continue;
 		char *end;
 		long long id = strtoll(f[1] + plen, &end, 10);
@@ -717,7 +721,8 @@ static struct row *parse_squeue(struct slurm_ex *sx, char *out, int *n_rows)
 		}
 		rows[n++] = (struct row){ .id = id, .sid = f[0], .state = f[2],
 		                          .exit_raw = atoi(f[3]), .restarts = atoi(f[4]),
-		                          .nodes = f[5], .partition = f[6], .reason = f[7] };
+		                          .nodes = f[5], .partition = f[6], .reason = f[7],
+		                          .user = f[8] };
 	}
 	if (rows)
 		qsort(rows, (size_t)n, sizeof *rows, row_cmp);
@@ -1012,7 +1017,7 @@ static void poll_squeue(struct slurm_ex *sx)
 	users_filter(sx, users, sizeof users);
 	const char *argv[] = { "squeue", users, "-h", "-t", "all", "-O",
 	                       "JobID:|,Name:|,State:|,exit_code:|,RestartCnt:|,NodeList:|,"
-	                       "Partition:|,Reason:|", NULL };
+	                       "Partition:|,Reason:|,UserName:|", NULL };
 	struct slurm_cmd_result res;
 	int rc = slurm_cmd_run(argv, sx->cfg.timeout_s * 1000, &res);
 	if (rc != 0) {
@@ -1036,14 +1041,17 @@ static void poll_squeue(struct slurm_ex *sx)
 		struct sjob *j = *p;
 		struct row key = { .id = j->job.id };
 		struct row *r = rows ? bsearch(&key, rows, (size_t)n_rows, sizeof *rows, row_cmp) : NULL;
-		/* several rows for one larch id cannot happen unless submitted twice: the
-		 * one with the recorded id wins */
-		if (r && j->sid[0]) {
+		/* several rows for one larch id: another user named a job of theirs
+		 * after it (its name is no secret), or it was submitted twice. Only a
+		 * row of the job's own user counts, and of those the one with the
+		 * recorded id */
+		if (r) {
 			struct row *first = r;
 			while (first > rows && first[-1].id == j->job.id)
 				first--;
+			const char *user = j->as_owner ? j->owner.name : sx->self_user;
 			for (r = first; r < rows + n_rows && r->id == j->job.id; r++)
-				if (strcmp(r->sid, j->sid) == 0)
+				if (strcmp(r->user, user) == 0 && (!j->sid[0] || strcmp(r->sid, j->sid) == 0))
 					break;
 			if (r == rows + n_rows || r->id != j->job.id)
 				r = NULL;
@@ -1399,10 +1407,12 @@ static int slurm_submit(struct executor *ex, const struct exec_job *job, char *e
 
 static int slurm_adopt(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)
 {
-	char sid[32] = "";
-	if (read_file(job->dir, "slurm-job-id", sid, sizeof sid) == 0 && sid[0])
-		return track((struct slurm_ex *)ex, job, PH_FOLLOW, sid, err, errlen);
-	/* killed between sbatch and its answer, or before sbatch: look first */
+	/* the Slurm id larchd recorded (the database's, never the job directory's
+	 * slurm-job-id, which a job's owner may rewrite to name another's job) */
+	if (job->ext_id[0])
+		return track((struct slurm_ex *)ex, job, PH_FOLLOW, job->ext_id, err, errlen);
+	/* killed between sbatch and its answer or the commit, or before sbatch:
+	 * look for it by name first */
 	return track((struct slurm_ex *)ex, job, PH_LOOKUP, NULL, err, errlen);
 }
 
@@ -1647,6 +1657,10 @@ struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, 
 	for (int i = 0; i < cfg->n_data_roots && i < EXEC_DATA_ROOTS_MAX; i++)
 		oom |= !(sx->roots[sx->n_roots++] = strdup(cfg->data_roots[i]));
 	sx->cfg.data_roots = NULL;          /* borrowed for the call only */
+	struct svc_unix_id self;
+	char self_err[256];
+	if (svc_unix_id_self(&self, self_err, sizeof self_err) == 0)
+		snprintf(sx->self_user, sizeof sx->self_user, "%s", self.name);
 	if (oom || instance_id(cfg->state_dir, inst, err, errlen) != 0) {
 		if (oom)
 			snprintf(err, errlen, "out of memory");

@@ -150,6 +150,8 @@ static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct e
 	json_decref(spec);
 	if (r->run_as_owner && job->unix_user)
 		snprintf(ej->unix_user, sizeof ej->unix_user, "%s", job->unix_user);
+	if (job->slurm_job_id)
+		snprintf(ej->ext_id, sizeof ej->ext_id, "%s", job->slurm_job_id);
 	return 0;
 }
 

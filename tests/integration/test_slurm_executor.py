@@ -453,6 +453,47 @@ def test_kill9_and_restart_adopts_without_duplicates(tmp_path, slurm_cluster, se
         assert slurm_jobs_named(slurm_cluster, again, jid) == {j["slurm_job_id"]}, jid
 
 
+def test_owners_cannot_point_larchd_at_anothers_slurm_job(tmp_path, slurm_cluster, servers):
+    """bob's job directory is bob's: he rewrites its slurm-job-id to name
+    alice's Slurm job, and alice (or he) names a Slurm job of hers after
+    his larch job. After a restart larchd, root, still follows bob's own
+    job, and bob's cancel stops his job, never alice's."""
+    if os.geteuid() != 0:
+        pytest.skip("jobs run as their owners only where larchd is root")
+    server = start(tmp_path, slurm_cluster)
+    servers.append(server)
+    bob = user_auth(server, "bob")
+    r = requests.post(server.url + "/v1/jobs", json=spec(100000, name="bobs"), headers=bob,
+                      timeout=30)
+    assert r.status_code == 201, r.text
+    jid = r.json()["id"]
+    sid = wait_state(server, jid, "RUNNING")["slurm_job_id"]
+    # alice's own job, held, named as larchd names bob's
+    inst = (server.state_dir / "instance-id").read_text().strip()
+    script = tmp_path / "alice.sh"
+    script.write_text("#!/bin/sh\nsleep 300\n")
+    script.chmod(0o755)
+    alices = slurm_cluster.submit(script, "--uid=alice", "--gid=alice", "--hold",
+                                  f"--job-name=larch-{inst}-{jid}", "--output=/dev/null",
+                                  "--chdir=/tmp")
+    try:
+        d = server.state_dir / "jobs" / jid
+        (d / "slurm-job-id").write_text(f"{alices}\n")   # as bob could
+        server.signal(signal.SIGKILL)
+        server.wait()
+        again = start(tmp_path, slurm_cluster, state_dir=server.state_dir)
+        servers.append(again)
+        time.sleep(2)                       # a few squeues
+        assert job(again, jid)["state"] == "RUNNING"
+        r = requests.post(f"{again.url}/v1/jobs/{jid}/cancel", headers=bob, timeout=30)
+        assert r.status_code == 200, r.text
+        j = wait_state(again, jid, "CANCELLED")
+        assert j["slurm_job_id"] == sid
+        assert slurm_cluster.job(alices)["JobState"] == "PENDING"   # untouched
+    finally:
+        slurm_cluster.run("scancel", str(alices), check=False)
+
+
 def test_killed_between_sbatch_and_commit_is_found_by_name(tmp_path, slurm_cluster, servers):
     """The window between sbatch answering and the database: made by hand
     after a kill -9 (the job back to PENDING without its Slurm id, the id

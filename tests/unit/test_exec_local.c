@@ -319,6 +319,51 @@ static void test_adopt_while_starting(void)
 	CHECK(waitpid(pid, NULL, 0) == pid);
 }
 
+/* A job owner rewrites the launch record of a running job to name another
+ * process (larchd's own, a daemon's): the next executor must not take that
+ * process for the job's, nor ever signal it. */
+static void test_adopt_refuses_a_launch_record_naming_another_process(void)
+{
+	char err[256] = "";
+	struct seen s = { 0 };
+	struct executor *first = make_executor(2);
+	struct exec_job job = make_job(12, 1000000, NULL);
+	CHECK(exec_submit(first, &job, err, sizeof err) == 0);
+	wait_running(first, &s, 12);
+	exec_free(first);                       /* "larchd restarts": the job keeps running */
+
+	pid_t other = fork();                   /* a process that is not the job's */
+	if (other == 0) {
+		execl("/bin/sleep", "sleep", "60", (char *)NULL);
+		_exit(127);
+	}
+	char rec[4200], line[32];
+	snprintf(rec, sizeof rec, "%s/launch", job.dir);
+	long real = 0;
+	FILE *f = fopen(rec, "r");
+	CHECK(f && fscanf(f, "%ld", &real) == 1);
+	if (f)
+		fclose(f);
+	snprintf(line, sizeof line, "%d\n", (int)other);
+	f = fopen(rec, "w");
+	CHECK(f && fputs(line, f) >= 0);
+	if (f)
+		fclose(f);
+
+	struct executor *second = make_executor(2);
+	CHECK(exec_adopt(second, &job, err, sizeof err) != 0);
+	CHECK_MSG(strstr(err, "is not this job's") != NULL, "%s", err);
+	CHECK(exec_cancel(second, 12, err, sizeof err) != 0);   /* not followed: nothing to signal */
+	exec_free(second);
+	CHECK(kill(other, 0) == 0);             /* untouched */
+	kill(other, SIGKILL);
+	waitpid(other, NULL, 0);
+	if (real > 1)
+		kill(-(pid_t)real, SIGKILL);        /* the real trainer, whose group it leads */
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+}
+
 int main(void)
 {
 	trainer = getenv("LARCH_TEST_TRAINER");
@@ -340,5 +385,6 @@ int main(void)
 	CHECK_RUN(test_time_limit_and_bad_spec);
 	CHECK_RUN(test_adopt_after_restart);
 	CHECK_RUN(test_adopt_while_starting);
+	CHECK_RUN(test_adopt_refuses_a_launch_record_naming_another_process);
 	return check_finish();
 }
