@@ -5,6 +5,8 @@ import subprocess
 
 import pytest
 
+import larchd
+
 
 class Trainer:
     def __init__(self, exe, tmp_path):
@@ -37,3 +39,14 @@ def mpirun():
     if path is None:
         pytest.fail("mpirun is missing: run deploy/install-deps.sh (openmpi-bin)")
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_larchd_left():
+    """Kills, at the end of the session, any larchd a test started and did not
+    stop (its fixture failed after the start)."""
+    yield
+    for d in larchd.STARTED:
+        if d.running():
+            d.proc.kill()
+            d.proc.wait()

@@ -38,6 +38,11 @@ def larchd_exe():
     return exe
 
 
+# every larchd started, so that the session ends none left running (a
+# fixture whose setup failed after start never reaches its stop)
+STARTED = []
+
+
 class Larchd:
     def __init__(self, tmp_path, args=(), env=None, state_dir=None):
         self.exe = larchd_exe()
@@ -70,6 +75,7 @@ class Larchd:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd + self.args, stdout=subprocess.PIPE, stderr=log,
                                          env=self.env)
+        STARTED.append(self)
         deadline = time.monotonic() + timeout
         line = b""
         while b"\n" not in line:
