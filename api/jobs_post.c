@@ -175,8 +175,7 @@ static enum MHD_Result reply_invalid(struct api_request *req, const char *messag
 		memcpy(field, message, (size_t)(colon - message));
 		field[colon - message] = '\0';
 	}
-	return api_reply_error_detail(req, 400, API_ERR_INVALID_SPEC,
-	                              json_pack("{s:s}", "field", field), "%s", message);
+	return reply_invalid_field(req, field, "%s", message);
 }
 
 /* The db writer thread, once the submit's group has committed: records the

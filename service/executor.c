@@ -2,6 +2,7 @@
  * dispatch through struct executor_ops (executor.h). */
 #include "executor.h"
 
+#include <errno.h>
 #include <stdio.h>
 
 const char *exec_state_name(enum exec_state s)
@@ -12,6 +13,12 @@ const char *exec_state_name(enum exec_state s)
 		[EXEC_HELD] = "HELD", [EXEC_REQUEUED] = "REQUEUED", [EXEC_PREEMPTED] = "PREEMPTED",
 	};
 	return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+int exec_errno_transient(int e)
+{
+	return e == ENOSPC || e == EDQUOT || e == ENOMEM || e == EAGAIN || e == EMFILE ||
+	       e == ENFILE || e == EINTR || e == ETXTBSY;
 }
 
 int exec_state_final(enum exec_state s)

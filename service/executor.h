@@ -36,6 +36,10 @@ enum exec_state {
 };
 
 const char *exec_state_name(enum exec_state s);
+/* 1 when errno e passes (a full disk, out of processes or descriptors): a
+ * job that could not be handed over or started for it waits and is tried
+ * again, never failed. */
+int exec_errno_transient(int e);
 /* 1 for COMPLETED, FAILED, CANCELLED and TIMEOUT. */
 int exec_state_final(enum exec_state s);
 

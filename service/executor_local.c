@@ -286,13 +286,6 @@ static void child(struct launch *l)
 	child_fail(l, STAGE_EXEC);
 }
 
-/* Errors that pass: the job waits and is launched again, not failed. */
-static int transient(int e)
-{
-	return e == ENOSPC || e == EDQUOT || e == ENOMEM || e == EAGAIN || e == EMFILE ||
-	       e == ENFILE || e == EINTR || e == ETXTBSY;
-}
-
 /* Starts j; called with the lock held. 0; 1 when it could not start for
  * now (reason says why: it stays queued); -1 when it cannot start (reason). */
 static int start(struct local *lx, struct local_job *j, char *reason, size_t len)
@@ -352,7 +345,7 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 	if (l.lock_fd < 0) {
 		int e = errno;
 		snprintf(reason, len, "the job's lock file: %s", strerror(e));
-		return transient(e) ? 1 : -1;
+		return exec_errno_transient(e) ? 1 : -1;
 	}
 	if (flock(l.lock_fd, LOCK_EX | LOCK_NB) != 0) {
 		int e = errno;
@@ -366,7 +359,7 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 		int e = errno;
 		close(l.lock_fd);
 		snprintf(reason, len, "pipe: %s", strerror(e));
-		return transient(e) ? 1 : -1;
+		return exec_errno_transient(e) ? 1 : -1;
 	}
 	l.status_fd = status[1];
 	if (build_env(&l, lx, &j->job) != 0) {
@@ -386,7 +379,7 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 	if (pid < 0) {
 		close(status[0]);
 		snprintf(reason, len, "fork: %s", strerror(saved));
-		return transient(saved) ? 1 : -1;
+		return exec_errno_transient(saved) ? 1 : -1;
 	}
 	setpgid(pid, pid);   /* also here, so a signal sent right away reaches the group */
 	/* exec closes the pipe with nothing written; a child that failed before
@@ -402,7 +395,7 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 		if (msg[0] != STAGE_USER)
 			svc_jobfs_unlink(dir, "launch");   /* it never ran: no record of a run */
 		snprintf(reason, len, "%s: %s", stage_names[msg[0]], strerror(msg[1]));
-		return transient(msg[1]) ? 1 : -1;
+		return exec_errno_transient(msg[1]) ? 1 : -1;
 	}
 	j->pid = pid;
 	j->is_child = 1;

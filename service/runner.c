@@ -228,14 +228,6 @@ out:
 	return out;
 }
 
-/* Errors that pass (a full disk): the job stays PENDING and is handed over
- * on a later pass. */
-static int transient(int e)
-{
-	return e == ENOSPC || e == EDQUOT || e == ENOMEM || e == EAGAIN || e == EMFILE ||
-	       e == ENFILE || e == EINTR;
-}
-
 /* Makes the job directory (0750) and its spec.json; for a job that runs as
  * its owner both belong to the owner. 0, 1 when it should be tried again
  * later, -1 for good (why says why). *existed: the directory was there. */
@@ -247,7 +239,7 @@ static int make_job_dir(const struct exec_job *ej, const struct svc_unix_id *own
 		int e = errno;
 		if (e != EEXIST) {
 			snprintf(why, why_len, "cannot create the job directory: %s", strerror(e));
-			return transient(e) ? 1 : -1;
+			return exec_errno_transient(e) ? 1 : -1;
 		}
 		*existed = 1;
 	}
@@ -259,7 +251,7 @@ static int make_job_dir(const struct exec_job *ej, const struct svc_unix_id *own
 		if (dfd >= 0)
 			close(dfd);
 		snprintf(why, why_len, "cannot give the job directory to its owner: %s", strerror(e));
-		return transient(e) ? 1 : -1;
+		return exec_errno_transient(e) ? 1 : -1;
 	}
 	close(dfd);
 	size_t len = strlen(spec);
@@ -275,7 +267,7 @@ static int make_job_dir(const struct exec_job *ej, const struct svc_unix_id *own
 	free(text);
 	if (rc != 0) {
 		snprintf(why, why_len, "cannot write the job's spec.json: %s", strerror(e));
-		return transient(e) ? 1 : -1;
+		return exec_errno_transient(e) ? 1 : -1;
 	}
 	return 0;
 }
