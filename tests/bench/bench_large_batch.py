@@ -16,7 +16,7 @@ LARS 0.883):
   b8192-linear  SGD, lr x32 = 1.6: the rule that breaks down past ~8k
   b8192-sqrt    SGD, lr x sqrt(32)
   b8192-lars    LARS (trust 0.001), global lr 10, 5-epoch warmup, poly decay,
-                wd 1e-4 (the best of a sweep, README.md); every layer adapted
+                wd 1e-4 (the best of a sweep, docs/perf-log.md); every layer adapted
   b8192-lamb    LAMB, lr 0.002 x sqrt(32), 5-epoch warmup from the base lr,
                 cosine, wd 0.01 (biases excluded from decay and adaptation)
   b256-fp16     b256 with fp16 compute (dynamic loss scale), fp32 master weights
