@@ -3,7 +3,7 @@
  * and the job's progress.
  *
  * larch-train posts its metrics while it runs, but the job directory is the
- * complete record (trainer/README.md): when a job ends, larchd imports the
+ * complete record (docs/trainer.md): when a job ends, larchd imports the
  * points the database lacks (inserts are idempotent on (job, name, step)),
  * records every checkpoint file with its size and SHA-256, and sets the
  * progress shown on the job to the last train step and loss. Everything here

@@ -13,7 +13,7 @@
  *      process group, with a clean environment, the spec on stdin: the probe
  *      resolves the spec's input paths (relative ones against the job
  *      directory to be), opens each as a regular file without blocking, and
- *      prints the data's shape or what is wrong (trainer/README.md);
+ *      prints the data's shape or what is wrong (docs/trainer.md);
  *   3. answers through the done callback: refused (the HTTP status and
  *      message), or go on with the Unix user and, when the probe answered in
  *      time, the data's shape for the memory preflight.

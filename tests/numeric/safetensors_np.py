@@ -1,4 +1,4 @@
-"""A safetensors writer and reader in plain numpy (format: trainer/README.md,
+"""A safetensors writer and reader in plain numpy (format: docs/trainer.md,
 "Checkpoints"), so the tests need no safetensors package.
 
 8 bytes of header length N (u64 little-endian), N bytes of JSON padded with
