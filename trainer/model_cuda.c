@@ -146,6 +146,9 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 		            cpu->n_floats);
 		return NULL;
 	}
+	struct kern_cuda_opts kopts;
+	trn_cuda_kernel_opts(&kopts);
+	kern_cuda_set_opts(&kopts);
 	/* the spec's "deterministic": false tunes the 16-bit GEMMs (plan.h) */
 	kern_matmul_cuda_gemm_tune(trn_gpu_gemm_tune(spec->precision.nondeterministic));
 	int tune = cpu->dtype != TRN_DTYPE_FP32 ? kern_matmul_cuda_gemm_tune(-1) : 0;
