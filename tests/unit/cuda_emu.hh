@@ -3,7 +3,8 @@
  * where no GPU is: indexing, tiling, masking, the order of its barriers.
  *
  * A launch runs the grid's blocks one after another; a block's threads are
- * fibers (ucontext) that one OS thread runs in turn, each until it reaches
+ * fibers (a stack each, switched by emu_ctx_switch) that one OS thread runs
+ * in turn, each until it reaches
  * a barrier (__syncthreads, __syncwarp) or ends: a barrier lets its
  * threads on once all of them reached it, so a kernel that reads what
  * another thread has not written yet, or skips a barrier, reads stale data
@@ -15,7 +16,9 @@
  * that all wait with none left to run are a kernel that would hang on a
  * GPU: the launch says so and aborts. (Fibers, not OS threads: a barrier
  * of a thousand threads is a thousand context switches through the
- * kernel, which made these tests take minutes.)
+ * kernel, which made these tests take minutes; and a switch of our own,
+ * not swapcontext, which makes a system call per switch and, under ASan,
+ * clears the shadow of the whole stack it switches to.)
  * A kernel's __shared__ arrays become static ones, and dynamic shared
  * memory (KERN_DYNAMIC_SMEM) one buffer, each block's in turn.
  *
@@ -31,7 +34,7 @@
 #ifndef LARCH_TESTS_CUDA_EMU_HH
 #define LARCH_TESTS_CUDA_EMU_HH
 
-#include <ucontext.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cmath>
@@ -93,10 +96,42 @@ struct emu_copy {
 	int bytes, valid;
 };
 
-/* a block's thread: its context and stack, and whether it waits or ended */
+/* emu_ctx_switch(&save, to): saves the callee-saved registers on this
+ * stack and its pointer in save, then takes up the stack at to where a
+ * switch left it (or emu_fiber_init made it) and returns there */
+#if !defined(__x86_64__)
+#error "cuda_emu.hh switches stacks on x86-64 only"
+#endif
+extern "C" void emu_ctx_switch(void **save, void *to);
+asm(R"(
+	.pushsection .text
+	.globl emu_ctx_switch
+	.type emu_ctx_switch, @function
+emu_ctx_switch:
+	pushq %rbp
+	pushq %rbx
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	movq %rsp, (%rdi)
+	movq %rsi, %rsp
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbx
+	popq %rbp
+	ret
+	.size emu_ctx_switch, .-emu_ctx_switch
+	.popsection
+)");
+
+/* a block's thread: its stack and where it stopped, and whether it waits
+ * or ended */
 struct emu_fiber {
-	ucontext_t ctx;
-	std::unique_ptr<char[]> stack;
+	void *sp;
+	char *stack;                       /* emu_stack(i): kept from launch to launch */
 	int waiting, done;
 	std::vector<std::vector<emu_copy>> groups;   /* cp.async: committed, oldest first */
 	std::vector<emu_copy> open;                  /* issued, not committed */
@@ -110,7 +145,7 @@ struct emu_block {
 	std::vector<uint32_t> slot;
 	std::vector<unsigned char> wide;   /* emu_gather's: 64 bytes a thread */
 	int reverse;                       /* the launch's order: the last thread first */
-	ucontext_t sched;                  /* the launch's own context */
+	void *sched_sp = nullptr;          /* the launch's own stack, where it stopped */
 	const void *sched_stack = nullptr; /* its stack (the sanitizer's fiber switches) */
 	size_t sched_size = 0;
 	const std::function<void()> *kernel = nullptr;
@@ -133,7 +168,7 @@ static inline void emu_yield(void)
 	void *fake = nullptr;
 	__sanitizer_start_switch_fiber(&fake, emu_cur->sched_stack, emu_cur->sched_size);
 #endif
-	swapcontext(&f.ctx, &emu_cur->sched);
+	emu_ctx_switch(&f.sp, emu_cur->sched_sp);
 #if EMU_ASAN
 	__sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -253,47 +288,70 @@ static inline void emu_gather(const V &v, V all[32])
 	__syncwarp();
 }
 
-/* a fiber's start: the kernel, then back to the launch for good */
-static inline void emu_fiber_main(void)
+/* a fiber's start: the kernel, then back to the launch for good (its
+ * stack is not returned to) */
+static void emu_fiber_main(void)
 {
 #if EMU_ASAN
 	__sanitizer_finish_switch_fiber(nullptr, &emu_cur->sched_stack, &emu_cur->sched_size);
 #endif
 	(*emu_cur->kernel)();
-	emu_cur->fibers[emu_tid].done = 1;
+	emu_fiber &f = emu_cur->fibers[emu_tid];
+	f.done = 1;
 #if EMU_ASAN
 	__sanitizer_start_switch_fiber(nullptr, emu_cur->sched_stack, emu_cur->sched_size);
 #endif
-	setcontext(&emu_cur->sched);
+	emu_ctx_switch(&f.sp, emu_cur->sched_sp);
+	std::abort();                      /* never switched to again */
 }
 
 /* a thread's stack: the kernels' locals (the tensor-core emulation's
  * operands are the largest), more under the sanitizer's redzones */
-#define EMU_STACK ((EMU_ASAN ? 512 : 128) * 1024)
+#define EMU_STACK ((EMU_ASAN ? 256 : 64) * 1024)
 
-/* The launch runs f until it waits or ends (a function of its own: the
- * caller's locals stay out of swapcontext's two returns) */
+/* Thread i's stack, mapped on first use and kept for the process: a
+ * launch of a thousand threads would otherwise map (and, under ASan,
+ * poison) a thousand stacks, launch after launch */
+static char *emu_stack(unsigned i)
+{
+	static std::vector<char *> stacks;
+	while (stacks.size() <= i) {
+		void *p = mmap(nullptr, EMU_STACK, PROT_READ | PROT_WRITE,
+		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (p == MAP_FAILED) {
+			std::perror("cuda_emu: mmap");
+			std::abort();
+		}
+		stacks.push_back((char *)p);
+	}
+	return stacks[i];
+}
+
+/* The launch runs f until it waits or ends */
 __attribute__((noinline)) static void emu_switch_to(emu_block &b, emu_fiber &f)
 {
 #if EMU_ASAN
 	void *fake = nullptr;
-	__sanitizer_start_switch_fiber(&fake, f.stack.get(), EMU_STACK);
+	__sanitizer_start_switch_fiber(&fake, f.stack, EMU_STACK);
 #endif
-	swapcontext(&b.sched, &f.ctx);
+	emu_ctx_switch(&b.sched_sp, f.sp);
 #if EMU_ASAN
 	__sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
 }
 
-/* f's context, to start at emu_fiber_main on its own stack (also a
- * function of its own, for getcontext's) */
-__attribute__((noinline)) static void emu_fiber_init(emu_fiber &f)
+/* f's stack, as emu_ctx_switch leaves one: six registers' slots, then
+ * emu_fiber_main's address for its ret, then a return address slot, so
+ * that emu_fiber_main starts with the stack aligned as after a call */
+static void emu_fiber_init(emu_fiber &f)
 {
-	getcontext(&f.ctx);
-	f.ctx.uc_stack.ss_sp = f.stack.get();
-	f.ctx.uc_stack.ss_size = EMU_STACK;
-	f.ctx.uc_link = nullptr;
-	makecontext(&f.ctx, emu_fiber_main, 0);
+	uintptr_t top = ((uintptr_t)f.stack + EMU_STACK) & ~(uintptr_t)15;
+	void **p = (void **)top;
+	*--p = nullptr;
+	*--p = (void *)emu_fiber_main;
+	for (int i = 0; i < 6; i++)
+		*--p = nullptr;
+	f.sp = p;
 }
 
 /* Runs kernel() as every thread of every block of grid x block. */
@@ -305,8 +363,8 @@ static inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>
 	emu_block b;
 	b.kernel = &kernel;
 	b.fibers.resize(n);
-	for (auto &f : b.fibers)
-		f.stack.reset(new char[EMU_STACK]);
+	for (unsigned i = 0; i < n; i++)
+		b.fibers[i].stack = emu_stack(i);
 	b.slot.assign(n, 0);
 	b.wide.assign((size_t)n * 64, 0);
 	emu_cur = &b;
