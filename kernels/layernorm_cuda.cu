@@ -11,11 +11,6 @@
  *      and sums dout * norm and dout for dweight and dbias in registers,
  *      then stores them as the block's partials (the rows are still in L2);
  * then a second kernel adds the partials up per column in a fixed order.
- * Rows of up to 1024 elements in groups of eight on 16 bytes (GPT-2's 768)
- * go one read each instead (ln_bwd_rows_kernel: a warp holds its row's x
- * and dout in registers from the sums to dinp; LN_ROWS_BLOCK rows a block,
- * a quarter of the partials; kern_layernorm_cuda_rows, off until measured:
- * a block holds 153 registers a thread, one block an SM).
  * The residual connection before a LayerNorm goes into the forward's
  * kernel (kern_residual_layernorm_fwd_act_cuda): a warp keeps its row's
  * sums in registers, one read of each input and one write of each output.
