@@ -1,7 +1,6 @@
 /* kernels/cuda_common.cu - checks, device query, buffers and the shared
  * stream and cuBLAS handle of the CUDA kernels (see cuda_common.h). */
 #include "cuda_common.h"
-#include "gpu_parts.h"
 #include "tune_table.h"
 
 #include <pthread.h>
@@ -180,14 +179,8 @@ extern "C" double kern_cuda_peak_fp32(int index)
 	return (double)sms * lanes * 2.0 * (double)khz * 1e3;
 }
 
-extern "C" double kern_cuda_peak_tensor16(int index, const char **basis)
+extern "C" double kern_cuda_peak_tensor16(int index, double sheet, const char **basis)
 {
-	struct cudaDeviceProp p;
-	if (cudaGetDeviceProperties(&p, index) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return 0;
-	}
-	double sheet = kern_gpu_datasheet_tensor16(p.name);
 	if (basis)
 		*basis = sheet > 0 ? "NVIDIA's data sheet" : "SMs x clock";
 	if (sheet > 0)

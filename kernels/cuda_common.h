@@ -96,12 +96,11 @@ int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
  * clock): the denominator of an FP32 run's MFU; 0 when unknown. */
 double kern_cuda_peak_fp32(int index);
 /* Peak dense fp16/bf16 FLOP/s on device index's tensor cores, the
- * denominator of a 16-bit run's MFU: NVIDIA's data-sheet figure for a part
- * kernels/gpu_parts.h knows (989.4 TFLOP/s for an H100 SXM or an H200, the
- * figure published MFUs divide by), else SMs x FLOPs per SM and clock x the
- * maximum clock (which says 1070.5 for those); basis (may be NULL) gets
- * which of the two. 0 when unknown. */
-double kern_cuda_peak_tensor16(int index, const char **basis);
+ * denominator of a 16-bit run's MFU: sheet, the caller's data-sheet figure
+ * for the part (trainer/gpu_parts.h: the figure published MFUs divide by),
+ * where it is > 0, else SMs x FLOPs per SM and clock x the maximum clock;
+ * basis (may be NULL) gets which of the two. 0 when unknown. */
+double kern_cuda_peak_tensor16(int index, double sheet, const char **basis);
 
 /* ---- GEMM operands ------------------------------------------------------------- */
 
