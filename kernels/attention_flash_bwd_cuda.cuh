@@ -8,15 +8,10 @@
 
 #include "attention_flash_cuda.cuh"
 
-/* the query columns the dk, dv kernel takes at a time (of FA_TILE), by
- * default: its Part */
-#ifndef FA_KV_PART
+/* the query columns the dk, dv kernel takes at a time (of FA_TILE) */
 #define FA_KV_PART 32
-#endif
-/* the keys the dq kernel takes at a time (of FA_TILE), by default */
-#ifndef FA_Q_PART
+/* the keys the dq kernel takes at a time (of FA_TILE) */
 #define FA_Q_PART 32
-#endif
 
 /* dd[bh, i] = sum over the head's 64 columns of dout * out at row i: eight
  * lanes a row, eight columns a lane (one 16-byte read of each operand,
@@ -109,10 +104,8 @@ __device__ static void warp_add(float *dst, long ld, int row0, int t, const floa
  * columns a query tile's 64 queries (the transposes of p and dp). Shared
  * memory: k, v (Warps / 4 tiles each), then per set q, dout (tiles) and
  * lse, D (FA_TILE floats each), and with AddDq ds (Warps / 4 tiles).
- * MinBlocks: the blocks an SM must be able to hold at once, which caps a
- * thread's registers (1: no cap, 196-208 registers, two blocks of 4 warps
- * an SM; 3: 168, none spilled but with AddDq 8 bytes;
- * kern_attention_flash_more_blocks; 8 warps: about 200, one block).
+ * No register cap: 196-208 registers, two blocks of 4 warps an SM (8
+ * warps: about 200, one block).
  *
  * AddDq: the block also adds each query tile's part of dq, ds k over its
  * keys, to the fp32 dq_acc ([b, t, c], cleared before: fa_rowdot_kernel)
@@ -127,12 +120,11 @@ __device__ static void warp_add(float *dst, long ld, int row0, int t, const floa
  *
  * A warp whose keys all come after the query tile's skips the tile: its
  * probabilities would all be zero (only with 8 warps, on a block's first
- * tile). Part: the query columns taken at a time, FA_TILE for the whole
- * tile (216 registers, two blocks an SM all the same; ptxas, CUDA 13.0,
- * sm_90). dk and dv are the same bits whatever Warps, AddDq and Part. */
-template <typename T, bool Pipe, int MinBlocks = 1, bool AddDq = false, int Warps = FA_WARPS,
-          int Part = FA_KV_PART>
-__global__ static void __launch_bounds__(Warps * 32, MinBlocks)
+ * tile). The query tile is taken FA_KV_PART columns at a time, for half
+ * the tile's registers. dk and dv are the same bits whatever Warps and
+ * AddDq. */
+template <typename T, bool AddDq = false, int Warps = FA_WARPS>
+__global__ static void __launch_bounds__(Warps * 32, 1)
 fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint16_t *qkv,
                  const float *lse, const float *dd, int t, int c, int nh, float scale, int bf16)
 {
@@ -141,8 +133,8 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *ks = (uint16_t *)smem, *vs = ks + kt * FA_TILE_VALUES;
 	uint16_t *walk = vs + kt * FA_TILE_VALUES;
-	float *rows = (float *)(walk + fa_walk<Pipe>::sets * FA_BWD_WALK_TILES * FA_TILE_VALUES);
-	uint16_t *dss = (uint16_t *)(rows + fa_walk<Pipe>::sets * 2 * FA_TILE);   /* AddDq's ds^T */
+	float *rows = (float *)(walk + FA_WALK_SETS * FA_BWD_WALK_TILES * FA_TILE_VALUES);
+	uint16_t *dss = (uint16_t *)(rows + FA_WALK_SETS * 2 * FA_TILE);   /* AddDq's ds^T */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 	int bh = blockIdx.x, b = bh / nh, h = bh % nh;
 	int k0 = blockIdx.y * kt * FA_TILE;   /* the longest walks first: from the first keys */
@@ -152,13 +144,12 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 	const float *lse_bh = lse + (size_t)bh * t, *dd_bh = dd + (size_t)bh * t;
 	int key0 = k0 + warp * 16 + g;     /* this lane's keys: key0 and key0 + 8 */
 	float sl2 = scale * FA_LOG2E;
-	if (Pipe) {                        /* the first query tile's, beside k's and v's */
-		tile_async<threads>(walk, base, ld, k0, t);
-		tile_async<threads>(walk + FA_TILE_VALUES, dbase, c, k0, t);
-		rows_async<threads>(rows, lse_bh, k0, t);
-		rows_async<threads>(rows + FA_TILE, dd_bh, k0, t);
-		cp_async_commit();
-	}
+	/* the first query tile's, beside k's and v's */
+	tile_async<threads>(walk, base, ld, k0, t);
+	tile_async<threads>(walk + FA_TILE_VALUES, dbase, c, k0, t);
+	rows_async<threads>(rows, lse_bh, k0, t);
+	rows_async<threads>(rows + FA_TILE, dd_bh, k0, t);
+	cp_async_commit();
 #pragma unroll
 	for (int i = 0; i < kt; i++) {
 		load_tile<threads>(ks + i * FA_TILE_VALUES, base + c, ld, k0 + i * FA_TILE, t);
@@ -176,40 +167,29 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 		for (int i = 0; i < 4; i++)
 			dk[j][i] = dv[j][i] = 0.0f;
 	int set = 0;
-	for (int q0 = k0; q0 < t; q0 += FA_TILE, set ^= Pipe ? 1 : 0) {
+	for (int q0 = k0; q0 < t; q0 += FA_TILE, set ^= 1) {
 		uint16_t *qs = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
 		uint16_t *dos = qs + FA_TILE_VALUES;
 		float *lse_s = rows + set * 2 * FA_TILE, *dd_s = lse_s + FA_TILE;
-		if (Pipe) {
-			/* as kv_tiles: this tile's copies landed, one barrier, then
-			 * the next tile's into the set the last step read */
-			cp_async_wait<0>();
-			__syncthreads();
-			if (q0 + FA_TILE < t) {
-				uint16_t *nq = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
-				float *nr = rows + (set ^ 1) * 2 * FA_TILE;
-				tile_async<threads>(nq, base, ld, q0 + FA_TILE, t);
-				tile_async<threads>(nq + FA_TILE_VALUES, dbase, c, q0 + FA_TILE, t);
-				rows_async<threads>(nr, lse_bh, q0 + FA_TILE, t);
-				rows_async<threads>(nr + FA_TILE, dd_bh, q0 + FA_TILE, t);
-				cp_async_commit();
-			}
-		} else {
-			__syncthreads();           /* the last tile's readers are done */
-			load_tile<threads>(qs, base, ld, q0, t);
-			load_tile<threads>(dos, dbase, c, q0, t);
-			for (int i = threadIdx.x; i < FA_TILE; i += threads) {
-				int qi = q0 + i;
-				lse_s[i] = qi < t ? lse_bh[qi] : 0.0f;
-				dd_s[i] = qi < t ? dd_bh[qi] : 0.0f;
-			}
-			__syncthreads();
+		/* as kv_tiles: this tile's copies landed, one barrier, then the
+		 * next tile's into the set the last step read */
+		cp_async_wait<0>();
+		__syncthreads();
+		if (q0 + FA_TILE < t) {
+			uint16_t *nq = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+			float *nr = rows + (set ^ 1) * 2 * FA_TILE;
+			tile_async<threads>(nq, base, ld, q0 + FA_TILE, t);
+			tile_async<threads>(nq + FA_TILE_VALUES, dbase, c, q0 + FA_TILE, t);
+			rows_async<threads>(nr, lse_bh, q0 + FA_TILE, t);
+			rows_async<threads>(nr + FA_TILE, dd_bh, q0 + FA_TILE, t);
+			cp_async_commit();
 		}
 		/* the query tile in parts of Part columns, each through
 		 * its scores, dp, ds and its k16 steps of the two products
 		 * before the next: the same steps in the same order as the
 		 * whole tile at once, so the same bits, for a part's registers
 		 * instead of the tile's (an SM's third block) */
+		const int Part = FA_KV_PART;
 		static_assert(FA_TILE % Part == 0 && Part % 16 == 0, "whole parts of m16 tiles");
 		const int part16 = Part / 16;
 		int wk = k0 + warp * 16;       /* the warp's first key */
@@ -286,23 +266,17 @@ fa_bwd_kv_kernel(uint16_t *dqkv, float *dq_acc, const uint16_t *dout, const uint
 	warp_store(dbase3 + 2 * c, ld, k0 + warp * 16, t, dv, one, bf16);
 }
 
-/* one block per 16 Warps queries (a query tile, or two with 8 warps): dq
- * of its queries over the keys they see. Shared memory: q, dout (Warps / 4
- * tiles each), then per set k, v. MinBlocks as the dk, dv kernel's (4
- * warps: 3, 156 registers, three blocks an SM; 4: 128, none spilled
- * either, kern_attention_flash_more_blocks; 8 warps: 2, 128). A warp whose
- * rows all come before a key tile (with 8 warps, the first four at the
- * block's last tile) skips it: every probability there is zero, so the
- * same bits as with 4 warps. Part: the keys taken at a time, FA_TILE for
- * the whole tile (4 warps at 3 blocks an SM: 168 registers, none
- * spilled). The same bits whatever Part. */
-template <typename T, bool Pipe, int MinBlocks = 3, int Warps = FA_WARPS, int Part = FA_Q_PART>
-__global__ static void __launch_bounds__(Warps * 32, MinBlocks)
+/* One block of 4 warps per query tile: dq of its queries over the keys
+ * they see. Shared memory: q, dout, then per set k, v. Three blocks an SM
+ * (156 registers, none spilled). A warp whose rows all come before a key
+ * tile skips it: every probability there is zero. The key tile is taken
+ * FA_Q_PART keys at a time, for half the tile's registers. */
+template <typename T>
+__global__ static void __launch_bounds__(FA_THREADS, 3)
 fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const float *lse,
                 const float *dd, int t, int c, int nh, float scale, int bf16)
 {
-	static_assert(Warps == 4 || Warps == 8, "query tiles of 64 or 128");
-	const int threads = Warps * 32, qt = Warps / 4;   /* query tiles of FA_TILE a block */
+	const int threads = FA_THREADS, qt = 1;   /* query tiles of FA_TILE a block */
 	KERN_DYNAMIC_SMEM(smem);
 	uint16_t *qs = (uint16_t *)smem, *dos = qs + qt * FA_TILE_VALUES;
 	uint16_t *walk = dos + qt * FA_TILE_VALUES;
@@ -315,11 +289,10 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 	int row0 = q0 + warp * 16 + g;
 	int kend = min(t, q0 + qt * FA_TILE);
 	float sl2 = scale * FA_LOG2E;
-	if (Pipe) {                        /* the first key tile's, beside q's and dout's */
-		tile_async<threads>(walk, base + c, ld, 0, t);
-		tile_async<threads>(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
-		cp_async_commit();
-	}
+	/* the first key tile's, beside q's and dout's */
+	tile_async<threads>(walk, base + c, ld, 0, t);
+	tile_async<threads>(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
+	cp_async_commit();
 #pragma unroll
 	for (int i = 0; i < qt; i++) {
 		load_tile<threads>(qs + i * FA_TILE_VALUES, base, ld, q0 + i * FA_TILE, t);
@@ -342,8 +315,8 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 	for (int j = 0; j < FA_HS / 8; j++)
 		dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
 	int set = 0;
-	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
-		uint16_t *ks = kv_tiles<Pipe, threads>(walk, set, base, ld, c, k0, kend, t);
+	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= 1) {
+		uint16_t *ks = kv_tiles<threads>(walk, set, base, ld, c, k0, kend, t);
 		uint16_t *vs = ks + FA_TILE_VALUES;
 		int wr = q0 + warp * 16;       /* the warp's first row */
 		if (k0 > wr + 15)              /* every key after every row of the warp's */
@@ -351,6 +324,7 @@ fa_bwd_q_kernel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const
 		/* the key tile in parts of Part keys, as the dk, dv kernel
 		 * takes its query tile: the same steps in the same order (the
 		 * same bits) for a part's registers */
+		const int Part = FA_Q_PART;
 		static_assert(FA_TILE % Part == 0 && Part % 16 == 0, "whole parts of m16 tiles");
 		const int part16 = Part / 16;
 		bool whole = k0 + FA_TILE - 1 <= wr && wr + 15 < t;

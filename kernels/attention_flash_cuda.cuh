@@ -243,42 +243,31 @@ __host__ __device__ static inline dim3 fa_grid(int b, int nh, int t, int rows)
 }
 
 /* The kernels' tiles that change as they walk (k and v, or q and dout)
- * and, for dk and dv, the rows' lse and D: one set, or with Pipe two, the
- * next one's copies (cp.async) landing while this one is computed on */
+ * and, for dk and dv, the rows' lse and D: two sets, the next one's copies
+ * (cp.async) landing while this one is computed on */
 #define FA_BWD_WALK_TILES 2
-template <bool Pipe>
-struct fa_walk {
-	static const int sets = Pipe ? 2 : 1;
-};
+#define FA_WALK_SETS 2
 
 /* A walk over the key tiles (forward, dq) at tile k0 of those below kend:
  * the k and v tiles of k0 in shared memory for every thread of the block
- * (the returned k tile, v after it). Without Pipe they are loaded now,
- * between two barriers. With Pipe they landed from the copies the last
+ * (the returned k tile, v after it). They landed from the copies the last
  * step (or the kernel's start, for set 0) began: one barrier, after this
  * thread's wait for its copies, makes every thread's visible, and since
  * every thread has then also finished the last step's reads of the other
  * set, the next tile's copies go there right after it, and land while
  * the block computes on this one. */
-template <bool Pipe, int Threads = FA_THREADS>
+template <int Threads = FA_THREADS>
 __device__ static uint16_t *kv_tiles(uint16_t *walk, int set, const uint16_t *base, long ld,
                                      int c, int k0, int kend, int t)
 {
 	uint16_t *ks = walk + set * FA_BWD_WALK_TILES * FA_TILE_VALUES;
-	if (Pipe) {
-		cp_async_wait<0>();            /* this tile's copies, the only ones in flight */
-		__syncthreads();
-		if (k0 + FA_TILE < kend) {     /* the next tile's, into the set the last step read */
-			uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
-			tile_async<Threads>(nk, base + c, ld, k0 + FA_TILE, t);
-			tile_async<Threads>(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
-			cp_async_commit();
-		}
-	} else {
-		__syncthreads();               /* the last tile's readers are done */
-		load_tile<Threads>(ks, base + c, ld, k0, t);
-		load_tile<Threads>(ks + FA_TILE_VALUES, base + 2 * c, ld, k0, t);
-		__syncthreads();
+	cp_async_wait<0>();                /* this tile's copies, the only ones in flight */
+	__syncthreads();
+	if (k0 + FA_TILE < kend) {         /* the next tile's, into the set the last step read */
+		uint16_t *nk = walk + (set ^ 1) * FA_BWD_WALK_TILES * FA_TILE_VALUES;
+		tile_async<Threads>(nk, base + c, ld, k0 + FA_TILE, t);
+		tile_async<Threads>(nk + FA_TILE_VALUES, base + 2 * c, ld, k0 + FA_TILE, t);
+		cp_async_commit();
 	}
 	return ks;
 }

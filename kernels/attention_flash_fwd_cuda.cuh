@@ -121,134 +121,48 @@ __device__ __forceinline__ static void fwd_rows_store(fa_fwd_rows<R> &st, uint16
 	}
 }
 
-/* One block per 16 R Warps queries (64 R with 4 warps, 128 R with 8), R
- * tiles of 16 rows a warp: warp w's rows from 16 R w. With R = 2 each
- * fragment of k and v that a warp reads from shared memory serves 32 rows
- * instead of 16, for twice the registers (kern_attention_flash_fwd_rows);
- * with 8 warps each key tile a block copies serves twice the rows
- * (kern_attention_flash_block). A warp whose rows all come before a key
- * tile skips its products there: their probabilities would all be zero,
- * and the online softmax would be left as it was, so every row's sums are
- * those of R = 1 and 4 warps, and the results the same bits. Shared
- * memory: q (16 R Warps rows), then per set of the walk k, v. With R = 1
- * the registers are capped at an SM's 64 Ki over 16 warps (128 a thread,
- * none spilled: ptxas, CUDA 13.0, sm_90), so four blocks of 4 warps fit
- * an SM whatever the compiler's allocation would drift to (it left 126
- * before fwd_tile, 130 after: three blocks). */
-template <typename T, bool Pipe, int R = 1, int Warps = FA_WARPS>
-__global__ static void __launch_bounds__(Warps * 32, R == 1 ? 16 / Warps : 1)
+/* One block per tile of 64 queries, 4 warps of 16 rows: warp w's rows
+ * from 16 w. A warp whose rows all come before a key tile skips its
+ * products there (their probabilities would all be zero, and the online
+ * softmax would be left as it was). Shared memory: q, then per set of the
+ * walk k, v (two sets: the next tile's copies land while the block
+ * computes on this one). The registers are capped at an SM's 64 Ki over
+ * 16 warps (128 a thread, none spilled: ptxas, CUDA 13.0, sm_90), so four
+ * blocks fit an SM whatever the compiler's allocation would drift to. */
+template <typename T>
+__global__ static void __launch_bounds__(FA_THREADS, 16 / FA_WARPS)
 fa_fwd_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int nh, float scale,
               int bf16)
 {
-	static_assert(Warps == 4 || Warps == 8, "query tiles of 64 or 128 R");
-	const int threads = Warps * 32, qt = R * Warps / 4;   /* query tiles of FA_TILE a block */
 	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *qs = (uint16_t *)smem, *walk = qs + qt * FA_TILE_VALUES;  /* then per set k, v */
-	int warp = threadIdx.x >> 5;
-	int bh = blockIdx.x, b = bh / nh, h = bh % nh;
-	int q0 = (gridDim.y - 1 - blockIdx.y) * qt * FA_TILE;   /* the longest walks first */
-	long ld = 3L * c;
-	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
-	int wrow = q0 + warp * 16 * R;     /* the warp's first row; tile i's from wrow + 16 i */
-	int kend = min(t, q0 + qt * FA_TILE);   /* the keys any query of the block sees */
-	float sl2 = scale * FA_LOG2E;      /* scores in base 2 */
-	if (Pipe) {                        /* the first key tile's, beside q's */
-		tile_async<threads>(walk, base + c, ld, 0, t);
-		tile_async<threads>(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
-		cp_async_commit();
-	}
-#pragma unroll
-	for (int i = 0; i < qt; i++)       /* 64-row tiles, one after the other: one of 64 qt */
-		load_tile<threads>(qs + i * FA_TILE_VALUES, base, ld, q0 + i * FA_TILE, t);
-	__syncthreads();
-	uint32_t qf[R][FA_HS / 16][4];
-#pragma unroll
-	for (int i = 0; i < R; i++)
-		warp_rows(qf[i], qs, (wrow - q0) + 16 * i);
-
-	fa_fwd_rows<R> st;
-	fwd_rows_init(st);
-	int set = 0;
-	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= Pipe ? 1 : 0) {
-		uint16_t *ks = kv_tiles<Pipe, threads>(walk, set, base, ld, c, k0, kend, t);
-		if (k0 > wrow + 16 * R - 1)    /* every key after every row of the warp's */
-			continue;
-		float s[R][FA_TILE / 8][4];
-		warp_abt_rows<T, R>(s, qf, ks);
-		fwd_tile<T, R>(st, s, ks + FA_TILE_VALUES, k0, wrow, sl2, bf16);
-	}
-	fwd_rows_store(st, out, lse, bh, nh, t, c, wrow, sl2, bf16);
-}
-
-/* The forward of fa_fwd_kernel (4 warps of 16 rows, pipelined) with each
- * key tile's scores a tile ahead, FlashAttention-3's overlap within a warp
- * on mma.sync: a step issues the products q k^T of the next key tile, then
- * works this tile's softmax (fmax, shuffles, exp2: the ALU and SFU pipes)
- * while the tensor cores run them, where fa_fwd_kernel's warp waits for
- * each tile's scores before it can start on them. The same products and
- * the same fwd_tile on them in the same order: the same bits.
- *
- * Shared memory as fa_fwd_kernel's pipelined one (q, then two k and two v
- * tiles), but k runs a tile ahead of v: at step j the block reads k of
- * tile j + 1 and v of tile j while the copies of k of j + 2 and v of j + 1
- * land in the slots that step j - 1 read. Two tiles of scores live at
- * once (about 32 registers more a thread): the step is written out for
- * both roles (sa, sb) so no scores are moved between registers. */
-template <typename T>
-__global__ static void __launch_bounds__(FA_THREADS)
-fa_fwd_ahead_kernel(uint16_t *out, float *lse, const uint16_t *qkv, int t, int c, int nh,
-                    float scale, int bf16)
-{
-	KERN_DYNAMIC_SMEM(smem);
-	uint16_t *qs = (uint16_t *)smem, *kslot = qs + FA_TILE_VALUES;
-	uint16_t *vslot = kslot + 2 * FA_TILE_VALUES;   /* tile j's k in kslot[j % 2], v alike */
+	uint16_t *qs = (uint16_t *)smem, *walk = qs + FA_TILE_VALUES;  /* then per set k, v */
 	int warp = threadIdx.x >> 5;
 	int bh = blockIdx.x, b = bh / nh, h = bh % nh;
 	int q0 = (gridDim.y - 1 - blockIdx.y) * FA_TILE;   /* the longest walks first */
 	long ld = 3L * c;
 	const uint16_t *base = qkv + (size_t)b * t * ld + (size_t)h * FA_HS;
 	int wrow = q0 + warp * 16;         /* the warp's first row */
-	int kend = min(t, q0 + FA_TILE), tiles = (kend + FA_TILE - 1) / FA_TILE;
-	float sl2 = scale * FA_LOG2E;
-	/* k of tile 0 in a group of its own, then k of tile 1 and v of tile 0 */
-	tile_async<FA_THREADS>(kslot, base + c, ld, 0, t);
-	cp_async_commit();
-	if (tiles > 1)
-		tile_async<FA_THREADS>(kslot + FA_TILE_VALUES, base + c, ld, FA_TILE, t);
-	tile_async<FA_THREADS>(vslot, base + 2 * c, ld, 0, t);
+	int kend = min(t, q0 + FA_TILE);   /* the keys any query of the block sees */
+	float sl2 = scale * FA_LOG2E;      /* scores in base 2 */
+	/* the first key tile's, beside q's */
+	tile_async<FA_THREADS>(walk, base + c, ld, 0, t);
+	tile_async<FA_THREADS>(walk + FA_TILE_VALUES, base + 2 * c, ld, 0, t);
 	cp_async_commit();
 	load_tile<FA_THREADS>(qs, base, ld, q0, t);
-	cp_async_wait<1>();                /* k of tile 0 */
 	__syncthreads();
 	uint32_t qf[1][FA_HS / 16][4];
 	warp_rows(qf[0], qs, wrow - q0);
+
 	fa_fwd_rows<1> st;
 	fwd_rows_init(st);
-	float sa[1][FA_TILE / 8][4], sb[1][FA_TILE / 8][4];
-	warp_abt_rows<T, 1>(sa, qf, kslot);   /* every row sees key 0 */
-
-	/* step j: cur holds tile j's scores; next gets tile j + 1's */
-	auto step = [&](float (&cur)[1][FA_TILE / 8][4], float (&next)[1][FA_TILE / 8][4], int j) {
-		int k0 = j * FA_TILE, odd = j & 1;
-		cp_async_wait<0>();            /* k of tile j + 1, v of tile j */
-		__syncthreads();               /* ... everyone's; and step j - 1's reads done */
-		if (j + 2 < tiles)
-			tile_async<FA_THREADS>(kslot + odd * FA_TILE_VALUES, base + c, ld, k0 + 2 * FA_TILE,
-			                       t);
-		if (j + 1 < tiles)
-			tile_async<FA_THREADS>(vslot + (odd ^ 1) * FA_TILE_VALUES, base + 2 * c, ld,
-			                       k0 + FA_TILE, t);
-		cp_async_commit();
-		/* (every tile up to the diagonal reaches every warp's rows: no
-		 * skips in a block of one query tile) */
-		if (j + 1 < tiles)
-			warp_abt_rows<T, 1>(next, qf, kslot + (odd ^ 1) * FA_TILE_VALUES);
-		fwd_tile<T, 1>(st, cur, vslot + odd * FA_TILE_VALUES, k0, wrow, sl2, bf16);
-	};
-	for (int j = 0; j < tiles; j += 2) {
-		step(sa, sb, j);
-		if (j + 1 < tiles)
-			step(sb, sa, j + 1);
+	int set = 0;
+	for (int k0 = 0; k0 < kend; k0 += FA_TILE, set ^= 1) {
+		uint16_t *ks = kv_tiles<FA_THREADS>(walk, set, base, ld, c, k0, kend, t);
+		if (k0 > wrow + 15)            /* every key after every row of the warp's */
+			continue;
+		float s[1][FA_TILE / 8][4];
+		warp_abt_rows<T, 1>(s, qf, ks);
+		fwd_tile<T, 1>(st, s, ks + FA_TILE_VALUES, k0, wrow, sl2, bf16);
 	}
 	fwd_rows_store(st, out, lse, bh, nh, t, c, wrow, sl2, bf16);
 }

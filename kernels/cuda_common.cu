@@ -1,7 +1,6 @@
 /* kernels/cuda_common.cu - checks, device query, buffers and the shared
  * stream and cuBLAS handle of the CUDA kernels (see cuda_common.h). */
 #include "cuda_common.h"
-#include "gpu_parts.h"
 #include "tune_table.h"
 
 #include <pthread.h>
@@ -23,18 +22,15 @@ extern "C" void kern_cuda_set_gemm_operands(int dtype)
 	g_gemm_operands = dtype;
 }
 
-extern "C" int kern_cuda_env_switch(int *state, const char *name, const char *flip, int dflt,
-                                    int on)
+extern "C" int kern_cuda_switch(int *state, int on)
 {
-	if (*state < 0) {
-		const char *v = getenv(name);
-		*state = v && strcmp(v, flip) == 0 ? !dflt : !!dflt;
-	}
 	int prev = *state;
 	if (on >= 0)
 		*state = on != 0;
 	return prev;
 }
+
+static int g_sync_after;               /* kern_cuda_opts's sync */
 
 extern "C" int kern_cuda_act_operands(int a16, const char *op)
 {
@@ -52,18 +48,13 @@ extern "C" void kern_cuda_fail(const char *file, int line, const char *what, con
 
 extern "C" void kern_cuda_check_launch(const char *file, int line)
 {
-	static int sync_after = -1;
 	cudaError_t err = cudaGetLastError();
 	if (err != cudaSuccess)
 		kern_cuda_fail(file, line, "kernel launch", cudaGetErrorString(err));
-	if (sync_after < 0) {
-		const char *s = getenv("LARCH_CUDA_SYNC");
-		sync_after = s && *s && strcmp(s, "0") != 0;
-	}
-	if (sync_after) {
+	if (g_sync_after) {
 		err = cudaStreamSynchronize(g_stream);
 		if (err != cudaSuccess)
-			kern_cuda_fail(file, line, "kernel (LARCH_CUDA_SYNC)", cudaGetErrorString(err));
+			kern_cuda_fail(file, line, "kernel (sync after launch)", cudaGetErrorString(err));
 	}
 }
 
@@ -188,14 +179,8 @@ extern "C" double kern_cuda_peak_fp32(int index)
 	return (double)sms * lanes * 2.0 * (double)khz * 1e3;
 }
 
-extern "C" double kern_cuda_peak_tensor16(int index, const char **basis)
+extern "C" double kern_cuda_peak_tensor16(int index, double sheet, const char **basis)
 {
-	struct cudaDeviceProp p;
-	if (cudaGetDeviceProperties(&p, index) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return 0;
-	}
-	double sheet = kern_gpu_datasheet_tensor16(p.name);
 	if (basis)
 		*basis = sheet > 0 ? "NVIDIA's data sheet" : "SMs x clock";
 	if (sheet > 0)
@@ -477,13 +462,13 @@ extern "C" void kern_cuda_scratch_free(void *dev)
 #define VARIANT_BLOCKS 2               /* blocks a variant, its least kept */
 #define VARIANT_MARGIN 0.02            /* a variant beats the default by more than this */
 
-static int g_kernel_tune = -1;         /* -1: LARCH_CUDA_KERNEL_TUNE not read yet */
+static int g_kernel_tune = 1;
 static struct kern_tune_table g_variants;  /* the picks (variant in word 0), no file */
 static long g_variants_tuned;        /* keys timed */
 
 extern "C" int kern_cuda_kernel_tune(int on)
 {
-	return kern_cuda_env_switch(&g_kernel_tune, "LARCH_CUDA_KERNEL_TUNE", "0", 1, on);
+	return kern_cuda_switch(&g_kernel_tune, on);
 }
 
 extern "C" long kern_cuda_variants_tuned(void)
@@ -516,23 +501,26 @@ static float time_variant(kern_cuda_variant_fn run, void *ctx, int v, cudaEvent_
 	return least;
 }
 
-/* LARCH_CUDA_KERNEL_PICKS's picks into the table, once: a wrong one is an
- * error (a run told what to pick that cannot) */
-static void preset_picks(void)
+extern "C" void kern_cuda_set_opts(const struct kern_cuda_opts *opts)
 {
-	static int read;
-	if (read)
+	g_sync_after = opts->sync != 0;
+	const char *text = opts->kernel_picks;
+	if (text && strcmp(text, "default") == 0) {
+		g_kernel_tune = 0;
 		return;
-	read = 1;
-	const char *text = getenv("LARCH_CUDA_KERNEL_PICKS");
+	}
+	static char *parsed;               /* the picks taken already (a model per rank) */
+	if (!text || !*text || (parsed && strcmp(parsed, text) == 0))
+		return;
 	char why[KERN_TUNE_KEY + 64];
-	if (text && kern_tune_picks_parse(&g_variants, text, why, sizeof why) < 0)
-		kern_cuda_fail(__FILE__, __LINE__, "LARCH_CUDA_KERNEL_PICKS", why);
+	if (kern_tune_picks_parse(&g_variants, text, why, sizeof why) < 0)
+		kern_cuda_fail(__FILE__, __LINE__, "kernel picks", why);
+	free(parsed);
+	parsed = strdup(text);
 }
 
 extern "C" int kern_cuda_variant_kept(const char *key)
 {
-	preset_picks();
 	const uint64_t *kept = kern_tune_table_find(&g_variants, key);
 	return kept ? (int)kept[0] : -1;
 }

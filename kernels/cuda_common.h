@@ -19,6 +19,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "kernels/cuda_opts.h"
 #include "kernels/cuda_sizes.h"
 
 #ifdef __cplusplus
@@ -31,9 +32,15 @@ extern "C" {
 void kern_cuda_fail(const char *file, int line, const char *what, const char *err)
 	__attribute__((noreturn));
 /* Launch check behind KERN_CUDA_CHECK_LAUNCH: a bad launch configuration
- * aborts at once; with LARCH_CUDA_SYNC=1 in the environment it also waits
- * for the kernel, so that a fault inside it is reported at its launch site. */
+ * aborts at once; with kern_cuda_opts's sync it also waits for the kernel,
+ * so that a fault inside it is reported at its launch site. */
 void kern_cuda_check_launch(const char *file, int line);
+
+/* ---- the caller's choices ----------------------------------------------------- */
+
+/* Sets the caller's choices (kernels/cuda_opts.h); a pick that does not parse aborts with the reason (a
+ * run told what to pick that cannot). Call before the first kernel. */
+void kern_cuda_set_opts(const struct kern_cuda_opts *opts);
 
 #define KERN_CUDA_CHECK(call)                                                          \
 	do {                                                                           \
@@ -89,12 +96,11 @@ int kern_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
  * clock): the denominator of an FP32 run's MFU; 0 when unknown. */
 double kern_cuda_peak_fp32(int index);
 /* Peak dense fp16/bf16 FLOP/s on device index's tensor cores, the
- * denominator of a 16-bit run's MFU: NVIDIA's data-sheet figure for a part
- * kernels/gpu_parts.h knows (989.4 TFLOP/s for an H100 SXM or an H200, the
- * figure published MFUs divide by), else SMs x FLOPs per SM and clock x the
- * maximum clock (which says 1070.5 for those); basis (may be NULL) gets
- * which of the two. 0 when unknown. */
-double kern_cuda_peak_tensor16(int index, const char **basis);
+ * denominator of a 16-bit run's MFU: sheet, the caller's data-sheet figure
+ * for the part (trainer/gpu_parts.h: the figure published MFUs divide by),
+ * where it is > 0, else SMs x FLOPs per SM and clock x the maximum clock;
+ * basis (may be NULL) gets which of the two. 0 when unknown. */
+double kern_cuda_peak_tensor16(int index, double sheet, const char **basis);
 
 /* ---- GEMM operands ------------------------------------------------------------- */
 
@@ -106,10 +112,8 @@ int kern_cuda_gemm_operands(void);
 void kern_cuda_set_gemm_operands(int dtype);
 
 /* A process-wide on/off switch of the kernels' (kern_<op>_cuda_<what>(on)):
- * *state is -1 until the first call reads the environment's name, then
- * dflt, or !dflt where name's value is flip; on >= 0 sets it, -1 only
- * asks. Returns the setting before the call. */
-int kern_cuda_env_switch(int *state, const char *name, const char *flip, int dflt, int on);
+ * on >= 0 sets *state, -1 only asks. Returns the setting before the call. */
+int kern_cuda_switch(int *state, int on);
 /* With 16-bit operands the element-wise kernels also store what they write
  * as 16-bit values (rounded to nearest even, held in their fp32 buffers),
  * as the CPU model rounds after them: LayerNorm's output and input gradient,
@@ -208,14 +212,14 @@ size_t kern_cuda_scratch_peak(void);
 /* ---- same-bits variants, timed ---------------------------------------------- */
 
 /* Some ops have several kernels, or ways through them, that give the same
- * bits and differ only in time (their variants: the fused attention's
- * blocks of 4 or 8 warps, the cross-entropy's one pass or two). With tuning
- * on, an op whose variant nothing fixes (neither its environment switch,
- * set to any value, nor its API switch, set away from the default) times
- * its variants at its first call for a shape and keeps the fastest, as
- * cuDNN's benchmark mode does for convolutions: results are the same bits
- * whichever wins. On unless LARCH_CUDA_KERNEL_TUNE=0; on >= 0 sets it, -1
- * only asks; returns the setting before the call. */
+ * bits and differ only in time (their variants: the cross-entropy's one
+ * pass or two, the residual + LayerNorm's one kernel or two). With tuning
+ * on, an op whose variant nothing fixes (its API switch at the default)
+ * times its variants at its first call for a shape and keeps the fastest,
+ * as cuDNN's benchmark mode does for convolutions: results are the same
+ * bits whichever wins. On unless kern_cuda_opts's kernel_picks is
+ * "default"; on >= 0 sets it, -1 only asks; returns the setting before
+ * the call. */
 int kern_cuda_kernel_tune(int on);
 
 /* Enqueues variant i (0 the default) of an op on kern_cuda_stream(). It
@@ -228,9 +232,9 @@ typedef void (*kern_cuda_variant_fn)(void *ctx, int variant);
 /* The variant of the op and shape that key names (printable, no spaces,
  * under KERN_TUNE_KEY characters: the op, the type and every size that
  * may change the pick) among n, names[i] naming variant i: the pick kept
- * for key, or given for it in LARCH_CUDA_KERNEL_PICKS ("KEY=N" entries
- * apart by spaces: kern_tune_picks_parse; a run's timing left out, as
- * profile_gpt.py does under ncu); else 0 where tuning is off or n < 2;
+ * for key, or given for it in kern_cuda_opts's kernel_picks ("KEY=N"
+ * entries apart by spaces: kern_tune_picks_parse; a run's timing left out,
+ * as profile_gpt.py does under ncu); else 0 where tuning is off or n < 2;
  * else each variant timed (cudaEvents, the host waiting) over two blocks
  * of three runs back to back, each block behind an untimed run, the
  * fastest by the lesser block's mean kept (kern_tune_fastest: the default
@@ -245,10 +249,10 @@ int kern_cuda_variant_pick(const char *key, int n, const char *const names[],
  * all): the others are not timed (nor named) and not picked unless kept
  * or given for the key. Where only one is offered it is kept untimed
  * (said on stderr as "the only way offered"), so that the key has a pick
- * that a later call, or LARCH_CUDA_KERNEL_PICKS, takes as it is. */
+ * that a later call, or kern_cuda_opts's kernel_picks, takes as it is. */
 int kern_cuda_variant_pick_some(const char *key, int n, const char *const names[],
                                 const unsigned char *ok, kern_cuda_variant_fn run, void *ctx);
-/* The pick kept for key, or given for it in LARCH_CUDA_KERNEL_PICKS; -1
+/* The pick kept for key, or given for it in kern_cuda_opts's picks; -1
  * for none (nothing timed). */
 int kern_cuda_variant_kept(const char *key);
 

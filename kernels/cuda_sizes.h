@@ -15,8 +15,7 @@
 #define KERN_CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define KERN_CUDA_WORKSPACE_BYTES (KERN_CUBLAS_WORKSPACE_BYTES + KERN_CUBLASLT_WORKSPACE_BYTES)
 
-/* The candidates a tuned GEMM times (kern_matmul_cuda_gemm_tune, and
- * LARCH_CUDA_GEMM_TUNE read as it reads it): n of 2 up to
+/* The candidates a tuned GEMM times (kern_matmul_cuda_gemm_tune): n of 2 up to
  * KERN_GEMM_TUNE_MOST, 0 (no tuning) for fewer than 2, the most for more.
  * Tuned, every 16-bit GEMM goes through cuBLASLt, which larch plan counts. */
 #define KERN_GEMM_TUNE_MOST 16

@@ -11,11 +11,6 @@
  *      and sums dout * norm and dout for dweight and dbias in registers,
  *      then stores them as the block's partials (the rows are still in L2);
  * then a second kernel adds the partials up per column in a fixed order.
- * Rows of up to 1024 elements in groups of eight on 16 bytes (GPT-2's 768)
- * go one read each instead (ln_bwd_rows_kernel: a warp holds its row's x
- * and dout in registers from the sums to dinp; LN_ROWS_BLOCK rows a block,
- * a quarter of the partials; kern_layernorm_cuda_rows, off until measured:
- * a block holds 153 registers a thread, one block an SM).
  * The residual connection before a LayerNorm goes into the forward's
  * kernel (kern_residual_layernorm_fwd_act_cuda): a warp keeps its row's
  * sums in registers, one read of each input and one write of each output.
@@ -64,11 +59,11 @@ extern "C" void kern_layernorm_fwd_cuda(float *out, float *mean, float *rstd, co
 	kern_layernorm_fwd_act_cuda(KERN_ACT_F32, out, mean, rstd, inp, weight, bias, n, c);
 }
 
-static int g_ln_residual = -1;          /* -1: LARCH_CUDA_LN_RESIDUAL not read yet */
+static int g_ln_residual = 1;
 
 extern "C" int kern_layernorm_cuda_fuse_residual(int on)
 {
-	return kern_cuda_env_switch(&g_ln_residual, "LARCH_CUDA_LN_RESIDUAL", "separate", 1, on);
+	return kern_cuda_switch(&g_ln_residual, on);
 }
 
 /* A residual + LayerNorm call's operands, for its variants (res_ln_run):
@@ -124,25 +119,15 @@ extern "C" void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *o
 		return;
 	}
 	int two = 0;
-	/* the faster, where the environment leaves it open and the sum does
-	 * not overwrite an input (no variant may read what one writes) */
-	static int env_set = -1;           /* read once: 2 L + 1 calls a step */
-	if (env_set < 0)
-		env_set = getenv("LARCH_CUDA_LN_RESIDUAL") != NULL;
-	if (!env_set && res != a && res != b) {
+	/* the faster, where the sum does not overwrite an input (no variant
+	 * may read what one writes) */
+	if (res != a && res != b) {
 		char key[96];
 		snprintf(key, sizeof key, "residual-layernorm:%s,n%d,c%d",
 		         !a16 ? "f32" : ops == KERN_MM_BF16 ? "bf16" : "fp16", n, c);
 		two = kern_cuda_variant_pick(key, 2, res_ln_names, res_ln_run, &r);
 	}
 	res_ln_run(&r, two);
-}
-
-static int g_ln_rows = -1;              /* -1: LARCH_CUDA_LN not read yet */
-
-extern "C" int kern_layernorm_cuda_rows(int on)
-{
-	return kern_cuda_env_switch(&g_ln_rows, "LARCH_CUDA_LN", "rows", 0, on);
 }
 
 static void layernorm_bwd(int a16, void *dinp, float *dweight, float *dbias, const void *dout,
@@ -152,24 +137,11 @@ static void layernorm_bwd(int a16, void *dinp, float *dweight, float *dbias, con
 	int ops = kern_cuda_act_operands(a16, "layernorm backward");
 	if (n <= 0 || c <= 0)
 		return;
-	int rows = kern_layernorm_cuda_rows(-1) && ln_rows_ok(dinp, dout, inp, c);
-	int per = rows ? LN_ROWS_BLOCK : LN_ROWS;
-	int nblk = (n + per - 1) / per;
+	int nblk = (n + LN_ROWS - 1) / LN_ROWS;
 	float *part = (float *)kern_cuda_scratch_alloc(sizeof(float) * 2 * (size_t)c * nblk);
-	if (rows) {
-		typedef void (*rows_kernel)(void *, float *, const void *, const void *, const float *,
-		                            const float *, const float *, int, int, int, int, int);
-		static const rows_kernel by_g[LN_ROWS_MAX_G] = {
-			ln_bwd_rows_kernel<1>, ln_bwd_rows_kernel<2>, ln_bwd_rows_kernel<3>,
-			ln_bwd_rows_kernel<4>,
-		};
-		by_g[(c + 255) / 256 - 1]<<<nblk, LN_BWD_THREADS, 0, kern_cuda_stream()>>>(
-			dinp, part, dout, inp, weight, mean, rstd, n, c, set, a16, ops);
-	} else {
-		int vec = ln_vec_ok(dinp, c, a16) && ln_vec_ok(dout, c, a16) && ln_vec_ok(inp, c, a16);
-		ln_bwd_kernel<<<nblk, LN_BWD_THREADS, 0, kern_cuda_stream()>>>(
-			dinp, part, dout, inp, weight, mean, rstd, n, c, set, vec, a16, ops);
-	}
+	int vec = ln_vec_ok(dinp, c, a16) && ln_vec_ok(dout, c, a16) && ln_vec_ok(inp, c, a16);
+	ln_bwd_kernel<<<nblk, LN_BWD_THREADS, 0, kern_cuda_stream()>>>(
+		dinp, part, dout, inp, weight, mean, rstd, n, c, set, vec, a16, ops);
 	KERN_CUDA_CHECK_LAUNCH();
 	ln_bwd_final_kernel<<<(2 * c + 31) / 32, dim3(32, LN_FINAL_TY), 0, kern_cuda_stream()>>>(
 		dweight, dbias, part, nblk, c);

@@ -34,23 +34,17 @@ void kern_layernorm_bwd_act_cuda(int a16, void *dinp, float *dweight, float *dbi
  * reads a and b once and keeps each row in registers (the two read res
  * back three times). res may be a or b (each group of a row is read
  * before it is written), not out. Where the one kernel can run, unless
- * LARCH_CUDA_LN_RESIDUAL is in the environment or res is a or b, a shape's
- * first call times it and the two and keeps the faster
+ * res is a or b, a shape's first call times it and the two and keeps the
+ * faster
  * (kern_cuda_kernel_tune, cuda_common.h). */
 void kern_residual_layernorm_fwd_act_cuda(int a16, void *res, void *out, float *mean,
                                           float *rstd, const void *a, const void *b,
                                           const float *weight, const float *bias, int n, int c);
-/* Whether kern_residual_layernorm_fwd_act_cuda runs its one kernel: on
- * unless LARCH_CUDA_LN_RESIDUAL=separate is in the environment (the same
- * bits either way; for comparisons); on >= 0 sets it, -1 only asks.
+/* Whether kern_residual_layernorm_fwd_act_cuda may run its one kernel
+ * (timed against the two), on by default; off, the two calls (the same
+ * bits either way; tests compare them); on >= 0 sets it, -1 only asks.
  * Returns the previous setting. */
 int kern_layernorm_cuda_fuse_residual(int on);
-/* Whether the backward takes rows of up to 1024 elements (in groups of
- * eight, on 16 bytes) one read each from registers instead of the
- * two-pass kernel: off unless LARCH_CUDA_LN=rows is in the environment
- * (not yet measured); on >= 0 sets it, -1 only asks. Returns the previous
- * setting. The values differ by the row sums' order (within rounding). */
-int kern_layernorm_cuda_rows(int on);
 void kern_layernorm_bwd_set_act_cuda(int a16, void *dinp, float *dweight, float *dbias,
                                      const void *dout, const void *inp, const float *weight,
                                      const float *mean, const float *rstd, int n, int c);

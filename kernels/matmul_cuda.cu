@@ -13,10 +13,7 @@
  * is a column sum of dout: per-chunk partials in double, one thread per
  * column walking the chunk's rows in order, then the partials summed in a
  * fixed order; the chunking depends on n alone, so the bits do not depend on
- * timing. With 16-bit activations it may be the weight gradient's GEMM's
- * epilogue instead (BGRADB: that GEMM reads dout already,
- * kern_matmul_cuda_fused_dbias), fp32 sums in the order of the algorithm
- * the cached plan fixes. The cuBLASLt calls, their plans and the tunings
+ * timing. The cuBLASLt calls, their plans and the tunings
  * of their algorithms are matmul_lt_cuda.cu's.
  */
 #include "matmul_cuda.h"
@@ -32,9 +29,7 @@
 
 static int g_fused_bias = 1;
 static int g_fused_gelu = 0;
-static int g_fused_dbias = -1;         /* -1: LARCH_CUDA_DBIAS not read yet */
 static long g_fused_gelu_gemms;        /* GEMMs that took GELU into their epilogue */
-static long g_fused_dbias_gemms;       /* GEMMs that took the bias gradient */
 
 extern "C" int kern_matmul_cuda_fused_bias(int on)
 {
@@ -43,7 +38,7 @@ extern "C" int kern_matmul_cuda_fused_bias(int on)
 	return prev;
 }
 
-static int g_split_odd = 1;
+static int g_split_odd = 0;
 
 extern "C" int kern_matmul_cuda_split_odd(int on)
 {
@@ -62,18 +57,6 @@ extern "C" int kern_matmul_cuda_fused_gelu(int on)
 extern "C" long kern_matmul_cuda_fused_gelu_gemms(void)
 {
 	return g_fused_gelu_gemms;
-}
-
-/* off unless LARCH_CUDA_DBIAS=fused (matmul_cuda.h says why); on >= 0
- * sets it, -1 only asks */
-extern "C" int kern_matmul_cuda_fused_dbias(int on)
-{
-	return kern_cuda_env_switch(&g_fused_dbias, "LARCH_CUDA_DBIAS", "fused", 0, on);
-}
-
-extern "C" long kern_matmul_cuda_fused_dbias_gemms(void)
-{
-	return g_fused_dbias_gemms;
 }
 
 extern "C" int kern_matmul_cuda_operands(int dtype)
@@ -209,43 +192,7 @@ static int fwd_lt(void *out, int ldo, const void *inp, const void *weight, cudaD
 	               CUBLASLT_EPILOGUE_BIAS, bias, NULL, 0);
 }
 
-/* dweight [oc, c] += dout^T inp from 16-bit dout and inp (the weight
- * gradient's GEMM) with dbias += the column sums of dout, taken in that
- * GEMM's epilogue, which reads dout already (BGRADB: op(B) = dout^T, summed
- * over k = n); 0 when cuBLASLt has no algorithm for it, nothing done then
- * (the caller runs the GEMM and the separate column sum). The epilogue
- * stores its sums where dbias's contract is to add them: into scratch, then
- * added. fp32 sums in the algorithm's order: the bits differ from the
- * separate sum's (double, rounded once) by about an fp32 sum's error. */
-static int dweight_dbias_lt(float *dweight, float *dbias, const uint16_t *dout, int ldd,
-                            const uint16_t *inp, int n, int c, int oc)
-{
-	/* fp32 as D is: the gradient's type is D's (cublasLt.h, the bias
-	 * pointer's gradient case) */
-	float *sum = (float *)kern_cuda_scratch_alloc(sizeof(float) * (size_t)oc);
-	cudaDataType t = type16();
-	int fused = kern_lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, ldd, 1.0f, dweight, c,
-	                    t, CUDA_R_32F, CUBLASLT_EPILOGUE_BGRADB, sum, NULL, 0);
-	if (fused) {
-		const float one = 1.0f;
-		KERN_CUBLAS_CHECK(cublasSaxpy(kern_cuda_cublas(), oc, &one, sum, 1, dbias, 1));
-		g_fused_dbias_gemms++;
-	}
-	kern_cuda_scratch_free(sum);
-	return fused;
-}
-
 /* ---- small kernels --------------------------------------------------------- */
-
-static int g_dbias_columns = 8;
-
-extern "C" int kern_matmul_cuda_dbias_columns(int most)
-{
-	int prev = g_dbias_columns;
-	if (most > 0)
-		g_dbias_columns = most;
-	return prev;
-}
 
 static void dbias_colsum(float *dbias, const void *dout, int a16, int ldd, int n, int oc)
 {
@@ -255,7 +202,7 @@ static void dbias_colsum(float *dbias, const void *dout, int a16, int ldd, int n
 	 * rows' reads in flight (2-byte reads kept too few bytes in flight: a
 	 * GPT-2 step's 48 bias sums ran at a third of an H200's bandwidth;
 	 * four columns, at most a read in flight, at about 0.3) */
-	int w = dbias_columns(dout, oc, ldd, a16, g_dbias_columns), ops = kern_cuda_gemm_operands();
+	int w = dbias_columns(dout, oc, ldd, a16, 8), ops = kern_cuda_gemm_operands();
 	dim3 grid((unsigned)((oc + 32 * w - 1) / (32 * w)), (unsigned)nchunk), block(32, DBIAS_TY);
 	if (w == 8)
 		dbias_partial_kernel<8><<<grid, block, 0, kern_cuda_stream()>>>(part, dout, n, oc, ldd,
@@ -469,9 +416,7 @@ extern "C" void kern_matmul_fwd_act_cuda(int a16, void *out, const void *inp, co
 
 /* The _set backward with dinp, dout and inp packed 16-bit values: the GEMMs
  * read dout and inp in place; dinp is written rounded from the fp32 sums,
- * dweight gets fp32 sums added, and so does dbias: in the weight gradient's
- * GEMM (kern_matmul_cuda_fused_dbias) where cuBLASLt has an algorithm for
- * it, by the separate column sum otherwise. With ldd > oc (a multiple of 8)
+ * dweight gets fp32 sums added, and so does dbias (the column sum). With ldd > oc (a multiple of 8)
  * dinp's sum runs over all ldd columns against zero rows of weight, reading
  * dout's padding, which must hold finite values (the caller zeroes it once).
  * With pre (16-bit, [n, c]: the GELU's input that made inp), dinp's GEMM
@@ -482,7 +427,7 @@ static int matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const 
                             int ldd, const uint16_t *inp, const float *weight, int n, int c,
                             int oc, const uint16_t *pre)
 {
-	int dgelu = 0, dbias_done = 0;
+	int dgelu = 0;
 	if (oc <= 0) {
 		if (dinp && c > 0)
 			kern_cuda_zero(dinp, sizeof(uint16_t) * (size_t)n * (size_t)c);
@@ -499,13 +444,10 @@ static int matmul_bwd_set16(uint16_t *dinp, float *dweight, float *dbias, const 
 			                t, t, CUBLASLT_EPILOGUE_DGELU, NULL, pre, c);
 		if (dinp && !dgelu)
 			gemm16_to(CUBLAS_OP_N, CUBLAS_OP_N, c, n, k, w16, c, dout, ldd, 0.0f, dinp, t, c);
-		dbias_done = dbias && kern_matmul_cuda_fused_dbias(-1) &&
-		             dweight_dbias_lt(dweight, dbias, dout, ldd, inp, n, c, oc);
-		if (!dbias_done)
-			dweight16(dweight, dout, ldd, inp, n, c, oc);
+		dweight16(dweight, dout, ldd, inp, n, c, oc);
 		free16(w16);
 	}
-	if (dbias && !dbias_done)
+	if (dbias)
 		dbias_colsum(dbias, dout, KERN_ACT_16, ldd, n, oc);
 	return dgelu;
 }

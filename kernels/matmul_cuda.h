@@ -4,8 +4,7 @@
  * device pointers; the work goes on kern_cuda_stream().
  *
  * GEMMs run in plain FP32 (no TF32) through cuBLAS; the bias gradient is a
- * column sum of our own in a fixed order, or with 16-bit activations
- * cuBLASLt's in the weight gradient's GEMM (kern_matmul_cuda_fused_dbias).
+ * column sum of our own in a fixed order.
  * Every result is bit-identical from run to run on the same GPU model and
  * library versions, unless the 16-bit GEMMs are tuned
  * (kern_matmul_cuda_gemm_tune), whose pick of algorithm may vary. */
@@ -48,11 +47,9 @@ int kern_matmul_cuda_fused_bias(int on);
 
 /* How the 16-bit backward's weight gradient GEMM treats an output count oc
  * that is not a multiple of 8 (GPT-2's vocabulary, 50257), for tests and
- * benchmarks: 1 (the default) in two GEMMs, the columns up to the last
- * multiple of 64 and the rest (cuBLAS takes an odd oc off its sm90 kernels
- * for the whole GEMM: GPT-2's lm_head weight gradient ran an sm80 kernel
- * at 503 TFLOP/s on an H200, where the model's other GEMMs ran at about
- * 700), 0 in one. The same sums either way, each over the rows in the
+ * benchmarks: 1 in two GEMMs, the columns up to the last multiple of 64
+ * and the rest (cuBLAS takes an odd oc off its sm90 kernels for the whole
+ * GEMM), 0 (the default, until a GPU run shows the split wins) in one. The same sums either way, each over the rows in the
  * algorithm's order. Returns the previous setting. */
 int kern_matmul_cuda_split_odd(int on);
 
@@ -109,7 +106,7 @@ static inline long kern_w16_place(const struct kern_w16 *k, const float *x, long
  * in place and write out and dinp as 16 bits, rounded from the fp32 sums
  * (the bias added before, in cuBLASLt's epilogue: the bias and weight must
  * hold 16-bit values, as a mixed-precision model's do); dweight and dbias
- * get fp32 sums (dbias's as kern_matmul_cuda_fused_dbias says). In the _ld
+ * get fp32 sums. In the _ld
  * backward with ldd > oc, dout's padding columns are read (times zero rows
  * of weight) and must hold finite values: zero them once. */
 void kern_matmul_fwd_act_cuda(int a16, void *out, const void *inp, const float *weight,
@@ -142,34 +139,12 @@ void kern_matmul_bwd_set_dgelu_act_cuda(int a16, void *dpre, float *dweight, flo
                                         const void *dout, const void *inp, const float *weight,
                                         const void *pre, int n, int c, int oc);
 /* Whether those fuse GELU into the GEMMs (the library's default 0; the GPU
- * GPT turns it on unless LARCH_CUDA_GELU=separate, trainer/plan.h).
+ * GPT turns it on with 16-bit activations, trainer/plan.h).
  * Returns the previous setting. */
 int kern_matmul_cuda_fused_gelu(int on);
 /* How many GEMMs have taken GELU into their epilogue so far (those cuBLASLt
  * had an algorithm for), for tests and benchmarks. */
 long kern_matmul_cuda_fused_gelu_gemms(void);
-/* How the 16-bit activations' backward (kern_matmul_bwd_set*_act_cuda with
- * KERN_ACT_16) sums the bias gradient: 1 in the weight gradient's GEMM,
- * which reads dout already (cuBLASLt's BGRADB epilogue: fp32 sums in the
- * algorithm's order, into scratch, then added into dbias), where cuBLASLt
- * has an algorithm for the shape, the separate column sum elsewhere; 0 the
- * separate column sum always (double sums, rounded once). The two differ
- * by about an fp32 sum's error (tests/gpu/test_cuda_matmul.c holds them
- * to it). Off unless LARCH_CUDA_DBIAS=fused is in the environment: on an
- * H200 it made a GPT-2 fc layer's backward 1.04x faster at 1024 rows, but a
- * bf16 GPT-2 step at micro-batch 32 (k = 32768 in the weight gradient's
- * GEMM) no faster (tests/bench/README.md); on >= 0 sets it, -1 only asks.
- * Returns the previous setting. */
-int kern_matmul_cuda_fused_dbias(int on);
-/* The most columns a thread of the separate bias-gradient column sums
- * takes, as dout's rows allow: 8 (the default: 16-byte reads of 16-bit
- * values), 4 or 1; most > 0 sets it, else only asks. The same bits
- * whatever it is; for comparisons (tests/gpu/bench_cuda_kernels). Returns
- * the previous setting. */
-int kern_matmul_cuda_dbias_columns(int most);
-/* How many GEMMs have taken the bias gradient into their epilogue so far,
- * for tests and benchmarks. */
-long kern_matmul_cuda_fused_dbias_gemms(void);
 /* How many cuBLASLt problems (an epilogue, shape, types and pointer
  * alignments) cuBLASLt has had no algorithm for so far; each took the
  * unfused path and was named once on stderr. For tests and benchmarks. */
@@ -184,9 +159,9 @@ long kern_matmul_cuda_lt_refused(void);
  * on: one synchronizing pass of a few runs of each, in a training run's
  * first step. The sums' order is
  * the algorithm's, so that the bits may differ from run to run (each pick
- * is the same on every later call). Off unless LARCH_CUDA_GEMM_TUNE is a
- * count of 2 or more (at most 16); candidates >= 0 sets it (2 to 16, or
- * 0 or 1: off), -1 only asks. Returns the previous setting. */
+ * is the same on every later call). Off by default (the trainer turns it
+ * on for a spec's "deterministic": false); candidates >= 0 sets it (2 to
+ * 16, or 0 or 1: off), -1 only asks. Returns the previous setting. */
 int kern_matmul_cuda_gemm_tune(int candidates);
 /* How many problems have been tuned so far, and (other, when not NULL)
  * how many of them picked other than the heuristic's first (each named
@@ -211,12 +186,12 @@ long kern_matmul_cuda_gemm_tune_reused(void);
  * outputs (D, and the epilogue's aux matrix or bias gradient) hash the same
  * as the default's, and times them with the default as the kernels'
  * variants are timed (kern_cuda_variant_pick, cuda_common.h: "larch:
- * kernels timed: gemm;..." on stderr, and LARCH_CUDA_KERNEL_PICKS takes
- * such picks): the default path's bits whichever is kept, so a run stays
- * deterministic. Each problem checked is said on stderr ("larch: GEMM same
- * bits: ...: k of n candidates give the default's bits"). On unless
- * LARCH_CUDA_GEMM_SAME=0, and only while kern_cuda_kernel_tune is on; on
- * >= 0 sets it, -1 only asks. Returns the previous setting. */
+ * kernels timed: gemm;..." on stderr, and kern_cuda_opts's kernel_picks
+ * takes such picks): the default path's bits whichever is kept, so a run
+ * stays deterministic. Each problem checked is said on stderr ("larch: GEMM
+ * same bits: ...: k of n candidates give the default's bits"). Off by
+ * default (never run on a GPU: until one shows it wins), and only while
+ * kern_cuda_kernel_tune is on; on >= 0 sets it, -1 only asks. Returns the previous setting. */
 int kern_matmul_cuda_gemm_same(int on);
 /* How many problems the same-bits tuning has checked so far, and (other,
  * when not NULL) how many of them kept another algorithm than the

@@ -31,13 +31,12 @@
 #define LT_SAME_CANDIDATES 8
 
 static long g_lt_refused;              /* cuBLASLt problems without an algorithm */
-static int g_tune = -1;                /* -1: LARCH_CUDA_GEMM_TUNE not read yet; 0 off;
-                                        * else the candidates a problem times */
+static int g_tune;                     /* 0 off; else the candidates a problem times */
 static long g_tuned, g_tuned_other;    /* problems tuned; those not on the first candidate */
 static long g_tune_reused;             /* problems that took a pick from the file */
 static struct kern_tune_table g_picks;  /* the picks so far (kern_matmul_cuda_gemm_tune_file) */
 static char *g_picks_path;             /* their file, or NULL */
-static int g_same = -1;                /* -1: LARCH_CUDA_GEMM_SAME not read yet */
+static int g_same;                     /* the same-bits tuning (off: matmul_cuda.h) */
 static long g_same_checked;            /* problems whose candidates' bits were compared */
 static long g_same_other;              /* those that kept another algorithm than the default */
 
@@ -46,14 +45,10 @@ extern "C" long kern_matmul_cuda_lt_refused(void)
 	return g_lt_refused;
 }
 
-/* off unless LARCH_CUDA_GEMM_TUNE is a count of 2 or more (at most
- * KERN_GEMM_TUNE_MOST); candidates >= 0 sets it (0 or 1: off), -1 only asks */
+/* off by default; candidates >= 0 sets it (0 or 1: off; at most
+ * KERN_GEMM_TUNE_MOST), -1 only asks */
 extern "C" int kern_matmul_cuda_gemm_tune(int candidates)
 {
-	if (g_tune < 0) {
-		const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
-		g_tune = kern_gemm_tune_count(v ? atol(v) : 0);
-	}
 	int prev = g_tune;
 	if (candidates >= 0)
 		g_tune = kern_gemm_tune_count(candidates);
@@ -72,11 +67,11 @@ extern "C" long kern_matmul_cuda_gemm_tune_reused(void)
 	return g_tune_reused;
 }
 
-/* on unless LARCH_CUDA_GEMM_SAME=0 (matmul_cuda.h); on >= 0 sets it, -1
- * only asks */
+/* off until a GPU run shows it wins (matmul_cuda.h); on >= 0 sets it,
+ * -1 only asks */
 extern "C" int kern_matmul_cuda_gemm_same(int on)
 {
-	return kern_cuda_env_switch(&g_same, "LARCH_CUDA_GEMM_SAME", "0", 1, on);
+	return kern_cuda_switch(&g_same, on);
 }
 
 extern "C" long kern_matmul_cuda_gemm_same_checked(long *other)

@@ -58,15 +58,6 @@ extern "C" void kern_softmax_xent_fwd_cuda(float *losses, float *lse, const floa
 	kern_softmax_xent_fwd_ld_cuda(losses, lse, logits, v, targets, n, v);
 }
 
-/* whether the one-pass kernel keeps the row in registers
- * (xent_fwd_bwd_rows_kernel): -1 not read from LARCH_CUDA_XENT yet */
-static int g_xent_rows = -1;
-
-extern "C" int kern_softmax_xent_cuda_rows(int on)
-{
-	return kern_cuda_env_switch(&g_xent_rows, "LARCH_CUDA_XENT", "rows", 0, on);
-}
-
 static void xent_bwd(int a16, void *dlogits, float dloss, const void *logits, int ld,
                      const float *lse, const int *targets, int n, int v, int set)
 {
@@ -110,9 +101,8 @@ extern "C" void kern_softmax_xent_bwd_set_ld_act_cuda(int a16, void *dlogits, fl
 }
 
 /* A training step's forward and backward over the logits, for its
- * variants (xent_run): the one-pass kernel, the same with the row in
- * registers (xent_fwd_bwd_rows_kernel, where it fits), or the forward's
- * kernel then the backward's; the same bits each */
+ * variants (xent_run): the one-pass kernel, or the forward's kernel then
+ * the backward's; the same bits each */
 struct xent_call {
 	float *losses, *lse;
 	void *dlogits;
@@ -120,27 +110,15 @@ struct xent_call {
 	const void *logits;
 	const int *targets;
 	int a16, ld, n, v, vec, ops;
-	int per;                           /* a thread's groups of XENT_VEC, in the rows kernel */
 };
 
-enum { XENT_ONE_PASS, XENT_ROWS, XENT_TWO_KERNELS };
-static const char *const xent_names[3] = { "one pass", "one pass, the row in registers",
-	                                   "two kernels" };
+enum { XENT_ONE_PASS, XENT_TWO_KERNELS };
+static const char *const xent_names[2] = { "one pass", "two kernels" };
 
 static void xent_run(void *ctx, int way)
 {
 	const struct xent_call *x = (const struct xent_call *)ctx;
-	if (way == XENT_ROWS) {
-		typedef void (*rows_kernel)(float *, float *, uint16_t *, float, const uint16_t *, int,
-		                            const int *, int, int);
-		rows_kernel k = x->per <= 4   ? xent_fwd_bwd_rows_kernel<4>
-		                : x->per <= 8 ? xent_fwd_bwd_rows_kernel<8>
-		                              : xent_fwd_bwd_rows_kernel<16>;
-		k<<<x->n, XENT_FWD_THREADS, 0, kern_cuda_stream()>>>(
-			x->losses, x->lse, (uint16_t *)x->dlogits, x->dloss, (const uint16_t *)x->logits,
-			x->ld, x->targets, x->v, x->ops);
-		KERN_CUDA_CHECK_LAUNCH();
-	} else if (way == XENT_TWO_KERNELS) {
+	if (way == XENT_TWO_KERNELS) {
 		kern_softmax_xent_fwd_ld_act_cuda(x->a16, x->losses, x->lse, x->logits, x->ld,
 		                                  x->targets, x->n, x->v);
 		xent_bwd(x->a16, x->dlogits, x->dloss, x->logits, x->ld, x->lse, x->targets, x->n,
@@ -153,18 +131,6 @@ static void xent_run(void *ctx, int way)
 	}
 }
 
-/* the ways a shape has (ways[i], variant i of kern_cuda_variant_pick) */
-struct xent_pick {
-	struct xent_call *x;
-	const int *ways;
-};
-
-static void xent_pick_run(void *ctx, int i)
-{
-	const struct xent_pick *p = (const struct xent_pick *)ctx;
-	xent_run(p->x, p->ways[i]);
-}
-
 extern "C" void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses, float *lse,
                                                           void *dlogits, float dloss,
                                                           const void *logits, int ld,
@@ -173,37 +139,16 @@ extern "C" void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses
 	int ops = kern_cuda_act_operands(a16, "softmax_xent forward and backward");
 	if (n <= 0 || v <= 0)
 		return;
-	struct xent_call x = { losses, lse, dlogits, dloss, logits, targets, a16, ld, n, v, 0, ops,
-		               0 };
+	struct xent_call x = { losses, lse, dlogits, dloss, logits, targets, a16, ld, n, v, 0, ops };
 	x.vec = xent_vec_ok(logits, ld) && xent_vec_ok(dlogits, ld);
-	/* the row in registers where it fits (G groups of eight a thread: 4,
-	 * 8 or 16) */
-	x.per = (int)(((long)v / XENT_VEC + XENT_FWD_THREADS - 1) / XENT_FWD_THREADS);
-	int rows_fit = a16 && x.vec && x.per <= 16;
-	if (kern_softmax_xent_cuda_rows(-1)) {
-		xent_run(&x, rows_fit ? XENT_ROWS : XENT_ONE_PASS);
-		return;
-	}
 	int way = XENT_ONE_PASS;
-	/* the fastest, where the environment leaves the way open and the
-	 * logits could not be rewritten by the gradient (no variant may read
-	 * what one writes) */
-	static int env_set = -1;           /* read once: the call is in the step */
-	if (env_set < 0)
-		env_set = getenv("LARCH_CUDA_XENT") != NULL;
-	if (!env_set && dlogits != logits) {
-		int ways[3], nw = 0;
-		const char *names[3];
-		for (int w = XENT_ONE_PASS; w <= XENT_TWO_KERNELS; w++)
-			if (w != XENT_ROWS || rows_fit) {
-				ways[nw] = w;
-				names[nw++] = xent_names[w];
-			}
-		struct xent_pick pick = { &x, ways };
+	/* the faster, where the logits could not be rewritten by the gradient
+	 * (no variant may read what one writes) */
+	if (dlogits != logits) {
 		char key[96];
 		snprintf(key, sizeof key, "xent-fwd-bwd:%s,n%d,v%d,ld%d,vec%d",
 		         !a16 ? "f32" : ops == KERN_MM_BF16 ? "bf16" : "fp16", n, v, ld, x.vec);
-		way = ways[kern_cuda_variant_pick(key, nw, names, xent_pick_run, &pick)];
+		way = kern_cuda_variant_pick(key, 2, xent_names, xent_run, &x);
 	}
 	xent_run(&x, way);
 }

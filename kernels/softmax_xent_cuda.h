@@ -40,22 +40,12 @@ void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld
 /* kern_softmax_xent_fwd_ld_act_cuda and then kern_softmax_xent_bwd_set_ld_act_cuda
  * in one pass (the same values): for a training step, whose backward's
  * dloss is known before its forward, one read of the logits from memory
- * instead of two. Unless LARCH_CUDA_XENT is in the environment or the row
- * in registers asked for (kern_softmax_xent_cuda_rows), a shape's first
- * call times the one pass, with the row in registers where it fits and as
- * the two kernels, and keeps the fastest (kern_cuda_kernel_tune,
- * cuda_common.h), where dlogits is not logits. */
+ * instead of two. A shape's first call times the one pass and the two
+ * kernels and keeps the faster (kern_cuda_kernel_tune, cuda_common.h),
+ * where dlogits is not logits. */
 void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses, float *lse,
                                                void *dlogits, float dloss, const void *logits,
                                                int ld, const int *targets, int n, int v);
-/* Whether that one pass keeps each row in registers between its forward
- * and its backward (16-bit logits in rows on 16 bytes, up to 65536 of
- * them), where otherwise it reads the row again, from the L2 only while
- * the rows in flight fit there (GPT-2's are 100 KB each). The same bits.
- * Off unless LARCH_CUDA_XENT=rows is in the environment (which also keeps
- * the one pass, as any value but "separate" does); on >= 0 sets it, -1
- * only asks. Returns the previous setting. */
-int kern_softmax_xent_cuda_rows(int on);
 
 #ifdef __cplusplus
 }

@@ -235,68 +235,6 @@ __global__ static void xent_fwd_bwd_kernel(float *losses, float *lse, void *dlog
 		       a16, ops);
 }
 
-/* xent_fwd_bwd_kernel with the row kept in registers between its two
- * passes, for 16-bit logits in rows on 16 bytes (xent_vec_ok) of at most
- * G x 8 x XENT_FWD_THREADS elements: each thread loads its G groups of
- * eight at once (every load in flight together), takes them into the
- * row's lse as xent_row_lse does (the same groups a thread, in the same
- * order: the same bits), then writes their gradients from the registers,
- * where xent_fwd_bwd_kernel reads the row again (from the L2 only while
- * the SMs' rows in flight fit there: 100 KB a row of GPT-2's logits). One
- * block a row, one block an SM (the registers). */
-template <int G>
-__global__ static void __launch_bounds__(XENT_FWD_THREADS)
-xent_fwd_bwd_rows_kernel(float *losses, float *lse, uint16_t *dlogits, float dloss,
-                         const uint16_t *logits, int ld, const int *targets, int v, int ops)
-{
-	int row = blockIdx.x;
-	int tgt = targets[row];
-	size_t x0 = (size_t)row * ld, k0 = x0 / XENT_VEC;
-	int groups = v / XENT_VEC, head = groups * XENT_VEC, bf16 = ops == 2;
-	const int a16 = 1;                  /* packed 16-bit logits and dlogits */
-	uint4 raw[G];
-#pragma unroll
-	for (int j = 0; j < G; j++) {
-		int k = threadIdx.x + j * XENT_FWD_THREADS;
-		if (k < groups)
-			raw[j] = ((const uint4 *)logits)[k0 + k];
-	}
-	float l = 0.0f;
-	if (tgt >= 0) {
-		float m = -INFINITY, s = 0.0f;
-#pragma unroll
-		for (int j = 0; j < G; j++)
-			if ((int)threadIdx.x + j * XENT_FWD_THREADS < groups) {
-				float x[XENT_VEC];
-				unpack16x8(raw[j], bf16, x);
-				xent_group_add(&m, &s, x);
-			}
-		for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
-			lse_add(&m, &s, act_ld(logits, x0 + j, a16, ops));
-		l = xent_block_lse(m, s);
-	}
-	if (threadIdx.x == 0) {
-		lse[row] = l;
-		losses[row] = tgt < 0 ? 0.0f : l - act_ld(logits, x0 + tgt, a16, ops);
-	}
-	float l2 = xent_l2(l);
-#pragma unroll
-	for (int j = 0; j < G; j++) {
-		int k = threadIdx.x + j * XENT_FWD_THREADS;
-		if (k < groups) {
-			float x[XENT_VEC], d[XENT_VEC];
-			unpack16x8(raw[j], bf16, x);
-			for (int i = 0; i < XENT_VEC; i++)
-				d[i] = xent_grad(x[i], l2, k * XENT_VEC + i, tgt, dloss);
-			act_st8(dlogits, k0 + k, d, a16, ops);
-		}
-	}
-	for (int j = head + threadIdx.x; j < v; j += XENT_FWD_THREADS)
-		act_st(dlogits, x0 + j,
-		       xent_grad(act_ld(logits, x0 + j, a16, ops), l2, j, tgt, dloss),
-		       a16, ops);
-}
-
 /* ---- argmax per row ------------------------------------------------------- */
 
 /* (value, index) of the better candidate as a left-to-right scan with a

@@ -48,6 +48,13 @@ static void load(void)
 }
 #endif
 
+void trn_cuda_kernel_opts(struct kern_cuda_opts *opts)
+{
+	const char *sync = getenv("LARCH_CUDA_SYNC");
+	opts->sync = sync && *sync && strcmp(sync, "0") != 0;
+	opts->kernel_picks = getenv("LARCH_CUDA_KERNEL_PICKS");
+}
+
 const struct trn_cuda_backend *trn_cuda_backend_get(struct trn_err *err)
 {
 #if !defined(LARCH_HAVE_CUDA)

@@ -7,6 +7,13 @@
  * loading cuBLAS costs a CPU-only run ~200 MiB of resident memory and start-
  * up time, so it is dlopen'ed on first use from the directory that holds
  * liblarch_trainer.so ($LARCH_CUDA_BACKEND names another file).
+ *
+ * The environment of the GPU path is read here and nowhere else (the
+ * kernels read none): LARCH_CUDA_BACKEND, the backend's file;
+ * LARCH_CUDA_SYNC (not 0: wait for each kernel at its launch, so that a
+ * fault is reported at its launch site); LARCH_CUDA_KERNEL_PICKS (the
+ * same-bits variants' picks made already, "KEY=N ..." as a run prints
+ * them, or "default" for every op's default untimed).
  */
 #ifndef LARCH_TRAINER_CUDA_BACKEND_H
 #define LARCH_TRAINER_CUDA_BACKEND_H
@@ -14,6 +21,7 @@
 #include <stdio.h>
 
 #include "data.h"
+#include "kernels/cuda_opts.h"
 #include "err.h"
 #include "spec.h"
 
@@ -32,8 +40,8 @@ struct trn_cuda_backend {
 	 * its unique id sent over host; comm.h), not owning host; NULL with err
 	 * where the backend has none or it fails. trn_comm_open_device calls it. */
 	struct trn_comm *(*comm_open)(struct trn_comm *host, int device, struct trn_err *err);
-	/* Where the tuned GEMMs' picks are kept (LARCH_CUDA_GEMM_TUNE on: the
-	 * job directory's gemm-tune.txt, kernels/matmul_cuda.h), so that a run
+	/* Where the tuned GEMMs' picks are kept (a spec's "deterministic":
+	 * false: the job directory's gemm-tune.txt, kernels/matmul_cuda.h), so that a run
 	 * that goes on from the job's checkpoints takes the same algorithms;
 	 * nothing when tuning is off. */
 	void (*gemm_tune_dir)(const char *job_dir);
@@ -45,6 +53,10 @@ struct trn_comm *trn_cuda_comm_open(struct trn_comm *host, int device, struct tr
 /* The backend, loaded on the first call; NULL with err saying why (a build
  * without CUDA, or the library or its CUDA libraries not loadable). */
 const struct trn_cuda_backend *trn_cuda_backend_get(struct trn_err *err);
+
+/* The kernels' choices from the environment (above): LARCH_CUDA_SYNC and
+ * LARCH_CUDA_KERNEL_PICKS, for kern_cuda_set_opts. */
+void trn_cuda_kernel_opts(struct kern_cuda_opts *opts);
 
 /* The library's one entry point (model_cuda.c). */
 const struct trn_cuda_backend *trn_cuda_backend_entry(void);

@@ -12,6 +12,7 @@
 #include "kernels/precision_cuda.h"
 #include "kernels/softmax_xent_cuda.h"
 #include "cuda_backend.h"
+#include "gpu_parts.h"
 #include "optim.h"
 #include "param_offload.h"
 #include "plan.h"
@@ -113,7 +114,7 @@ int trn_model_cuda_print_devices(FILE *out)
 		if (kern_cuda_device_query(i, &d, why, sizeof why) == 0) {
 			kern_cuda_device_describe(&d, desc, sizeof desc);
 			const char *basis = "";
-			double t16 = kern_cuda_peak_tensor16(i, &basis);
+			double t16 = kern_cuda_peak_tensor16(i, trn_gpu_datasheet_tensor16(d.name), &basis);
 			fprintf(out, "cuda:%d %s; peak %.1f TFLOP/s fp32, %.1f TFLOP/s 16-bit tensor (%s)\n",
 			        i, desc, kern_cuda_peak_fp32(i) * 1e-12, t16 * 1e-12, basis);
 		} else {
@@ -146,6 +147,9 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 		            cpu->n_floats);
 		return NULL;
 	}
+	struct kern_cuda_opts kopts;
+	trn_cuda_kernel_opts(&kopts);
+	kern_cuda_set_opts(&kopts);
 	/* the spec's "deterministic": false tunes the 16-bit GEMMs (plan.h) */
 	kern_matmul_cuda_gemm_tune(trn_gpu_gemm_tune(spec->precision.nondeterministic));
 	int tune = cpu->dtype != TRN_DTYPE_FP32 ? kern_matmul_cuda_gemm_tune(-1) : 0;
@@ -214,7 +218,11 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 		b->peak_flops = kern_cuda_peak_fp32(dev);
 		b->peak_basis = "SMs x FP32 lanes x clock";
 	} else {
-		b->peak_flops = kern_cuda_peak_tensor16(dev, &b->peak_basis);
+		struct kern_cuda_device part;
+		char pwhy[128];
+		double sheet = kern_cuda_device_query(dev, &part, pwhy, sizeof pwhy) == 0
+		               ? trn_gpu_datasheet_tensor16(part.name) : 0.0;
+		b->peak_flops = kern_cuda_peak_tensor16(dev, sheet, &b->peak_basis);
 	}
 	struct kern_cuda_device info;
 	char why[256], desc[280];

@@ -82,8 +82,6 @@ struct gpt_cuda {
 	struct trn_act_offload off;        /* cpu */
 	int a16;                           /* activations stored as 16 bits (KERN_ACT_16) */
 	int flash;                         /* attention fused (attention_cuda.h's flash) */
-	int xent_fused;                    /* the cross-entropy's gradient in a training
-	                                    * forward (plan.h's xent_fused) */
 	float dlogits_scale;               /* the backward scale dlogits was written for by
 	                                    * the last forward, 0 none */
 	long btc_max;                      /* values of one [B,T,C] at the largest batch */
@@ -308,7 +306,7 @@ static double gpt_cuda_forward(struct trn_model *base, const struct trn_batch *b
 	 * backward's dlogits in the same pass over the logits, with the dloss
 	 * gpt_cuda_backward would use */
 	float bscale = base->bwd_scale_next;
-	long counted = g->xent_fused && bscale != 0.0f ? counted_targets(b, BT) : 0;
+	long counted = bscale != 0.0f ? counted_targets(b, BT) : 0;
 	g->dlogits_scale = 0.0f;
 	if (counted) {
 		kern_softmax_xent_fwd_bwd_set_ld_act_cuda(a16, g->losses, g->lse, g->dlogits,
@@ -528,7 +526,6 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	g->flash = lay.flash && kern_attention_flash_supported(g->T, g->C, g->NH);
 	kern_matmul_cuda_fused_gelu(lay.gelu_fused);
 	kern_attention_flash_dq_atomic(lay.flash_dq_atomic);
-	g->xent_fused = lay.xent_fused;
 	long floats = carve(g, max_batch, mode, NULL);
 	/* the GEMMs' 16-bit weights: wte's rows padded to VP with zeros, for the
 	 * logits' GEMMs (forward and dinp) over the padded vocabulary */
@@ -542,12 +539,11 @@ struct trn_model *trn_gpt_cuda_new(const struct trn_spec *spec, struct trn_model
 	if (cpu->dtype != TRN_DTYPE_FP32) {     /* for the "device:" line larch-train prints */
 		char *d = g->c.base.device_desc;
 		size_t len = strlen(d);
-		snprintf(d + len, sizeof g->c.base.device_desc - len, "; activations %s%s%s",
-		         g->a16 ? "stored as 16 bits" : "in fp32 buffers (LARCH_CUDA_ACT16=0)",
+		snprintf(d + len, sizeof g->c.base.device_desc - len,
+		         "; activations stored as 16 bits%s%s",
 		         !g->flash                    ? ""
-		         : lay.flash_dq_atomic == 128 ? ", attention fused (dq added atomically, 128 "
+		         : lay.flash_dq_atomic        ? ", attention fused (dq added atomically, 128 "
 		                                        "keys a block)"
-		         : lay.flash_dq_atomic        ? ", attention fused (dq added atomically)"
 		                                      : ", attention fused",
 		         lay.gelu_fused ? ", GELU in the fc GEMMs' epilogues" : "");
 	}

@@ -32,40 +32,26 @@ static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_WORKSPACE] = "workspace",
 };
 
-/* an environment switch: name's value is on (NULL: dflt) */
-static int env_is(const char *name, const char *on, int dflt)
-{
-	const char *v = getenv(name);
-	return v ? strcmp(v, on) == 0 : dflt;
-}
-
+/* The GPU's choices follow from the spec alone (never larchd's or
+ * larch-train's environment), so that larch plan and the run agree. */
 void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,
                         int nondeterministic, struct trn_gpt_gpu_layout *out)
 {
-	out->a16 = compute != TRN_DTYPE_FP32 && !env_is("LARCH_CUDA_ACT16", "0", 0);
-	out->flash = out->a16 && !env_is("LARCH_CUDA_ATTENTION", "gemm", 0) && model->heads > 0 &&
+	out->a16 = compute != TRN_DTYPE_FP32;
+	out->flash = out->a16 && model->heads > 0 &&
 	             model->dim == model->heads * TRN_FLASH_HEAD_SIZE;
-	out->gelu_fused = out->a16 && !env_is("LARCH_CUDA_GELU", "separate", 0);
-	out->xent_fused = !env_is("LARCH_CUDA_XENT", "separate", 0);
-	const char *dq = getenv("LARCH_CUDA_FLASH_DQ");
-	out->flash_dq_atomic = !out->flash                    ? 0
-	                       : !dq                          ? (nondeterministic ? 128 : 0)
-	                       : strcmp(dq, "atomic") == 0    ? 64
-	                       : strcmp(dq, "atomic128") == 0 ? 128
-	                                                      : 0;
+	out->gelu_fused = out->a16;
+	out->flash_dq_atomic = out->flash && nondeterministic ? 128 : 0;
 }
 
 int trn_gpu_weights16(enum trn_dtype compute, int params_offloaded)
 {
-	return compute != TRN_DTYPE_FP32 && !params_offloaded && !env_is("LARCH_CUDA_W16", "0", 0);
+	return compute != TRN_DTYPE_FP32 && !params_offloaded;
 }
 
 int trn_gpu_gemm_tune(int nondeterministic)
 {
-	const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
-	if (!v)
-		return nondeterministic ? TRN_GPU_GEMM_TUNE_CANDIDATES : 0;
-	return kern_gemm_tune_count(atol(v));
+	return nondeterministic ? TRN_GPU_GEMM_TUNE_CANDIDATES : 0;
 }
 
 const char *trn_plan_item_name(enum trn_plan_item item)

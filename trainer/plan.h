@@ -76,22 +76,15 @@ struct trn_plan {
 };
 
 /* How the GPU GPT lays out its activations (model_gpt_cuda.c), which larch
- * plan counts: a16, 16-bit compute keeps them as 16-bit values (unless
- * LARCH_CUDA_ACT16=0 in the environment: fp32 buffers, for comparisons);
- * flash, with a16 and head size 64, the fused attention keeps each row's
- * log-sum-exp where the GEMM path keeps [T, T] (the default since it was
- * measured faster on an H200; LARCH_CUDA_ATTENTION=gemm for the GEMM path);
- * gelu_fused, with a16, GELU in the fc GEMMs' epilogues (the default, also
- * measured; LARCH_CUDA_GELU=separate for the GELU kernels; the same memory);
- * flash_dq_atomic, with flash, the keys of the blocks of its backward that
- * add dq atomically into fp32 scratch of [B, T, C], 0 for none: 128 when
- * the spec says "deterministic": false (the adds' order varies from run to
- * run; an H200 measured it faster), else 0; LARCH_CUDA_FLASH_DQ=atomic
- * (64), =atomic128 (128) or =separate (0) overrides either;
- * xent_fused, a training step's forward writes the cross-entropy's
- * gradient in the pass that computes the loss (kern_softmax_xent_fwd_bwd_
- * set_ld_act_cuda: one read of the logits where the two kernels make two;
- * the same values and memory; LARCH_CUDA_XENT=separate for the two). */
+ * plan counts; from the spec alone, never the environment, so that larchd's
+ * preflight, larch plan and the run give the same answer: a16, 16-bit
+ * compute keeps them as 16-bit values; flash, with a16 and head size 64,
+ * the fused attention keeps each row's log-sum-exp where the GEMM path
+ * (any other head size) keeps [T, T]; gelu_fused, with a16, GELU in the fc
+ * GEMMs' epilogues (the same memory); flash_dq_atomic, with flash, the keys
+ * of the blocks of its backward that add dq atomically into fp32 scratch
+ * of [B, T, C], 0 for none: 128 when the spec says "deterministic": false
+ * (the adds' order varies from run to run), else 0. */
 /* The GPU GPT's logits rows: the vocabulary rounded up to a multiple of
  * TRN_GPT_LOGITS_ALIGN (model_gpt_cuda.c), and so are the rows of its
  * 16-bit copy of the token embedding (params16). */
@@ -105,24 +98,20 @@ struct trn_gpt_gpu_layout {
 	int a16, flash, gelu_fused;
 	int flash_dq_atomic;               /* the fused backward's dq in fp32 scratch: its
 	                                    * blocks' keys (attention_cuda.h), or 0 */
-	int xent_fused;
 };
 #define TRN_FLASH_HEAD_SIZE 64
 void trn_gpt_gpu_layout(const struct trn_spec_model *model, enum trn_dtype compute,
                         int nondeterministic, struct trn_gpt_gpu_layout *out);
 
 /* Whether a GPU model of compute dtype keeps a 16-bit copy of its params
- * for the GEMMs (params16, model_cuda.h): in 16 bits without offload.params,
- * unless LARCH_CUDA_W16=0 in the environment (each GEMM then converts its
- * weight, for comparisons). */
+ * for the GEMMs (params16, model_cuda.h): in 16 bits without offload.params. */
 int trn_gpu_weights16(enum trn_dtype compute, int params_offloaded);
 
 /* The candidates a GPU run's 16-bit GEMMs time at their first call
  * (kern_matmul_cuda_gemm_tune), 0 for none: TRN_GPU_GEMM_TUNE_CANDIDATES
  * when the spec says "deterministic": false (the picks, and so the bits,
  * may differ from run to run; a run that goes on from the job's checkpoint
- * takes its picks from the job directory), else 0; LARCH_CUDA_GEMM_TUNE
- * overrides either. Tuned, every 16-bit GEMM goes through cuBLASLt, and a
+ * takes its picks from the job directory), else 0. Tuned, every 16-bit GEMM goes through cuBLASLt, and a
  * fused-attention GPT then makes no call that allocates cuBLAS's own
  * workspace, which larch plan leaves out. */
 #define TRN_GPU_GEMM_TUNE_CANDIDATES 8

@@ -18,53 +18,19 @@ says which ran). Printed side by side:
   the master weights and AdamW on the GPU); bf16 keeps its activations as
   16-bit values that the GEMMs read in place (cuda_common.h), runs the
   fused attention and GELU in the fc GEMMs' cuBLASLt epilogues (the
-  defaults since an H200 measured them); the rows beside it go without
-  them, for the ratios: "gemm-attn" (LARCH_CUDA_ATTENTION=gemm: cuBLAS's
-  batched GEMMs and the [T, T] softmax), "gelu-sep"
-  (LARCH_CUDA_GELU=separate: the GELU kernels), "neither" (both, the
-  earlier default) and "act32" (LARCH_CUDA_ACT16=0: the layout before
-  that, fp32 buffers holding bf16 values that each GEMM converts),
-  "xent-sep" (LARCH_CUDA_XENT=separate: the cross-entropy's forward and
-  backward as two kernels, the default before its one pass) and
-  "ln-res-sep" (LARCH_CUDA_LN_RESIDUAL=separate: the residual connection
-  and the LayerNorm after it as two kernels, the default before one); and the
-  options not (yet) the default, right after PyTorch's row, for a GPU
-  session to decide on: "staged" (dq-atomic128, fwd-rows32 and ln-rows
-  together), "gemm-tune" (LARCH_CUDA_GEMM_TUNE=8: every 16-bit GEMM
-  through cuBLASLt on the fastest of its heuristic's first 8 candidates,
-  timed at the problem's first call), "tune-dbias" (that, with the bias
-  gradients in the weight gradients' GEMM epilogues, whose heuristic pick
-  a long k may have taken off its best), "tune-a128" (that, with
-  dq-atomic128, what the spec's "deterministic": false asks for, and
-  "nondeterministic", that spec), "dq-atomic" (LARCH_CUDA_FLASH_DQ=atomic: the fused
-  backward's dq added atomically by its dk, dv kernel, FlashAttention-2's
-  five tile products instead of seven), "dq-atomic128" (=atomic128: the
-  same in blocks of 128 keys, half the adds), "fwd-rows32"
-  (LARCH_CUDA_FLASH_FWD_ROWS=32: the fused forward at 32 rows of queries
-  a warp), "fwd-ahead" (LARCH_CUDA_FLASH_FWD_AHEAD=1: the fused forward
-  with each key tile's scores computed a tile ahead, overlapping the
-  tensor cores with the softmax), "whole-tiles"
-  (LARCH_CUDA_FLASH_WHOLE_TILES=1: the fused backward's kernels on whole
-  tiles of their walk instead of halves), "ln-rows" (LARCH_CUDA_LN=rows:
-  LayerNorm's backward a row at a time from registers), "more-blocks"
-  (LARCH_CUDA_FLASH_MORE_BLOCKS="kv q": the fused attention's backward
-  kernels at one block more an SM than their registers allow, capped),
-  "more-kv" (="kv": only the dk, dv
-  kernel's, 3 blocks an SM, none of its registers spilled), "block128"
-  (LARCH_CUDA_FLASH_BLOCK=128: the fused attention's three kernels in
-  blocks of 8 warps, 128 queries or keys), "xent-rows" (LARCH_CUDA_XENT=
-  rows: the cross-entropy's one pass with each row kept in registers
-  between its forward and backward), "untuned" (LARCH_CUDA_KERNEL_TUNE=0:
-  each op's default kernels, where the default rows time the variants
-  that give the same bits at their first call and keep the fastest; the
-  rows print each pick and its times, "kernels timed"), "gemm-same-off"
-  (LARCH_CUDA_GEMM_SAME=0: the other kernels' variants timed, but not
-  the GEMMs' cuBLASLt algorithms with the default's bits) and "dbias-fused"
-  (LARCH_CUDA_DBIAS=fused: the bias gradients in the weight gradients'
-  GEMM epilogues instead of column-sum kernels); --rows names the rows to run, in
-  order (a name again runs that row again: interleaved repeats show how
-  much the machine's noise moves a row; the table then ends with each
-  row's mean, spread and ratios over its runs)
+  defaults since an H200 measured them); beside it "nondeterministic"
+  (the spec's "deterministic": false: the 16-bit GEMMs tuned over 8 of
+  cuBLASLt's candidates and the fused backward's dq added atomically) and
+  "untuned" (LARCH_CUDA_KERNEL_PICKS=default: each op's default kernels,
+  where the default rows time the variants that give the same bits at
+  their first call and keep the fastest; the rows print each pick and its
+  times, "kernels timed"). The variants that lost or never ran on a GPU
+  left the trainer (docs/perf-log.md, "From kernels/README.md"); a
+  variant to measure goes into tests/gpu/dev/ with its own benchmark.
+  --rows names the rows to run, in order (a name again runs that row
+  again: interleaved repeats show how much the machine's noise moves a
+  row; the table then ends with each row's mean, spread and ratios over
+  its runs)
   PyTorch, the same model in a short script: fp32 (TF32 off, as larch's
   GEMMs), and bf16 autocast with torch.compile, fused AdamW and SDPA
   (flash) attention, the baseline issue #7 names
@@ -355,7 +321,6 @@ def main():
                 micro[prec] = found or 8
                 print(f"# micro-batch {prec}: {micro[prec]}"
                       + (" (larch plan)" if found else " (no plan: the default)"))
-        gemm, sep = {"LARCH_CUDA_ATTENTION": "gemm"}, {"LARCH_CUDA_GELU": "separate"}
         torch_ns = {}
 
         def add_row(run, prec, tps, peak, b):
@@ -413,50 +378,17 @@ def main():
         def env_row(env, tag):
             return lambda: larch_row("bf16", env, "-" + tag)
 
-        staged = {"LARCH_CUDA_FLASH_DQ": "atomic128", "LARCH_CUDA_FLASH_FWD_ROWS": "32",
-                  "LARCH_CUDA_LN": "rows"}
-        tune = {"LARCH_CUDA_GEMM_TUNE": "8"}
         named = {"fp32": lambda: larch_row("fp32"), "bf16": lambda: larch_row("bf16"),
                  "torch": lambda: torch_row(True), "torch-fp32": lambda: torch_row(False),
                  "gemm-bound": gemm_bound,
-                 "nondeterministic": lambda: larch_row("bf16", None, "-nondeterministic", False)}
-        for tag, env in (
-                ("staged", staged), ("gemm-tune", tune),
-                ("tune-dbias", {**tune, "LARCH_CUDA_DBIAS": "fused"}),
-                ("tune-a128", {**tune, "LARCH_CUDA_FLASH_DQ": "atomic128"}),
-                ("dq-atomic", {"LARCH_CUDA_FLASH_DQ": "atomic"}),
-                ("dq-atomic128", {"LARCH_CUDA_FLASH_DQ": "atomic128"}),
-                ("fwd-rows32", {"LARCH_CUDA_FLASH_FWD_ROWS": "32"}),
-                ("fwd-ahead", {"LARCH_CUDA_FLASH_FWD_AHEAD": "1"}),
-                ("whole-tiles", {"LARCH_CUDA_FLASH_WHOLE_TILES": "1"}),
-                ("ln-rows", {"LARCH_CUDA_LN": "rows"}),
-                ("more-blocks", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv q"}),
-                ("more-kv", {"LARCH_CUDA_FLASH_MORE_BLOCKS": "kv"}),
-                ("block128", {"LARCH_CUDA_FLASH_BLOCK": "128"}),
-                ("dbias-fused", {"LARCH_CUDA_DBIAS": "fused"}),
-                ("xent-sep", {"LARCH_CUDA_XENT": "separate"}),
-                ("xent-rows", {"LARCH_CUDA_XENT": "rows"}),
-                ("ln-res-sep", {"LARCH_CUDA_LN_RESIDUAL": "separate"}),
-                ("untuned", {"LARCH_CUDA_KERNEL_TUNE": "0"}),
-                ("gemm-same-off", {"LARCH_CUDA_GEMM_SAME": "0"}),
-                ("gemm-attn", gemm), ("gelu-sep", sep), ("neither", {**gemm, **sep}),
-                ("act32", {"LARCH_CUDA_ACT16": "0"})):
-            named[tag] = env_row(env, tag)
+                 "nondeterministic": lambda: larch_row("bf16", None, "-nondeterministic", False),
+                 "untuned": env_row({"LARCH_CUDA_KERNEL_PICKS": "default"}, "untuned")}
         # in the order of what each row is worth, so that a run its time
         # limit cuts short still has the issue's figures: larch fp32 and bf16
-        # beside PyTorch bf16 first, then the options not yet the default
-        # (which a GPU session decides on), then the rows that show what
-        # the defaults are worth; --rows picks others (a name again runs
+        # beside PyTorch bf16 first; --rows picks others (a name again runs
         # the row again: interleaved repeats show the machine's noise)
         order = a.rows.split(",") if a.rows else [
-            "fp32", "bf16", "torch", "nondeterministic", "staged", "gemm-tune", "tune-dbias",
-            "tune-a128", "dq-atomic", "dq-atomic128", "fwd-rows32", "fwd-ahead", "whole-tiles",
-            "ln-rows", "more-blocks",
-            "more-kv", "block128", "xent-rows", "untuned", "gemm-same-off", "dbias-fused",
-            "xent-sep",
-            "ln-res-sep",
-            "gemm-attn",
-            "gelu-sep", "neither", "torch-fp32", "gemm-bound", "act32"]
+            "fp32", "bf16", "torch", "nondeterministic", "untuned", "torch-fp32", "gemm-bound"]
         unknown = [r for r in order if r not in named]
         if unknown:
             print(f"bench_gpt_gpu: unknown rows {', '.join(unknown)}; the rows: "

@@ -353,16 +353,7 @@ static void bench_layernorm16(int n, int c)
 	double bytes[2] = { 4.0 * n * c, 8.0 * n * c };
 	const char *pass[2] = { "fwd", "bwd" };
 	print_vec_rows(name, "four", pass, ms, bytes);
-	/* the backward a row at a time from registers (kern_layernorm_cuda_rows,
-	 * rows on 16 bytes) beside the two-pass kernel */
 	l.off = 0;
-	int was = kern_layernorm_cuda_rows(1);
-	double rows = time_gpu_ms(ln16_bwd, &l);
-	kern_layernorm_cuda_rows(0);
-	double two = time_gpu_ms(ln16_bwd, &l);
-	kern_layernorm_cuda_rows(was);
-	printf("%-40s bwd    : a row at a time %8.4f ms %7.1f GB/s, two passes %8.4f ms, x%.2f\n",
-	       name, rows, bytes[1] / (rows * 1e-3) / 1e9, two, two / rows);
 	/* the residual connection and the LayerNorm after it in one kernel
 	 * (kern_layernorm_cuda_fuse_residual, the default) beside the two:
 	 * bytes the one must move, reading two inputs and writing two outputs */
@@ -515,13 +506,6 @@ static void bench_softmax_xent16(int n, int v)
 	double two = time_gpu_ms(sx16_both, &s), one = time_gpu_ms(sx16_one_pass, &s);
 	printf("%-40s fwd+bwd_set: one pass %8.4f ms %6.0f GB/s, two kernels %8.4f ms, x%.2f\n",
 	       name, one, 4.0 * n * v / (one * 1e-3) / 1e9, two, two / one);
-	/* the one pass with each row kept in registers between its passes */
-	int rows = kern_softmax_xent_cuda_rows(1);
-	double reg = time_gpu_ms(sx16_one_pass, &s);
-	kern_softmax_xent_cuda_rows(rows);
-	printf("%-40s fwd+bwd_set: one pass, the row in registers %8.4f ms %6.0f GB/s, read "
-	       "again %8.4f ms, x%.2f\n", name, reg, 4.0 * n * v / (reg * 1e-3) / 1e9, one,
-	       one / reg);
 	fflush(stdout);
 	free(h), free(t);
 	kern_cuda_free(d), kern_cuda_free(s.logits), kern_cuda_free(s.dl);
@@ -815,58 +799,10 @@ static void bench_attention16(int b, int t, int c, int nh)
 	printf("%-40s bwd: gemm %8.4f ms %7.1f TFLOP/s, flash %8.4f ms %7.1f TFLOP/s, gemm/flash "
 	       "x%.2f\n", name, bg, 4 * flop / (bg * 1e-3) / 1e12, bf, 4 * flop / (bf * 1e-3) / 1e12,
 	       bg / bf);
-	/* the fused kernels with their tiles loaded one at a time, beside the
-	 * default (the next tiles copied while this one is computed on) */
-	int pipe = kern_attention_flash_pipeline(0);
-	double f1 = time_gpu_ms(att16_fwd_flash, &a), b1 = time_gpu_ms(att16_bwd_flash, &a);
-	kern_attention_flash_pipeline(pipe);
-	printf("%-40s flash fwd: tiles copied ahead %8.4f ms, one at a time %8.4f ms, x%.2f\n", name,
-	       ff, f1, f1 / ff);
-	printf("%-40s flash bwd: tiles copied ahead %8.4f ms, one at a time %8.4f ms, x%.2f\n", name,
-	       bf, b1, b1 / bf);
-	/* each backward kernel's registers capped for one block more an SM
-	 * (dk, dv: 3 instead of 2; dq: 4 instead of 3), beside the default */
-	static const char *const kname[2] = { "dk/dv", "dq" };
-	for (int k = 0; k < 2; k++) {
-		int was = kern_attention_flash_more_blocks((enum kern_flash_kernel)k, 1);
-		double bm = time_gpu_ms(att16_bwd_flash, &a);
-		kern_attention_flash_more_blocks((enum kern_flash_kernel)k, was);
-		printf("%-40s flash bwd: %s a block more an SM %8.4f ms, as its registers allow "
-		       "%8.4f ms, x%.2f\n", name, kname[k], bm, bf, bf / bm);
-	}
-	/* the forward with 32 rows of queries a warp, beside 16 */
-	int fr = kern_attention_flash_fwd_rows(32);
-	double f32 = time_gpu_ms(att16_fwd_flash, &a);
-	kern_attention_flash_fwd_rows(fr);
-	printf("%-40s flash fwd: 32 rows a warp %8.4f ms %7.1f TFLOP/s, 16 %8.4f ms, x%.2f\n", name,
-	       f32, 2 * flop / (f32 * 1e-3) / 1e12, ff, ff / f32);
-	/* the forward with each key tile's scores a tile ahead (the tensor
-	 * cores on the next tile's q k^T while the warp works this tile's
-	 * softmax), beside the default */
-	int ah = kern_attention_flash_fwd_ahead(1);
-	double fa = time_gpu_ms(att16_fwd_flash, &a);
-	kern_attention_flash_fwd_ahead(ah);
-	printf("%-40s flash fwd: scores a tile ahead %8.4f ms %7.1f TFLOP/s, not %8.4f ms, x%.2f\n",
-	       name, fa, 2 * flop / (fa * 1e-3) / 1e12, ff, ff / fa);
-	/* the backward kernels on whole tiles of their walk, beside halves */
-	int wt = kern_attention_flash_whole_tiles(1);
-	double bw = time_gpu_ms(att16_bwd_flash, &a);
-	kern_attention_flash_whole_tiles(wt);
-	printf("%-40s flash bwd: whole tiles %8.4f ms %7.1f TFLOP/s, halves %8.4f ms, x%.2f\n", name,
-	       bw, 4 * flop / (bw * 1e-3) / 1e12, bf, bf / bw);
-	/* all three kernels in blocks of 8 warps (128 queries or keys: each
-	 * tile a block copies serves twice the rows), beside 4 */
-	int blk = kern_attention_flash_block(128);
-	double f8 = time_gpu_ms(att16_fwd_flash, &a), b8 = time_gpu_ms(att16_bwd_flash, &a);
-	kern_attention_flash_block(blk);
-	printf("%-40s flash fwd: blocks of 8 warps %8.4f ms %7.1f TFLOP/s, of 4 %8.4f ms, x%.2f\n",
-	       name, f8, 2 * flop / (f8 * 1e-3) / 1e12, ff, ff / f8);
-	printf("%-40s flash bwd: blocks of 8 warps %8.4f ms %7.1f TFLOP/s, of 4 %8.4f ms, x%.2f\n",
-	       name, b8, 4 * flop / (b8 * 1e-3) / 1e12, bf, bf / b8);
 	/* dq added atomically by the dk, dv kernel (five tile products a pair
-	 * of tiles) in blocks of 64 keys and of 128, beside the dq kernel of
-	 * its own (seven) */
-	for (int keys = 64; keys <= 128; keys *= 2) {
+	 * of tiles) in blocks of 128 keys, beside the dq kernel of its own
+	 * (seven) */
+	for (int keys = 128; keys <= 128; keys *= 2) {
 		int dqa = kern_attention_flash_dq_atomic(keys);
 		double ba = time_gpu_ms(att16_bwd_flash, &a);
 		kern_attention_flash_dq_atomic(dqa);
@@ -1060,87 +996,9 @@ static void bench_tuned(const char *label, int n, int c, int oc)
 	kern_matmul_cuda_operands(prev);
 }
 
-/* A bf16 layer's _set backward on 16-bit activations, its weights kept as
- * 16 bits as the GPU GPT keeps them, with the bias gradient in the weight
- * gradient's GEMM (cuBLASLt's BGRADB epilogue, kern_matmul_cuda_fused_dbias)
- * or by the separate column-sum kernels: the whole backward timed, both
- * GEMMs included, as a step spends it. */
-static void dbias16_bwd(void *p)
-{
-	struct kb16 *k = p;
-	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, k->dinp, k->dw, k->db, k->dout, k->inp, k->w, k->n,
-	                             k->c, k->oc);
-}
-
-static void bench_dbias16(const char *label, int n, int c, int oc)
-{
-	char name[128];
-	snprintf(name, sizeof name, "matmul bf16 %s dbias %d x %d -> %d", label, n, c, oc);
-	if (only && !strstr(name, only))
-		return;
-	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
-	struct kb16 k = { .n = n, .c = c, .oc = oc };
-	kb16_alloc(&k);
-	long occ = (long)oc * c;
-	kern_matmul_cuda_weights16(k.w, k.w16, occ, 0, 0, KERN_MM_BF16);
-	double ms[2];                      /* [0] in the GEMM, [1] separate */
-	long before = kern_matmul_cuda_fused_dbias_gemms();
-	for (int i = 0; i < 2; i++) {
-		int was = kern_matmul_cuda_fused_dbias(i == 0);
-		ms[i] = time_gpu_ms(dbias16_bwd, &k);
-		kern_matmul_cuda_fused_dbias(was);
-	}
-	long fused = kern_matmul_cuda_fused_dbias_gemms() - before;
-	kern_matmul_cuda_weights16(NULL, NULL, 0, 0, 0, KERN_MM_FP32);
-	double flop = 4.0 * n * c * oc;
-	printf("%-40s bwd: bias gradient in the GEMM %8.4f ms %7.1f TFLOP/s, separate kernel "
-	       "%8.4f ms %7.1f TFLOP/s, separate/in the GEMM x%.2f%s\n", name, ms[0],
-	       flop / (ms[0] * 1e-3) / 1e12, ms[1], flop / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0],
-	       fused ? "" : " (cuBLASLt refused the epilogue: both separate)");
-	fflush(stdout);
-	kb16_free(&k);
-	kern_matmul_cuda_operands(prev);
-}
-
-/* The bias gradient's column sums alone (c = 0: no GEMM) over a bf16
- * dout, eight columns a thread (the default: a 16-byte read, several in
- * flight) beside four (8-byte reads, the layout before) and one: the same
- * bits each (tests/unit/test_act16_emu), GB/s of dout read. */
-static void dbias_sums(void *p)
-{
-	struct kb16 *k = p;
-	kern_matmul_bwd_set_act_cuda(KERN_ACT_16, NULL, NULL, k->db, k->dout, NULL, NULL, k->n, 0,
-	                             k->oc);
-}
-
-static void bench_dbias_sums(const char *label, int n, int c, int oc)
-{
-	char name[128];
-	snprintf(name, sizeof name, "bias gradient bf16 %s %d x %d", label, n, oc);
-	if (only && !strstr(name, only))
-		return;
-	int prev = kern_matmul_cuda_operands(KERN_MM_BF16);
-	struct kb16 k = { .n = n, .c = c, .oc = oc };
-	kb16_alloc(&k);
-	static const int cols[3] = { 8, 4, 1 };
-	double ms[3];
-	for (int i = 0; i < 3; i++) {
-		int was = kern_matmul_cuda_dbias_columns(cols[i]);
-		ms[i] = time_gpu_ms(dbias_sums, &k);
-		kern_matmul_cuda_dbias_columns(was);
-	}
-	double gb = 2.0 * n * oc / 1e9;
-	printf("%-40s columns a thread: 8 %8.4f ms %6.0f GB/s, 4 %8.4f ms %6.0f GB/s, 1 %8.4f ms "
-	       "%6.0f GB/s, 4/8 x%.2f\n", name, ms[0], gb / (ms[0] * 1e-3), ms[1],
-	       gb / (ms[1] * 1e-3), ms[2], gb / (ms[2] * 1e-3), ms[1] / ms[0]);
-	fflush(stdout);
-	kb16_free(&k);
-	kern_matmul_cuda_operands(prev);
-}
-
 /* A bf16 layer's weight gradient alone (no dinp, no bias) with an odd
  * output count, dout's rows padded to ldd as the GPT pads its logits: in
- * two GEMMs (kern_matmul_cuda_split_odd, the default) or in one. */
+ * two GEMMs (kern_matmul_cuda_split_odd, off by default) or in one. */
 static void split_bwd(void *p)
 {
 	struct kb16 *k = p;
@@ -1236,10 +1094,6 @@ int main(int argc, char **argv)
 	 * large micro-batch and at one sequence (a large model's small one) */
 	bench_kept16("gpt fc", n, c, 4 * c);
 	bench_kept16("gpt fc", 1024, c, 4 * c);
-	/* the bias gradient in the weight gradient's GEMM or by its own
-	 * kernels, on GPT-2 small's fc and qkv at one sequence and at micro-
-	 * batches of 8 and 32 (the GEMM's k: where a long one may take the
-	 * epilogue's algorithm off its best) */
 	/* GPT-2's lm_head weight gradient (the vocabulary odd, the logits'
 	 * rows padded) at micro-batch 8 */
 	bench_split_odd("gpt lm_head", 8192, c, 50257, 50304);
@@ -1250,17 +1104,6 @@ int main(int argc, char **argv)
 		bench_tuned("gpt attproj", tune_rows[i], c, c);
 		bench_tuned("gpt fc", tune_rows[i], c, 4 * c);
 		bench_tuned("gpt fcproj", tune_rows[i], 4 * c, c);
-	}
-	static const int dbias_rows[] = { 1024, 8192, 32768 };
-	for (int i = 0; i < 3; i++) {
-		bench_dbias16("gpt fc", dbias_rows[i], c, 4 * c);
-		bench_dbias16("gpt qkv", dbias_rows[i], c, 3 * c);
-	}
-	/* the column sums alone on GPT-2 small's widest and narrowest at
-	 * micro-batches of 8 and 32 */
-	for (int i = 1; i < 3; i++) {
-		bench_dbias_sums("gpt fc", dbias_rows[i], c, 4 * c);
-		bench_dbias_sums("gpt attproj", dbias_rows[i], c, c);
 	}
 	int mb = quick ? 1024 : 8192;
 	bench_matmul("mlp in", mb, 784, 1024, 1, 1);

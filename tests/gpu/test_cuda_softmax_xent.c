@@ -305,9 +305,7 @@ static void test_bf16_stores(void)
  * bwd_set_ld_act_cuda, a training step's) against the two kernels one
  * after the other: losses, lse and dlogits the same bits, in fp32 and with
  * packed 16-bit logits (KERN_ACT_16), rows padded (vec) and not, ignored
- * rows; the padding columns left as they were. Then again with each row
- * kept in registers between the passes (kern_softmax_xent_cuda_rows; the
- * 16-bit, padded cases take it): the same bits. */
+ * rows; the padding columns left as they were. */
 static void test_one_pass(void)
 {
 	const int cases[][3] = { { 16, 50257, 50304 }, { 5, 33, 35 }, { 7, 1000, 1000 } };
@@ -350,26 +348,6 @@ static void test_one_pass(void)
 			check_same_bits(what, s1, s2, n);
 			CHECK_MSG(!memcmp(dd1, dd2, es * (size_t)nl),
 			          "one pass n=%d v=%d ld=%d a16=%d: dlogits differ", n, v, ld, a16);
-			free(l1), free(s1);
-			int rows = kern_softmax_xent_cuda_rows(1);
-			if (a16)
-				kern_matmul_cuda_operands(KERN_MM_BF16);
-			kern_cuda_zero(d_d1, es * (size_t)nl);
-			kern_softmax_xent_fwd_bwd_set_ld_act_cuda(act, d_l1, d_s1, d_d1, 0.3f, d_x, ld, d_t,
-			                                          n, v);
-			kern_matmul_cuda_operands(KERN_MM_FP32);
-			kern_softmax_xent_cuda_rows(rows);
-			l1 = dev_fetch(d_l1, n), s1 = dev_fetch(d_s1, n);
-			kern_cuda_download(dd1, d_d1, es * (size_t)nl);
-			snprintf(what, sizeof what, "one pass, rows in registers, n=%d v=%d ld=%d a16=%d "
-			         "losses", n, v, ld, a16);
-			check_same_bits(what, l1, l2, n);
-			snprintf(what, sizeof what, "one pass, rows in registers, n=%d v=%d ld=%d a16=%d lse",
-			         n, v, ld, a16);
-			check_same_bits(what, s1, s2, n);
-			CHECK_MSG(!memcmp(dd1, dd2, es * (size_t)nl),
-			          "one pass, rows in registers, n=%d v=%d ld=%d a16=%d: dlogits differ", n, v,
-			          ld, a16);
 			free(x), free(targets), free(l2), free(l1), free(s2), free(s1), free(dd2), free(dd1);
 			kern_cuda_free(d_x), kern_cuda_free(d_xf), kern_cuda_free(d_t);
 			kern_cuda_free(d_l2), kern_cuda_free(d_s2), kern_cuda_free(d_l1);
@@ -380,8 +358,8 @@ static void test_one_pass(void)
 int main(void)
 {
 	gpu_test_init("test_cuda_softmax_xent");
-	/* each case runs the kernels it names (the one pass, the row in
-	 * registers), not the fastest of them (kern_cuda_kernel_tune:
+	/* each case runs the kernels it names (the one pass, the two), not
+	 * the fastest of them (kern_cuda_kernel_tune:
 	 * test_cuda_act16's test_kernel_tune) */
 	kern_cuda_kernel_tune(0);
 	CHECK_RUN(test_strided);

@@ -15,14 +15,14 @@ library only: the GPU machine has no numpy of ours to rely on.
    step-5 checkpoint give the uninterrupted run's losses bit for bit (the
    kernels and cuBLAS are deterministic run to run). int8 optimizer state
    (AdamW, LAMB) stays on the device, within TOL of the CPU's int8 run,
-   and its checkpoints resume bit for bit too. So does a bf16 run with
-   the GEMMs tuned (LARCH_CUDA_GEMM_TUNE=8), whose picks the job
-   directory's gemm-tune.txt keeps for the resume. A spec's "deterministic":
-   false tunes them and adds attention's dq atomically: within bf16's noise
-   as the others. The kernels' same-bits variants, timed at each op's
-   first call by default, give the losses of a run with that timing off
-   (LARCH_CUDA_KERNEL_TUNE=0) bit for bit, and the run names each of the
-   five ops it timed.
+   and its checkpoints resume bit for bit too. A spec's "deterministic":
+   false tunes the GEMMs (8 candidates), whose picks the job directory's
+   gemm-tune.txt keeps for the resume (bit for bit on the GEMM attention),
+   and adds the fused attention's dq atomically: within bf16's noise as
+   the others. The kernels' same-bits variants, timed at each op's first
+   call by default, give the losses of a run with that timing off
+   (LARCH_CUDA_KERNEL_PICKS=default) bit for bit, and the run names each
+   of the two ops it timed.
 4. bf16 on the GPU against bf16 on the CPU (16-bit storage, the GEMMs on
    the tensor cores), measured against bf16's own noise: how far the CPU's
    bf16 run is from its fp32 run at the same step. The first step (the
@@ -34,10 +34,8 @@ library only: the GPU machine has no numpy of ours to rely on.
    by step 9, and the GPU's and the CPU's bf16 runs drift apart the same
    way; a fixed relative tolerance on the late steps measures that chaos,
    not the GPU. The same for a GPT with head size 64 on the fused
-   attention (the default; LARCH_CUDA_ATTENTION=flash) and on the GEMM
-   path (=gemm), and with GELU in the fc GEMMs' epilogues (the default;
-   LARCH_CUDA_GELU=fused, none of them refused by cuBLASLt) and in kernels
-   of its own (=separate). A
+   attention (the GEMM path: the head size 16 of the runs before), with
+   GELU in the fc GEMMs' epilogues (none of them refused by cuBLASLt). A
    later step may also be within LATE16 of the CPU's loss: where bf16's
    distance to fp32 stays small by chance, the GPU's other roundings still
    drift apart. fp16 with the dynamic loss
@@ -56,7 +54,7 @@ library only: the GPU machine has no numpy of ours to rely on.
    part beside those workspaces (a fixed 64 MiB that would hide a small
    model's error), for a GPT in fp32 and bf16, recomputed, with its
    parameters or its optimizer offloaded, with int8 optimizer state, on the
-   fused attention, in the fp32-buffer layout, and for the MLP.
+   fused attention, and for the MLP.
 7. Logits past 2^31 elements: a one-layer GPT with GPT-2's vocabulary at
    seq 1024 and micro-batch 48 ([49152, 50304] logits, and their gradient)
    in fp32 and bf16, two steps, against the same 48 sequences as three
@@ -265,18 +263,9 @@ def compare(c, exe, tmp, name, spec, extra_names=(), tol=TOL, reference=None, en
     for line in rg.stdout.splitlines():
         if line.startswith(("device:", "done:")):
             print("     " + line)
-    if env and env.get("LARCH_CUDA_ATTENTION") == "flash":
-        c.check("attention fused" in rg.stdout, f"{name}: the fused attention ran")
-    if env and env.get("LARCH_CUDA_ATTENTION") == "gemm":
-        c.check("activations stored as 16 bits" in rg.stdout
-                and "attention fused" not in rg.stdout, f"{name}: the GEMM attention ran")
-    if env and env.get("LARCH_CUDA_GELU") == "separate":
-        c.check("activations stored as 16 bits" in rg.stdout
-                and "GELU in the fc GEMMs' epilogues" not in rg.stdout,
-                f"{name}: GELU ran in kernels of its own")
     for text in expect:
         c.check(text in rg.stdout, f"{name}: the GPU run says \"{text}\"")
-    if "GELU in the fc GEMMs' epilogues" in rg.stdout or (env and env.get("LARCH_CUDA_GELU") == "fused"):
+    if "GELU in the fc GEMMs' epilogues" in rg.stdout:
         # asked for, and not refused by cuBLASLt for any GEMM of the model
         # (its GELU_AUX_BIAS and DGELU epilogues: 164 and 192 in cublasLt.h)
         refused = [l for l in rg.stderr.splitlines() if "cuBLASLt: no algorithm" in l
@@ -371,95 +360,57 @@ def main():
         compare(c, exe, tmp, "gpt-bf16", {**gpt, "name": "gpt-bf16",
                                           "precision": {"compute": "bf16"}},
                 reference=tmp / "gpt-cpu")
-        # the fused attention (head size 64; the default, and
-        # LARCH_CUDA_ATTENTION=flash) in bf16, against the CPU's bf16 by the
-        # same criterion, and the GEMM path it replaced (=gemm)
+        # the fused attention (head size 64) in bf16, against the CPU's bf16
+        # by the same criterion (gpt-bf16 above: the GEMM path, head size 16)
         h64 = {**gpt, "name": "gpt-h64",
                "model": {"type": "gpt", "layers": 2, "heads": 2, "dim": 128, "seq": 64}}
         r = run(exe, h64, tmp / "gpt-h64-cpu", "cpu")
         c.check(r.returncode == 0, f"gpt-h64: CPU fp32 run (exit {r.returncode})")
         compare(c, exe, tmp, "gpt-h64-bf16-flash", {**h64, "precision": {"compute": "bf16"}},
-                reference=tmp / "gpt-h64-cpu", env={"LARCH_CUDA_ATTENTION": "flash"})
-        compare(c, exe, tmp, "gpt-h64-bf16-gemm", {**h64, "precision": {"compute": "bf16"}},
-                reference=tmp / "gpt-h64-cpu", env={"LARCH_CUDA_ATTENTION": "gemm"})
-        # GELU in the fc GEMMs' epilogues (the default, and
-        # LARCH_CUDA_GELU=fused), the same; and in kernels of its own (=separate)
-        compare(c, exe, tmp, "gpt-bf16-gelu-separate", {**gpt, "name": "gpt-bf16-gelu-separate",
-                                                        "precision": {"compute": "bf16"}},
-                reference=tmp / "gpt-cpu", env={"LARCH_CUDA_GELU": "separate"})
+                reference=tmp / "gpt-h64-cpu", expect=("attention fused",))
+        # GELU in the fc GEMMs' epilogues (a 16-bit run's), the same
         compare(c, exe, tmp, "gpt-bf16-gelu", {**gpt, "name": "gpt-bf16-gelu",
                                                "precision": {"compute": "bf16"}},
-                reference=tmp / "gpt-cpu", env={"LARCH_CUDA_GELU": "fused"})
-        # the bias gradients in the weight gradients' GEMM epilogues
-        # (LARCH_CUDA_DBIAS=fused), the same as in column-sum kernels of
-        # their own (the default: every bf16 run above)
-        compare(c, exe, tmp, "gpt-bf16-dbias-fused",
-                {**gpt, "name": "gpt-bf16-dbias-fused", "precision": {"compute": "bf16"}},
-                reference=tmp / "gpt-cpu", env={"LARCH_CUDA_DBIAS": "fused"})
-        # the 16-bit GEMMs tuned (LARCH_CUDA_GEMM_TUNE=8): within bf16's
-        # noise as the others; each pick kept in the job directory's
-        # gemm-tune.txt, so that the resume from there takes the same
-        # algorithms and gives the uninterrupted run's losses bit for bit
-        tuned = {**gpt, "name": "gpt-bf16-tuned", "precision": {"compute": "bf16"}}
-        tune = {"LARCH_CUDA_GEMM_TUNE": "8"}
-        job = compare(c, exe, tmp, "gpt-bf16-tuned", tuned, reference=tmp / "gpt-cpu", env=tune,
+                reference=tmp / "gpt-cpu", expect=("GELU in the fc GEMMs' epilogues",))
+        # "deterministic": false on the GEMM attention: the 16-bit GEMMs
+        # tuned (8 candidates), within bf16's noise as the others; each
+        # pick kept in the job directory's gemm-tune.txt, so that the
+        # resume from there takes the same algorithms and gives the
+        # uninterrupted run's losses bit for bit
+        tuned = {**gpt, "name": "gpt-bf16-tuned",
+                 "precision": {"compute": "bf16", "deterministic": False}}
+        job = compare(c, exe, tmp, "gpt-bf16-tuned", tuned, reference=tmp / "gpt-cpu",
                       expect=("GEMMs tuned (8 candidates)",))
         if job:
             picks = job / "gemm-tune.txt"
             lines = picks.read_text().splitlines() if picks.exists() else []
             c.check(len(lines) > 0 and all(len(l.split(" ")) == 9 for l in lines),
                     f"gpt-bf16-tuned: {len(lines)} picks kept in gemm-tune.txt")
-            check_resume(c, exe, tmp, "gpt-bf16-tuned", tuned, job, env=tune,
-                         carry=("gemm-tune.txt",))
-        # "deterministic": false in the spec: the GEMMs tuned (8
-        # candidates, their picks kept in gemm-tune.txt) and the fused
-        # attention's dq added atomically in blocks of 128 keys, within
-        # bf16's noise as the others (a resume is not bit for bit: the adds'
-        # order varies)
+            check_resume(c, exe, tmp, "gpt-bf16-tuned", tuned, job, carry=("gemm-tune.txt",))
+        # and on the fused attention: its dq added atomically in blocks of
+        # 128 keys too, within bf16's noise as the others (a resume is not
+        # bit for bit: the adds' order varies)
         nd = {**h64, "name": "gpt-h64-bf16-nondeterministic",
               "precision": {"compute": "bf16", "deterministic": False}}
         job = compare(c, exe, tmp, "gpt-h64-bf16-nondeterministic", nd,
-                      reference=tmp / "gpt-h64-cpu", env={"LARCH_CUDA_ATTENTION": "flash"},
+                      reference=tmp / "gpt-h64-cpu",
                       expect=("GEMMs tuned (8 candidates)",
                               "dq added atomically, 128 keys a block"))
         if job:
             picks = job / "gemm-tune.txt"
             c.check(picks.exists() and picks.read_text().strip() != "",
                     "gpt-h64-bf16-nondeterministic: the picks kept in gemm-tune.txt")
-        # the fused attention's dq added atomically in its dk, dv kernel
-        # (LARCH_CUDA_FLASH_DQ=atomic, blocks of 64 keys; =atomic128, of
-        # 128): the h64 model, as the other flash run
-        for how, says in (("atomic", "attention fused (dq added atomically)"),
-                          ("atomic128", "attention fused (dq added atomically, 128 keys a "
-                                        "block)")):
-            compare(c, exe, tmp, f"gpt-h64-bf16-flash-dq-{how}",
-                    {**h64, "name": f"gpt-h64-bf16-flash-dq-{how}",
-                     "precision": {"compute": "bf16"}},
-                    reference=tmp / "gpt-h64-cpu",
-                    env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_DQ": how},
-                    expect=(says,))
-        # the cross-entropy's forward and backward as two kernels
-        # (LARCH_CUDA_XENT=separate), where every other run takes one pass
-        compare(c, exe, tmp, "gpt-bf16-xent-separate",
-                {**gpt, "name": "gpt-bf16-xent-separate", "precision": {"compute": "bf16"}},
-                reference=tmp / "gpt-cpu", env={"LARCH_CUDA_XENT": "separate"})
-        # and its forward at 32 rows of queries a warp (LARCH_CUDA_FLASH_FWD_ROWS=32)
-        compare(c, exe, tmp, "gpt-h64-bf16-flash-fwd-rows32",
-                {**h64, "name": "gpt-h64-bf16-flash-fwd-rows32",
-                 "precision": {"compute": "bf16"}},
-                reference=tmp / "gpt-h64-cpu",
-                env={"LARCH_CUDA_ATTENTION": "flash", "LARCH_CUDA_FLASH_FWD_ROWS": "32"})
         # the kernels' same-bits variants timed at each op's first call (the
-        # default: kern_cuda_kernel_tune), the GEMMs' cuBLASLt algorithms
-        # with the default path's bits among them (kern_matmul_cuda_gemm_same):
-        # the losses of the run that takes every op's default way
-        # (LARCH_CUDA_KERNEL_TUNE=0) bit for bit, each of the five timed ops
-        # named on stderr with its pick, and the GEMMs checked
+        # default: kern_cuda_kernel_tune): the losses of the run that takes
+        # every op's default way (LARCH_CUDA_KERNEL_PICKS=default) bit for
+        # bit, each of the two timed ops named on stderr with its pick; the
+        # GEMMs' same-bits tuning (kern_matmul_cuda_gemm_same) off, never
+        # run on a GPU
         vspec = {**h64, "name": "gpt-h64-bf16-variants", "precision": {"compute": "bf16"}}
         runs = {}
-        for tag, extra in (("timed", {}), ("untimed", {"LARCH_CUDA_KERNEL_TUNE": "0"})):
+        for tag, extra in (("timed", {}), ("untimed", {"LARCH_CUDA_KERNEL_PICKS": "default"})):
             job = tmp / f"gpt-h64-bf16-variants-{tag}"
-            r = run(exe, vspec, job, "cuda", env={"LARCH_CUDA_ATTENTION": "flash", **extra})
+            r = run(exe, vspec, job, "cuda", env=extra)
             c.check(r.returncode == 0, f"gpt-h64-bf16-variants ({tag}): GPU run (exit "
                     f"{r.returncode}) {r.stderr.strip()[-300:]}")
             runs[tag] = (r, job)
@@ -467,15 +418,14 @@ def main():
             # (the CPU stand-in's ops have one way each: none timed)
             ops = sorted(set(re.findall(r"larch: kernels timed: ([a-z-]+):",
                                         runs["timed"][0].stderr)))
-            want = [] if "CPU shim" in probe.stdout else [
-                "flash-bwd-kv", "flash-bwd-q", "flash-fwd", "residual-layernorm", "xent-fwd-bwd"]
+            want = [] if "CPU shim" in probe.stdout else ["residual-layernorm", "xent-fwd-bwd"]
             c.check(ops == want and "kernels timed" not in runs["untimed"][0].stderr,
                     f"gpt-h64-bf16-variants: the ops timed {ops}, none with the timing off")
             checked = [runs[t][0].stderr.count("larch: GEMM same bits: ")
                        for t in ("timed", "untimed")]
-            c.check((checked[0] > 0) == bool(want) and checked[1] == 0,
-                    f"gpt-h64-bf16-variants: {checked[0]} GEMM problems checked for the same "
-                    f"bits, {checked[1]} with the timing off")
+            c.check(checked == [0, 0],
+                    f"gpt-h64-bf16-variants: {checked} GEMM problems checked for the same "
+                    f"bits (the tuning is off)")
             for name in ("train/loss", "val/loss"):
                 a = metrics(runs["timed"][1], name)
                 b = metrics(runs["untimed"][1], name)
@@ -601,21 +551,15 @@ def main():
         # buffers, not the workspaces, are most of it
         big = {**gpt, "model": {"type": "gpt", "layers": 2, "heads": 4, "dim": 128, "seq": 128},
                "batch": {"global": 16}, "steps": 2, "checkpoint_every": 0}
-        flash = {"LARCH_CUDA_ATTENTION": "flash"}
         big64 = {**big, "model": {**big["model"], "heads": 2}, "precision": {"compute": "bf16"}}
-        for name, spec, env in (
-                ("plan-gpt-flash", big64, flash),
-                ("plan-gpt-flash-recompute", {**big64, "offload": {"activations": "recompute"}},
-                 flash),
-                ("plan-gpt-act32", {**big, "precision": {"compute": "bf16"}},
-                 {"LARCH_CUDA_ACT16": "0"}),
-                ("plan-gpt-w16off", {**big, "precision": {"compute": "bf16"}},
-                 {"LARCH_CUDA_W16": "0"})):
-            check_plan(c, exe, tmp, name, spec, env)
+        for name, spec in (
+                ("plan-gpt-flash", big64),
+                ("plan-gpt-flash-recompute", {**big64, "offload": {"activations": "recompute"}})):
+            check_plan(c, exe, tmp, name, spec)
         # "deterministic": false: the backward's fp32 dq for the atomic adds,
         # and cuBLASLt's workspace alone (every GEMM tuned, through it)
         check_plan(c, exe, tmp, "plan-gpt-flash-nondeterministic",
-                   {**big64, "precision": {"compute": "bf16", "deterministic": False}}, flash,
+                   {**big64, "precision": {"compute": "bf16", "deterministic": False}},
                    workspace_mib=WORKSPACE_MIB // 2)
         for name, spec in (
                 ("plan-gpt", big),

@@ -112,37 +112,43 @@ def test_plan_follows_the_spec(tmp_path, monkeypatch):
     assert gi8["device_bytes_per_gpu"] == gpu["device_bytes_per_gpu"] - 8 * n + q8
     assert gi8["items"]["checkpoint"] == 4 * n + q8
     # a 16-bit GPT on a GPU stores its activations in 2 bytes; on the GEMM
-    # attention path (LARCH_CUDA_ATTENTION=gemm) but for one fp32 [B, NH, T,
-    # T] of attention scratch; the same on the CPU, and in fp32, as the CPU
-    # layout's floats
+    # attention path (a head size other than 64) but for one fp32 [B, NH,
+    # T, T] of attention scratch; the same on the CPU, and in fp32, as the
+    # CPU layout's floats. What the plan counts follows from the spec alone:
+    # larch-train's LARCH_CUDA_* environment changes nothing.
     gpu_gpt = dict(resources={"gpus_per_node": 1})
     g32, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, **gpu_gpt))
     g16_flash, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
                                                 **gpu_gpt))
-    monkeypatch.setenv("LARCH_CUDA_ATTENTION", "gemm")
-    g16, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
-                                          **gpu_gpt))
-    monkeypatch.delenv("LARCH_CUDA_ATTENTION")
+    for name, value in (("LARCH_CUDA_ATTENTION", "gemm"), ("LARCH_CUDA_ACT16", "0"),
+                        ("LARCH_CUDA_FLASH_DQ", "atomic")):
+        monkeypatch.setenv(name, value)
+        same, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
+                                               **gpu_gpt))
+        monkeypatch.delenv(name)
+        assert same["items"] == g16_flash["items"], name
+    gemm_model = {"type": "gpt", "layers": 4, "heads": 8, "dim": 256, "seq": 256}
+    none8, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, model=gemm_model))
+    g16, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, model=gemm_model,
+                                          precision={"compute": "bf16"}, **gpu_gpt))
     c16, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"}))
     att = 16 * 4 * 256 * 256
     assert g32["items"]["activations"] == none["items"]["activations"]
     assert c16["items"]["activations"] == none["items"]["activations"]
-    assert g16["items"]["activations"] == none["items"]["activations"] // 2 + 2 * att
+    assert g16["items"]["activations"] == none8["items"]["activations"] // 2 + 2 * (2 * att)
     # the fused attention, the default with head size 64: each of the 4
     # blocks keeps its rows' fp32 log-sum-exp in place of a 16-bit [T, T],
-    # and there is no fp32 scratch
+    # and there is no fp32 scratch; with the GEMM path's attention at 4
+    # heads (what the 8-head model's [T, T] are, halved)
     lse = 4 * 16 * 4 * 256
-    assert g16_flash["items"]["activations"] == \
-        g16["items"]["activations"] + 4 * (lse - 2 * att) - 4 * att
-    # its backward adding dq atomically (LARCH_CUDA_FLASH_DQ=atomic): one
-    # fp32 [B, T, C] of scratch more
-    for how in ("atomic", "atomic128"):
-        monkeypatch.setenv("LARCH_CUDA_FLASH_DQ", how)
-        g16_dq, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={"compute": "bf16"},
-                                                 **gpu_gpt))
-        assert g16_dq["items"]["activations"] == \
-            g16_flash["items"]["activations"] + 4 * 16 * 256 * 256, how
-    monkeypatch.delenv("LARCH_CUDA_FLASH_DQ")
+    g16_4heads = none["items"]["activations"] // 2 + 2 * att
+    assert g16_flash["items"]["activations"] == g16_4heads + 4 * (lse - 2 * att) - 4 * att
+    # its backward adding dq atomically ("deterministic": false): one fp32
+    # [B, T, C] of scratch more
+    g16_dq, _ = plan_json(tmp_path, gpt_spec(tmp_path, 16, precision={
+        "compute": "bf16", "deterministic": False}, **gpu_gpt))
+    assert g16_dq["items"]["activations"] == \
+        g16_flash["items"]["activations"] + 4 * 16 * 256 * 256
     # a 16-bit model on a GPU keeps a 16-bit copy of its params for the
     # GEMMs: none in fp32, nor with the params offloaded (they stream)
     assert gpu["items"]["params16"] == 2 * n

@@ -3,9 +3,22 @@
  * where no GPU is: indexing, tiling, masking, the order of its barriers.
  *
  * A launch runs the grid's blocks one after another; a block's threads are
- * real threads (std::thread), so __syncthreads and __syncwarp are
- * barriers: a kernel that reads what another thread has not written yet,
- * or skips a barrier, reads stale data here as on a GPU (or deadlocks).
+ * fibers (a stack each, switched by emu_ctx_switch) that one OS thread runs
+ * in turn, each until it reaches
+ * a barrier (__syncthreads, __syncwarp) or ends: a barrier lets its
+ * threads on once all of them reached it, so a kernel that reads what
+ * another thread has not written yet, or skips a barrier, reads stale data
+ * here as on a GPU. The launch always runs the first thread that may run,
+ * in index order, so that a warp runs ahead of the later ones as far as
+ * its barriers let it, and a read that races another warp's write reads
+ * the stale value; after each __syncthreads (and in every other block)
+ * the order is the reverse, for the earlier warps' writes. Threads
+ * that all wait with none left to run are a kernel that would hang on a
+ * GPU: the launch says so and aborts. (Fibers, not OS threads: a barrier
+ * of a thousand threads is a thousand context switches through the
+ * kernel, which made these tests take minutes; and a switch of our own,
+ * not swapcontext, which makes a system call per switch and, under ASan,
+ * clears the shadow of the whole stack it switches to.)
  * A kernel's __shared__ arrays become static ones, and dynamic shared
  * memory (KERN_DYNAMIC_SMEM) one buffer, each block's in turn.
  *
@@ -21,8 +34,9 @@
 #ifndef LARCH_TESTS_CUDA_EMU_HH
 #define LARCH_TESTS_CUDA_EMU_HH
 
+#include <sys/mman.h>
+
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -30,7 +44,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -65,18 +78,115 @@ static inline float4 make_float4(float x, float y, float z, float w)
 	return float4{ x, y, z, w };
 }
 
-inline thread_local dim3 threadIdx, blockIdx;
-inline thread_local unsigned emu_tid;  /* the thread's linear index in its block */
+/* the running thread's (set at each switch to it) */
+inline dim3 threadIdx, blockIdx;
+inline unsigned emu_tid;               /* the thread's linear index in its block */
 inline dim3 blockDim, gridDim;
 
-/* the block's barriers and the warps' exchange slots */
+/* a barrier of `expected` threads: those waiting at it (by index) */
+struct emu_bar {
+	unsigned expected = 0, count = 0;
+	std::vector<unsigned> waiting;
+};
+
+/* cp.async's copies (below) */
+struct emu_copy {
+	void *dst;
+	const void *src;
+	int bytes, valid;
+};
+
+/* emu_ctx_switch(&save, to): saves the callee-saved registers on this
+ * stack and its pointer in save, then takes up the stack at to where a
+ * switch left it (or emu_fiber_init made it) and returns there */
+#if !defined(__x86_64__)
+#error "cuda_emu.hh switches stacks on x86-64 only"
+#endif
+extern "C" void emu_ctx_switch(void **save, void *to);
+asm(R"(
+	.pushsection .text
+	.globl emu_ctx_switch
+	.type emu_ctx_switch, @function
+emu_ctx_switch:
+	pushq %rbp
+	pushq %rbx
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	movq %rsp, (%rdi)
+	movq %rsi, %rsp
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbx
+	popq %rbp
+	ret
+	.size emu_ctx_switch, .-emu_ctx_switch
+	.popsection
+)");
+
+/* a block's thread: its stack and where it stopped, and whether it waits
+ * or ended */
+struct emu_fiber {
+	void *sp;
+	char *stack;                       /* emu_stack(i): kept from launch to launch */
+	int waiting, done;
+	std::vector<std::vector<emu_copy>> groups;   /* cp.async: committed, oldest first */
+	std::vector<emu_copy> open;                  /* issued, not committed */
+};
+
+/* the block's barriers, threads and the warps' exchange slots */
 struct emu_block {
-	std::unique_ptr<std::barrier<>> all;
-	std::vector<std::unique_ptr<std::barrier<>>> warps;
+	emu_bar all;
+	std::vector<emu_bar> warps;
+	std::vector<emu_fiber> fibers;
 	std::vector<uint32_t> slot;
 	std::vector<unsigned char> wide;   /* emu_gather's: 64 bytes a thread */
+	int reverse;                       /* the launch's order: the last thread first */
+	void *sched_sp = nullptr;          /* the launch's own stack, where it stopped */
+	const void *sched_stack = nullptr; /* its stack (the sanitizer's fiber switches) */
+	size_t sched_size = 0;
+	const std::function<void()> *kernel = nullptr;
 };
 inline emu_block *emu_cur;
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#else
+#define EMU_ASAN 0
+#endif
+
+/* The running thread gives the OS thread back to the launch (it waits at
+ * a barrier: it runs again once let on). */
+static inline void emu_yield(void)
+{
+	emu_fiber &f = emu_cur->fibers[emu_tid];
+#if EMU_ASAN
+	void *fake = nullptr;
+	__sanitizer_start_switch_fiber(&fake, emu_cur->sched_stack, emu_cur->sched_size);
+#endif
+	emu_ctx_switch(&f.sp, emu_cur->sched_sp);
+#if EMU_ASAN
+	__sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+static inline void emu_bar_wait(emu_bar &b)
+{
+	if (++b.count == b.expected) {     /* the last to arrive: everyone on */
+		b.count = 0;
+		for (unsigned i : b.waiting)
+			emu_cur->fibers[i].waiting = 0;
+		b.waiting.clear();
+		return;
+	}
+	b.waiting.push_back(emu_tid);
+	emu_cur->fibers[emu_tid].waiting = 1;
+	emu_yield();
+}
 
 /* dynamic shared memory (one translation unit a test) */
 alignas(128) unsigned char emu_smem[1 << 17];
@@ -84,13 +194,15 @@ alignas(128) unsigned char emu_smem[1 << 17];
 
 static inline void __syncthreads()
 {
-	emu_cur->all->arrive_and_wait();
+	if (emu_cur->all.count + 1 == emu_cur->all.expected)
+		emu_cur->reverse ^= 1;         /* the last one: the order turns */
+	emu_bar_wait(emu_cur->all);
 }
 
 static inline void __syncwarp(unsigned mask = 0xffffffffu)
 {
 	(void)mask;
-	emu_cur->warps[emu_tid / 32]->arrive_and_wait();
+	emu_bar_wait(emu_cur->warps[emu_tid / 32]);
 }
 
 static inline uint32_t __float_as_uint(float f)
@@ -176,35 +288,122 @@ static inline void emu_gather(const V &v, V all[32])
 	__syncwarp();
 }
 
+/* a fiber's start: the kernel, then back to the launch for good (its
+ * stack is not returned to) */
+static void emu_fiber_main(void)
+{
+#if EMU_ASAN
+	__sanitizer_finish_switch_fiber(nullptr, &emu_cur->sched_stack, &emu_cur->sched_size);
+#endif
+	(*emu_cur->kernel)();
+	emu_fiber &f = emu_cur->fibers[emu_tid];
+	f.done = 1;
+#if EMU_ASAN
+	__sanitizer_start_switch_fiber(nullptr, emu_cur->sched_stack, emu_cur->sched_size);
+#endif
+	emu_ctx_switch(&f.sp, emu_cur->sched_sp);
+	std::abort();                      /* never switched to again */
+}
+
+/* a thread's stack: the kernels' locals (the tensor-core emulation's
+ * operands are the largest), more under the sanitizer's redzones */
+#define EMU_STACK ((EMU_ASAN ? 256 : 64) * 1024)
+
+/* Thread i's stack, mapped on first use and kept for the process: a
+ * launch of a thousand threads would otherwise map (and, under ASan,
+ * poison) a thousand stacks, launch after launch */
+static char *emu_stack(unsigned i)
+{
+	static std::vector<char *> stacks;
+	while (stacks.size() <= i) {
+		void *p = mmap(nullptr, EMU_STACK, PROT_READ | PROT_WRITE,
+		               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (p == MAP_FAILED) {
+			std::perror("cuda_emu: mmap");
+			std::abort();
+		}
+		stacks.push_back((char *)p);
+	}
+	return stacks[i];
+}
+
+/* The launch runs f until it waits or ends */
+__attribute__((noinline)) static void emu_switch_to(emu_block &b, emu_fiber &f)
+{
+#if EMU_ASAN
+	void *fake = nullptr;
+	__sanitizer_start_switch_fiber(&fake, f.stack, EMU_STACK);
+#endif
+	emu_ctx_switch(&b.sched_sp, f.sp);
+#if EMU_ASAN
+	__sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+/* f's stack, as emu_ctx_switch leaves one: six registers' slots, then
+ * emu_fiber_main's address for its ret, then a return address slot, so
+ * that emu_fiber_main starts with the stack aligned as after a call */
+static void emu_fiber_init(emu_fiber &f)
+{
+	uintptr_t top = ((uintptr_t)f.stack + EMU_STACK) & ~(uintptr_t)15;
+	void **p = (void **)top;
+	*--p = nullptr;
+	*--p = (void *)emu_fiber_main;
+	for (int i = 0; i < 6; i++)
+		*--p = nullptr;
+	f.sp = p;
+}
+
 /* Runs kernel() as every thread of every block of grid x block. */
 static inline void emu_launch(dim3 grid, dim3 block, const std::function<void()> &kernel)
 {
 	gridDim = grid;
 	blockDim = block;
 	unsigned n = block.x * block.y * block.z;
+	emu_block b;
+	b.kernel = &kernel;
+	b.fibers.resize(n);
+	for (unsigned i = 0; i < n; i++)
+		b.fibers[i].stack = emu_stack(i);
+	b.slot.assign(n, 0);
+	b.wide.assign((size_t)n * 64, 0);
+	emu_cur = &b;
 	for (unsigned by = 0; by < grid.y; by++)
 		for (unsigned bx = 0; bx < grid.x; bx++) {
-			emu_block b;
-			b.all = std::make_unique<std::barrier<>>(n);
+			b.all = emu_bar{ n, 0, {} };
+			b.warps.clear();
 			for (unsigned w = 0; w < (n + 31) / 32; w++)
-				b.warps.push_back(std::make_unique<std::barrier<>>(
-					n - w * 32 < 32 ? n - w * 32 : 32));
-			b.slot.assign(n, 0);
-			b.wide.assign((size_t)n * 64, 0);
-			emu_cur = &b;
-			std::vector<std::thread> threads;
-			for (unsigned i = 0; i < n; i++)
-				threads.emplace_back([&, i] {
-					emu_tid = i;
-					threadIdx = dim3(i % block.x, i / block.x % block.y,
-					                 i / (block.x * block.y));
-					blockIdx = dim3(bx, by, 0);
-					kernel();
-				});
-			for (auto &t : threads)
-				t.join();
-			emu_cur = nullptr;
+				b.warps.push_back(emu_bar{ n - w * 32 < 32 ? n - w * 32 : 32, 0, {} });
+			for (unsigned i = 0; i < n; i++) {
+				emu_fiber &f = b.fibers[i];
+				f.waiting = f.done = 0;
+				f.groups.clear();
+				f.open.clear();
+				emu_fiber_init(f);
+			}
+			b.reverse = (int)((bx + by) % 2);
+			for (unsigned left = n; left > 0;) {
+				unsigned i = n;
+				for (unsigned k = 0; k < n && i == n; k++) {
+					unsigned j = b.reverse ? n - 1 - k : k;
+					if (!b.fibers[j].done && !b.fibers[j].waiting)
+						i = j;
+				}
+				if (i == n) {
+					std::fprintf(stderr, "cuda_emu: block (%u, %u): every thread left waits "
+					             "at a barrier the others never reach (a GPU would hang)\n",
+					             bx, by);
+					std::abort();
+				}
+				emu_fiber &f = b.fibers[i];
+				emu_tid = i;
+				threadIdx = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
+				blockIdx = dim3(bx, by, 0);
+				emu_switch_to(b, f);
+				left -= f.done;
+			}
 		}
+	emu_cur = nullptr;
 }
 
 /* ---- 16-bit types ------------------------------------------------------------ */
@@ -259,17 +458,9 @@ static inline void ldsm_x4(uint32_t r[4], const uint16_t *p)
  * kernel that reads a tile before waiting for it reads the old one here
  * too; the bytes are read from global memory when they land, as late as a
  * GPU may read them. */
-struct emu_copy {
-	void *dst;
-	const void *src;
-	int bytes, valid;
-};
-inline thread_local std::vector<std::vector<emu_copy>> emu_groups;  /* committed, oldest first */
-inline thread_local std::vector<emu_copy> emu_open;                 /* issued, not committed */
-
 static inline void emu_cp_async(void *dst, const void *src, int bytes, int valid)
 {
-	emu_open.push_back(emu_copy{ dst, src, bytes, valid });
+	emu_cur->fibers[emu_tid].open.push_back(emu_copy{ dst, src, bytes, valid });
 }
 
 static inline void cp_async16(void *dst, const void *src, int valid)
@@ -284,19 +475,21 @@ static inline void cp_async4(void *dst, const void *src, int valid)
 
 static inline void cp_async_commit(void)
 {
-	emu_groups.push_back(emu_open);
-	emu_open.clear();
+	emu_fiber &f = emu_cur->fibers[emu_tid];
+	f.groups.push_back(f.open);
+	f.open.clear();
 }
 
 template <int N>
 static inline void cp_async_wait(void)
 {
-	while (emu_groups.size() > (size_t)N) {
-		for (const emu_copy &c : emu_groups.front()) {
+	emu_fiber &f = emu_cur->fibers[emu_tid];
+	while (f.groups.size() > (size_t)N) {
+		for (const emu_copy &c : f.groups.front()) {
 			std::memset(c.dst, 0, (size_t)c.bytes);
 			std::memcpy(c.dst, c.src, (size_t)c.valid);
 		}
-		emu_groups.erase(emu_groups.begin());
+		f.groups.erase(f.groups.begin());
 	}
 }
 

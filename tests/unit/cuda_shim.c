@@ -90,9 +90,9 @@ double kern_cuda_peak_fp32(int index)
 	return 1e12;
 }
 
-double kern_cuda_peak_tensor16(int index, const char **basis)
+double kern_cuda_peak_tensor16(int index, double sheet, const char **basis)
 {
-	(void)index;
+	(void)index, (void)sheet;
 	if (basis)
 		*basis = "the stand-in's";
 	return 8e12;
@@ -309,12 +309,6 @@ void kern_relu_bwd_set_cuda(float *dinp, const float *inp, const float *dout, lo
 	kern_relu_bwd_set_cpu(dinp, inp, dout, n);
 }
 
-int kern_layernorm_cuda_rows(int on)
-{
-	(void)on;                          /* (one way here: the reference) */
-	return 0;
-}
-
 /* the switch kept, one way here: the two ops, whose bits the GPU's one
  * kernel gives */
 static int shim_ln_residual = 1;
@@ -468,22 +462,18 @@ static int pads_zeros(int ldo, int oc, int c, const float *bias)
 	return shim_operands != KERN_MM_FP32 && !bias && c > 0 && ldo > oc && ldo % 8 == 0;
 }
 
-/* The GEMMs' tuning: the switch read as matmul_cuda.cu reads it, and the
+/* The GEMMs' tuning: the switch kept as matmul_cuda.cu keeps it, and the
  * picks' file kept as it keeps it (kernels/tune_table.h), one line a GEMM
  * problem the first time one runs, its "algorithm" the problem's number:
  * no cuBLASLt here to time, but the trainer's side of the file (its place
  * in the job directory, a resume reading it back) runs as on a GPU. */
-static int shim_gemm_tune = -1;
+static int shim_gemm_tune;
 static struct kern_tune_table shim_picks;
 static char *shim_picks_path;
 static long shim_tune_reused;
 
 int kern_matmul_cuda_gemm_tune(int candidates)
 {
-	if (shim_gemm_tune < 0) {
-		const char *v = getenv("LARCH_CUDA_GEMM_TUNE");
-		shim_gemm_tune = kern_gemm_tune_count(v ? atol(v) : 0);
-	}
 	int prev = shim_gemm_tune;
 	if (candidates >= 0)
 		shim_gemm_tune = kern_gemm_tune_count(candidates);
@@ -697,7 +687,7 @@ int kern_matmul_cuda_fused_bias(int on)
 int kern_matmul_cuda_split_odd(int on)
 {
 	(void)on;
-	return 1;                          /* (one CPU GEMM here either way) */
+	return 0;                          /* (one CPU GEMM here either way) */
 }
 
 int kern_cuda_gemm_operands(void)
@@ -728,6 +718,14 @@ int kern_cuda_kernel_tune(int on)
 long kern_cuda_variants_tuned(void)
 {
 	return 0;
+}
+
+/* the caller's choices: "default" picks turn the timing off, as on a GPU
+ * (nothing here is timed either way) */
+void kern_cuda_set_opts(const struct kern_cuda_opts *opts)
+{
+	if (opts->kernel_picks && strcmp(opts->kernel_picks, "default") == 0)
+		shim_kernel_tune = 0;
 }
 
 /* ---- 16-bit activations (cuda_common.h) -------------------------------------- */
@@ -985,42 +983,6 @@ void kern_attention_bwd_set_act_cuda(int a16, void *dqkv, float *dpreatt, float 
  * forward left for that qkv: a model handing over another block's shows. */
 long cuda_shim_flash_calls;
 
-int kern_attention_flash_pipeline(int on)
-{
-	(void)on;                          /* one way of doing it here */
-	return 1;
-}
-
-int kern_attention_flash_more_blocks(enum kern_flash_kernel k, int on)
-{
-	(void)k, (void)on;                 /* (no occupancy here) */
-	return 0;
-}
-
-int kern_attention_flash_fwd_rows(int rows)
-{
-	(void)rows;                        /* (no warps here) */
-	return 16;
-}
-
-int kern_attention_flash_block(int rows)
-{
-	(void)rows;                        /* (no blocks here) */
-	return 64;
-}
-
-int kern_attention_flash_fwd_ahead(int on)
-{
-	(void)on;                          /* (no tensor cores here) */
-	return 0;
-}
-
-int kern_attention_flash_whole_tiles(int on)
-{
-	(void)on;                          /* (no tiles here) */
-	return 0;
-}
-
 /* the setting kept, for the tests of what a model asks for; the shim's
  * backward has no atomics (one way either way) */
 static int shim_dq_atomic;
@@ -1028,7 +990,7 @@ static int shim_dq_atomic;
 int kern_attention_flash_dq_atomic(int keys)
 {
 	int prev = shim_dq_atomic;
-	if (keys == 0 || keys == 64 || keys == 128)
+	if (keys == 0 || keys == 128)
 		shim_dq_atomic = keys;
 	return prev;
 }
@@ -1167,23 +1129,6 @@ long kern_matmul_cuda_fused_gelu_gemms(void)
 	return 0;
 }
 
-/* the bias gradient in the weight gradient's GEMM: here always the one
- * column sum (the switch is kept, so that a test can flip it) */
-static int shim_fused_dbias;
-
-int kern_matmul_cuda_fused_dbias(int on)
-{
-	int prev = shim_fused_dbias;
-	if (on >= 0)
-		shim_fused_dbias = on != 0;
-	return prev;
-}
-
-long kern_matmul_cuda_fused_dbias_gemms(void)
-{
-	return 0;
-}
-
 long kern_matmul_cuda_gemm_tuned(long *other)
 {
 	if (other)
@@ -1198,7 +1143,7 @@ long kern_matmul_cuda_gemm_tune_reused(void)
 
 /* the same-bits tuning: the switch is kept; the GEMMs here are the CPU's,
  * with no other algorithm to check */
-static int shim_gemm_same = 1;
+static int shim_gemm_same;
 
 int kern_matmul_cuda_gemm_same(int on)
 {
@@ -1285,12 +1230,6 @@ void kern_softmax_xent_fwd_bwd_set_ld_act_cuda(int a16, float *losses, float *ls
 	cuda_shim_xent_fused_calls++;
 	kern_softmax_xent_fwd_ld_act_cuda(a16, losses, lse, logits, ld, targets, n, v);
 	kern_softmax_xent_bwd_set_ld_act_cuda(a16, dlogits, dloss, logits, ld, lse, targets, n, v);
-}
-
-int kern_softmax_xent_cuda_rows(int on)
-{
-	(void)on;                          /* (no registers here: one way) */
-	return 0;
 }
 
 void kern_argmax_rows_ld_act_cuda(int a16, int *best, const void *logits, int ld, int n, int v)

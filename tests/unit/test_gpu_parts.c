@@ -1,15 +1,15 @@
-/* tests/unit/test_gpu_parts.c - kernels/gpu_parts.c: the data-sheet peaks
+/* tests/unit/test_gpu_parts.c - trainer/gpu_parts.c: the data-sheet peaks
  * by the names CUDA gives the parts, form factors before the plain name,
  * a part's word not found inside a longer one, and parts it does not know. */
 #include <math.h>
 #include <stddef.h>
 
 #include "check.h"
-#include "kernels/gpu_parts.h"
+#include "trainer/gpu_parts.h"
 
 static void check_peak(const char *name, double tflops)
 {
-	double got = kern_gpu_datasheet_tensor16(name) * 1e-12;
+	double got = trn_gpu_datasheet_tensor16(name) * 1e-12;
 	CHECK_MSG(fabs(got - tflops) < 1e-6, "%s: %.2f TFLOP/s, want %.2f", name ? name : "NULL",
 	          got, tflops);
 }

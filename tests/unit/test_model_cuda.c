@@ -26,8 +26,8 @@
 
 extern long cuda_shim_live_buffers;
 
-/* whether a 16-bit GPT keeps its activations as 16-bit values here
- * (plan.h's layout: not under LARCH_CUDA_ACT16=0) */
+/* whether a 16-bit GPT keeps its activations as 16-bit values (plan.h's
+ * layout) */
 static int act16_wanted(enum trn_dtype dt)
 {
 	struct trn_spec_model m = { .heads = 1, .dim = 64 };
@@ -286,15 +286,6 @@ out:
 	trn_spec_release(&spec);
 }
 
-/* name=value in the environment, or name unset for NULL */
-static void set_env(const char *name, const char *value)
-{
-	if (value)
-		setenv(name, value, 1);
-	else
-		unsetenv(name);
-}
-
 /* A small GPT of layers blocks, dim wide in 2 heads, with AdamW and what
  * extra adds to the spec, against the CPU model. */
 extern long cuda_shim_ln_residual_calls;
@@ -359,11 +350,11 @@ static void test_gpt(void)
 	               " \"steps\": 1}", &ds, 2, "gpt one block, padded vocab");
 }
 
-/* A 16-bit GPT with head size 64 runs the fused attention by default and
- * with LARCH_CUDA_ATTENTION=flash (the shim's, which checks that backward
- * is handed the forward's out and lse), keeping each block's lse where the
- * other keeps [T, T]; alone, recomputed and offloaded, against the CPU
- * model; LARCH_CUDA_ATTENTION=gemm runs the GEMM path instead */
+/* A 16-bit GPT with head size 64 runs the fused attention (the shim's,
+ * which checks that backward is handed the forward's out and lse), keeping
+ * each block's lse where the other keeps [T, T]; alone, recomputed and
+ * offloaded, against the CPU model; with another head size (test_gpt's
+ * dim 16) the GEMM path */
 extern long cuda_shim_flash_calls;
 
 static void test_gpt_flash(void)
@@ -377,29 +368,20 @@ static void test_gpt_flash(void)
 		{ 3, "\"precision\": {\"compute\": \"bf16\"}, \"offload\": {\"activations\":"
 		     " \"cpu\"},", "gpt flash bf16 offload.activations cpu" },
 	};
-	static const char *const settings[] = { NULL, "flash", "gemm" };
-	for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
-		set_env("LARCH_CUDA_ATTENTION", settings[s]);
-		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-			/* the GEMM path needs one case to show it still agrees */
-			if (settings[s] && i > 0)
-				break;
-			long before = cuda_shim_flash_calls;
-			compare_gpt(&ds, cases[i].layers, 128, cases[i].extra, cases[i].what);
-			/* with 16-bit activations (not under LARCH_CUDA_ACT16=0),
-			 * unless the GEMM path was asked for */
-			int want = act16_wanted(TRN_DTYPE_BF16) && s != 2;
-			CHECK_MSG((cuda_shim_flash_calls > before) == want,
-			          "%s (LARCH_CUDA_ATTENTION %s): %ld fused attention calls",
-			          cases[i].what, settings[s] ? settings[s] : "unset",
-			          cuda_shim_flash_calls - before);
-		}
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		long before = cuda_shim_flash_calls;
+		compare_gpt(&ds, cases[i].layers, 128, cases[i].extra, cases[i].what);
+		CHECK_MSG(cuda_shim_flash_calls > before, "%s: no fused attention call",
+		          cases[i].what);
 	}
-	unsetenv("LARCH_CUDA_ATTENTION");
+	/* head size 16: the GEMM path, no fused call */
+	long before = cuda_shim_flash_calls;
+	compare_gpt(&ds, 2, 16, "\"precision\": {\"compute\": \"bf16\"},", "gpt gemm attention");
+	CHECK_MSG(cuda_shim_flash_calls == before, "head size 16: %ld fused attention calls",
+	          cuda_shim_flash_calls - before);
 }
 
-/* GELU in the fc GEMMs' epilogues: a 16-bit GPT turns it on by default
- * and with LARCH_CUDA_GELU=fused, off with LARCH_CUDA_GELU=separate (the
+/* GELU in the fc GEMMs' epilogues: on in a 16-bit GPT, off in fp32 (the
  * shim runs the same ops either way: what is checked is the setting the
  * model leaves, and that the run agrees with the CPU's) */
 int kern_matmul_cuda_fused_gelu(int on);
@@ -407,47 +389,40 @@ int kern_matmul_cuda_fused_gelu(int on);
 static void test_gpt_gelu_setting(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
-	static const char *const settings[] = { NULL, "fused", "separate" };
-	for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
-		set_env("LARCH_CUDA_GELU", settings[s]);
-		int want = act16_wanted(TRN_DTYPE_BF16) && s != 2;
-		kern_matmul_cuda_fused_gelu(!want);
-		compare_gpt(&ds, 2, 16, "\"precision\": {\"compute\": \"bf16\"},", "gpt gelu bf16");
+	static const struct { const char *extra; int want; } cases[] = {
+		{ "\"precision\": {\"compute\": \"bf16\"},", 1 },
+		{ "", 0 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		kern_matmul_cuda_fused_gelu(!cases[i].want);
+		compare_gpt(&ds, 2, 16, cases[i].extra, "gpt gelu");
 		int got = kern_matmul_cuda_fused_gelu(0);
-		CHECK_MSG(got == want, "LARCH_CUDA_GELU %s: the model fused GELU %d, want %d",
-		          settings[s] ? settings[s] : "unset", got, want);
+		CHECK_MSG(got == cases[i].want, "%s: the model fused GELU %d, want %d",
+		          cases[i].want ? "bf16" : "fp32", got, cases[i].want);
 	}
-	unsetenv("LARCH_CUDA_GELU");
 }
 
 /* A GPU GPT told of the backward before its forward writes dlogits in the
- * forward's pass over the logits (the shim counts those calls), unless
- * LARCH_CUDA_XENT=separate; step_both checks the gradients against the CPU
- * model either way, and step_held (not told) the two kernels' path */
+ * forward's call over the logits (the shim counts those calls); step_both
+ * checks the gradients against the CPU model, and step_held (not told) the
+ * two kernels' path */
 extern long cuda_shim_xent_fused_calls;
 
 static void test_gpt_xent_setting(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
-	static const char *const settings[] = { NULL, "separate" };
-	for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
-		set_env("LARCH_CUDA_XENT", settings[s]);
-		long before = cuda_shim_xent_fused_calls;
-		compare_gpt(&ds, 2, 16, "\"precision\": {\"compute\": \"bf16\"},", "gpt xent bf16");
-		compare_gpt(&ds, 2, 16, "", "gpt xent fp32");
-		long calls = cuda_shim_xent_fused_calls - before;
-		CHECK_MSG((calls > 0) == (s == 0), "LARCH_CUDA_XENT %s: %ld one-pass cross-entropy calls",
-		          settings[s] ? settings[s] : "unset", calls);
-	}
-	unsetenv("LARCH_CUDA_XENT");
+	long before = cuda_shim_xent_fused_calls;
+	compare_gpt(&ds, 2, 16, "\"precision\": {\"compute\": \"bf16\"},", "gpt xent bf16");
+	compare_gpt(&ds, 2, 16, "", "gpt xent fp32");
+	long calls = cuda_shim_xent_fused_calls - before;
+	CHECK_MSG(calls > 0, "%ld one-pass cross-entropy calls", calls);
 }
 
 /* The spec's "deterministic": false tunes the 16-bit GEMMs (8 candidates)
  * and adds the fused attention's dq atomically in blocks of 128 keys; true
- * (the default) neither; LARCH_CUDA_GEMM_TUNE and LARCH_CUDA_FLASH_DQ
- * override either. What is checked is the setting each model leaves in
- * the kernels (a run's GEMMs and attention are the GPU tests'), and that
- * the run agrees with the CPU's. */
+ * (the default) neither. What is checked is the setting each model leaves
+ * in the kernels (a run's GEMMs and attention are the GPU tests'), and
+ * that the run agrees with the CPU's. */
 int kern_matmul_cuda_gemm_tune(int candidates);
 int kern_attention_flash_dq_atomic(int keys);
 
@@ -455,36 +430,25 @@ static void test_gpt_deterministic_setting(void)
 {
 	struct trn_dataset ds = { .task = TRN_TASK_TOKENS, .seq = 8, .vocab = 37 };
 	static const struct {
-		const char *det, *tune_env, *dq_env;
+		const char *det;
 		int tune, dq;
 	} cases[] = {
-		{ "true", NULL, NULL, 0, 0 },
-		{ "false", NULL, NULL, 8, 128 },
-		{ "false", "4", "separate", 4, 0 },
-		{ "false", "0", "atomic", 0, 64 },
-		{ "true", "3", "atomic128", 3, 128 },
+		{ "true", 0, 0 },
+		{ "false", 8, 128 },
 	};
-	int flash = act16_wanted(TRN_DTYPE_BF16);    /* (not under LARCH_CUDA_ACT16=0) */
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		set_env("LARCH_CUDA_GEMM_TUNE", cases[i].tune_env);
-		set_env("LARCH_CUDA_FLASH_DQ", cases[i].dq_env);
 		kern_matmul_cuda_gemm_tune(cases[i].tune ? 0 : 2);   /* the other way first */
-		kern_attention_flash_dq_atomic(cases[i].dq ? 0 : 64);
+		kern_attention_flash_dq_atomic(cases[i].dq ? 0 : 128);
 		char extra[128];
 		snprintf(extra, sizeof extra,
 		         "\"precision\": {\"compute\": \"bf16\", \"deterministic\": %s},",
 		         cases[i].det);
 		compare_gpt(&ds, 2, 128, extra, "gpt deterministic setting");
 		int tune = kern_matmul_cuda_gemm_tune(-1), dq = kern_attention_flash_dq_atomic(-1);
-		CHECK_MSG(tune == cases[i].tune && dq == (flash ? cases[i].dq : 0),
-		          "deterministic %s, LARCH_CUDA_GEMM_TUNE %s, LARCH_CUDA_FLASH_DQ %s: "
-		          "GEMMs tuned over %d candidates (want %d), dq atomic in %d keys (want %d)",
-		          cases[i].det, cases[i].tune_env ? cases[i].tune_env : "unset",
-		          cases[i].dq_env ? cases[i].dq_env : "unset", tune, cases[i].tune, dq,
-		          flash ? cases[i].dq : 0);
+		CHECK_MSG(tune == cases[i].tune && dq == cases[i].dq,
+		          "deterministic %s: GEMMs tuned over %d candidates (want %d), dq atomic in "
+		          "%d keys (want %d)", cases[i].det, tune, cases[i].tune, dq, cases[i].dq);
 	}
-	unsetenv("LARCH_CUDA_GEMM_TUNE");
-	unsetenv("LARCH_CUDA_FLASH_DQ");
 	kern_matmul_cuda_gemm_tune(0);
 	kern_attention_flash_dq_atomic(0);
 }

@@ -1,4 +1,4 @@
-/* kernels/gpu_parts.c - NVIDIA's data-sheet peaks by part name (gpu_parts.h) */
+/* trainer/gpu_parts.c - NVIDIA's data-sheet peaks by part name (gpu_parts.h) */
 #include "gpu_parts.h"
 
 #include <ctype.h>
@@ -48,7 +48,7 @@ static int has_word(const char *name, const char *key)
 	return 0;
 }
 
-double kern_gpu_datasheet_tensor16(const char *name)
+double trn_gpu_datasheet_tensor16(const char *name)
 {
 	if (!name)
 		return 0;
