@@ -46,7 +46,7 @@ formula larch-train uses: 72 L T C^2 + 12 L T^2 C + 6 T C V per sample of T
 tokens) x tokens/s / the GPU's peak in that precision as larch-train
 --list-devices prints it, the denominator of larch-train's own MFU (fp32:
 from the SM count and clock; bf16: the dense tensor peak of NVIDIA's data
-sheet for a part kernels/gpu_parts.c knows, 989.4 TFLOP/s for an H100 SXM
+sheet for a part trainer/gpu_parts.c knows, 989.4 TFLOP/s for an H100 SXM
 or an H200, else from the SM count and clock), and the ratio to PyTorch
 bf16. Needs PyTorch with
 CUDA for the baselines (--no-torch runs larch-train alone). Never fails on
@@ -144,7 +144,7 @@ def run_larch(exe, tmp, a, precision, micro, env=None, tag="", deterministic=Tru
     dev = next((l for l in p.stdout.splitlines() if l.startswith("device:")), "device: ?")
     done = next((l for l in p.stdout.splitlines() if l.startswith("done:")), "")
     # the kernels' variants timed at their first call (kern_cuda_variant_pick):
-    # "flash-fwd:bf16,...=2 (8 warps): 16 rows a warp 0.4500 ms, ..."
+    # "<op>:<key>=<pick> (<name>): <variant> <ms> ms, ..."
     timed = [l.split("kernels timed: ", 1)[1] for l in p.stderr.splitlines()
              if "larch: kernels timed: " in l]
     # the GEMMs' same-bits tuning: how many of each problem's cuBLASLt
@@ -261,7 +261,7 @@ def gemm_step_line(g, layers, label):
 def device_peaks(line):
     """fp32 and 16-bit tensor peaks (FLOP/s) from larch-train --list-devices'
     line: the MFU denominators larch-train itself divides by (the 16-bit one
-    NVIDIA's data sheet for a part it knows, kernels/gpu_parts.c); NaN when
+    NVIDIA's data sheet for a part it knows, trainer/gpu_parts.c); NaN when
     the line lacks one."""
     peaks = []
     for what in ("fp32", "16-bit tensor"):
