@@ -22,6 +22,7 @@
  * job dir.)
  */
 #include "executor.h"
+#include "clock.h"
 #include "identity.h"
 #include "jobfs.h"
 #include "log.h"
@@ -76,12 +77,6 @@ struct local {
 	int n_events, cap_events;
 };
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Records an event for the next poll; called with the lock held. */
 static void emit(struct local *lx, const struct local_job *j, enum exec_state state, int exit_code,
@@ -107,7 +102,7 @@ static void emit(struct local *lx, const struct local_job *j, enum exec_state st
 	ev->exit_code = exit_code;
 	ev->pid = j->pid;
 	ev->started = j->pid > 0;
-	ev->time_ms = now_ms();
+	ev->time_ms = svc_wall_ms();
 	snprintf(ev->reason, sizeof ev->reason, "%s", reason ? reason : "");
 }
 
@@ -400,7 +395,7 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 	j->pid = pid;
 	j->is_child = 1;
 	j->state = EXEC_RUNNING;
-	j->started_ms = now_ms();
+	j->started_ms = svc_wall_ms();
 	return 0;
 }
 
@@ -623,7 +618,7 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 	int ok = fscanf(f, "%ld", &pid) == 1 && pid > 1;
 	struct stat sb;
 	long long launched_ms = fstat(fileno(f), &sb) == 0 ?
-		(long long)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000 : now_ms();
+		(long long)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000 : svc_wall_ms();
 	fclose(f);
 	if (!ok) {
 		snprintf(err, errlen, "%s/launch: not a launch record", job->dir);
@@ -695,7 +690,7 @@ static int local_cancel(struct executor *ex, long long id, char *err, size_t err
 		unlink_job(lx, j);
 	} else if (!j->term_sent_ms) {
 		signal_group(j, SIGTERM);
-		j->term_sent_ms = now_ms();
+		j->term_sent_ms = svc_wall_ms();
 	}
 	pthread_mutex_unlock(&lx->lock);
 	return 0;
@@ -712,7 +707,7 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 {
 	struct local *lx = (struct local *)ex;
 	pthread_mutex_lock(&lx->lock);
-	long long now = now_ms();
+	long long now = svc_wall_ms();
 	int running = 0;
 	for (struct local_job *j = lx->jobs, *next; j; j = next) {
 		next = j->next;

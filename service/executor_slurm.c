@@ -70,6 +70,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "identity.h"
 #include "jobfs.h"
 #include "log.h"
@@ -137,19 +138,7 @@ struct slurm_ex {
 	long long parts_ms;
 };
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- events, health ---------------------------------------------------------- */
 
@@ -177,7 +166,7 @@ static void emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state, int
 	ev->exit_code = exit_code;
 	ev->started = started;
 	snprintf(ev->ext_id, sizeof ev->ext_id, "%s", j->sid);
-	ev->time_ms = now_ms();
+	ev->time_ms = svc_wall_ms();
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(ev->reason, sizeof ev->reason, fmt, ap);
@@ -212,7 +201,7 @@ static void note_health(struct slurm_ex *sx, int ok, const char *what)
 		return;
 	}
 	if (sx->healthy || !sx->unhealthy_since_ms) {
-		sx->unhealthy_since_ms = now_ms();
+		sx->unhealthy_since_ms = svc_wall_ms();
 		fprintf(stderr, "larchd: slurm executor: slurmctld unreachable: %s\n", what);
 	}
 	sx->healthy = 0;
@@ -597,7 +586,7 @@ static void submit_due(struct slurm_ex *sx)
 	if (!out)
 		return;
 	int n = 0;
-	long long now = mono_ms();
+	long long now = svc_mono_ms();
 	pthread_mutex_lock(&sx->lock);
 	for (struct sjob *j = sx->jobs; j && n < SUBMIT_BATCH; j = j->next)
 		if (j->phase == PH_SUBMIT && !j->cancel && j->next_try_ms <= now) {
@@ -641,7 +630,7 @@ static void submit_due(struct slurm_ex *sx)
 			lost_msg = o->msg;
 			j->phase = PH_LOOKUP;      /* it may have reached slurmctld: look first */
 			j->tries++;
-			j->next_try_ms = mono_ms() + backoff_ms(j->tries);
+			j->next_try_ms = svc_mono_ms() + backoff_ms(j->tries);
 		} else {
 			reached = 1;               /* slurmctld answered: it refused the job */
 			snprintf(j->submit_err, sizeof j->submit_err, "%s", o->msg);
@@ -1230,7 +1219,7 @@ static void free_parts(char **parts, int n)
  * marked, memory in MB, "+" after it where nodes differ). */
 static void refresh_partitions(struct slurm_ex *sx)
 {
-	long long now = mono_ms();
+	long long now = svc_mono_ms();
 	pthread_mutex_lock(&sx->lock);
 	int due = !sx->parts || now - sx->parts_ms >= PARTITIONS_MS;
 	pthread_mutex_unlock(&sx->lock);
@@ -1307,8 +1296,8 @@ static void *slurm_main(void *arg)
 		submit_due(sx);
 		send_cancels(sx);                  /* cancelled while their sbatch ran */
 		send_holds(sx);
-		if (have_jobs && mono_ms() - last_poll >= sx->cfg.poll_ms) {
-			last_poll = mono_ms();
+		if (have_jobs && svc_mono_ms() - last_poll >= sx->cfg.poll_ms) {
+			last_poll = svc_mono_ms();
 			poll_squeue(sx);
 		}
 
@@ -1317,7 +1306,7 @@ static void *slurm_main(void *arg)
 			continue;
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
-		long long wait = sx->cfg.poll_ms - (mono_ms() - last_poll);
+		long long wait = sx->cfg.poll_ms - (svc_mono_ms() - last_poll);
 		if (wait < 20)
 			wait = 20;
 		long long ns = until.tv_nsec + wait * 1000000;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "api/buf.h"
+#include "clock.h"
 #include "db/checkpoints.h"
 #include "identity.h"
 #include "jobfs.h"
@@ -463,12 +464,6 @@ static int reconcile(struct svc_runner *r, struct executor *ex, char *err, size_
 
 /* ---- the thread --------------------------------------------------------------- */
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void *runner_main(void *arg)
 {
@@ -477,7 +472,7 @@ static void *runner_main(void *arg)
 	pthread_mutex_lock(&r->lock);
 	while (!r->stopping) {
 		r->begun++;
-		int scan = r->kicked || mono_ms() - last_scan >= RESCAN_MS ||
+		int scan = r->kicked || svc_mono_ms() - last_scan >= RESCAN_MS ||
 		           r->ex->ops->async_submit;   /* their PENDING jobs leave on events */
 		r->kicked = 0;
 		struct executor *ex = r->ex;
@@ -485,7 +480,7 @@ static void *runner_main(void *arg)
 
 		int more = 0;
 		if (scan) {
-			last_scan = mono_ms();
+			last_scan = svc_mono_ms();
 			more = scan_pending(r, ex);
 		}
 		int before = exec_count(ex);
