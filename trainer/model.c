@@ -43,7 +43,8 @@ static void block_landed(struct trn_model *m, int b)
 {
 	if (b < 0 || !m->grad_ready)
 		return;
-	for (int p = trn_model_block_param(m, b) + m->block_params - 1; p >= trn_model_block_param(m, b); p--)
+	int first = trn_model_block_param(m, b);
+	for (int p = first + m->block_params - 1; p >= first; p--)
 		m->grad_ready(m->grad_ready_ctx, p);
 }
 
@@ -252,7 +253,8 @@ void trn_model_zero_grad(struct trn_model *m)
 	}
 	if (m->streamed) {                /* the resident tensors': the blocks' are not kept */
 		memset(m->g, 0, sizeof(float) * (size_t)trn_model_block_off(m, 0));
-		memset(m->g + trn_model_blocks_end(m), 0, sizeof(float) * (size_t)(m->n_floats - trn_model_blocks_end(m)));
+		long end = trn_model_blocks_end(m);
+		memset(m->g + end, 0, sizeof(float) * (size_t)(m->n_floats - end));
 	} else if (!m->g_overwritten) {
 		memset(m->g, 0, sizeof(float) * (size_t)m->n_floats);
 	}

@@ -34,7 +34,8 @@ static int add_params(struct gpt *g)
 		return -1;
 	trn_model_set_blocks(base, g->L, 2, P_PER_BLOCK);
 	for (int k = 0; k < P_PER_BLOCK && g->L > 0; k++)
-		g->rel[k] = base->params[GPT_BLOCK_PARAM(0, k)].offset - base->params[GPT_BLOCK_PARAM(0, 0)].offset;
+		g->rel[k] = base->params[GPT_BLOCK_PARAM(0, k)].offset -
+		            base->params[GPT_BLOCK_PARAM(0, 0)].offset;
 	return 0;
 }
 
