@@ -73,8 +73,7 @@ struct local {
 	int n_roots;
 	pthread_mutex_t lock;
 	struct local_job *jobs;        /* submission order, so queued jobs start FIFO */
-	struct exec_event *events;     /* observed, not yet reported */
-	int n_events, cap_events;
+	struct exec_events events;     /* observed, not yet reported */
 };
 
 
@@ -82,27 +81,11 @@ struct local {
 static void emit(struct local *lx, const struct local_job *j, enum exec_state state, int exit_code,
                  const char *reason)
 {
-	if (lx->n_events == lx->cap_events) {
-		int cap = lx->cap_events ? lx->cap_events * 2 : 16;
-		struct exec_event *grown = realloc(lx->events, sizeof *grown * (size_t)cap);
-		if (!grown) {
-			/* the state change is still visible to the next adopt/poll of larchd's
-			 * reconciler; losing the event is better than crashing the server */
-			fprintf(stderr, "larchd: executor: out of memory for an event of job %lld\n",
-			        j->job.id);
-			return;
-		}
-		lx->events = grown;
-		lx->cap_events = cap;
-	}
-	struct exec_event *ev = &lx->events[lx->n_events++];
-	memset(ev, 0, sizeof *ev);
-	ev->id = j->job.id;
-	ev->state = state;
-	ev->exit_code = exit_code;
+	struct exec_event *ev = exec_events_add(&lx->events, j->job.id, state, exit_code);
+	if (!ev)
+		return;
 	ev->pid = j->pid;
 	ev->started = j->pid > 0;
-	ev->time_ms = svc_wall_ms();
 	snprintf(ev->reason, sizeof ev->reason, "%s", reason ? reason : "");
 }
 
@@ -770,16 +753,10 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 			unlink_job(lx, j);
 		}
 	}
-	struct exec_event *events = lx->events;
-	int n = lx->n_events;
-	lx->events = NULL;
-	lx->n_events = lx->cap_events = 0;
+	struct exec_events taken = lx->events;
+	lx->events = (struct exec_events){ 0 };
 	pthread_mutex_unlock(&lx->lock);
-
-	/* outside the lock: the callback writes the database */
-	for (int i = 0; i < n; i++)
-		fn(ctx, &events[i]);
-	free(events);
+	exec_events_deliver(&taken, fn, ctx);   /* outside the lock: it writes the database */
 }
 
 static int local_count(struct executor *ex)
@@ -800,7 +777,7 @@ static void local_free(struct executor *ex)
 		next = j->next;
 		free(j);
 	}
-	free(lx->events);
+	exec_events_release(&lx->events);
 	free(lx->trainer_path);
 	free(lx->mpirun_path);
 	free(lx->server_url);

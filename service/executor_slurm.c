@@ -126,8 +126,7 @@ struct slurm_ex {
 	int started, stopping, kicked;
 	struct sjob *jobs;
 	int n_jobs;
-	struct exec_event *events;
-	int n_events, cap_events;
+	struct exec_events events;
 	int healthy;                  /* the last Slurm call reached slurmctld */
 	long long unhealthy_since_ms;
 	char health_detail[256];
@@ -142,36 +141,25 @@ struct slurm_ex {
 
 /* ---- events, health ---------------------------------------------------------- */
 
-/* Records an event for the next poll; lock held. */
-static void emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state, int exit_code,
-                 int started, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state, int exit_code,
-                 int started, const char *fmt, ...)
+/* Records an event for the next poll; lock held. Returns it (NULL: lost,
+ * out of memory). */
+static struct exec_event *emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state,
+                               int exit_code, int started, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+static struct exec_event *emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state,
+                               int exit_code, int started, const char *fmt, ...)
 {
-	if (sx->n_events == sx->cap_events) {
-		int cap = sx->cap_events ? sx->cap_events * 2 : 64;
-		struct exec_event *grown = realloc(sx->events, sizeof *grown * (size_t)cap);
-		if (!grown) {
-			fprintf(stderr, "larchd: slurm executor: out of memory for an event of job %lld\n",
-			        j->job.id);
-			return;
-		}
-		sx->events = grown;
-		sx->cap_events = cap;
-	}
-	struct exec_event *ev = &sx->events[sx->n_events++];
-	memset(ev, 0, sizeof *ev);
-	ev->id = j->job.id;
-	ev->state = state;
-	ev->exit_code = exit_code;
+	struct exec_event *ev = exec_events_add(&sx->events, j->job.id, state, exit_code);
+	if (!ev)
+		return NULL;
 	ev->started = started;
 	snprintf(ev->ext_id, sizeof ev->ext_id, "%s", j->sid);
-	ev->time_ms = svc_wall_ms();
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(ev->reason, sizeof ev->reason, fmt, ap);
 	va_end(ap);
 	j->last = (int)state;
+	return ev;
 }
 
 /* Whether a failed call says slurmctld could not be reached (or answered
@@ -761,11 +749,13 @@ static void emit_final(struct slurm_ex *sx, struct sjob *j, enum exec_state st,
 	else if (exit_code >= 0)
 		snprintf(how, sizeof how, ", exit %d", exit_code);
 	int has_reason = reason && *reason && strcmp(reason, "None") != 0;
-	emit(sx, j, st, signo > 0 ? -1 : exit_code, started, "slurm job %s %s%s%s%s", j->sid,
-	     state, has_reason ? " (" : "", has_reason ? reason : "", has_reason ? ")" : "");
-	size_t len = strlen(sx->events[sx->n_events - 1].reason);
-	snprintf(sx->events[sx->n_events - 1].reason + len,
-	         sizeof sx->events[0].reason - len, "%s", how);
+	struct exec_event *ev = emit(sx, j, st, signo > 0 ? -1 : exit_code, started,
+	                             "slurm job %s %s%s%s%s", j->sid, state, has_reason ? " (" : "",
+	                             has_reason ? reason : "", has_reason ? ")" : "");
+	if (!ev)
+		return;
+	size_t len = strlen(ev->reason);
+	snprintf(ev->reason + len, sizeof ev->reason - len, "%s", how);
 }
 
 /* Applies one squeue row to j; lock held. Returns 1 when the job ended. */
@@ -832,10 +822,10 @@ static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s (%s)", j->sid, r->reason);
 		} else if (strcmp(j->wait_reason, r->reason) != 0 && strcmp(r->reason, "None") != 0) {
 			/* why it waits changed ("AssocMaxJobsLimit"): said on the job */
-			int before = sx->n_events;
-			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s pending: %s", j->sid, r->reason);
-			if (sx->n_events > before)
-				sx->events[before].note = 1;
+			struct exec_event *ev = emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s pending: %s",
+			                             j->sid, r->reason);
+			if (ev)
+				ev->note = 1;
 		}
 		snprintf(j->wait_reason, sizeof j->wait_reason, "%s", r->reason);
 		return 0;
@@ -1447,14 +1437,10 @@ static void slurm_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 {
 	struct slurm_ex *sx = (struct slurm_ex *)ex;
 	pthread_mutex_lock(&sx->lock);
-	struct exec_event *events = sx->events;
-	int n = sx->n_events;
-	sx->events = NULL;
-	sx->n_events = sx->cap_events = 0;
+	struct exec_events taken = sx->events;
+	sx->events = (struct exec_events){ 0 };
 	pthread_mutex_unlock(&sx->lock);
-	for (int i = 0; i < n; i++)
-		fn(ctx, &events[i]);
-	free(events);
+	exec_events_deliver(&taken, fn, ctx);
 }
 
 static int slurm_count(struct executor *ex)
@@ -1552,7 +1538,7 @@ static void slurm_free(struct executor *ex)
 	}
 	free_parts(sx->parts, sx->n_parts);
 	free(sx->part_mem);
-	free(sx->events);
+	exec_events_release(&sx->events);
 	free(sx->trainer_path);
 	free(sx->server_url);
 	free(sx->partition);
