@@ -101,12 +101,7 @@ void trn_model_blocks_bwd_done(struct trn_model *m)
 struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_dataset *ds,
                                 int max_batch, struct trn_err *err)
 {
-	if (trn_model_check_data(spec, ds, max_batch, err) != 0)
-		return NULL;
-	struct trn_model *m = spec->model.type == TRN_MODEL_MLP
-	                      ? trn_mlp_new(spec, ds, max_batch, err)
-	                      : trn_gpt_new(spec, ds, max_batch, err);
-	return trn_model_finish(m, spec, 0, err);
+	return trn_model_build(spec, ds, max_batch, trn_mlp_new, trn_gpt_new, 0, err);
 }
 
 struct trn_model *trn_model_host_layout(const struct trn_spec *spec, const struct trn_dataset *ds,

@@ -364,8 +364,10 @@ extern const char *const trn_gpt_block_names[TRN_GPT_BLOCK_PARAMS];
 
 /* Constructors, one per model file: _new the model (model_mlp.c,
  * model_gpt.c), _layout its table and sizes only (trn_model_layout;
- * trainer/spec/mlp_layout.c, gpt_layout.c). Called by trn_model_new and
- * trn_model_layout between these two: */
+ * trainer/spec/mlp_layout.c, gpt_layout.c). */
+typedef struct trn_model *(*trn_model_ctor)(const struct trn_spec *spec,
+                                            const struct trn_dataset *ds, int max_batch,
+                                            struct trn_err *err);
 struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,
                               int max_batch, struct trn_err *err);
 struct trn_model *trn_mlp_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
@@ -374,15 +376,13 @@ struct trn_model *trn_gpt_new(const struct trn_spec *spec, const struct trn_data
                               int max_batch, struct trn_err *err);
 struct trn_model *trn_gpt_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
                                  int max_batch, struct trn_err *err);
-/* Whether spec's model can be built for ds at max_batch (the data's task
- * the model's); 0, or -1 with err set. */
-int trn_model_check_data(const struct trn_spec *spec, const struct trn_dataset *ds, int max_batch,
-                         struct trn_err *err);
-/* Completes a constructor's m (takes it; NULL passes through): the compute
- * dtype, streaming, the parameter staging (sized only, when layout_only).
- * Returns m, or NULL with err set (m freed). */
-struct trn_model *trn_model_finish(struct trn_model *m, const struct trn_spec *spec,
-                                   int layout_only, struct trn_err *err);
+/* trn_model_new and trn_model_layout: checks that spec's model suits ds
+ * (its task) and max_batch, builds it with spec's type's constructor and
+ * completes it: the compute dtype, streaming, the parameter staging (sized
+ * only, when layout_only). NULL with err set. */
+struct trn_model *trn_model_build(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                  int max_batch, trn_model_ctor mlp, trn_model_ctor gpt,
+                                  int layout_only, struct trn_err *err);
 
 /* For the model files: block b's first parameter, its first float in w and
  * g, and one past the last float of the blocks. */

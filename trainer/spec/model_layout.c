@@ -135,8 +135,10 @@ static int setup_param_offload(struct trn_model *m, enum trn_offload mode, int l
 
 /* ---- construction ----------------------------------------------------------------- */
 
-int trn_model_check_data(const struct trn_spec *spec, const struct trn_dataset *ds, int max_batch,
-                         struct trn_err *err)
+/* Whether spec's model can be built for ds at max_batch (the data's task
+ * the model's); 0, or -1 with err set. */
+static int check_data(const struct trn_spec *spec, const struct trn_dataset *ds, int max_batch,
+                      struct trn_err *err)
 {
 	if (max_batch < 1)
 		return trn_err_set(err, "model: micro-batch must be at least 1 (got %d)", max_batch);
@@ -155,8 +157,11 @@ int trn_model_check_data(const struct trn_spec *spec, const struct trn_dataset *
 	}
 }
 
-struct trn_model *trn_model_finish(struct trn_model *m, const struct trn_spec *spec,
-                                   int layout_only, struct trn_err *err)
+/* Completes a constructor's m (takes it; NULL passes through): the compute
+ * dtype, streaming, the parameter staging (sized only, when layout_only).
+ * Returns m, or NULL with err set (m freed). */
+static struct trn_model *finish(struct trn_model *m, const struct trn_spec *spec, int layout_only,
+                                struct trn_err *err)
 {
 	if (!m)
 		return NULL;
@@ -179,15 +184,20 @@ struct trn_model *trn_model_finish(struct trn_model *m, const struct trn_spec *s
 	return m;
 }
 
+struct trn_model *trn_model_build(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                  int max_batch, trn_model_ctor mlp, trn_model_ctor gpt,
+                                  int layout_only, struct trn_err *err)
+{
+	if (check_data(spec, ds, max_batch, err) != 0)
+		return NULL;
+	trn_model_ctor make = spec->model.type == TRN_MODEL_MLP ? mlp : gpt;
+	return finish(make(spec, ds, max_batch, err), spec, layout_only, err);
+}
+
 struct trn_model *trn_model_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
                                    int max_batch, struct trn_err *err)
 {
-	if (trn_model_check_data(spec, ds, max_batch, err) != 0)
-		return NULL;
-	struct trn_model *m = spec->model.type == TRN_MODEL_MLP
-	                      ? trn_mlp_layout(spec, ds, max_batch, err)
-	                      : trn_gpt_layout(spec, ds, max_batch, err);
-	return trn_model_finish(m, spec, 1, err);
+	return trn_model_build(spec, ds, max_batch, trn_mlp_layout, trn_gpt_layout, 1, err);
 }
 
 void trn_model_free(struct trn_model *m)
