@@ -11,7 +11,11 @@
 
 #include <stddef.h>
 
-struct api_buf;
+/* One labelled count for /metrics (api_jobs_hooks.slurm_calls). */
+struct api_count {
+	const char *label;             /* static */
+	unsigned long long value;
+};
 
 /* A submit's preflight (service/preflight.h): who the job will run as, and
  * the look at its input files that no HTTP thread may take. */
@@ -69,8 +73,9 @@ struct api_jobs_hooks {
 	/* Optional. The executor's health for /healthz: 1 ok, 0 degraded (detail
 	 * says why). */
 	int (*health)(void *arg, char *detail, size_t len);
-	/* Optional. More Prometheus lines for /metrics (the executor's calls). */
-	void (*metrics)(void *arg, struct api_buf *b);
+	/* Optional. The Slurm commands larchd has run, by command, for /metrics
+	 * (larch_slurm_calls_total): fills at most max, returns how many. */
+	size_t (*slurm_calls)(void *arg, struct api_count *out, size_t max);
 	const char *executor;          /* "local" or "slurm": the new jobs' executor */
 	void *arg;
 };

@@ -1,7 +1,8 @@
 /* api/metrics_get.c - GET /metrics: Prometheus text format 0.0.4, for
  * admins. Jobs by state (larch_jobs), requests and their latencies by
  * route (api/stats.h), the database's group commits, and the dashboard's
- * live clients (api/changes.h). */
+ * live clients (api/changes.h), the Slurm commands larchd ran (the
+ * service's hook). */
 #include "db/jobs.h"
 #include "changes.h"
 #include "handlers.h"
@@ -58,7 +59,13 @@ enum MHD_Result api_metrics_get(struct api_request *req)
 	}
 	api_stats_write(&b);
 	const struct api_jobs_hooks *hooks = req->ctx->jobs;
-	if (hooks && hooks->metrics)
-		hooks->metrics(hooks->arg, &b);
+	struct api_count calls[32];
+	size_t n = hooks && hooks->slurm_calls ? hooks->slurm_calls(hooks->arg, calls, 32) : 0;
+	if (n)
+		api_buf_adds(&b, "# HELP larch_slurm_calls_total Slurm commands larchd ran, by command.\n"
+		                 "# TYPE larch_slurm_calls_total counter\n");
+	for (size_t i = 0; i < n; i++)
+		api_buf_printf(&b, "larch_slurm_calls_total{command=\"%s\"} %llu\n", calls[i].label,
+		               calls[i].value);
 	return api_reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }

@@ -13,6 +13,7 @@
 
 #include "accounting_internal.h"
 #include "api/jobs_common.h"
+#include "clock.h"
 #include "db/db.h"
 #include "db/tokens.h"
 #include "log.h"
@@ -58,12 +59,6 @@ struct svc_acct {
 	char usage_error[256];
 };
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- who is who ------------------------------------------------------------ */
 
@@ -118,7 +113,7 @@ static void probe(struct svc_acct *a)
 	                              msg, sizeof msg);
 	pthread_mutex_lock(&a->lock);
 	if (rc != 0) {
-		a->probe_due = mono_ms() + SVC_ACCT_PROBE_RETRY_MS;
+		a->probe_due = svc_mono_ms() + SVC_ACCT_PROBE_RETRY_MS;
 		svc_msgf(a->why, sizeof a->why, "slurm has not said whether it keeps accounting: %s", msg);
 	} else {
 		a->state = on ? API_ACCT_ON : API_ACCT_OFF;
@@ -148,7 +143,7 @@ static int refresh_accounts(struct svc_acct *a)
 		json_decref(a->accounts);
 		a->accounts = accounts;
 		a->accounts_ms = db_now_ms();
-		a->accounts_mono = mono_ms();
+		a->accounts_mono = svc_mono_ms();
 		svc_msgf(a->accounts_error, sizeof a->accounts_error, "%s",
 		    no_fairshare ? "sshare did not answer: no fair share" : "");
 	} else {
@@ -304,7 +299,7 @@ static void *worker(void *arg)
 			pthread_mutex_lock(&a->lock);
 			continue;
 		}
-		long long now = mono_ms();
+		long long now = svc_mono_ms();
 		if (a->state == API_ACCT_UNKNOWN) {
 			if (now >= a->probe_due) {
 				pthread_mutex_unlock(&a->lock);
@@ -379,7 +374,7 @@ static char *hook_accounts(void *arg, unsigned *status, char *msg, size_t len)
 		*status = body ? 200 : 500;
 		if (!body)
 			svc_msgf(msg, len, "out of memory");
-		if (mono_ms() - a->accounts_mono > SVC_ACCT_MAX_AGE_MS) {
+		if (svc_mono_ms() - a->accounts_mono > SVC_ACCT_MAX_AGE_MS) {
 			a->accounts_due = 0;
 			pthread_cond_signal(&a->wake);
 		}

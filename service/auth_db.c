@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "clock.h"
 #include "db/jobs.h"
 #include "db/tokens.h"
 #include "log.h"
@@ -54,12 +55,6 @@ struct svc_auth {
 	struct slot slots[CACHE_SLOTS];
 };
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* STATE_DIR/tokens.changed, opened (made if missing); -1 on failure. */
 static int open_stamp(const char *state_dir)
@@ -157,7 +152,7 @@ int svc_auth_lookup(void *cls, const char *token, struct api_principal *who)
 	int cacheable = a->stamp_fd >= 0 && len < TOKEN_TEXT_MAX;
 	struct slot *s = &a->slots[slot_of(token)];
 	uint64_t now_stamp = cacheable ? read_stamp(a->stamp_fd) : 0;   /* before the database */
-	int64_t now = mono_ms();
+	int64_t now = svc_mono_coarse_ms();
 
 	if (cacheable) {
 		struct db_token t;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/jobs_common.h"
+#include "clock.h"
 #include "cluster_internal.h"
 #include "db/jobs.h"
 #include "log.h"
@@ -27,12 +28,6 @@ void svc_cluster_say(char *out, size_t len, const char *fmt, ...)
 	va_end(ap);
 }
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 char *svc_cluster_view_body(const char *executor, const char *key, const char *items,
                             int64_t at_ms, const char *error)
@@ -198,7 +193,7 @@ static void refresh(struct svc_cluster *c, enum svc_cluster_view v)
 	} else {
 		svc_cluster_say(s->error, sizeof s->error, "%s", error);
 	}
-	s->tried = s->dirty ? 0 : mono_ms();
+	s->tried = s->dirty ? 0 : svc_mono_ms();
 	struct svc_cluster_waiter *served = s->waiters;
 	s->waiters = NULL;
 	if (s->dirty && s->later && push(c, v, NULL, NULL, NULL) == 0) {
@@ -287,7 +282,7 @@ static void hook_view(void *arg, struct api_admin_call *call, api_admin_done_fn 
 	enum svc_cluster_view v = call->op == API_ADMIN_QUEUES ? SVC_VIEW_QUEUES : SVC_VIEW_NODES;
 	pthread_mutex_lock(&c->lock);
 	struct svc_cluster_snapshot *s = &c->snap[v];
-	if (!s->refreshing && s->tried && mono_ms() - s->tried < SVC_CLUSTER_MAX_AGE_MS) {
+	if (!s->refreshing && s->tried && svc_mono_ms() - s->tried < SVC_CLUSTER_MAX_AGE_MS) {
 		answer(c, v, call);
 		pthread_mutex_unlock(&c->lock);
 		done(done_arg);

@@ -1,9 +1,13 @@
-/* service/executor.c - what every executor shares: state names and the
- * dispatch through struct executor_ops (executor.h). */
+/* service/executor.c - what every executor shares: state names, the event
+ * queue and the dispatch through struct executor_ops (executor.h). */
 #include "executor.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
 
 const char *exec_state_name(enum exec_state s)
 {
@@ -24,6 +28,41 @@ int exec_errno_transient(int e)
 int exec_state_final(enum exec_state s)
 {
 	return s == EXEC_COMPLETED || s == EXEC_FAILED || s == EXEC_CANCELLED || s == EXEC_TIMEOUT;
+}
+
+struct exec_event *exec_events_add(struct exec_events *q, long long id, enum exec_state state,
+                                   int exit_code)
+{
+	if (q->n == q->cap) {
+		int cap = q->cap ? q->cap * 2 : 16;
+		struct exec_event *grown = realloc(q->ev, sizeof *grown * (size_t)cap);
+		if (!grown) {
+			fprintf(stderr, "larchd: executor: out of memory for an event of job %lld\n", id);
+			return NULL;
+		}
+		q->ev = grown;
+		q->cap = cap;
+	}
+	struct exec_event *ev = &q->ev[q->n++];
+	memset(ev, 0, sizeof *ev);
+	ev->id = id;
+	ev->state = state;
+	ev->exit_code = exit_code;
+	ev->time_ms = svc_wall_ms();
+	return ev;
+}
+
+void exec_events_deliver(struct exec_events *taken, exec_event_fn fn, void *ctx)
+{
+	for (int i = 0; i < taken->n; i++)
+		fn(ctx, &taken->ev[i]);
+	exec_events_release(taken);
+}
+
+void exec_events_release(struct exec_events *q)
+{
+	free(q->ev);
+	*q = (struct exec_events){ 0 };
 }
 
 int exec_submit(struct executor *ex, const struct exec_job *job, char *err, size_t errlen)

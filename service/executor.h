@@ -81,6 +81,24 @@ struct exec_event {
 
 typedef void (*exec_event_fn)(void *ctx, const struct exec_event *ev);
 
+/* For the executors: the events one has seen and its poll has not yet
+ * handed out, in order, guarded by the executor's own lock. Zeroed is
+ * empty. */
+struct exec_events {
+	struct exec_event *ev;
+	int n, cap;
+};
+/* A new event at the end of q: zeroed but for id, state, exit_code and
+ * time_ms (now, Unix ms). NULL when out of memory: the event is lost (said
+ * on stderr), the job's state stays visible to the reconciler's next look. */
+struct exec_event *exec_events_add(struct exec_events *q, long long id, enum exec_state state,
+                                   int exit_code);
+/* Hands q's events to fn in order and empties q. The caller takes them
+ * out under its lock (taken = *q, *q = empty) and calls this outside it:
+ * fn may write the database. */
+void exec_events_deliver(struct exec_events *taken, exec_event_fn fn, void *ctx);
+void exec_events_release(struct exec_events *q);
+
 struct executor;
 
 struct executor_ops {

@@ -22,6 +22,7 @@
  * job dir.)
  */
 #include "executor.h"
+#include "clock.h"
 #include "identity.h"
 #include "jobfs.h"
 #include "log.h"
@@ -72,42 +73,19 @@ struct local {
 	int n_roots;
 	pthread_mutex_t lock;
 	struct local_job *jobs;        /* submission order, so queued jobs start FIFO */
-	struct exec_event *events;     /* observed, not yet reported */
-	int n_events, cap_events;
+	struct exec_events events;     /* observed, not yet reported */
 };
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Records an event for the next poll; called with the lock held. */
 static void emit(struct local *lx, const struct local_job *j, enum exec_state state, int exit_code,
                  const char *reason)
 {
-	if (lx->n_events == lx->cap_events) {
-		int cap = lx->cap_events ? lx->cap_events * 2 : 16;
-		struct exec_event *grown = realloc(lx->events, sizeof *grown * (size_t)cap);
-		if (!grown) {
-			/* the state change is still visible to the next adopt/poll of larchd's
-			 * reconciler; losing the event is better than crashing the server */
-			fprintf(stderr, "larchd: executor: out of memory for an event of job %lld\n",
-			        j->job.id);
-			return;
-		}
-		lx->events = grown;
-		lx->cap_events = cap;
-	}
-	struct exec_event *ev = &lx->events[lx->n_events++];
-	memset(ev, 0, sizeof *ev);
-	ev->id = j->job.id;
-	ev->state = state;
-	ev->exit_code = exit_code;
+	struct exec_event *ev = exec_events_add(&lx->events, j->job.id, state, exit_code);
+	if (!ev)
+		return;
 	ev->pid = j->pid;
 	ev->started = j->pid > 0;
-	ev->time_ms = now_ms();
 	snprintf(ev->reason, sizeof ev->reason, "%s", reason ? reason : "");
 }
 
@@ -400,7 +378,7 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 	j->pid = pid;
 	j->is_child = 1;
 	j->state = EXEC_RUNNING;
-	j->started_ms = now_ms();
+	j->started_ms = svc_wall_ms();
 	return 0;
 }
 
@@ -623,7 +601,7 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 	int ok = fscanf(f, "%ld", &pid) == 1 && pid > 1;
 	struct stat sb;
 	long long launched_ms = fstat(fileno(f), &sb) == 0 ?
-		(long long)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000 : now_ms();
+		(long long)sb.st_mtim.tv_sec * 1000 + sb.st_mtim.tv_nsec / 1000000 : svc_wall_ms();
 	fclose(f);
 	if (!ok) {
 		snprintf(err, errlen, "%s/launch: not a launch record", job->dir);
@@ -695,7 +673,7 @@ static int local_cancel(struct executor *ex, long long id, char *err, size_t err
 		unlink_job(lx, j);
 	} else if (!j->term_sent_ms) {
 		signal_group(j, SIGTERM);
-		j->term_sent_ms = now_ms();
+		j->term_sent_ms = svc_wall_ms();
 	}
 	pthread_mutex_unlock(&lx->lock);
 	return 0;
@@ -712,7 +690,7 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 {
 	struct local *lx = (struct local *)ex;
 	pthread_mutex_lock(&lx->lock);
-	long long now = now_ms();
+	long long now = svc_wall_ms();
 	int running = 0;
 	for (struct local_job *j = lx->jobs, *next; j; j = next) {
 		next = j->next;
@@ -775,16 +753,10 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 			unlink_job(lx, j);
 		}
 	}
-	struct exec_event *events = lx->events;
-	int n = lx->n_events;
-	lx->events = NULL;
-	lx->n_events = lx->cap_events = 0;
+	struct exec_events taken = lx->events;
+	lx->events = (struct exec_events){ 0 };
 	pthread_mutex_unlock(&lx->lock);
-
-	/* outside the lock: the callback writes the database */
-	for (int i = 0; i < n; i++)
-		fn(ctx, &events[i]);
-	free(events);
+	exec_events_deliver(&taken, fn, ctx);   /* outside the lock: it writes the database */
 }
 
 static int local_count(struct executor *ex)
@@ -805,7 +777,7 @@ static void local_free(struct executor *ex)
 		next = j->next;
 		free(j);
 	}
-	free(lx->events);
+	exec_events_release(&lx->events);
 	free(lx->trainer_path);
 	free(lx->mpirun_path);
 	free(lx->server_url);

@@ -70,6 +70,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "identity.h"
 #include "jobfs.h"
 #include "log.h"
@@ -125,8 +126,7 @@ struct slurm_ex {
 	int started, stopping, kicked;
 	struct sjob *jobs;
 	int n_jobs;
-	struct exec_event *events;
-	int n_events, cap_events;
+	struct exec_events events;
 	int healthy;                  /* the last Slurm call reached slurmctld */
 	long long unhealthy_since_ms;
 	char health_detail[256];
@@ -137,52 +137,29 @@ struct slurm_ex {
 	long long parts_ms;
 };
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- events, health ---------------------------------------------------------- */
 
-/* Records an event for the next poll; lock held. */
-static void emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state, int exit_code,
-                 int started, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state, int exit_code,
-                 int started, const char *fmt, ...)
+/* Records an event for the next poll; lock held. Returns it (NULL: lost,
+ * out of memory). */
+static struct exec_event *emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state,
+                               int exit_code, int started, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+static struct exec_event *emit(struct slurm_ex *sx, struct sjob *j, enum exec_state state,
+                               int exit_code, int started, const char *fmt, ...)
 {
-	if (sx->n_events == sx->cap_events) {
-		int cap = sx->cap_events ? sx->cap_events * 2 : 64;
-		struct exec_event *grown = realloc(sx->events, sizeof *grown * (size_t)cap);
-		if (!grown) {
-			fprintf(stderr, "larchd: slurm executor: out of memory for an event of job %lld\n",
-			        j->job.id);
-			return;
-		}
-		sx->events = grown;
-		sx->cap_events = cap;
-	}
-	struct exec_event *ev = &sx->events[sx->n_events++];
-	memset(ev, 0, sizeof *ev);
-	ev->id = j->job.id;
-	ev->state = state;
-	ev->exit_code = exit_code;
+	struct exec_event *ev = exec_events_add(&sx->events, j->job.id, state, exit_code);
+	if (!ev)
+		return NULL;
 	ev->started = started;
 	snprintf(ev->ext_id, sizeof ev->ext_id, "%s", j->sid);
-	ev->time_ms = now_ms();
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(ev->reason, sizeof ev->reason, fmt, ap);
 	va_end(ap);
 	j->last = (int)state;
+	return ev;
 }
 
 /* Whether a failed call says slurmctld could not be reached (or answered
@@ -212,7 +189,7 @@ static void note_health(struct slurm_ex *sx, int ok, const char *what)
 		return;
 	}
 	if (sx->healthy || !sx->unhealthy_since_ms) {
-		sx->unhealthy_since_ms = now_ms();
+		sx->unhealthy_since_ms = svc_wall_ms();
 		fprintf(stderr, "larchd: slurm executor: slurmctld unreachable: %s\n", what);
 	}
 	sx->healthy = 0;
@@ -597,7 +574,7 @@ static void submit_due(struct slurm_ex *sx)
 	if (!out)
 		return;
 	int n = 0;
-	long long now = mono_ms();
+	long long now = svc_mono_ms();
 	pthread_mutex_lock(&sx->lock);
 	for (struct sjob *j = sx->jobs; j && n < SUBMIT_BATCH; j = j->next)
 		if (j->phase == PH_SUBMIT && !j->cancel && j->next_try_ms <= now) {
@@ -641,7 +618,7 @@ static void submit_due(struct slurm_ex *sx)
 			lost_msg = o->msg;
 			j->phase = PH_LOOKUP;      /* it may have reached slurmctld: look first */
 			j->tries++;
-			j->next_try_ms = mono_ms() + backoff_ms(j->tries);
+			j->next_try_ms = svc_mono_ms() + backoff_ms(j->tries);
 		} else {
 			reached = 1;               /* slurmctld answered: it refused the job */
 			snprintf(j->submit_err, sizeof j->submit_err, "%s", o->msg);
@@ -772,11 +749,13 @@ static void emit_final(struct slurm_ex *sx, struct sjob *j, enum exec_state st,
 	else if (exit_code >= 0)
 		snprintf(how, sizeof how, ", exit %d", exit_code);
 	int has_reason = reason && *reason && strcmp(reason, "None") != 0;
-	emit(sx, j, st, signo > 0 ? -1 : exit_code, started, "slurm job %s %s%s%s%s", j->sid,
-	     state, has_reason ? " (" : "", has_reason ? reason : "", has_reason ? ")" : "");
-	size_t len = strlen(sx->events[sx->n_events - 1].reason);
-	snprintf(sx->events[sx->n_events - 1].reason + len,
-	         sizeof sx->events[0].reason - len, "%s", how);
+	struct exec_event *ev = emit(sx, j, st, signo > 0 ? -1 : exit_code, started,
+	                             "slurm job %s %s%s%s%s", j->sid, state, has_reason ? " (" : "",
+	                             has_reason ? reason : "", has_reason ? ")" : "");
+	if (!ev)
+		return;
+	size_t len = strlen(ev->reason);
+	snprintf(ev->reason + len, sizeof ev->reason - len, "%s", how);
 }
 
 /* Applies one squeue row to j; lock held. Returns 1 when the job ended. */
@@ -843,10 +822,10 @@ static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s (%s)", j->sid, r->reason);
 		} else if (strcmp(j->wait_reason, r->reason) != 0 && strcmp(r->reason, "None") != 0) {
 			/* why it waits changed ("AssocMaxJobsLimit"): said on the job */
-			int before = sx->n_events;
-			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s pending: %s", j->sid, r->reason);
-			if (sx->n_events > before)
-				sx->events[before].note = 1;
+			struct exec_event *ev = emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s pending: %s",
+			                             j->sid, r->reason);
+			if (ev)
+				ev->note = 1;
 		}
 		snprintf(j->wait_reason, sizeof j->wait_reason, "%s", r->reason);
 		return 0;
@@ -1230,7 +1209,7 @@ static void free_parts(char **parts, int n)
  * marked, memory in MB, "+" after it where nodes differ). */
 static void refresh_partitions(struct slurm_ex *sx)
 {
-	long long now = mono_ms();
+	long long now = svc_mono_ms();
 	pthread_mutex_lock(&sx->lock);
 	int due = !sx->parts || now - sx->parts_ms >= PARTITIONS_MS;
 	pthread_mutex_unlock(&sx->lock);
@@ -1307,8 +1286,8 @@ static void *slurm_main(void *arg)
 		submit_due(sx);
 		send_cancels(sx);                  /* cancelled while their sbatch ran */
 		send_holds(sx);
-		if (have_jobs && mono_ms() - last_poll >= sx->cfg.poll_ms) {
-			last_poll = mono_ms();
+		if (have_jobs && svc_mono_ms() - last_poll >= sx->cfg.poll_ms) {
+			last_poll = svc_mono_ms();
 			poll_squeue(sx);
 		}
 
@@ -1317,7 +1296,7 @@ static void *slurm_main(void *arg)
 			continue;
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
-		long long wait = sx->cfg.poll_ms - (mono_ms() - last_poll);
+		long long wait = sx->cfg.poll_ms - (svc_mono_ms() - last_poll);
 		if (wait < 20)
 			wait = 20;
 		long long ns = until.tv_nsec + wait * 1000000;
@@ -1458,14 +1437,10 @@ static void slurm_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 {
 	struct slurm_ex *sx = (struct slurm_ex *)ex;
 	pthread_mutex_lock(&sx->lock);
-	struct exec_event *events = sx->events;
-	int n = sx->n_events;
-	sx->events = NULL;
-	sx->n_events = sx->cap_events = 0;
+	struct exec_events taken = sx->events;
+	sx->events = (struct exec_events){ 0 };
 	pthread_mutex_unlock(&sx->lock);
-	for (int i = 0; i < n; i++)
-		fn(ctx, &events[i]);
-	free(events);
+	exec_events_deliver(&taken, fn, ctx);
 }
 
 static int slurm_count(struct executor *ex)
@@ -1563,7 +1538,7 @@ static void slurm_free(struct executor *ex)
 	}
 	free_parts(sx->parts, sx->n_parts);
 	free(sx->part_mem);
-	free(sx->events);
+	exec_events_release(&sx->events);
 	free(sx->trainer_path);
 	free(sx->server_url);
 	free(sx->partition);

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 extern char **environ;
 
 static atomic_ullong calls[SLURM_CMD_KINDS];
@@ -51,12 +53,6 @@ static enum slurm_cmd_kind kind_of(const char *prog)
 	return SLURM_CMD_OTHER;
 }
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* A child with the default signal mask and dispositions, in its own group,
  * stdin /dev/null, stdout/stderr on the pipes. */
@@ -127,12 +123,12 @@ int slurm_cmd_run(const char *const argv[], int timeout_ms, struct slurm_cmd_res
 	size_t cap = 4096, err_len = 0;
 	char *out = malloc(cap);
 	int too_big = !out;
-	long long deadline = mono_ms() + timeout_ms;
+	long long deadline = svc_mono_ms() + timeout_ms;
 	struct pollfd fds[2] = { { .fd = out_pipe[0], .events = POLLIN },
 	                         { .fd = err_pipe[0], .events = POLLIN } };
 	int open_fds = 2;
 	while (open_fds > 0) {
-		long long left = deadline - mono_ms();
+		long long left = deadline - svc_mono_ms();
 		if (left <= 0) {
 			res->timed_out = 1;
 			break;

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* getpwnam_r into a buffer that grows as NSS asks. 1 found, 0 none, -1 error. */
 static int passwd_of(const char *name, struct passwd *pw, char **buf)
 {
@@ -83,12 +85,6 @@ static struct {
 	long long until;                 /* monotonic ms; 0 = empty */
 } cache[CACHE_SLOTS];
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static unsigned slot_of(const char *name)
 {
@@ -101,7 +97,7 @@ static unsigned slot_of(const char *name)
 int svc_unix_id_lookup(const char *name, struct svc_unix_id *out, char *err, size_t errlen)
 {
 	unsigned slot = slot_of(name);
-	long long now = mono_ms();
+	long long now = svc_mono_coarse_ms();
 	pthread_mutex_lock(&cache_lock);
 	int hit = cache[slot].until > now && strcmp(cache[slot].id.name, name) == 0;
 	if (hit)

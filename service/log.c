@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 static atomic_int log_fd = STDERR_FILENO;
 static atomic_int log_level = SVC_LOG_INFO;
 
@@ -215,9 +217,7 @@ void svc_log_limited(struct svc_log_limit *limit, unsigned interval_ms, enum svc
 {
 	if (!svc_log_enabled(level))
 		return;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	long long now = svc_mono_ms();
 	pthread_mutex_lock(&limit_lock);
 	if (limit->next_ms && now < limit->next_ms) {
 		limit->dropped++;

@@ -27,6 +27,7 @@
 #include "api/routes.h"
 #include "api/static.h"
 #include "auth_db.h"
+#include "clock.h"
 #include "cluster.h"
 #include "config.h"
 #include "dashboard_files.h"
@@ -83,30 +84,23 @@ static void job_server_url(const char *address, char *out, size_t len)
 		svc_msgf(out, len, "http://%s", address);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Stops accepting, waits for in-flight requests (a second signal stops the
  * wait), then stops the daemon. */
 static void drain(struct svc_server *srv, const sigset_t *signals, unsigned timeout_s)
 {
 	svc_server_quiesce(srv);
-	double deadline = now_s() + timeout_s;
+	int64_t deadline = svc_mono_ms() + (int64_t)timeout_s * 1000;
 	unsigned left;
 	while ((left = svc_server_in_flight(srv)) > 0) {
-		double rest = deadline - now_s();
+		int64_t rest = deadline - svc_mono_ms();
 		if (rest <= 0) {
 			svc_log(SVC_LOG_WARN, "%u requests still in flight after %us: cutting them off",
 			        left, timeout_s);
 			break;
 		}
-		if (rest > 0.05)
-			rest = 0.05;
-		struct timespec ts = { 0, (long)(rest * 1e9) };
+		if (rest > 50)
+			rest = 50;
+		struct timespec ts = { 0, (long)rest * 1000000 };
 		int sig = sigtimedwait(signals, NULL, &ts);
 		if (sig > 0) {
 			svc_log(SVC_LOG_WARN, "%s again: cutting off %u requests in flight",

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "db/tokens.h"
 #include "identity.h"
 #include "log.h"
@@ -63,12 +64,6 @@ struct worker {
 };
 static struct worker worker_args[PREFLIGHT_WORKERS];
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void item_free(struct item *it)
 {
@@ -306,9 +301,9 @@ static void run_probe(struct svc_preflight *pf, int slot, const struct item *it,
 	char *buf = malloc(PROBE_OUTPUT_MAX + 1);
 	size_t got = 0;
 	int done = 0, timed_out = 0;
-	long long deadline = mono_ms() + (long long)pf->timeout_s * 1000;
+	long long deadline = svc_mono_ms() + (long long)pf->timeout_s * 1000;
 	while (buf && !done && !closing) {
-		long long left = deadline - mono_ms();
+		long long left = deadline - svc_mono_ms();
 		if (left <= 0) {
 			timed_out = 1;
 			break;

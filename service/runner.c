@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/buf.h"
+#include "clock.h"
 #include "db/checkpoints.h"
 #include "identity.h"
 #include "jobfs.h"
@@ -463,12 +463,6 @@ static int reconcile(struct svc_runner *r, struct executor *ex, char *err, size_
 
 /* ---- the thread --------------------------------------------------------------- */
 
-static long long mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void *runner_main(void *arg)
 {
@@ -477,7 +471,7 @@ static void *runner_main(void *arg)
 	pthread_mutex_lock(&r->lock);
 	while (!r->stopping) {
 		r->begun++;
-		int scan = r->kicked || mono_ms() - last_scan >= RESCAN_MS ||
+		int scan = r->kicked || svc_mono_ms() - last_scan >= RESCAN_MS ||
 		           r->ex->ops->async_submit;   /* their PENDING jobs leave on events */
 		r->kicked = 0;
 		struct executor *ex = r->ex;
@@ -485,7 +479,7 @@ static void *runner_main(void *arg)
 
 		int more = 0;
 		if (scan) {
-			last_scan = mono_ms();
+			last_scan = svc_mono_ms();
 			more = scan_pending(r, ex);
 		}
 		int before = exec_count(ex);
@@ -577,14 +571,13 @@ static int hook_health(void *arg, char *detail, size_t len)
 	return exec_health(ex, detail, len);
 }
 
-static void hook_metrics(void *arg, struct api_buf *b)
+static size_t hook_slurm_calls(void *arg, struct api_count *out, size_t max)
 {
 	(void)arg;
-	api_buf_adds(b, "# HELP larch_slurm_calls_total Slurm commands larchd ran, by command.\n"
-	                "# TYPE larch_slurm_calls_total counter\n");
-	for (int k = 0; k < SLURM_CMD_KINDS; k++)
-		api_buf_printf(b, "larch_slurm_calls_total{command=\"%s\"} %llu\n",
-		               slurm_cmd_kind_name(k), slurm_cmd_calls(k));
+	size_t n = 0;
+	for (int k = 0; k < SLURM_CMD_KINDS && n < max; k++, n++)
+		out[n] = (struct api_count){ slurm_cmd_kind_name(k), slurm_cmd_calls(k) };
+	return n;
 }
 
 struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err, size_t errlen)
@@ -615,7 +608,7 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 	                                    .job_dir = hook_job_dir,
 	                                    .partition_ok = hook_partition_ok,
 	                                    .memory_limits = hook_memory_limits,
-	                                    .health = hook_health, .metrics = hook_metrics,
+	                                    .health = hook_health, .slurm_calls = hook_slurm_calls,
 	                                    .executor = r->executor_name, .arg = r };
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->wake, NULL);

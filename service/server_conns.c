@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "api/stats.h"
+#include "clock.h"
 #include "log.h"
 
 #define LOG_EVERY_MS 10000            /* at most one warning per 10 s */
@@ -68,12 +69,6 @@ struct svc_conns {
 	int64_t logged_ms;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- addresses ------------------------------------------------------------ */
 
@@ -209,7 +204,7 @@ static void *reaper_main(void *arg)
 	if (tick > 1000 || !g->header_ms)
 		tick = 1000;
 	pthread_mutex_lock(&g->lock);
-	g->logged_ms = now_ms() - LOG_EVERY_MS;     /* the first warning at once */
+	g->logged_ms = svc_mono_ms() - LOG_EVERY_MS;     /* the first warning at once */
 	while (!g->stopping) {
 		struct timespec at;
 		clock_gettime(CLOCK_MONOTONIC, &at);
@@ -222,7 +217,7 @@ static void *reaper_main(void *arg)
 		pthread_cond_timedwait(&g->wake, &g->lock, &at);
 		if (g->stopping)
 			break;
-		int64_t now = now_ms();
+		int64_t now = svc_mono_ms();
 		if (g->header_ms)
 			reap(g, now);
 		if (now - g->logged_ms < LOG_EVERY_MS || (!g->slow && !g->refused))
@@ -277,7 +272,7 @@ static void conn_started(struct svc_conns *g, struct MHD_Connection *conn, void 
 		return;
 	}
 	c->fd = fd->connect_fd;
-	c->since_ms = now_ms();
+	c->since_ms = svc_mono_ms();
 	c->has_key = addr && key_of(addr->client_addr, &c->key) == 0;
 	int over = 0;
 	pthread_mutex_lock(&g->lock);
@@ -372,7 +367,7 @@ void svc_conns_request_end(struct svc_conns *g, struct MHD_Connection *conn)
 	struct svc_conn *c = conn_of(conn);
 	if (!c)
 		return;
-	int64_t now = now_ms();
+	int64_t now = svc_mono_ms();
 	pthread_mutex_lock(&g->lock);
 	c->in_request = 0;
 	c->line_in = 0;
@@ -400,7 +395,7 @@ struct svc_conns *svc_conns_new(unsigned header_timeout, unsigned per_ip,
 	g->header_ms = (int64_t)header_timeout * 1000;
 	g->per_ip = per_ip;
 	if (getrandom(&g->seed, sizeof g->seed, GRND_NONBLOCK) != (ssize_t)sizeof g->seed)
-		g->seed = (uint64_t)now_ms() * 0x9e3779b97f4a7c15ULL;
+		g->seed = (uint64_t)svc_mono_ms() * 0x9e3779b97f4a7c15ULL;
 	pthread_condattr_t attr;
 	pthread_condattr_init(&attr);
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

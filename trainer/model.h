@@ -336,6 +336,11 @@ int trn_model_add_param(struct trn_model *m, const char *name, int ndim, const i
  * shape fields (task, dim, n_classes, vocab). */
 struct trn_model *trn_model_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
                                    int max_batch, struct trn_err *err);
+/* trn_model_layout whose operations are the CPU model's: trn_model_alloc
+ * then gives it w and g, trn_model_init_weights fills w as trn_model_new's
+ * model would. The host side of a GPU model (model_cuda.c). */
+struct trn_model *trn_model_host_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                        int max_batch, struct trn_err *err);
 /* Allocates w and g once the table is complete; 0 or -1. */
 int trn_model_alloc(struct trn_model *m);
 /* Frees what trn_model_add_param and trn_model_alloc made, and the
@@ -357,10 +362,32 @@ double trn_model_score_top1(const int *top1, const float *losses, const int32_t 
 #define TRN_GPT_BLOCK_PARAMS 12
 extern const char *const trn_gpt_block_names[TRN_GPT_BLOCK_PARAMS];
 
-/* constructors, one per model file; layout_only: see trn_model_layout */
+/* Constructors, one per model file: _new the model (model_mlp.c,
+ * model_gpt.c), _layout its table and sizes only (trn_model_layout;
+ * trainer/spec/mlp_layout.c, gpt_layout.c). */
+typedef struct trn_model *(*trn_model_ctor)(const struct trn_spec *spec,
+                                            const struct trn_dataset *ds, int max_batch,
+                                            struct trn_err *err);
 struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                              int max_batch, int layout_only, struct trn_err *err);
+                              int max_batch, struct trn_err *err);
+struct trn_model *trn_mlp_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                 int max_batch, struct trn_err *err);
 struct trn_model *trn_gpt_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                              int max_batch, int layout_only, struct trn_err *err);
+                              int max_batch, struct trn_err *err);
+struct trn_model *trn_gpt_layout(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                 int max_batch, struct trn_err *err);
+/* trn_model_new and trn_model_layout: checks that spec's model suits ds
+ * (its task) and max_batch, builds it with spec's type's constructor and
+ * completes it: the compute dtype, streaming, the parameter staging (sized
+ * only, when layout_only). NULL with err set. */
+struct trn_model *trn_model_build(const struct trn_spec *spec, const struct trn_dataset *ds,
+                                  int max_batch, trn_model_ctor mlp, trn_model_ctor gpt,
+                                  int layout_only, struct trn_err *err);
+
+/* For the model files: block b's first parameter, its first float in w and
+ * g, and one past the last float of the blocks. */
+int trn_model_block_param(const struct trn_model *m, int b);
+long trn_model_block_off(const struct trn_model *m, int b);
+long trn_model_blocks_end(const struct trn_model *m);
 
 #endif

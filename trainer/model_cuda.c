@@ -138,7 +138,7 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 		trn_err_set(err, "cuda: device %d: %s", device, why);
 		return NULL;
 	}
-	struct trn_model *cpu = trn_model_layout(spec, ds, max_batch, err);
+	struct trn_model *cpu = trn_model_host_layout(spec, ds, max_batch, err);
 	if (!cpu)
 		return NULL;
 	if (trn_model_alloc(cpu) != 0) {

@@ -44,53 +44,12 @@
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
 #include "kernels/softmax_xent.h"
-#include "act_offload.h"
-#include "model.h"
 #include "rng.h"
+#include "spec/gpt_layout.h"
 
-/* parameter indices within one block, in table order */
-enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB,
-       P_FCPW, P_FCPB, P_PER_BLOCK };
-_Static_assert(P_PER_BLOCK == TRN_GPT_BLOCK_PARAMS, "a block's parameters");
-
-/* What backward needs of one block: its input and what it computes from
- * it. The block's output is the next block's input (gpt.top for the last). */
-struct gpt_block_acts {
-	float *x;                          /* [B,T,C] the block's input */
-	float *ln1, *ln1_mean, *ln1_rstd;  /* [B,T,C], [B,T], [B,T] */
-	float *qkv;                        /* [B,T,3C] */
-	float *atty;                       /* [B,T,C] attention output before the projection */
-	float *att;                        /* [B,NH,T,T] */
-	float *res2;                       /* [B,T,C] residual after attention */
-	float *ln2, *ln2_mean, *ln2_rstd;
-	float *fch, *fch_gelu;             /* [B,T,4C] */
-};
-
-struct gpt {
-	struct trn_model base;             /* first: a struct trn_model * is a struct gpt * */
-	int L, NH, C, T, V;
-	int B;                             /* rows (samples) in the last forward */
-	float *arena;                      /* every activation and scratch buffer */
-	/* none: one per block; recompute: one, the scratch, whose x points into
-	 * inputs; cpu: two, the staging slots */
-	struct gpt_block_acts *blocks;
-	float *inputs;                     /* recompute: [L][B,T,C] every block's input */
-	struct trn_act_offload off;        /* cpu */
-	float *top;                        /* [B,T,C] the last block's output */
-	float *lnf, *lnf_mean, *lnf_rstd;
-	float *logits;                     /* [B,T,V] */
-	float *losses, *lse;               /* [B,T] */
-	/* shared scratch: attproj/fcproj outputs in forward, gradients in backward */
-	float *tmp_c;                      /* [B,T,C] */
-	float *dres, *dln, *dbig, *dqkv, *datty;
-	float *datt;                       /* [B,NH,T,T] */
-	float *dlogits;                    /* [B,T,V] */
-	long rel[P_PER_BLOCK];             /* a block's parameters from its first, in floats */
-};
 
 static float *wp(struct gpt *g, int idx) { return g->base.w + g->base.params[idx].offset; }
 static float *gp(struct gpt *g, int idx) { return g->base.g + g->base.params[idx].offset; }
-static int block_param(int layer, int which) { return 2 + layer * P_PER_BLOCK + which; }
 
 /* Where block l's input goes in forward (the embedding's output for block
  * 0, block l - 1's output otherwise; gpt.top for l = L). With "cpu" this
@@ -247,7 +206,7 @@ static void gpt_backward(struct trn_model *base, const struct trn_batch *b, floa
 		struct gpt_block_acts *a = bwd_acts(g, l, bw);
 #define W(which) (bw + g->rel[which])
 #define G(which) (bg + g->rel[which])
-#define READY(which) trn_model_block_grad_ready(base, l, block_param(l, which))
+#define READY(which) trn_model_block_grad_ready(base, l, GPT_BLOCK_PARAM(l, which))
 		/* output = res2 + fcproj: dres flows to both unchanged */
 		kern_matmul_bwd_set_cpu(g->dbig, G(P_FCPW), G(P_FCPB), g->dres, a->fch_gelu, W(P_FCPW),
 		                        BT, 4 * C, C);
@@ -329,177 +288,55 @@ static void gpt_free(struct trn_model *base)
 	struct gpt *g = (struct gpt *)base;
 	trn_act_offload_release(&g->off);
 	free(g->arena);
-	free(g->blocks);
-	trn_model_release(base);
+	trn_gpt_layout_release(g);
 	free(g);
 }
 
-static const struct trn_model_ops gpt_ops = {
+const struct trn_model_ops trn_gpt_ops = {
 	.forward = gpt_forward,
 	.backward = gpt_backward,
 	.init_weights = gpt_init_weights,
 	.free = gpt_free,
 };
 
-const char *const trn_gpt_block_names[TRN_GPT_BLOCK_PARAMS] = {
-	"norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias",
-	"attn.proj.weight", "attn.proj.bias", "norm2.weight", "norm2.bias",
-	"mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
-};
 
-static int add_params(struct gpt *g)
+/* Lays the activations of g's offload.activations out in one arena. */
+static int alloc_acts(struct gpt *g, int B)
 {
-	struct trn_model *base = &g->base;
-	int C = g->C;
-	int wte[2] = { g->V, C }, wpe[2] = { g->T, C }, vec[1] = { C };
-	int qkvw[2] = { 3 * C, C }, qkvb[1] = { 3 * C }, projw[2] = { C, C };
-	int fcw[2] = { 4 * C, C }, fcb[1] = { 4 * C }, fcpw[2] = { C, 4 * C };
-	if (trn_model_add_param(base, "wte.weight", 2, wte) < 0 ||
-	    trn_model_add_param(base, "wpe.weight", 2, wpe) < 0)
+	long total = trn_gpt_carve(g, g->base.act_offload, B, NULL);
+	g->arena = malloc(sizeof(float) * (size_t)total);
+	if (!g->arena)
 		return -1;
-	const int *shapes[P_PER_BLOCK] = { vec, vec, qkvw, qkvb, projw, vec, vec, vec, fcw, fcb, fcpw, vec };
-	const int ndims[P_PER_BLOCK] = { 1, 1, 2, 1, 2, 1, 1, 1, 2, 1, 2, 1 };
-	for (int l = 0; l < g->L; l++)
-		for (int k = 0; k < P_PER_BLOCK; k++) {
-			char name[TRN_PARAM_NAME];
-			snprintf(name, sizeof name, "blocks.%d.%s", l, trn_gpt_block_names[k]);
-			if (trn_model_add_param(base, name, ndims[k], shapes[k]) < 0)
-				return -1;
-		}
-	if (trn_model_add_param(base, "norm_f.weight", 1, vec) < 0 ||
-	    trn_model_add_param(base, "norm_f.bias", 1, vec) < 0)
-		return -1;
-	trn_model_set_blocks(base, g->L, 2, P_PER_BLOCK);
-	for (int k = 0; k < P_PER_BLOCK && g->L > 0; k++)
-		g->rel[k] = base->params[block_param(0, k)].offset - base->params[block_param(0, 0)].offset;
-	return 0;
-}
-
-/* Lays one block's activations out from base (with x when with_x), or with
- * base NULL only counts them; returns their floats. */
-static long carve_block(const struct gpt *g, long B, struct gpt_block_acts *a, float *base,
-                        int with_x)
-{
-	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
-	long used = 0;
-#define TAKE(ptr, n) do { if (base) (ptr) = base + used; used += (n); } while (0)
-	if (with_x)
-		TAKE(a->x, BT * C);
-	TAKE(a->ln1, BT * C); TAKE(a->ln1_mean, BT); TAKE(a->ln1_rstd, BT);
-	TAKE(a->qkv, BT * 3 * C); TAKE(a->atty, BT * C); TAKE(a->att, att);
-	TAKE(a->res2, BT * C);
-	TAKE(a->ln2, BT * C); TAKE(a->ln2_mean, BT); TAKE(a->ln2_rstd, BT);
-	TAKE(a->fch, BT * 4 * C); TAKE(a->fch_gelu, BT * 4 * C);
-#undef TAKE
-	return used;
-}
-
-/* Lays every activation buffer of mode out in one arena. With arena NULL it
- * only counts; the same walk then hands out the pointers, so the two cannot
- * disagree. */
-static long carve(struct gpt *g, enum trn_offload mode, long B, float *arena)
-{
-	long BT = B * g->T, C = g->C, att = B * g->NH * g->T * g->T;
-	long used = 0;
-#define TAKE(ptr, n) do { if (arena) (ptr) = arena + used; used += (n); } while (0)
-#define BLOCK(i, with_x) (used += carve_block(g, B, arena ? &g->blocks[i] : NULL, \
-                                              arena ? arena + used : NULL, with_x))
-	switch (mode) {
-	case TRN_OFFLOAD_RECOMPUTE:
-		TAKE(g->inputs, g->L * BT * C);
-		BLOCK(0, 0);
-		break;
-	case TRN_OFFLOAD_CPU:
-		BLOCK(0, 1);
-		BLOCK(1, 1);
-		break;
-	default:
-		for (int l = 0; l < g->L; l++)
-			BLOCK(l, 1);
-	}
-	TAKE(g->top, BT * C);
-	TAKE(g->lnf, BT * C); TAKE(g->lnf_mean, BT); TAKE(g->lnf_rstd, BT);
-	TAKE(g->logits, BT * g->V); TAKE(g->losses, BT); TAKE(g->lse, BT);
-	TAKE(g->tmp_c, BT * C);
-	TAKE(g->dres, BT * C); TAKE(g->dln, BT * C); TAKE(g->datty, BT * C);
-	TAKE(g->dbig, BT * 4 * C); TAKE(g->dqkv, BT * 3 * C);
-	TAKE(g->datt, att); TAKE(g->dlogits, BT * g->V);
-#undef BLOCK
-#undef TAKE
-	return used;
-}
-
-/* Sizes the activations of mode (act_bytes, act_bytes_none, act_host_bytes)
- * and, unless layout_only, allocates and lays them out. */
-static int alloc_acts(struct gpt *g, enum trn_offload mode, int B, int layout_only)
-{
-	int n_blocks = mode == TRN_OFFLOAD_CPU ? 2 : mode == TRN_OFFLOAD_RECOMPUTE ? 1 : g->L;
-	g->base.act_offload = mode;
-	g->blocks = calloc((size_t)n_blocks, sizeof *g->blocks);
-	if (!g->blocks)
-		return -1;
-	long total = carve(g, mode, B, NULL);
-	g->base.act_bytes = total * (long)sizeof(float);
-	g->base.act_bytes_none = carve(g, TRN_OFFLOAD_NONE, B, NULL) * (long)sizeof(float);
-	long *floats = NULL;
-	if (mode == TRN_OFFLOAD_CPU) {
-		if (!(floats = malloc(sizeof *floats * (size_t)g->L)))
-			return -1;
-		for (int l = 0; l < g->L; l++)
-			floats[l] = carve_block(g, B, NULL, NULL, 1);
-		g->base.act_host_bytes = trn_act_offload_host_floats(g->L, floats) * (long)sizeof(float);
-	}
-	int rc = 0;
-	if (!layout_only) {
-		g->arena = malloc(sizeof(float) * (size_t)total);
-		if (!g->arena)
-			rc = -1;
-		else
-			carve(g, mode, B, g->arena);
-		if (rc == 0 && floats)
-			rc = trn_act_offload_init(&g->off, g->L, floats, g->blocks[0].x, g->blocks[1].x,
-			                          NULL, 0);
-	}
+	trn_gpt_carve(g, g->base.act_offload, B, g->arena);
+	if (g->base.act_offload != TRN_OFFLOAD_CPU)
+		return 0;
+	long *floats = trn_gpt_block_floats(g, B);
+	int rc = floats ? trn_act_offload_init(&g->off, g->L, floats, g->blocks[0].x, g->blocks[1].x,
+	                                       NULL, 0) : -1;
 	free(floats);
 	return rc;
 }
 
 struct trn_model *trn_gpt_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                              int max_batch, int layout_only, struct trn_err *err)
+                              int max_batch, struct trn_err *err)
 {
 	const struct trn_spec_model *ms = &spec->model;
-	int vocab = ms->vocab ? ms->vocab : (spec->data.format == TRN_DATA_TEXT ? 256 : 50257);
-	if (ds->vocab > vocab) {
-		trn_err_set(err, "model.vocab: the data holds token %d, past the vocabulary of %d",
-		            ds->vocab - 1, vocab);
-		return NULL;
-	}
 	struct gpt *g = calloc(1, sizeof *g);
 	if (!g) {
 		trn_err_set(err, "model: out of memory");
 		return NULL;
 	}
-	g->L = ms->layers;
-	g->NH = ms->heads;
-	g->C = ms->dim;
-	g->T = ms->seq;
-	g->V = vocab;
 	struct trn_model *base = &g->base;
-	base->ops = &gpt_ops;
-	base->max_batch = max_batch;
-	base->tokens_per_sample = g->T;
-	if (add_params(g) < 0 || (!layout_only && trn_model_alloc(base) < 0) ||
-	    alloc_acts(g, spec->offload.activations, max_batch, layout_only) < 0) {
+	base->ops = &trn_gpt_ops;
+	if (trn_gpt_layout_init(g, spec, ds, max_batch, err) != 0) {
+		gpt_free(base);
+		return NULL;
+	}
+	if (trn_model_alloc(base) < 0 || alloc_acts(g, max_batch) < 0) {
 		gpt_free(base);
 		trn_err_set(err, "model: out of memory for %d layers of dim %d at micro-batch %d x %d",
 		            ms->layers, ms->dim, max_batch, ms->seq);
 		return NULL;
 	}
-	/* GEMM FLOPs per sample as executed: per layer 24TC^2 forward (qkv 3, proj 1,
-	 * fc 4, fc proj 4: 12C^2 multiply-adds per token) and twice that backward,
-	 * attention 4T^2C forward (QK^T and AV over the full square) and 8T^2C
-	 * backward; the tied head 2TCV forward and 4TCV backward. */
-	double T = g->T, C = g->C, V = g->V;
-	base->flops_per_sample = g->L * (72.0 * T * C * C + 12.0 * T * T * C) + 6.0 * T * C * V;
 	return base;
 }

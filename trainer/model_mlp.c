@@ -37,33 +37,8 @@
 #include "kernels/matmul.h"
 #include "kernels/relu.h"
 #include "kernels/softmax_xent.h"
-#include "act_offload.h"
-#include "model.h"
 #include "rng.h"
-
-#define MLP_MAX_LAYERS (TRN_MAX_HIDDEN + 1)
-
-struct mlp {
-	struct trn_model base;         /* first: a struct trn_model * is a struct mlp * */
-	int n_layers;
-	int dims[MLP_MAX_LAYERS + 1];  /* dims[0] input, dims[i + 1] output of layer i */
-	enum trn_act act;
-	float *arena;                  /* every activation and scratch buffer */
-	float *pre[MLP_MAX_LAYERS];    /* layer outputs before the activation [B, dims[i+1]] */
-	float *post[MLP_MAX_LAYERS];   /* after the activation (hidden layers only); for ReLU
-	                                  the same buffer as pre[i], applied in place */
-	float *slot[2];                /* "cpu": staging, where pre and post of hidden layers point */
-	struct trn_act_offload off;    /* "cpu" */
-	float *dpre, *dpost;           /* gradient scratch, sized for the widest layer */
-	float *losses, *lse;           /* [B] */
-	int n;                         /* rows in the last forward */
-};
-
-/* floats of hidden layer j's saved activations at max_batch rows */
-static long block_floats(const struct mlp *m, int j)
-{
-	return (m->act == TRN_ACT_GELU ? 2L : 1L) * m->base.max_batch * m->dims[j + 1];
-}
+#include "spec/mlp_layout.h"
 
 /* "cpu": points hidden layer j's pre and post into staging slot s */
 static void map_block(struct mlp *m, int j, int s)
@@ -190,96 +165,37 @@ static void mlp_free(struct trn_model *base)
 	struct mlp *m = (struct mlp *)base;
 	trn_act_offload_release(&m->off);
 	free(m->arena);
-	trn_model_release(base);
+	trn_mlp_layout_release(m);
 	free(m);
 }
 
-static const struct trn_model_ops mlp_ops = {
+const struct trn_model_ops trn_mlp_ops = {
 	.forward = mlp_forward,
 	.backward = mlp_backward,
 	.init_weights = mlp_init_weights,
 	.free = mlp_free,
 };
 
-/* Lays every activation buffer of mode out in one arena for B rows. With
- * arena NULL it only counts; the same walk then hands out the pointers, so
- * the two cannot disagree. */
-static long carve(struct mlp *m, enum trn_offload mode, long B, int widest, float *arena)
-{
-	int last = m->n_layers - 1, gelu = m->act == TRN_ACT_GELU;
-	long used = 0;
-#define TAKE(ptr, n) do { if (arena) (ptr) = arena + used; used += (n); } while (0)
-	if (mode == TRN_OFFLOAD_RECOMPUTE && gelu && last > 0) {
-		/* one pre for all hidden layers, recomputed for backward */
-		long wide = 0;
-		for (int j = 0; j < last; j++)
-			wide = m->dims[j + 1] > wide ? m->dims[j + 1] : wide;
-		float *scratch = NULL;
-		TAKE(scratch, B * wide);
-		for (int j = 0; j < last; j++) {
-			if (arena)
-				m->pre[j] = scratch;
-			TAKE(m->post[j], B * m->dims[j + 1]);
-		}
-	} else if (mode == TRN_OFFLOAD_CPU && last > 0) {
-		long slot = 0;
-		for (int j = 0; j < last; j++)
-			slot = block_floats(m, j) > slot ? block_floats(m, j) : slot;
-		TAKE(m->slot[0], slot);
-		TAKE(m->slot[1], slot);
-	} else {
-		for (int j = 0; j < last; j++) {
-			TAKE(m->pre[j], B * m->dims[j + 1]);
-			if (gelu)
-				TAKE(m->post[j], B * m->dims[j + 1]);
-			else if (arena)
-				m->post[j] = m->pre[j];
-		}
-	}
-	TAKE(m->pre[last], B * m->dims[last + 1]);
-	TAKE(m->dpre, B * widest);
-	TAKE(m->dpost, B * widest);
-	TAKE(m->losses, B);
-	TAKE(m->lse, B);
-#undef TAKE
-	return used;
-}
-
-/* Sizes the activations of mode (act_bytes, act_bytes_none, act_host_bytes)
- * and, unless layout_only, allocates and lays them out. */
-static int alloc_acts(struct mlp *m, enum trn_offload mode, int widest, int layout_only)
+/* Lays the activations of m's offload.activations out in one arena. */
+static int alloc_acts(struct mlp *m)
 {
 	struct trn_model *base = &m->base;
 	long B = base->max_batch;
-	base->act_offload = mode;
-	long total = carve(m, mode, B, widest, NULL);
-	base->act_bytes = total * (long)sizeof(float);
-	base->act_bytes_none = carve(m, TRN_OFFLOAD_NONE, B, widest, NULL) * (long)sizeof(float);
-	if (mode == TRN_OFFLOAD_CPU) {
-		long floats[MLP_MAX_LAYERS];
-		int n_blocks = m->n_layers - 1;
-		for (int j = 0; j < n_blocks; j++)
-			floats[j] = block_floats(m, j);
-		base->act_host_bytes = trn_act_offload_host_floats(n_blocks, floats) *
-		                       (long)sizeof(float);
-		if (layout_only)
-			return 0;
-		if (!(m->arena = malloc(sizeof(float) * (size_t)total)))
-			return -1;
-		carve(m, mode, B, widest, m->arena);
-		return trn_act_offload_init(&m->off, n_blocks, floats, m->slot[0], m->slot[1], NULL,
-		                            0);
-	}
-	if (layout_only)
-		return 0;
+	long total = trn_mlp_carve(m, base->act_offload, B, NULL);
 	if (!(m->arena = malloc(sizeof(float) * (size_t)total)))
 		return -1;
-	carve(m, mode, B, widest, m->arena);
-	return 0;
+	trn_mlp_carve(m, base->act_offload, B, m->arena);
+	if (base->act_offload != TRN_OFFLOAD_CPU)
+		return 0;
+	long floats[MLP_MAX_LAYERS];
+	int n_blocks = m->n_layers - 1;
+	for (int j = 0; j < n_blocks; j++)
+		floats[j] = trn_mlp_block_floats(m, j);
+	return trn_act_offload_init(&m->off, n_blocks, floats, m->slot[0], m->slot[1], NULL, 0);
 }
 
 struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                              int max_batch, int layout_only, struct trn_err *err)
+                              int max_batch, struct trn_err *err)
 {
 	struct mlp *m = calloc(1, sizeof *m);
 	if (!m) {
@@ -287,42 +203,15 @@ struct trn_model *trn_mlp_new(const struct trn_spec *spec, const struct trn_data
 		return NULL;
 	}
 	struct trn_model *base = &m->base;
-	base->ops = &mlp_ops;
-	base->max_batch = max_batch;
-	base->tokens_per_sample = 1;
-	m->act = spec->model.activation;
-	m->n_layers = spec->model.n_hidden + 1;
-	m->dims[0] = ds->dim;
-	for (int i = 0; i < spec->model.n_hidden; i++)
-		m->dims[i + 1] = spec->model.hidden[i];
-	m->dims[m->n_layers] = ds->n_classes;
-
-	int widest = 0;
-	double flops = 0;
-	for (int i = 0; i < m->n_layers; i++) {
-		char name[TRN_PARAM_NAME];
-		int wshape[2] = { m->dims[i + 1], m->dims[i] }, bshape[1] = { m->dims[i + 1] };
-		snprintf(name, sizeof name, "fc%d.weight", i + 1);
-		if (trn_model_add_param(base, name, 2, wshape) < 0)
-			goto oom;
-		snprintf(name, sizeof name, "fc%d.bias", i + 1);
-		if (trn_model_add_param(base, name, 1, bshape) < 0)
-			goto oom;
-		if (m->dims[i + 1] > widest)
-			widest = m->dims[i + 1];
-		if (m->dims[i] > widest)
-			widest = m->dims[i];
-		/* forward 2, weight gradient 2, input gradient 2 (not for the first layer) */
-		flops += (i == 0 ? 4.0 : 6.0) * m->dims[i] * m->dims[i + 1];
+	base->ops = &trn_mlp_ops;
+	if (trn_mlp_layout_init(m, spec, ds, max_batch, err) != 0) {
+		mlp_free(base);
+		return NULL;
 	}
-	trn_model_set_blocks(base, m->n_layers, 0, 2);
-	if ((!layout_only && trn_model_alloc(base) < 0) ||
-	    alloc_acts(m, spec->offload.activations, widest, layout_only) < 0)
-		goto oom;
-	base->flops_per_sample = flops;
+	if (trn_model_alloc(base) < 0 || alloc_acts(m) < 0) {
+		mlp_free(base);
+		trn_err_set(err, "model: out of memory");
+		return NULL;
+	}
 	return base;
-oom:
-	mlp_free(base);
-	trn_err_set(err, "model: out of memory");
-	return NULL;
 }

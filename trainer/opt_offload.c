@@ -1,22 +1,11 @@
-/* trainer/opt_offload.c - see opt_offload.h. */
+/* trainer/opt_offload.c - see opt_offload.h. Its sizes, which the memory
+ * plan counts too, are trainer/spec/opt_offload_sizes.c's. */
 #include "opt_offload.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/precision.h"
-
-long trn_opt_offload_stage_floats(long n, long chunk)
-{
-	if (chunk < 1)
-		chunk = 1;
-	return n < chunk ? n : chunk;
-}
-
-int trn_opt_offload_works_in_place(int params_offloaded, int streamed, int on_gpu)
-{
-	return params_offloaded || streamed || on_gpu;
-}
 
 int trn_opt_offload_init(struct trn_opt_offload *o, long n, int n_buckets, long chunk,
                          enum trn_dtype dtype, float *master, const float *dev_grads,
