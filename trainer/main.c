@@ -7,6 +7,7 @@
 
 #include "input.h"
 #include "model.h"
+#include "options.h"
 #include "plan.h"
 #include "probe.h"
 #include "spec.h"
@@ -66,7 +67,16 @@ static void usage(FILE *out)
 	      "\n"
 	      "With LARCH_SERVER_URL, LARCH_JOB_ID and LARCH_JOB_TOKEN set (larchd sets them)\n"
 	      "the metrics and the result are also posted to larchd; LARCH_REPORT_FLUSH_S\n"
-	      "bounds the final flush (default 10 s). The exit code never depends on larchd.\n", out);
+	      "bounds the final flush (default 10 s). The exit code never depends on larchd.\n"
+	      "\n"
+	      "From the environment (the run's header prints every option and where it came\n"
+	      "from):\n", out);
+	int n;
+	const struct trn_option *rows = trn_options_table(&n);
+	for (int i = 0; i < n; i++)
+		if (rows[i].env)
+			fprintf(out, "  %-18s %s (default: %s)\n", rows[i].env, rows[i].help,
+			        rows[i].dflt);
 }
 
 static void on_signal(int signo)
@@ -193,16 +203,32 @@ int main(int argc, char **argv)
 	};
 	const char *spec_path = NULL, *check_path = NULL, *plan_path = NULL, *base_dir = NULL;
 	double gpu_gib = 0, host_gib = 0;
-	struct trn_train_opts opts = { .resume = TRN_RESUME_AUTO };
+	struct trn_options opts = { 0 };
+	char oerr[256];
 	const char *roots[argc];       /* --data-root's, at most one per argument */
 	int n_roots = 0, confine = 0, probing = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, "s:d:rt:qc:Vh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's': spec_path = optarg; break;
-		case 'd': opts.job_dir = optarg; break;
-		case 'r': opts.resume = TRN_RESUME_REQUIRE; break;
-		case 'q': opts.quiet = 1; break;
+		case 'd':
+		case 'r':
+		case 'q':
+		case 'D':
+		case 't': {
+			/* the options table's rows (options.h) */
+			const struct option *lo = longopts;
+			while (lo->name && lo->val != c)
+				lo++;
+			char flag[32];
+			snprintf(flag, sizeof flag, "--%s", lo->name);
+			if (trn_options_set_flag(&opts, trn_option_find(flag), optarg, oerr,
+			                         sizeof oerr) != 0) {
+				fprintf(stderr, "larch-train: %s\n", oerr);
+				return TRN_EXIT_USAGE;
+			}
+			break;
+		}
 		case 'c': check_path = optarg; break;
 		case 'P': plan_path = optarg; break;
 		case 'R': roots[n_roots++] = optarg; break;
@@ -218,25 +244,6 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'L': return trn_model_cuda_list(stdout) > 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
-		case 'D':
-			if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
-				fprintf(stderr, "larch-train: --device: must be cpu or cuda (got \"%s\")\n",
-				        optarg);
-				return TRN_EXIT_USAGE;
-			}
-			opts.device = optarg;
-			break;
-		case 't': {
-			char *end;
-			long n = strtol(optarg, &end, 10);
-			if (*end || n < 1 || n > 4096) {
-				fprintf(stderr, "larch-train: --threads: must be an integer in [1, 4096] "
-				        "(got \"%s\")\n", optarg);
-				return TRN_EXIT_USAGE;
-			}
-			opts.threads = (int)n;
-			break;
-		}
 		case 'V': printf("larch-train %s\n", LARCH_VERSION); return TRN_EXIT_OK;
 		case 'h': usage(stdout); return TRN_EXIT_OK;
 		default: usage(stderr); return TRN_EXIT_USAGE;
@@ -288,6 +295,11 @@ int main(int argc, char **argv)
 		return code;
 	}
 
+	if (trn_options_from_env(&opts, oerr, sizeof oerr) != 0) {
+		fprintf(stderr, "larch-train: %s\n", oerr);
+		trn_input_policy_release(&inputs);
+		return TRN_EXIT_USAGE;
+	}
 	struct trn_spec spec;
 	int loaded = strcmp(spec_path, "-") == 0 ? trn_spec_from_fd(&spec, 0, "stdin", &err)
 	                                         : trn_spec_from_file(&spec, spec_path, &err);

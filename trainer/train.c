@@ -11,11 +11,14 @@
 #include <time.h>
 
 #include "ckpt.h"
+#include "clock.h"
 #include "comm.h"
 #include "data.h"
 #include "dp.h"
+#include "env.h"
 #include "kernels/blas.h"
 #include "kernels/optimizer.h"
+#include "kernels/optimizer_simd.h"
 #include "kernels/parallel.h"
 #include "kernels/precision.h"
 #include "kernels/quant8.h"
@@ -38,7 +41,7 @@ void trn_train_request_stop(int signo)
 
 struct run {
 	const struct trn_spec *spec;
-	const struct trn_train_opts *opts;
+	const struct trn_options *opts;
 	struct trn_comm *comm;         /* the ranks; rank 0 writes, prints and reports */
 	int lead;                      /* this is rank 0 */
 	struct trn_dp dp;
@@ -75,13 +78,6 @@ struct run {
 	double last_loss;
 	json_t *final;                 /* the last evaluation's figures */
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double mib(double bytes)
 {
@@ -369,6 +365,7 @@ static void print_plan(const struct run *r)
 		       r->resident ? "weights, gradients and optimizer state on the device"
 		                   : "the optimizer on the host (gradients down, weights up a step)");
 	printf("blas: %s\n", kern_blas_describe());
+	trn_options_print(stdout, r->opts);
 	fflush(stdout);
 }
 
@@ -570,13 +567,25 @@ static int pick_device(const struct run *r, int *dev, struct trn_err *err)
 		                                  "MPI_LOCALRANKID", "PMIX_LOCAL_RANK" };
 	*dev = r->comm->rank;
 	for (size_t i = 0; i < sizeof local_vars / sizeof local_vars[0]; i++) {
-		const char *v = getenv(local_vars[i]);
-		if (v && *v) {
+		const char *v = trn_env_str(local_vars[i]);
+		if (v) {
 			*dev = atoi(v);
 			break;
 		}
 	}
 	return 0;
+}
+
+/* The optimizer's loops: the option cpu_isa's set where this CPU runs it
+ * (the widest otherwise, said once). */
+static void pick_isa(const struct run *r)
+{
+	const char *want = r->opts->cpu_isa;
+	if (!want || strcmp(want, "auto") == 0)
+		return;
+	if (kern_optim_set_isa((enum kern_isa)kern_isa_parse(want)) != 0 && r->lead)
+		fprintf(stderr, "larch-train: cpu_isa %s: this CPU or build lacks it; the optimizer "
+		        "runs on %s\n", want, kern_isa_name(kern_optim_isa()));
 }
 
 /* Sets everything up; on resume restores the newest checkpoint. */
@@ -588,13 +597,18 @@ static int setup(struct run *r, struct trn_err *err)
 
 	if (check_supported(s, err) != 0)
 		return TRN_EXIT_USAGE;
-	if (!(r->comm = trn_comm_open(s->parallel.ranks, dir, err)))
+	struct trn_comm_settings tcp = { .timeout_s = r->opts->comm_timeout_s,
+	                                 .host = r->opts->comm_host };
+	if (!(r->comm = trn_comm_open(s->parallel.ranks, dir, &tcp, err)))
 		return TRN_EXIT_USAGE;
 	r->lead = r->comm->rank == 0;
 	if (r->lead && trn_report_connect(&r->rep, err) != 0)
 		return TRN_EXIT_USAGE;
-	if (kern_blas_init(blas_err, sizeof blas_err) != 0)
+	struct kern_blas_choice blas = { .library = r->opts->blas,
+	                                 .coretype = r->opts->openblas_coretype };
+	if (kern_blas_init(&blas, blas_err, sizeof blas_err) != 0)
 		return trn_err_set(err, "%s", blas_err), TRN_EXIT_FAILED;
+	pick_isa(r);
 	if (r->opts->threads > 0)
 		kern_set_threads(r->opts->threads);
 	if (make_dir(dir, err) != 0 || (r->lead && write_spec(dir, s, err) != 0))
@@ -700,7 +714,7 @@ static int setup(struct run *r, struct trn_err *err)
 	if (restored < 0)
 		return strstr(err->text, "different spec") ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
 	if (!restored) {
-		if (r->opts->resume == TRN_RESUME_REQUIRE)
+		if (r->opts->resume)
 			return trn_err_set(err, "--resume: no checkpoint in %s/checkpoints", dir), TRN_EXIT_USAGE;
 		if (r->lead && trn_report_open(&r->rep, dir, -1, err) != 0)
 			return TRN_EXIT_FAILED;
@@ -778,7 +792,7 @@ out:
 static void progress(struct run *r, long step, double loss, double lr, double rate)
 {
 	char elapsed[32], eta[32];
-	double wall = now() - r->t_start;
+	double wall = trn_now() - r->t_start;
 	trn_format_duration(elapsed, sizeof elapsed, wall);
 	trn_format_duration(eta, sizeof eta, rate > 0 ? (double)(r->total_steps - step) *
 	                    (double)r->spec->batch.global / rate : NAN);
@@ -859,7 +873,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 
 	while (r->state.step < r->total_steps) {
 		long step = r->state.step;
-		double t0 = now();
+		double t0 = trn_now();
 		double lr = trn_schedule_lr(&r->sched, step);
 
 		double scale = r->ls.scale;   /* the loss scale of this step */
@@ -889,7 +903,7 @@ static int train_loop(struct run *r, struct trn_err *err)
 			trn_model_backward(m, &r->batch, bscale);
 		}
 		loss /= (double)accum;
-		double t_bwd = now();
+		double t_bwd = trn_now();
 		float *gs = NULL;
 		long ns = r->dp.hi - r->dp.lo;
 		double gsq;
@@ -905,11 +919,11 @@ static int train_loop(struct run *r, struct trn_err *err)
 		} else {
 			if (!(gs = step_grads(r, scale, err)))
 				return TRN_EXIT_FAILED;
-			double t_grads = now();
+			double t_grads = trn_now();
 			phase[0] += t_grads - t_bwd;
 			gsq = r->opt.k->sumsq(gs, ns);
 			nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && r->opt.k->nonfinite(gs, ns);
-			phase[1] += now() - t_grads;
+			phase[1] += trn_now() - t_grads;
 		}
 		/* whether to stop after this step: with several ranks, what they
 		 * agreed on here (a signal arriving later on one rank waits for the
@@ -955,20 +969,20 @@ static int train_loop(struct run *r, struct trn_err *err)
 			double clip = s->optimizer.clip_grad_norm;
 			if (clip > 0 && gnorm > clip)
 				r->opt.k->scale(gs, ns, (float)(clip / (gnorm + 1e-6)));
-			double t_update = now();
+			double t_update = trn_now();
 			if (trn_optim_step(&r->opt, r->master, gs, lr, err) != 0)
 				return TRN_EXIT_FAILED;
-			double t_params = now();
+			double t_params = trn_now();
 			if (publish_params(r, err) != 0)
 				return TRN_EXIT_FAILED;
 			phase[2] += t_params - t_update;
-			phase[3] += now() - t_params;
+			phase[3] += trn_now() - t_params;
 		}
 		trn_loader_advance(&r->loader);
 		r->state.step = ++step;
 		r->last_loss = loss;
 
-		double t1 = now(), dt = t1 - t0;
+		double t1 = trn_now(), dt = t1 - t0;
 		interval_t += dt;
 		interval_after += t1 - t_bwd;
 		total_train_t += dt;
@@ -1069,9 +1083,9 @@ static int train_loop(struct run *r, struct trn_err *err)
 	return TRN_EXIT_OK;
 }
 
-int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
+int trn_train(const struct trn_spec *spec, const struct trn_options *opts)
 {
-	struct run r = { .spec = spec, .opts = opts, .t_start = now(), .last_loss = NAN };
+	struct run r = { .spec = spec, .opts = opts, .t_start = trn_now(), .last_loss = NAN };
 	struct trn_err err = { 0 };
 	int code = setup(&r, &err);
 	if (code == TRN_EXIT_OK) {
@@ -1094,7 +1108,7 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	 * still gets the result when reporting) */
 	struct stat st;
 	struct trn_result res = { .status = status[code], .steps = r.state.step, .final = r.final,
-	                          .wall_s = now() - r.t_start, .exit_code = code,
+	                          .wall_s = trn_now() - r.t_start, .exit_code = code,
 	                          .reason = err.set ? err.text : NULL };
 	if ((!r.comm || r.lead) &&
 	    trn_report_finish(&r.rep, stat(opts->job_dir, &st) == 0 ? opts->job_dir : NULL, &res,
