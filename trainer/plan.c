@@ -30,6 +30,8 @@ static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_CHECKPOINT] = "checkpoint",
 	[TRN_PLAN_DATA] = "data",
 	[TRN_PLAN_WORKSPACE] = "workspace",
+	[TRN_PLAN_RUNTIME] = "runtime",
+	[TRN_PLAN_LOADER] = "loader",
 };
 
 /* an environment switch: name's value is on (NULL: dflt) */
@@ -140,6 +142,39 @@ int trn_plan_too_large(const struct trn_spec *s, struct trn_err *err)
 	struct trn_dataset none;
 	memset(&none, 0, sizeof none);
 	return sizes_plannable(s, &none, s->batch.micro, err);
+}
+
+/* The process's own memory: a fixed part and the BLAS's packing buffers,
+ * which grow with the largest operand of a GEMM (a weight, or a micro-
+ * batch's activations at their widest) up to TRN_PLAN_BLAS_BYTES. */
+static double runtime_bytes(const struct trn_spec *s, const struct trn_dataset *ds,
+                            const struct trn_model *m, long micro)
+{
+	double widest = 0;
+	for (int i = 0; i < m->n_params; i++)
+		widest = (double)m->params[i].numel > widest ? (double)m->params[i].numel : widest;
+	const struct trn_spec_model *ms = &s->model;
+	double act;
+	if (ms->type == TRN_MODEL_GPT) {
+		double v = ms->vocab ? ms->vocab : 65536.0;
+		act = (double)micro * ms->seq * (4.0 * ms->dim > v ? 4.0 * ms->dim : v);
+	} else {
+		double w = ds->dim > ds->n_classes ? ds->dim : ds->n_classes;
+		for (int i = 0; i < ms->n_hidden; i++)
+			w = ms->hidden[i] > w ? ms->hidden[i] : w;
+		act = (double)micro * w;
+	}
+	double blas = 4.0 * (act > widest ? act : widest);
+	return TRN_PLAN_RUNTIME_BYTES + (blas < TRN_PLAN_BLAS_BYTES ? blas : TRN_PLAN_BLAS_BYTES);
+}
+
+/* The bytes the loader reads whole before it converts them: an idx data
+ * set's images and labels (data_idx.c), on top of the data's floats. */
+static double loader_bytes(const struct trn_spec *s, const struct trn_dataset *ds)
+{
+	if (s->data.format != TRN_DATA_IDX || ds->task != TRN_TASK_CLASSIFY)
+		return 0;
+	return (double)(ds->train.n + ds->val.n) * ((double)ds->dim + 1.0);
 }
 
 static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct trn_dataset *ds,
@@ -282,6 +317,7 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 		                               4.0 * rows * (tokens ? 5 : 4) +
 		                               (tokens ? 0.0 : 4.0 * (double)micro * ds->dim);
 	}
+	p->bytes[TRN_PLAN_RUNTIME] = runtime_bytes(s, ds, m, micro);
 	trn_model_free(m);
 
 	for (int i = 0; i < TRN_PLAN_N; i++) {
@@ -298,6 +334,13 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 		else
 			p->device_bytes += p->bytes[i];
 	}
+	/* the data is loaded before anything else but the runtime is there:
+	 * while it loads, the files' bytes sit beside the data; after, the
+	 * rest. Whichever is more, counted once. */
+	double later = p->host_bytes - p->bytes[TRN_PLAN_DATA] - p->bytes[TRN_PLAN_RUNTIME];
+	double loader = loader_bytes(s, ds) - later;
+	p->bytes[TRN_PLAN_LOADER] = loader > 0 ? loader : 0;
+	p->host_bytes += p->bytes[TRN_PLAN_LOADER];
 	return 0;
 }
 
