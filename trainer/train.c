@@ -184,6 +184,48 @@ static double mem_line(const char *what, enum trn_dtype dtype, double elems, con
 	return elems * bytes;
 }
 
+/* The memory report's activations, the host's copies of offloaded params
+ * and the totals (total and host_total: so far). */
+static void print_memory_rest(const struct run *r, const char *dev, double total,
+                              double host_total)
+{
+	const struct trn_model *m = r->model;
+	enum trn_dtype dt = m->dtype;
+	double n = (double)m->n_floats;
+	int poff = m->param_offload == TRN_OFFLOAD_CPU;
+	char note[96];
+	/* the activations' values: the CPU's are floats; a GPU model's sizes
+	 * are the bytes it holds, shown whole (a 16-bit GPT's are 16-bit values
+	 * but for fp32 scratch and statistics) */
+	double act_elem = m->device && dt != TRN_DTYPE_FP32 ? 2.0 : 4.0;
+	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
+	if (m->act_offload != TRN_OFFLOAD_NONE)
+		snprintf(note, sizeof note, "at micro-batch %ld, offload.activations %s (none: %.2f MiB)",
+		         r->spec->batch.micro, m->act_offload == TRN_OFFLOAD_CPU ? "cpu" : "recompute",
+		         mib((double)m->act_bytes_none / act_elem * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
+	total += mem_line("activations", dt, (double)m->act_bytes / act_elem, dev, note);
+	if (m->act_offload == TRN_OFFLOAD_CPU)
+		host_total += mem_line("act offload", dt, (double)m->act_host_bytes / act_elem,
+		                       dev ? "host" : NULL, dev ? "" : "host memory, not in the total");
+	if (poff) {
+		host_total += mem_line("params host", dt, n, "host", "the params' home");
+		if (m->streamed)
+			host_total += mem_line("grads host", dt, (double)m->param_resident_floats +
+			                       (double)m->param_stage_floats, "host",
+			                       "the resident tensors', and two windows the blocks' "
+			                       "go through");
+		else
+			host_total += mem_line("grads host", dt, n, "host",
+			                       "each block's copied out in backward");
+	}
+	if (!dev) {
+		printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
+		return;
+	}
+	printf("  %-12s %-5s %9.2f MiB  device\n", "total", "", mib(total));
+	printf("  %-12s %-5s %9.2f MiB  host\n", "total", "", mib(host_total));
+}
+
 /* What each rank holds, by dtype, as a GPU would store it: the ranks differ
  * by at most one float of shard. With offload.optimizer or offload.params
  * "cpu" each line says where it lives; the total is the device's, and the
@@ -258,36 +300,7 @@ static void print_memory(const struct run *r)
 		                           : "none: the update reads and writes the params' host "
 		                             "copies in place");
 	}
-	/* the activations' values: the CPU's are floats; a GPU model's sizes
-	 * are the bytes it holds, shown whole (a 16-bit GPT's are 16-bit values
-	 * but for fp32 scratch and statistics) */
-	double act_elem = m->device && dt != TRN_DTYPE_FP32 ? 2.0 : 4.0;
-	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
-	if (m->act_offload != TRN_OFFLOAD_NONE)
-		snprintf(note, sizeof note, "at micro-batch %ld, offload.activations %s (none: %.2f MiB)",
-		         r->spec->batch.micro, m->act_offload == TRN_OFFLOAD_CPU ? "cpu" : "recompute",
-		         mib((double)m->act_bytes_none / act_elem * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
-	total += mem_line("activations", dt, (double)m->act_bytes / act_elem, dev, note);
-	if (m->act_offload == TRN_OFFLOAD_CPU)
-		host_total += mem_line("act offload", dt, (double)m->act_host_bytes / act_elem,
-		                       dev ? "host" : NULL, dev ? "" : "host memory, not in the total");
-	if (poff) {
-		host_total += mem_line("params host", dt, n, "host", "the params' home");
-		if (m->streamed)
-			host_total += mem_line("grads host", dt, (double)m->param_resident_floats +
-			                       (double)m->param_stage_floats, "host",
-			                       "the resident tensors', and two windows the blocks' "
-			                       "go through");
-		else
-			host_total += mem_line("grads host", dt, n, "host",
-			                       "each block's copied out in backward");
-	}
-	if (!dev) {
-		printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
-		return;
-	}
-	printf("  %-12s %-5s %9.2f MiB  device\n", "total", "", mib(total));
-	printf("  %-12s %-5s %9.2f MiB  host\n", "total", "", mib(host_total));
+	print_memory_rest(r, dev, total, host_total);
 }
 
 /* This process's peak resident memory beside its plan (plan.h): on the CPU
