@@ -34,6 +34,10 @@ static struct {
 	char desc[2048];
 } blas = { .once = PTHREAD_ONCE_INIT };
 
+/* kern_blas_init's choice while it loads the library (NULL: the defaults) */
+static _Atomic(const struct kern_blas_choice *) pending;
+static pthread_mutex_t choose_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* The OpenBLAS kernel family that suits this CPU, from its features rather
  * than its model number (which OpenBLAS 0.3.21 does not know for current
  * CPUs and then treats as a Prescott). */
@@ -75,18 +79,19 @@ static int try_open(const char *path)
 
 static void load_once(void)
 {
+	const struct kern_blas_choice *c = atomic_load(&pending);
+	const char *core = c && c->coretype && *c->coretype ? c->coretype : NULL;
 	blas.coretype_source = "user";
-	if (!getenv("OPENBLAS_CORETYPE")) {
-		const char *core = best_coretype();
-		if (core) {
-			setenv("OPENBLAS_CORETYPE", core, 0);
-			blas.coretype_source = "larch";
-		} else {
-			blas.coretype_source = "auto";
-		}
+	if (core) {
+		setenv("OPENBLAS_CORETYPE", core, 1);
+	} else if ((core = best_coretype())) {
+		setenv("OPENBLAS_CORETYPE", core, 0);    /* (the environment's stays) */
+		blas.coretype_source = "larch";
+	} else {
+		blas.coretype_source = "auto";
 	}
 
-	const char *chosen = getenv("LARCH_BLAS");
+	const char *chosen = c ? c->library : NULL;
 	if (chosen && *chosen) {
 		blas.ok = try_open(chosen) == 0;
 	} else {
@@ -107,9 +112,13 @@ static void load_once(void)
 		snprintf(blas.desc, sizeof blas.desc, "%s, %d threads", blas.path, kern_threads());
 }
 
-int kern_blas_init(char *err, size_t errlen)
+int kern_blas_init(const struct kern_blas_choice *choice, char *err, size_t errlen)
 {
+	pthread_mutex_lock(&choose_lock);
+	atomic_store(&pending, choice);
 	pthread_once(&blas.once, load_once);
+	atomic_store(&pending, NULL);
+	pthread_mutex_unlock(&choose_lock);
 	if (!blas.ok) {
 		if (err && errlen)
 			snprintf(err, errlen, "%s", blas.err);

@@ -3,8 +3,9 @@
  * The BLAS library is loaded at run time (dlopen) rather than linked, so that
  * OPENBLAS_CORETYPE can be chosen from the CPU's features before OpenBLAS
  * initialises: Debian's OpenBLAS 0.3.21 takes some current x86 CPUs for a
- * Prescott and runs ~5x slower. A user's own OPENBLAS_CORETYPE is respected.
- * LARCH_BLAS=/path/to/libblas.so picks the library (any CBLAS: OpenBLAS, BLIS).
+ * Prescott and runs ~5x slower. The caller chooses (struct kern_blas_choice:
+ * the trainer's options blas and openblas_coretype); this file reads no
+ * environment.
  */
 #ifndef LARCH_KERNELS_BLAS_H
 #define LARCH_KERNELS_BLAS_H
@@ -13,10 +14,21 @@
 
 enum kern_trans { KERN_NO_TRANS = 111, KERN_TRANS = 112 }; /* CBLAS values */
 
-/* Loads the BLAS library once (thread-safe, idempotent). Returns 0, or -1
- * with a message in err. Every kern_sgemm call loads it too, and aborts with
- * that message if it cannot: call this first where a clean error matters. */
-int kern_blas_init(char *err, size_t errlen);
+/* Which library runs GEMMs, and OpenBLAS's core type. */
+struct kern_blas_choice {
+	const char *library;       /* a CBLAS (OpenBLAS, BLIS) by path or soname; NULL or "":
+	                              LARCH_BLAS_CANDIDATES (the build's) in order */
+	const char *coretype;      /* OPENBLAS_CORETYPE for OpenBLAS; NULL or "": the family
+	                              that suits this CPU's features, unless the
+	                              environment already names one */
+};
+
+/* Loads the BLAS library once (thread-safe, idempotent): the first call's
+ * choice (borrowed for the call; NULL: the defaults) decides. Returns 0, or
+ * -1 with a message in err. Every kern_sgemm call loads it too, with the
+ * defaults, and aborts with that message if it cannot: call this first
+ * where a clean error or a choice matters. */
+int kern_blas_init(const struct kern_blas_choice *choice, char *err, size_t errlen);
 
 /* Row-major C[m,n] = alpha * op(A) @ op(B) + beta * C, as cblas_sgemm. */
 void kern_sgemm(enum kern_trans ta, enum kern_trans tb, int m, int n, int k,

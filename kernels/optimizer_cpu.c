@@ -279,26 +279,12 @@ int kern_isa_supported(enum kern_isa isa)
 	return 1;
 }
 
-/* The widest set this CPU runs, unless LARCH_CPU_ISA names another it
- * runs ("auto": the widest); another name is reported and ignored. */
-static enum kern_isa isa_default(void)
+enum kern_isa kern_isa_widest(void)
 {
-	enum kern_isa best = KERN_ISA_SCALAR;
 	for (int i = KERN_ISA_COUNT - 1; i > KERN_ISA_SCALAR; i--)
-		if (kern_isa_supported((enum kern_isa)i)) {
-			best = (enum kern_isa)i;
-			break;
-		}
-	const char *env = getenv("LARCH_CPU_ISA");
-	if (!env || !*env || strcmp(env, "auto") == 0)
-		return best;
-	int want = kern_isa_parse(env);
-	if (want >= 0 && kern_isa_supported((enum kern_isa)want))
-		return (enum kern_isa)want;
-	fprintf(stderr, "larch: LARCH_CPU_ISA=%s: %s; the optimizer runs on %s\n", env,
-	        want < 0 ? "not one of auto, avx512, avx2, scalar" : "this CPU or build lacks it",
-	        isa_names[best]);
-	return best;
+		if (kern_isa_supported((enum kern_isa)i))
+			return (enum kern_isa)i;
+	return KERN_ISA_SCALAR;
 }
 
 enum kern_isa kern_optim_isa(void)
@@ -306,7 +292,7 @@ enum kern_isa kern_optim_isa(void)
 	int isa = atomic_load_explicit(&isa_now, memory_order_relaxed);
 	if (isa < 0) {
 		int first = -1;
-		isa = isa_default();
+		isa = kern_isa_widest();
 		/* two threads may both decide: the first one's answer stands */
 		if (!atomic_compare_exchange_strong(&isa_now, &first, isa))
 			isa = first;

@@ -1,7 +1,8 @@
 /* kernels/optimizer_simd.h - the optimizer's loops over one span of a tensor,
- * a set per instruction set, and the choice among them. Internal to
- * kernels/ (optimizer_cpu.c runs them on its threads); its tests and
- * benchmark use kern_optim_set_isa to run each set.
+ * a set per instruction set, and the choice among them. The loops are
+ * internal to kernels/ (optimizer_cpu.c runs them on its threads); the
+ * choice is the caller's: the trainer's option cpu_isa, and the tests and
+ * benchmark that run each set, through kern_optim_set_isa.
  *
  * Every set computes the header's formulas (optimizer.h) with the same
  * float operations in the same order: plain multiplies and adds (no FMA),
@@ -49,10 +50,12 @@ struct opt_loops {
 extern const struct opt_loops kern_optim_loops_avx2;
 extern const struct opt_loops kern_optim_loops_avx512;
 
-/* The set the kern_*_cpu updates and norms run on: the widest this CPU has,
- * or LARCH_CPU_ISA's (avx512, avx2 or scalar; auto: the widest) when set,
- * if the CPU has it. Decided at the first call. */
+/* The set the kern_*_cpu updates and norms run on: kern_optim_set_isa's,
+ * else the widest this CPU has (kern_isa_widest). */
 enum kern_isa kern_optim_isa(void);
+
+/* The widest set this CPU and build run. */
+enum kern_isa kern_isa_widest(void);
 
 /* The loops of kern_optim_isa()'s set: for kernels that run the updates on
  * spans of their own (quant8_cpu.c's fused int8 updates, block by block). */

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "trainer/env.h"
+
 #ifndef LARCH_VERSION
 #define LARCH_VERSION "0.0.0"
 #endif
@@ -643,8 +645,8 @@ int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, si
 		if (set_key(cfg, &keys[i], keys[i].def, where, err, err_size) != 0)
 			goto out;
 	}
-	if (!config && getenv("LARCHD_CONFIG") && *getenv("LARCHD_CONFIG"))
-		config = getenv("LARCHD_CONFIG");
+	if (!config)
+		config = trn_env_str("LARCHD_CONFIG");
 	if (config) {
 		if (set_string(&cfg->config_file, config, err, err_size) != 0 ||
 		    load_file(cfg, config, err, err_size) != 0)
@@ -657,8 +659,8 @@ int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, si
 		for (const char *p = keys[i].name; *p && j + 1 < sizeof env; p++)
 			env[j++] = (char)toupper((unsigned char)*p);
 		env[j] = '\0';
-		const char *value = getenv(env);
-		if (value && *value && set_key(cfg, &keys[i], value, env, err, err_size) != 0)
+		const char *value = trn_env_str(env);
+		if (value && set_key(cfg, &keys[i], value, env, err, err_size) != 0)
 			goto out;
 	}
 	for (size_t i = 0; i < n_flags; i++) {

@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "trainer/env.h"
+
 extern char **environ;
 
 #define LAUNCH_WAIT_MS 5000    /* a child this long before exec is taken as started */
@@ -823,8 +825,8 @@ static const struct executor_ops local_ops = {
 /* The absolute path of an executable called name in PATH (malloc'd), or NULL. */
 static char *find_in_path(const char *name)
 {
-	const char *path = getenv("PATH");
-	if (!path || !*path)
+	const char *path = trn_env_str("PATH");
+	if (!path)
 		path = "/usr/local/bin:/usr/bin:/bin";
 	for (const char *p = path; *p;) {
 		size_t n = strcspn(p, ":");

@@ -37,6 +37,8 @@ int slurm_submit_log_path(const char *dir, const char *name, char *out, size_t l
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "trainer/env.h"
+
 extern char **environ;
 
 static char umask_var[32] = "SLURM_UMASK=0022";
@@ -48,8 +50,8 @@ int slurm_api_built(void)
 
 int slurm_api_init(char *err, size_t errlen)
 {
-	const char *conf = getenv("SLURM_CONF");
-	if (!conf || !*conf)
+	const char *conf = trn_env_str("SLURM_CONF");
+	if (!conf)
 		conf = "/etc/slurm/slurm.conf";
 	if (access(conf, R_OK) != 0) {
 		snprintf(err, errlen, "libslurm: cannot read %s: %s", conf, strerror(errno));

@@ -22,6 +22,7 @@
 #include "db/tokens.h"
 #include "identity.h"
 #include "log.h"
+#include "trainer/env.h"
 
 #define PREFLIGHT_WORKERS 4
 #define PREFLIGHT_QUEUE_MAX 1024
@@ -485,7 +486,7 @@ struct svc_preflight *svc_preflight_new(const struct svc_preflight_config *cfg, 
 	pf->stop_pipe[0] = pf->stop_pipe[1] = -1;
 	pthread_mutex_init(&pf->lock, NULL);
 	pthread_cond_init(&pf->wake, NULL);
-	const char *root = getenv("LARCH_DATASET_ROOT");
+	const char *root = trn_env_str("LARCH_DATASET_ROOT");
 	char base[4200];
 	/* the job directory to be: a name no job has (they are j-NNNNNN) */
 	snprintf(base, sizeof base, "%s/.submit", cfg->jobs_dir);

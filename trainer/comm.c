@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "env.h"
 
 /* ---- one process: every collective is the identity ------------------------------ */
 
@@ -123,33 +124,34 @@ int trn_comm_launched_size(void)
 	/* mpirun (Open MPI), then PMIx and PMI as srun --mpi=... sets them */
 	static const char *const vars[] = { "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE" };
 	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-		const char *v = getenv(vars[i]);
-		if (v && *v)
+		const char *v = trn_env_str(vars[i]);
+		if (v)
 			return atoi(v);
 	}
 	/* srun --mpi=pmix gives each task its PMIx rank but leaves the size in
 	 * the PMIx server's job data; the step's task count is the same number */
-	const char *rank = getenv("PMIX_RANK"), *tasks = getenv("SLURM_STEP_NUM_TASKS");
-	if (rank && *rank && tasks && *tasks)
+	const char *tasks = trn_env_str("SLURM_STEP_NUM_TASKS");
+	if (trn_env_has("PMIX_RANK") && tasks)
 		return atoi(tasks);
 	return 0;
 }
 
 const char *trn_comm_launcher(void)
 {
-	const char *mpi = getenv("SLURM_MPI_TYPE");
-	if (getenv("OMPI_COMM_WORLD_SIZE"))
+	const char *mpi = trn_env_str("SLURM_MPI_TYPE");
+	if (trn_env_has("OMPI_COMM_WORLD_SIZE"))
 		return "mpirun";
-	if (getenv("PMIX_RANK"))
+	if (trn_env_has("PMIX_RANK"))
 		return mpi && strncmp(mpi, "pmix", 4) == 0 ? "srun --mpi=pmix" : "PMIx";
-	if (getenv("PMI_SIZE"))
+	if (trn_env_has("PMI_SIZE"))
 		return "PMI";
 	if (trn_comm_slurm_tasks() > 1)
 		return "srun";
 	return "none";
 }
 
-struct trn_comm *trn_comm_open(int ranks, const char *dir, struct trn_err *err)
+struct trn_comm *trn_comm_open(int ranks, const char *dir, const struct trn_comm_settings *set,
+                               struct trn_err *err)
 {
 	int launched = trn_comm_launched_size();
 	if (launched > 0 && trn_comm_have_mpi()) {
@@ -158,7 +160,7 @@ struct trn_comm *trn_comm_open(int ranks, const char *dir, struct trn_err *err)
 #endif
 	}
 	if (ranks > 1 && trn_comm_slurm_tasks() > 1)
-		return trn_comm_tcp_open(ranks, dir, err);
+		return trn_comm_tcp_open(ranks, dir, set, err);
 	if (ranks > 1) {
 		if (!trn_comm_have_mpi())
 			trn_err_set(err, "parallel.ranks: %d ranks need MPI or srun, and this larch-train "

@@ -57,14 +57,24 @@ struct trn_comm {
 	struct trn_comm *host;             /* a device communicator's host one, owned */
 };
 
+/* How Slurm's tasks without MPI meet (comm_tcp.c); from the run's options
+ * (options.h: comm_timeout_s, comm_host). */
+#define TRN_COMM_TIMEOUT_S 120
+struct trn_comm_settings {
+	int timeout_s;                     /* the rendezvous's bound; 0: TRN_COMM_TIMEOUT_S */
+	const char *host;                  /* what rank 0 publishes; NULL: its hostname */
+};
+
 /* The communicator for a run of `ranks` processes. Under a launcher (mpirun
  * sets OMPI_COMM_WORLD_SIZE; PMI/PMIx variables likewise) with larch-train
  * built with MPI: MPI's world, which must have exactly `ranks` processes.
  * Else, ranks > 1 started by Slurm as the tasks of one step (srun without
  * MPI): TCP, meeting through a file in dir (the job dir; comm_tcp.c).
  * Otherwise, for ranks = 1: a single process. Returns NULL with err naming
- * what to do (launch with mpirun -n N or srun, build with MPI). */
-struct trn_comm *trn_comm_open(int ranks, const char *dir, struct trn_err *err);
+ * what to do (launch with mpirun -n N or srun, build with MPI). set (NULL:
+ * the defaults) is borrowed for the call. */
+struct trn_comm *trn_comm_open(int ranks, const char *dir, const struct trn_comm_settings *set,
+                               struct trn_err *err);
 void trn_comm_close(struct trn_comm *c);     /* accepts NULL */
 
 /* The device communicator of host's ranks on CUDA device `device` (the GPU
@@ -77,7 +87,8 @@ struct trn_comm *trn_comm_open_device(struct trn_comm *host, int device, struct 
 
 /* Slurm's tasks of one step without MPI (comm_tcp.c): rank SLURM_PROCID of
  * SLURM_STEP_NUM_TASKS, meeting through a file in dir and talking over TCP. */
-struct trn_comm *trn_comm_tcp_open(int ranks, const char *dir, struct trn_err *err);
+struct trn_comm *trn_comm_tcp_open(int ranks, const char *dir,
+                                   const struct trn_comm_settings *set, struct trn_err *err);
 /* SLURM_STEP_NUM_TASKS when SLURM_PROCID is set (the tasks of an srun step), else 0. */
 int trn_comm_slurm_tasks(void);
 

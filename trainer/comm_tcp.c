@@ -10,9 +10,9 @@
  * writes "host port token" to DIR/.comm-<job>.<step>.<restart> (a temp name,
  * then rename); the others read it, connect and introduce themselves with
  * their rank and the token, and rank 0 answers once all are in. The file
- * goes once they are. LARCH_COMM_HOST overrides the host rank 0 publishes
- * (its hostname otherwise); LARCH_COMM_TIMEOUT (seconds, default 120)
- * bounds the rendezvous.
+ * goes once they are. The settings (comm.h's trn_comm_settings: the
+ * options comm_host and comm_timeout_s) name the host rank 0 publishes
+ * (its hostname otherwise) and bound the rendezvous.
  *
  * Collectives go through rank 0 (a star): it receives every rank's buffer,
  * sums them in rank order (the same bits on every run) and sends each rank
@@ -38,6 +38,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "env.h"
+
 #define RENDEZVOUS_MAX 4200
 #define HELLO_S 5.0                    /* a rank's hello after it connects, at most */
 
@@ -47,18 +50,13 @@ struct tcp_comm {
 	int hub;                       /* other ranks: the socket to rank 0 */
 	char *scratch;                 /* rank 0: one rank's buffer as it arrives */
 	size_t scratch_bytes;
+	int timeout_s;                 /* the rendezvous's bound */
+	char host[256];                /* rank 0: what it publishes, "" its hostname */
 };
 
 static struct tcp_comm *tcp_of(struct trn_comm *c)
 {
 	return (struct tcp_comm *)c;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ---- whole messages ---------------------------------------------------------- */
@@ -353,13 +351,6 @@ static void recv_timeout(int fd, double seconds)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-static int timeout_s(void)
-{
-	const char *v = getenv("LARCH_COMM_TIMEOUT");
-	int s = v && *v ? atoi(v) : 120;
-	return s > 0 ? s : 120;
-}
-
 /* Rank 0: listens, publishes, accepts the others. */
 static int serve(struct tcp_comm *t, const char *file, struct trn_err *err)
 {
@@ -392,13 +383,12 @@ static int serve(struct tcp_comm *t, const char *file, struct trn_err *err)
 	int port = ntohs(v6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
 	                    : ((struct sockaddr_in *)&sa)->sin_port);
 	char host[256];
-	const char *h = getenv("LARCH_COMM_HOST");
-	if (h && *h)
-		snprintf(host, sizeof host, "%s", h);
+	if (t->host[0])
+		snprintf(host, sizeof host, "%s", t->host);
 	else if (gethostname(host, sizeof host) != 0)
 		snprintf(host, sizeof host, "localhost");
 	uint64_t token = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)getpid() << 20 ^
-	                 (uint64_t)(now() * 1e9);
+	                 (uint64_t)(trn_now() * 1e9);
 	char tmp[RENDEZVOUS_MAX + 32];
 	snprintf(tmp, sizeof tmp, "%s.tmp%d", file, (int)getpid());
 	FILE *f = fopen(tmp, "w");
@@ -408,14 +398,14 @@ static int serve(struct tcp_comm *t, const char *file, struct trn_err *err)
 		close(lfd);
 		return -1;
 	}
-	double deadline = now() + timeout_s();
+	double deadline = trn_now() + t->timeout_s;
 	int joined = 0, rc = 0;
 	while (joined < size - 1) {
 		struct pollfd p = { .fd = lfd, .events = POLLIN };
-		int left = (int)((deadline - now()) * 1000);
+		int left = (int)((deadline - trn_now()) * 1000);
 		if (left <= 0 || poll(&p, 1, left) == 0) {
 			rc = trn_err_set(err, "communicator: %d of %d ranks joined in %d s (LARCH_COMM_TIMEOUT)",
-			                 joined + 1, size, timeout_s());
+			                 joined + 1, size, t->timeout_s);
 			break;
 		}
 		int fd = accept(lfd, NULL, NULL);
@@ -424,7 +414,7 @@ static int serve(struct tcp_comm *t, const char *file, struct trn_err *err)
 		struct hello hi;
 		struct trn_err ignore = { 0 };
 		/* a rank says hello as it connects: a few seconds at most */
-		double wait = deadline - now();
+		double wait = deadline - trn_now();
 		recv_timeout(fd, wait < HELLO_S ? wait : HELLO_S);
 		if (recv_all(fd, &hi, sizeof hi, -1, &ignore) != 0 || hi.token != token || hi.rank < 1 ||
 		    hi.rank >= size || t->peer[hi.rank] >= 0) {
@@ -448,9 +438,9 @@ static int serve(struct tcp_comm *t, const char *file, struct trn_err *err)
 /* Other ranks: reads rank 0's address and joins. */
 static int join(struct tcp_comm *t, const char *file, struct trn_err *err)
 {
-	double deadline = now() + timeout_s();
+	double deadline = trn_now() + t->timeout_s;
 	char why[640] = "no rendezvous file yet";
-	while (now() < deadline) {
+	while (trn_now() < deadline) {
 		char host[256];
 		int port;
 		unsigned long long token;
@@ -497,21 +487,22 @@ static int join(struct tcp_comm *t, const char *file, struct trn_err *err)
 		nanosleep(&ts, NULL);
 	}
 	return trn_err_set(err, "communicator: rank %d could not join rank 0 in %d s through %s (%s; "
-	                   "LARCH_COMM_TIMEOUT)", t->base.rank, timeout_s(), file, why);
+	                   "LARCH_COMM_TIMEOUT)", t->base.rank, t->timeout_s, file, why);
 }
 
 static long env_long(const char *name, long def)
 {
-	const char *v = getenv(name);
-	return v && *v ? atol(v) : def;
+	const char *v = trn_env_str(name);
+	return v ? atol(v) : def;
 }
 
 int trn_comm_slurm_tasks(void)
 {
-	return getenv("SLURM_PROCID") ? (int)env_long("SLURM_STEP_NUM_TASKS", 0) : 0;
+	return trn_env_has("SLURM_PROCID") ? (int)env_long("SLURM_STEP_NUM_TASKS", 0) : 0;
 }
 
-struct trn_comm *trn_comm_tcp_open(int ranks, const char *dir, struct trn_err *err)
+struct trn_comm *trn_comm_tcp_open(int ranks, const char *dir,
+                                   const struct trn_comm_settings *set, struct trn_err *err)
 {
 	int size = trn_comm_slurm_tasks(), rank = (int)env_long("SLURM_PROCID", -1);
 	if (size != ranks) {
@@ -534,6 +525,8 @@ struct trn_comm *trn_comm_tcp_open(int ranks, const char *dir, struct trn_err *e
 		t->peer[r] = -1;
 	t->hub = -1;
 	t->base = (struct trn_comm){ .ops = &tcp_ops, .rank = rank, .size = size };
+	t->timeout_s = set && set->timeout_s > 0 ? set->timeout_s : TRN_COMM_TIMEOUT_S;
+	snprintf(t->host, sizeof t->host, "%s", set && set->host ? set->host : "");
 	char file[RENDEZVOUS_MAX];
 	snprintf(file, sizeof file, "%s/.comm-%ld.%ld.%ld", dir, env_long("SLURM_JOB_ID", 0),
 	         env_long("SLURM_STEP_ID", 0), env_long("SLURM_RESTART_COUNT", 0));

@@ -6,15 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kernels/optimizer.h"
 #include "optim.h"
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ZeRO's partition: equal ranges, rank order, the first n % size ranks one
  * float longer; and this rank's gradient shard. */
@@ -163,7 +157,7 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 		if (!force && b->ready < b->n_params)
 			break;
 		if (dp->next == 0)
-			dp->t_first = now();
+			dp->t_first = trn_now();
 		int rc = 0;
 		if (dp->comm->size == 1) {
 			/* nothing to reduce: the bucket is final */
@@ -223,7 +217,7 @@ int trn_dp_wait(struct trn_dp *dp, struct trn_err *err)
 {
 	if (dp->comm->size == 1 && !dp->bucket_started)
 		return 0;
-	double t0 = now();
+	double t0 = trn_now();
 	int rc = dp->failed ? trn_err_set(err, "%s", dp->err.text) : start_ready(dp, 1, err);
 	for (int i = 0; i < dp->n_buckets; i++) {
 		struct trn_dp_bucket *b = &dp->buckets[i];
@@ -233,7 +227,7 @@ int trn_dp_wait(struct trn_dp *dp, struct trn_err *err)
 		b->started = 0;
 		b->ready = 0;
 	}
-	double t1 = now();
+	double t1 = trn_now();
 	dp->next = 0;
 	dp->armed = 0;
 	if (rc != 0)
@@ -257,9 +251,9 @@ int trn_dp_allgather(struct trn_dp *dp, float *buf, struct trn_err *err)
 {
 	if (!dp->zero)
 		return 0;
-	double t0 = now();
+	double t0 = trn_now();
 	int rc = trn_comm_allgather_f32(dp->comm, buf, dp->counts, dp->displs, err);
-	dp->gather_s += now() - t0;
+	dp->gather_s += trn_now() - t0;
 	return rc;
 }
 

@@ -7,6 +7,7 @@
 
 #include "input.h"
 #include "model.h"
+#include "options.h"
 #include "plan.h"
 #include "probe.h"
 #include "spec.h"
@@ -66,7 +67,16 @@ static void usage(FILE *out)
 	      "\n"
 	      "With LARCH_SERVER_URL, LARCH_JOB_ID and LARCH_JOB_TOKEN set (larchd sets them)\n"
 	      "the metrics and the result are also posted to larchd; LARCH_REPORT_FLUSH_S\n"
-	      "bounds the final flush (default 10 s). The exit code never depends on larchd.\n", out);
+	      "bounds the final flush (default 10 s). The exit code never depends on larchd.\n"
+	      "\n"
+	      "From the environment (the run's header prints every option and where it came\n"
+	      "from):\n", out);
+	int n;
+	const struct trn_option *rows = trn_options_table(&n);
+	for (int i = 0; i < n; i++)
+		if (rows[i].env)
+			fprintf(out, "  %-18s %s (default: %s)\n", rows[i].env, rows[i].help,
+			        rows[i].dflt);
 }
 
 static void on_signal(int signo)
@@ -169,74 +179,81 @@ static int probe(const char *spec_path, const struct trn_input_policy *inputs,
 	return fflush(stdout) == 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+struct cmdline {
+	const char *spec_path, *check_path, *plan_path, *base_dir;
+	double gpu_gib, host_gib;
+	struct trn_options opts;       /* the rows given as flags */
+	const char **roots;            /* --data-root's, at most one per argument */
+	int n_roots, confine, probing;
+};
+
+static const struct option longopts[] = {
+	{ "spec", required_argument, NULL, 's' },
+	{ "job-dir", required_argument, NULL, 'd' },
+	{ "resume", no_argument, NULL, 'r' },
+	{ "threads", required_argument, NULL, 't' },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "check", required_argument, NULL, 'c' },
+	{ "plan", required_argument, NULL, 'P' },
+	{ "gpu-mem", required_argument, NULL, 'G' },
+	{ "host-mem", required_argument, NULL, 'H' },
+	{ "device", required_argument, NULL, 'D' },
+	{ "list-devices", no_argument, NULL, 'L' },
+	{ "data-root", required_argument, NULL, 'R' },
+	{ "confine-data", no_argument, NULL, 'C' },
+	{ "probe", no_argument, NULL, 'p' },
+	{ "base-dir", required_argument, NULL, 'B' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "help", no_argument, NULL, 'h' },
+	{ 0 },
+};
+
+/* A flag that is a row of the options table (options.h): 0, or -1 said. */
+static int option_flag(struct trn_options *o, int c, const char *value)
 {
-	static const struct option longopts[] = {
-		{ "spec", required_argument, NULL, 's' },
-		{ "job-dir", required_argument, NULL, 'd' },
-		{ "resume", no_argument, NULL, 'r' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "check", required_argument, NULL, 'c' },
-		{ "plan", required_argument, NULL, 'P' },
-		{ "gpu-mem", required_argument, NULL, 'G' },
-		{ "host-mem", required_argument, NULL, 'H' },
-		{ "device", required_argument, NULL, 'D' },
-		{ "list-devices", no_argument, NULL, 'L' },
-		{ "data-root", required_argument, NULL, 'R' },
-		{ "confine-data", no_argument, NULL, 'C' },
-		{ "probe", no_argument, NULL, 'p' },
-		{ "base-dir", required_argument, NULL, 'B' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	const char *spec_path = NULL, *check_path = NULL, *plan_path = NULL, *base_dir = NULL;
-	double gpu_gib = 0, host_gib = 0;
-	struct trn_train_opts opts = { .resume = TRN_RESUME_AUTO };
-	const char *roots[argc];       /* --data-root's, at most one per argument */
-	int n_roots = 0, confine = 0, probing = 0;
-	int c;
-	while ((c = getopt_long(argc, argv, "s:d:rt:qc:Vh", longopts, NULL)) != -1) {
-		switch (c) {
-		case 's': spec_path = optarg; break;
-		case 'd': opts.job_dir = optarg; break;
-		case 'r': opts.resume = TRN_RESUME_REQUIRE; break;
-		case 'q': opts.quiet = 1; break;
-		case 'c': check_path = optarg; break;
-		case 'P': plan_path = optarg; break;
-		case 'R': roots[n_roots++] = optarg; break;
-		case 'C': confine = 1; break;
-		case 'p': probing = 1; break;
-		case 'B': base_dir = optarg; break;
+	const struct option *lo = longopts;
+	while (lo->name && lo->val != c)
+		lo++;
+	char flag[32], err[256];
+	snprintf(flag, sizeof flag, "--%s", lo->name);
+	if (trn_options_set_flag(o, trn_option_find(flag), value, err, sizeof err) == 0)
+		return 0;
+	fprintf(stderr, "larch-train: %s\n", err);
+	return -1;
+}
+
+/* Reads argv into c: -1 to go on, else the exit code (--help, --version,
+ * --list-devices, a bad flag). */
+static int parse_args(int argc, char **argv, struct cmdline *c)
+{
+	int f;
+	while ((f = getopt_long(argc, argv, "s:d:rt:qc:Vh", longopts, NULL)) != -1) {
+		switch (f) {
+		case 's': c->spec_path = optarg; break;
+		case 'd':
+		case 'r':
+		case 'q':
+		case 'D':
+		case 't':
+			if (option_flag(&c->opts, f, optarg) != 0)
+				return TRN_EXIT_USAGE;
+			break;
+		case 'c': c->check_path = optarg; break;
+		case 'P': c->plan_path = optarg; break;
+		case 'R': c->roots[c->n_roots++] = optarg; break;
+		case 'C': c->confine = 1; break;
+		case 'p': c->probing = 1; break;
+		case 'B': c->base_dir = optarg; break;
 		case 'G':
 		case 'H': {
-			double v = parse_gib(c == 'G' ? "--gpu-mem" : "--host-mem", optarg);
+			double v = parse_gib(f == 'G' ? "--gpu-mem" : "--host-mem", optarg);
 			if (v < 0)
 				return TRN_EXIT_USAGE;
-			*(c == 'G' ? &gpu_gib : &host_gib) = v;
+			*(f == 'G' ? &c->gpu_gib : &c->host_gib) = v;
 			break;
 		}
 		case 'L': return trn_model_cuda_list(stdout) > 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
-		case 'D':
-			if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0) {
-				fprintf(stderr, "larch-train: --device: must be cpu or cuda (got \"%s\")\n",
-				        optarg);
-				return TRN_EXIT_USAGE;
-			}
-			opts.device = optarg;
-			break;
-		case 't': {
-			char *end;
-			long n = strtol(optarg, &end, 10);
-			if (*end || n < 1 || n > 4096) {
-				fprintf(stderr, "larch-train: --threads: must be an integer in [1, 4096] "
-				        "(got \"%s\")\n", optarg);
-				return TRN_EXIT_USAGE;
-			}
-			opts.threads = (int)n;
-			break;
-		}
 		case 'V': printf("larch-train %s\n", LARCH_VERSION); return TRN_EXIT_OK;
 		case 'h': usage(stdout); return TRN_EXIT_OK;
 		default: usage(stderr); return TRN_EXIT_USAGE;
@@ -247,66 +264,91 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return TRN_EXIT_USAGE;
 	}
-	if ((n_roots || confine) && (check_path || plan_path)) {
-		fprintf(stderr, "larch-train: --data-root and --confine-data go with --spec\n");
-		return TRN_EXIT_USAGE;
-	}
-	if (base_dir && (!probing || base_dir[0] != '/')) {
-		fprintf(stderr, "larch-train: --base-dir: goes with --probe and must be an absolute "
-		        "path\n");
-		return TRN_EXIT_USAGE;
-	}
-	if (check_path)
-		return check_spec(check_path);
-	if (plan_path)
-		return plan_spec(plan_path, host_gib, gpu_gib);
-	if (gpu_gib > 0 || host_gib > 0) {
-		fprintf(stderr, "larch-train: --gpu-mem and --host-mem go with --plan\n");
-		return TRN_EXIT_USAGE;
-	}
-	if (!spec_path) {
-		fprintf(stderr, "larch-train: --spec FILE is required\n");
+	return -1;
+}
+
+/* Flags that go together: -1 when they do, else TRN_EXIT_USAGE, said. */
+static int check_args(const struct cmdline *c)
+{
+	static const char need_spec[] = "--spec FILE is required";
+	const char *wrong = NULL;
+	if ((c->n_roots || c->confine) && (c->check_path || c->plan_path))
+		wrong = "--data-root and --confine-data go with --spec";
+	else if (c->base_dir && (!c->probing || c->base_dir[0] != '/'))
+		wrong = "--base-dir: goes with --probe and must be an absolute path";
+	else if (c->check_path || c->plan_path)
+		return -1;
+	else if (c->gpu_gib > 0 || c->host_gib > 0)
+		wrong = "--gpu-mem and --host-mem go with --plan";
+	else if (!c->spec_path)
+		wrong = need_spec;
+	if (!wrong)
+		return -1;
+	fprintf(stderr, "larch-train: %s\n", wrong);
+	if (wrong == need_spec)
 		usage(stderr);
+	return TRN_EXIT_USAGE;
+}
+
+/* --spec: trains, with the options from the command line, else the
+ * environment (the inputs' roots are canonical by now). */
+static int train_spec(struct cmdline *c, const struct trn_input_policy *inputs)
+{
+	char err[256];
+	struct trn_err serr = { 0 };
+	if (trn_options_from_env(&c->opts, err, sizeof err) != 0) {
+		fprintf(stderr, "larch-train: %s\n", err);
 		return TRN_EXIT_USAGE;
 	}
-
-	/* the roots, canonical from here on (a root that is missing is an error) */
-	struct trn_input_policy inputs;
-	struct trn_err err = { 0 };
-	trn_input_policy_init(&inputs);
-	inputs.confine = confine;
-	for (int i = 0; i < n_roots; i++)
-		if (trn_input_policy_add_root(&inputs, roots[i], &err) != 0) {
-			fprintf(stderr, "larch-train: %s\n", err.text);
-			trn_input_policy_release(&inputs);
-			return TRN_EXIT_USAGE;
-		}
-	opts.inputs = &inputs;
-	if (probing) {
-		int code = probe(spec_path, &inputs, base_dir);
-		trn_input_policy_release(&inputs);
-		return code;
-	}
-
+	c->opts.inputs = inputs;
 	struct trn_spec spec;
-	int loaded = strcmp(spec_path, "-") == 0 ? trn_spec_from_fd(&spec, 0, "stdin", &err)
-	                                         : trn_spec_from_file(&spec, spec_path, &err);
+	int loaded = strcmp(c->spec_path, "-") == 0
+	                     ? trn_spec_from_fd(&spec, 0, "stdin", &serr)
+	                     : trn_spec_from_file(&spec, c->spec_path, &serr);
 	if (loaded != 0) {
-		fprintf(stderr, "larch-train: %s\n", err.text);
-		trn_input_policy_release(&inputs);
+		fprintf(stderr, "larch-train: %s\n", serr.text);
 		return TRN_EXIT_USAGE;
 	}
 	char default_dir[TRN_NAME_MAX + 8];
-	if (!opts.job_dir) {
+	if (!c->opts.job_dir) {
 		snprintf(default_dir, sizeof default_dir, "runs/%s", spec.name);
-		opts.job_dir = default_dir;
+		c->opts.job_dir = default_dir;
 	}
 	int code = TRN_EXIT_FAILED;
 	if (install_handlers() != 0)
 		perror("larch-train: sigaction");
 	else
-		code = trn_train(&spec, &opts);
+		code = trn_train(&spec, &c->opts);
 	trn_spec_release(&spec);
+	return code;
+}
+
+int main(int argc, char **argv)
+{
+	const char *roots[argc];
+	struct cmdline c = { .roots = roots };
+	int code = parse_args(argc, argv, &c);
+	if (code < 0)
+		code = check_args(&c);
+	if (code >= 0)
+		return code;
+	if (c.check_path)
+		return check_spec(c.check_path);
+	if (c.plan_path)
+		return plan_spec(c.plan_path, c.host_gib, c.gpu_gib);
+
+	/* the roots, canonical from here on (a root that is missing is an error) */
+	struct trn_input_policy inputs;
+	struct trn_err err = { 0 };
+	trn_input_policy_init(&inputs);
+	inputs.confine = c.confine;
+	for (int i = 0; i < c.n_roots && code < 0; i++)
+		if (trn_input_policy_add_root(&inputs, c.roots[i], &err) != 0) {
+			fprintf(stderr, "larch-train: %s\n", err.text);
+			code = TRN_EXIT_USAGE;
+		}
+	if (code < 0)
+		code = c.probing ? probe(c.spec_path, &inputs, c.base_dir) : train_spec(&c, &inputs);
 	trn_input_policy_release(&inputs);
 	return code;
 }

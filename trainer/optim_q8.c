@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "kernels/optimizer.h"
 #include "kernels/quant8.h"
 
@@ -44,8 +45,8 @@ long trn_optim_q8_blocks_before(const struct trn_optim *o, long x)
 
 static int pick_map(struct trn_optim_q8 *q, struct trn_err *err)
 {
-	const char *e = getenv("LARCH_INT8_CODE");
-	if (!e || !*e || strcmp(e, "dynamic") == 0)
+	const char *e = trn_env_str("LARCH_INT8_CODE");
+	if (!e || strcmp(e, "dynamic") == 0)
 		q->map = KERN_Q8_DYNAMIC;
 	else if (strcmp(e, "linear") == 0)
 		q->map = KERN_Q8_LINEAR;

@@ -30,6 +30,8 @@ static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_CHECKPOINT] = "checkpoint",
 	[TRN_PLAN_DATA] = "data",
 	[TRN_PLAN_WORKSPACE] = "workspace",
+	[TRN_PLAN_RUNTIME] = "runtime",
+	[TRN_PLAN_LOADER] = "loader",
 };
 
 /* The GPU's choices follow from the spec alone (never larchd's or
@@ -128,6 +130,219 @@ int trn_plan_too_large(const struct trn_spec *s, struct trn_err *err)
 	return sizes_plannable(s, &none, s->batch.micro, err);
 }
 
+/* The process's own memory: a fixed part and the BLAS's packing buffers,
+ * which grow with the largest operand of a GEMM (a weight, or a micro-
+ * batch's activations at their widest) up to TRN_PLAN_BLAS_BYTES. */
+static double runtime_bytes(const struct trn_spec *s, const struct trn_dataset *ds,
+                            const struct trn_model *m, long micro)
+{
+	double widest = 0;
+	for (int i = 0; i < m->n_params; i++)
+		widest = (double)m->params[i].numel > widest ? (double)m->params[i].numel : widest;
+	const struct trn_spec_model *ms = &s->model;
+	double act;
+	if (ms->type == TRN_MODEL_GPT) {
+		double v = ms->vocab ? ms->vocab : 65536.0;
+		act = (double)micro * ms->seq * (4.0 * ms->dim > v ? 4.0 * ms->dim : v);
+	} else {
+		double w = ds->dim > ds->n_classes ? ds->dim : ds->n_classes;
+		for (int i = 0; i < ms->n_hidden; i++)
+			w = ms->hidden[i] > w ? ms->hidden[i] : w;
+		act = (double)micro * w;
+	}
+	double blas = 4.0 * (act > widest ? act : widest);
+	return TRN_PLAN_RUNTIME_BYTES + (blas < TRN_PLAN_BLAS_BYTES ? blas : TRN_PLAN_BLAS_BYTES);
+}
+
+/* The bytes the loader reads whole before it converts them: an idx data
+ * set's images and labels (data_idx.c), on top of the data's floats. */
+static double loader_bytes(const struct trn_spec *s, const struct trn_dataset *ds)
+{
+	if (s->data.format != TRN_DATA_IDX || ds->task != TRN_TASK_CLASSIFY)
+		return 0;
+	return (double)(ds->train.n + ds->val.n) * ((double)ds->dim + 1.0);
+}
+
+/* What the items depend on besides the spec and the model's layout. */
+struct plan_in {
+	const struct trn_spec *s;
+	const struct trn_dataset *ds;
+	const struct trn_model *m;
+	long micro, n;
+	int gpus, opt_off, poff, resident;
+	enum trn_dtype dt;
+	double eb;                         /* bytes of a stored element (elem_bytes) */
+	double held;                       /* floats of the params' working copy */
+	struct trn_gpt_gpu_layout lay;
+};
+
+/* The model's own: params, grads, their 16-bit and host copies. */
+static void model_items(struct trn_plan *p, const struct plan_in *in)
+{
+	const struct trn_spec *s = in->s;
+	const struct trn_model *m = in->m;
+	long n = in->n;
+	int gpus = in->gpus, poff = in->poff;
+	enum trn_dtype dt = in->dt;
+	double eb = in->eb, held = in->held;
+	p->bytes[TRN_PLAN_PARAMS] = eb * held;
+	p->bytes[TRN_PLAN_GRADS] = eb * held;
+	/* a 16-bit model on a GPU that holds all its parameters keeps them as
+	 * 16-bit values too, for its GEMMs; gpt's token embedding with its rows
+	 * padded as the logits' are (model_cuda.h) */
+	if (gpus && trn_gpu_weights16(dt, poff)) {
+		double pad = 0;
+		if (s->model.type == TRN_MODEL_GPT) {
+			long v = m->params[0].shape[0];
+			pad = (double)(trn_gpt_logits_rows(v) - v) * (double)s->model.dim;
+		}
+		p->bytes[TRN_PLAN_PARAMS16] = 2.0 * ((double)n + pad);
+	}
+	/* a GPU model's host side: the params and grads (unless they are the
+	 * offload's) and the stage that adds a backward's gradients into them */
+	if (gpus) {
+		p->bytes[TRN_PLAN_HOST_COPY] = (poff ? 0.0 : 8.0 * (double)n) +
+		                               4.0 * (held < TRN_GRAD_STAGE_FLOATS ? held
+		                                                                   : TRN_GRAD_STAGE_FLOATS);
+		/* (micro-batches add up on the device, trn_model_more_micro: the
+		 * step's sum goes to g once, needing no stage) */
+	}
+}
+
+/* The optimizer's: gradient shard, master weights, the offload's host
+ * buffers, the state, and what a checkpoint gathers. */
+static void optimizer_items(struct trn_plan *p, const struct plan_in *in)
+{
+	const struct trn_spec *s = in->s;
+	const struct trn_model *m = in->m;
+	long n = in->n;
+	int gpus = in->gpus, poff = in->poff, opt_off = in->opt_off, resident = in->resident;
+	enum trn_dtype dt = in->dt;
+	double eb = in->eb;
+	if (p->zero)
+		p->bytes[TRN_PLAN_GRAD_SHARD] = 4.0 * (double)p->shard;
+	/* fp32 master weights, unless they are the parameters themselves (fp32
+	 * compute where those are the host's: no optimizer offload, or
+	 * offloaded parameters). offload.optimizer cpu adds the host's copy of
+	 * the gradients and two staging buffers of parallel.bucket_mb, unless
+	 * it works in place: on the params' host copies (offloaded, or a GPU
+	 * model's), or the update follows backward (it reads the model's
+	 * gradients itself) */
+	/* (a GPU model with offloaded params rounds 16-bit ones as it reads them
+	 * from master weights: model.h's w_master) */
+	int master = (dt != TRN_DTYPE_FP32 && !(gpus && poff)) || (opt_off && !poff);
+	if (master)
+		p->bytes[TRN_PLAN_MASTER] = 4.0 * (double)p->shard;
+	if (opt_off && !trn_opt_offload_works_in_place(poff, trn_spec_streams_update(s), gpus > 0)) {
+		p->bytes[TRN_PLAN_GRAD_HOST] = 4.0 * (double)p->shard;
+		p->bytes[TRN_PLAN_PARAM_STAGING] = 2.0 * eb * (double)trn_opt_offload_stage_floats(
+			p->shard, s->parallel.bucket_bytes / (long)sizeof(float));
+	}
+	p->bytes[TRN_PLAN_OPTIMIZER] = optimizer_bytes(&s->optimizer, m, 0, p->shard);
+	/* checkpoints: rank 0 gathers the master weights with ZeRO, and the
+	 * whole optimizer state; a resident run brings both from the device */
+	double ckpt = 0;
+	if (master && (p->zero || resident))
+		ckpt += 4.0 * (double)n;
+	if (p->zero || resident)
+		ckpt += optimizer_bytes(&s->optimizer, m, 0, n);
+	p->bytes[TRN_PLAN_CHECKPOINT] = ckpt;
+}
+
+/* The activations at the micro-batch, and the host's store of them. */
+static void activation_items(struct trn_plan *p, const struct plan_in *in)
+{
+	const struct trn_spec *s = in->s;
+	const struct trn_model *m = in->m;
+	long micro = in->micro;
+	double eb = in->eb;
+	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
+	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
+	if (in->gpus && s->model.type == TRN_MODEL_GPT && in->lay.a16) {
+		/* a 16-bit GPT on a GPU stores its activations in 2 bytes, but for
+		 * the fp32 statistics and one fp32 [B, NH, T, T] for attention's
+		 * scores and their gradient (model_gpt_cuda.c), the same walk over
+		 * the buffers as the CPU's */
+		double att = (double)micro * s->model.heads * s->model.seq * s->model.seq;
+		p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 2.0 + 2.0 * att;
+		p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 2.0;
+		if (in->lay.flash) {
+			/* the fused attention: each kept block holds its rows' fp32
+			 * log-sum-exp in place of the 16-bit [T, T], and there is no
+			 * fp32 scratch (the 2 bytes of it the walk counted, and the 2
+			 * added above) */
+			int mode = s->offload.activations, layers = s->model.layers;
+			double kept = mode == TRN_OFFLOAD_RECOMPUTE ? (layers > 0)
+			              : mode == TRN_OFFLOAD_CPU ? 2 * (layers > 0) : layers;
+			double lse = 4.0 * micro * s->model.heads * s->model.seq;
+			p->bytes[TRN_PLAN_ACTIVATIONS] += kept * (lse - 2.0 * att) - 4.0 * att;
+			/* and the backward's fp32 dq, when it adds it atomically */
+			if (in->lay.flash_dq_atomic)
+				p->bytes[TRN_PLAN_ACTIVATIONS] +=
+					4.0 * micro * s->model.seq * s->model.dim;
+			if (mode == TRN_OFFLOAD_CPU)
+				p->bytes[TRN_PLAN_ACT_OFFLOAD] += layers * (lse - 2.0 * att);
+		}
+	}
+}
+
+/* The data, a GPU's workspaces and the process's own memory. */
+static void fixed_items(struct trn_plan *p, const struct plan_in *in)
+{
+	const struct trn_spec *s = in->s;
+	const struct trn_model *m = in->m;
+	const struct trn_dataset *ds = in->ds;
+	long micro = in->micro;
+	double sample = ds->task == TRN_TASK_CLASSIFY ? (double)ds->dim * 4 + 4
+	                                              : (double)s->model.seq * 8;
+	p->bytes[TRN_PLAN_DATA] = trn_dataset_bytes(ds) + sample * (double)micro;
+	/* a GPU's fixed cost: the GEMM libraries' workspaces (cuBLASLt's alone
+	 * where every GEMM goes through it: trn_gpu_gemm_tune); and the batch's
+	 * int rows (targets, tokens, the argmax; the next batch's targets and
+	 * tokens, or its inputs) (model_cuda.c) */
+	if (in->gpus) {
+		int tokens = ds->task != TRN_TASK_CLASSIFY;
+		double rows = tokens ? (double)micro * s->model.seq : (double)micro;
+		int lt_only = s->model.type == TRN_MODEL_GPT && in->lay.flash &&
+		              trn_gpu_gemm_tune(s->precision.nondeterministic);
+		p->bytes[TRN_PLAN_WORKSPACE] = (double)(lt_only ? KERN_CUBLASLT_WORKSPACE_BYTES
+		                                                : KERN_CUDA_WORKSPACE_BYTES) +
+		                               4.0 * rows * (tokens ? 5 : 4) +
+		                               (tokens ? 0.0 : 4.0 * (double)micro * ds->dim);
+	}
+	p->bytes[TRN_PLAN_RUNTIME] = runtime_bytes(s, ds, m, micro);
+}
+
+/* Which items are the host's and which the device's, the totals, and the
+ * loader's part. */
+static void place_items(struct trn_plan *p, const struct plan_in *in)
+{
+	const struct trn_spec *s = in->s;
+	const struct trn_dataset *ds = in->ds;
+	int gpus = in->gpus, resident = in->resident;
+	for (int i = 0; i < TRN_PLAN_N; i++) {
+		/* on a GPU: the model's working copies, its activations and, when it
+		 * steps there, the optimizer's items */
+		int dev = i == TRN_PLAN_PARAMS || i == TRN_PLAN_GRADS || i == TRN_PLAN_PARAMS16 ||
+		          i == TRN_PLAN_ACTIVATIONS ||
+		          i == TRN_PLAN_WORKSPACE ||
+		          (resident && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER));
+		int host = !gpus || !dev;
+		p->on_host[i] = host;
+		if (host)
+			p->host_bytes += p->bytes[i];
+		else
+			p->device_bytes += p->bytes[i];
+	}
+	/* the data is loaded before anything else but the runtime is there:
+	 * while it loads, the files' bytes sit beside the data; after, the
+	 * rest. Whichever is more, counted once. */
+	double later = p->host_bytes - p->bytes[TRN_PLAN_DATA] - p->bytes[TRN_PLAN_RUNTIME];
+	double loader = loader_bytes(s, ds) - later;
+	p->bytes[TRN_PLAN_LOADER] = loader > 0 ? loader : 0;
+	p->host_bytes += p->bytes[TRN_PLAN_LOADER];
+}
+
 static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct trn_dataset *ds,
                      long micro, struct trn_err *err)
 {
@@ -154,136 +369,31 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	 * n % ranks of them one float longer) */
 	p->shard = p->zero ? (n + ranks - 1) / ranks : n;
 
-	double eb = elem_bytes(dt, gpus);
-	int opt_off = s->offload.optimizer == TRN_OFFLOAD_CPU;
-	int poff = m->param_offload == TRN_OFFLOAD_CPU;
+	struct plan_in in = { .s = s, .ds = ds, .m = m, .micro = micro, .n = n, .gpus = gpus,
+	                      .dt = dt, .eb = elem_bytes(dt, gpus),
+	                      .opt_off = s->offload.optimizer == TRN_OFFLOAD_CPU,
+	                      .poff = m->param_offload == TRN_OFFLOAD_CPU };
 	/* one rank on a GPU with nothing offloaded steps on the device (its
 	 * state fp32 or int8: train.c); any other GPU run steps on the host */
-	int resident = gpus && ranks == 1 && !opt_off && !poff;
+	in.resident = gpus && ranks == 1 && !in.opt_off && !in.poff;
 	/* offload.params cpu: each a working copy of two blocks' staging, plus
 	 * the resident tensors on a GPU, and the host copies of both */
-	double held = (double)n;
-	if (poff) {
-		held = (double)(m->param_stage_floats + (gpus ? m->param_resident_floats : 0));
+	in.held = (double)n;
+	if (in.poff) {
+		in.held = (double)(m->param_stage_floats + (gpus ? m->param_resident_floats : 0));
 		/* streamed (the update follows backward): of the gradients, the
 		 * resident tensors' and two windows of a block each */
 		double grads = m->streamed ? (double)(m->param_resident_floats + m->param_stage_floats)
 		                           : (double)n;
-		p->bytes[TRN_PLAN_PARAM_OFFLOAD] = eb * ((double)n + grads);
+		p->bytes[TRN_PLAN_PARAM_OFFLOAD] = in.eb * ((double)n + grads);
 	}
-	p->bytes[TRN_PLAN_PARAMS] = eb * held;
-	p->bytes[TRN_PLAN_GRADS] = eb * held;
-	/* a 16-bit model on a GPU that holds all its parameters keeps them as
-	 * 16-bit values too, for its GEMMs; gpt's token embedding with its rows
-	 * padded as the logits' are (model_cuda.h) */
-	if (gpus && trn_gpu_weights16(dt, poff)) {
-		double pad = 0;
-		if (s->model.type == TRN_MODEL_GPT) {
-			long v = m->params[0].shape[0];
-			pad = (double)(trn_gpt_logits_rows(v) - v) * (double)s->model.dim;
-		}
-		p->bytes[TRN_PLAN_PARAMS16] = 2.0 * ((double)n + pad);
-	}
-	/* a GPU model's host side: the params and grads (unless they are the
-	 * offload's) and the stage that adds a backward's gradients into them */
-	if (gpus) {
-		p->bytes[TRN_PLAN_HOST_COPY] = (poff ? 0.0 : 8.0 * (double)n) +
-		                               4.0 * (held < TRN_GRAD_STAGE_FLOATS ? held
-		                                                                   : TRN_GRAD_STAGE_FLOATS);
-		/* (micro-batches add up on the device, trn_model_more_micro: the
-		 * step's sum goes to g once, needing no stage) */
-	}
-	if (p->zero)
-		p->bytes[TRN_PLAN_GRAD_SHARD] = 4.0 * (double)p->shard;
-	/* fp32 master weights, unless they are the parameters themselves (fp32
-	 * compute where those are the host's: no optimizer offload, or
-	 * offloaded parameters). offload.optimizer cpu adds the host's copy of
-	 * the gradients and two staging buffers of parallel.bucket_mb, unless
-	 * it works in place: on the params' host copies (offloaded, or a GPU
-	 * model's), or the update follows backward (it reads the model's
-	 * gradients itself) */
-	/* (a GPU model with offloaded params rounds 16-bit ones as it reads them
-	 * from master weights: model.h's w_master) */
-	int master = (dt != TRN_DTYPE_FP32 && !(gpus && poff)) || (opt_off && !poff);
-	if (master)
-		p->bytes[TRN_PLAN_MASTER] = 4.0 * (double)p->shard;
-	if (opt_off && !trn_opt_offload_works_in_place(poff, trn_spec_streams_update(s), gpus > 0)) {
-		p->bytes[TRN_PLAN_GRAD_HOST] = 4.0 * (double)p->shard;
-		p->bytes[TRN_PLAN_PARAM_STAGING] = 2.0 * eb * (double)trn_opt_offload_stage_floats(
-			p->shard, s->parallel.bucket_bytes / (long)sizeof(float));
-	}
-	p->bytes[TRN_PLAN_OPTIMIZER] = optimizer_bytes(&s->optimizer, m, 0, p->shard);
-	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
-	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
-	struct trn_gpt_gpu_layout lay;
-	trn_gpt_gpu_layout(&s->model, dt, s->precision.nondeterministic, &lay);
-	if (gpus && s->model.type == TRN_MODEL_GPT && lay.a16) {
-		/* a 16-bit GPT on a GPU stores its activations in 2 bytes, but for
-		 * the fp32 statistics and one fp32 [B, NH, T, T] for attention's
-		 * scores and their gradient (model_gpt_cuda.c), the same walk over
-		 * the buffers as the CPU's */
-		double att = (double)micro * s->model.heads * s->model.seq * s->model.seq;
-		p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 2.0 + 2.0 * att;
-		p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 2.0;
-		if (lay.flash) {
-			/* the fused attention: each kept block holds its rows' fp32
-			 * log-sum-exp in place of the 16-bit [T, T], and there is no
-			 * fp32 scratch (the 2 bytes of it the walk counted, and the 2
-			 * added above) */
-			int mode = s->offload.activations, layers = s->model.layers;
-			double kept = mode == TRN_OFFLOAD_RECOMPUTE ? (layers > 0)
-			              : mode == TRN_OFFLOAD_CPU ? 2 * (layers > 0) : layers;
-			double lse = 4.0 * micro * s->model.heads * s->model.seq;
-			p->bytes[TRN_PLAN_ACTIVATIONS] += kept * (lse - 2.0 * att) - 4.0 * att;
-			/* and the backward's fp32 dq, when it adds it atomically */
-			if (lay.flash_dq_atomic)
-				p->bytes[TRN_PLAN_ACTIVATIONS] +=
-					4.0 * micro * s->model.seq * s->model.dim;
-			if (mode == TRN_OFFLOAD_CPU)
-				p->bytes[TRN_PLAN_ACT_OFFLOAD] += layers * (lse - 2.0 * att);
-		}
-	}
-	/* checkpoints: rank 0 gathers the master weights with ZeRO, and the
-	 * whole optimizer state; a resident run brings both from the device */
-	double ckpt = 0;
-	if (master && (p->zero || resident))
-		ckpt += 4.0 * (double)n;
-	if (p->zero || resident)
-		ckpt += optimizer_bytes(&s->optimizer, m, 0, n);
-	p->bytes[TRN_PLAN_CHECKPOINT] = ckpt;
-	double sample = ds->task == TRN_TASK_CLASSIFY ? (double)ds->dim * 4 + 4
-	                                              : (double)s->model.seq * 8;
-	p->bytes[TRN_PLAN_DATA] = trn_dataset_bytes(ds) + sample * (double)micro;
-	/* a GPU's fixed cost: the GEMM libraries' workspaces (cuBLASLt's alone
-	 * where every GEMM goes through it: trn_gpu_gemm_tune); and the batch's
-	 * int rows (targets, tokens, the argmax; the next batch's targets and
-	 * tokens, or its inputs) (model_cuda.c) */
-	if (gpus) {
-		int tokens = ds->task != TRN_TASK_CLASSIFY;
-		double rows = tokens ? (double)micro * s->model.seq : (double)micro;
-		int lt_only = s->model.type == TRN_MODEL_GPT && lay.flash &&
-		              trn_gpu_gemm_tune(s->precision.nondeterministic);
-		p->bytes[TRN_PLAN_WORKSPACE] = (double)(lt_only ? KERN_CUBLASLT_WORKSPACE_BYTES
-		                                                : KERN_CUDA_WORKSPACE_BYTES) +
-		                               4.0 * rows * (tokens ? 5 : 4) +
-		                               (tokens ? 0.0 : 4.0 * (double)micro * ds->dim);
-	}
+	trn_gpt_gpu_layout(&s->model, dt, s->precision.nondeterministic, &in.lay);
+	model_items(p, &in);
+	optimizer_items(p, &in);
+	activation_items(p, &in);
+	fixed_items(p, &in);
 	trn_model_free(m);
-
-	for (int i = 0; i < TRN_PLAN_N; i++) {
-		/* on a GPU: the model's working copies, its activations and, when it
-		 * steps there, the optimizer's items */
-		int dev = i == TRN_PLAN_PARAMS || i == TRN_PLAN_GRADS || i == TRN_PLAN_PARAMS16 ||
-		          i == TRN_PLAN_ACTIVATIONS ||
-		          i == TRN_PLAN_WORKSPACE ||
-		          (resident && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER));
-		int host = !gpus || !dev;
-		p->on_host[i] = host;
-		if (host)
-			p->host_bytes += p->bytes[i];
-		else
-			p->device_bytes += p->bytes[i];
-	}
+	place_items(p, &in);
 	return 0;
 }
 

@@ -60,8 +60,22 @@ enum trn_plan_item {
 	TRN_PLAN_DATA,                /* the loaded data set and a micro-batch */
 	TRN_PLAN_WORKSPACE,           /* a GPU's: cuBLAS's and cuBLASLt's workspaces, the
 	                               * batch's tokens and targets (and the next one's) */
+	TRN_PLAN_RUNTIME,             /* the process's own: code and libraries, threads, the
+	                               * BLAS's packing buffers (TRN_PLAN_RUNTIME_BYTES + up to
+	                               * TRN_PLAN_BLAS_BYTES, as large as the largest GEMM
+	                               * operand) */
+	TRN_PLAN_LOADER,              /* what loading the data holds beyond what training
+	                               * holds after it: idx files' bytes while they are
+	                               * converted to floats (0 when training holds more) */
 	TRN_PLAN_N
 };
+
+/* The runtime's fixed cost, measured: a CPU run of a GPT of 0.1 M parameters
+ * peaks this far above its other items (the C library, jansson, libcrypto,
+ * libcurl, OpenMP, the BLAS's code, larch's own), and the BLAS's packing
+ * buffers at most this much more (OpenBLAS 0.3.21). */
+#define TRN_PLAN_RUNTIME_BYTES (17.0 * 1024 * 1024)
+#define TRN_PLAN_BLAS_BYTES (20.0 * 1024 * 1024)
 
 struct trn_plan {
 	int ranks, zero, gpus;        /* gpus: per node (0: the CPU backend) */

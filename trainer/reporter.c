@@ -10,13 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- configuration ------------------------------------------------------- */
+#include "env.h"
 
-static const char *env(const char *name)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : NULL;
-}
+/* ---- configuration ------------------------------------------------------- */
 
 /* The characters a job id may have: it goes into a URL path unescaped. */
 static int valid_job_id(const char *id)
@@ -46,7 +42,7 @@ int trn_reporter_config_env(struct trn_reporter_config *cfg, struct trn_err *err
 	const char *val[3];
 	int n_set = 0;
 	for (int i = 0; i < 3; i++)
-		n_set += (val[i] = env(names[i])) != NULL;
+		n_set += (val[i] = trn_env_str(names[i])) != NULL;
 	if (n_set == 0)
 		return 0;
 	if (n_set < 3) {
@@ -75,7 +71,7 @@ int trn_reporter_config_env(struct trn_reporter_config *cfg, struct trn_err *err
 		                   TRN_REPORT_TOKEN_MAX);
 
 	cfg->flush_s = TRN_REPORT_FLUSH_S;
-	const char *flush = env("LARCH_REPORT_FLUSH_S");
+	const char *flush = trn_env_str("LARCH_REPORT_FLUSH_S");
 	if (flush) {
 		char *end;
 		errno = 0;
@@ -123,6 +119,7 @@ double trn_reporter_backoff(int attempt, double u)
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "rng.h"
 
 #define LINGER_S 0.5                   /* a partial batch waits at most this long */
@@ -171,13 +168,6 @@ struct trn_reporter {
 	struct trn_rng rng;            /* backoff jitter */
 };
 
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static struct timespec to_timespec(double t)
 {
 	struct timespec ts;
@@ -200,7 +190,7 @@ static int progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t 
 {
 	struct trn_reporter *rp = arg;
 	long long at = atomic_load(&rp->abort_at_ms);
-	return at && (long long)(mono() * 1000) >= at;
+	return at && (long long)(trn_now() * 1000) >= at;
 }
 
 static size_t keep_reply(char *data, size_t size, size_t n, void *arg)
@@ -240,7 +230,7 @@ static enum trn_post_outcome post(struct trn_reporter *rp, const char *url, cons
 	long timeout = POST_TIMEOUT_MS;
 	long long at = atomic_load(&rp->abort_at_ms);
 	if (at) {
-		long long left = at - (long long)(mono() * 1000);
+		long long left = at - (long long)(trn_now() * 1000);
 		timeout = left < 1 ? 1 : left < timeout ? (long)left : timeout;
 	}
 	rp->errbuf[0] = '\0';
@@ -277,10 +267,10 @@ static enum trn_post_outcome post(struct trn_reporter *rp, const char *url, cons
 static int pause_for(struct trn_reporter *rp, double d)
 {
 	pthread_mutex_lock(&rp->lock);
-	double until = mono() + d;
+	double until = trn_now() + d;
 	int ok = 1, was_closing = rp->closing;
 	for (;;) {
-		double t = mono();
+		double t = trn_now();
 		if (rp->closing && t >= rp->deadline) {
 			ok = 0;
 			break;
@@ -297,7 +287,7 @@ static int pause_for(struct trn_reporter *rp, double d)
 static int past_deadline(struct trn_reporter *rp)
 {
 	pthread_mutex_lock(&rp->lock);
-	int past = rp->closing && mono() >= rp->deadline;
+	int past = rp->closing && trn_now() >= rp->deadline;
 	pthread_mutex_unlock(&rp->lock);
 	return past;
 }
@@ -328,7 +318,7 @@ static enum trn_post_outcome post_retrying(struct trn_reporter *rp, const char *
 		}
 		/* one line per outage, and at most one a minute for a flapping larchd */
 		if (rp->failures++ == 0) {
-			double t = mono();
+			double t = trn_now();
 			rp->outage_logged = rp->last_outage_log == 0 || t - rp->last_outage_log >= 60;
 			if (rp->outage_logged) {
 				rp->last_outage_log = t;
@@ -368,7 +358,7 @@ static void *reporter_main(void *arg)
 	pthread_mutex_lock(&rp->lock);
 	for (;;) {
 		if (!rp->closing && !rp->dead && trn_mqueue_count(&rp->q) < TRN_REPORT_BATCH)
-			wait_until(&rp->wake, &rp->lock, mono() + LINGER_S);
+			wait_until(&rp->wake, &rp->lock, trn_now() + LINGER_S);
 		if (rp->dead)
 			break;
 		size_t n = trn_mqueue_take(&rp->q, rp->batch, TRN_REPORT_BATCH);
@@ -386,7 +376,7 @@ static void *reporter_main(void *arg)
 	if (result) {
 		/* the result gets one try of its own even when the flush used up the
 		 * deadline (retries only until the deadline) */
-		double at = fmax(rp->deadline, mono() + RESULT_MIN_S);
+		double at = fmax(rp->deadline, trn_now() + RESULT_MIN_S);
 		atomic_store(&rp->abort_at_ms, (long long)(at * 1000));
 	}
 	pthread_mutex_unlock(&rp->lock);
@@ -446,9 +436,9 @@ static int init_curl(struct trn_reporter *rp)
 	curl_easy_setopt(c, CURLOPT_XFERINFODATA, rp);
 	/* a user's http_proxy must not carry a job's posts to a larchd on this
 	 * machine; NO_PROXY still adds hosts of its own */
-	const char *np = getenv("no_proxy") ? getenv("no_proxy") : getenv("NO_PROXY");
+	const char *np = trn_env_str("no_proxy") ? trn_env_str("no_proxy") : trn_env_str("NO_PROXY");
 	snprintf(rp->no_proxy, sizeof rp->no_proxy, "localhost,127.0.0.1,::1%s%.900s",
-	         np && *np ? "," : "", np ? np : "");
+	         np ? "," : "", np ? np : "");
 	curl_easy_setopt(c, CURLOPT_NOPROXY, rp->no_proxy);
 	return 0;
 }
@@ -475,7 +465,7 @@ struct trn_reporter *trn_reporter_start(const struct trn_reporter_config *cfg)
 	if (!rp)
 		goto oom;
 	rp->cfg = *cfg;
-	trn_rng_seed(&rp->rng, (uint64_t)getpid() ^ (uint64_t)(mono() * 1e9), 0);
+	trn_rng_seed(&rp->rng, (uint64_t)getpid() ^ (uint64_t)(trn_now() * 1e9), 0);
 	if (trn_mqueue_init(&rp->q, TRN_REPORT_QUEUE) != 0 ||
 	    !(rp->batch = malloc(TRN_REPORT_BATCH * sizeof *rp->batch)) || init_curl(rp) != 0) {
 		reporter_free(rp);
@@ -543,13 +533,13 @@ void trn_reporter_finish(struct trn_reporter *rp, const char *result_json)
 	pthread_mutex_lock(&rp->lock);
 	rp->result = result_json ? strdup(result_json) : NULL;
 	rp->closing = 1;
-	rp->deadline = mono() + rp->cfg.flush_s;
+	rp->deadline = trn_now() + rp->cfg.flush_s;
 	atomic_store(&rp->abort_at_ms, (long long)(rp->deadline * 1000));
 	pthread_cond_signal(&rp->wake);
 	/* the thread keeps to the deadline; this bounds the wait if it somehow
 	 * does not (signals do not interrupt it: they only set a flag) */
 	double give_up = rp->deadline + RESULT_MIN_S + JOIN_SLACK_S;
-	while (!rp->done && mono() < give_up)
+	while (!rp->done && trn_now() < give_up)
 		wait_until(&rp->finished, &rp->lock, give_up);
 	int done = rp->done;
 	long unsent = rp->unsent + rp->refused + (long)rp->q.dropped;

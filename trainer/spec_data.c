@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "spec.h"
 #include "spec_fields.h"
 
@@ -54,10 +55,10 @@ static int parse_named(struct trn_fields *f, struct trn_spec_data *d)
 {
 	static const char *const keys[] = { "name", "shuffle", "val_fraction", "standardize", NULL };
 	const struct dataset *ds = NULL;
-	const char *root = getenv("LARCH_DATASET_ROOT");
+	const char *root = trn_env_str("LARCH_DATASET_ROOT");
 	char known[256], q[512];
 	size_t o = 0;
-	if (!root || !*root)
+	if (!root)
 		root = DATASET_ROOT;
 	if (trn_fields_known(f, keys, format_all_keys, "a named dataset") < 0 ||
 	    trn_fields_name(f, "name", TRN_REQUIRED, 0, d->name) < 0)

@@ -11,11 +11,14 @@
 #include <time.h>
 
 #include "ckpt.h"
+#include "clock.h"
 #include "comm.h"
 #include "data.h"
 #include "dp.h"
+#include "env.h"
 #include "kernels/blas.h"
 #include "kernels/optimizer.h"
+#include "kernels/optimizer_simd.h"
 #include "kernels/parallel.h"
 #include "kernels/precision.h"
 #include "kernels/quant8.h"
@@ -38,7 +41,7 @@ void trn_train_request_stop(int signo)
 
 struct run {
 	const struct trn_spec *spec;
-	const struct trn_train_opts *opts;
+	const struct trn_options *opts;
 	struct trn_comm *comm;         /* the ranks; rank 0 writes, prints and reports */
 	int lead;                      /* this is rank 0 */
 	struct trn_dp dp;
@@ -71,17 +74,19 @@ struct run {
 	struct trn_report rep;
 	struct trn_state state;
 	long steps_per_epoch, total_steps;
+	struct {                       /* since the last progress line: */
+		double t;              /* time in steps */
+		double after;          /* of which after the steps' last backward returned */
+		double phase[4];       /* with offload.optimizer cpu, that time's parts: the
+		                          gradients' wait, their norm (and check), the update,
+		                          the parameters' way back */
+		long steps;
+	} iv;
+	double train_t;                /* time in steps, all of them */
 	double t_start;
 	double last_loss;
 	json_t *final;                 /* the last evaluation's figures */
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double mib(double bytes)
 {
@@ -179,6 +184,48 @@ static double mem_line(const char *what, enum trn_dtype dtype, double elems, con
 	return elems * bytes;
 }
 
+/* The memory report's activations, the host's copies of offloaded params
+ * and the totals (total and host_total: so far). */
+static void print_memory_rest(const struct run *r, const char *dev, double total,
+                              double host_total)
+{
+	const struct trn_model *m = r->model;
+	enum trn_dtype dt = m->dtype;
+	double n = (double)m->n_floats;
+	int poff = m->param_offload == TRN_OFFLOAD_CPU;
+	char note[96];
+	/* the activations' values: the CPU's are floats; a GPU model's sizes
+	 * are the bytes it holds, shown whole (a 16-bit GPT's are 16-bit values
+	 * but for fp32 scratch and statistics) */
+	double act_elem = m->device && dt != TRN_DTYPE_FP32 ? 2.0 : 4.0;
+	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
+	if (m->act_offload != TRN_OFFLOAD_NONE)
+		snprintf(note, sizeof note, "at micro-batch %ld, offload.activations %s (none: %.2f MiB)",
+		         r->spec->batch.micro, m->act_offload == TRN_OFFLOAD_CPU ? "cpu" : "recompute",
+		         mib((double)m->act_bytes_none / act_elem * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
+	total += mem_line("activations", dt, (double)m->act_bytes / act_elem, dev, note);
+	if (m->act_offload == TRN_OFFLOAD_CPU)
+		host_total += mem_line("act offload", dt, (double)m->act_host_bytes / act_elem,
+		                       dev ? "host" : NULL, dev ? "" : "host memory, not in the total");
+	if (poff) {
+		host_total += mem_line("params host", dt, n, "host", "the params' home");
+		if (m->streamed)
+			host_total += mem_line("grads host", dt, (double)m->param_resident_floats +
+			                       (double)m->param_stage_floats, "host",
+			                       "the resident tensors', and two windows the blocks' "
+			                       "go through");
+		else
+			host_total += mem_line("grads host", dt, n, "host",
+			                       "each block's copied out in backward");
+	}
+	if (!dev) {
+		printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
+		return;
+	}
+	printf("  %-12s %-5s %9.2f MiB  device\n", "total", "", mib(total));
+	printf("  %-12s %-5s %9.2f MiB  host\n", "total", "", mib(host_total));
+}
+
 /* What each rank holds, by dtype, as a GPU would store it: the ranks differ
  * by at most one float of shard. With offload.optimizer or offload.params
  * "cpu" each line says where it lives; the total is the device's, and the
@@ -253,36 +300,7 @@ static void print_memory(const struct run *r)
 		                           : "none: the update reads and writes the params' host "
 		                             "copies in place");
 	}
-	/* the activations' values: the CPU's are floats; a GPU model's sizes
-	 * are the bytes it holds, shown whole (a 16-bit GPT's are 16-bit values
-	 * but for fp32 scratch and statistics) */
-	double act_elem = m->device && dt != TRN_DTYPE_FP32 ? 2.0 : 4.0;
-	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
-	if (m->act_offload != TRN_OFFLOAD_NONE)
-		snprintf(note, sizeof note, "at micro-batch %ld, offload.activations %s (none: %.2f MiB)",
-		         r->spec->batch.micro, m->act_offload == TRN_OFFLOAD_CPU ? "cpu" : "recompute",
-		         mib((double)m->act_bytes_none / act_elem * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
-	total += mem_line("activations", dt, (double)m->act_bytes / act_elem, dev, note);
-	if (m->act_offload == TRN_OFFLOAD_CPU)
-		host_total += mem_line("act offload", dt, (double)m->act_host_bytes / act_elem,
-		                       dev ? "host" : NULL, dev ? "" : "host memory, not in the total");
-	if (poff) {
-		host_total += mem_line("params host", dt, n, "host", "the params' home");
-		if (m->streamed)
-			host_total += mem_line("grads host", dt, (double)m->param_resident_floats +
-			                       (double)m->param_stage_floats, "host",
-			                       "the resident tensors', and two windows the blocks' "
-			                       "go through");
-		else
-			host_total += mem_line("grads host", dt, n, "host",
-			                       "each block's copied out in backward");
-	}
-	if (!dev) {
-		printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
-		return;
-	}
-	printf("  %-12s %-5s %9.2f MiB  device\n", "total", "", mib(total));
-	printf("  %-12s %-5s %9.2f MiB  host\n", "total", "", mib(host_total));
+	print_memory_rest(r, dev, total, host_total);
 }
 
 /* This process's peak resident memory beside its plan (plan.h): on the CPU
@@ -369,6 +387,7 @@ static void print_plan(const struct run *r)
 		       r->resident ? "weights, gradients and optimizer state on the device"
 		                   : "the optimizer on the host (gradients down, weights up a step)");
 	printf("blas: %s\n", kern_blas_describe());
+	trn_options_print(stdout, r->opts);
 	fflush(stdout);
 }
 
@@ -570,8 +589,8 @@ static int pick_device(const struct run *r, int *dev, struct trn_err *err)
 		                                  "MPI_LOCALRANKID", "PMIX_LOCAL_RANK" };
 	*dev = r->comm->rank;
 	for (size_t i = 0; i < sizeof local_vars / sizeof local_vars[0]; i++) {
-		const char *v = getenv(local_vars[i]);
-		if (v && *v) {
+		const char *v = trn_env_str(local_vars[i]);
+		if (v) {
 			*dev = atoi(v);
 			break;
 		}
@@ -579,8 +598,21 @@ static int pick_device(const struct run *r, int *dev, struct trn_err *err)
 	return 0;
 }
 
-/* Sets everything up; on resume restores the newest checkpoint. */
-static int setup(struct run *r, struct trn_err *err)
+/* The optimizer's loops: the option cpu_isa's set where this CPU runs it
+ * (the widest otherwise, said once). */
+static void pick_isa(const struct run *r)
+{
+	const char *want = r->opts->cpu_isa;
+	if (!want || strcmp(want, "auto") == 0)
+		return;
+	if (kern_optim_set_isa((enum kern_isa)kern_isa_parse(want)) != 0 && r->lead)
+		fprintf(stderr, "larch-train: cpu_isa %s: this CPU or build lacks it; the optimizer "
+		        "runs on %s\n", want, kern_isa_name(kern_optim_isa()));
+}
+
+/* The ranks, the reporter, the kernels' choices, the job dir, the data and
+ * the schedule: an exit code. */
+static int open_run(struct run *r, struct trn_err *err)
 {
 	const struct trn_spec *s = r->spec;
 	const char *dir = r->opts->job_dir;
@@ -588,13 +620,18 @@ static int setup(struct run *r, struct trn_err *err)
 
 	if (check_supported(s, err) != 0)
 		return TRN_EXIT_USAGE;
-	if (!(r->comm = trn_comm_open(s->parallel.ranks, dir, err)))
+	struct trn_comm_settings tcp = { .timeout_s = r->opts->comm_timeout_s,
+	                                 .host = r->opts->comm_host };
+	if (!(r->comm = trn_comm_open(s->parallel.ranks, dir, &tcp, err)))
 		return TRN_EXIT_USAGE;
 	r->lead = r->comm->rank == 0;
 	if (r->lead && trn_report_connect(&r->rep, err) != 0)
 		return TRN_EXIT_USAGE;
-	if (kern_blas_init(blas_err, sizeof blas_err) != 0)
+	struct kern_blas_choice blas = { .library = r->opts->blas,
+	                                 .coretype = r->opts->openblas_coretype };
+	if (kern_blas_init(&blas, blas_err, sizeof blas_err) != 0)
 		return trn_err_set(err, "%s", blas_err), TRN_EXIT_FAILED;
+	pick_isa(r);
 	if (r->opts->threads > 0)
 		kern_set_threads(r->opts->threads);
 	if (make_dir(dir, err) != 0 || (r->lead && write_spec(dir, s, err) != 0))
@@ -610,7 +647,14 @@ static int setup(struct run *r, struct trn_err *err)
 	if (r->total_steps < 1)
 		r->total_steps = 1;
 	trn_schedule_init(&r->sched, s, r->steps_per_epoch, r->total_steps);
+	return TRN_EXIT_OK;
+}
 
+/* The model on its device, its batches, the data-parallel buckets and the
+ * optimizer: an exit code. */
+static int make_model(struct run *r, struct trn_err *err)
+{
+	const struct trn_spec *s = r->spec;
 	int device;
 	if (pick_device(r, &device, err) != 0)
 		return TRN_EXIT_USAGE;
@@ -640,6 +684,14 @@ static int setup(struct run *r, struct trn_err *err)
 	                         r->model->n_floats, r->dp.lo, r->dp.hi, r->comm, err) != 0)
 		return TRN_EXIT_FAILED;
 	trn_loss_scale_init(&r->ls, &s->precision);
+	return TRN_EXIT_OK;
+}
+
+/* Where the master weights live and how gradients reach the optimizer:
+ * an exit code. */
+static int place_master(struct run *r, struct trn_err *err)
+{
+	const struct trn_spec *s = r->spec;
 	/* fp32 master weights are the parameters themselves where those are the
 	 * host's (without optimizer offload, or with the parameters offloaded),
 	 * and so are 16-bit runs' where the model rounds them as it reads them */
@@ -690,7 +742,15 @@ static int setup(struct run *r, struct trn_err *err)
 		m->grad_ready = stream_update;
 		m->grad_ready_ctx = r;
 	}
+	return TRN_EXIT_OK;
+}
 
+/* The newest checkpoint, or the spec's initial weights, on every rank: an
+ * exit code. */
+static int start_or_resume(struct run *r, struct trn_err *err)
+{
+	const struct trn_spec *s = r->spec;
+	const char *dir = r->opts->job_dir;
 	r->state = (struct trn_state){ .model = r->model, .opt = &r->opt, .loader = &r->loader,
 	                               .ls = &r->ls, .seed = s->seed };
 	trn_spec_hash(s, r->state.spec_hash);
@@ -700,7 +760,7 @@ static int setup(struct run *r, struct trn_err *err)
 	if (restored < 0)
 		return strstr(err->text, "different spec") ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
 	if (!restored) {
-		if (r->opts->resume == TRN_RESUME_REQUIRE)
+		if (r->opts->resume)
 			return trn_err_set(err, "--resume: no checkpoint in %s/checkpoints", dir), TRN_EXIT_USAGE;
 		if (r->lead && trn_report_open(&r->rep, dir, -1, err) != 0)
 			return TRN_EXIT_FAILED;
@@ -721,6 +781,17 @@ static int setup(struct run *r, struct trn_err *err)
 		return TRN_EXIT_FAILED;
 	r->rep.quiet = r->opts->quiet || !r->lead;
 	return TRN_EXIT_OK;
+}
+
+/* Sets everything up; on resume restores the newest checkpoint. */
+static int setup(struct run *r, struct trn_err *err)
+{
+	int code = open_run(r, err);
+	if (code == TRN_EXIT_OK)
+		code = make_model(r, err);
+	if (code == TRN_EXIT_OK)
+		code = place_master(r, err);
+	return code == TRN_EXIT_OK ? start_or_resume(r, err) : code;
 }
 
 /* ZeRO: every rank's range of its copy of whole into rank 0's. */
@@ -778,7 +849,7 @@ out:
 static void progress(struct run *r, long step, double loss, double lr, double rate)
 {
 	char elapsed[32], eta[32];
-	double wall = now() - r->t_start;
+	double wall = trn_now() - r->t_start;
 	trn_format_duration(elapsed, sizeof elapsed, wall);
 	trn_format_duration(eta, sizeof eta, rate > 0 ? (double)(r->total_steps - step) *
 	                    (double)r->spec->batch.global / rate : NAN);
@@ -841,237 +912,304 @@ static float *step_grads(struct run *r, double scale, struct trn_err *err)
 	return r->off.grads;
 }
 
-static int train_loop(struct run *r, struct trn_err *err)
+/* One step: what it computed and what became of it. */
+struct step {
+	long step;                     /* the step's number, from 1 */
+	double lr, scale;              /* its learning rate and loss scale */
+	double loss, gnorm;
+	int apply;                     /* the update ran (fp16: not skipped) */
+	int stop;                      /* the ranks agreed to stop after it */
+	double t0, t_bwd;              /* its start, and when its last backward returned */
+};
+
+/* The step's forward and backward over its micro-batches, gradients summed
+ * in the model; the mean loss. */
+static double forward_backward(struct run *r, double scale)
 {
-	const struct trn_spec *s = r->spec;
 	struct trn_model *m = r->model;
-	long accum = s->batch.accum;
-	double interval_t = 0;         /* time in steps since the last progress line */
-	double interval_after = 0;     /* of which after the steps' last backward returned */
-	/* with offload.optimizer cpu, that time's parts: the gradients' wait,
-	 * their norm (and check), the update, the parameters' way back */
-	static const char *const phase_names[] = { "offload/grads_s", "offload/norm_s",
-	                                           "offload/update_s", "offload/params_s" };
-	double phase[4] = { 0 };
-	long interval_steps = 0;
-	double total_train_t = 0;
-	long start_step = r->state.step;
+	long accum = r->spec->batch.accum;
+	double loss = 0;
+	trn_model_zero_grad(m);
+	for (long a = 0; a < accum; a++) {
+		trn_loader_micro(&r->loader, a, &r->batch);
+		if (r->batch.x)           /* the input as the model stores it */
+			trn_model_round(m, r->batch.x, (long)r->batch.n * r->ds.dim);
+		float bscale = (float)(scale / (double)accum);
+		trn_model_expect_backward(m, bscale);
+		loss += trn_model_forward(m, &r->batch, NULL);
+		/* the next micro-batch's copy to the device beside this backward */
+		if (r->ahead.cap && trn_loader_next_micro(&r->loader, a, accum, &r->ahead)) {
+			if (r->ahead.x)
+				trn_model_round(m, r->ahead.x, (long)r->ahead.n * r->ds.dim);
+			trn_model_stage_batch(m, &r->ahead);
+		}
+		if (a == accum - 1)
+			trn_dp_arm(&r->dp);
+		trn_model_more_micro(m, a < accum - 1);
+		trn_model_backward(m, &r->batch, bscale);
+	}
+	return loss / (double)accum;
+}
 
-	while (r->state.step < r->total_steps) {
-		long step = r->state.step;
-		double t0 = now();
-		double lr = trn_schedule_lr(&r->sched, step);
+/* The step's gradients (*gs; NULL when the update followed backward), their
+ * squared norm and whether any is inf or NaN. */
+static int finish_grads(struct run *r, struct step *st, float **gs, double *gsq, int *nonfinite,
+                        struct trn_err *err)
+{
+	long ns = r->dp.hi - r->dp.lo;
+	*gs = NULL;
+	*nonfinite = 0;
+	if (r->streamed) {             /* no loss scale: nothing to unscale or check */
+		if (trn_optim_end(&r->opt, err) != 0)
+			return -1;
+		if (r->stream_lost)
+			return trn_err_set(err, "step %ld: the gradient of %s was not in its window",
+			                   st->step, r->model->params[r->stream_lost - 1].name);
+		*gsq = r->stream_gsq;
+		return 0;
+	}
+	if (!(*gs = step_grads(r, st->scale, err)))
+		return -1;
+	double t_grads = trn_now();
+	r->iv.phase[0] += t_grads - st->t_bwd;
+	*gsq = r->opt.k->sumsq(*gs, ns);
+	*nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && r->opt.k->nonfinite(*gs, ns);
+	r->iv.phase[1] += trn_now() - t_grads;
+	return 0;
+}
 
-		double scale = r->ls.scale;   /* the loss scale of this step */
-		if (r->streamed) {             /* the update runs in backward */
-			trn_optim_begin(&r->opt);
-			r->stream_lr = lr;
-			r->stream_gsq = 0;
-		}
-		trn_model_zero_grad(m);
-		double loss = 0;
-		for (long a = 0; a < accum; a++) {
-			trn_loader_micro(&r->loader, a, &r->batch);
-			if (r->batch.x)           /* the input as the model stores it */
-				trn_model_round(m, r->batch.x, (long)r->batch.n * r->ds.dim);
-			float bscale = (float)(scale / (double)accum);
-			trn_model_expect_backward(m, bscale);
-			loss += trn_model_forward(m, &r->batch, NULL);
-			/* the next micro-batch's copy to the device beside this backward */
-			if (r->ahead.cap && trn_loader_next_micro(&r->loader, a, accum, &r->ahead)) {
-				if (r->ahead.x)
-					trn_model_round(m, r->ahead.x, (long)r->ahead.n * r->ds.dim);
-				trn_model_stage_batch(m, &r->ahead);
-			}
-			if (a == accum - 1)
-				trn_dp_arm(&r->dp);
-			trn_model_more_micro(m, a < accum - 1);
-			trn_model_backward(m, &r->batch, bscale);
-		}
-		loss /= (double)accum;
-		double t_bwd = now();
-		float *gs = NULL;
-		long ns = r->dp.hi - r->dp.lo;
-		double gsq;
-		int nonfinite = 0;
-		if (r->streamed) {             /* no loss scale: nothing to unscale or check */
-			if (trn_optim_end(&r->opt, err) != 0)
-				return TRN_EXIT_FAILED;
-			if (r->stream_lost)
-				return trn_err_set(err, "step %ld: the gradient of %s was not in its window",
-				                   step + 1, m->params[r->stream_lost - 1].name),
-				       TRN_EXIT_FAILED;
-			gsq = r->stream_gsq;
-		} else {
-			if (!(gs = step_grads(r, scale, err)))
-				return TRN_EXIT_FAILED;
-			double t_grads = now();
-			phase[0] += t_grads - t_bwd;
-			gsq = r->opt.k->sumsq(gs, ns);
-			nonfinite = r->ls.mode != TRN_LOSS_SCALE_NONE && r->opt.k->nonfinite(gs, ns);
-			phase[1] += now() - t_grads;
-		}
-		/* whether to stop after this step: with several ranks, what they
-		 * agreed on here (a signal arriving later on one rank waits for the
-		 * next step's agreement, or the ranks would part ways) */
-		int stop = stop_signal != 0;
-		if (r->comm->size > 1) {
-			/* the loss, whether any rank was asked to stop or saw an inf or
-			 * NaN gradient, and (ZeRO) the squared gradient norm of the shards */
-			double shared[4] = { loss, stop, nonfinite, r->dp.zero ? gsq : 0 };
-			if (trn_comm_allreduce_f64(r->comm, shared, 4, err) != 0)
-				return TRN_EXIT_FAILED;
-			loss = shared[0] / (double)r->comm->size;
-			stop = shared[1] > 0;
-			nonfinite = shared[2] > 0;
-			if (r->dp.zero)
-				gsq = shared[3];
-		}
-		if (s->watchdog.max_rollbacks > 0 || s->watchdog.spike_factor > 0) {
-			char why[256];
-			switch (trn_watchdog_check(&r->wd, step + 1, loss, why, sizeof why)) {
-			case TRN_WATCH_OK:
-				break;
-			case TRN_WATCH_ROLLBACK:
-				if (rollback(r, step + 1, why, err) != 0)
-					return TRN_EXIT_FAILED;
-				continue;
-			case TRN_WATCH_FAIL:
-				trn_err_set(err, "%s", why);
-				return TRN_EXIT_DIVERGED;
-			}
-		}
-		if (!isfinite(loss)) {
-			trn_err_set(err, "step %ld: the loss is %f (lr %.4g): training diverged", step + 1,
-			            loss, lr);
+/* With several ranks, what they agree on: the mean loss, whether any was
+ * asked to stop (a signal arriving later on one rank waits for the next
+ * step's agreement, or the ranks would part ways) or saw an inf or NaN
+ * gradient, and with ZeRO the squared norm of the shards. */
+static int agree(struct run *r, struct step *st, int *nonfinite, double *gsq,
+                 struct trn_err *err)
+{
+	st->stop = stop_signal != 0;
+	if (r->comm->size == 1)
+		return 0;
+	double shared[4] = { st->loss, st->stop, *nonfinite, r->dp.zero ? *gsq : 0 };
+	if (trn_comm_allreduce_f64(r->comm, shared, 4, err) != 0)
+		return -1;
+	st->loss = shared[0] / (double)r->comm->size;
+	st->stop = shared[1] > 0;
+	*nonfinite = shared[2] > 0;
+	if (r->dp.zero)
+		*gsq = shared[3];
+	return 0;
+}
+
+/* The update from the gradients gs (clipped first), and the parameters
+ * from the master weights. */
+static int update(struct run *r, float *gs, const struct step *st, struct trn_err *err)
+{
+	double clip = r->spec->optimizer.clip_grad_norm;
+	if (clip > 0 && st->gnorm > clip)
+		r->opt.k->scale(gs, r->dp.hi - r->dp.lo, (float)(clip / (st->gnorm + 1e-6)));
+	double t_update = trn_now();
+	if (trn_optim_step(&r->opt, r->master, gs, st->lr, err) != 0)
+		return -1;
+	double t_params = trn_now();
+	if (publish_params(r, err) != 0)
+		return -1;
+	r->iv.phase[2] += t_params - t_update;
+	r->iv.phase[3] += trn_now() - t_params;
+	return 0;
+}
+
+/* Step r->state.step + 1: TRN_EXIT_OK with st filled (st->step 0: the
+ * watchdog rolled it back), else an exit code with err. */
+static int train_step(struct run *r, struct step *st, struct trn_err *err)
+{
+	*st = (struct step){ .step = r->state.step + 1, .t0 = trn_now() };
+	st->lr = trn_schedule_lr(&r->sched, r->state.step);
+	st->scale = r->ls.scale;
+	if (r->streamed) {             /* the update runs in backward */
+		trn_optim_begin(&r->opt);
+		r->stream_lr = st->lr;
+		r->stream_gsq = 0;
+	}
+	st->loss = forward_backward(r, st->scale);
+	st->t_bwd = trn_now();
+	float *gs = NULL;
+	double gsq = 0;
+	int nonfinite = 0;
+	if (finish_grads(r, st, &gs, &gsq, &nonfinite, err) != 0 ||
+	    agree(r, st, &nonfinite, &gsq, err) != 0)
+		return TRN_EXIT_FAILED;
+	const struct trn_spec_watchdog *w = &r->spec->watchdog;
+	if (w->max_rollbacks > 0 || w->spike_factor > 0) {
+		char why[256];
+		switch (trn_watchdog_check(&r->wd, st->step, st->loss, why, sizeof why)) {
+		case TRN_WATCH_OK:
+			break;
+		case TRN_WATCH_ROLLBACK:
+			st->step = 0;
+			return rollback(r, r->state.step + 1, why, err) == 0 ? TRN_EXIT_OK
+			                                                    : TRN_EXIT_FAILED;
+		case TRN_WATCH_FAIL:
+			trn_err_set(err, "%s", why);
 			return TRN_EXIT_DIVERGED;
 		}
-		double gnorm = sqrt(gsq);
-		/* fp16: an inf or NaN gradient skips the step and lowers the scale */
-		int apply = trn_loss_scale_update(&r->ls, nonfinite);
-		if (apply && r->streamed) {
-			trn_model_weights_streamed(m);  /* each tensor updated as it came */
-		} else if (apply) {
-			double clip = s->optimizer.clip_grad_norm;
-			if (clip > 0 && gnorm > clip)
-				r->opt.k->scale(gs, ns, (float)(clip / (gnorm + 1e-6)));
-			double t_update = now();
-			if (trn_optim_step(&r->opt, r->master, gs, lr, err) != 0)
-				return TRN_EXIT_FAILED;
-			double t_params = now();
-			if (publish_params(r, err) != 0)
-				return TRN_EXIT_FAILED;
-			phase[2] += t_params - t_update;
-			phase[3] += now() - t_params;
-		}
-		trn_loader_advance(&r->loader);
-		r->state.step = ++step;
-		r->last_loss = loss;
-
-		double t1 = now(), dt = t1 - t0;
-		interval_t += dt;
-		interval_after += t1 - t_bwd;
-		total_train_t += dt;
-		interval_steps++;
-		trn_report_metric(&r->rep, step, "train/loss", loss);
-		trn_report_metric(&r->rep, step, "train/lr", lr);
-		if (apply)
-			trn_report_metric(&r->rep, step, "train/grad_norm", gnorm);
-		if (r->ls.mode != TRN_LOSS_SCALE_NONE) {
-			trn_report_metric(&r->rep, step, "train/loss_scale", scale);
-			trn_report_metric(&r->rep, step, "train/skipped_steps", (double)r->ls.skipped);
-		}
-
-		if (step % s->log_every == 0 || step == r->total_steps) {
-			double rate = (double)(interval_steps * s->batch.global) / interval_t;
-			trn_report_metric(&r->rep, step, "train/samples_per_s", rate);
-			/* seconds a step spent after its last backward returned: the
-			 * gradients' wait, the norm, the update and the parameters'
-			 * way back (on the host with offload.optimizer cpu; a resident
-			 * GPU run's update is only enqueued there) */
-			trn_report_metric(&r->rep, step, "train/after_backward_s",
-			                  interval_after / (double)interval_steps);
-			for (int i = 0; i < 4 && r->offload; i++)
-				trn_report_metric(&r->rep, step, phase_names[i],
-				                  phase[i] / (double)interval_steps);
-			if (m->tokens_per_sample > 1)
-				trn_report_metric(&r->rep, step, "train/tokens_per_s",
-				                  rate * (double)m->tokens_per_sample);
-			trn_report_metric(&r->rep, step, "train/epoch",
-			                  (double)step / (double)r->steps_per_epoch);
-			if (m->peak_flops > 0)   /* model FLOPs over the device's peak */
-				trn_report_metric(&r->rep, step, "train/mfu",
-				                  rate * m->flops_per_sample / m->peak_flops);
-			if (!r->opts->quiet && r->lead)
-				progress(r, step, loss, lr, rate);
-			trn_report_flush(&r->rep);
-			interval_t = 0;
-			interval_after = 0;
-			memset(phase, 0, sizeof phase);
-			interval_steps = 0;
-		}
-		if (step == r->total_steps)
-			break;
-		if (s->eval_every && step % s->eval_every == 0 && r->lead)
-			evaluate(r, step);
-		int saved = 0;
-		if (s->checkpoint_every && step % s->checkpoint_every == 0) {
-			if (save(r, err) != 0)
-				return TRN_EXIT_FAILED;
-			saved = 1;
-		}
-		if (stop) {
-			if (!saved && save(r, err) != 0)
-				return TRN_EXIT_FAILED;
-			trn_report_flush(&r->rep);
-			trn_err_set(err, "stopped by signal %d at step %ld; checkpoint written, rerun to "
-			            "resume", stop_signal ? (int)stop_signal : SIGTERM, step);
-			return TRN_EXIT_INTERRUPTED;
-		}
 	}
-	if (r->lead)
-		evaluate(r, r->state.step);
-	if (s->checkpoint_at_end && save(r, err) != 0)
+	if (!isfinite(st->loss))
+		return trn_err_set(err, "step %ld: the loss is %f (lr %.4g): training diverged",
+		                   st->step, st->loss, st->lr), TRN_EXIT_DIVERGED;
+	st->gnorm = sqrt(gsq);
+	/* fp16: an inf or NaN gradient skips the step and lowers the scale */
+	st->apply = trn_loss_scale_update(&r->ls, nonfinite);
+	if (st->apply && r->streamed)
+		trn_model_weights_streamed(r->model);  /* each tensor updated as it came */
+	else if (st->apply && update(r, gs, st, err) != 0)
 		return TRN_EXIT_FAILED;
-	trn_report_flush(&r->rep);
-
-	long done = r->state.step - start_step;
-	if (done > 0 && !r->opts->quiet && r->lead) {
-		double sps = (double)(done * s->batch.global) / total_train_t;
-		printf("done: %ld steps in %.1fs of training, %.0f samples/s, %.1f GFLOP/s in GEMMs",
-		       done, total_train_t, sps, sps * m->flops_per_sample * 1e-9);
-		if (m->tokens_per_sample > 1)
-			printf(", %.0f tokens/s", sps * (double)m->tokens_per_sample);
-		if (m->peak_flops > 0)
-			printf(", MFU %.1f%%", 100.0 * sps * m->flops_per_sample / m->peak_flops);
-		printf("\n");
-		if (r->comm->size > 1 && r->comm->device) {
-			/* the host does not wait for the device's collectives: what
-			 * shows the overlap is how many started during backward */
-			double per = 1.0 / (double)(r->dp.steps ? r->dp.steps : 1);
-			printf("parallel: %d ranks over %s, %.1f MiB %s per step on the devices, "
-			       "%.1f of %d buckets a step started during backward\n", r->comm->size,
-			       r->comm->ops->name, mib(r->dp.bytes * per),
-			       r->dp.zero ? "reduce-scattered" : "allreduced", (double)r->dp.early * per,
-			       r->dp.n_buckets);
-		} else if (r->comm->size > 1) {
-			double per = 1.0 / (double)(r->dp.steps ? r->dp.steps : 1);
-			printf("parallel: %d ranks, %.1f MiB %s per step, %.3f s per step in "
-			       "communication of which %.3f s waited (%.0f%% hidden)", r->comm->size,
-			       mib(r->dp.bytes * per), r->dp.zero ? "reduce-scattered" : "allreduced",
-			       r->dp.comm_s * per, r->dp.wait_s * per, 100.0 * trn_dp_overlap(&r->dp));
-			if (r->dp.zero)
-				printf("; parameter all-gather %.3f s per step", r->dp.gather_s * per);
-			printf("\n");
-		}
-		print_peak(r);
-	}
+	trn_loader_advance(&r->loader);
+	r->state.step = st->step;
+	r->last_loss = st->loss;
 	return TRN_EXIT_OK;
 }
 
-int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
+/* Every log_every steps: the interval's rates, and a progress line. */
+static void report_interval(struct run *r, const struct step *st)
 {
-	struct run r = { .spec = spec, .opts = opts, .t_start = now(), .last_loss = NAN };
+	const struct trn_model *m = r->model;
+	static const char *const phase_names[] = { "offload/grads_s", "offload/norm_s",
+	                                           "offload/update_s", "offload/params_s" };
+	long step = st->step, n = r->iv.steps;
+	double rate = (double)(n * r->spec->batch.global) / r->iv.t;
+	trn_report_metric(&r->rep, step, "train/samples_per_s", rate);
+	/* seconds a step spent after its last backward returned: the
+	 * gradients' wait, the norm, the update and the parameters' way back
+	 * (on the host with offload.optimizer cpu; a resident GPU run's update
+	 * is only enqueued there), and with offload.optimizer cpu those parts */
+	trn_report_metric(&r->rep, step, "train/after_backward_s", r->iv.after / (double)n);
+	for (int i = 0; i < 4 && r->offload; i++)
+		trn_report_metric(&r->rep, step, phase_names[i], r->iv.phase[i] / (double)n);
+	if (m->tokens_per_sample > 1)
+		trn_report_metric(&r->rep, step, "train/tokens_per_s",
+		                  rate * (double)m->tokens_per_sample);
+	trn_report_metric(&r->rep, step, "train/epoch", (double)step / (double)r->steps_per_epoch);
+	if (m->peak_flops > 0)         /* model FLOPs over the device's peak */
+		trn_report_metric(&r->rep, step, "train/mfu", rate * m->flops_per_sample / m->peak_flops);
+	if (!r->opts->quiet && r->lead)
+		progress(r, step, st->loss, st->lr, rate);
+	trn_report_flush(&r->rep);
+	memset(&r->iv, 0, sizeof r->iv);
+}
+
+/* The step's metrics, and its time in the interval's. */
+static void report_step(struct run *r, const struct step *st)
+{
+	double t1 = trn_now(), dt = t1 - st->t0;
+	long step = st->step;
+	r->iv.t += dt;
+	r->iv.after += t1 - st->t_bwd;
+	r->iv.steps++;
+	r->train_t += dt;
+	trn_report_metric(&r->rep, step, "train/loss", st->loss);
+	trn_report_metric(&r->rep, step, "train/lr", st->lr);
+	if (st->apply)
+		trn_report_metric(&r->rep, step, "train/grad_norm", st->gnorm);
+	if (r->ls.mode != TRN_LOSS_SCALE_NONE) {
+		trn_report_metric(&r->rep, step, "train/loss_scale", st->scale);
+		trn_report_metric(&r->rep, step, "train/skipped_steps", (double)r->ls.skipped);
+	}
+	if (step % r->spec->log_every == 0 || step == r->total_steps)
+		report_interval(r, st);
+}
+
+/* Between steps: evaluation, checkpoints, and a stop that was asked for
+ * (TRN_EXIT_INTERRUPTED). */
+static int between_steps(struct run *r, const struct step *st, struct trn_err *err)
+{
+	const struct trn_spec *s = r->spec;
+	long step = st->step;
+	if (s->eval_every && step % s->eval_every == 0 && r->lead)
+		evaluate(r, step);
+	int saved = 0;
+	if (s->checkpoint_every && step % s->checkpoint_every == 0) {
+		if (save(r, err) != 0)
+			return TRN_EXIT_FAILED;
+		saved = 1;
+	}
+	if (!st->stop)
+		return TRN_EXIT_OK;
+	if (!saved && save(r, err) != 0)
+		return TRN_EXIT_FAILED;
+	trn_report_flush(&r->rep);
+	trn_err_set(err, "stopped by signal %d at step %ld; checkpoint written, rerun to resume",
+	            stop_signal ? (int)stop_signal : SIGTERM, step);
+	return TRN_EXIT_INTERRUPTED;
+}
+
+/* The data-parallel line of the run's summary. */
+static void print_parallel(const struct run *r)
+{
+	double per = 1.0 / (double)(r->dp.steps ? r->dp.steps : 1);
+	const char *how = r->dp.zero ? "reduce-scattered" : "allreduced";
+	if (r->comm->device) {
+		/* the host does not wait for the device's collectives: what
+		 * shows the overlap is how many started during backward */
+		printf("parallel: %d ranks over %s, %.1f MiB %s per step on the devices, "
+		       "%.1f of %d buckets a step started during backward\n", r->comm->size,
+		       r->comm->ops->name, mib(r->dp.bytes * per), how, (double)r->dp.early * per,
+		       r->dp.n_buckets);
+		return;
+	}
+	printf("parallel: %d ranks, %.1f MiB %s per step, %.3f s per step in communication of "
+	       "which %.3f s waited (%.0f%% hidden)", r->comm->size, mib(r->dp.bytes * per), how,
+	       r->dp.comm_s * per, r->dp.wait_s * per, 100.0 * trn_dp_overlap(&r->dp));
+	if (r->dp.zero)
+		printf("; parameter all-gather %.3f s per step", r->dp.gather_s * per);
+	printf("\n");
+}
+
+/* The run's summary: throughput, communication, memory against the plan. */
+static void print_summary(const struct run *r, long done)
+{
+	const struct trn_model *m = r->model;
+	double sps = (double)(done * r->spec->batch.global) / r->train_t;
+	printf("done: %ld steps in %.1fs of training, %.0f samples/s, %.1f GFLOP/s in GEMMs", done,
+	       r->train_t, sps, sps * m->flops_per_sample * 1e-9);
+	if (m->tokens_per_sample > 1)
+		printf(", %.0f tokens/s", sps * (double)m->tokens_per_sample);
+	if (m->peak_flops > 0)
+		printf(", MFU %.1f%%", 100.0 * sps * m->flops_per_sample / m->peak_flops);
+	printf("\n");
+	if (r->comm->size > 1)
+		print_parallel(r);
+	print_peak(r);
+}
+
+static int train_loop(struct run *r, struct trn_err *err)
+{
+	long start_step = r->state.step;
+	while (r->state.step < r->total_steps) {
+		struct step st;
+		int code = train_step(r, &st, err);
+		if (code != TRN_EXIT_OK)
+			return code;
+		if (!st.step)              /* rolled back */
+			continue;
+		report_step(r, &st);
+		if (st.step == r->total_steps)
+			break;
+		if ((code = between_steps(r, &st, err)) != TRN_EXIT_OK)
+			return code;
+	}
+	if (r->lead)
+		evaluate(r, r->state.step);
+	if (r->spec->checkpoint_at_end && save(r, err) != 0)
+		return TRN_EXIT_FAILED;
+	trn_report_flush(&r->rep);
+	long done = r->state.step - start_step;
+	if (done > 0 && !r->opts->quiet && r->lead)
+		print_summary(r, done);
+	return TRN_EXIT_OK;
+}
+
+int trn_train(const struct trn_spec *spec, const struct trn_options *opts)
+{
+	struct run r = { .spec = spec, .opts = opts, .t_start = trn_now(), .last_loss = NAN };
 	struct trn_err err = { 0 };
 	int code = setup(&r, &err);
 	if (code == TRN_EXIT_OK) {
@@ -1094,7 +1232,7 @@ int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts)
 	 * still gets the result when reporting) */
 	struct stat st;
 	struct trn_result res = { .status = status[code], .steps = r.state.step, .final = r.final,
-	                          .wall_s = now() - r.t_start, .exit_code = code,
+	                          .wall_s = trn_now() - r.t_start, .exit_code = code,
 	                          .reason = err.set ? err.text : NULL };
 	if ((!r.comm || r.lead) &&
 	    trn_report_finish(&r.rep, stat(opts->job_dir, &st) == 0 ? opts->job_dir : NULL, &res,

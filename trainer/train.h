@@ -7,7 +7,7 @@
 #ifndef LARCH_TRAINER_TRAIN_H
 #define LARCH_TRAINER_TRAIN_H
 
-#include "input.h"
+#include "options.h"
 #include "spec.h"
 
 enum trn_exit {
@@ -18,25 +18,10 @@ enum trn_exit {
 	TRN_EXIT_DIVERGED = 4,         /* the loss became inf or NaN */
 };
 
-enum trn_resume {
-	TRN_RESUME_AUTO,               /* continue from the newest checkpoint if there is one */
-	TRN_RESUME_REQUIRE,            /* --resume: fail unless there is one */
-};
-
-struct trn_train_opts {
-	const char *job_dir;
-	enum trn_resume resume;
-	int threads;                   /* 0 = default (OMP_NUM_THREADS or the CPUs we may use) */
-	int quiet;                     /* no progress lines */
-	const char *device;            /* "cpu", "cuda", or NULL: cuda when the spec asks for GPUs
-	                                  (resources.gpus_per_node > 0) */
-	const struct trn_input_policy *inputs;  /* how data files and init.from are opened
-	                                  (--data-root, --confine-data); NULL: unconfined */
-};
-
-/* Runs spec to the end (or to a stop signal) and returns an enum trn_exit.
+/* Runs spec to the end (or to a stop signal) and returns an enum trn_exit;
+ * opts (borrowed) must have a job_dir.
  * Errors are printed to stderr and recorded in result.json. */
-int trn_train(const struct trn_spec *spec, const struct trn_train_opts *opts);
+int trn_train(const struct trn_spec *spec, const struct trn_options *opts);
 
 /* Asks the run to checkpoint and stop at the next step boundary.
  * Async-signal-safe: meant to be called from a signal handler. */

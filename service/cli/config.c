@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "trainer/env.h"
 
 #define DEFAULT_URL "http://127.0.0.1:8080"
 #define MAX_SECRET_FILE (64u << 10)
@@ -167,18 +168,18 @@ static int read_config(const char *path, char **url, char **token)
 static char *config_path(void)
 {
 	struct cli_buf b = { 0 };
-	const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+	const char *xdg = trn_env_str("XDG_CONFIG_HOME"), *home = trn_env_str("HOME");
 	if (xdg && xdg[0] == '/')
 		cli_buf_addf(&b, "%s/larch/config", xdg);
-	else if (home && home[0])
+	else if (home)
 		cli_buf_addf(&b, "%s/.config/larch/config", home);
 	return b.data;
 }
 
 static char *env_value(const char *name)
 {
-	const char *v = getenv(name);
-	return v && v[0] ? strdup(v) : NULL;
+	const char *v = trn_env_str(name);
+	return v ? strdup(v) : NULL;
 }
 
 int cli_connect(struct cli *cli)

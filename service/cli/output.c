@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "trainer/env.h"
+
 static void *xrealloc(void *p, size_t n)
 {
 	void *q = realloc(p, n ? n : 1);
@@ -203,10 +205,8 @@ size_t cli_term_width(void)
 	struct winsize ws;
 	if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
 		return ws.ws_col;
-	const char *env = getenv("COLUMNS");
-	char *end;
-	long n = env ? strtol(env, &end, 10) : 0;
-	return env && *end == '\0' && n > 0 && n < 100000 ? (size_t)n : 0;
+	long n;
+	return trn_env_long("COLUMNS", 1, 99999, 0, &n, NULL, 0) == 0 ? (size_t)n : 0;
 }
 
 /* ---- tables ---------------------------------------------------------------- */

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 	 * the averaging pass's OpenMP team would otherwise spin on the core the
 	 * other rank needs */
 	kern_set_threads(1);
-	struct trn_comm *comm = trn_comm_open(launched > 0 ? launched : 1, NULL, &err);
+	struct trn_comm *comm = trn_comm_open(launched > 0 ? launched : 1, NULL, NULL, &err);
 	if (!comm) {
 		fprintf(stderr, "bench_allreduce: %s\n", err.text);
 		return 1;

@@ -347,7 +347,11 @@ int main(int argc, char **argv)
 
 	struct bench_case cs[MAX_CASES];
 	int nc = make_cases(cs);
-	const char *env = getenv("LARCH_CPU_ISA");
+	const char *env = getenv("LARCH_CPU_ISA");    /* as larch-train's option cpu_isa */
+	if (env && *env && strcmp(env, "auto") != 0 &&
+	    kern_optim_set_isa((enum kern_isa)kern_isa_parse(env)) != 0)
+		fprintf(stderr, "bench_optim_cpu: LARCH_CPU_ISA=%s: not a set this CPU and build run\n",
+		        env);
 	char has[64] = "";
 	for (int i = KERN_ISA_COUNT - 1; i >= 0; i--)
 		if (kern_isa_supported((enum kern_isa)i))

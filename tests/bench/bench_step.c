@@ -141,6 +141,16 @@ static void fill_batch(struct bench *b, struct trn_batch *bt, struct trn_rng *r)
 	*r = rng;
 }
 
+
+/* LARCH_BLAS and OPENBLAS_CORETYPE, as larch-train's options take them */
+static const struct kern_blas_choice *blas_choice(void)
+{
+	static struct kern_blas_choice c;
+	c.library = getenv("LARCH_BLAS");
+	c.coretype = getenv("OPENBLAS_CORETYPE");
+	return &c;
+}
+
 static int setup(struct bench *b, const struct opts *o)
 {
 	struct trn_err err = { 0 };
@@ -149,7 +159,7 @@ static int setup(struct bench *b, const struct opts *o)
 		fprintf(stderr, "bench_step: %s\n", err.text);
 		return -1;
 	}
-	if (kern_blas_init(blas_err, sizeof blas_err) != 0) {
+	if (kern_blas_init(blas_choice(), blas_err, sizeof blas_err) != 0) {
 		fprintf(stderr, "bench_step: %s\n", blas_err);
 		return -1;
 	}
@@ -224,7 +234,7 @@ static int parse_args(struct opts *o, int argc, char **argv)
 			o->json = 1;
 		} else if (strcmp(a, "--blas") == 0) {
 			char err[1024];
-			if (kern_blas_init(err, sizeof err) != 0) {
+			if (kern_blas_init(blas_choice(), err, sizeof err) != 0) {
 				fprintf(stderr, "bench_step: %s\n", err);
 				exit(1);
 			}

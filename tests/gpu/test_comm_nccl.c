@@ -104,7 +104,7 @@ int main(void)
 {
 	gpu_test_init("test_comm_nccl");
 	struct trn_err err = { 0 };
-	struct trn_comm *host = trn_comm_open(1, NULL, &err);
+	struct trn_comm *host = trn_comm_open(1, NULL, NULL, &err);
 	if (!host) {
 		printf("FAIL: no host communicator: %s\n", err.text);
 		return 1;

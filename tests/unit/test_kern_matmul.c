@@ -258,7 +258,7 @@ static void test_cpu_deterministic(void)
 int main(void)
 {
 	char err[512];
-	if (kern_blas_init(err, sizeof err) != 0) {
+	if (kern_blas_init(NULL, err, sizeof err) != 0) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}

@@ -559,7 +559,7 @@ static void train_both(const char *corpus, int micro, const char *extra, double 
 	runs++;
 	for (int k = 0; k < 2; k++) {
 		snprintf(dirs[k], sizeof dirs[k], "%s/run-%d-%d-%s", tmp, runs, micro, devices[k]);
-		struct trn_train_opts o = { .job_dir = dirs[k], .quiet = 1, .threads = 1,
+		struct trn_options o = { .job_dir = dirs[k], .quiet = 1, .threads = 1,
 		                            .device = devices[k] };
 		CHECK_INT_EQ(trn_train(&spec, &o), TRN_EXIT_OK);
 	}
@@ -593,7 +593,7 @@ static void resume_cycles(const char *corpus, const char *extra, const char *str
 	if (run_spec(&spec, corpus, 4, extra))
 		return;
 	snprintf(dir, sizeof dir, "%s/run-resumed-%d", tmp, ++cycles);
-	struct trn_train_opts o = { .job_dir = dir, .quiet = 1, .threads = 1, .device = "cuda" };
+	struct trn_options o = { .job_dir = dir, .quiet = 1, .threads = 1, .device = "cuda" };
 	trn_train_request_stop(SIGTERM);       /* stays up: every run stops after one step */
 	int rc = -1, runs = 0;
 	while (rc != TRN_EXIT_OK && runs < 20) {
