@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
+
 #if defined(LARCH_HAVE_CUDA) && !defined(LARCH_CUDA_BACKEND_STATIC)
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const struct trn_cuda_backend *loaded;
@@ -14,8 +16,8 @@ static char load_error[4200];
 /* <the directory of liblarch_trainer.so>/liblarch_trainer_cuda.so */
 static void backend_path(char *buf, size_t len)
 {
-	const char *env = getenv("LARCH_CUDA_BACKEND");
-	if (env && *env) {
+	const char *env = trn_env_str("LARCH_CUDA_BACKEND");
+	if (env) {
 		snprintf(buf, len, "%s", env);
 		return;
 	}
@@ -50,9 +52,9 @@ static void load(void)
 
 void trn_cuda_kernel_opts(struct kern_cuda_opts *opts)
 {
-	const char *sync = getenv("LARCH_CUDA_SYNC");
-	opts->sync = sync && *sync && strcmp(sync, "0") != 0;
-	opts->kernel_picks = getenv("LARCH_CUDA_KERNEL_PICKS");
+	const char *sync = trn_env_str("LARCH_CUDA_SYNC");
+	opts->sync = sync && strcmp(sync, "0") != 0;
+	opts->kernel_picks = trn_env_str("LARCH_CUDA_KERNEL_PICKS");
 }
 
 const struct trn_cuda_backend *trn_cuda_backend_get(struct trn_err *err)
