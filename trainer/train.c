@@ -627,13 +627,15 @@ static int open_run(struct run *r, struct trn_err *err)
 	r->lead = r->comm->rank == 0;
 	if (r->lead && trn_report_connect(&r->rep, err) != 0)
 		return TRN_EXIT_USAGE;
+	/* the thread count first: kern_blas_init hands it to the BLAS and
+	 * names it in the header's blas: line */
+	if (r->opts->threads > 0)
+		kern_set_threads(r->opts->threads);
 	struct kern_blas_choice blas = { .library = r->opts->blas,
 	                                 .coretype = r->opts->openblas_coretype };
 	if (kern_blas_init(&blas, blas_err, sizeof blas_err) != 0)
 		return trn_err_set(err, "%s", blas_err), TRN_EXIT_FAILED;
 	pick_isa(r);
-	if (r->opts->threads > 0)
-		kern_set_threads(r->opts->threads);
 	if (make_dir(dir, err) != 0 || (r->lead && write_spec(dir, s, err) != 0))
 		return TRN_EXIT_FAILED;
 	if (trn_dataset_load(&r->ds, s, r->opts->inputs, err) != 0)

@@ -138,8 +138,15 @@ def test_a_changed_spec_does_not_resume_another_runs_checkpoint(trainer, image_d
 
 def test_completed_run_writes_its_contract(trainer, image_data, tmp_path):
     job = tmp_path / "job"
-    out = trainer.run(small_spec(image_data, log_every=2), job)
+    out = trainer.run(small_spec(image_data, log_every=2), job, "--threads", "1")
     assert out.returncode == EXIT_OK, out.stderr
+    # the options table, printed once, names where each value came from;
+    # the BLAS runs on the threads the command line gave
+    options = [l for l in out.stdout.splitlines() if l.startswith("options: ")]
+    assert len(options) == 1 and "threads 1 (--threads)" in options[0], out.stdout
+    assert "cpu_isa auto" in options[0] and "comm_timeout_s 120" in options[0]
+    blas = [l for l in out.stdout.splitlines() if l.startswith("blas: ")]
+    assert len(blas) == 1 and blas[0].endswith(", 1 threads"), out.stdout
     assert "memory per rank (1 rank):" in out.stdout and "\n  params       fp32" in out.stdout
     assert "step 4/4 | epoch" in out.stdout and "samples/s" in out.stdout
     res = result(job)
