@@ -6,9 +6,6 @@ import subprocess
 import pytest
 
 import larchd
-# the session's one Slurm cluster: a fixture a test module imported itself
-# would be that module's own, a cluster started (and kept) per module
-from slurm import slurm_cluster  # noqa: F401  (the fixture)
 
 
 class Trainer:

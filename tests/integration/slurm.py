@@ -6,8 +6,9 @@ as root). The
 `slurm_cluster` fixture gives one per session: the cluster already up in
 $LARCH_SLURM_DIR if there is one (left running at the end), else a fresh one
 in a temporary directory on free ports, stopped at the end with nothing of
-it left running. conftest.py provides it to every test module; a module
-that imported it itself would get a cluster of its own:
+it left running:
+
+    from slurm import slurm_cluster  # noqa: F401  (the fixture)
 
     def test_x(slurm_cluster):
         subprocess.run(["sinfo"], env=slurm_cluster.env, check=True)
