@@ -37,8 +37,8 @@
 #include "jobs_hooks.h"
 #include "reply.h"
 #include "trainer/data.h"
-#include "trainer/plan.h"
-#include "trainer/spec.h"
+#include "trainer/spec/plan.h"
+#include "trainer/spec/spec.h"
 
 #define IDEM_KEY_MAX 128
 
@@ -84,7 +84,7 @@ static const char *bad_key(const char *key)
  * with ("batch.global: must be ..." -> "batch.global"). */
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-/* The memory preflight (trainer/plan.h): a spec whose plan needs more than a
+/* The memory preflight (trainer/spec/plan.h): a spec whose plan needs more than a
  * node of its partition has (or its resources.mem), or more than a GPU has,
  * is answered 422 with the plan, the limits and the largest micro-batch that
  * fits. The plan needs the data's shape, which the preflight's probe learned

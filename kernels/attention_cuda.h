@@ -54,7 +54,7 @@ int kern_attention_flash_supported(int t, int c, int nh);
  * of in a kernel of its own: the keys of that kernel's blocks, 128
  * (8 warps), or 0 for the dq kernel (the default). keys 0 or 128 sets it,
  * anything else only asks; the trainer sets it from the spec's
- * "deterministic" (trainer/plan.h).
+ * "deterministic" (trainer/spec/plan.h).
  * Returns the previous setting. dq within rounding of the dq kernel's, but
  * not the same bits on every run (the adds' order); dk and dv the same
  * bits. */

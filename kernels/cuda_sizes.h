@@ -1,6 +1,6 @@
 /* kernels/cuda_sizes.h - the fixed device memory the CUDA kernels take,
  * and the GEMM tuning's candidate count that decides part of it, without
- * the CUDA headers: larch plan (trainer/plan.c) counts it in every build,
+ * the CUDA headers: larch plan (trainer/spec/plan.c) counts it in every build,
  * one without the CUDA toolkit too. */
 #ifndef LARCH_KERNELS_CUDA_SIZES_H
 #define LARCH_KERNELS_CUDA_SIZES_H

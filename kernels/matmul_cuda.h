@@ -139,7 +139,7 @@ void kern_matmul_bwd_set_dgelu_act_cuda(int a16, void *dpre, float *dweight, flo
                                         const void *dout, const void *inp, const float *weight,
                                         const void *pre, int n, int c, int oc);
 /* Whether those fuse GELU into the GEMMs (the library's default 0; the GPU
- * GPT turns it on with 16-bit activations, trainer/plan.h).
+ * GPT turns it on with 16-bit activations, trainer/spec/plan.h).
  * Returns the previous setting. */
 int kern_matmul_cuda_fused_gelu(int on);
 /* How many GEMMs have taken GELU into their epilogue so far (those cuBLASLt

@@ -11,7 +11,7 @@
 #include "model.h"
 #include "optim.h"
 #include "schedule.h"
-#include "spec.h"
+#include "spec/spec.h"
 
 struct trn_capi_model {
 	struct trn_spec spec;

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "input.h"
+#include "spec/input.h"
 
 #define CKPT_SUBDIR "checkpoints"
 #define CKPT_PREFIX "step-"

@@ -23,7 +23,7 @@
 #include "data.h"
 #include "kernels/cuda_opts.h"
 #include "err.h"
-#include "spec.h"
+#include "spec/spec.h"
 
 struct trn_comm;
 struct trn_model;

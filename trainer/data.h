@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "err.h"
-#include "spec.h"
+#include "spec/spec.h"
 
 struct trn_input_policy;
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "input.h"
+#include "spec/input.h"
 
 #define IDX_IMAGES 0x00000803u
 #define IDX_LABELS 0x00000801u

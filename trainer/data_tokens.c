@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "input.h"
+#include "spec/input.h"
 
 #define TOK_MAGIC 20240520
 #define TOK_VERSION 1

@@ -20,7 +20,7 @@
 #ifndef LARCH_TRAINER_LOSS_SCALE_H
 #define LARCH_TRAINER_LOSS_SCALE_H
 
-#include "spec.h"
+#include "spec/spec.h"
 
 enum trn_loss_scale_mode { TRN_LOSS_SCALE_NONE, TRN_LOSS_SCALE_STATIC, TRN_LOSS_SCALE_DYNAMIC };
 

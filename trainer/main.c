@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "input.h"
+#include "spec/input.h"
 #include "model.h"
 #include "options.h"
-#include "plan.h"
+#include "spec/plan.h"
 #include "probe.h"
-#include "spec.h"
+#include "spec/spec.h"
 #include "train.h"
 
 #ifndef LARCH_VERSION

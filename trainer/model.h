@@ -16,7 +16,7 @@
 #include "data.h"
 #include "err.h"
 #include "kernels/precision.h"
-#include "spec.h"
+#include "spec/spec.h"
 
 #define TRN_PARAM_NAME 64
 

@@ -15,7 +15,7 @@
 #include "gpu_parts.h"
 #include "optim.h"
 #include "param_offload.h"
-#include "plan.h"
+#include "spec/plan.h"
 
 /* ---- the parameter offload engine's slots and copies on the device ---------- */
 

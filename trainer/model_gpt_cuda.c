@@ -33,7 +33,7 @@
 #include "act_offload.h"
 #include "model_cuda.h"
 #include "param_offload.h"
-#include "plan.h"
+#include "spec/plan.h"
 
 /* parameter indices within one block, in model_gpt.c's table order
  * (trn_gpt_block_names; check_table holds the two together) */

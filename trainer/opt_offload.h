@@ -53,7 +53,7 @@
 #ifndef LARCH_TRAINER_OPT_OFFLOAD_H
 #define LARCH_TRAINER_OPT_OFFLOAD_H
 
-#include "spec.h"
+#include "spec/spec.h"
 
 /* A copy in flight; n 0: none. */
 struct trn_opt_copy {

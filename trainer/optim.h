@@ -39,7 +39,7 @@
 #include "err.h"
 #include "kernels/quant8.h"
 #include "model.h"
-#include "spec.h"
+#include "spec/spec.h"
 
 struct trn_dp;
 

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "input.h"
+#include "spec/input.h"
 
 struct trn_options {
 	const char *job_dir;           /* where the run's files go; NULL: runs/<spec name> */

@@ -20,8 +20,8 @@
 
 #include <jansson.h>
 
-#include "input.h"
-#include "spec.h"
+#include "spec/input.h"
+#include "spec/spec.h"
 
 /* The answer as a new JSON object:
  *   {"ok": true, "shape": <trn_dataset_shape_to_json>}

@@ -9,7 +9,7 @@
 #ifndef LARCH_TRAINER_SCHEDULE_H
 #define LARCH_TRAINER_SCHEDULE_H
 
-#include "spec.h"
+#include "spec/spec.h"
 
 struct trn_schedule {
 	double base_lr, peak_lr, start_lr, final_lr;

@@ -26,7 +26,7 @@
 #include "model.h"
 #include "optim.h"
 #include "opt_offload.h"
-#include "plan.h"
+#include "spec/plan.h"
 #include "report.h"
 #include "schedule.h"
 #include "state.h"

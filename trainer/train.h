@@ -8,7 +8,7 @@
 #define LARCH_TRAINER_TRAIN_H
 
 #include "options.h"
-#include "spec.h"
+#include "spec/spec.h"
 
 enum trn_exit {
 	TRN_EXIT_OK = 0,               /* completed */

@@ -20,7 +20,7 @@
 #include <stddef.h>
 
 #include "err.h"
-#include "spec.h"
+#include "spec/spec.h"
 
 struct trn_watchdog {
 	struct trn_spec_watchdog cfg;  /* a copy of the spec's section */

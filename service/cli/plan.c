@@ -1,5 +1,5 @@
 /* service/cli/plan.c - larch plan: the memory preflight of a spec, computed
- * here with the trainer's own planner (trainer/plan.h), no server needed.
+ * here with the trainer's own planner (trainer/spec/plan.h), no server needed.
  * larchd applies the same plan at submit time against its nodes. */
 #include <getopt.h>
 #include <stdio.h>
@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "trainer/plan.h"
-#include "trainer/spec.h"
+#include "trainer/spec/plan.h"
+#include "trainer/spec/spec.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 

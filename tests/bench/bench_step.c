@@ -32,7 +32,7 @@
 #include "trainer/model.h"
 #include "trainer/optim.h"
 #include "trainer/rng.h"
-#include "trainer/spec.h"
+#include "trainer/spec/spec.h"
 
 #define MAX_ROUNDS 64
 /* Synthetic samples the steps cycle through: enough that a model does not

@@ -1,4 +1,4 @@
-"""The memory preflight (trainer/plan.h): `larch plan` prints what each rank
+"""The memory preflight (trainer/spec/plan.h): `larch plan` prints what each rank
 holds; the plan agrees with what larch-train reports and with the peak
 resident memory the kernel measured for a real run (within 10%); larchd
 answers 422 with the plan and the largest micro-batch that fits when a spec

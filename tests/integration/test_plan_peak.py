@@ -1,6 +1,6 @@
 """The memory plan is never below what a run holds: for small CPU specs the
 kernel's high-water mark of a real run's resident memory is at most the
-plan's host total, and the plan at most 10% above it (trainer/plan.h counts
+plan's host total, and the plan at most 10% above it (trainer/spec/plan.h counts
 the runtime's own memory and the loader's, not only the model's), so that
 larchd's 422 at submit can be trusted both ways. Memory, not time: a fair
 pass/fail test."""

@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "trainer/data.h"
-#include "trainer/input.h"
+#include "trainer/spec/input.h"
 
 static const char *tmp;
 

@@ -1,4 +1,4 @@
-/* tests/unit/test_input.c - trainer/input.c: the opener of user-named files.
+/* tests/unit/test_input.c - trainer/spec/input.c: the opener of user-named files.
  * A FIFO, a terminal, a device, a directory, an empty file and procfs are
  * refused without blocking; a regular file comes back readable and
  * blocking; confinement follows symbolic links to where they lead and
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "trainer/input.h"
+#include "trainer/spec/input.h"
 
 static char dir[PATH_MAX];               /* canonical */
 

@@ -7,7 +7,7 @@
 
 #include "check.h"
 #include "trainer/loss_scale.h"
-#include "trainer/spec.h"
+#include "trainer/spec/spec.h"
 
 /* A scaler from a spec whose "precision" is the given JSON object text. */
 static int from_spec(struct trn_loss_scale *ls, const char *precision)

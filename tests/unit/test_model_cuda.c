@@ -20,8 +20,8 @@
 #include "trainer/model.h"
 #include "trainer/model_cuda.h"
 #include "trainer/param_offload.h"
-#include "trainer/plan.h"
-#include "trainer/spec.h"
+#include "trainer/spec/plan.h"
+#include "trainer/spec/spec.h"
 #include "trainer/train.h"
 
 extern long cuda_shim_live_buffers;

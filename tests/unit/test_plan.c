@@ -1,4 +1,4 @@
-/* tests/unit/test_plan.c - trainer/plan.c: the memory plan of a spec. A GPT
+/* tests/unit/test_plan.c - trainer/spec/plan.c: the memory plan of a spec. A GPT
  * on a byte-level text file: params and grads of the model's own parameter
  * count, AdamW's two fp32 states, ZeRO-1 halves them, activations grow with
  * the micro-batch, the largest micro-batch that fits a limit is found, and a
@@ -13,8 +13,8 @@
 #include "check.h"
 #include "kernels/cuda_sizes.h"
 #include "trainer/model.h"
-#include "trainer/plan.h"
-#include "trainer/spec.h"
+#include "trainer/spec/plan.h"
+#include "trainer/spec/spec.h"
 
 static char corpus[] = "/tmp/larch-test-plan-XXXXXX";
 

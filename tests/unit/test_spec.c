@@ -1,4 +1,4 @@
-/* tests/unit/test_spec.c - trainer/spec.c: every bad spec under
+/* tests/unit/test_spec.c - trainer/spec/spec.c: every bad spec under
  * specs/invalid/ gives exactly the message in its .error file; every spec
  * under specs/valid/ loads, with its defaults and derived values checked; the
  * canonical JSON reparses to itself and hashes the same whatever the key
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
-#include "trainer/spec.h"
+#include "trainer/spec/spec.h"
 
 static char spec_dir[4096];
 

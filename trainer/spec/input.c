@@ -1,4 +1,4 @@
-/* trainer/input.c - see input.h. */
+/* trainer/spec/input.c - see input.h. */
 #include "input.h"
 
 #include <errno.h>

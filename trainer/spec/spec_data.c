@@ -1,11 +1,11 @@
-/* trainer/spec_data.c - the spec sections that name things outside the spec:
+/* trainer/spec/spec_data.c - the spec sections that name things outside the spec:
  * "data" (named datasets and data files) and "resources" (the Slurm request,
  * memory and time limit in Slurm's own formats). See spec.h and docs/spec.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
+#include "trainer/env.h"
 #include "spec.h"
 #include "spec_fields.h"
 

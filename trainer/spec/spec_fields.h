@@ -1,4 +1,4 @@
-/* trainer/spec_fields.h - the field layer under the spec validator (private to
+/* trainer/spec/spec_fields.h - the field layer under the spec validator (private to
  * spec*.c).
  *
  * A struct trn_fields is one JSON object being read (in, borrowed; NULL when
@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "err.h"
+#include "trainer/err.h"
 #include "spec.h"
 
 struct trn_fields {

@@ -1,4 +1,4 @@
-/* trainer/spec_fields.c - see spec_fields.h. */
+/* trainer/spec/spec_fields.c - see spec_fields.h. */
 #include "spec_fields.h"
 
 #include <limits.h>

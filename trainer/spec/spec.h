@@ -1,4 +1,4 @@
-/* trainer/spec.h - the training job spec: parse, validate, hash.
+/* trainer/spec/spec.h - the training job spec: parse, validate, hash.
  *
  * One validator for larch-train and larchd: a spec accepted here is one the
  * trainer can run. It rejects unknown fields, wrong types and inconsistent
@@ -17,7 +17,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "trainer/err.h"
 
 #define TRN_NAME_MAX 64        /* job, dataset, partition, qos and account names */
 #define TRN_PATH_MAX 4096

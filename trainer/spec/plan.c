@@ -1,4 +1,4 @@
-/* trainer/plan.c - see plan.h. The items follow what train.c, dp.c and
+/* trainer/spec/plan.c - see plan.h. The items follow what train.c, dp.c and
  * optim.c allocate; tests/integration/test_plan.py holds a run's measured
  * peak against the plan. */
 #include "plan.h"
@@ -8,11 +8,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data.h"
+#include "trainer/data.h"
 #include "kernels/cuda_sizes.h"
 #include "kernels/quant8.h"
-#include "model.h"
-#include "opt_offload.h"
+#include "trainer/model.h"
+#include "trainer/opt_offload.h"
 
 static const char *const item_names[TRN_PLAN_N] = {
 	[TRN_PLAN_PARAMS] = "params",

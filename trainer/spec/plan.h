@@ -1,4 +1,4 @@
-/* trainer/plan.h - the memory preflight: what one rank of a spec holds,
+/* trainer/spec/plan.h - the memory preflight: what one rank of a spec holds,
  * item by item, computed from the spec and the data's shape without
  * allocating the model or loading the data.
  *
@@ -39,8 +39,8 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "data.h"
-#include "err.h"
+#include "trainer/data.h"
+#include "trainer/err.h"
 #include "spec.h"
 
 enum trn_plan_item {

@@ -1,4 +1,4 @@
-/* trainer/spec.c - see spec.h. The sections of a spec, each read as a table
+/* trainer/spec/spec.c - see spec.h. The sections of a spec, each read as a table
  * of fields through spec_fields.h; data and resources are in spec_data.c. */
 #include "spec.h"
 

@@ -1,4 +1,4 @@
-/* trainer/input.h - the one way the trainer opens a file that a user named:
+/* trainer/spec/input.h - the one way the trainer opens a file that a user named:
  * the data files of every format, init.from, and the spec file itself.
  *
  * trn_input_open never blocks on what the path names and never reads a
@@ -28,7 +28,7 @@
 
 #include <stddef.h>
 
-#include "err.h"
+#include "trainer/err.h"
 
 struct trn_input_policy {
 	int confine;                   /* 1: every path must resolve under a root */
