@@ -66,6 +66,9 @@ void api_job_write(struct api_buf *b, const struct db_job *job)
 	api_buf_json_str(b, job->executor);
 	api_buf_adds(b, ",\"slurm_job_id\":");
 	api_buf_json_str(b, job->slurm_job_id);
+	/* the spec's or an admin's, then the one Slurm put it in once known */
+	api_buf_adds(b, ",\"partition\":");
+	api_buf_json_str(b, job->partition);
 	api_buf_adds(b, ",\"priority\":");
 	api_buf_json_int(b, job->priority);
 	api_buf_adds(b, ",\"attempt\":");

@@ -135,6 +135,7 @@ struct db_transition {
 	int has_exit_code;
 	int exit_code;
 	const char *slurm_job_id;/* set it (QUEUED under Slurm); NULL = unchanged */
+	const char *partition;   /* set it (the partition Slurm put it in); NULL = unchanged */
 	int64_t time_ms;         /* 0 = now */
 };
 

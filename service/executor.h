@@ -73,6 +73,8 @@ struct exec_event {
 	int started;                   /* the job's program ran (a final event may come
 	                                  without a RUNNING one before it) */
 	char ext_id[32];               /* the Slurm job id ("" for the local executor) */
+	char partition[65];            /* the Slurm partition it is in, as Slurm says ("" when
+	                                  not known, and for the local executor) */
 	long long time_ms;             /* when the executor saw it (ms since the epoch) */
 	char reason[EXEC_REASON_MAX];  /* "exit 1", "killed by signal 9", ... ("" when none) */
 	int note;                      /* 1: no change of state: why the job waits changed

@@ -106,6 +106,7 @@ struct sjob {
 	                                 attempt ending until its script starts again */
 	long long next_try_ms;
 	char wait_reason[64];         /* squeue's reason while it waits, as last said */
+	char partition[65];           /* the partition Slurm has it in, as last said ("") */
 	char submit_err[EXEC_REASON_MAX];   /* a permanent sbatch failure, set by a worker */
 	struct sjob *next;
 };
@@ -154,6 +155,7 @@ static struct exec_event *emit(struct slurm_ex *sx, struct sjob *j, enum exec_st
 		return NULL;
 	ev->started = started;
 	snprintf(ev->ext_id, sizeof ev->ext_id, "%s", j->sid);
+	snprintf(ev->partition, sizeof ev->partition, "%s", j->partition);
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(ev->reason, sizeof ev->reason, fmt, ap);
@@ -409,6 +411,16 @@ static void argf(struct argv_buf *a, const char *fmt, ...)
 	arg(a, a->store[a->ns++]);
 }
 
+/* The partition a job Slurm just took is in, until squeue says: the one it
+ * was submitted to, else Slurm's default (sinfo's, if known yet); lock held. */
+static void submitted_to(struct slurm_ex *sx, struct sjob *j)
+{
+	const char *p = j->job.partition[0] ? j->job.partition : sx->partition;
+	if ((!p || !*p) && sx->parts && sx->default_part >= 0 && sx->default_part < sx->n_parts)
+		p = sx->parts[sx->default_part];
+	snprintf(j->partition, sizeof j->partition, "%s", p ? p : "");
+}
+
 /* What Slurm gets for a job (both ways of submitting it). */
 static void describe(struct slurm_ex *sx, const struct sjob *sj, char *comment, size_t len,
                      struct slurm_submit *r)
@@ -611,6 +623,7 @@ static void submit_due(struct slurm_ex *sx)
 			j->tries = 0;
 			if (o->held)
 				j->hold_sent = 1;
+			submitted_to(sx, j);
 			emit(sx, j, EXEC_QUEUED, -1, 0, "slurm job %s%s", j->sid,
 			     o->held ? " (submitted held)" : "");
 		} else if (o->transient) {
@@ -807,6 +820,7 @@ static void emit_requeued(struct slurm_ex *sx, struct sjob *j, int restarts)
 static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 {
 	struct slurm_state m = map_state(r->state, r->reason);
+	snprintf(j->partition, sizeof j->partition, "%s", r->partition);
 	int restarted = r->restarts > j->restarts;
 	j->restarts = r->restarts;
 	if (restarted && j->last == EXEC_RUNNING && m.kind != K_REQUEUE) {
@@ -883,7 +897,7 @@ static void field(const char *line, const char *key, char *out, size_t len)
 struct resolved {
 	int found;
 	enum exec_state st;
-	char state[32], reason[128];
+	char state[32], reason[128], partition[65];
 	int exit_code, signo, started;
 };
 
@@ -901,6 +915,7 @@ static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct resol
 			field(res.out, "JobState", out->state, sizeof out->state);
 			field(res.out, "Reason", out->reason, sizeof out->reason);
 			field(res.out, "ExitCode", ec, sizeof ec);
+			field(res.out, "Partition", out->partition, sizeof out->partition);
 			sscanf(ec, "%d:%d", &out->exit_code, &out->signo);
 			out->found = 1;
 		}
@@ -908,18 +923,19 @@ static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct resol
 	slurm_cmd_release(&res);
 	if (!out->found) {
 		const char *sa[] = { "sacct", "-c", "--allusers", "-n", "-P", "-j", j->sid, "-o",
-		                     "JobID,JobName,State,ExitCode", NULL };
+		                     "JobID,JobName,State,ExitCode,Partition", NULL };
 		if (slurm_cmd_run(sa, timeout, &res) == 0) {
 			for (char *line = res.out, *next; line && *line; line = next) {
 				next = strchr(line, '\n');
 				if (next)
 					*next++ = '\0';
-				char sid[32] = "", name[96] = "", state[32] = "";
+				char sid[32] = "", name[96] = "", state[32] = "", part[65] = "";
 				int code = -1, sig = 0;
-				if (sscanf(line, "%31[^|]|%95[^|]|%31[^|]|%d:%d", sid, name, state, &code,
-				           &sig) >= 3 && strcmp(sid, j->sid) == 0 &&
+				if (sscanf(line, "%31[^|]|%95[^|]|%31[^|]|%d:%d|%64[^|\n]", sid, name, state,
+				           &code, &sig, part) >= 3 && strcmp(sid, j->sid) == 0 &&
 				    strcmp(name, j->name) == 0) {
 					snprintf(out->state, sizeof out->state, "%s", state);
+					snprintf(out->partition, sizeof out->partition, "%s", part);
 					out->exit_code = code;
 					out->signo = sig;
 					out->found = 1;  /* the last record wins (requeued jobs have several) */
@@ -1095,6 +1111,8 @@ static void poll_squeue(struct slurm_ex *sx)
 			struct sjob *j = *p;
 			if (j->job.id != gone[i].job.id || j->phase != PH_FOLLOW)
 				continue;
+			if (rv.partition[0])
+				snprintf(j->partition, sizeof j->partition, "%s", rv.partition);
 			emit_final(sx, j, rv.st, rv.state, rv.reason, rv.exit_code, rv.signo, rv.started);
 			*p = j->next;
 			sx->n_jobs--;

@@ -14,15 +14,15 @@
 #include "log.h"
 #include "runner_internal.h"
 
-int svc_runner_move_sid(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
-                        const char *by, const char *reason, int has_exit_code, int exit_code,
-                        const char *slurm_job_id)
+static int move(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
+                const char *by, const char *reason, int has_exit_code, int exit_code,
+                const struct exec_event *ev)
 {
 	struct db_transition t = { .job = id, .from = from, .to = to, .by = by,
 	                           .reason = reason && *reason ? reason : NULL,
 	                           .has_exit_code = has_exit_code, .exit_code = exit_code,
-	                           .slurm_job_id = slurm_job_id && *slurm_job_id ? slurm_job_id
-	                                                                         : NULL };
+	                           .slurm_job_id = ev && ev->ext_id[0] ? ev->ext_id : NULL,
+	                           .partition = ev && ev->partition[0] ? ev->partition : NULL };
 	struct db_err err = { 0 };
 	int rc = db_jobs_transition(r->db, &t, NULL, &err);
 	char why[EXEC_REASON_MAX + 64];
@@ -45,7 +45,14 @@ int svc_runner_move_sid(struct svc_runner *r, int64_t id, enum db_state from, en
 int svc_runner_move(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
                     const char *by, const char *reason, int has_exit_code, int exit_code)
 {
-	return svc_runner_move_sid(r, id, from, to, by, reason, has_exit_code, exit_code, NULL);
+	return move(r, id, from, to, by, reason, has_exit_code, exit_code, NULL);
+}
+
+int svc_runner_move_ev(struct svc_runner *r, const struct exec_event *ev, enum db_state from,
+                       enum db_state to, const char *by, const char *reason, int has_exit_code,
+                       int exit_code)
+{
+	return move(r, ev->id, from, to, by, reason, has_exit_code, exit_code, ev);
 }
 
 /* ---- cancel requests ----------------------------------------------------------- */
@@ -233,8 +240,7 @@ static int reach_queued(struct svc_runner *r, const struct exec_event *ev, enum 
 		snprintf(why, sizeof why, "released%s%s", ev->reason[0] ? ": " : "", ev->reason);
 	else
 		snprintf(why, sizeof why, "queued again%s%s", ev->reason[0] ? ": " : "", ev->reason);
-	int rc = svc_runner_move_sid(r, ev->id, *state, DB_STATE_QUEUED, "executor", why, 0, 0,
-	                             ev->ext_id);
+	int rc = svc_runner_move_ev(r, ev, *state, DB_STATE_QUEUED, "executor", why, 0, 0);
 	if (rc == 0)
 		*state = DB_STATE_QUEUED;
 	return rc;
@@ -273,13 +279,12 @@ static void finish(struct svc_runner *r, const struct exec_event *ev, enum db_st
 	if (rc == 0 && state == DB_STATE_QUEUED && started) {
 		char run[EXEC_REASON_MAX + 64];
 		running_reason(ev, run, sizeof run);
-		rc = svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", run, 0, 0);
+		rc = svc_runner_move_ev(r, ev, state, DB_STATE_RUNNING, "executor", run, 0, 0);
 		if (rc == 0)
 			state = DB_STATE_RUNNING;
 	}
 	if (rc == 0)
-		rc = svc_runner_move_sid(r, ev->id, state, to, by, why, ev->exit_code >= 0,
-		                         ev->exit_code, ev->ext_id);
+		rc = svc_runner_move_ev(r, ev, state, to, by, why, ev->exit_code >= 0, ev->exit_code);
 	if (rc == DB_BUSY || rc == DB_ERROR)
 		push_retry(r, ev);           /* the executor has forgotten the job: keep its end */
 	else
@@ -298,7 +303,8 @@ static int held_after_handover(struct svc_runner *r, const struct exec_event *ev
 	snprintf(why, sizeof why, "handed to Slurm as job %s while held: held there too",
 	         ev->ext_id);
 	struct db_job_update u = { .job = ev->id, .by = "executor", .reason = why,
-	                           .slurm_job_id = ev->ext_id };
+	                           .slurm_job_id = ev->ext_id,
+	                           .partition = ev->partition[0] ? ev->partition : NULL };
 	struct db_err err = { 0 };
 	if (db_jobs_update(r->db, &u, NULL, &err) != 0)
 		svc_log(SVC_LOG_WARN, "job j-%06lld: recording Slurm job %s: %s", ev->id, ev->ext_id,
@@ -389,20 +395,18 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 			snprintf(late, sizeof late, "the hold came too late: Slurm had started job %s",
 			         ev->ext_id);
 			svc_log(SVC_LOG_WARN, "job j-%06lld: %s", ev->id, late);
-			if (svc_runner_move_sid(r, ev->id, state, DB_STATE_QUEUED, "executor", late, 0, 0,
-			                        ev->ext_id) == 0)
+			if (svc_runner_move_ev(r, ev, state, DB_STATE_QUEUED, "executor", late, 0, 0) == 0)
 				state = DB_STATE_QUEUED;
 		}
 		if (reach_queued(r, ev, &state) == 0)
-			svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", why, 0, 0);
+			svc_runner_move_ev(r, ev, state, DB_STATE_RUNNING, "executor", why, 0, 0);
 		break;
 	case EXEC_HELD:
 		if (state == DB_STATE_HELD)
 			break;
 		if (state == DB_STATE_PENDING && reach_queued(r, ev, &state) != 0)
 			break;
-		svc_runner_move_sid(r, ev->id, state, DB_STATE_HELD, "executor", ev->reason, 0, 0,
-		                    ev->ext_id);
+		svc_runner_move_ev(r, ev, state, DB_STATE_HELD, "executor", ev->reason, 0, 0);
 		break;
 	case EXEC_REQUEUED:
 	case EXEC_PREEMPTED:

@@ -48,10 +48,11 @@ struct svc_runner {
 int svc_runner_move(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
                     const char *by, const char *reason, int has_exit_code, int exit_code);
 
-/* svc_runner_move that also records the job's Slurm id (NULL/"" = unchanged). */
-int svc_runner_move_sid(struct svc_runner *r, int64_t id, enum db_state from, enum db_state to,
-                        const char *by, const char *reason, int has_exit_code, int exit_code,
-                        const char *slurm_job_id);
+/* svc_runner_move of the job of executor event ev that also records what ev
+ * says of it: its Slurm id and partition ("" = unchanged). */
+int svc_runner_move_ev(struct svc_runner *r, const struct exec_event *ev, enum db_state from,
+                       enum db_state to, const char *by, const char *reason, int has_exit_code,
+                       int exit_code);
 
 /* The executor event callback (exec_event_fn); ctx is the runner. */
 void svc_runner_on_event(void *ctx, const struct exec_event *ev);

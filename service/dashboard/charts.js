@@ -1,6 +1,10 @@
 // service/dashboard/charts.js - a job's metric charts (Chart.js 3.9.1, the
 // global Chart of /vendor/chart.js). Series are grouped into charts (loss:
-// train/loss and val/loss together, lr, throughput, loss scale, ...), read
+// train/loss and val/loss together, lr, samples/s and tokens/s apart, loss
+// scale, ...); the trainer's own timings (names ending in _s, such as
+// train/after_backward_s and offload/grads_s: seconds) get a chart each in a
+// "System" section that stays collapsed until opened (and is drawn only
+// then). An accuracy's axis stops at 1. They are read
 // with one GET /v1/jobs/{id}/metrics?max_points=N where N is about a chart's
 // width in device pixels, so the server's min/max downsampling keeps a
 // 100k-step job as light as a short one. Zoom: drag across a chart, or the
@@ -10,12 +14,15 @@
 import { request } from './api.js';
 import { empty, fmtNum, h } from './ui.js';
 
+// fraction: values in 0..1, the axis capped at 1. Each group is one unit:
+// samples/s and tokens/s (about seq times more) do not share an axis.
 const GROUPS = [
   { id: 'loss', title: 'Loss', test: (n) => /(^|[/_])loss$/.test(n) },
-  { id: 'accuracy', title: 'Accuracy', test: (n) => /(^|[/_])acc(uracy)?$/.test(n) },
+  { id: 'accuracy', title: 'Accuracy', fraction: true, test: (n) => /(^|[/_])acc(uracy)?$/.test(n) },
   { id: 'lr', title: 'Learning rate', test: (n) => /(^|[/_])lr$|learning_rate/.test(n) },
-  { id: 'throughput', title: 'Throughput',
-    test: (n) => /per_s(ec)?$|throughput|tokens_per|samples_per/.test(n) },
+  { id: 'samples-per-s', title: 'Samples/s', test: (n) => /samples_per_s(ec)?$/.test(n) },
+  { id: 'tokens-per-s', title: 'Tokens/s', test: (n) => /tokens_per_s(ec)?$/.test(n) },
+  { id: 'throughput', title: 'Throughput', test: (n) => /per_s(ec)?$|throughput/.test(n) },
   { id: 'loss-scale', title: 'Loss scale', test: (n) => /loss_scale|(^|\/)scale$/.test(n) },
   { id: 'grad-norm', title: 'Gradient norm', test: (n) => /grad_norm/.test(n) },
 ];
@@ -31,22 +38,53 @@ export function palette() {
            font: css('--font-sans') };
 }
 
-// [{id, title, names: [...]}] in a stable order: the known groups, then one
-// chart per other series.
+// A timing of the trainer's own (seconds): a name ending in _s that is not
+// a rate (train/after_backward_s, offload/update_s; not samples_per_s).
+export function isTiming(name) {
+  return /_s$/.test(name) && !/per_s$/.test(name);
+}
+
+function chartId(name) {
+  return `m-${name.replace(/[^A-Za-z0-9_-]+/g, '-')}`;
+}
+
+// [{id, title, names: [...], fraction, system}] in a stable order: the known
+// groups, then one chart per other series, then one per timing (system).
 export function groupSeries(names) {
   const out = [];
   const left = [...names].sort();
+  const timings = left.filter(isTiming);
+  for (const n of timings)
+    left.splice(left.indexOf(n), 1);
   for (const g of GROUPS) {
     const mine = left.filter(g.test);
     if (mine.length) {
-      out.push({ id: g.id, title: g.title, names: mine });
+      out.push({ id: g.id, title: g.title, names: mine, fraction: !!g.fraction, system: false });
       for (const n of mine)
         left.splice(left.indexOf(n), 1);
     }
   }
   for (const n of left)
-    out.push({ id: `m-${n.replace(/[^A-Za-z0-9_-]+/g, '-')}`, title: n, names: [n] });
+    out.push({ id: chartId(n), title: n, names: [n], fraction: false, system: false });
+  for (const n of timings)
+    out.push({ id: chartId(n), title: `${n} (seconds)`, names: [n], fraction: false, system: true });
   return out;
+}
+
+// The y axis of a fraction's chart: at most 1, from 0 or from the data's
+// lowest tenth; null (Chart.js decides) when a value is outside 0..1.
+export function fractionAxis(sets) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const s of sets)
+    for (const p of s.data)
+      if (p.y !== null && Number.isFinite(p.y)) {
+        lo = Math.min(lo, p.y);
+        hi = Math.max(hi, p.y);
+      }
+  if (!(lo >= 0 && hi <= 1))
+    return lo === Infinity ? { min: 0, max: 1 } : null;
+  return { min: Math.min(Math.floor(lo * 10) / 10, 0.9), max: 1 };
 }
 
 const readyPlugin = {
@@ -73,6 +111,7 @@ class MetricChart {
                 h('figcaption', { class: 'chart-title' }, group.title), this.box, this.summary);
     this.chart = null;
     this.range = null;
+    this.yLimits = null;           // {min, max} of a fraction's axis
     this.drag = null;
     this.listen();
   }
@@ -151,6 +190,11 @@ class MetricChart {
       title: title ? { display: true, text: title, color: colors.text } : undefined,
     });
     const x = { ...axis('step'), min: range ? range.from : undefined, max: range ? range.to : undefined };
+    const y = { ...axis(null), type: 'linear' };
+    if (this.yLimits) {
+      y.min = this.yLimits.min;
+      y.max = this.yLimits.max;
+    }
     return {
       animation: false,
       parsing: false,
@@ -158,7 +202,7 @@ class MetricChart {
       responsive: true,
       maintainAspectRatio: false,
       interaction: { mode: 'nearest', axis: 'x', intersect: false },
-      scales: { x, y: { ...axis(null), type: 'linear' } },
+      scales: { x, y },
       plugins: {
         legend: { display: this.group.names.length > 1 || this.group.names[0] !== this.group.title,
                   labels: { color: colors.text, boxWidth: 12, boxHeight: 2 } },
@@ -173,6 +217,7 @@ class MetricChart {
   draw(series, range, colors) {
     this.range = range;
     const sets = this.datasets(series, colors);
+    this.yLimits = this.group.fraction ? fractionAxis(sets) : null;
     const drawn = new Promise((resolve) => {
       if (this.chart) {
         this.chart.$larchReady = resolve;
@@ -224,7 +269,10 @@ export class MetricsPanel {
     this.jobId = jobId;
     this.ctx = ctx;
     this.range = null;
-    this.charts = new Map();        // group id -> MetricChart
+    this.charts = new Map();        // group id -> MetricChart (the visible grid)
+    this.sysCharts = new Map();     // group id -> MetricChart (the system section, once open)
+    this.sysGroups = [];            // the timings' groups of the last read
+    this.last = null;               // {series, range} of the last read, for the system section
     this.names = new Set();         // every series seen
     this.firstDrawn = false;
     this.loadedPath = null;
@@ -258,20 +306,29 @@ export class MetricsPanel {
     });
     this.grid = h('div', { class: 'charts', dataset: { testid: 'charts' }, 'aria-live': 'off' });
     this.status = h('p', { class: 'muted small', 'aria-live': 'polite', dataset: { testid: 'charts-status' } });
+    this.sysGrid = h('div', { class: 'charts', dataset: { testid: 'charts-system-grid' } });
+    this.sysCount = h('span', { class: 'muted' });
+    this.system = h('details', { class: 'charts-system', hidden: true,
+                                 dataset: { testid: 'charts-system' } },
+                    h('summary', null, 'System ', this.sysCount), this.sysGrid);
+    this.system.addEventListener('toggle', () => {
+      if (this.system.open)
+        this.drawSystem();
+    });
     this.noCharts = !window.Chart;
-    this.el = h('div', { class: 'metrics' }, form, this.status, this.grid);
+    this.el = h('div', { class: 'metrics' }, form, this.status, this.grid, this.system);
     if (this.noCharts)
       this.grid.replaceChildren(empty('Charts are unavailable: /vendor/chart.js did not load.'));
     const mq = window.matchMedia('(prefers-color-scheme: dark)');
     const recolor = () => {
       const colors = palette();
-      for (const c of this.charts.values())
+      for (const c of [...this.charts.values(), ...this.sysCharts.values()])
         c.recolor(colors);
     };
     mq.addEventListener('change', recolor);
     ctx.onCleanup(() => {
       mq.removeEventListener('change', recolor);
-      for (const c of this.charts.values())
+      for (const c of [...this.charts.values(), ...this.sysCharts.values()])
         c.destroy();
     });
   }
@@ -292,6 +349,35 @@ export class MetricsPanel {
     this.toIn.value = range && range.to !== null ? String(range.to) : '';
     this.resetBtn.disabled = !range;
     this.refresh();
+  }
+
+  // The charts of groups in grid, made anew when the groups changed (the
+  // charts map keeps them by group id). Returns them in the groups' order.
+  place(charts, grid, groups) {
+    const ids = groups.map((g) => g.id).join(',');
+    if (ids !== [...charts.keys()].join(',')) {
+      for (const c of charts.values())
+        c.destroy();
+      charts.clear();
+      for (const g of groups)
+        charts.set(g.id, new MetricChart(g, (range) => this.zoom(range)));
+      grid.replaceChildren(...[...charts.values()].map((c) => c.el));
+    }
+    return groups.map((g) => {
+      const c = charts.get(g.id);
+      c.group = g;
+      return c;
+    });
+  }
+
+  // Draws the system section's charts from the last read (once it is open).
+  drawSystem() {
+    if (!this.last || this.noCharts)
+      return Promise.resolve();
+    const { series, range } = this.last;
+    const colors = palette();
+    return Promise.all(this.place(this.sysCharts, this.sysGrid, this.sysGroups)
+      .map((c) => c.draw(series, range, colors)));
   }
 
   // Reads the series (a 304 changes nothing) and draws them. Resolves to the
@@ -315,9 +401,17 @@ export class MetricsPanel {
     // a zoomed range keeps every chart of the whole run, empty or not
     for (const n of Object.keys(series))
       this.names.add(n);
-    const groups = groupSeries(this.range ? [...this.names] : Object.keys(series));
+    const all = groupSeries(this.range ? [...this.names] : Object.keys(series));
+    const groups = all.filter((g) => !g.system);
     this.grid.dataset.maxPoints = String(max);
-    if (!groups.length) {
+    const range = this.range
+      ? { from: this.range.from, to: this.range.to === null ? undefined : this.range.to } : null;
+    this.last = { series, range };
+    this.sysGroups = all.filter((g) => g.system);
+    this.sysCount.textContent = `(${this.sysGroups.length} timing${this.sysGroups.length === 1 ? '' : 's'})`;
+    this.system.hidden = !this.sysGroups.length;
+    const sysDrawn = this.system.open ? this.drawSystem() : null;
+    if (!all.length) {
       this.status.textContent = this.range ? 'No points in this step range.' : 'No metrics yet.';
       if (!this.range) {
         for (const c of this.charts.values())
@@ -331,23 +425,9 @@ export class MetricsPanel {
     this.status.textContent = `${groups.length} chart${groups.length === 1 ? '' : 's'}, ` +
       `${total.toLocaleString('en-US')} points` +
       (this.range ? `, steps ${this.range.from} to ${this.range.to === null ? 'the end' : this.range.to}` : '');
-    const ids = groups.map((g) => g.id).join(',');
-    if (ids !== [...this.charts.keys()].join(',')) {
-      for (const c of this.charts.values())
-        c.destroy();
-      this.charts.clear();
-      for (const g of groups)
-        this.charts.set(g.id, new MetricChart(g, (range) => this.zoom(range)));
-      this.grid.replaceChildren(...[...this.charts.values()].map((c) => c.el));
-    }
     const colors = palette();
-    const range = this.range
-      ? { from: this.range.from, to: this.range.to === null ? undefined : this.range.to } : null;
-    await Promise.all(groups.map((g) => {
-      const c = this.charts.get(g.id);
-      c.group = g;
-      return c.draw(series, range, colors);
-    }));
+    await Promise.all([this.place(this.charts, this.grid, groups).map((c) => c.draw(series, range, colors)),
+                       sysDrawn].flat());
     if (!this.firstDrawn) {
       this.firstDrawn = true;
       document.body.dataset.chartsReadyMs = performance.now().toFixed(1);

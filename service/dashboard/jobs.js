@@ -2,11 +2,13 @@
 // a table of GET /v1/jobs with filters, client-side sorting of the page,
 // the API's cursor paging, and live updates from the change feed.
 import { request } from './api.js';
-import { FINAL_STATES, STATES, coalesce, empty, fmtNum, h, stateBadge, tableWrap,
+import { FINAL_STATES, STATES, coalesce, empty, fmtClock, fmtNum, h, stateBadge, tableWrap,
          timeEl } from './ui.js';
 
 const LIMITS = [25, 50, 100, 200];
 const REFRESH_MS = 5000;  // progress of running jobs (cheap: 304 when unchanged)
+const REASON_CHARS = 80;  // of a job's reason under its state; the title has it all
+const FAILED_STATES = new Set(['FAILED', 'CANCELLED', 'TIMEOUT']);
 
 const COLUMNS = [
   { key: 'id', label: 'ID', value: (j) => j.id },
@@ -21,11 +23,26 @@ const COLUMNS = [
   { key: 'progress', label: 'Progress', value: progressRatio, num: true },
 ];
 
+// The job's partition: the one Slurm put it in (or an admin's, or the
+// spec's), else the spec's; "local" for the local executor.
 export function partition(job) {
+  if (job.partition)
+    return job.partition;
   const r = job.spec && job.spec.resources;
   if (r && r.partition)
     return r.partition;
   return job.executor === 'local' ? 'local' : null;
+}
+
+// The state badge, and under it why a job that did not complete ended.
+function stateCell(job) {
+  const why = FAILED_STATES.has(job.state) && job.reason ? String(job.reason) : '';
+  if (!why)
+    return stateBadge(job.state);
+  const short = why.length > REASON_CHARS ? `${why.slice(0, REASON_CHARS - 1)}…` : why;
+  return [stateBadge(job.state),
+          h('span', { class: 'state-reason muted small', title: why,
+                      dataset: { testid: 'state-reason' } }, short)];
 }
 
 export function ranks(job) {
@@ -238,7 +255,7 @@ export function jobsView(main, ctx) {
                                                    dataset: { focus: 'link' } }, job.id)),
              h('td', { class: 'col-name' }, h('span', { class: 'cell-text' }, job.name || '—')),
              h('td', { class: 'col-owner' }, job.owner || '—'),
-             h('td', { class: 'col-state' }, stateBadge(job.state)),
+             h('td', { class: 'col-state' }, stateCell(job)),
              h('td', { class: 'col-partition' }, partition(job) || '—'),
              h('td', { class: 'col-ranks num' }, ranks(job) === null ? '—' : String(ranks(job))),
              h('td', { class: 'col-created_at nowrap' }, timeEl(job.created_at)),
@@ -272,8 +289,7 @@ export function jobsView(main, ctx) {
     next.disabled = !nextCursor;
     pageNo.textContent = `Page ${cursors.length}`;
     count.textContent = `${jobs.length} job${jobs.length === 1 ? '' : 's'} on this page`;
-    const d = new Date();
-    updated.textContent = `· updated ${d.toLocaleTimeString('en-GB')}`;
+    updated.textContent = `· updated ${fmtClock(new Date())}`;
   }
 
   async function load() {

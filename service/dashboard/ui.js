@@ -56,21 +56,37 @@ function pad(n, w = 2) {
   return String(n).padStart(w, '0');
 }
 
-// "2026-11-23 10:57:05" in local time.
+// The browser's time zone at date d as its offset from UTC: "UTC",
+// "UTC+01:00", "UTC-05:30" (the offset of that date: summer time counts).
+export function fmtZone(d) {
+  const off = -d.getTimezoneOffset();
+  if (!off)
+    return 'UTC';
+  const a = Math.abs(off);
+  return `UTC${off > 0 ? '+' : '-'}${pad(Math.floor(a / 60))}:${pad(a % 60)}`;
+}
+
+// "10:57:05 UTC+01:00": a Date's local time of day with its zone.
+export function fmtClock(d) {
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${fmtZone(d)}`;
+}
+
+// "2026-11-23 10:57:05 UTC+01:00": local time with its offset from UTC,
+// the one way the dashboard shows a time.
 export function fmtTime(iso) {
   if (!iso)
     return '—';
   const d = new Date(iso);
   if (Number.isNaN(d.getTime()))
     return String(iso);
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
-         `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${fmtClock(d)}`;
 }
 
+// A <time> of fmtTime; its title is the API's UTC text.
 export function timeEl(iso) {
   if (!iso)
     return h('span', { class: 'muted' }, '—');
-  return h('time', { datetime: iso, title: iso }, fmtTime(iso));
+  return h('time', { datetime: iso, title: iso, dataset: { testid: 'time' } }, fmtTime(iso));
 }
 
 export function fmtDuration(ms) {

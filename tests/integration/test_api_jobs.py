@@ -157,13 +157,13 @@ def test_submit_returns_201_location_and_the_job(real):
     assert r.headers["Location"] == f"/v1/jobs/{job['id']}"
     assert r.headers["Content-Type"] == "application/json"
     assert set(job) == {"id", "name", "owner", "run_as", "state", "executor", "slurm_job_id",
-                        "priority", "attempt", "created_at", "started_at", "ended_at",
+                        "partition", "priority", "attempt", "created_at", "started_at", "ended_at",
                         "exit_code", "reason", "spec", "progress"}
     assert job["name"] == "shape" and job["owner"] == "alice"
     # as root, jobs run as their owners (docs/api.md, "Users and who jobs run as")
     assert job["run_as"] == ("alice" if real.d.owner_mode else None)
     assert job["state"] in {"PENDING", "QUEUED", "RUNNING"}
-    assert job["executor"] == "local" and job["attempt"] == 1
+    assert job["executor"] == "local" and job["attempt"] == 1 and job["partition"] is None
     assert TIME.match(job["created_at"]) and job["ended_at"] is None
     # the effective spec: what was sent, defaults filled in
     assert job["spec"]["steps"] == 1 and job["spec"]["model"]["hidden"] == [16]

@@ -4,9 +4,11 @@ chromium (browser.py) on a real larchd serving the dashboard built into it.
 Two servers per module: `real` runs larch-train (a job followed live on the
 jobs page, a finished one's page, a long one cancelled from its page);
 `fake` runs a stand-in trainer that prints a line of HTML to its log and
-sleeps until cancelled, for what needs a job token but no training (text
-that must stay text, 100,000 metric points per series, the admin page's
-job actions). Job tokens are read from the running trainer's environment
+sleeps until cancelled (or, for a job named broken-*, exits 2 at once),
+for what needs a job token but no training (text that must stay text,
+100,000 metric points per series, how series are grouped into charts, the
+admin page's job actions, why a job failed, times with their zone). The
+Slurm tests use a larchd of their own on the session's cluster. Job tokens are read from the running trainer's environment
 (test_api_jobs.trainer_env). Screenshots of each page go to
 $LARCH_ARTIFACTS_DIR/dashboard/ (browser.py).
 """
@@ -19,6 +21,7 @@ import threading
 import time
 import types
 import urllib.parse
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
@@ -83,7 +86,9 @@ def real(tmp_path_factory, browser):
 def fake(tmp_path_factory, browser):
     tmp = tmp_path_factory.mktemp("dash-fake")
     trainer = tmp / "fake-train"
-    stand_in_trainer(trainer, f"printf '%s\\n' 'fake-train: started' '{XSS}'\nexec sleep 300\n")
+    stand_in_trainer(trainer, "if grep -q '\"broken-' spec.json; then\n"
+                              "  echo 'fake-train: the data file is corrupt' >&2; exit 2\nfi\n"
+                              f"printf '%s\\n' 'fake-train: started' '{XSS}'\nexec sleep 300\n")
     server = Server(tmp, ["--trainer-path", str(trainer), "--max-local-jobs", "4"])
     yield server
     leave(browser)
@@ -346,6 +351,10 @@ def test_job_page_shows_charts_timeline_logs(real, browser):
     assert not css(browser, tid("cancel-button")), "a finished job offers Cancel"
     counts = chart_counts(browser)
     assert counts["loss"]["train/loss"] == 30 and counts["loss"]["val/loss"] >= 1, counts
+    # the trainer's timings wait in the collapsed system section
+    assert not any("after_backward_s" in s for c in counts.values() for s in c), counts
+    system = one(browser, tid("charts-system"))
+    assert system.is_displayed() and system.get_attribute("open") is None
     assert all(int(c.get_attribute("data-points")) > 0 for c in css(browser, tid("chart")))
     # the timeline: every state change, and the trainer's note
     items = css(browser, tid("timeline-item"))
@@ -381,6 +390,108 @@ def test_job_page_shows_charts_timeline_logs(real, browser):
     assert 0 <= lo < hi <= 31, (lo, hi)
     wait(browser).until(lambda d: 0 < chart_counts(d)["loss"].get("train/loss", 0) < 30)
     assert not console_problems(browser)
+
+
+# ---- 2b. how series become charts ------------------------------------------------
+
+GROUPED = {   # name: value at step k (1..20)
+    "train/loss": lambda k: 2.0 / k,
+    "val/accuracy": lambda k: 0.6 + 0.019 * k,                       # up to 0.98
+    "train/samples_per_s": lambda k: 24000.0 + 10 * k,
+    "train/tokens_per_s": lambda k: 3.0e6 + 1000 * k,
+    "train/after_backward_s": lambda k: 0.012,
+    "offload/grads_s": lambda k: 0.003 * k,
+}
+
+
+def y_axis(driver, chart):
+    """(min, max) of the y axis Chart.js drew for chart (a data-chart id)."""
+    return driver.execute_script(
+        "const c = Chart.getChart(document.querySelector("
+        "`[data-testid=\"chart\"][data-chart=\"${arguments[0]}\"] canvas`));"
+        "return c ? [c.scales.y.min, c.scales.y.max] : null", chart)
+
+
+def test_charts_group_rates_apart_timings_collapsed_fractions_to_1(fake, browser):
+    """samples/s and tokens/s each on an axis of their own; the trainer's
+    timings (*_s) in a collapsed system section, a chart each once opened;
+    an accuracy's axis ends at 1."""
+    job_id = fake.submit(fake.alice, tiny_spec("groups"))
+    job_token = {**fake.d.auth(trainer_env(fake, job_id)["LARCH_JOB_TOKEN"]), **JSON}
+    points = [{"step": k, "time": 1763851234.0 + k, "name": n, "value": f(k)}
+              for n, f in GROUPED.items() for k in range(1, 21)]
+    r = fake.post(f"/v1/jobs/{job_id}/metrics", job_token, {"metrics": points})
+    assert r.status_code == 200 and r.json()["accepted"] == len(points), r.text
+    sign_in(browser, fake, token_of(fake.alice))
+    open_fresh(browser, f"{fake.url}/#/jobs/{job_id}")
+    wait(browser).until(charts_ready, "the charts never drew")
+    counts = chart_counts(browser)
+    assert counts == {"loss": {"train/loss": 20}, "accuracy": {"val/accuracy": 20},
+                      "samples-per-s": {"train/samples_per_s": 20},
+                      "tokens-per-s": {"train/tokens_per_s": 20}}, counts
+    lo, hi = y_axis(browser, "samples-per-s")
+    assert 20000 <= lo and hi < 30000, (lo, hi)          # not flattened by tokens/s
+    assert y_axis(browser, "tokens-per-s")[0] >= 1e6
+    lo, hi = y_axis(browser, "accuracy")
+    assert hi == 1 and 0 <= lo <= 0.6, (lo, hi)
+    # the timings: collapsed, nothing drawn until opened
+    system = one(browser, tid("charts-system"))
+    assert system.get_attribute("open") is None and "(2 timings)" in system.text
+    assert not css(browser, tid("charts-system-grid") + " " + tid("chart"))
+    system.find_element("css selector", "summary").click()
+    wait(browser).until(lambda d: len(css(d, tid("charts-system-grid") + " " + tid("chart"))) == 2,
+                        "opening the system section drew no charts")
+    counts = chart_counts(browser)
+    timings = {c: s for c, s in counts.items() if c.startswith("m-")}
+    assert sorted(timings.values(), key=str) == [{"offload/grads_s": 20},
+                                                 {"train/after_backward_s": 20}], counts
+    screenshot(browser, "charts-grouped")
+    assert not console_problems(browser)
+    fake.post(f"/v1/jobs/{job_id}/cancel", fake.admin)
+    fake.wait(job_id, FINAL)
+
+
+# ---- 2c. why a job failed, and times with their zone -----------------------------------
+
+KOLKATA = timezone(timedelta(hours=5, minutes=30))   # no summer time: a fixed offset
+
+
+def shown(iso, tz, zone):
+    t = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(tz)
+    return f"{t:%Y-%m-%d %H:%M:%S} {zone}"
+
+
+def test_jobs_list_says_why_a_job_failed_and_times_have_a_zone(fake, browser):
+    broken = fake.submit(fake.alice, tiny_spec("broken-data"))
+    job = fake.wait(broken, FINAL)
+    assert job["state"] == "FAILED" and job["reason"], job
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
+    try:
+        sign_in(browser, fake, token_of(fake.alice))
+        open_fresh(browser, f"{fake.url}/#/jobs")
+        row = one(browser, f'tr[data-job-id="{broken}"]')
+        why = row.find_element("css selector", tid("state-reason"))
+        assert why.text == job["reason"] and why.get_attribute("title") == job["reason"]
+        created = row.find_element("css selector", ".col-created_at time")
+        assert created.text == shown(job["created_at"], KOLKATA, "UTC+05:30"), created.text
+        assert created.get_attribute("title") == job["created_at"]
+        assert one(browser, ".page-meta .small").text.endswith(" UTC+05:30")
+        # a job that did not fail says nothing under its state
+        others = [r for r in css(browser, tid("job-row")) if r.get_attribute("data-state")
+                  in ("COMPLETED", "RUNNING", "QUEUED", "PENDING")]
+        assert all(not r.find_elements("css selector", tid("state-reason")) for r in others)
+        # every time on the job page carries the zone too
+        open_fresh(browser, f"{fake.url}/#/jobs/{broken}")
+        wait(browser).until(lambda d: css(d, tid("timeline-item", '[data-to="FAILED"]')))
+        times = [t.text for t in css(browser, "time")]
+        assert len(times) >= 6 and all(t.endswith(" UTC+05:30") for t in times), times
+        assert shown(job["ended_at"], KOLKATA, "UTC+05:30") in times
+        browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "UTC"})
+        open_fresh(browser, f"{fake.url}/#/jobs/{broken}")
+        wait(browser).until(lambda d: css(d, tid("timeline-item", '[data-to="FAILED"]')))
+        assert shown(job["ended_at"], timezone.utc, "UTC") in [t.text for t in css(browser, "time")]
+    finally:
+        browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
 
 
 # ---- 3. cancel from the job page -------------------------------------------------
@@ -522,6 +633,43 @@ def test_admin_drains_and_resumes_a_slurm_node(tmp_path, slurm_cluster, browser)
     finally:
         leave(browser)
         resume_node(slurm_cluster, node)
+        admin.cancel_all()
+        admin.d.stop()
+
+
+def summary_value(driver, key):
+    """The text of the job page's summary entry key."""
+    return driver.execute_script(
+        "const dt = [...document.querySelectorAll('[data-testid=\"summary\"] dt')]"
+        ".find(e => e.textContent === arguments[0]);"
+        "return dt ? dt.nextElementSibling.textContent : null", key)
+
+
+def default_partition(cluster):
+    """The name of the cluster's default partition (sinfo marks it with *)."""
+    parts = cluster.run("sinfo", "-h", "-o", "%P").stdout.split()
+    return next(p.rstrip("*") for p in parts if p.endswith("*"))
+
+
+def test_slurm_partition_of_a_job_that_named_none(tmp_path, slurm_cluster, browser):
+    """A Slurm job whose spec names no partition shows the one Slurm put it
+    in (its default), in the jobs list and on its page."""
+    from test_admin_api import start_slurm
+    admin = start_slurm(tmp_path, slurm_cluster)
+    try:
+        job_id = admin.submit("no-partition")
+        job = admin.wait_state(job_id, "RUNNING", timeout=60)
+        assert "partition" not in job["spec"].get("resources", {}), job["spec"]
+        part = default_partition(slurm_cluster)
+        assert job["partition"] == part == slurm_cluster.job(job["slurm_job_id"])["Partition"]
+        sign_in(browser, admin.d, admin.d.admin_token)
+        row = one(browser, f'tr[data-job-id="{job_id}"]')
+        assert row.find_element("css selector", ".col-partition").text == part
+        open_fresh(browser, f"{admin.url}/#/jobs/{job_id}")
+        one(browser, tid("summary") + " dt")
+        assert summary_value(browser, "Partition") == part
+    finally:
+        leave(browser)
         admin.cancel_all()
         admin.d.stop()
 

@@ -115,6 +115,12 @@ def slurm_jobs_named(cluster, server, jid):
     return ids
 
 
+def default_partition(cluster):
+    """The cluster's default partition (sinfo marks it with *)."""
+    parts = cluster.run("sinfo", "-h", "-o", "%P").stdout.split()
+    return next(p.rstrip("*") for p in parts if p.endswith("*"))
+
+
 def node_cpus(cluster):
     return int(cluster.run("sinfo", "-h", "-N", "-o", "%c").stdout.split()[0])
 
@@ -167,6 +173,8 @@ def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers, via):
     assert j["executor"] == "slurm" and j["exit_code"] == 0
     assert j["slurm_job_id"] and j["slurm_job_id"].isdigit()
     assert slurm_jobs_named(slurm_cluster, server, jid) == {j["slurm_job_id"]}
+    # no partition named: the one Slurm put it in, its default
+    assert j["partition"] == default_partition(slurm_cluster), j
     r = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
                      headers=server.auth(), timeout=30)
     points = r.json()["series"]["train/loss"]
@@ -448,9 +456,11 @@ def test_kill9_and_restart_adopts_without_duplicates(tmp_path, slurm_cluster, se
     server.wait()
     again = start(tmp_path, slurm_cluster, state_dir=server.state_dir)
     servers.append(again)
+    part = default_partition(slurm_cluster)
     for jid in ids:
         j = wait_state(again, jid, "COMPLETED", timeout=120)
         assert slurm_jobs_named(slurm_cluster, again, jid) == {j["slurm_job_id"]}, jid
+        assert j["partition"] == part, j      # however larchd learnt how the job ended
 
 
 def test_owners_cannot_point_larchd_at_anothers_slurm_job(tmp_path, slurm_cluster, servers):
@@ -546,7 +556,7 @@ def test_partition_checked_at_submit(tmp_path, slurm_cluster, servers):
     jid = submit(server, spec(10, resources={"partition": "batch"}))["id"]
     j = wait_state(server, jid, "COMPLETED")
     assert slurm_cluster.job(j["slurm_job_id"])["Partition"] == "batch"
-    assert j["spec"]["resources"]["partition"] == "batch"
+    assert j["spec"]["resources"]["partition"] == "batch" and j["partition"] == "batch"
 
 
 def test_polling_reads_cause_no_slurm_calls(tmp_path, slurm_cluster, servers):

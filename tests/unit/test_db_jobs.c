@@ -197,9 +197,9 @@ static void test_events_stale_missing(void)
 	CHECK_INT_EQ(move(db, 999999, DB_STATE_ANY, DB_STATE_QUEUED, &err), DB_NOT_FOUND);
 	CHECK_MSG(strstr(err.text, "j-999999") != NULL, "%s", err.text);
 
-	/* a requeue counts an attempt; the Slurm id sticks */
+	/* a requeue counts an attempt; the Slurm id and partition stick */
 	struct db_transition t = { .job = id, .from = DB_STATE_PENDING, .to = DB_STATE_QUEUED,
-	                           .by = "executor", .slurm_job_id = "4242" };
+	                           .by = "executor", .slurm_job_id = "4242", .partition = "debug" };
 	CHECK_INT_EQ(db_jobs_transition(db, &t, NULL, NULL), 0);
 	CHECK_INT_EQ(move(db, id, DB_STATE_QUEUED, DB_STATE_RUNNING, NULL), 0);
 	CHECK_INT_EQ(move(db, id, DB_STATE_RUNNING, DB_STATE_PREEMPTED, NULL), 0);
@@ -215,6 +215,7 @@ static void test_events_stale_missing(void)
 	CHECK_INT_EQ(db_jobs_get(db, id, "alice", &j, NULL), 0);
 	CHECK_INT_EQ(j.attempt, 2);
 	CHECK_STR_EQ(j.slurm_job_id, "4242");
+	CHECK_STR_EQ(j.partition, "debug");
 	CHECK_INT_EQ(j.state, DB_STATE_FAILED);
 	CHECK_STR_EQ(j.reason, "exit 1");
 	CHECK(j.has_exit_code && j.exit_code == 1);
