@@ -125,7 +125,8 @@ int trn_model_cuda_print_devices(FILE *out)
 }
 
 struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                                     int max_batch, int device, struct trn_err *err)
+                                     int max_batch, int device,
+                                     const struct kern_cuda_opts *kopts, struct trn_err *err)
 {
 	char why[256];
 	int n = kern_cuda_device_count(why, sizeof why);
@@ -147,9 +148,7 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 		            cpu->n_floats);
 		return NULL;
 	}
-	struct kern_cuda_opts kopts;
-	trn_cuda_kernel_opts(&kopts);
-	kern_cuda_set_opts(&kopts);
+	kern_cuda_set_opts(kopts);
 	/* the spec's "deterministic": false tunes the 16-bit GEMMs (plan.h) */
 	kern_matmul_cuda_gemm_tune(trn_gpu_gemm_tune(spec->precision.nondeterministic));
 	int tune = cpu->dtype != TRN_DTYPE_FP32 ? kern_matmul_cuda_gemm_tune(-1) : 0;
