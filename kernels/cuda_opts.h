@@ -1,8 +1,8 @@
 /* kernels/cuda_opts.h - the choices a user of the CUDA kernels (the
  * trainer, a test) makes for the whole process, handed to
  * kern_cuda_set_opts (cuda_common.h). The kernels read no environment:
- * larch-train reads its variables in one place (trainer/cuda_backend.c)
- * and passes them down here. Plain C, no CUDA headers, so that code built
+ * larch-train reads them with its other options (trainer/options.h: the
+ * cuda_* rows) and passes them down here. Plain C, no CUDA headers, so that code built
  * without the toolkit fills one. */
 #ifndef LARCH_KERNELS_CUDA_OPTS_H
 #define LARCH_KERNELS_CUDA_OPTS_H

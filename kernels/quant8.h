@@ -9,13 +9,12 @@
  * -value(q), value(0) = 0, value(127) = 1; unsigned states (Adam's second
  * moment v) have uint8 codes q in [0, 255], value(0) = 0, value(255) = 1.
  *
- * Two code maps:
- *  - KERN_Q8_DYNAMIC: the dynamic tree of bitsandbytes, values spread over
- *    six decades: the signed magnitudes are 2^i means of linspace(0.1, 1,
- *    2^i + 1) times 10^(i-6), i = 1..6, the unsigned values 2^(i+1) such
- *    means times 10^(i-6), i = 0..6; then 0 and 1. Relative resolution is
- *    about the same at every size down to ~1e-6 of the block's largest.
- *  - KERN_Q8_LINEAR: affine, q/127 (signed) and q/255 (unsigned).
+ * The code map is the dynamic tree of bitsandbytes, values spread over six
+ * decades: the signed magnitudes are 2^i means of linspace(0.1, 1, 2^i + 1)
+ * times 10^(i-6), i = 1..6, the unsigned values 2^(i+1) such means times
+ * 10^(i-6), i = 0..6; then 0 and 1. Relative resolution is about the same
+ * at every size down to ~1e-6 of the block's largest (trainer/optim_q8.c
+ * says why not an affine map).
  *
  * Rounding is to the nearest value, deterministic (no stochastic rounding):
  * q is the number of midpoints between consecutive table values (rounded
@@ -42,27 +41,25 @@
 
 #define KERN_Q8_BLOCK 2048L
 
-enum kern_q8_map { KERN_Q8_DYNAMIC, KERN_Q8_LINEAR };
-
-/* "dynamic", "linear" */
-const char *kern_q8_map_name(enum kern_q8_map map);
+/* The code map's name, as checkpoints record it ("int8-dynamic-2048") */
+#define KERN_Q8_MAP_NAME "dynamic"
 
 /* The values of the codes: signed, indexed by (uint8_t)q (index 128,
  * q = -128, is never produced and reads as -1); unsigned, indexed by q.
  * 256 floats each, static storage. */
-const float *kern_q8_values_s(enum kern_q8_map map);
-const float *kern_q8_values_u(enum kern_q8_map map);
+const float *kern_q8_values_s(void);
+const float *kern_q8_values_u(void);
 
 /* The midpoints between neighbouring values that encoding counts (a
  * code's magnitude is the number of them below |x| / scale): of the signed
  * magnitudes, 127 ascending; of the unsigned values, 255 ascending. Static
  * storage. */
-const float *kern_q8_midpoints_s(enum kern_q8_map map);
-const float *kern_q8_midpoints_u(enum kern_q8_map map);
+const float *kern_q8_midpoints_s(void);
+const float *kern_q8_midpoints_u(void);
 
 /* The widest gap between neighbouring values of the signed (u = 0) or
  * unsigned (u = 1) table: twice the worst relative round-trip error. */
-double kern_q8_max_gap(enum kern_q8_map map, int u);
+double kern_q8_max_gap(int u);
 
 /* Blocks of an n-value buffer: ceil(n / KERN_Q8_BLOCK). */
 long kern_q8_blocks(long n);
@@ -72,34 +69,32 @@ float kern_q8_absmax(const float *x, long n);
 
 /* n values at one given scale (scale >= max |x|; scale 0 gives codes 0),
  * and back: x[i] = value(q[i]) * scale. */
-void kern_q8_encode_s(const float *x, long n, float scale, int8_t *q, enum kern_q8_map map);
-void kern_q8_encode_u(const float *x, long n, float scale, uint8_t *q, enum kern_q8_map map);
-void kern_q8_decode_s(const int8_t *q, long n, float scale, float *x, enum kern_q8_map map);
-void kern_q8_decode_u(const uint8_t *q, long n, float scale, float *x, enum kern_q8_map map);
+void kern_q8_encode_s(const float *x, long n, float scale, int8_t *q);
+void kern_q8_encode_u(const float *x, long n, float scale, uint8_t *q);
+void kern_q8_decode_s(const int8_t *q, long n, float scale, float *x);
+void kern_q8_decode_u(const uint8_t *q, long n, float scale, float *x);
 
 /* Block-wise: scale[b] = absmax of block b, then its codes; and back.
  * _ref finds codes by a plain scan of the midpoints, _cpu by bisection,
  * threaded over blocks; both give the same codes. */
-void kern_q8_quantize_s_ref(const float *x, long n, int8_t *q, float *scale, enum kern_q8_map map);
-void kern_q8_quantize_s_cpu(const float *x, long n, int8_t *q, float *scale, enum kern_q8_map map);
-void kern_q8_quantize_u_ref(const float *x, long n, uint8_t *q, float *scale, enum kern_q8_map map);
-void kern_q8_quantize_u_cpu(const float *x, long n, uint8_t *q, float *scale, enum kern_q8_map map);
-void kern_q8_dequantize_s_cpu(const int8_t *q, const float *scale, long n, float *x,
-                              enum kern_q8_map map);
-void kern_q8_dequantize_u_cpu(const uint8_t *q, const float *scale, long n, float *x,
-                              enum kern_q8_map map);
+void kern_q8_quantize_s_ref(const float *x, long n, int8_t *q, float *scale);
+void kern_q8_quantize_s_cpu(const float *x, long n, int8_t *q, float *scale);
+void kern_q8_quantize_u_ref(const float *x, long n, uint8_t *q, float *scale);
+void kern_q8_quantize_u_cpu(const float *x, long n, uint8_t *q, float *scale);
+void kern_q8_dequantize_s_cpu(const int8_t *q, const float *scale, long n, float *x);
+void kern_q8_dequantize_u_cpu(const uint8_t *q, const float *scale, long n, float *x);
 
 /* Fused updates of n values whose state is block-quantized from element 0
  * (mq, ms: m's codes and block scales; vq, vs: v's): the semantics of the
  * kern_<op>_update of optimizer.h. SGD needs mu > 0 (without momentum there
  * is no state: use kern_sgd_update_cpu with m NULL). */
 void kern_sgd_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, long n,
-                            float lr, float mu, float wd, int nesterov, enum kern_q8_map map);
+                            float lr, float mu, float wd, int nesterov);
 void kern_adamw_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs,
                               const float *g, long n, float lr, float b1, float b2, float eps,
-                              float wd, float bc1, float bc2, enum kern_q8_map map);
+                              float wd, float bc1, float bc2);
 void kern_lars_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, long n,
-                             float step, float mu, float wd, enum kern_q8_map map);
+                             float step, float mu, float wd);
 
 /* LAMB in two passes over int8 state. Pass 1 changes nothing: it returns
  * ||u||^2 of the moments this step makes (kern_lamb_moments's sum, per
@@ -113,10 +108,9 @@ void kern_lars_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, lo
 long kern_q8_norm_chunk(long blocks);
 double kern_lamb_norm_q8_cpu(const int8_t *mq, const float *ms, const uint8_t *vq,
                              const float *vs, const float *g, const float *w, long n, float b1,
-                             float b2, float eps, float wd, float bc1, float bc2,
-                             enum kern_q8_map map);
+                             float b2, float eps, float wd, float bc1, float bc2);
 void kern_lamb_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs,
                              const float *g, long n, float step, float b1, float b2, float eps,
-                             float wd, float bc1, float bc2, enum kern_q8_map map);
+                             float wd, float bc1, float bc2);
 
 #endif

@@ -1,12 +1,12 @@
 /* kernels/quant8_cpu.c - 8-bit block-wise optimizer state (see quant8.h).
  *
- * The tables are built once, in double from exact decimal steps and then
- * rounded to float, so they are the same bits on every machine. Encoding
+ * The code map's table is built once, in double from exact decimal steps
+ * and then rounded to float, so it is the same bits on every machine. Encoding
  * counts the float midpoints below a = |x| / scale: the reference one by
  * one; the fast version starts from a table indexed by a's exponent and
  * top mantissa bits (the count below the bucket's lower end) and adds the
  * one midpoint a bucket may hold if it lies below a, without a branch:
- * the same count at a fraction of a bisection's cost (every map has its
+ * the same count at a fraction of a bisection's cost (the map has its
  * smallest midpoint above 2^-24, below which the count is 0). The fused
  * updates run the fp32 updates' loops (optimizer_simd.h: the widest
  * instruction set's, bit for bit the _ref updates of optimizer.h) on one
@@ -32,9 +32,9 @@
 #define N_BUCKETS ((1 - BUCKET_EXP_MIN) << BUCKET_BITS)
 #define BUCKET_BASE ((uint32_t)(127 + BUCKET_EXP_MIN) << BUCKET_BITS)
 /* Midpoints a bucket may hold: the buckets (2^-8 wide just below 1, and
- * narrower further down) are finer than any map's steps (1/255 at the
- * finest); the unit test checks the codes against the plain count at
- * every midpoint and its neighbours. */
+ * narrower further down) are finer than the map's steps; the unit test
+ * checks the codes against the plain count at every midpoint and its
+ * neighbours. */
 #define ENC_STEPS 1
 
 /* The encoding loops for CPUs with gathers, picked at load time; the
@@ -55,8 +55,8 @@ struct q8_table {
 	int32_t start_u[N_BUCKETS];
 };
 
-static struct q8_table tables[2];
-static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+static struct q8_table the_table;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 /* 2^(i + shift) means of linspace(0.1, 1, 2^(i + shift) + 1) times
  * 10^(i - 6), for i = first..6, ascending, into out; returns the count. */
@@ -77,21 +77,15 @@ static int dynamic_values(float *out, int first, int shift)
 	return k;
 }
 
-static void build_table(struct q8_table *t, enum kern_q8_map map)
+static void build_table(void)
 {
-	if (map == KERN_Q8_DYNAMIC) {
-		t->mag[0] = 0.0f;
-		int k = 1 + dynamic_values(t->mag + 1, 1, 0);       /* 126 */
-		t->mag[k] = 1.0f;
-		t->u[0] = 0.0f;
-		k = 1 + dynamic_values(t->u + 1, 0, 1);            /* 254 */
-		t->u[k] = 1.0f;
-	} else {
-		for (int q = 0; q < 128; q++)
-			t->mag[q] = (float)(q / 127.0);
-		for (int q = 0; q < 256; q++)
-			t->u[q] = (float)(q / 255.0);
-	}
+	struct q8_table *t = &the_table;
+	t->mag[0] = 0.0f;
+	int k = 1 + dynamic_values(t->mag + 1, 1, 0);       /* 126 */
+	t->mag[k] = 1.0f;
+	t->u[0] = 0.0f;
+	k = 1 + dynamic_values(t->u + 1, 0, 1);            /* 254 */
+	t->u[k] = 1.0f;
 	for (int q = 0; q < 128; q++) {
 		t->s[q] = t->mag[q];
 		if (q)
@@ -117,46 +111,35 @@ static void build_table(struct q8_table *t, enum kern_q8_map map)
 	}
 }
 
-static void build_tables(void)
+static const struct q8_table *table(void)
 {
-	build_table(&tables[KERN_Q8_DYNAMIC], KERN_Q8_DYNAMIC);
-	build_table(&tables[KERN_Q8_LINEAR], KERN_Q8_LINEAR);
+	pthread_once(&table_once, build_table);
+	return &the_table;
 }
 
-static const struct q8_table *table(enum kern_q8_map map)
+const float *kern_q8_values_s(void)
 {
-	pthread_once(&tables_once, build_tables);
-	return &tables[map == KERN_Q8_LINEAR ? KERN_Q8_LINEAR : KERN_Q8_DYNAMIC];
+	return table()->s;
 }
 
-const char *kern_q8_map_name(enum kern_q8_map map)
+const float *kern_q8_values_u(void)
 {
-	return map == KERN_Q8_LINEAR ? "linear" : "dynamic";
+	return table()->u;
 }
 
-const float *kern_q8_values_s(enum kern_q8_map map)
+const float *kern_q8_midpoints_s(void)
 {
-	return table(map)->s;
+	return table()->mid_s;
 }
 
-const float *kern_q8_values_u(enum kern_q8_map map)
+const float *kern_q8_midpoints_u(void)
 {
-	return table(map)->u;
+	return table()->mid_u;
 }
 
-const float *kern_q8_midpoints_s(enum kern_q8_map map)
+double kern_q8_max_gap(int u)
 {
-	return table(map)->mid_s;
-}
-
-const float *kern_q8_midpoints_u(enum kern_q8_map map)
-{
-	return table(map)->mid_u;
-}
-
-double kern_q8_max_gap(enum kern_q8_map map, int u)
-{
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	const float *x = u ? t->u : t->mag;
 	int n = u ? 256 : 128;
 	double gap = 0;
@@ -280,24 +263,24 @@ static float quantize_block_u(const struct q8_table *t, const float *x, long n, 
 	return scale;
 }
 
-void kern_q8_encode_s(const float *x, long n, float scale, int8_t *q, enum kern_q8_map map)
+void kern_q8_encode_s(const float *x, long n, float scale, int8_t *q)
 {
-	encode_s(table(map), x, n, scale, q);
+	encode_s(table(), x, n, scale, q);
 }
 
-void kern_q8_encode_u(const float *x, long n, float scale, uint8_t *q, enum kern_q8_map map)
+void kern_q8_encode_u(const float *x, long n, float scale, uint8_t *q)
 {
-	encode_u(table(map), x, n, scale, q);
+	encode_u(table(), x, n, scale, q);
 }
 
-void kern_q8_decode_s(const int8_t *q, long n, float scale, float *x, enum kern_q8_map map)
+void kern_q8_decode_s(const int8_t *q, long n, float scale, float *x)
 {
-	decode_s(table(map), q, n, scale, x);
+	decode_s(table(), q, n, scale, x);
 }
 
-void kern_q8_decode_u(const uint8_t *q, long n, float scale, float *x, enum kern_q8_map map)
+void kern_q8_decode_u(const uint8_t *q, long n, float scale, float *x)
 {
-	decode_u(table(map), q, n, scale, x);
+	decode_u(table(), q, n, scale, x);
 }
 
 /* ---- block-wise buffers ------------------------------------------------ */
@@ -308,9 +291,9 @@ static long block_len(long n, long b)
 	return n - lo < KERN_Q8_BLOCK ? n - lo : KERN_Q8_BLOCK;
 }
 
-void kern_q8_quantize_s_ref(const float *x, long n, int8_t *q, float *scale, enum kern_q8_map map)
+void kern_q8_quantize_s_ref(const float *x, long n, int8_t *q, float *scale)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	for (long b = 0; b < kern_q8_blocks(n); b++) {
 		long lo = b * KERN_Q8_BLOCK, len = block_len(n, b);
 		float s = 0;
@@ -327,9 +310,9 @@ void kern_q8_quantize_s_ref(const float *x, long n, int8_t *q, float *scale, enu
 	}
 }
 
-void kern_q8_quantize_u_ref(const float *x, long n, uint8_t *q, float *scale, enum kern_q8_map map)
+void kern_q8_quantize_u_ref(const float *x, long n, uint8_t *q, float *scale)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	for (long b = 0; b < kern_q8_blocks(n); b++) {
 		long lo = b * KERN_Q8_BLOCK, len = block_len(n, b);
 		float s = 0;
@@ -349,9 +332,9 @@ void kern_q8_quantize_u_ref(const float *x, long n, uint8_t *q, float *scale, en
 	}
 }
 
-void kern_q8_quantize_s_cpu(const float *x, long n, int8_t *q, float *scale, enum kern_q8_map map)
+void kern_q8_quantize_s_cpu(const float *x, long n, int8_t *q, float *scale)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long b = 0; b < nb; b++) {
@@ -360,9 +343,9 @@ void kern_q8_quantize_s_cpu(const float *x, long n, int8_t *q, float *scale, enu
 	}
 }
 
-void kern_q8_quantize_u_cpu(const float *x, long n, uint8_t *q, float *scale, enum kern_q8_map map)
+void kern_q8_quantize_u_cpu(const float *x, long n, uint8_t *q, float *scale)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long b = 0; b < nb; b++) {
@@ -371,10 +354,9 @@ void kern_q8_quantize_u_cpu(const float *x, long n, uint8_t *q, float *scale, en
 	}
 }
 
-void kern_q8_dequantize_s_cpu(const int8_t *q, const float *scale, long n, float *x,
-                              enum kern_q8_map map)
+void kern_q8_dequantize_s_cpu(const int8_t *q, const float *scale, long n, float *x)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long b = 0; b < nb; b++) {
@@ -383,10 +365,9 @@ void kern_q8_dequantize_s_cpu(const int8_t *q, const float *scale, long n, float
 	}
 }
 
-void kern_q8_dequantize_u_cpu(const uint8_t *q, const float *scale, long n, float *x,
-                              enum kern_q8_map map)
+void kern_q8_dequantize_u_cpu(const uint8_t *q, const float *scale, long n, float *x)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
 	for (long b = 0; b < nb; b++) {
@@ -398,9 +379,9 @@ void kern_q8_dequantize_u_cpu(const uint8_t *q, const float *scale, long n, floa
 /* ---- fused updates ------------------------------------------------------ */
 
 void kern_sgd_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, long n,
-                            float lr, float mu, float wd, int nesterov, enum kern_q8_map map)
+                            float lr, float mu, float wd, int nesterov)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	const struct opt_loops *L = kern_optim_loops();
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
@@ -415,9 +396,9 @@ void kern_sgd_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, lon
 
 void kern_adamw_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs,
                               const float *g, long n, float lr, float b1, float b2, float eps,
-                              float wd, float bc1, float bc2, enum kern_q8_map map)
+                              float wd, float bc1, float bc2)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	const struct opt_loops *L = kern_optim_loops();
 	const struct opt_adam a = { lr, b1, b2, eps, wd, bc1, bc2 };
 	long nb = kern_q8_blocks(n);
@@ -434,9 +415,9 @@ void kern_adamw_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, floa
 }
 
 void kern_lars_update_q8_cpu(float *w, int8_t *mq, float *ms, const float *g, long n,
-                             float step, float mu, float wd, enum kern_q8_map map)
+                             float step, float mu, float wd)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	const struct opt_loops *L = kern_optim_loops();
 	long nb = kern_q8_blocks(n);
 #pragma omp parallel for schedule(static) if (n > Q8_PAR_MIN)
@@ -456,10 +437,9 @@ long kern_q8_norm_chunk(long blocks)
 
 double kern_lamb_norm_q8_cpu(const int8_t *mq, const float *ms, const uint8_t *vq,
                              const float *vs, const float *g, const float *w, long n, float b1,
-                             float b2, float eps, float wd, float bc1, float bc2,
-                             enum kern_q8_map map)
+                             float b2, float eps, float wd, float bc1, float bc2)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	long nb = kern_q8_blocks(n);
 	if (nb == 0)
 		return 0;
@@ -485,9 +465,9 @@ double kern_lamb_norm_q8_cpu(const int8_t *mq, const float *ms, const uint8_t *v
 
 void kern_lamb_update_q8_cpu(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs,
                              const float *g, long n, float step, float b1, float b2, float eps,
-                             float wd, float bc1, float bc2, enum kern_q8_map map)
+                             float wd, float bc1, float bc2)
 {
-	const struct q8_table *t = table(map);
+	const struct q8_table *t = table();
 	const struct opt_loops *L = kern_optim_loops();
 	const struct opt_adam a = { 0, b1, b2, eps, wd, bc1, bc2 };
 	long nb = kern_q8_blocks(n);

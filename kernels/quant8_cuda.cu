@@ -2,11 +2,11 @@
  * quant8.h, quant8_cuda.h; the device code is quant8_kernels.cuh).
  *
  * One thread block per state block of KERN_Q8_BLOCK values, eight a
- * thread: the codes are dequantized with the map's table (in device
+ * thread: the codes are dequantized with the code map's table (in device
  * memory, copied to shared memory by each block), each element updated by
  * optimizer_kernels.cuh's formula, the block's new absmax found on the
  * values' bits (a NaN wins, as on the CPU), and each value encoded as the
- * count of the map's midpoints below |x| / absmax, by bisection over the
+ * count of the code map's midpoints below |x| / absmax, by bisection over the
  * same float midpoints the CPU counts: the CPU's codes and scales, bit for
  * bit. Built with --fmad=false (kernels/CMakeLists.txt), as
  * optimizer_cuda.cu is.
@@ -21,17 +21,16 @@
 #include "cuda_common.h"
 #include "quant8_kernels.cuh"
 
-/* map's table in device memory, uploaded on first use (a few KiB, kept
- * for the process) */
-static const struct q8_table *dev_table(enum kern_q8_map map)
+/* the code map's table in device memory, uploaded on first use (a few
+ * KiB, kept for the process) */
+static const struct q8_table *dev_table(void)
 {
-	static struct q8_table *tables[2];
-	int i = map == KERN_Q8_LINEAR;
-	if (!tables[i]) {
-		struct q8_table t = q8_table_of(map);
-		tables[i] = (struct q8_table *)kern_cuda_dup(&t, sizeof t);
+	static struct q8_table *table;
+	if (!table) {
+		struct q8_table t = q8_table_of();
+		table = (struct q8_table *)kern_cuda_dup(&t, sizeof t);
 	}
-	return tables[i];
+	return table;
 }
 
 /* the scalars of struct q8_hyper (unused ones 0) */
@@ -46,53 +45,50 @@ static struct q8_hyper hyper(float lr, float mu, float wd, float b1, float b2, f
 
 template <int OP>
 static void update(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs, const float *g,
-                   long n, const struct q8_hyper *h, enum kern_q8_map map)
+                   long n, const struct q8_hyper *h)
 {
 	long nb = kern_q8_blocks(n);
 	if (nb == 0)
 		return;
 	q8_update_kernel<OP><<<(unsigned)nb, Q8_THREADS, 0, kern_cuda_stream()>>>(
-		dev_table(map), w, mq, ms, vq, vs, g, n, *h);
+		dev_table(), w, mq, ms, vq, vs, g, n, *h);
 	KERN_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void kern_sgd_update_q8_cuda(float *w, int8_t *mq, float *ms, const float *g, long n,
-                                        float lr, float mu, float wd, int nesterov,
-                                        enum kern_q8_map map)
+                                        float lr, float mu, float wd, int nesterov)
 {
 	struct q8_hyper h = hyper(lr, mu, wd, 0, 0, 0, 0, 0, nesterov);
-	update<Q8_SGD>(w, mq, ms, NULL, NULL, g, n, &h, map);
+	update<Q8_SGD>(w, mq, ms, NULL, NULL, g, n, &h);
 }
 
 extern "C" void kern_adamw_update_q8_cuda(float *w, int8_t *mq, float *ms, uint8_t *vq,
                                           float *vs, const float *g, long n, float lr, float b1,
-                                          float b2, float eps, float wd, float bc1, float bc2,
-                                          enum kern_q8_map map)
+                                          float b2, float eps, float wd, float bc1, float bc2)
 {
 	struct q8_hyper h = hyper(lr, 0, wd, b1, b2, eps, bc1, bc2, 0);
-	update<Q8_ADAMW>(w, mq, ms, vq, vs, g, n, &h, map);
+	update<Q8_ADAMW>(w, mq, ms, vq, vs, g, n, &h);
 }
 
 extern "C" void kern_lars_update_q8_cuda(float *w, int8_t *mq, float *ms, const float *g, long n,
-                                         float step, float mu, float wd, enum kern_q8_map map)
+                                         float step, float mu, float wd)
 {
 	struct q8_hyper h = hyper(step, mu, wd, 0, 0, 0, 0, 0, 0);
-	update<Q8_LARS>(w, mq, ms, NULL, NULL, g, n, &h, map);
+	update<Q8_LARS>(w, mq, ms, NULL, NULL, g, n, &h);
 }
 
 extern "C" void kern_lamb_update_q8_cuda(float *w, int8_t *mq, float *ms, uint8_t *vq,
                                          float *vs, const float *g, long n, float step, float b1,
-                                         float b2, float eps, float wd, float bc1, float bc2,
-                                         enum kern_q8_map map)
+                                         float b2, float eps, float wd, float bc1, float bc2)
 {
 	struct q8_hyper h = hyper(step, 0, wd, b1, b2, eps, bc1, bc2, 0);
-	update<Q8_LAMB>(w, mq, ms, vq, vs, g, n, &h, map);
+	update<Q8_LAMB>(w, mq, ms, vq, vs, g, n, &h);
 }
 
 extern "C" double kern_lamb_norm_q8_cuda(const int8_t *mq, const float *ms, const uint8_t *vq,
                                          const float *vs, const float *g, const float *w, long n,
                                          float b1, float b2, float eps, float wd, float bc1,
-                                         float bc2, enum kern_q8_map map)
+                                         float bc2)
 {
 	long nb = kern_q8_blocks(n);
 	if (nb == 0)
@@ -101,7 +97,7 @@ extern "C" double kern_lamb_norm_q8_cuda(const int8_t *mq, const float *ms, cons
 	double *part = (double *)kern_cuda_scratch_alloc(sizeof(double) * (size_t)(nb + 1));
 	double *result = part + nb;
 	q8_lamb_norm_kernel<<<(unsigned)nb, Q8_THREADS, 0, kern_cuda_stream()>>>(
-		dev_table(map), part, mq, ms, vq, vs, g, w, n, h);
+		dev_table(), part, mq, ms, vq, vs, g, w, n, h);
 	KERN_CUDA_CHECK_LAUNCH();
 	q8_norm_sum_kernel<<<1, Q8_THREADS, 0, kern_cuda_stream()>>>(result, part, nb,
 	                                                             kern_q8_norm_chunk(nb));

@@ -18,19 +18,18 @@ extern "C" {
 #include "quant8.h"
 
 void kern_sgd_update_q8_cuda(float *w, int8_t *mq, float *ms, const float *g, long n,
-                             float lr, float mu, float wd, int nesterov, enum kern_q8_map map);
+                             float lr, float mu, float wd, int nesterov);
 void kern_adamw_update_q8_cuda(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs,
                                const float *g, long n, float lr, float b1, float b2, float eps,
-                               float wd, float bc1, float bc2, enum kern_q8_map map);
+                               float wd, float bc1, float bc2);
 void kern_lars_update_q8_cuda(float *w, int8_t *mq, float *ms, const float *g, long n,
-                              float step, float mu, float wd, enum kern_q8_map map);
+                              float step, float mu, float wd);
 double kern_lamb_norm_q8_cuda(const int8_t *mq, const float *ms, const uint8_t *vq,
                               const float *vs, const float *g, const float *w, long n, float b1,
-                              float b2, float eps, float wd, float bc1, float bc2,
-                              enum kern_q8_map map);
+                              float b2, float eps, float wd, float bc1, float bc2);
 void kern_lamb_update_q8_cuda(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs,
                               const float *g, long n, float step, float b1, float b2, float eps,
-                              float wd, float bc1, float bc2, enum kern_q8_map map);
+                              float wd, float bc1, float bc2);
 
 #ifdef __cplusplus
 }

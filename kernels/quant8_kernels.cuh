@@ -28,14 +28,14 @@ struct q8_table {
 	float mid_u[255];              /* midpoints of the unsigned values, ascending */
 };
 
-/* map's table, on the host (quant8_cpu.c's) */
-static inline struct q8_table q8_table_of(enum kern_q8_map map)
+/* the code map's table, on the host (quant8_cpu.c's) */
+static inline struct q8_table q8_table_of(void)
 {
 	struct q8_table t;
-	memcpy(t.s, kern_q8_values_s(map), sizeof t.s);
-	memcpy(t.u, kern_q8_values_u(map), sizeof t.u);
-	memcpy(t.mid_s, kern_q8_midpoints_s(map), sizeof t.mid_s);
-	memcpy(t.mid_u, kern_q8_midpoints_u(map), sizeof t.mid_u);
+	memcpy(t.s, kern_q8_values_s(), sizeof t.s);
+	memcpy(t.u, kern_q8_values_u(), sizeof t.u);
+	memcpy(t.mid_s, kern_q8_midpoints_s(), sizeof t.mid_s);
+	memcpy(t.mid_u, kern_q8_midpoints_u(), sizeof t.mid_u);
 	return t;
 }
 

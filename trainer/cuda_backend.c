@@ -6,33 +6,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
-
 #if defined(LARCH_HAVE_CUDA) && !defined(LARCH_CUDA_BACKEND_STATIC)
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int tried;                      /* the first load ran (under lock) */
 static const struct trn_cuda_backend *loaded;
 static char load_error[4200];
 
-/* <the directory of liblarch_trainer.so>/liblarch_trainer_cuda.so */
-static void backend_path(char *buf, size_t len)
+/* file, else <the directory of liblarch_trainer.so>/liblarch_trainer_cuda.so */
+static void backend_path(const char *file, char *buf, size_t len)
 {
-	const char *env = trn_env_str("LARCH_CUDA_BACKEND");
-	if (env) {
-		snprintf(buf, len, "%s", env);
+	if (file) {
+		snprintf(buf, len, "%s", file);
 		return;
 	}
 	Dl_info info;
-	const char *self = dladdr((void *)trn_cuda_backend_get, &info) && info.dli_fname
+	const char *self = dladdr((void *)trn_cuda_backend_load, &info) && info.dli_fname
 	                   ? info.dli_fname : "";
 	const char *slash = strrchr(self, '/');
 	int dir = slash ? (int)(slash - self) : 0;
 	snprintf(buf, len, "%.*s%sliblarch_trainer_cuda.so", dir, self, slash ? "/" : "");
 }
 
-static void load(void)
+static void load(const char *file)
 {
 	char path[4096];
-	backend_path(path, sizeof path);
+	backend_path(file, path, sizeof path);
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		snprintf(load_error, sizeof load_error, "cuda: cannot load the GPU backend: %s",
@@ -50,26 +48,42 @@ static void load(void)
 }
 #endif
 
-void trn_cuda_kernel_opts(struct kern_cuda_opts *opts)
-{
-	const char *sync = trn_env_str("LARCH_CUDA_SYNC");
-	opts->sync = sync && strcmp(sync, "0") != 0;
-	opts->kernel_picks = trn_env_str("LARCH_CUDA_KERNEL_PICKS");
-}
-
-const struct trn_cuda_backend *trn_cuda_backend_get(struct trn_err *err)
+/* what trn_cuda_backend_load did (the first call loads when load) */
+static const struct trn_cuda_backend *backend(int load_now, const char *file,
+                                              struct trn_err *err)
 {
 #if !defined(LARCH_HAVE_CUDA)
+	(void)load_now;
+	(void)file;
 	trn_err_set(err, "cuda: this larch-train was built without CUDA (WITH_CUDA=OFF, or no "
 	            "CUDA toolkit at build time)");
 	return NULL;
 #elif defined(LARCH_CUDA_BACKEND_STATIC)
+	(void)load_now;
+	(void)file;
 	(void)err;
 	return trn_cuda_backend_entry();
 #else
-	pthread_once(&once, load);
-	if (!loaded)
-		trn_err_set(err, "%s", load_error);
-	return loaded;
+	pthread_mutex_lock(&lock);
+	if (!tried && load_now) {
+		tried = 1;
+		load(file);
+	}
+	int was_tried = tried;
+	const struct trn_cuda_backend *be = loaded;
+	pthread_mutex_unlock(&lock);
+	if (!be)
+		trn_err_set(err, "%s", was_tried ? load_error : "cuda: the GPU backend is not loaded");
+	return be;
 #endif
+}
+
+const struct trn_cuda_backend *trn_cuda_backend_load(const char *file, struct trn_err *err)
+{
+	return backend(1, file, err);
+}
+
+const struct trn_cuda_backend *trn_cuda_backend_get(struct trn_err *err)
+{
+	return backend(0, NULL, err);
 }

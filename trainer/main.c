@@ -71,11 +71,14 @@ static void usage(FILE *out)
 	      "\n"
 	      "From the environment (the run's header prints every option and where it came\n"
 	      "from):\n", out);
-	int n;
+	int n, width = 0;
 	const struct trn_option *rows = trn_options_table(&n);
 	for (int i = 0; i < n; i++)
+		if (rows[i].env && (int)strlen(rows[i].env) > width)
+			width = (int)strlen(rows[i].env);
+	for (int i = 0; i < n; i++)
 		if (rows[i].env)
-			fprintf(out, "  %-18s %s (default: %s)\n", rows[i].env, rows[i].help,
+			fprintf(out, "  %-*s %s (default: %s)\n", width, rows[i].env, rows[i].help,
 			        rows[i].dflt);
 }
 
@@ -223,6 +226,18 @@ static int option_flag(struct trn_options *o, int c, const char *value)
 	return -1;
 }
 
+/* --list-devices: with the options given so far, else the environment's
+ * (the GPU backend's file). */
+static int list_devices(struct trn_options *o)
+{
+	char err[256];
+	if (trn_options_from_env(o, err, sizeof err) != 0) {
+		fprintf(stderr, "larch-train: %s\n", err);
+		return TRN_EXIT_USAGE;
+	}
+	return trn_model_cuda_list(stdout, o) > 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
+}
+
 /* Reads argv into c: -1 to go on, else the exit code (--help, --version,
  * --list-devices, a bad flag). */
 static int parse_args(int argc, char **argv, struct cmdline *c)
@@ -253,7 +268,7 @@ static int parse_args(int argc, char **argv, struct cmdline *c)
 			*(f == 'G' ? &c->gpu_gib : &c->host_gib) = v;
 			break;
 		}
-		case 'L': return trn_model_cuda_list(stdout) > 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
+		case 'L': return list_devices(&c->opts);
 		case 'V': printf("larch-train %s\n", LARCH_VERSION); return TRN_EXIT_OK;
 		case 'h': usage(stdout); return TRN_EXIT_OK;
 		default: usage(stderr); return TRN_EXIT_USAGE;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "options.h"
 #include "param_offload.h"
 #include "spec/gpt_layout.h"
 #include "spec/mlp_layout.h"
@@ -115,7 +116,8 @@ struct trn_model *trn_model_host_layout(const struct trn_spec *spec, const struc
 }
 
 struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn_dataset *ds,
-                                   int max_batch, int cuda_device, struct trn_err *err)
+                                   int max_batch, int cuda_device,
+                                   const struct trn_options *opts, struct trn_err *err)
 {
 	if (cuda_device < 0)
 		return trn_model_new(spec, ds, max_batch, err);
@@ -123,8 +125,13 @@ struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn
 		trn_err_set(err, "model: micro-batch must be at least 1 (got %d)", max_batch);
 		return NULL;
 	}
-	const struct trn_cuda_backend *be = trn_cuda_backend_get(err);
-	return be ? be->model_new(spec, ds, max_batch, cuda_device, err) : NULL;
+	const struct trn_options none = { 0 };
+	if (!opts)
+		opts = &none;
+	struct kern_cuda_opts kopts = { .sync = opts->cuda_sync,
+	                                .kernel_picks = opts->cuda_kernel_picks };
+	const struct trn_cuda_backend *be = trn_cuda_backend_load(opts->cuda_backend, err);
+	return be ? be->model_new(spec, ds, max_batch, cuda_device, &kopts, err) : NULL;
 }
 
 void trn_model_cuda_tune_dir(const char *job_dir)
@@ -144,10 +151,11 @@ int trn_model_cuda_built(void)
 #endif
 }
 
-int trn_model_cuda_list(FILE *out)
+int trn_model_cuda_list(FILE *out, const struct trn_options *opts)
 {
 	struct trn_err err = { 0 };
-	const struct trn_cuda_backend *be = trn_cuda_backend_get(&err);
+	const struct trn_cuda_backend *be =
+		trn_cuda_backend_load(opts ? opts->cuda_backend : NULL, &err);
 	if (!be) {
 		fprintf(out, "cuda: none (%s)\n", err.text);
 		return 0;

@@ -39,6 +39,7 @@ struct trn_fwd_stats {
 #define TRN_GRAD_STAGE_FLOATS (1L << 20)
 
 struct trn_model;
+struct trn_options;
 struct trn_param_offload;
 
 /* A GPU model's device memory, in bytes. */
@@ -281,19 +282,23 @@ void trn_model_blocks_bwd_done(struct trn_model *m);
 struct trn_model *trn_model_new(const struct trn_spec *spec, const struct trn_dataset *ds,
                                 int max_batch, struct trn_err *err);
 void trn_model_free(struct trn_model *m);  /* accepts NULL */
-/* trn_model_new on CUDA device cuda_device (>= 0; -1: the CPU). Without a
- * CUDA build, or a GPU, NULL with err saying so. */
+/* trn_model_new on CUDA device cuda_device (>= 0; -1: the CPU), with the
+ * GPU backend and its kernels as opts' cuda_* rows say (options.h;
+ * borrowed; NULL: their defaults). Without a CUDA build, or a GPU, NULL
+ * with err saying so. */
 struct trn_model *trn_model_new_on(const struct trn_spec *spec, const struct trn_dataset *ds,
-                                   int max_batch, int cuda_device, struct trn_err *err);
+                                   int max_batch, int cuda_device,
+                                   const struct trn_options *opts, struct trn_err *err);
 /* A GPU run's job directory, for the GPU backend's files there (the tuned
  * GEMMs' picks: trainer/cuda_backend.h); nothing without a backend. */
 void trn_model_cuda_tune_dir(const char *job_dir);
 /* Whether this build has the CUDA models. */
 int trn_model_cuda_built(void);
 /* Prints the CUDA devices a --device cuda run could use, one line each
- * ("cuda:0 NVIDIA H100 ..."), or one line saying why there are none; returns
- * how many there are. */
-int trn_model_cuda_list(FILE *out);
+ * ("cuda:0 NVIDIA H100 ..."), or one line saying why there are none, with
+ * the GPU backend opts' cuda_backend names (NULL: the default); returns how
+ * many there are. */
+int trn_model_cuda_list(FILE *out, const struct trn_options *opts);
 
 double trn_model_forward(struct trn_model *m, const struct trn_batch *b, struct trn_fwd_stats *st);
 void trn_model_backward(struct trn_model *m, const struct trn_batch *b, float scale);

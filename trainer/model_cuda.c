@@ -125,7 +125,8 @@ int trn_model_cuda_print_devices(FILE *out)
 }
 
 struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                                     int max_batch, int device, struct trn_err *err)
+                                     int max_batch, int device,
+                                     const struct kern_cuda_opts *kopts, struct trn_err *err)
 {
 	char why[256];
 	int n = kern_cuda_device_count(why, sizeof why);
@@ -147,9 +148,7 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 		            cpu->n_floats);
 		return NULL;
 	}
-	struct kern_cuda_opts kopts;
-	trn_cuda_kernel_opts(&kopts);
-	kern_cuda_set_opts(&kopts);
+	kern_cuda_set_opts(kopts);
 	/* the spec's "deterministic": false tunes the 16-bit GEMMs (plan.h) */
 	kern_matmul_cuda_gemm_tune(trn_gpu_gemm_tune(spec->precision.nondeterministic));
 	int tune = cpu->dtype != TRN_DTYPE_FP32 ? kern_matmul_cuda_gemm_tune(-1) : 0;
@@ -174,9 +173,10 @@ struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct t
 	return m;
 }
 
-int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
-                        const struct trn_model_ops *ops, long rows, long arena_floats,
-                        struct trn_err *err)
+/* The CPU layout cpu's table, host buffers and sizes as c's (taking cpu),
+ * and what the device holds of them (res_head, res_tail). */
+static void adopt_layout(struct trn_cuda_model *c, struct trn_model *cpu,
+                         const struct trn_model_ops *ops)
 {
 	struct trn_model *b = &c->base;
 	c->cpu = cpu;
@@ -211,8 +211,11 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 		c->res_head = first->offset;
 		c->res_tail = last->offset + last->numel;
 	}
-	b->act_bytes = b->act_bytes_none = arena_floats * (long)sizeof(float);
-	b->device = 1;
+}
+
+/* The current device's peak for b's compute dtype and its "device:" line. */
+static void describe_device(struct trn_model *b)
+{
 	int dev = kern_cuda_current_device();
 	if (b->dtype == TRN_DTYPE_FP32) {
 		b->peak_flops = kern_cuda_peak_fp32(dev);
@@ -232,33 +235,49 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	} else {
 		snprintf(b->device_desc, sizeof b->device_desc, "cuda:%d", dev);
 	}
-	c->rows = rows;
-	c->arena_floats = arena_floats;
-	c->out_held[0] = c->out_held[1] = -1;
-	c->w_version = -1;
-	b->w_dev = NULL;
-	size_t nf = (size_t)cpu->n_floats;
-	/* what the device holds of the parameters and of their gradients */
-	size_t held = (size_t)(c->res_head + (cpu->n_floats - c->res_tail));
-	c->stage_floats = (long)held < TRN_GRAD_STAGE_FLOATS ? (long)held : TRN_GRAD_STAGE_FLOATS;
-	c->g_stage = malloc(sizeof(float) * (size_t)(c->stage_floats + 1));
-	c->losses_host = malloc(sizeof(float) * (size_t)rows);
-	c->best_host = malloc(sizeof(int) * (size_t)rows);
-	if (!c->g_stage || !c->losses_host || !c->best_host)
-		return trn_err_set(err, "model: out of memory for the host side of the GPU model");
+}
+
+/* floats of the parameters (and of their gradients) the device holds */
+static size_t held_floats(const struct trn_cuda_model *c)
+{
+	return (size_t)(c->res_head + (c->base.n_floats - c->res_tail));
+}
+
+/* The 16-bit copy of the weights the GEMMs read, in values: in 16 bits with
+ * every parameter on the device, the weights with the model's gap
+ * (w16_pad_at, w16_pad); else 0. */
+static size_t weights16_values(const struct trn_cuda_model *c)
+{
+	const struct trn_model *b = &c->base;
+	size_t nf = (size_t)b->n_floats;
+	return trn_gpu_weights16(b->dtype, b->param_offload == TRN_OFFLOAD_CPU) && nf > 0
+	               ? nf + (size_t)c->w16_pad
+	               : 0;
+}
+
+/* 0 when the device's buffers (device_alloc's) fit in its free memory, or
+ * when it cannot say; else -1 with err. */
+static int check_room(const struct trn_cuda_model *c, struct trn_err *err)
+{
+	const struct trn_model *b = &c->base;
 	size_t free_b = 0, total_b = 0;
-	/* in 16 bits, with every parameter on the device, the GEMMs' 16-bit copy
-	 * of them (with the model's gap: w16_pad_at, w16_pad) */
-	size_t n16 = trn_gpu_weights16(b->dtype, b->param_offload == TRN_OFFLOAD_CPU) && nf > 0
-	                     ? nf + (size_t)c->w16_pad
-	                     : 0;
-	size_t need = sizeof(float) * (2 * held + 2 * (size_t)b->param_stage_floats +
-	                              (size_t)arena_floats) + 3 * sizeof(int) * (size_t)rows +
-	              sizeof(uint16_t) * n16;
+	size_t need = sizeof(float) * (2 * held_floats(c) + 2 * (size_t)b->param_stage_floats +
+	                              (size_t)c->arena_floats) +
+	              3 * sizeof(int) * (size_t)c->rows + sizeof(uint16_t) * weights16_values(c);
 	if (kern_cuda_mem_info(&free_b, &total_b) == 0 && need > free_b)
 		return trn_err_set(err, "cuda: the model needs %.1f MiB of GPU memory at micro-batch "
 		                   "%d, %.1f MiB are free (a smaller batch.micro, or larch plan)",
 		                   (double)need / 1048576.0, b->max_batch, (double)free_b / 1048576.0);
+	return 0;
+}
+
+/* The device's buffers: the parameters and gradients it holds, their
+ * 16-bit copy, the parameter offload's slots, the arena (zeroed) and the
+ * per-row batch buffers. 0, or -1 with err. */
+static int device_alloc(struct trn_cuda_model *c, struct trn_err *err)
+{
+	struct trn_model *b = &c->base;
+	size_t held = held_floats(c), n16 = weights16_values(c), rows = (size_t)c->rows;
 	c->w_dev = b->w_dev = kern_cuda_malloc(sizeof(float) * held);
 	c->g_dev = b->g_dev = kern_cuda_malloc(sizeof(float) * held);
 	if (n16) {
@@ -268,22 +287,55 @@ int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
 	}
 	if (b->param_offload == TRN_OFFLOAD_CPU && param_offload_setup(c) != 0)
 		return trn_err_set(err, "model: out of memory for the parameter offload's staging");
-	c->arena = kern_cuda_malloc(sizeof(float) * (size_t)arena_floats);
+	c->arena = kern_cuda_malloc(sizeof(float) * (size_t)c->arena_floats);
 	/* once: a model's padding (between rows it pads) then holds zeros */
-	kern_cuda_zero(c->arena, sizeof(float) * (size_t)arena_floats);
-	c->tokens_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
-	c->targets_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
-	c->best_dev = kern_cuda_malloc(sizeof(int) * (size_t)rows);
-	/* the host copies cross PCIe every step unless resident: page-locked,
-	 * they go at the link's speed */
+	kern_cuda_zero(c->arena, sizeof(float) * (size_t)c->arena_floats);
+	c->tokens_dev = kern_cuda_malloc(sizeof(int) * rows);
+	c->targets_dev = kern_cuda_malloc(sizeof(int) * rows);
+	c->best_dev = kern_cuda_malloc(sizeof(int) * rows);
+	return 0;
+}
+
+/* The host copies cross PCIe every step unless resident: page-locked, they
+ * go at the link's speed (c->pinned says which are). */
+static void pin_host(struct trn_cuda_model *c)
+{
+	struct trn_model *b = &c->base;
 	float *host[3] = { b->w, b->g, c->g_stage };
-	size_t floats[3] = { nf, nf, (size_t)c->stage_floats };
+	size_t floats[3] = { (size_t)b->n_floats, (size_t)b->n_floats, (size_t)c->stage_floats };
 	for (int i = 0; i < 3; i++) {
 		if (host[i] == b->g && b->streamed)
 			continue;                  /* mostly unmapped: its resident ends go pageable */
 		if (kern_cuda_host_register(host[i], sizeof(float) * floats[i]) == 0)
 			c->pinned |= 1 << i;
 	}
+}
+
+int trn_cuda_model_init(struct trn_cuda_model *c, struct trn_model *cpu,
+                        const struct trn_model_ops *ops, long rows, long arena_floats,
+                        struct trn_err *err)
+{
+	struct trn_model *b = &c->base;
+	adopt_layout(c, cpu, ops);
+	b->act_bytes = b->act_bytes_none = arena_floats * (long)sizeof(float);
+	b->device = 1;
+	describe_device(b);
+	c->rows = rows;
+	c->arena_floats = arena_floats;
+	c->out_held[0] = c->out_held[1] = -1;
+	c->w_version = -1;
+	b->w_dev = NULL;
+	/* the host's side: the gradients' stage, the per-row results */
+	size_t held = held_floats(c);
+	c->stage_floats = (long)held < TRN_GRAD_STAGE_FLOATS ? (long)held : TRN_GRAD_STAGE_FLOATS;
+	c->g_stage = malloc(sizeof(float) * (size_t)(c->stage_floats + 1));
+	c->losses_host = malloc(sizeof(float) * (size_t)rows);
+	c->best_host = malloc(sizeof(int) * (size_t)rows);
+	if (!c->g_stage || !c->losses_host || !c->best_host)
+		return trn_err_set(err, "model: out of memory for the host side of the GPU model");
+	if (check_room(c, err) != 0 || device_alloc(c, err) != 0)
+		return -1;
+	pin_host(c);
 	return 0;
 }
 

@@ -39,6 +39,8 @@
 
 #include "model.h"
 
+struct kern_cuda_opts;
+
 /* What the GPT and MLP device models share; each embeds it first. */
 struct trn_cuda_model {
 	struct trn_model base;         /* params, w, g: the CPU layout's (cpu owns them) */
@@ -95,10 +97,12 @@ struct trn_cuda_model {
 struct trn_copier;
 extern const struct trn_copier trn_cuda_copier;
 
-/* Builds the model of spec on CUDA device `device`. NULL with err set
- * (a spec the GPU path cannot run yet names the field). */
+/* Builds the model of spec on CUDA device `device`, the kernels set to
+ * kopts (kern_cuda_set_opts). NULL with err set (a spec the GPU path
+ * cannot run yet names the field). */
 struct trn_model *trn_model_cuda_new(const struct trn_spec *spec, const struct trn_dataset *ds,
-                                     int max_batch, int device, struct trn_err *err);
+                                     int max_batch, int device,
+                                     const struct kern_cuda_opts *kopts, struct trn_err *err);
 
 /* trn_model_cuda_list's work. */
 int trn_model_cuda_print_devices(FILE *out);

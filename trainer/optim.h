@@ -23,8 +23,7 @@
  * more) ranks with one shared scale: each updates its part in fp32, the
  * ranks take the largest absmax (one small allreduce per step) and
  * requantize at it, so the codes are those one rank would store. The code
- * map is dynamic (optim_q8.c says why); LARCH_INT8_CODE=linear picks the
- * affine one, for measurements only. An optimizer of the whole buffer can
+ * map is dynamic (optim_q8.c says why). An optimizer of the whole buffer can
  * move int8 state to a GPU as fp32 state (trn_optim_move_to): the codes and
  * scales then live there and its kernels' q8 updates give the CPU's bits;
  * with ZeRO it stays on the host (the cut blocks' shared scales are agreed
@@ -62,19 +61,18 @@ struct trn_optim_kernels {
 	                   float wd, float bc1, float bc2);
 	/* int8 state (kernels/quant8.h): the fused block-wise updates */
 	void (*sgd_q8)(float *w, int8_t *mq, float *ms, const float *g, long n, float lr, float mu,
-	               float wd, int nesterov, enum kern_q8_map map);
+	               float wd, int nesterov);
 	void (*adamw_q8)(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs, const float *g,
 	                 long n, float lr, float b1, float b2, float eps, float wd, float bc1,
-	                 float bc2, enum kern_q8_map map);
+	                 float bc2);
 	void (*lars_q8)(float *w, int8_t *mq, float *ms, const float *g, long n, float step,
-	                float mu, float wd, enum kern_q8_map map);
+	                float mu, float wd);
 	double (*lamb_norm_q8)(const int8_t *mq, const float *ms, const uint8_t *vq,
 	                       const float *vs, const float *g, const float *w, long n, float b1,
-	                       float b2, float eps, float wd, float bc1, float bc2,
-	                       enum kern_q8_map map);
+	                       float b2, float eps, float wd, float bc1, float bc2);
 	void (*lamb_q8)(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs, const float *g,
 	                long n, float step, float b1, float b2, float eps, float wd, float bc1,
-	                float bc2, enum kern_q8_map map);
+	                float bc2);
 	/* state memory: a zeroed buffer (NULL when out of memory), its release
 	 * (which accepts NULL), zeroing, and copies between it and host memory */
 	void *(*alloc_zeroed)(size_t bytes);
@@ -120,7 +118,6 @@ struct trn_optim_q8_cut {
 
 /* int8 state of a range (optim_q8.c). */
 struct trn_optim_q8 {
-	int map;                       /* enum kern_q8_map */
 	int8_t *m;                     /* codes [hi - lo], or NULL */
 	uint8_t *v;
 	float *ms, *vs;                /* scales of the blocks the range touches [n_blocks] */

@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
 #include "kernels/optimizer.h"
 #include "kernels/quant8.h"
 
@@ -41,19 +40,6 @@ long trn_optim_q8_blocks_before(const struct trn_optim *o, long x)
 			return q->first[i] + (x > p->offset ? (x - p->offset + BLOCK - 1) / BLOCK : 0);
 	}
 	return q->first[o->n_params];
-}
-
-static int pick_map(struct trn_optim_q8 *q, struct trn_err *err)
-{
-	const char *e = trn_env_str("LARCH_INT8_CODE");
-	if (!e || strcmp(e, "dynamic") == 0)
-		q->map = KERN_Q8_DYNAMIC;
-	else if (strcmp(e, "linear") == 0)
-		q->map = KERN_Q8_LINEAR;
-	else
-		return trn_err_set(err, "LARCH_INT8_CODE: must be \"dynamic\" or \"linear\" (got \"%s\")",
-		                   e);
-	return 0;
 }
 
 /* The blocks of tensor i that the range holds in part: one cut by lo (at
@@ -88,8 +74,6 @@ int trn_optim_q8_init(struct trn_optim *o, int want_m, int want_v, struct trn_er
 	if (!q || !(q->first = malloc(sizeof(long) * (size_t)(o->n_params + 1))))
 		goto oom;
 	o->q8 = q;
-	if (pick_map(q, err) != 0)
-		return -1;
 	q->first[0] = 0;
 	for (int i = 0; i < o->n_params; i++)
 		q->first[i + 1] = q->first[i] + kern_q8_blocks(o->params[i].numel);
@@ -164,9 +148,9 @@ void trn_optim_q8_begin(struct trn_optim *o)
 	for (int k = 0; k < q->n_cut; k++) {
 		struct trn_optim_q8_cut *c = &q->cut[k];
 		if (q->m)
-			kern_q8_decode_s(q->m + c->a, c->n, q->ms[c->blk], c->m, q->map);
+			kern_q8_decode_s(q->m + c->a, c->n, q->ms[c->blk], c->m);
 		if (q->v)
-			kern_q8_decode_u(q->v + c->a, c->n, q->vs[c->blk], c->v, q->map);
+			kern_q8_decode_u(q->v + c->a, c->n, q->vs[c->blk], c->v);
 	}
 }
 
@@ -183,7 +167,7 @@ double trn_optim_q8_lamb_norm(struct trn_optim *o, int i, const float *w, const 
 	if (n)
 		s = o->k->lamb_norm_q8(q->m + a, q->ms + blk, q->v + a, q->vs + blk, g + (a - at),
 		                       w + (a - at), n, (float)c->beta1, (float)c->beta2,
-		                       (float)c->eps, wd, bc1, bc2, q->map);
+		                       (float)c->eps, wd, bc1, bc2);
 	/* the part blocks' moments are made here, once, and kept for the update */
 	for (int k = 0; k < q->n_cut; k++) {
 		struct trn_optim_q8_cut *p = &q->cut[k];
@@ -210,15 +194,15 @@ void trn_optim_q8_update(struct trn_optim *o, int i, float *w, const float *g, f
 		const float *ga = g + (a - at);
 		const struct trn_optim_kernels *k = o->k;
 		if (c->type == TRN_OPT_SGD)
-			k->sgd_q8(wa, mq, ms, ga, n, lr, mu, wd, c->nesterov, q->map);
+			k->sgd_q8(wa, mq, ms, ga, n, lr, mu, wd, c->nesterov);
 		else if (c->type == TRN_OPT_ADAMW)
 			k->adamw_q8(wa, mq, ms, q->v + a, q->vs + blk, ga, n, lr, b1, b2, eps, wd, bc1,
-			            bc2, q->map);
+			            bc2);
 		else if (c->type == TRN_OPT_LARS)
-			k->lars_q8(wa, mq, ms, ga, n, lr, mu, wd, q->map);
+			k->lars_q8(wa, mq, ms, ga, n, lr, mu, wd);
 		else
 			k->lamb_q8(wa, mq, ms, q->v + a, q->vs + blk, ga, n, lr, b1, b2, eps, wd, bc1,
-			           bc2, q->map);
+			           bc2);
 	}
 	for (int k = 0; k < q->n_cut; k++) {
 		struct trn_optim_q8_cut *p = &q->cut[k];
@@ -268,11 +252,11 @@ int trn_optim_q8_finish(struct trn_optim *o, struct trn_err *err)
 		}
 		if (p->m) {
 			q->ms[p->blk] = (float)sm;
-			kern_q8_encode_s(p->m, p->n, (float)sm, q->m + p->a, q->map);
+			kern_q8_encode_s(p->m, p->n, (float)sm, q->m + p->a);
 		}
 		if (p->v) {
 			q->vs[p->blk] = (float)sv;
-			kern_q8_encode_u(p->v, p->n, (float)sv, q->v + p->a, q->map);
+			kern_q8_encode_u(p->v, p->n, (float)sv, q->v + p->a);
 		}
 	}
 	return 0;

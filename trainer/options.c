@@ -1,36 +1,75 @@
 /* trainer/options.c - see options.h. */
 #include "options.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "env.h"
+#include "kernels/tune_table.h"
 
 static const char *const devices[] = { "cpu", "cuda", NULL };
 static const char *const isas[] = { "auto", "scalar", "avx2", "avx512", NULL };
 
 #define AT(field) offsetof(struct trn_options, field)
 
+/* cuda_backend: a file that is there (dlopen's own message would come
+ * only when a GPU run loads it) */
+static int check_file(const char *what, const char *text, char *err, size_t errlen)
+{
+	struct stat st;
+	if (stat(text, &st) == 0 && S_ISREG(st.st_mode))
+		return 0;
+	snprintf(err, errlen, "%s: not a file: \"%.200s\"", what, text);
+	return -1;
+}
+
+/* cuda_kernel_picks: "default", or picks as kern_tune_picks_parse takes
+ * them (the kernels would stop the run at its first GPU model otherwise) */
+static int check_picks(const char *what, const char *text, char *err, size_t errlen)
+{
+	if (strcmp(text, "default") == 0)
+		return 0;
+	struct kern_tune_table t = { 0 };
+	char why[256];
+	int rc = kern_tune_picks_parse(&t, text, why, sizeof why) < 0 ? -1 : 0;
+	kern_tune_table_free(&t);
+	if (rc != 0)
+		snprintf(err, errlen, "%s: %s (\"default\", or KEY=N entries apart by spaces)", what,
+		         why);
+	return rc;
+}
+
 static const struct trn_option rows[] = {
 	{ "job_dir", "--job-dir", NULL, TRN_OPTION_STR, AT(job_dir), 0, 0, NULL,
-	  "runs/<spec name>", "where spec.json, metrics.jsonl, result.json and checkpoints/ go" },
+	  "runs/<spec name>", "where spec.json, metrics.jsonl, result.json and checkpoints/ go", NULL },
 	{ "resume", "--resume", NULL, TRN_OPTION_BOOL, AT(resume), 0, 1, NULL, "off",
-	  "fail unless there is a checkpoint to resume from" },
+	  "fail unless there is a checkpoint to resume from", NULL },
 	{ "threads", "--threads", NULL, TRN_OPTION_INT, AT(threads), 1, 4096, NULL,
-	  "OMP_NUM_THREADS or the CPUs", "threads for kernels and BLAS" },
+	  "OMP_NUM_THREADS or the CPUs", "threads for kernels and BLAS", NULL },
 	{ "quiet", "--quiet", NULL, TRN_OPTION_BOOL, AT(quiet), 0, 1, NULL, "off",
-	  "no progress lines" },
+	  "no progress lines", NULL },
 	{ "device", "--device", NULL, TRN_OPTION_STR, AT(device), 0, 0, devices,
-	  "from the spec", "cpu, or cuda (the default when the spec asks for GPUs)" },
+	  "from the spec", "cpu, or cuda (the default when the spec asks for GPUs)", NULL },
 	{ "blas", NULL, "LARCH_BLAS", TRN_OPTION_STR, AT(blas), 0, 0, NULL,
-	  "the build's candidates", "the CBLAS library GEMMs run in (a path or soname)" },
+	  "the build's candidates", "the CBLAS library GEMMs run in (a path or soname)", NULL },
 	{ "openblas_coretype", NULL, "OPENBLAS_CORETYPE", TRN_OPTION_STR, AT(openblas_coretype),
-	  0, 0, NULL, "from the CPU's features", "OpenBLAS's kernel family" },
+	  0, 0, NULL, "from the CPU's features", "OpenBLAS's kernel family", NULL },
 	{ "cpu_isa", NULL, "LARCH_CPU_ISA", TRN_OPTION_STR, AT(cpu_isa), 0, 0, isas, "auto",
-	  "the optimizer's loops (auto: the widest the CPU has)" },
+	  "the optimizer's loops (auto: the widest the CPU has)", NULL },
 	{ "comm_timeout_s", NULL, "LARCH_COMM_TIMEOUT", TRN_OPTION_INT, AT(comm_timeout_s), 1,
-	  86400, NULL, "120", "seconds srun's tasks (no MPI) have to meet" },
+	  86400, NULL, "120", "seconds srun's tasks (no MPI) have to meet", NULL },
 	{ "comm_host", NULL, "LARCH_COMM_HOST", TRN_OPTION_STR, AT(comm_host), 0, 0, NULL,
-	  "the hostname", "the address rank 0 publishes to srun's other tasks" },
+	  "the hostname", "the address rank 0 publishes to srun's other tasks", NULL },
+	{ "cuda_backend", NULL, "LARCH_CUDA_BACKEND", TRN_OPTION_STR, AT(cuda_backend), 0, 0,
+	  NULL, "liblarch_trainer_cuda.so beside liblarch_trainer.so",
+	  "the GPU backend's library file", check_file },
+	{ "cuda_sync", NULL, "LARCH_CUDA_SYNC", TRN_OPTION_BOOL, AT(cuda_sync), 0, 1, NULL, "off",
+	  "wait for each GPU kernel at its launch, so that a fault is reported there", NULL },
+	{ "cuda_kernel_picks", NULL, "LARCH_CUDA_KERNEL_PICKS", TRN_OPTION_STR,
+	  AT(cuda_kernel_picks), 0, 0, NULL, "timed",
+	  "the GPU kernels' same-bits variants: picks made already (\"KEY=N ...\", as a run "
+	  "prints them), or default (each op's default, untimed)", check_picks },
 };
 #define N_ROWS ((int)(sizeof rows / sizeof rows[0]))
 
@@ -64,6 +103,8 @@ static int set_row(struct trn_options *o, const struct trn_option *row, const ch
 				return -1;
 			text = row->choices[i];        /* static storage */
 		}
+		if (row->check && row->check(what, text, err, errlen) != 0)
+			return -1;
 		*(const char **)field = text;
 		return 0;
 	case TRN_OPTION_INT: {

@@ -11,8 +11,11 @@
  * argv or the environment, or one of the row's choices), an int or a
  * switch (int 0/1).
  *
- * Rows for other backends (a GPU's switches) are added as rows here: a
- * field, a row, and the code that reads the field.
+ * The GPU backend's rows (cuda_*) are read here with the others, checked
+ * before any device is touched, and handed to the backend through
+ * trn_model_new_on (model.h); the kernels get theirs as struct
+ * kern_cuda_opts. Rows for other backends are added the same way: a field,
+ * a row, and the code that reads the field.
  */
 #ifndef LARCH_TRAINER_OPTIONS_H
 #define LARCH_TRAINER_OPTIONS_H
@@ -33,6 +36,13 @@ struct trn_options {
 	const char *cpu_isa;           /* the optimizer's loops; NULL or "auto": the widest */
 	int comm_timeout_s;            /* srun's tasks' rendezvous; 0: TRN_COMM_TIMEOUT_S */
 	const char *comm_host;         /* the host rank 0 publishes; NULL: its hostname */
+	const char *cuda_backend;      /* the GPU backend's library file (cuda_backend.h); NULL:
+	                                  liblarch_trainer_cuda.so beside liblarch_trainer.so */
+	int cuda_sync;                 /* wait for each GPU kernel at its launch, so that a
+	                                  fault is reported at its launch site */
+	const char *cuda_kernel_picks; /* the same-bits variants' picks ("KEY=N ..." as a run
+	                                  prints them) or "default" (every op's default,
+	                                  untimed); NULL: timed (kernels/cuda_opts.h) */
 
 	/* not rows: set by main from --data-root and --confine-data */
 	const struct trn_input_policy *inputs;   /* NULL: unconfined; borrowed */
@@ -56,6 +66,9 @@ struct trn_option {
 	                                  any text */
 	const char *dflt;              /* the default as printed */
 	const char *help;
+	/* a TRN_OPTION_STR's further check of its text (NULL: none): 0, or -1
+	 * with err naming `what` (the flag or the variable) */
+	int (*check)(const char *what, const char *text, char *err, size_t errlen);
 };
 
 /* The rows, and how many (*n). Static storage. */

@@ -54,7 +54,7 @@ static void state_code(const struct trn_optim *o, char *buf, size_t len)
 {
 	buf[0] = '\0';
 	if (o->q8)
-		snprintf(buf, len, "int8-%s-%ld", kern_q8_map_name(o->q8->map), KERN_Q8_BLOCK);
+		snprintf(buf, len, "int8-%s-%ld", KERN_Q8_MAP_NAME, KERN_Q8_BLOCK);
 }
 
 int trn_state_save(const char *job_dir, const struct trn_state *s, int keep, struct trn_err *err)

@@ -660,7 +660,7 @@ static int make_model(struct run *r, struct trn_err *err)
 	int device;
 	if (pick_device(r, &device, err) != 0)
 		return TRN_EXIT_USAGE;
-	if (!(r->model = trn_model_new_on(s, &r->ds, (int)s->batch.micro, device, err)))
+	if (!(r->model = trn_model_new_on(s, &r->ds, (int)s->batch.micro, device, r->opts, err)))
 		return TRN_EXIT_FAILED;
 	if (device >= 0)
 		trn_model_cuda_tune_dir(r->opts->job_dir);

@@ -5,15 +5,14 @@ accuracy side by side with the difference (target: within 0.3 points) and
 the optimizer state's memory (target: 1/4).
 
     /usr/bin/python3 tests/bench/bench_int8_states.py [--epochs 5] [--optimizers adamw]
-                                                      [--codes dynamic] [--hidden 1024 1024]
-                                                      [--seeds 42] [--build build]
+                                                      [--hidden 1024 1024] [--seeds 42]
+                                                      [--build build]
 
 The default row is bench_large_batch.py's b256 setting (784-1024-1024-10,
 ReLU, batch 256, 1-epoch warmup, cosine) with AdamW (lr 1e-3, wd 0.01), 5
 epochs: two runs of about 20 s each on 2 idle cores. --optimizers sgd adamw lars lamb runs
-each; --codes dynamic linear also runs int8 with the affine code map
-(LARCH_INT8_CODE=linear: a measurement knob, not a spec field). Accuracy is
-the test split's (t10k) at the end of the run. Not a pass/fail test.
+each. Accuracy is the test split's (t10k) at the end of the run. Not a
+pass/fail test.
 """
 import argparse
 import json
@@ -37,7 +36,7 @@ OPTIMIZERS = {
 SCHEDULE = {"lr_scaling": "linear", "warmup": {"epochs": 1}, "decay": "cosine"}
 
 
-def run(exe, workdir, name, optimizer, dtype, code, args, seed):
+def run(exe, workdir, name, optimizer, dtype, args, seed):
     spec = {
         "name": name,
         "model": {"type": "mlp", "hidden": args.hidden, "activation": "relu"},
@@ -49,16 +48,15 @@ def run(exe, workdir, name, optimizer, dtype, code, args, seed):
         "seed": seed,
         "log_every": 1000,
     }
-    tag = f"{name}-{dtype}-{code}-{seed}"
+    tag = f"{name}-{dtype}-{seed}"
     spec_path = workdir / f"{tag}.json"
     spec_path.write_text(json.dumps(spec))
     job = workdir / tag
     cmd = [str(exe), "--spec", str(spec_path), "--job-dir", str(job)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    env = dict(os.environ, LARCH_INT8_CODE=code)
     t0 = time.time()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    out = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0
     if out.returncode != 0:
         return {"acc": None, "status": f"exit {out.returncode}: {out.stderr.strip()[-200:]}",
@@ -80,7 +78,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--epochs", type=float, default=5)
     ap.add_argument("--optimizers", nargs="+", default=["adamw"], choices=sorted(OPTIMIZERS))
-    ap.add_argument("--codes", nargs="+", default=["dynamic"], choices=["dynamic", "linear"])
     ap.add_argument("--hidden", type=int, nargs="+", default=[1024, 1024])
     ap.add_argument("--seeds", type=int, nargs="+", default=[42])
     ap.add_argument("--threads", type=int, default=0)
@@ -95,13 +92,13 @@ def main():
     with tempfile.TemporaryDirectory(prefix="larch-bench-int8-") as tmp:
         for name in args.optimizers:
             base = None
-            for dtype, code in [("fp32", "dynamic")] + [("int8", c) for c in args.codes]:
-                rows = [run(exe, pathlib.Path(tmp), name, OPTIMIZERS[name], dtype, code, args, s)
+            for dtype in ("fp32", "int8"):
+                rows = [run(exe, pathlib.Path(tmp), name, OPTIMIZERS[name], dtype, args, s)
                         for s in args.seeds]
                 acc, mib, wall = mean(rows, "acc"), rows[0]["mib"], mean(rows, "wall")
                 if dtype == "fp32":
                     base = acc
-                label = "fp32" if dtype == "fp32" else f"int8 {code}"
+                label = dtype
                 if acc is None:
                     print(f"{name:9s} {label:13s} {rows[-1]['status']}", flush=True)
                     if dtype == "fp32":

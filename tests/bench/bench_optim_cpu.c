@@ -175,7 +175,7 @@ static void run_op(enum op op, struct bufs *b)
 		break;
 	case OP_ADAMW_Q8:
 		kern_adamw_update_q8_cpu(b->w, b->mq, b->ms, b->vq, b->vs, b->g, n, lr, b1, b2, eps, wd,
-		                         bc1, bc2, KERN_Q8_DYNAMIC);
+		                         bc1, bc2);
 		break;
 	case OP_SGD:
 		kern_sgd_update_cpu(b->w, b->m, b->g, n, lr, 0.9f, wd, 0);
@@ -282,8 +282,8 @@ static void fill(struct bufs *b)
 		b->v[i] = 0.01f * b->g[i] * b->g[i];
 		b->x[i] = 0;
 	}
-	kern_q8_quantize_s_cpu(b->m, b->n, b->mq, b->ms, KERN_Q8_DYNAMIC);
-	kern_q8_quantize_u_cpu(b->v, b->n, b->vq, b->vs, KERN_Q8_DYNAMIC);
+	kern_q8_quantize_s_cpu(b->m, b->n, b->mq, b->ms);
+	kern_q8_quantize_u_cpu(b->v, b->n, b->vq, b->vs);
 }
 
 static void usage(FILE *out)

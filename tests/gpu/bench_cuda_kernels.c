@@ -558,15 +558,14 @@ OPT_PAIR(lamb_apply,
 
 OPT_PAIR(adamw_q8,
          kern_adamw_update_q8_cpu(o->w, o->mq, o->ms, o->vq, o->vs, o->g, o->n, 1e-4f, 0.9f,
-                                  0.999f, 1e-8f, 0.1f, 0.5f, 0.1f, KERN_Q8_DYNAMIC),
+                                  0.999f, 1e-8f, 0.1f, 0.5f, 0.1f),
          kern_adamw_update_q8_cuda(o->d_w, o->d_mq, o->d_ms, o->d_vq, o->d_vs, o->d_g, o->n,
-                                   1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f, 0.1f, KERN_Q8_DYNAMIC))
+                                   1e-4f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f, 0.1f))
 OPT_PAIR(lamb_norm_q8,
          o->sink += kern_lamb_norm_q8_cpu(o->mq, o->ms, o->vq, o->vs, o->g, o->w, o->n, 0.9f,
-                                          0.999f, 1e-6f, 0.01f, 0.5f, 0.1f, KERN_Q8_DYNAMIC),
+                                          0.999f, 1e-6f, 0.01f, 0.5f, 0.1f),
          o->sink += kern_lamb_norm_q8_cuda(o->d_mq, o->d_ms, o->d_vq, o->d_vs, o->d_g, o->d_w,
-                                           o->n, 0.9f, 0.999f, 1e-6f, 0.01f, 0.5f, 0.1f,
-                                           KERN_Q8_DYNAMIC))
+                                           o->n, 0.9f, 0.999f, 1e-6f, 0.01f, 0.5f, 0.1f))
 
 /* n bytes of host data in a new device buffer */
 static void *dbytes(const void *h, size_t n)
@@ -585,8 +584,8 @@ static void bench_optimizer_q8(struct ob *o)
 	o->ms = malloc(sizeof(float) * (size_t)nb), o->vs = malloc(sizeof(float) * (size_t)nb);
 	if (!o->mq || !o->vq || !o->ms || !o->vs)
 		abort();
-	kern_q8_quantize_s_cpu(o->m, n, o->mq, o->ms, KERN_Q8_DYNAMIC);
-	kern_q8_quantize_u_cpu(o->v, n, o->vq, o->vs, KERN_Q8_DYNAMIC);
+	kern_q8_quantize_s_cpu(o->m, n, o->mq, o->ms);
+	kern_q8_quantize_u_cpu(o->v, n, o->vq, o->vs);
 	o->d_mq = dbytes(o->mq, (size_t)n), o->d_vq = dbytes(o->vq, (size_t)n);
 	o->d_ms = dbuf(o->ms, nb), o->d_vs = dbuf(o->vs, nb);
 	char shape[64];

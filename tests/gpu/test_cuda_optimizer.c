@@ -12,7 +12,7 @@
  *   _dev norms: the same bits as the returning ones; two runs: the same bits.
  *   int8 state (kernels/quant8_cuda.cu against quant8_cpu.c): the weights,
  *   codes and block scales of every fused update, and the LAMB norm as a
- *   double, bit for bit; both code maps, sizes with a short last block and
+ *   double, bit for bit; sizes with a short last block and
  *   more blocks than the norm's chunks.
  */
 #include <math.h>
@@ -181,7 +181,7 @@ static void same_bytes(const char *what, const void *dev, const void *host, size
 /* state of n values quantized by the CPU (m of both signs, v positive and
  * spread over decades), the CPU's update against the GPU's, op: 0 sgd, 1
  * sgd nesterov, 2 adamw, 3 lars, 4 lamb (norm pass, then update) */
-static void q8_case(long n, int op, enum kern_q8_map map)
+static void q8_case(long n, int op)
 {
 	long nb = kern_q8_blocks(n);
 	float *w = host_rand(n, -1, 1, &rng), *g = host_rand(n, -1, 1, &rng);
@@ -193,42 +193,40 @@ static void q8_case(long n, int op, enum kern_q8_map map)
 	float *ms = malloc(sizeof(float) * (size_t)nb), *vs = malloc(sizeof(float) * (size_t)nb);
 	if (!mq || !vq || !ms || !vs)
 		abort();
-	kern_q8_quantize_s_cpu(m, n, mq, ms, map);
-	kern_q8_quantize_u_cpu(v, n, vq, vs, map);
+	kern_q8_quantize_s_cpu(m, n, mq, ms);
+	kern_q8_quantize_u_cpu(v, n, vq, vs);
 	float *d_w = dev_copy(w, n), *d_g = dev_copy(g, n);
 	int8_t *d_mq = dev_bytes(mq, (size_t)n);
 	uint8_t *d_vq = dev_bytes(vq, (size_t)n);
 	float *d_ms = dev_copy(ms, nb), *d_vs = dev_copy(vs, nb);
 	static const char *const names[] = { "sgd", "sgd nesterov", "adamw", "lars", "lamb" };
 	char what[128];
-	snprintf(what, sizeof what, "int8 %s %s n=%ld", names[op], kern_q8_map_name(map), n);
+	snprintf(what, sizeof what, "int8 %s n=%ld", names[op], n);
 	const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, bc1 = 0.1f, bc2 = 0.001f;
 	switch (op) {
 	case 0:
 	case 1:
-		kern_sgd_update_q8_cpu(w, mq, ms, g, n, 0.01f, 0.9f, wd, op, map);
-		kern_sgd_update_q8_cuda(d_w, d_mq, d_ms, d_g, n, 0.01f, 0.9f, wd, op, map);
+		kern_sgd_update_q8_cpu(w, mq, ms, g, n, 0.01f, 0.9f, wd, op);
+		kern_sgd_update_q8_cuda(d_w, d_mq, d_ms, d_g, n, 0.01f, 0.9f, wd, op);
 		break;
 	case 2:
-		kern_adamw_update_q8_cpu(w, mq, ms, vq, vs, g, n, 1e-3f, b1, b2, eps, wd, bc1, bc2,
-		                         map);
+		kern_adamw_update_q8_cpu(w, mq, ms, vq, vs, g, n, 1e-3f, b1, b2, eps, wd, bc1, bc2);
 		kern_adamw_update_q8_cuda(d_w, d_mq, d_ms, d_vq, d_vs, d_g, n, 1e-3f, b1, b2, eps, wd,
-		                          bc1, bc2, map);
+		                          bc1, bc2);
 		break;
 	case 3:
-		kern_lars_update_q8_cpu(w, mq, ms, g, n, 0.3f, 0.9f, wd, map);
-		kern_lars_update_q8_cuda(d_w, d_mq, d_ms, d_g, n, 0.3f, 0.9f, wd, map);
+		kern_lars_update_q8_cpu(w, mq, ms, g, n, 0.3f, 0.9f, wd);
+		kern_lars_update_q8_cuda(d_w, d_mq, d_ms, d_g, n, 0.3f, 0.9f, wd);
 		break;
 	default: {
-		double want = kern_lamb_norm_q8_cpu(mq, ms, vq, vs, g, w, n, b1, b2, eps, wd, bc1, bc2,
-		                                    map);
+		double want = kern_lamb_norm_q8_cpu(mq, ms, vq, vs, g, w, n, b1, b2, eps, wd, bc1, bc2);
 		double got = kern_lamb_norm_q8_cuda(d_mq, d_ms, d_vq, d_vs, d_g, d_w, n, b1, b2, eps,
-		                                    wd, bc1, bc2, map);
+		                                    wd, bc1, bc2);
 		CHECK_MSG(memcmp(&got, &want, sizeof got) == 0, "%s norm: %.17g, the CPU's %.17g",
 		          what, got, want);
-		kern_lamb_update_q8_cpu(w, mq, ms, vq, vs, g, n, 0.02f, b1, b2, eps, wd, bc1, bc2, map);
+		kern_lamb_update_q8_cpu(w, mq, ms, vq, vs, g, n, 0.02f, b1, b2, eps, wd, bc1, bc2);
 		kern_lamb_update_q8_cuda(d_w, d_mq, d_ms, d_vq, d_vs, d_g, n, 0.02f, b1, b2, eps, wd,
-		                         bc1, bc2, map);
+		                         bc1, bc2);
 	}
 	}
 	int has_v = op == 2 || op == 4;
@@ -249,10 +247,9 @@ static void q8_case(long n, int op, enum kern_q8_map map)
 static void test_int8(void)
 {
 	static const long q8_sizes[] = { 1, 2048, 3 * 2048 + 37, 1030L * 2048 - 100 };
-	for (int map = 0; map < 2; map++)
-		for (size_t k = 0; k < sizeof q8_sizes / sizeof q8_sizes[0]; k++)
-			for (int op = 0; op < 5; op++)
-				q8_case(q8_sizes[k], op, map ? KERN_Q8_LINEAR : KERN_Q8_DYNAMIC);
+	for (size_t k = 0; k < sizeof q8_sizes / sizeof q8_sizes[0]; k++)
+		for (int op = 0; op < 5; op++)
+			q8_case(q8_sizes[k], op);
 }
 
 int main(void)

@@ -1,5 +1,6 @@
 """larch-train's command line: usage, bad specs and bad data, exit codes and messages."""
 import json
+import os
 import subprocess
 
 import pytest
@@ -47,6 +48,40 @@ def test_bad_command_lines(larch_train, args, message):
     out = subprocess.run([larch_train] + args, capture_output=True, text=True)
     assert out.returncode == EXIT_USAGE
     assert message in out.stderr
+
+
+@pytest.mark.parametrize("var, value, message", [
+    ("LARCH_CUDA_SYNC", "maybe", "LARCH_CUDA_SYNC: must be 1, true, yes, on, 0, false, no or off"),
+    ("LARCH_CUDA_KERNEL_PICKS", "xent", "LARCH_CUDA_KERNEL_PICKS: pick xent: not KEY=N"),
+    ("LARCH_CUDA_BACKEND", "/nonexistent/backend.so",
+     'LARCH_CUDA_BACKEND: not a file: "/nonexistent/backend.so"'),
+])
+def test_a_bad_gpu_option_exits_2_naming_the_variable(larch_train, var, value, message):
+    # the GPU's rows are read with the others, before the spec or a device:
+    # a CPU build or run refuses them too, and so does --list-devices
+    env = dict(os.environ, **{var: value})
+    for args in (["--spec", "x.json"], ["--list-devices"]):
+        out = subprocess.run([larch_train] + args, capture_output=True, text=True, env=env)
+        assert out.returncode == EXIT_USAGE, (args, out.stderr)
+        assert message in out.stderr
+
+
+def test_the_gpu_options_are_rows_of_the_options_line(trainer, image_data, tmp_path):
+    picks = "xent-fwd-bwd:bf16,8x64=1 ln-res:bf16=0"
+    env = dict(os.environ, LARCH_CUDA_SYNC="on", LARCH_CUDA_KERNEL_PICKS=picks,
+               LARCH_CUDA_BACKEND=str(trainer.exe))
+    cmd = [str(trainer.exe), "--spec", str(trainer.write_spec(small_spec(image_data))),
+           "--job-dir", str(tmp_path / "job"), "--device", "cpu"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == EXIT_OK, out.stderr
+    options = [l for l in out.stdout.splitlines() if l.startswith("options: ")]
+    assert len(options) == 1, out.stdout
+    assert f"cuda_backend {trainer.exe} (LARCH_CUDA_BACKEND)" in options[0]
+    assert "cuda_sync on (LARCH_CUDA_SYNC)" in options[0]
+    assert f"cuda_kernel_picks {picks} (LARCH_CUDA_KERNEL_PICKS)" in options[0]
+    out = subprocess.run([str(trainer.exe), "--help"], capture_output=True, text=True)
+    for row in ("LARCH_CUDA_BACKEND", "LARCH_CUDA_SYNC", "LARCH_CUDA_KERNEL_PICKS"):
+        assert f"  {row} " in out.stdout, out.stdout
 
 
 def test_check_prints_the_effective_spec(trainer, image_data):

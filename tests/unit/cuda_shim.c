@@ -1287,37 +1287,36 @@ void kern_lamb_apply_cuda(float *w, const float *m, const float *v, long n, floa
 }
 
 void kern_sgd_update_q8_cuda(float *w, int8_t *mq, float *ms, const float *g, long n, float lr,
-                             float mu, float wd, int nesterov, enum kern_q8_map map)
+                             float mu, float wd, int nesterov)
 {
-	kern_sgd_update_q8_cpu(w, mq, ms, g, n, lr, mu, wd, nesterov, map);
+	kern_sgd_update_q8_cpu(w, mq, ms, g, n, lr, mu, wd, nesterov);
 }
 
 void kern_adamw_update_q8_cuda(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs,
                                const float *g, long n, float lr, float b1, float b2, float eps,
-                               float wd, float bc1, float bc2, enum kern_q8_map map)
+                               float wd, float bc1, float bc2)
 {
-	kern_adamw_update_q8_cpu(w, mq, ms, vq, vs, g, n, lr, b1, b2, eps, wd, bc1, bc2, map);
+	kern_adamw_update_q8_cpu(w, mq, ms, vq, vs, g, n, lr, b1, b2, eps, wd, bc1, bc2);
 }
 
 void kern_lars_update_q8_cuda(float *w, int8_t *mq, float *ms, const float *g, long n,
-                              float step, float mu, float wd, enum kern_q8_map map)
+                              float step, float mu, float wd)
 {
-	kern_lars_update_q8_cpu(w, mq, ms, g, n, step, mu, wd, map);
+	kern_lars_update_q8_cpu(w, mq, ms, g, n, step, mu, wd);
 }
 
 double kern_lamb_norm_q8_cuda(const int8_t *mq, const float *ms, const uint8_t *vq,
                               const float *vs, const float *g, const float *w, long n, float b1,
-                              float b2, float eps, float wd, float bc1, float bc2,
-                              enum kern_q8_map map)
+                              float b2, float eps, float wd, float bc1, float bc2)
 {
-	return kern_lamb_norm_q8_cpu(mq, ms, vq, vs, g, w, n, b1, b2, eps, wd, bc1, bc2, map);
+	return kern_lamb_norm_q8_cpu(mq, ms, vq, vs, g, w, n, b1, b2, eps, wd, bc1, bc2);
 }
 
 void kern_lamb_update_q8_cuda(float *w, int8_t *mq, float *ms, uint8_t *vq, float *vs,
                               const float *g, long n, float step, float b1, float b2, float eps,
-                              float wd, float bc1, float bc2, enum kern_q8_map map)
+                              float wd, float bc1, float bc2)
 {
-	kern_lamb_update_q8_cpu(w, mq, ms, vq, vs, g, n, step, b1, b2, eps, wd, bc1, bc2, map);
+	kern_lamb_update_q8_cpu(w, mq, ms, vq, vs, g, n, step, b1, b2, eps, wd, bc1, bc2);
 }
 
 /* ---- 16-bit storage and GEMM operands ------------------------------------------ */

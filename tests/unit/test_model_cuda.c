@@ -214,7 +214,7 @@ static void compare_models(const char *spec_text, const struct trn_dataset *ds, 
 	struct trn_err err = { 0 };
 	struct trn_model *cpu = trn_model_new(&spec, ds, B, &err);
 	CHECK_MSG(cpu != NULL, "%s: CPU model: %s", what, err.text);
-	struct trn_model *gpu = trn_model_new_on(&spec, ds, B, 0, &err);
+	struct trn_model *gpu = trn_model_new_on(&spec, ds, B, 0, NULL, &err);
 	CHECK_MSG(gpu != NULL, "%s: GPU model: %s", what, err.text);
 	if (!cpu || !gpu)
 		goto out;

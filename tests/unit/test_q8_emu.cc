@@ -2,7 +2,7 @@
  * optimizer state (kernels/quant8_kernels.cuh) run on the CPU through
  * cuda_emu.hh, against quant8_cpu.c's: the codes of single values (ties
  * included), and SGD (plain and Nesterov), AdamW,
- * LARS and LAMB (its norm pass and its update), both code maps, must give
+ * LARS and LAMB (its norm pass and its update) must give
  * the CPU's bits: weights, codes and block scales, and the LAMB norm as a
  * double. The state covers what the codes must get right: a short last
  * block, a block whose state is all zero (scale 0), values spread over many
@@ -45,7 +45,7 @@ struct state {
 
 /* n values, the state quantized from fp32 values by the CPU; block 1 (when
  * there is one) all zero, and one tiny v */
-static state make_state(long n, enum kern_q8_map map)
+static state make_state(long n)
 {
 	long nb = kern_q8_blocks(n);
 	state s;
@@ -62,8 +62,8 @@ static state make_state(long n, enum kern_q8_map map)
 	v[(size_t)(n - 1)] = 1e-30f;
 	s.mq.resize((size_t)n), s.vq.resize((size_t)n);
 	s.ms.resize((size_t)nb), s.vs.resize((size_t)nb);
-	kern_q8_quantize_s_cpu(m.data(), n, s.mq.data(), s.ms.data(), map);
-	kern_q8_quantize_u_cpu(v.data(), n, s.vq.data(), s.vs.data(), map);
+	kern_q8_quantize_s_cpu(m.data(), n, s.mq.data(), s.ms.data());
+	kern_q8_quantize_u_cpu(v.data(), n, s.vq.data(), s.vs.data());
 	return s;
 }
 
@@ -98,9 +98,9 @@ static const float LR = 0.01f, MU = 0.9f, WD = 0.01f, B1 = 0.9f, B2 = 0.999f, EP
 static const float BC1 = 0.1f, BC2 = 0.001f;
 
 template <int OP>
-static void run_update(state &s, long n, enum kern_q8_map map, const q8_hyper &h)
+static void run_update(state &s, long n, const q8_hyper &h)
 {
-	q8_table tab = q8_table_of(map);
+	q8_table tab = q8_table_of();
 	emu_launch(dim3((unsigned)kern_q8_blocks(n)), dim3(Q8_THREADS), [&] {
 		q8_update_kernel<OP>(&tab, s.w.data(), s.mq.data(), s.ms.data(), s.vq.data(),
 		                     s.vs.data(), s.g.data(), n, h);
@@ -115,56 +115,52 @@ static q8_hyper hyper(float lr, float mu, float wd, int nesterov)
 	return h;
 }
 
-static void updates_case(long n, enum kern_q8_map map)
+static void updates_case(long n)
 {
 	char what[96];
-	const char *mn = kern_q8_map_name(map);
 	for (int nesterov = 0; nesterov < 2; nesterov++) {
-		state cpu = make_state(n, map), gpu = cpu;
+		state cpu = make_state(n), gpu = cpu;
 		kern_sgd_update_q8_cpu(cpu.w.data(), cpu.mq.data(), cpu.ms.data(), cpu.g.data(), n, LR,
-		                       MU, WD, nesterov, map);
-		run_update<Q8_SGD>(gpu, n, map, hyper(LR, MU, WD, nesterov));
-		snprintf(what, sizeof what, "sgd%s %s n=%ld", nesterov ? " nesterov" : "", mn, n);
+		                       MU, WD, nesterov);
+		run_update<Q8_SGD>(gpu, n, hyper(LR, MU, WD, nesterov));
+		snprintf(what, sizeof what, "sgd%s n=%ld", nesterov ? " nesterov" : "", n);
 		same_state(what, gpu, cpu, 0);
 	}
 	{
-		state cpu = make_state(n, map), gpu = cpu;
+		state cpu = make_state(n), gpu = cpu;
 		kern_adamw_update_q8_cpu(cpu.w.data(), cpu.mq.data(), cpu.ms.data(), cpu.vq.data(),
-		                         cpu.vs.data(), cpu.g.data(), n, LR, B1, B2, EPS, WD, BC1, BC2,
-		                         map);
-		run_update<Q8_ADAMW>(gpu, n, map, hyper(LR, 0, WD, 0));
-		snprintf(what, sizeof what, "adamw %s n=%ld", mn, n);
+		                         cpu.vs.data(), cpu.g.data(), n, LR, B1, B2, EPS, WD, BC1, BC2);
+		run_update<Q8_ADAMW>(gpu, n, hyper(LR, 0, WD, 0));
+		snprintf(what, sizeof what, "adamw n=%ld", n);
 		same_state(what, gpu, cpu, 1);
 	}
 	{
-		state cpu = make_state(n, map), gpu = cpu;
+		state cpu = make_state(n), gpu = cpu;
 		kern_lars_update_q8_cpu(cpu.w.data(), cpu.mq.data(), cpu.ms.data(), cpu.g.data(), n,
-		                        0.3f, MU, WD, map);
-		run_update<Q8_LARS>(gpu, n, map, hyper(0.3f, MU, WD, 0));
-		snprintf(what, sizeof what, "lars %s n=%ld", mn, n);
+		                        0.3f, MU, WD);
+		run_update<Q8_LARS>(gpu, n, hyper(0.3f, MU, WD, 0));
+		snprintf(what, sizeof what, "lars n=%ld", n);
 		same_state(what, gpu, cpu, 0);
 	}
 	{
-		state cpu = make_state(n, map), gpu = cpu;
+		state cpu = make_state(n), gpu = cpu;
 		kern_lamb_update_q8_cpu(cpu.w.data(), cpu.mq.data(), cpu.ms.data(), cpu.vq.data(),
-		                        cpu.vs.data(), cpu.g.data(), n, 0.02f, B1, B2, EPS, WD, BC1, BC2,
-		                        map);
-		run_update<Q8_LAMB>(gpu, n, map, hyper(0.02f, 0, WD, 0));
-		snprintf(what, sizeof what, "lamb %s n=%ld", mn, n);
+		                        cpu.vs.data(), cpu.g.data(), n, 0.02f, B1, B2, EPS, WD, BC1, BC2);
+		run_update<Q8_LAMB>(gpu, n, hyper(0.02f, 0, WD, 0));
+		snprintf(what, sizeof what, "lamb n=%ld", n);
 		same_state(what, gpu, cpu, 1);
 	}
 }
 
 /* the norm pass: the CPU's double, bit for bit, and nothing written */
-static void norm_case(long n, enum kern_q8_map map)
+static void norm_case(long n)
 {
-	state s = make_state(n, map), before = s;
+	state s = make_state(n), before = s;
 	double want = kern_lamb_norm_q8_cpu(s.mq.data(), s.ms.data(), s.vq.data(), s.vs.data(),
-	                                    s.g.data(), s.w.data(), n, B1, B2, EPS, WD, BC1, BC2,
-	                                    map);
+	                                    s.g.data(), s.w.data(), n, B1, B2, EPS, WD, BC1, BC2);
 	long nb = kern_q8_blocks(n), per = kern_q8_norm_chunk(nb);
 	std::vector<double> part((size_t)nb + 1, NAN);
-	q8_table tab = q8_table_of(map);
+	q8_table tab = q8_table_of();
 	q8_hyper h = hyper(0, 0, WD, 0);
 	emu_launch(dim3((unsigned)nb), dim3(Q8_THREADS), [&] {
 		q8_lamb_norm_kernel(&tab, part.data(), s.mq.data(), s.ms.data(), s.vq.data(),
@@ -175,8 +171,8 @@ static void norm_case(long n, enum kern_q8_map map)
 	});
 	double got = part[(size_t)nb];
 	CHECK_MSG(std::memcmp(&got, &want, sizeof got) == 0,
-	          "lamb norm %s n=%ld (%ld blocks, %ld a chunk): %.17g, the CPU's %.17g",
-	          kern_q8_map_name(map), n, nb, per, got, want);
+	          "lamb norm n=%ld (%ld blocks, %ld a chunk): %.17g, the CPU's %.17g", n, nb, per,
+	          got, want);
 	same_state("lamb norm leaves the state", s, before, 1);
 }
 
@@ -185,56 +181,48 @@ static void norm_case(long n, enum kern_q8_map map)
  * zero, NaN and a tiny positive v, at scale 1 and another */
 static void test_encode(void)
 {
-	for (int map = 0; map < 2; map++) {
-		enum kern_q8_map mp = map ? KERN_Q8_LINEAR : KERN_Q8_DYNAMIC;
-		q8_table t = q8_table_of(mp);
-		std::vector<float> xs = { 0.0f, -0.0f, NAN, 1e-30f, 1.0f, -1.0f };
-		for (int k = 0; k < 255; k++) {
-			float a = t.mid_u[k], b = k < 127 ? t.mid_s[k] : 0.5f;
-			for (float x : { a, std::nextafter(a, 0.0f), std::nextafter(a, 2.0f), b,
-			                 std::nextafter(b, 0.0f), std::nextafter(b, 2.0f), t.u[k] })
-				xs.push_back(x), xs.push_back(-x);
+	q8_table t = q8_table_of();
+	std::vector<float> xs = { 0.0f, -0.0f, NAN, 1e-30f, 1.0f, -1.0f };
+	for (int k = 0; k < 255; k++) {
+		float a = t.mid_u[k], b = k < 127 ? t.mid_s[k] : 0.5f;
+		for (float x : { a, std::nextafter(a, 0.0f), std::nextafter(a, 2.0f), b,
+		                 std::nextafter(b, 0.0f), std::nextafter(b, 2.0f), t.u[k] })
+			xs.push_back(x), xs.push_back(-x);
+	}
+	for (float scale : { 1.0f, 0.37f }) {
+		long n = (long)xs.size();
+		std::vector<float> x(xs);
+		for (float &v : x)
+			v *= scale;
+		std::vector<int8_t> qs((size_t)n), qs_want((size_t)n);
+		std::vector<uint8_t> qu((size_t)n), qu_want((size_t)n);
+		kern_q8_encode_s(x.data(), n, scale, qs_want.data());
+		kern_q8_encode_u(x.data(), n, scale, qu_want.data());
+		for (long i = 0; i < n; i++) {
+			qs[(size_t)i] = q8_enc_s(&t, x[(size_t)i], scale);
+			/* unsigned states hold no negative values */
+			qu[(size_t)i] = x[(size_t)i] < 0 ? qu_want[(size_t)i]
+			                                 : q8_enc_u(&t, x[(size_t)i], scale);
 		}
-		for (float scale : { 1.0f, 0.37f }) {
-			long n = (long)xs.size();
-			std::vector<float> x(xs);
-			for (float &v : x)
-				v *= scale;
-			std::vector<int8_t> qs((size_t)n), qs_want((size_t)n);
-			std::vector<uint8_t> qu((size_t)n), qu_want((size_t)n);
-			kern_q8_encode_s(x.data(), n, scale, qs_want.data(), mp);
-			kern_q8_encode_u(x.data(), n, scale, qu_want.data(), mp);
-			for (long i = 0; i < n; i++) {
-				qs[(size_t)i] = q8_enc_s(&t, x[(size_t)i], scale);
-				/* unsigned states hold no negative values */
-				qu[(size_t)i] = x[(size_t)i] < 0 ? qu_want[(size_t)i]
-				                                 : q8_enc_u(&t, x[(size_t)i], scale);
-			}
-			char what[64];
-			snprintf(what, sizeof what, "signed codes %s scale %g", kern_q8_map_name(mp),
-			         (double)scale);
-			same(what, qs, qs_want);
-			snprintf(what, sizeof what, "unsigned codes %s scale %g", kern_q8_map_name(mp),
-			         (double)scale);
-			same(what, qu, qu_want);
-		}
+		char what[64];
+		snprintf(what, sizeof what, "signed codes scale %g", (double)scale);
+		same(what, qs, qs_want);
+		snprintf(what, sizeof what, "unsigned codes scale %g", (double)scale);
+		same(what, qu, qu_want);
 	}
 }
 
 static void test_updates(void)
 {
-	for (int map = 0; map < 2; map++) {
-		enum kern_q8_map m = map ? KERN_Q8_LINEAR : KERN_Q8_DYNAMIC;
-		updates_case(1, m);
-		updates_case(3 * KERN_Q8_BLOCK + 37, m);
-	}
+	updates_case(1);
+	updates_case(3 * KERN_Q8_BLOCK + 37);
 }
 
 static void test_norm(void)
 {
-	norm_case(2 * KERN_Q8_BLOCK + 5, KERN_Q8_DYNAMIC);
+	norm_case(2 * KERN_Q8_BLOCK + 5);
 	/* more blocks than chunks: two blocks a chunk, the last chunk one */
-	norm_case((KERN_Q8_NORM_CHUNKS + 3) * KERN_Q8_BLOCK - 100, KERN_Q8_LINEAR);
+	norm_case((KERN_Q8_NORM_CHUNKS + 3) * KERN_Q8_BLOCK - 100);
 }
 
 int main(void)
