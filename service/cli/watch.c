@@ -1,7 +1,7 @@
 /* service/cli/watch.c - larch watch ID: one live progress line until the job
  * ends; exit status 0 when it COMPLETED, 1 otherwise.
  *
- *   j-000123  RUNNING  step 120/4680 (3%)  loss 0.4312  1.2 steps/s  24123 samples/s  eta 3m14s
+ *   j-000123  RUNNING  step 120/4680 (3%)  loss 0.4312  1.20 steps/s  2458 samples/s  eta 1h03m
  *   j-000123  CANCELLED  stopped at step 9/17 (53%)  loss 0.51  in 12s: cancelled by alice
  *
  * The job is polled with If-None-Match (a 304 costs larchd nothing). The
