@@ -4,9 +4,14 @@
  * (inclusive), max_points (per series; absent: every point). With more
  * points than max_points the database keeps each step bucket's lowest and
  * highest point, so spikes survive. {"series": {"train/loss": [[step,
- * value], ...], ...}}; a value reported non-finite is null.
+ * value], ...], ...}, "reported": true, "state": "RUNNING"}; a value
+ * reported non-finite is null. "reported" says whether the job has stored
+ * any point at all (of any name, at any step), so that an empty "series"
+ * right after a submit reads "not yet" rather than "none asked for".
  */
 #include <string.h>
+
+#include "db/jobs.h"
 
 #include "db/metrics.h"
 #include "handlers.h"
@@ -59,6 +64,27 @@ enum MHD_Result api_jobs_metrics_get(struct api_request *req)
 	if (rc)
 		return api_reply_db_error(req, rc, &err);
 
+	/* whether it reported at all: the series asked for have points, or, when
+	 * a filter left none, any series has a last point */
+	int reported = list.n > 0;
+	if (!reported && (n_names || from >= 0 || to >= 0)) {
+		struct db_metric_query any = { .owner = q.owner, .max_points = 1 };
+		struct db_series_list last;
+		if ((rc = db_metrics_query(db, id, &any, &last, &err)) != 0) {
+			db_series_list_release(&list);
+			return api_reply_db_error(req, rc, &err);
+		}
+		reported = last.n > 0;
+		db_series_list_release(&last);
+	}
+	struct db_job job;
+	if ((rc = db_jobs_get(db, id, q.owner, &job, &err)) != 0) {
+		db_series_list_release(&list);
+		return api_reply_db_error(req, rc, &err);
+	}
+	const char *state = db_state_name(job.state);
+	db_job_release(&job);
+
 	size_t points = 0;
 	for (size_t i = 0; i < list.n; i++)
 		points += list.series[i].n;
@@ -80,7 +106,11 @@ enum MHD_Result api_jobs_metrics_get(struct api_request *req)
 		}
 		api_buf_addc(&b, ']');
 	}
-	api_buf_adds(&b, "}}");
+	api_buf_adds(&b, "},\"reported\":");
+	api_buf_adds(&b, reported ? "true" : "false");
+	api_buf_adds(&b, ",\"state\":");
+	api_buf_json_str(&b, state);
+	api_buf_addc(&b, '}');
 	db_series_list_release(&list);
 	return api_reply_buf(req, 200, NULL, &b);
 }

@@ -4,7 +4,8 @@
  * -> the Idempotency-Key, the partition and an init that names another
  * job's checkpoint (which the submitter must be able to read) -> the
  * preflight -> the Slurm account (api/acct_check.h) -> the memory plan ->
- * one db submit -> the `submitted` hook ->
+ * one db submit (with the run's length in steps when it is known: the
+ * job's progress.total_steps from the start) -> the `submitted` hook ->
  * 201 + Location + the job (200 and the job it made before for a retry with
  * the same key and spec; 409 for the same key with another spec).
  *
@@ -192,6 +193,25 @@ static void committed(void *arg, int rc, const struct db_submit *out, const stru
 	api_resume(req);
 }
 
+/* The run's length in steps, known at submit for a spec in steps, and for
+ * one in epochs when the probe learned the data's shape: the trainer's own
+ * count (full global batches of the train split an epoch, trn_period_steps,
+ * at least 1). 0 when not known yet: the trainer's first report tells. */
+static int64_t total_steps(const struct trn_spec *spec, const char *shape_json)
+{
+	if (!spec->length.in_epochs)
+		return (int64_t)spec->length.value;
+	struct trn_dataset shape;
+	struct trn_err err = { 0 };
+	json_t *sj = shape_json ? json_loads(shape_json, 0, NULL) : NULL;
+	int have = sj && trn_dataset_shape_from_json(&shape, sj, &err) == 0;
+	json_decref(sj);
+	if (!have || spec->batch.global <= 0)
+		return 0;
+	long steps = trn_period_steps(&spec->length, shape.train.n / spec->batch.global);
+	return steps < 1 ? 1 : steps;
+}
+
 /* The last continuation, back on an MHD thread. */
 static enum MHD_Result submitted(struct api_request *req)
 {
@@ -224,6 +244,7 @@ static enum MHD_Result store(struct api_request *req)
 	    check_memory(req, hooks, s->tspec, s->pre.shape, &ret))
 		return ret;
 	s->in.unix_user = s->pre.unix_user[0] ? s->pre.unix_user : NULL;
+	s->in.total_steps = total_steps(s->tspec, s->pre.shape);
 	ret = api_defer(req, submitted);
 	int rc = db_jobs_submit_async(req->ctx->db, &s->in, committed, req, &s->err);
 	if (rc) {

@@ -133,8 +133,14 @@ enum MHD_Result api_jobs_result_post(struct api_request *req)
 		int64_t steps = json_integer_value(json_object_get(root, "steps"));
 		struct db_job job;
 		if (steps > 0 && db_jobs_get(db, id, NULL, &job, &err) == 0) {
+			/* a run that stopped early (cancelled, failed) did not run its
+			 * length: its steps are not the total */
+			const char *status = json_string_value(json_object_get(root, "status"));
+			int64_t total = job.progress_total;
+			if (total <= 0 && status && strcmp(status, "completed") == 0)
+				total = steps;
 			if (steps >= job.progress_step)
-				db_jobs_progress(db, id, steps, job.progress_total > 0 ? job.progress_total : steps,
+				db_jobs_progress(db, id, steps, total,
 				                 json_is_number(loss) ? json_number_value(loss) : job.last_loss,
 				                 &err);
 			db_job_release(&job);

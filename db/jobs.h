@@ -83,6 +83,7 @@ struct db_job_new {
 	const char *request_hash;/* identifies the request body for the key; NULL = SHA-256 of spec */
 	int64_t time_ms;         /* submit time; 0 = now */
 	const char *unix_user;   /* the Unix user it runs as; NULL: larchd's own */
+	int64_t total_steps;     /* the run's length in steps when known at submit; 0 = not yet */
 };
 
 struct db_submit {

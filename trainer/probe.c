@@ -87,20 +87,24 @@ json_t *trn_probe(const struct trn_spec *spec, const struct trn_input_policy *in
 	const char *kind = NULL;       /* "missing": a path that names nothing here */
 	struct input in[5];
 	int n = list_inputs(s, inputs, in);
-	char rebased[TRN_PATH_MAX];
+	char rebased[TRN_PATH_MAX], given[TRN_PATH_MAX];
 	for (int i = 0; i < n; i++) {
 		if (!in[i].path[0])
 			continue;
+		snprintf(given, sizeof given, "%s", in[i].path);
 		if (!s->data.name[0] || in[i].path == s->init_from) {
 			if (trn_input_rebase(in[i].path, base_dir, rebased, sizeof rebased, in[i].field,
 			                     &err) != 0)
 				goto fail;
 			memcpy(in[i].path, rebased, strlen(rebased) + 1);
 		}
-		int fd = trn_input_open(in[i].path, in[i].policy, in[i].field, &err);
+		/* messages name the path as the spec gave it and as it was opened */
+		int fd = trn_input_open_as(in[i].path, given, in[i].policy, in[i].field, &err);
 		if (fd < 0) {
+			/* outside the roots is no "missing": that would tell what exists there */
 			struct stat st;
-			if (stat(in[i].path, &st) != 0 && errno == ENOENT)
+			if (!strstr(err.text, " is outside the directories ") &&
+			    stat(in[i].path, &st) != 0 && errno == ENOENT)
 				kind = "missing";
 			goto fail;
 		}

@@ -5,6 +5,20 @@
  *
  * The job's output is printed as it is (it is the trainer's own text, like
  * `docker logs`); with --json each piece larchd sent is one line of JSON.
+ *
+ * A job that FAILED or timed out usually says why on its stderr, which
+ * `larch logs ID` alone does not print: after its stdout, the last lines of
+ * its stderr follow on larch's own stderr, made inert, under a line that
+ * names the state and the command that prints all of it:
+ *
+ *   larch: job j-000123 FAILED; the last 10 lines of its stderr (all of it:
+ *   larch logs --stream stderr j-000123):
+ *     ...
+ *     larch-train: data.train.images: ...: truncated
+ *
+ * (a shorter stderr: "larch: job j-000123 FAILED; its stderr:" and all of it)
+ *
+ * Not with --stream (the stream was chosen) nor --json.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,6 +27,7 @@
 #include "jobs.h"
 
 #define CHUNK "1048576"          /* the most one answer may carry */
+#define STDERR_LINES 10         /* of a failed job's stderr, after its stdout */
 
 struct log_state {
 	const char *id, *stream;
@@ -86,6 +101,58 @@ static int read_piece(struct cli *cli, struct log_state *st, int *more)
 	return CLI_OK;
 }
 
+/* After the stdout of a job that ended in state: the last lines of its
+ * stderr on larch's stderr, when it FAILED or timed out. Best effort: a
+ * failure to read them says nothing more. */
+static void show_failure(struct cli *cli, const char *id, const char *state)
+{
+	if (!state || (strcmp(state, "FAILED") != 0 && strcmp(state, "TIMEOUT") != 0))
+		return;
+	struct cli_buf path = { 0 };
+	cli_job_path(&path, id, "/logs");
+	cli_http_param(&path, "stream", "stderr");
+	cli_http_param(&path, "tail", CHUNK);
+	struct cli_request rq = { .method = "GET", .path = cli_buf_str(&path) };
+	struct cli_reply r = { 0 };
+	json_t *data = NULL;
+	if (cli_http_send(&cli->http, &rq, &r) == CLI_OK && r.status == 200)
+		data = json_object_get(r.json, "data");
+	char *who = cli_inert(id), *st = cli_inert(state);
+	const char *text = json_string_value(data);
+	size_t len = json_string_length(data);
+	while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+		len--;
+	if (!text || len == 0) {
+		fprintf(stderr, "larch: job %s %s; its stderr is empty (larch show %s gives the "
+		        "reason)\n", who, st, who);
+	} else {
+		size_t start = last_lines(text, len, STDERR_LINES), n = 1;
+		for (size_t i = start; i < len; i++)
+			n += text[i] == '\n';
+		if (start)
+			fprintf(stderr, "larch: job %s %s; the last %zu lines of its stderr (all of it: "
+			        "larch logs --stream stderr %s):\n", who, st, n, who);
+		else
+			fprintf(stderr, "larch: job %s %s; its stderr:\n", who, st);
+		struct cli_buf line = { 0 };
+		for (size_t at = start; at < len;) {
+			size_t end = at;
+			while (end < len && text[end] != '\n')
+				end++;
+			cli_buf_clear(&line);
+			cli_buf_adds(&line, "  ");
+			cli_buf_add_inert(&line, text + at, end - at, 0);
+			fprintf(stderr, "%s\n", cli_buf_str(&line));
+			at = end + 1;
+		}
+		cli_buf_release(&line);
+	}
+	free(st);
+	free(who);
+	cli_reply_release(&r);
+	cli_buf_release(&path);
+}
+
 int cli_cmd_logs(struct cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -94,7 +161,7 @@ int cli_cmd_logs(struct cli *cli, int argc, char **argv)
 		CLI_COMMON_OPTIONS, { 0 },
 	};
 	struct log_state st = { .stream = "stdout" };
-	int follow = 0, c, rc;
+	int follow = 0, chosen = 0, c, rc;
 	double interval = 1;
 	double tail = 0;
 	while ((c = getopt_long(argc, argv, "fhn:", opts, NULL)) != -1) {
@@ -110,6 +177,7 @@ int cli_cmd_logs(struct cli *cli, int argc, char **argv)
 			return rc;
 		else if (c != 'i' && c != 'n' && (rc = cli_common_option(cli, c, optarg)) != CLI_CONTINUE)
 			return rc;
+		chosen |= c == 's';
 	}
 	if (tail != (double)(long)tail)
 		return cli_usage_error(cli, "--tail: a whole number of lines");
@@ -123,20 +191,33 @@ int cli_cmd_logs(struct cli *cli, int argc, char **argv)
 		return rc;
 
 	int ended = 0, more;
+	char state[32] = "";
+	json_t *job = NULL;
 	for (;;) {
 		if ((rc = read_piece(cli, &st, &more)) != CLI_OK || ferror(stdout))
 			return rc;
 		if (more)
 			continue;
 		if (!follow || ended)
-			return CLI_OK;
-		json_t *job = NULL;
+			break;
 		if ((rc = cli_job_get(cli, st.id, &job)) != CLI_OK)
 			return rc;
 		/* once it has ended, one more read takes what it wrote last */
-		ended = cli_job_final(cli_job_str(job, "state"));
+		snprintf(state, sizeof state, "%s", cli_job_str(job, "state") ? cli_job_str(job, "state")
+		                                                               : "");
+		ended = cli_job_final(state);
 		json_decref(job);
+		job = NULL;
 		if (!ended)
 			cli_sleep(interval);
 	}
+	if (chosen || cli->json)
+		return CLI_OK;
+	if (!follow && cli_job_get(cli, st.id, &job) == CLI_OK) {
+		snprintf(state, sizeof state, "%s", cli_job_str(job, "state") ? cli_job_str(job, "state")
+		                                                               : "");
+		json_decref(job);
+	}
+	show_failure(cli, st.id, state);
+	return CLI_OK;
 }

@@ -46,7 +46,9 @@ static const struct cli_command commands[] = {
 	  .args = "ID [--stream stdout|stderr] [--tail N] [-f]",
 	  .summary = "print a job's output",
 	  .help =
-	  "Prints what job ID wrote to standard output (or --stream stderr).\n\n"
+	  "Prints what job ID wrote to standard output (or --stream stderr). For a job\n"
+	  "that FAILED or timed out, the last lines of its stderr follow on larch's\n"
+	  "own stderr (not with --stream or --json).\n\n"
 	  "  --stream S    stdout (default) or stderr\n"
 	  "  -n, --tail N  only its last N lines (of its last MiB)\n"
 	  "  -f, --follow  keep printing new output until the job has ended\n"
@@ -71,9 +73,13 @@ static const struct cli_command commands[] = {
 	  .args = "ID [--interval S]",
 	  .summary = "follow a job's progress until it ends",
 	  .help =
-	  "Shows job ID's progress (state, step/total, loss, samples/s or tokens/s,\n"
-	  "ETA) on one line, redrawn in place on a terminal, one line per change\n"
-	  "otherwise, until the job ends. Exit status 0 when it COMPLETED, 1 when not.\n\n"
+	  "Shows job ID's progress (state, step/total, loss, steps/s, samples/s or\n"
+	  "tokens/s, ETA) on one line, redrawn in place on a terminal, one line per\n"
+	  "change otherwise, until the job ends. The rates are exponential moving\n"
+	  "averages with a 30 s time constant (steps/s as this watch sees the steps go\n"
+	  "by, samples/s as the trainer reports it), and the ETA is the steps left over\n"
+	  "the smoothed steps/s. A job that ended other than COMPLETED shows the step\n"
+	  "it stopped at. Exit status 0 when it COMPLETED, 1 when not.\n\n"
 	  "  --interval S  seconds between polls (default 1)\n" },
 	{ .name = "plan", .run = cli_cmd_plan,
 	  .args = "SPEC.json|- [--host-mem GIB] [--gpu-mem GIB]",

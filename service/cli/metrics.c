@@ -7,7 +7,9 @@
  *   1,2.3026,0.01
  *
  * Values are printed with %.6g in the table and %.9g in CSV; a non-finite
- * value (null from larchd) is "nan".
+ * value (null from larchd) is "nan". A job that has not reported any point
+ * yet (larchd's "reported": false) gets one line on stderr saying so and
+ * its state, and exit status 0; so does a step range that holds no point.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +109,25 @@ static void print_series(struct column *cols, size_t n, int csv)
 	free(heads);
 }
 
+/* Why there is nothing to print, on stderr:
+ *   larch: job j-000123 has not reported any metrics yet (QUEUED)
+ *   larch: job j-000123 reported no metrics (FAILED)
+ *   larch: job j-000123 has no points from step 10 to step 20 */
+static void say_empty(const char *id, int not_reported, const char *state, const char *from,
+                      const char *to)
+{
+	char *who = cli_inert(id), *st = cli_inert(state ? state : "state unknown");
+	if (not_reported && cli_job_final(state))
+		fprintf(stderr, "larch: job %s reported no metrics (%s)\n", who, st);
+	else if (not_reported)
+		fprintf(stderr, "larch: job %s has not reported any metrics yet (%s)\n", who, st);
+	else
+		fprintf(stderr, "larch: job %s has no points%s%s%s%s\n", who, from ? " from step " : "",
+		        from ? from : "", to ? " to step " : "", to ? to : "");
+	free(st);
+	free(who);
+}
+
 int cli_cmd_metrics(struct cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -167,6 +188,14 @@ int cli_cmd_metrics(struct cli *cli, int argc, char **argv)
 	}
 	if (cli->json) {
 		cli_print_json(answer);
+		json_decref(answer);
+		return CLI_OK;
+	}
+
+	json_t *reported = json_object_get(answer, "reported");
+	if (json_object_size(series) == 0 && (json_is_false(reported) || !nnames)) {
+		say_empty(id, json_is_false(reported),
+		          json_string_value(json_object_get(answer, "state")), from, to);
 		json_decref(answer);
 		return CLI_OK;
 	}

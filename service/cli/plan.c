@@ -12,6 +12,47 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
+/* The line under the plan when limits were given:
+ *   fits in 16 GiB of host memory per node and 80 GiB per GPU
+ *   does not fit: it needs 20.50 GiB of host memory per node (16 GiB given);
+ *   the largest micro-batch that fits is 64
+ * A CPU job uses no GPU memory: --gpu-mem is said not to apply to it. */
+static void print_verdict(const struct trn_plan *p, double host, double gpu, int fits, long best)
+{
+	double node = p->host_bytes * p->ranks_per_node;
+	int gpu_ignored = !p->gpus && gpu > 0;
+	if (gpu_ignored)
+		gpu = 0;
+	if (fits && host <= 0 && gpu <= 0) {
+		printf("fits: a CPU job needs no GPU memory (--gpu-mem does not apply)\n");
+		return;
+	}
+	if (fits) {
+		printf("fits");
+		if (host > 0)
+			printf(" in %.4g GiB of host memory per node", host);
+		if (gpu > 0)
+			printf("%s %.4g GiB per GPU", host > 0 ? " and" : " in", gpu);
+	} else {
+		const char *sep = ": it needs";
+		printf("does not fit");
+		if (host > 0 && node / GIB > host) {
+			printf("%s %.2f GiB of host memory per node (%.4g GiB given)", sep, node / GIB,
+			       host);
+			sep = " and";
+		}
+		if (gpu > 0 && p->device_bytes / GIB > gpu)
+			printf("%s %.2f GiB per GPU (%.4g GiB given)", sep, p->device_bytes / GIB, gpu);
+		if (best > 0)
+			printf("; the largest micro-batch that fits is %ld", best);
+		else
+			printf(", not even at micro-batch 1");
+	}
+	if (gpu_ignored)
+		printf(" (a CPU job: --gpu-mem does not apply)");
+	printf("\n");
+}
+
 int cli_cmd_plan(struct cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -71,15 +112,8 @@ int cli_cmd_plan(struct cli *cli, int argc, char **argv)
 		free(s);
 	} else {
 		trn_plan_print(stdout, &p);
-		if (host > 0 || gpu > 0) {
-			if (fits)
-				printf("fits in %s%.4g GiB of host memory per node%s%.4g GiB per GPU\n",
-				       "", host, gpu > 0 ? " and " : "", gpu);
-			else if (best > 0)
-				printf("does not fit; the largest micro-batch that fits is %ld\n", best);
-			else
-				printf("does not fit, not even at micro-batch 1\n");
-		}
+		if (host > 0 || gpu > 0)
+			print_verdict(&p, host, gpu, fits, best);
 	}
 	json_decref(j);
 	rc = fits ? CLI_OK : CLI_REFUSED;

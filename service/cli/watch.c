@@ -1,15 +1,23 @@
 /* service/cli/watch.c - larch watch ID: one live progress line until the job
  * ends; exit status 0 when it COMPLETED, 1 otherwise.
  *
- *   j-000123  RUNNING  step 120/4680 (3%)  loss 0.4312  24123 samples/s  eta 3m14s
+ *   j-000123  RUNNING  step 120/4680 (3%)  loss 0.4312  1.20 steps/s  2458 samples/s  eta 1h03m
+ *   j-000123  CANCELLED  stopped at step 9/17 (53%)  loss 0.51  in 12s: cancelled by alice
  *
  * The job is polled with If-None-Match (a 304 costs larchd nothing). The
- * speed is the trainer's own latest train/samples_per_s (train/tokens_per_s
- * for gpt), read from the job's metrics when the step moves; the ETA comes
- * from it and the spec's batch size, or, before the trainer has reported a
- * speed, from the steps this watch has seen go by. On a terminal the line
- * is redrawn in place; otherwise a new line is printed when the state or
- * step changes. With --json each new version of the job is one line.
+ * total is the job's progress.total_steps (larchd knows it from the submit:
+ * the spec's steps, or its epochs and the data's size), else the spec's
+ * steps. Both rates are exponential moving averages with a time constant of
+ * RATE_TAU seconds, weighted by the time between the values they take in,
+ * so a one-off slow step (an eval, a checkpoint) moves them a little: steps/s
+ * from the steps this watch sees go by; samples/s (tokens/s for gpt) from
+ * the trainer's own train/samples_per_s (train/tokens_per_s), read from the
+ * job's metrics when the step moves. The ETA is the steps left over the
+ * smoothed steps/s (before this watch has seen two steps: the trainer's
+ * speed over the batch). A job that ended other than COMPLETED shows the
+ * step it stopped at, never its total as if it were done. On a terminal the
+ * line is redrawn in place; otherwise a new line is printed when the state
+ * or step changes. With --json each new version of the job is one line.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +25,28 @@
 
 #include "jobs.h"
 
+#define RATE_TAU 30.0            /* seconds: the rates' time constant */
+
 struct watch {
 	const char *id;
 	json_t *job;                 /* the latest version (owned) */
 	char etag[256];
 	long long step, total, speed_step;
-	double loss, speed;          /* speed: samples or tokens per second; NaN = none */
+	double loss, speed;          /* speed: samples or tokens per second, smoothed; NaN = none */
+	double speed_t;              /* when speed last took in a value */
 	const char *speed_unit;      /* "samples/s" or "tokens/s" */
-	double first_t;              /* when this watch first saw a step, and which */
-	long long first_step;
+	double rate;                 /* steps per second, smoothed; NaN = none */
+	double rate_t;               /* when rate_step was seen (0: no step seen yet) */
+	long long rate_step;
 };
+
+/* avg moved towards x, a value that stands for the last dt seconds. */
+static double smooth(double avg, double x, double dt)
+{
+	if (!isfinite(avg))
+		return x;
+	return avg + (1.0 - exp(-dt / RATE_TAU)) * (x - avg);
+}
 
 /* Polls the job; sets *changed when larchd sent a new version. */
 static int poll_job(struct cli *cli, struct watch *w, int *changed)
@@ -59,9 +79,17 @@ static long long spec_int(const json_t *job, const char *a, const char *b)
 	return json_is_integer(v) ? json_integer_value(v) : 0;
 }
 
-/* Reads the trainer's latest speed from the job's metrics (the last few
- * progress lines' worth of steps). Failures leave the speed as it was. */
-static void poll_speed(struct cli *cli, struct watch *w)
+/* The spec's integer at the top level key, or 0. */
+static long long spec_int_top(const json_t *job, const char *key)
+{
+	json_t *v = json_object_get(json_object_get(job, "spec"), key);
+	return json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* Takes in the trainer's speed since the last read from the job's metrics
+ * (the last few progress lines' worth of steps). Failures leave the speed
+ * as it was. */
+static void poll_speed(struct cli *cli, struct watch *w, double now)
 {
 	json_t *log_every = json_object_get(json_object_get(w->job, "spec"), "log_every");
 	long long window = 2 * (json_is_integer(log_every) ? json_integer_value(log_every) : 10);
@@ -75,41 +103,83 @@ static void poll_speed(struct cli *cli, struct watch *w)
 	struct cli_request rq = { .method = "GET", .path = cli_buf_str(&path) };
 	struct cli_reply r = { 0 };
 	if (cli_http_send(&cli->http, &rq, &r) == CLI_OK && r.status == 200) {
-		json_t *series = json_object_get(r.json, "series"), *points;
+		json_t *series = json_object_get(r.json, "series"), *points, *point;
 		const char *key;
+		long long newest = w->speed_step;
+		double sum = 0;
+		size_t n = 0, i;
+		/* the points newer than the last one taken in, as one mean */
 		json_object_foreach(series, key, points) {
-			json_t *last = json_array_get(points, json_array_size(points) - 1);
-			json_t *step = json_array_get(last, 0), *value = json_array_get(last, 1);
-			if (json_is_number(step) && json_is_number(value) &&
-			    (long long)json_number_value(step) >= w->speed_step) {
-				w->speed_step = (long long)json_number_value(step);
-				w->speed = json_number_value(value);
+			json_array_foreach(points, i, point) {
+				json_t *step = json_array_get(point, 0), *value = json_array_get(point, 1);
+				if (!json_is_number(step) || !json_is_number(value) ||
+				    (long long)json_number_value(step) <= w->speed_step)
+					continue;
+				sum += json_number_value(value);
+				n++;
+				if ((long long)json_number_value(step) > newest)
+					newest = (long long)json_number_value(step);
 			}
+		}
+		if (n) {
+			w->speed = smooth(w->speed, sum / (double)n, now - w->speed_t);
+			w->speed_t = now;
+			w->speed_step = newest;
 		}
 	}
 	cli_reply_release(&r);
 	cli_buf_release(&path);
 }
 
-/* Seconds left: from the trainer's speed and the batch, else from the
- * steps seen go by; negative when unknown. */
-static double eta(const struct watch *w, double now)
+/* Samples (tokens for gpt) a step, from the spec; 0 when unknown. */
+static double per_step(const struct watch *w)
 {
-	if (w->total <= 0 || w->step < 0)
-		return -1;
-	double left = (double)(w->total - w->step);
-	double per_step = (double)spec_int(w->job, "batch", "global");
+	double n = (double)spec_int(w->job, "batch", "global");
 	if (w->speed_unit[0] == 't')
-		per_step *= (double)spec_int(w->job, "model", "seq");
-	if (isfinite(w->speed) && w->speed > 0 && per_step > 0)
-		return left * per_step / w->speed;
-	if (w->first_t > 0 && w->step > w->first_step && now > w->first_t)
-		return left * (now - w->first_t) / (double)(w->step - w->first_step);
-	return -1;
+		n *= (double)spec_int(w->job, "model", "seq");
+	return n;
+}
+
+/* Steps per second: this watch's smoothed rate, else the trainer's speed
+ * over the batch; NaN when neither is known. */
+static double steps_per_s(const struct watch *w)
+{
+	if (isfinite(w->rate) && w->rate > 0)
+		return w->rate;
+	if (isfinite(w->speed) && w->speed > 0 && per_step(w) > 0)
+		return w->speed / per_step(w);
+	return NAN;
+}
+
+/* Seconds left, negative when unknown. */
+static double eta(const struct watch *w)
+{
+	double rate = steps_per_s(w);
+	if (w->total <= 0 || w->step < 0 || !isfinite(rate))
+		return -1;
+	return (double)(w->total - w->step) / rate;
+}
+
+/* Takes in the step seen now. */
+static void see_step(struct watch *w, double now)
+{
+	if (w->step <= 0)
+		return;
+	if (w->rate_t == 0 || w->step < w->rate_step) {     /* the first, or a restart */
+		w->rate_t = now;
+		w->rate_step = w->step;
+		return;
+	}
+	if (w->step == w->rate_step || now <= w->rate_t)
+		return;
+	double dt = now - w->rate_t;
+	w->rate = smooth(w->rate, (double)(w->step - w->rate_step) / dt, dt);
+	w->rate_t = now;
+	w->rate_step = w->step;
 }
 
 /* The progress line, made inert. */
-static void describe(const struct watch *w, struct cli_buf *line, double now)
+static void describe(const struct watch *w, struct cli_buf *line)
 {
 	const char *state = cli_job_str(w->job, "state");
 	char *id = cli_inert(cli_job_str(w->job, "id")), *st = cli_inert(state);
@@ -117,8 +187,11 @@ static void describe(const struct watch *w, struct cli_buf *line, double now)
 	cli_buf_addf(line, "%s  %s", id, st);
 	if (!state || strcmp(state, "PENDING") == 0 || strcmp(state, "QUEUED") == 0)
 		cli_buf_adds(line, "  waiting to start");
-	if (w->step >= 0) {
-		cli_buf_addf(line, "  step %lld", w->step);
+	int stopped = cli_job_final(state) && strcmp(state, "COMPLETED") != 0;
+	if (stopped && w->step <= 0) {
+		cli_buf_adds(line, "  stopped before its first step");
+	} else if (w->step >= 0) {
+		cli_buf_addf(line, "  %sstep %lld", stopped ? "stopped at " : "", w->step);
 		if (w->total > 0)
 			cli_buf_addf(line, "/%lld (%.0f%%)", w->total,
 			             100.0 * (double)w->step / (double)w->total);
@@ -143,9 +216,12 @@ static void describe(const struct watch *w, struct cli_buf *line, double now)
 			cli_buf_add_inert(line, reason, strlen(reason), 0);
 		}
 	} else if (state && strcmp(state, "RUNNING") == 0) {
+		double rate = steps_per_s(w);
+		if (isfinite(rate))
+			cli_buf_addf(line, "  %.*f steps/s", rate < 10 ? 2 : 0, rate);
 		if (isfinite(w->speed))
 			cli_buf_addf(line, "  %.0f %s", w->speed, w->speed_unit);
-		cli_format_duration(eta(w, now), num, sizeof num);
+		cli_format_duration(eta(w), num, sizeof num);
 		cli_buf_addf(line, "  eta %s", num);
 	}
 	free(id);
@@ -172,7 +248,7 @@ int cli_cmd_watch(struct cli *cli, int argc, char **argv)
 		return rc;
 
 	struct watch w = { .id = argv[optind], .step = -1, .total = -1, .speed_step = -1,
-	                   .loss = NAN, .speed = NAN, .speed_unit = "samples/s" };
+	                   .loss = NAN, .speed = NAN, .rate = NAN, .speed_unit = "samples/s" };
 	int tty = !cli->json && isatty(STDOUT_FILENO);
 	struct cli_buf line = { 0 };
 	char shown_state[32] = "";   /* what the last line printed showed (not on a terminal) */
@@ -189,19 +265,20 @@ int cli_cmd_watch(struct cli *cli, int argc, char **argv)
 			json_object_get(json_object_get(w.job, "spec"), "model"), "type"));
 		w.speed_unit = model && strcmp(model, "gpt") == 0 ? "tokens/s" : "samples/s";
 		cli_job_progress(w.job, &w.step, &w.total, &w.loss);
-		if (w.step > 0 && w.first_t == 0) {
-			w.first_t = now;
-			w.first_step = w.step;
+		if (w.total <= 0 && !json_object_get(json_object_get(w.job, "spec"), "epochs"))
+			w.total = spec_int_top(w.job, "steps");
+		if (!final && state && strcmp(state, "RUNNING") == 0) {
+			see_step(&w, now);
+			if (w.step != step_was)
+				poll_speed(cli, &w, now);
 		}
-		if (w.step != step_was && !final && state && strcmp(state, "RUNNING") == 0)
-			poll_speed(cli, &w);
 
 		if (cli->json) {
 			if (changed)
 				cli_print_json(w.job);
 		} else {
 			cli_buf_clear(&line);
-			describe(&w, &line, now);
+			describe(&w, &line);
 			if (tty) {
 				printf("\r%s\033[K", cli_buf_str(&line));
 				fflush(stdout);

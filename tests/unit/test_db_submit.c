@@ -58,11 +58,17 @@ static void idempotency(int no_group)
 	const char *file = no_group ? "idem-single.db" : "idem-group.db";
 	struct db *db = open_db(file, no_group);
 	struct db_job_new in = { .owner = "alice", .name = "a", .spec = "{\"steps\": 1}",
-	                         .idem_key = "key-1" };
+	                         .idem_key = "key-1", .total_steps = 1 };
 	struct db_submit first, again, other;
 	struct db_err err = { 0 };
 	CHECK_INT_EQ(db_jobs_submit(db, &in, &first, &err), 0);
 	CHECK(first.id > 0 && !first.existed);
+	/* the total known at the submit is the job's from the start */
+	struct db_job job;
+	CHECK_INT_EQ(db_jobs_get(db, first.id, NULL, &job, &err), 0);
+	CHECK_INT_EQ(job.progress_total, 1);
+	CHECK_INT_EQ(job.progress_step, 0);
+	db_job_release(&job);
 	CHECK_INT_EQ(db_jobs_submit(db, &in, &again, NULL), 0);
 	CHECK_INT_EQ(again.id, first.id);
 	CHECK_INT_EQ(again.existed, 1);

@@ -122,6 +122,15 @@ static void test_confined(void)
 	expect_refused(at("root2/f"), &pol, "is outside the directories");
 	expect_refused("/etc/passwd", &pol, "is outside the directories");
 	expect_refused(at("root/nope"), &pol, "No such file or directory");
+	expect_refused(at("root/sub/nope/deeper"), &pol, "No such file or directory");
+	/* a missing path outside the roots reads as an existing one would:
+	 * no message tells what exists there */
+	expect_refused("/etc/no-such-file-here", &pol, "is outside the directories");
+	expect_refused(at("nope"), &pol, "is outside the directories");
+	expect_refused(at("nope/deeper"), &pol, "is outside the directories");
+	expect_refused(at("root/../nope"), &pol, "is outside the directories");
+	expect_refused(at("out.txt/nope"), &pol, "is outside the directories");
+	expect_refused(at("root/escape/nope"), &pol, "is outside the directories");
 	/* the message names the path as given */
 	int fd = trn_input_open(at("root/escape"), &pol, "data.train", &err);
 	char want[PATH_MAX + 128];
@@ -238,6 +247,47 @@ static void test_rebase(void)
 	}
 }
 
+/* A relative path's message names the absolute path it was taken to mean:
+ * from the working directory, or as the probe rebased it. */
+static void test_relative_names(void)
+{
+	struct trn_err err = { 0 };
+	char cwd[PATH_MAX], want[3 * PATH_MAX];
+	CHECK(getcwd(cwd, sizeof cwd) != NULL);
+	CHECK(chdir(at("root")) == 0);
+	CHECK_INT_EQ(trn_input_open("sub/./../nope.bin", NULL, "data.train", &err), -1);
+	snprintf(want, sizeof want, "data.train: sub/./../nope.bin (resolved: %s): No such file "
+	         "or directory", at("root/nope.bin"));
+	CHECK_STR_EQ(err.text, want);
+	/* confined, inside and outside the root */
+	struct trn_input_policy pol;
+	trn_input_policy_init(&pol);
+	CHECK_INT_EQ(trn_input_policy_add_root(&pol, at("root"), &err), 0);
+	trn_err_clear(&err);
+	CHECK_INT_EQ(trn_input_open("nope.bin", &pol, "data.train", &err), -1);
+	snprintf(want, sizeof want, "data.train: nope.bin (resolved: %s): No such file or "
+	         "directory", at("root/nope.bin"));
+	CHECK_STR_EQ(err.text, want);
+	trn_err_clear(&err);
+	CHECK_INT_EQ(trn_input_open("../nope.bin", &pol, "data.train", &err), -1);
+	snprintf(want, sizeof want, "data.train: ../nope.bin (resolved: %s) is outside the "
+	         "directories this job may read", at("nope.bin"));
+	CHECK_STR_EQ(err.text, want);
+	trn_input_policy_release(&pol);
+	CHECK(chdir(cwd) == 0);
+	/* the probe's rebased path, named with the spec's own */
+	trn_err_clear(&err);
+	CHECK_INT_EQ(trn_input_open_as(at("nope.bin"), "../nope.bin", NULL, "data.train", &err), -1);
+	snprintf(want, sizeof want, "data.train: ../nope.bin (resolved: %s): No such file or "
+	         "directory", at("nope.bin"));
+	CHECK_STR_EQ(err.text, want);
+	/* an absolute path is named as it is */
+	trn_err_clear(&err);
+	CHECK_INT_EQ(trn_input_open(at("nope.bin"), NULL, "data.train", &err), -1);
+	snprintf(want, sizeof want, "data.train: %s: No such file or directory", at("nope.bin"));
+	CHECK_STR_EQ(err.text, want);
+}
+
 int main(void)
 {
 	char *canon = realpath(check_tmpdir("input"), NULL);
@@ -251,5 +301,6 @@ int main(void)
 	CHECK_RUN(test_confined);
 	CHECK_RUN(test_swap_after_check);
 	CHECK_RUN(test_rebase);
+	CHECK_RUN(test_relative_names);
 	return check_finish();
 }

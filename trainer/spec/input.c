@@ -74,6 +74,87 @@ static int under_a_root(const struct trn_input_policy *p, const char *resolved)
 	return 0;
 }
 
+/* ---- how a path is named in messages ------------------------------------------ */
+
+/* base + "/" + rel with "." and ".." taken lexically, as a reader would (the
+ * name shown for a relative path; nothing is opened or resolved). */
+static void lexical_join(const char *base, const char *rel, char *out, size_t size)
+{
+	size_t n = (size_t)snprintf(out, size, "%s", base);
+	if (n >= size)
+		n = size - 1;
+	while (n > 1 && out[n - 1] == '/')
+		out[--n] = '\0';
+	for (const char *p = rel; *p;) {
+		size_t len = strcspn(p, "/");
+		if (len == 2 && p[0] == '.' && p[1] == '.') {
+			char *slash = strrchr(out, '/');
+			n = slash && slash != out ? (size_t)(slash - out) : 1;
+			out[n] = '\0';
+		} else if (len > 0 && !(len == 1 && p[0] == '.')) {
+			int k = snprintf(out + n, size - n, "%s%.*s", n > 1 ? "/" : "", (int)len, p);
+			n = k < 0 || (size_t)k >= size - n ? size - 1 : n + (size_t)k;
+		}
+		p += len;
+		while (*p == '/')
+			p++;
+	}
+}
+
+/* The name messages give path: itself when absolute; a relative one with
+ * the absolute path it names from the working directory, "data.bin
+ * (resolved: /srv/job/data.bin)"; given (the spec's own relative path, when
+ * path is a rebased copy of it) with path. */
+static void name_path(const char *path, const char *given, char *out, size_t size)
+{
+	char cwd[PATH_MAX], abs[PATH_MAX];
+	if (given && strcmp(given, path) != 0) {
+		snprintf(out, size, "%s (resolved: %s)", given, path);
+	} else if (path[0] != '/' && getcwd(cwd, sizeof cwd)) {
+		lexical_join(cwd, path, abs, sizeof abs);
+		snprintf(out, size, "%s (resolved: %s)", path, abs);
+	} else {
+		snprintf(out, size, "%s", path);
+	}
+}
+
+/* For a path realpath could not resolve: whether it would lie under a root,
+ * judged from its longest leading part that resolves, with the rest as it
+ * is. A path that leads outside the roots is answered "outside" whether or
+ * not it names anything, so that an error never tells whether a file
+ * outside them exists. */
+static int unresolved_under_a_root(const struct trn_input_policy *p, const char *path)
+{
+	char abs[PATH_MAX], cwd[PATH_MAX], candidate[PATH_MAX];
+	int k;
+	if (path[0] == '/')
+		k = snprintf(abs, sizeof abs, "%s", path);
+	else if (getcwd(cwd, sizeof cwd))
+		k = snprintf(abs, sizeof abs, "%s/%s", cwd, path);
+	else
+		return 0;
+	if (k < 0 || (size_t)k >= sizeof abs)
+		return 0;
+	size_t n = strlen(abs);
+	while (n > 1) {
+		while (n > 1 && abs[n - 1] != '/')
+			n--;                   /* drop the last component */
+		size_t cut = n > 1 ? n - 1 : 1;
+		char keep = abs[cut];
+		abs[cut] = '\0';
+		char *head = realpath(abs, NULL);
+		abs[cut] = keep;
+		if (head) {
+			k = snprintf(candidate, sizeof candidate, "%s%s%s", head,
+			                 strcmp(head, "/") == 0 ? "" : "/", abs + n);
+			free(head);
+			return k > 0 && (size_t)k < sizeof candidate && under_a_root(p, candidate);
+		}
+		n = cut;
+	}
+	return 0;
+}
+
 int trn_input_open_walk(const char *resolved, int flags)
 {
 	if (resolved[0] != '/') {
@@ -209,23 +290,36 @@ int trn_input_open_resolved(const char *resolved, const char *path, const char *
 int trn_input_open(const char *path, const struct trn_input_policy *policy, const char *field,
                    struct trn_err *err)
 {
+	return trn_input_open_as(path, NULL, policy, field, err);
+}
+
+int trn_input_open_as(const char *path, const char *given, const struct trn_input_policy *policy,
+                      const char *field, struct trn_err *err)
+{
 	if (!path || !path[0])
 		return trn_err_set(err, "%s: no path", field);
+	char name[2 * PATH_MAX + 16];
+	name_path(path, given, name, sizeof name);
 	if (!trn_input_confines(policy)) {
 		int pfd = open(path, O_PATH | O_CLOEXEC);
 		if (pfd < 0)
-			return trn_err_set(err, "%s: %s: %s", field, path, strerror(errno));
-		return from_path_fd(pfd, path, 0, path, field, err);
+			return trn_err_set(err, "%s: %s: %s", field, name, strerror(errno));
+		return from_path_fd(pfd, path, 0, name, field, err);
 	}
 	char *resolved = realpath(path, NULL);
-	if (!resolved)
-		return trn_err_set(err, "%s: %s: %s", field, path, strerror(errno));
+	if (!resolved) {
+		int saved = errno;
+		if (!unresolved_under_a_root(policy, path))
+			return trn_err_set(err, "%s: %s is outside the directories this job may read",
+			                   field, name);
+		return trn_err_set(err, "%s: %s: %s", field, name, strerror(saved));
+	}
 	int fd;
 	if (!under_a_root(policy, resolved))
 		fd = trn_err_set(err, "%s: %s is outside the directories this job may read", field,
-		                 path);
+		                 name);
 	else
-		fd = trn_input_open_resolved(resolved, path, field, err);
+		fd = trn_input_open_resolved(resolved, name, field, err);
 	free(resolved);
 	return fd;
 }

@@ -14,9 +14,15 @@
  * symbolic link followed anywhere in it (openat2's RESOLVE_NO_SYMLINKS, or
  * one component at a time with O_NOFOLLOW where the kernel lacks openat2),
  * so a link swapped in after the check fails instead of leading outside.
+ * A path that does not resolve is judged by its longest leading part that
+ * does: one that leads outside the roots is "outside" whether or not it
+ * names a file, so that no message tells whether a file outside exists.
  *
- * Messages name the spec field and the path as given:
+ * Messages name the spec field and the path as given, and for a relative
+ * path also the absolute path it names (taken lexically from the working
+ * directory, or the rebased path the probe opens: trn_input_open_as):
  *   "data.train: /srv/x.bin: No such file or directory"
+ *   "data.train: x.bin (resolved: /srv/job/x.bin): No such file or directory"
  *   "data.train: /srv/x.bin: not a regular file"
  *   "data.train: /srv/x.bin: is empty"
  *   "data.train: /etc/shadow is outside the directories this job may read"
@@ -51,6 +57,12 @@ int trn_input_confines(const struct trn_input_policy *policy);
  * naming field ("data.train", "init.from") and path. */
 int trn_input_open(const char *path, const struct trn_input_policy *policy, const char *field,
                    struct trn_err *err);
+
+/* trn_input_open of path, a rebased copy of given (the path as the spec
+ * wrote it; trn_input_rebase), naming both in messages. given NULL: as
+ * trn_input_open. */
+int trn_input_open_as(const char *path, const char *given, const struct trn_input_policy *policy,
+                      const char *field, struct trn_err *err);
 
 /* The confined open of a path already canonicalised and checked against the
  * roots: no symbolic link is followed in resolved. path is the name for
