@@ -404,16 +404,18 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 static void reload(struct larchd *d, int argc, char **argv)
 {
 	char err[4096 + 512], changed[512] = "";
-	int mask = svc_config_reload(&d->cfg, argc, argv, changed, sizeof changed, err, sizeof err);
-	if (mask < 0)
-		svc_log(SVC_LOG_ERROR, "SIGHUP: the settings were not reloaded, larchd keeps its "
-		        "own: %s", err);
+	/* first the file logrotate renamed, so that what follows is in the new one */
 	if (svc_log_open(d->cfg.log_file, d->cfg.log_level, err, sizeof err) != 0)
 		svc_log(SVC_LOG_ERROR, "SIGHUP: %s: the log goes where it went", err);
+	int mask = svc_config_reload(&d->cfg, argc, argv, changed, sizeof changed, err, sizeof err);
 	if (mask < 0) {
-		svc_log(SVC_LOG_INFO, "SIGHUP: log reopened");
+		svc_log(SVC_LOG_ERROR, "SIGHUP: log reopened; the settings were not reloaded, larchd "
+		        "keeps its own: %s", err);
 		return;
 	}
+	if ((mask & SVC_RELOAD_LOG) &&
+	    svc_log_open(d->cfg.log_file, d->cfg.log_level, err, sizeof err) != 0)
+		svc_log(SVC_LOG_ERROR, "SIGHUP: %s: the log goes where it went", err);
 	if (mask & SVC_RELOAD_RUNNER)
 		svc_runner_set_gpu_memory(d->runner, &d->cfg.gpu_memory);
 	if (mask & SVC_RELOAD_PREFLIGHT)
