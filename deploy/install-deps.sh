@@ -41,7 +41,7 @@ packages=(
 	# the Debian package (cpack -G DEB: dpkg-shlibdeps, file), its postinst
 	# (adduser), and systemd-analyze, which tests/integration/test_install.py
 	# checks the unit with
-	dpkg-dev fakeroot file adduser systemd
+	dpkg-dev file adduser systemd
 )
 schemathesis_version=4.32.5
 # the last selenium that takes Debian's urllib3 1.26 (later ones pull urllib3
