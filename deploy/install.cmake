@@ -47,6 +47,22 @@ endforeach()
 set_target_properties(${LARCH_INSTALL_PROGRAMS} PROPERTIES
   INSTALL_RPATH "$ORIGIN/${LARCH_BIN_TO_LIB}")
 set_target_properties(${LARCH_INSTALL_LIBS} PROPERTIES INSTALL_RPATH "$ORIGIN")
+# the GPU backend also needs the CUDA toolkit's libraries (and NCCL) where
+# the build found them, which need not be on the loader's path
+if(LARCH_HAVE_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(_cuda_rpath "$ORIGIN" "${CUDAToolkit_LIBRARY_DIR}")
+  if(NCCL_LIBRARY)
+    get_filename_component(_nccl_dir "${NCCL_LIBRARY}" DIRECTORY)
+    list(APPEND _cuda_rpath "${_nccl_dir}")
+  endif()
+  list(REMOVE_DUPLICATES _cuda_rpath)
+  foreach(t larch_trainer_cuda larch_kernels_cuda)
+    if(TARGET ${t})
+      set_target_properties(${t} PROPERTIES INSTALL_RPATH "${_cuda_rpath}")
+    endif()
+  endforeach()
+endif()
 install(TARGETS ${LARCH_INSTALL_PROGRAMS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ${LARCH_INSTALL_LIBS} LIBRARY DESTINATION ${LARCH_INSTALL_LIBDIR})
 

@@ -93,11 +93,14 @@ def test_install_layout(prefix):
     unit = (prefix / "lib/systemd/system/larchd.service").read_text()
     first = prefix.parent / "first"
     assert f"ExecStart={first}/bin/larchd --config {first}/etc/larch/larchd.conf" in unit, unit
-    # RUNPATHs are relative to the file ($ORIGIN), none names the build tree
+    # RUNPATHs are relative to the file ($ORIGIN), none names the build tree;
+    # the GPU backend's also name the CUDA toolkit's directory
     for f in list((prefix / "bin").iterdir()) + list((prefix / "lib/larch").iterdir()):
         dyn = run(["readelf", "-d", f]).stdout
         paths = re.findall(r"R(?:UN)?PATH.*\[(.*)\]", dyn)
-        assert paths and all(p.startswith("$ORIGIN") for p in paths[0].split(":")), (f, paths)
+        assert paths and paths[0].split(":")[0].startswith("$ORIGIN"), (f, paths)
+        if not f.name.endswith("_cuda.so"):
+            assert all(p.startswith("$ORIGIN") for p in paths[0].split(":")), (f, paths)
         assert str(BUILD) not in dyn and str(ROOT) not in dyn, f
 
 
