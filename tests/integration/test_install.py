@@ -247,6 +247,14 @@ def test_deb_installs_runs_and_purges(deb, tmp_path):
         if shutil.which("systemd-analyze"):
             r = run(["systemd-analyze", "verify", unit_path])
             assert r.returncode == 0 and "larchd" not in r.stderr, r.stderr
+            # and with the owner-mode drop-in, in a unit path of its own
+            units = tmp_path / "units"
+            (units / "larchd.service.d").mkdir(parents=True)
+            shutil.copy(unit_path, units)
+            shutil.copy("/usr/share/doc/larch/systemd/owner.conf", units / "larchd.service.d")
+            r = run(["systemd-analyze", "verify", units / "larchd.service"],
+                    env=dict(CLEAN_ENV, SYSTEMD_UNIT_PATH=f"{units}:"))
+            assert r.returncode == 0 and "larchd" not in r.stderr, r.stderr
 
         if pathlib.Path("/proc/1/comm").read_text().strip() == "systemd":
             how = "systemctl start larchd (systemd is PID 1)"
