@@ -81,9 +81,17 @@ def prefix(tmp_path_factory):
     return moved
 
 
+def libdir_of(prefix):
+    """lib/larch, or lib/<multiarch>/larch (GNUInstallDirs, prefix /usr)."""
+    found = [p.parent.relative_to(prefix) for p in prefix.glob("lib*/**/liblarch_trainer.so")]
+    assert len(found) == 1, found
+    return found[0]
+
+
 def test_install_layout(prefix):
-    for rel in ["bin/larchd", "bin/larch", "bin/larch-train", "lib/larch/liblarch_trainer.so",
-                "lib/larch/liblarch_kernels.so", "lib/larch/liblarch_spec.so",
+    libdir = libdir_of(prefix)
+    for rel in ["bin/larchd", "bin/larch", "bin/larch-train", f"{libdir}/liblarch_trainer.so",
+                f"{libdir}/liblarch_kernels.so", f"{libdir}/liblarch_spec.so",
                 "share/doc/larch/README.md", "share/doc/larch/install.md",
                 "share/doc/larch/larchd.conf.example", "share/doc/larch/examples/fmnist-quick.json",
                 "share/doc/larch/systemd/owner.conf", "etc/larch/larchd.conf",
@@ -95,7 +103,7 @@ def test_install_layout(prefix):
     assert f"ExecStart={first}/bin/larchd --config {first}/etc/larch/larchd.conf" in unit, unit
     # RUNPATHs are relative to the file ($ORIGIN), none names the build tree;
     # the GPU backend's also name the CUDA toolkit's directory
-    for f in list((prefix / "bin").iterdir()) + list((prefix / "lib/larch").iterdir()):
+    for f in list((prefix / "bin").iterdir()) + list((prefix / libdir).iterdir()):
         dyn = run(["readelf", "-d", f]).stdout
         paths = re.findall(r"R(?:UN)?PATH.*\[(.*)\]", dyn)
         assert paths and paths[0].split(":")[0].startswith("$ORIGIN"), (f, paths)
@@ -197,12 +205,13 @@ def test_deb_contents(deb, tmp_path):
         assert os.access(tmp_path / "control" / script, os.X_OK), script
     files = set(re.findall(r" \./(\S+)$", run(["dpkg-deb", "-c", deb]).stdout, re.M))
     for f in ["usr/bin/larchd", "usr/bin/larch", "usr/bin/larch-train",
-              "usr/lib/larch/liblarch_trainer.so", "lib/systemd/system/larchd.service",
+              "lib/systemd/system/larchd.service",
               "etc/larch/larchd.conf", "etc/logrotate.d/larchd",
               "usr/share/doc/larch/install.md", "usr/share/doc/larch/examples/fmnist-quick.json",
               "usr/share/doc/larch/systemd/owner.conf"]:
         assert f in files, f"{f} not in the package: {sorted(files)}"
     assert not any(f.startswith("usr/local/") for f in files), sorted(files)
+    assert any(re.fullmatch(r"usr/lib/(.+/)?larch/liblarch_trainer\.so", f) for f in files)
 
 
 def start_direct(unit, tmp_path):
