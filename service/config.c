@@ -38,6 +38,12 @@ struct key {
 
 #define FIELD(f) offsetof(struct svc_config, f)
 
+/* .reload marks what SIGHUP changes at once (main.c hands it to its owner).
+ * The rest is taken once by what larchd starts: the socket and HTTP server
+ * (listen, threads, connections, timeouts, body_limit), the state dir, the
+ * executor and the copies it puts in each job's command line (executor,
+ * slurm_*, max_local_jobs, cancel_grace, data_roots, trainer_path), run_as,
+ * the dashboard's files; a new value of those waits for a restart. */
 static const struct key keys[] = {
 	{ .name = "listen", .kind = K_LISTEN, .offset = FIELD(listen), .def = "127.0.0.1:8080",
 	  .metavar = "HOST:PORT", .help = "address to listen on; port 0 picks a free port" },
