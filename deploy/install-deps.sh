@@ -38,6 +38,10 @@ packages=(
 	# the dashboard: Chart.js, which larchd serves to it; and the browser its
 	# tests drive (headless Chromium through chromedriver and selenium)
 	libjs-chart.js chromium chromium-driver fonts-dejavu-core
+	# the Debian package (cpack -G DEB: dpkg-shlibdeps, file), its postinst
+	# (adduser), and systemd-analyze, which tests/integration/test_install.py
+	# checks the unit with
+	dpkg-dev file adduser systemd
 )
 schemathesis_version=4.32.5
 # the last selenium that takes Debian's urllib3 1.26 (later ones pull urllib3

@@ -32,11 +32,18 @@ struct key {
 	unsigned long long min, max; /* K_UINT, K_SIZE */
 	int allow_auto;              /* K_UINT: "auto" means the CPU count */
 	const char *const *choices;  /* K_CHOICE: the values allowed, NULL-terminated */
+	unsigned reload;             /* SVC_RELOAD_* what SIGHUP changes; 0: at the next start */
 	const char *metavar, *help;
 };
 
 #define FIELD(f) offsetof(struct svc_config, f)
 
+/* .reload marks what SIGHUP changes at once (main.c hands it to its owner).
+ * The rest is taken once by what larchd starts: the socket and HTTP server
+ * (listen, threads, connections, timeouts, body_limit), the state dir, the
+ * executor and the copies it puts in each job's command line (executor,
+ * slurm_*, max_local_jobs, cancel_grace, data_roots, trainer_path), run_as,
+ * the dashboard's files; a new value of those waits for a restart. */
 static const struct key keys[] = {
 	{ .name = "listen", .kind = K_LISTEN, .offset = FIELD(listen), .def = "127.0.0.1:8080",
 	  .metavar = "HOST:PORT", .help = "address to listen on; port 0 picks a free port" },
@@ -95,14 +102,16 @@ static const struct key keys[] = {
 	  "user-role tokens may name as data or init (symlinks resolved); empty: none, only named "
 	  "datasets and checkpoints by job" },
 	{ .name = "preflight_timeout", .kind = K_UINT, .offset = FIELD(preflight_timeout),
-	  .def = "10", .min = 1, .max = 600, .metavar = "SECONDS",
+	  .def = "10", .min = 1, .max = 600, .reload = SVC_RELOAD_PREFLIGHT,
+	  .metavar = "SECONDS",
 	  .help = "a submit's look at its data files (as the job's user, off the HTTP threads) "
 	  "may take this long; past it the job is taken unexamined and its trainer checks" },
 	{ .name = "cancel_grace", .kind = K_UINT, .offset = FIELD(cancel_grace), .def = "30",
 	  .min = 1, .max = 86400, .metavar = "SECONDS",
 	  .help = "a cancelled job's time to checkpoint after SIGTERM, then SIGKILL" },
 	{ .name = "gpu_memory", .kind = K_GPU_MEMORY, .offset = FIELD(gpu_memory), .def = "80G",
-	  .min = 1 << 20, .max = 1ULL << 44, .metavar = "SIZE[,PART=SIZE...]",
+	  .min = 1 << 20, .max = 1ULL << 44, .reload = SVC_RELOAD_RUNNER,
+	  .metavar = "SIZE[,PART=SIZE...]",
 	  .help = "memory of one GPU, and of partition PART's where it differs: a job asking "
 	  "for GPUs whose memory plan needs more per GPU is refused at submit (422)" },
 	{ .name = "dashboard_dir", .kind = K_AUTO_PATH, .offset = FIELD(dashboard_dir),
@@ -116,8 +125,10 @@ static const struct key keys[] = {
 	  .min = 1024, .max = 1ULL << 30, .metavar = "SIZE",
 	  .help = "largest request body: bytes, or with K, M, G (binary)" },
 	{ .name = "log_level", .kind = K_LEVEL, .offset = FIELD(log_level), .def = "info",
+	  .reload = SVC_RELOAD_LOG,
 	  .metavar = "LEVEL", .help = "error, warn, info (a line per request) or debug" },
 	{ .name = "log_file", .kind = K_LOG_FILE, .offset = FIELD(log_file), .def = "-",
+	  .reload = SVC_RELOAD_LOG,
 	  .metavar = "FILE", .help = "append the log to FILE (- for stderr)" },
 	{ .name = "threads", .kind = K_UINT, .offset = FIELD(threads), .def = "auto",
 	  .min = 1, .max = 1024, .allow_auto = 1, .metavar = "N",
@@ -573,15 +584,17 @@ static void usage(void)
 		for (int j = 2; j < n && flag[j] != ' '; j++)
 			if (flag[j] == '_')
 				flag[j] = '-';
-		printf("  %-28s %s (default %s)\n", flag, keys[i].help,
-		       *keys[i].def ? keys[i].def : "none");
+		printf("  %-28s %s (default %s%s)\n", flag, keys[i].help,
+		       *keys[i].def ? keys[i].def : "none", keys[i].reload ? "; SIGHUP reloads it" : "");
 	}
 	printf("  %-28s %s\n", "--help, --version", "print this or the version and exit");
 	printf("\n"
 	       "Each --some-key VALUE is also a line \"some_key = VALUE\" in the config file and\n"
 	       "the environment variable LARCHD_SOME_KEY; flags win over the environment, which\n"
 	       "wins over the file. deploy/larchd.conf.example describes every key.\n"
-	       "SIGTERM or SIGINT: stop accepting, let in-flight requests finish, exit 0.\n");
+	       "SIGTERM or SIGINT: stop accepting, let in-flight requests finish, exit 0.\n"
+	       "SIGHUP: read the settings again (those marked \"SIGHUP reloads it\" change at\n"
+	       "once, the others at the next start) and reopen the log file.\n");
 }
 
 /* A --flag and its value, kept until the other layers are applied. */
@@ -701,4 +714,140 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->chartjs_path);
 	free(cfg->run_as);
 	memset(cfg, 0, sizeof *cfg);
+}
+
+/* ---- SIGHUP: svc_config_reload ------------------------------------------- */
+
+/* A key's value in cfg as text for the log ("2", "80G,small=40G", "-"). */
+static const char *value_text(const struct svc_config *cfg, const struct key *k, char *buf,
+                              size_t len)
+{
+	const char *base = (const char *)cfg;
+	const void *f = base + k->offset;
+	size_t o = 0;
+	switch (k->kind) {
+	case K_LISTEN: case K_PATH: case K_AUTO_PATH: case K_LOG_FILE: case K_CHOICE: case K_NAME: {
+		const char *s = *(char *const *)f;
+		svc_msgf(buf, len, "%s", s ? s : k->kind == K_LOG_FILE ? "-" : "auto");
+		break;
+	}
+	case K_UINT:
+		svc_msgf(buf, len, "%u", *(const unsigned *)f);
+		break;
+	case K_SIZE:
+		size_text(*(const size_t *)f, buf, len);
+		break;
+	case K_LEVEL:
+		svc_msgf(buf, len, "%s", svc_log_level_name(*(const enum svc_log_level *)f));
+		break;
+	case K_GPU_MEMORY: {
+		const struct svc_gpu_memory *g = f;
+		char one[32];
+		svc_msgf(buf, len, "%s", size_text(g->bytes, one, sizeof one));
+		for (int i = 0; i < g->n && (o = strlen(buf)) < len; i++)
+			svc_msgf(buf + o, len - o, ",%s=%s", g->part[i].partition,
+			         size_text(g->part[i].bytes, one, sizeof one));
+		break;
+	}
+	case K_PATH_LIST: {
+		const struct svc_path_list *l = f;
+		buf[0] = '\0';
+		for (int i = 0; i < l->n && (o = strlen(buf)) < len; i++)
+			svc_msgf(buf + o, len - o, "%s%s", i ? "," : "", l->path[i]);
+		break;
+	}
+	}
+	return buf;
+}
+
+/* Whether a key has the same value in a and b. */
+static int same_value(const struct svc_config *a, const struct svc_config *b, const struct key *k)
+{
+	const void *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
+	switch (k->kind) {
+	case K_UINT: return *(const unsigned *)fa == *(const unsigned *)fb;
+	case K_SIZE: return *(const size_t *)fa == *(const size_t *)fb;
+	case K_LEVEL: return *(const enum svc_log_level *)fa == *(const enum svc_log_level *)fb;
+	case K_GPU_MEMORY: {
+		const struct svc_gpu_memory *ga = fa, *gb = fb;
+		if (ga->bytes != gb->bytes || ga->n != gb->n)
+			return 0;
+		for (int i = 0; i < ga->n; i++)
+			if (ga->part[i].bytes != gb->part[i].bytes ||
+			    strcmp(ga->part[i].partition, gb->part[i].partition) != 0)
+				return 0;
+		return 1;
+	}
+	case K_PATH_LIST: {
+		const struct svc_path_list *la = fa, *lb = fb;
+		if (la->n != lb->n)
+			return 0;
+		for (int i = 0; i < la->n; i++)
+			if (strcmp(la->path[i], lb->path[i]) != 0)
+				return 0;
+		return 1;
+	}
+	default: {
+		const char *sa = *(char *const *)fa, *sb = *(char *const *)fb;
+		return sa == sb || (sa && sb && strcmp(sa, sb) == 0);
+	}
+	}
+}
+
+/* The bytes of a key's field in struct svc_config. */
+static size_t field_size(enum key_kind kind)
+{
+	switch (kind) {
+	case K_UINT: return sizeof(unsigned);
+	case K_SIZE: return sizeof(size_t);
+	case K_LEVEL: return sizeof(enum svc_log_level);
+	case K_GPU_MEMORY: return sizeof(struct svc_gpu_memory);
+	case K_PATH_LIST: return sizeof(struct svc_path_list);
+	default: return sizeof(char *);
+	}
+}
+
+int svc_config_reload(struct svc_config *cfg, int argc, char **argv, char *changed,
+                      size_t changed_size, char *err, size_t err_size)
+{
+	struct svc_config *next = malloc(sizeof *next);
+	if (!next) {
+		snprintf(err, err_size, "out of memory");
+		return -1;
+	}
+	if (svc_config_load(next, argc, argv, err, err_size) != SVC_CONFIG_RUN) {
+		svc_config_release(next);
+		free(next);
+		return -1;
+	}
+	int mask = 0;
+	size_t o = 0;
+	changed[0] = '\0';
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct key *k = &keys[i];
+		if (same_value(cfg, next, k))
+			continue;
+		char was[1024], now[1024];
+		value_text(cfg, k, was, sizeof was);
+		value_text(next, k, now, sizeof now);
+		if (!k->reload) {
+			svc_log(SVC_LOG_WARN, "config: %s = %s takes a restart: larchd keeps %s until then",
+			        k->name, now, was);
+			continue;
+		}
+		/* swap the field: next (released below) takes the old value */
+		char tmp[sizeof(struct svc_path_list)];
+		size_t n = field_size(k->kind);
+		memcpy(tmp, (char *)cfg + k->offset, n);
+		memcpy((char *)cfg + k->offset, (char *)next + k->offset, n);
+		memcpy((char *)next + k->offset, tmp, n);
+		mask |= (int)k->reload;
+		svc_log(SVC_LOG_INFO, "config: %s = %s (was %s)", k->name, now, was);
+		if (o < changed_size)
+			o += (size_t)snprintf(changed + o, changed_size - o, "%s%s", o ? ", " : "",
+			                      k->name);
+	}
+	svc_config_release(next);
+	free(next);
+	return mask;
 }

@@ -10,6 +10,13 @@
  * environment variable counts as unset. A bad value, unknown key or flag
  * is an error naming where it came from ("LARCHD_BODY_LIMIT: must be a
  * size ...", "larchd.conf:3: unknown key \"foo\""); larchd exits 2.
+ *
+ * SIGHUP reads every layer again (svc_config_reload). Only the keys whose
+ * table row has a `reload` class take the new value at once: log_level,
+ * log_file, gpu_memory, preflight_timeout. The others are read by what
+ * larchd starts once (the listening socket and HTTP server, the state dir
+ * and database, the executor and the copies it keeps, the run_as mode):
+ * a new value of one of those is logged as taking a restart, and ignored.
  */
 #ifndef LARCH_SERVICE_CONFIG_H
 #define LARCH_SERVICE_CONFIG_H
@@ -77,6 +84,13 @@ struct svc_config {
 	char *config_file;               /* the file read, or NULL */
 };
 
+/* What a reloaded key changes (config.c's `reload` column), as a bit mask. */
+enum svc_config_reload {
+	SVC_RELOAD_LOG = 1 << 0,         /* log_level, log_file: svc_log_open again */
+	SVC_RELOAD_RUNNER = 1 << 1,      /* gpu_memory: svc_runner_set_gpu_memory */
+	SVC_RELOAD_PREFLIGHT = 1 << 2,   /* preflight_timeout: svc_preflight_set_timeout */
+};
+
 enum svc_config_status {
 	SVC_CONFIG_RUN = 0,              /* cfg is complete: start */
 	SVC_CONFIG_EXIT = 1,             /* --help or --version was printed: exit 0 */
@@ -89,6 +103,16 @@ enum svc_config_status {
  * Release cfg with svc_config_release whatever it returned. */
 int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, size_t err_size);
 void svc_config_release(struct svc_config *cfg);
+
+/* Reads the settings again as svc_config_load did from the same argv (so
+ * flags and the environment still win over the file), and moves into cfg
+ * the new values of the reloadable keys; a changed key that is not
+ * reloadable keeps its value, with a warning in the log naming it. Returns
+ * the SVC_RELOAD_* bits of what changed, with the names of the keys that
+ * changed, comma-separated, in changed (may be cut at changed_size); or -1
+ * with err filled when the settings do not load, cfg untouched. */
+int svc_config_reload(struct svc_config *cfg, int argc, char **argv, char *changed,
+                      size_t changed_size, char *err, size_t err_size);
 
 /* CPUs this process may run on (sched_getaffinity), at least 1. */
 unsigned svc_cpu_count(void);

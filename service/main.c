@@ -6,6 +6,8 @@
  * accepting, let in-flight requests finish for up to shutdown_timeout
  * seconds; a second signal cuts that short), stop the runner (jobs keep
  * running; the next start adopts them), close the database and exit 0.
+ * SIGHUP reloads the settings that may change at once (config.h) and
+ * reopens the log file (logrotate).
  * Exit 2: bad settings; 1: could not start. `larchd token ...` and
  * `larchd db ...` are service/admin.h's. */
 #include <errno.h>
@@ -102,7 +104,7 @@ static void drain(struct svc_server *srv, const sigset_t *signals, unsigned time
 			rest = 50;
 		struct timespec ts = { 0, (long)rest * 1000000 };
 		int sig = sigtimedwait(signals, NULL, &ts);
-		if (sig > 0) {
+		if (sig > 0 && sig != SIGHUP) {          /* no reload while stopping */
 			svc_log(SVC_LOG_WARN, "%s again: cutting off %u requests in flight",
 			        strsignal(sig), left);
 			break;
@@ -397,6 +399,32 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	return 0;
 }
 
+/* SIGHUP: the settings again (config.h says which change now), and the log
+ * file reopened, renamed or not (logrotate's postrotate). */
+static void reload(struct larchd *d, int argc, char **argv)
+{
+	char err[4096 + 512], changed[512] = "";
+	/* first the file logrotate renamed, so that what follows is in the new one */
+	if (svc_log_open(d->cfg.log_file, d->cfg.log_level, err, sizeof err) != 0)
+		svc_log(SVC_LOG_ERROR, "SIGHUP: %s: the log goes where it went", err);
+	int mask = svc_config_reload(&d->cfg, argc, argv, changed, sizeof changed, err, sizeof err);
+	if (mask < 0) {
+		svc_log(SVC_LOG_ERROR, "SIGHUP: log reopened; the settings were not reloaded, larchd "
+		        "keeps its own: %s", err);
+		return;
+	}
+	if ((mask & SVC_RELOAD_LOG) &&
+	    svc_log_open(d->cfg.log_file, d->cfg.log_level, err, sizeof err) != 0)
+		svc_log(SVC_LOG_ERROR, "SIGHUP: %s: the log goes where it went", err);
+	if (mask & SVC_RELOAD_RUNNER)
+		svc_runner_set_gpu_memory(d->runner, &d->cfg.gpu_memory);
+	if (mask & SVC_RELOAD_PREFLIGHT)
+		svc_preflight_set_timeout(d->preflight, d->cfg.preflight_timeout);
+	svc_log(SVC_LOG_INFO, "SIGHUP: log reopened, settings read again%s%s: %s%s",
+	        d->cfg.config_file ? " from " : "", d->cfg.config_file ? d->cfg.config_file : "",
+	        *changed ? "changed now " : "none changed", changed);
+}
+
 int main(int argc, char **argv)
 {
 	if (svc_admin_is_command(argc, argv))
@@ -424,6 +452,7 @@ int main(int argc, char **argv)
 	sigemptyset(&signals);
 	sigaddset(&signals, SIGTERM);
 	sigaddset(&signals, SIGINT);
+	sigaddset(&signals, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &signals, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
@@ -440,7 +469,8 @@ int main(int argc, char **argv)
 	fflush(stdout);
 
 	int sig = 0;
-	sigwait(&signals, &sig);
+	while (sigwait(&signals, &sig) == 0 && sig == SIGHUP)
+		reload(&d, argc, argv);
 	svc_log(SVC_LOG_INFO, "%s: stopping (in flight: %u)", strsignal(sig),
 	        svc_server_in_flight(d.srv));
 	api_changes_close(d.ctx.changes);  /* parked long polls answer now */

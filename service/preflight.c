@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@ struct svc_preflight {
 	char *trainer_path, *base_dir, *dataset_root;
 	int run_as_owner, slurm;
 	struct svc_path_list roots;
-	unsigned timeout_s;
+	atomic_uint timeout_s;             /* SIGHUP may change it */
 
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
@@ -267,7 +268,8 @@ static void run_probe(struct svc_preflight *pf, int slot, const struct item *it,
 	}
 	p.envp[e] = NULL;
 	p.id = id;
-	p.cpu_s = pf->timeout_s + 1;
+	unsigned timeout_s = atomic_load(&pf->timeout_s);
+	p.cpu_s = timeout_s + 1;
 
 	/* the spec on stdin from memory (never a pipe the child must drain
 	 * before we may read), the answer back through a pipe */
@@ -302,7 +304,7 @@ static void run_probe(struct svc_preflight *pf, int slot, const struct item *it,
 	char *buf = malloc(PROBE_OUTPUT_MAX + 1);
 	size_t got = 0;
 	int done = 0, timed_out = 0;
-	long long deadline = svc_mono_ms() + (long long)pf->timeout_s * 1000;
+	long long deadline = svc_mono_ms() + (long long)timeout_s * 1000;
 	while (buf && !done && !closing) {
 		long long left = deadline - svc_mono_ms();
 		if (left <= 0) {
@@ -343,7 +345,7 @@ static void run_probe(struct svc_preflight *pf, int slot, const struct item *it,
 		else if (timed_out)
 			snprintf(r->message, sizeof r->message, "the data files were not examined within "
 			         "%us (preflight_timeout): the trainer checks them when the job starts",
-			         pf->timeout_s);
+			         timeout_s);
 		else
 			snprintf(r->message, sizeof r->message, "the data files were not examined at "
 			         "submit");
@@ -351,7 +353,7 @@ static void run_probe(struct svc_preflight *pf, int slot, const struct item *it,
 			static struct svc_log_limit limit;
 			svc_log_limited(&limit, 10000, SVC_LOG_WARN, "preflight: a probe for user %s "
 			                "did not answer within %us: killed; the job is taken unexamined",
-			                it->user, pf->timeout_s);
+			                it->user, timeout_s);
 		}
 	}
 	free(buf);
@@ -508,6 +510,11 @@ struct svc_preflight *svc_preflight_new(const struct svc_preflight_config *cfg, 
 		pf->n_workers++;
 	}
 	return pf;
+}
+
+void svc_preflight_set_timeout(struct svc_preflight *pf, unsigned timeout_s)
+{
+	atomic_store(&pf->timeout_s, timeout_s ? timeout_s : 10);
 }
 
 void svc_preflight_close(struct svc_preflight *pf)

@@ -61,6 +61,9 @@ struct svc_preflight *svc_preflight_new(const struct svc_preflight_config *cfg, 
 int svc_preflight_submit(void *arg, const struct api_preflight *in, api_preflight_done_fn done,
                          void *done_arg);
 
+/* The seconds a probe may take from the next one on (SIGHUP). */
+void svc_preflight_set_timeout(struct svc_preflight *pf, unsigned timeout_s);
+
 /* Answers every waiting and running preflight with 503 now and refuses new
  * ones; probes still running are killed. */
 void svc_preflight_close(struct svc_preflight *pf);

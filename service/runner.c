@@ -556,7 +556,9 @@ static void hook_memory_limits(void *arg, const char *partition, double *host, d
 	struct svc_runner *r = arg;
 	struct executor *ex = executor_of(r);
 	*host = 0;
+	pthread_mutex_lock(&r->lock);
 	*gpu = (double)svc_gpu_memory_of(&r->gpu_memory, partition);
+	pthread_mutex_unlock(&r->lock);
 	if (ex && exec_host_memory(ex, partition, host) != 0)
 		*host = 0;
 }
@@ -615,6 +617,13 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 	pthread_cond_init(&r->passed, NULL);
 	r->kicked = 1;
 	return r;
+}
+
+void svc_runner_set_gpu_memory(struct svc_runner *r, const struct svc_gpu_memory *g)
+{
+	pthread_mutex_lock(&r->lock);
+	r->gpu_memory = *g;
+	pthread_mutex_unlock(&r->lock);
 }
 
 const struct api_jobs_hooks *svc_runner_hooks(struct svc_runner *r)

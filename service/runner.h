@@ -79,6 +79,9 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
  * Static storage of r. */
 const struct api_jobs_hooks *svc_runner_hooks(struct svc_runner *r);
 
+/* The GPU memory later submits' plans are held to (SIGHUP); g is copied. */
+void svc_runner_set_gpu_memory(struct svc_runner *r, const struct svc_gpu_memory *g);
+
 /* Reconciles (adopts what the database says the executor holds) and starts
  * the thread. ex is borrowed. Returns 0, or -1 with err filled. */
 int svc_runner_start(struct svc_runner *r, struct executor *ex, char *err, size_t errlen);
