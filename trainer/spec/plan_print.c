@@ -80,7 +80,7 @@ static void item_note(const struct trn_plan *p, int item, char *note, size_t len
 		snprintf(note, len, "%s", p->n_state == 2 ? "m and v" : "m");
 		at = strlen(note);
 		if (p->zero)
-			at += (size_t)snprintf(note + at, len - at, ", 1/%d (ZeRO-1)", p->ranks);
+			at += (size_t)snprintf(note + at, len - at, ", sharded: 1/%d (ZeRO-1)", p->ranks);
 		if (p->state_int8 && at < len)
 			at += (size_t)snprintf(note + at, len - at, ", a scale per %ld: 1/%.2f of fp32",
 			                       (long)KERN_Q8_BLOCK,
