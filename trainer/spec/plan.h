@@ -4,9 +4,10 @@
  *
  * One function for everyone who needs the numbers: `larch plan` prints the
  * table, larchd refuses (422) a job whose plan does not fit the partition's
- * nodes, and larch-train compares its measured peak with the plan at the end
- * of a run. The model sizes come from trn_model_layout, i.e. from the same
- * walks that lay the real buffers out.
+ * nodes, and larch-train prints its run's plan (trn_plan_make_run) in its
+ * header as its memory report, with the same printer (trn_plan_print), and
+ * holds its measured peak against it at the end. The model sizes come from
+ * trn_model_layout, i.e. from the same walks that lay the real buffers out.
  *
  * Where items live. On the CPU backend (resources.gpus_per_node 0) every
  * item is host memory. 16-bit values are held in floats (4 bytes) on both
