@@ -21,7 +21,6 @@
 #include "kernels/optimizer_simd.h"
 #include "kernels/parallel.h"
 #include "kernels/precision.h"
-#include "kernels/quant8.h"
 #include "loss_scale.h"
 #include "model.h"
 #include "optim.h"
@@ -86,6 +85,8 @@ struct run {
 	double t_start;
 	double last_loss;
 	json_t *final;                 /* the last evaluation's figures */
+	struct trn_plan plan;          /* rank 0: this run's memory plan (make_plan) */
+	int have_plan;
 };
 
 static double mib(double bytes)
@@ -167,162 +168,34 @@ static int evaluate(struct run *r, long step)
 	return 0;
 }
 
-/* One line of the memory report: elements stored as dtype (a 16-bit
- * dtype is held in floats on the CPU: that is said too; int8 is int8);
- * where: "device" or "host" with offload.optimizer or offload.params "cpu",
- * else NULL. */
-static double mem_line(const char *what, enum trn_dtype dtype, double elems, const char *where,
-                       const char *note)
+/* This run's memory plan (plan.h), rank 0's: the spec's, for the loaded
+ * data, on this run's device, stepping where it steps. The header prints
+ * it; the summary holds the peak against it. */
+static void make_plan(struct run *r)
 {
-	int bytes = dtype == TRN_DTYPE_FP32 ? 4 : dtype == TRN_DTYPE_INT8 ? 1 : 2;
-	printf("  %-12s %-5s %9.2f MiB", what, trn_dtype_name(dtype), mib(elems * bytes));
-	if (where)
-		printf("  %-*s", bytes == 2 || note[0] ? 6 : 0, where);
-	if (bytes == 2)
-		printf("  (as fp32 on the CPU: %.2f MiB)", mib(elems * 4));
-	printf("%s%s\n", note[0] ? "  " : "", note);
-	return elems * bytes;
-}
-
-/* The memory report's activations, the host's copies of offloaded params
- * and the totals (total and host_total: so far). */
-static void print_memory_rest(const struct run *r, const char *dev, double total,
-                              double host_total)
-{
-	const struct trn_model *m = r->model;
-	enum trn_dtype dt = m->dtype;
-	double n = (double)m->n_floats;
-	int poff = m->param_offload == TRN_OFFLOAD_CPU;
-	char note[96];
-	/* the activations' values: the CPU's are floats; a GPU model's sizes
-	 * are the bytes it holds, shown whole (a 16-bit GPT's are 16-bit values
-	 * but for fp32 scratch and statistics) */
-	double act_elem = m->device && dt != TRN_DTYPE_FP32 ? 2.0 : 4.0;
-	snprintf(note, sizeof note, "at micro-batch %ld", r->spec->batch.micro);
-	if (m->act_offload != TRN_OFFLOAD_NONE)
-		snprintf(note, sizeof note, "at micro-batch %ld, offload.activations %s (none: %.2f MiB)",
-		         r->spec->batch.micro, m->act_offload == TRN_OFFLOAD_CPU ? "cpu" : "recompute",
-		         mib((double)m->act_bytes_none / act_elem * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
-	total += mem_line("activations", dt, (double)m->act_bytes / act_elem, dev, note);
-	if (m->act_offload == TRN_OFFLOAD_CPU)
-		host_total += mem_line("act offload", dt, (double)m->act_host_bytes / act_elem,
-		                       dev ? "host" : NULL, dev ? "" : "host memory, not in the total");
-	if (poff) {
-		host_total += mem_line("params host", dt, n, "host", "the params' home");
-		if (m->streamed)
-			host_total += mem_line("grads host", dt, (double)m->param_resident_floats +
-			                       (double)m->param_stage_floats, "host",
-			                       "the resident tensors', and two windows the blocks' "
-			                       "go through");
-		else
-			host_total += mem_line("grads host", dt, n, "host",
-			                       "each block's copied out in backward");
-	}
-	if (!dev) {
-		printf("  %-12s %-5s %9.2f MiB\n", "total", "", mib(total));
-		return;
-	}
-	printf("  %-12s %-5s %9.2f MiB  device\n", "total", "", mib(total));
-	printf("  %-12s %-5s %9.2f MiB  host\n", "total", "", mib(host_total));
-}
-
-/* What each rank holds, by dtype, as a GPU would store it: the ranks differ
- * by at most one float of shard. With offload.optimizer or offload.params
- * "cpu" each line says where it lives; the total is the device's, and the
- * host's follows. */
-static void print_memory(const struct run *r)
-{
-	const struct trn_model *m = r->model;
-	enum trn_dtype dt = m->dtype;
-	double n = (double)m->n_floats, shard = (double)(r->dp.hi - r->dp.lo);
-	double n_state = r->opt.n_state;
-	int size = r->comm->size, zero = r->dp.zero, off = r->offload;
-	const char *dev = off ? "device" : NULL, *host = off ? "host" : NULL;
-	char note[96] = "";
-	double total = 0, host_total = 0;
-	/* offload.params cpu: the device holds two blocks' staging and the
-	 * resident tensors of the params and of the grads, the host all of both */
-	int poff = m->param_offload == TRN_OFFLOAD_CPU;
-	double held = poff ? (double)(m->param_resident_floats + m->param_stage_floats) : n;
-	if (poff) {
-		dev = "device";
-		host = off ? host : dev;   /* where the optimizer's items are */
-		snprintf(note, sizeof note, "offload.params cpu: 2 blocks + resident (all: %.2f MiB)",
-		         mib(n * (dt == TRN_DTYPE_FP32 ? 4 : 2)));
-	}
-
-	printf("memory per rank (%d rank%s%s%s):\n", size, size > 1 ? "s" : "",
-	       zero ? ", ZeRO-1: master weights, optimizer state and averaged gradients sharded" : "",
-	       off ? ", offload.optimizer cpu: master weights, optimizer state and the update on "
-	             "the host" : "");
-	total += mem_line("params", dt, held, dev, note);
-	total += mem_line("grads", dt, held, dev, note);
-	if (zero) {
-		snprintf(note, sizeof note, "1/%d of %.2f MiB", size, mib(n * 4));
-		total += mem_line("grad shard", TRN_DTYPE_FP32, shard, dev, note);
-	}
-	/* fp32 master weights of their own, or the params themselves (fp32
-	 * compute, or a model that rounds as it reads them, with the params on
-	 * the host: no optimizer offload, or the params offloaded) */
-	int own_master = (dt != TRN_DTYPE_FP32 && !m->w_master) || (off && !poff);
-	if (own_master || zero || off) {
-		snprintf(note, sizeof note, "%s", own_master ? ""
-		         : zero ? "the params' own shard" : "the params' host copies");
-		if (zero && own_master)
-			snprintf(note, sizeof note, "1/%d of %.2f MiB", size, mib(n * 4));
-		double add = mem_line("master", TRN_DTYPE_FP32, shard, host, note);
-		if (own_master)
-			*(off ? &host_total : &total) += add;
-	}
-	snprintf(note, sizeof note, "%s%s", n_state == 2 ? "m and v" : n_state ? "m" : "none",
-	         zero ? ", sharded" : "");
-	double state;
-	if (r->opt.q8) {
-		/* codes and a scale per block: bytes, as 1-byte elements */
-		double bytes = trn_optim_state_bytes(&r->opt);
-		snprintf(note + strlen(note), sizeof note - strlen(note),
-		         ", a scale per %ld: 1/%.2f of fp32", KERN_Q8_BLOCK, shard * n_state * 4 / bytes);
-		state = mem_line("optimizer", TRN_DTYPE_INT8, bytes, host, note);
-	} else {
-		state = mem_line("optimizer", TRN_DTYPE_FP32, shard * n_state, host, note);
-	}
-	*(off ? &host_total : &total) += state;
-	if (off && !r->off.in_place) {
-		host_total += mem_line("host grads", TRN_DTYPE_FP32, shard, host,
-		                       "copied from the device bucket by bucket");
-		host_total += mem_line("param stage", dt, 2.0 * (double)r->off.chunk, host,
-		                       "two staging buffers for the copies to the device");
-	} else if (off) {
-		printf("  %-12s %-5s %9s      %s\n", "host grads", "", "-",
-		       r->streamed && poff ? "none: the update follows backward, tensor by tensor, "
-		                             "in the params' host copies"
-		       : r->streamed       ? "none: the update follows backward, tensor by tensor"
-		                           : "none: the update reads and writes the params' host "
-		                             "copies in place");
-	}
-	print_memory_rest(r, dev, total, host_total);
-}
-
-/* This process's peak resident memory beside its plan (plan.h): on the CPU
- * everything the plan counts is resident memory. On a GPU (planned as one
- * GPU per rank, --device cuda as well) the device's memory in use beside
- * the device's plan, and the host's peak beside the host's plan, both with
- * what CUDA itself holds on top (its context, its libraries). */
-static void print_peak(const struct run *r)
-{
-	struct trn_plan p;
-	struct trn_err err = { 0 };
-	double peak = trn_plan_peak_rss();
-	const struct trn_model *m = r->model;
-	struct trn_spec planned = *r->spec;    /* (read only: nothing of it is released) */
-	if (m->device && planned.resources.gpus_per_node < 1)
-		planned.resources.gpus_per_node = 1;
 	/* the loaded data's shape: its files are not opened again */
 	struct trn_dataset shape = r->ds;
 	shape.train.x = shape.val.x = NULL;
 	shape.train.y = shape.val.y = NULL;
 	shape.train.tokens = shape.val.tokens = NULL;
-	int have = trn_plan_make_shape(&p, &planned, &shape, 0, &err) == 0;
+	struct trn_err err = { 0 };
+	r->have_plan = trn_plan_make_run(&r->plan, r->spec, &shape, r->model->device, r->resident,
+	                                 &err) == 0;
+	if (!r->have_plan)
+		printf("memory plan: %s\n", err.text);
+}
+
+/* This process's peak resident memory beside its plan (make_plan): on the
+ * CPU everything the plan counts is resident memory. On a GPU the device's
+ * memory in use beside the device's plan, and the host's peak beside the
+ * host's plan, both with what CUDA itself holds on top (its context, its
+ * libraries). */
+static void print_peak(const struct run *r)
+{
+	const struct trn_plan *p = &r->plan;
+	int have = r->have_plan;
+	double peak = trn_plan_peak_rss();
+	const struct trn_model *m = r->model;
 	if (m->device)
 		printf("input: %ld batches copied to the device ahead, beside the compute, and "
 		       "taken by their forward; %ld not taken\n", m->batches_ahead,
@@ -336,20 +209,20 @@ static void print_peak(const struct run *r)
 		printf("device memory: %.1f MiB of %.1f MiB in use at the end (with the CUDA "
 		       "context); larch's buffers peaked at %.1f MiB, planned %.1f MiB (%+.1f%%); the "
 		       "kernels' scratch peaked at %.1f MiB\n", mib(d.in_use), mib(d.total),
-		       mib(d.alloc_peak), have ? mib(p.device_bytes) : 0.0,
-		       have && p.device_bytes > 0
-		               ? 100.0 * (d.alloc_peak - p.device_bytes) / p.device_bytes : 0.0,
+		       mib(d.alloc_peak), have ? mib(p->device_bytes) : 0.0,
+		       have && p->device_bytes > 0
+		               ? 100.0 * (d.alloc_peak - p->device_bytes) / p->device_bytes : 0.0,
 		       mib(d.scratch_peak));
 	}
-	if (peak <= 0 || !have || p.host_bytes <= 0)
+	if (peak <= 0 || !have || p->host_bytes <= 0)
 		return;
 	printf("%s: peak resident %.1f MiB, planned %.1f MiB (%+.1f%%)%s\n",
-	       m->device ? "host memory" : "memory", mib(peak), mib(p.host_bytes),
-	       100.0 * (peak - p.host_bytes) / p.host_bytes,
+	       m->device ? "host memory" : "memory", mib(peak), mib(p->host_bytes),
+	       100.0 * (peak - p->host_bytes) / p->host_bytes,
 	       m->device ? " (+ CUDA's libraries)" : "");
 }
 
-static void print_plan(const struct run *r)
+static void print_plan(struct run *r)
 {
 	const struct trn_spec *s = r->spec;
 	const struct trn_model *m = r->model;
@@ -378,7 +251,9 @@ static void print_plan(const struct run *r)
 	else if (m->dtype != TRN_DTYPE_FP32)
 		printf("precision: %s compute, fp32 master weights; no loss scale\n",
 		       trn_dtype_name(m->dtype));
-	print_memory(r);
+	make_plan(r);
+	if (r->have_plan)
+		trn_plan_print(stdout, &r->plan);
 	if (m->device)
 		printf("device: %s; peak %.1f TFLOP/s %s (%s; the MFU's denominator); %s\n",
 		       m->device_desc, m->peak_flops * 1e-12,

@@ -14,7 +14,7 @@ the order alternating from round to round (A/B, B/A, ...): an MLP
 checkpoint). Prints per round the ms per step of both and cpu/none, then the
 medians of the per-round throughput ratios (cpu/none samples/s: issue #8's
 target is >= 0.7 on GPUs), the bytes each step copies with offload and the
-memory report's device and host totals of the cpu run.
+memory report's host (and on a GPU device) totals of both runs.
 
 On this CPU trainer "device" and "host" are the same RAM and the copies are
 memcpy: offload adds, per step, the gradients' copy to the host (read and
@@ -63,12 +63,11 @@ def train(exe, mode, a, tmp):
 
 
 def totals(stdout):
-    dev = re.search(r"^  total\s+([\d.]+) MiB  device$", stdout, re.M)
-    host = re.search(r"^  total\s+([\d.]+) MiB  host$", stdout, re.M)
-    plain = re.search(r"^  total\s+([\d.]+) MiB$", stdout, re.M)
-    if dev:
-        return float(dev.group(1)), float(host.group(1))
-    return float(plain.group(1)), None
+    """The memory report's (the run's plan's) host total and, on a GPU, the
+    device's, in MiB (None on the CPU)."""
+    host = re.search(r"^  host +([\d.]+) MiB  total$", stdout, re.M)
+    dev = re.search(r"^  device +([\d.]+) MiB  total, per GPU$", stdout, re.M)
+    return float(host.group(1)), float(dev.group(1)) if dev else None
 
 
 def main():
@@ -110,9 +109,10 @@ def main():
     print("offload copies %.0f MiB a step (gradients to the host, staging, parameters back: "
           "3 reads and 3 writes of 4 bytes a parameter); cpu - none: %.1f ms a step" % (
               moved / 2**20, extra_ms))
-    dn, _ = totals(out["none"])
-    dc, hc = totals(out["cpu"])
-    print("memory report: none %.1f MiB; cpu %.1f MiB device + %.1f MiB host" % (dn, dc, hc))
+    mem = {m: totals(out[m]) for m in MODES}
+    print("memory report: " + "; ".join(
+        "%s %.1f MiB host%s" % (m, host, " + %.1f MiB device" % dev if dev is not None else "")
+        for m, (host, dev) in mem.items()))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """larch-train's command line: usage, bad specs and bad data, exit codes and messages."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -182,7 +183,9 @@ def test_completed_run_writes_its_contract(trainer, image_data, tmp_path):
     assert "cpu_isa auto" in options[0] and "comm_timeout_s 120" in options[0]
     blas = [l for l in out.stdout.splitlines() if l.startswith("blas: ")]
     assert len(blas) == 1 and blas[0].endswith(", 1 threads"), out.stdout
-    assert "memory per rank (1 rank):" in out.stdout and "\n  params       fp32" in out.stdout
+    assert re.search(r"^memory plan per rank: \d+ parameters, micro-batch \d+, 1 rank, CPU$",
+                     out.stdout, re.M), out.stdout
+    assert re.search(r"^  params +[\d.]+ MiB  host +fp32$", out.stdout, re.M), out.stdout
     assert "step 4/4 | epoch" in out.stdout and "samples/s" in out.stdout
     res = result(job)
     assert res["status"] == "completed" and res["steps"] == 4 and res["exit_code"] == 0

@@ -15,6 +15,7 @@ import pytest
 from datasets import read_safetensors, write_image_set
 from jobdir import metrics
 from mpi import mpi_env
+from test_memory_report import memory_table
 
 CORPUS = pathlib.Path("/usr/share/common-licenses/GPL-3")  # base-files, on every Debian
 MODES = ("none", "recompute", "cpu")
@@ -119,14 +120,6 @@ def test_two_ranks_zero1_train_the_same_bits(trainer, image_data, tmp_path, mpir
         assert_same_run(jobs["none"], jobs[mode], f"2 ranks {model} {dtype} {mode}")
 
 
-def activation_mib(stdout):
-    """The activations line of the memory report: (MiB, MiB with none or None)."""
-    line = next(l for l in stdout.splitlines() if l.strip().startswith("activations "))
-    mib = float(re.search(r"activations\s+\S+\s+([\d.]+) MiB", line).group(1))
-    none = re.search(r"\(none: ([\d.]+) MiB\)", line)
-    return mib, float(none.group(1)) if none else None
-
-
 def test_memory_report_shows_the_smaller_activations(trainer, tmp_path):
     got = {}
     for layers in (4, 8):
@@ -135,9 +128,14 @@ def test_memory_report_shows_the_smaller_activations(trainer, tmp_path):
             s["model"].update(dim=64, seq=64, heads=4)
             s["batch"] = {"global": 16, "micro": 16}
             out = train(trainer, s, tmp_path / f"{mode}-{layers}")
-            mib, none = activation_mib(out.stdout)
-            host = re.search(r"act offload\s+\S+\s+([\d.]+) MiB\s+host memory", out.stdout)
-            got[mode, layers] = (mib, none, float(host.group(1)) if host else None)
+            _, table = memory_table(out.stdout)
+            act = table["activations"]
+            none = re.search(r"\(none: ([\d.]+) MiB\)", act["note"])
+            host = table.get("act_offload")
+            got[mode, layers] = (act["mib"], float(none.group(1)) if none else None,
+                                 host["mib"] if host else None)
+            if host:
+                assert host["where"] == "host" and "the host store" in host["note"], host
     for layers in (4, 8):
         none_mib = got["none", layers][0]
         assert got["none", layers][1] is None and got["none", layers][2] is None

@@ -23,6 +23,7 @@ from datasets import read_safetensors, write_image_set
 from jobdir import metrics
 from larchd import BUILD
 from mpi import mpi_env
+from test_memory_report import memory_table
 from test_watchdog import poisoned_set
 
 STEPS = 8
@@ -200,25 +201,6 @@ def test_watchdog_rollback_restores_the_host_state(trainer, tmp_path):
     assert_same_run(jobs["none"], jobs["cpu"], "rollback")
 
 
-def memory_lines(stdout):
-    """The memory report: {name: (MiB, the rest of the line)}; the two totals
-    of an offload run as "total device" and "total host"."""
-    lines, on = {}, False
-    for line in stdout.splitlines():
-        if line.startswith("memory per rank"):
-            on = True
-            continue
-        if on and not line.startswith("  "):
-            break
-        if on:
-            m = re.match(r"  (\S+(?: \S+)?)\s+(?:\S+\s+)?([\d.]+) MiB\s*(.*)$", line)
-            name, rest = m.group(1), m.group(3)
-            if name == "total" and rest:
-                name = f"total {rest.split()[0]}"
-            lines[name] = (float(m.group(2)), rest)
-    return lines
-
-
 @pytest.mark.parametrize("zero", [0, 1])
 def test_memory_report_says_what_lives_on_the_host(trainer, image_data, tmp_path, mpirun, zero):
     hidden = [512, 512]                       # about 0.3 M parameters: figures above 0.01 MiB
@@ -227,26 +209,27 @@ def test_memory_report_says_what_lives_on_the_host(trainer, image_data, tmp_path
         s = spec(image_data, mode, "adamw", "bf16", ranks=1 + zero, zero=zero, steps=1,
                  model={"type": "mlp", "hidden": hidden},
                  parallel={"ranks": 1 + zero, "zero_stage": zero, "bucket_mb": 0.25})
-        got[mode] = memory_lines(train(trainer, s, tmp_path / f"{mode}", mpirun=mpirun).stdout)
+        got[mode] = memory_table(train(trainer, s, tmp_path / f"{mode}", mpirun=mpirun).stdout)[1]
     none, cpu = got["none"], got["cpu"]
-    for item in ("params", "grads", "activations"):
-        assert cpu[item][1].startswith("device"), (item, cpu[item])
-    for item in ("master", "optimizer", "host grads", "param stage"):
-        assert cpu[item][1].startswith("host"), (item, cpu[item])
-    if zero:
-        assert cpu["grad shard"][1].startswith("device"), cpu["grad shard"]
-        assert "1/2 of" in cpu["master"][1]
-    # the same sizes, but master and optimizer state leave the device
+    # on the CPU backend every item is host memory (a GPU's split: the plan's
+    # test below, through the same table)
+    assert {v["where"] for v in cpu.values()} <= {"host", None}, cpu
+    # the same sizes: master weights and optimizer state are the host's either way
     for item in ("params", "grads", "master", "optimizer", "activations"):
-        assert cpu[item][0] == none[item][0], item
-    moved = none["master"][0] + none["optimizer"][0]
-    assert abs(none["total"][0] - moved - cpu["total device"][0]) <= 0.02, (none, cpu)
-    # the host: those, a copy of the range's gradients, two staging buffers of
-    # bucket_mb in bf16
-    assert cpu["host grads"][0] == cpu["master"][0]
-    assert cpu["param stage"][0] == 2 * 0.25 / 2
-    host = moved + cpu["host grads"][0] + cpu["param stage"][0]
-    assert abs(cpu["total host"][0] - host) <= 0.02, cpu
+        assert cpu[item]["mib"] == none[item]["mib"], item
+    for item in ("master", "optimizer"):
+        assert "offload.optimizer cpu" in cpu[item]["note"], cpu[item]
+        assert "offload.optimizer" not in none[item]["note"], none[item]
+    if zero:
+        assert cpu["grad_shard"]["mib"] == none["grad_shard"]["mib"] > 0
+        assert "1/2 of" in cpu["master"]["note"] and "1/2 (ZeRO-1)" in cpu["optimizer"]["note"]
+    # offload adds a copy of the range's gradients and two staging buffers of
+    # bucket_mb, bf16 held in floats
+    assert "grad_host" not in none and "param_stage" not in none
+    assert cpu["grad_host"]["mib"] == cpu["master"]["mib"]
+    assert cpu["param_stage"]["mib"] == 2 * 0.25 and cpu["param_stage"]["dtype"] == "bf16"
+    added = cpu["grad_host"]["mib"] + cpu["param_stage"]["mib"]
+    assert abs(cpu["total host"]["mib"] - none["total host"]["mib"] - added) <= 0.02, (none, cpu)
 
 
 def larch(*args):
@@ -325,7 +308,15 @@ def test_plan_moves_master_and_optimizer_to_the_host(tmp_path):
     half = (n + 1) // 2
     assert z["items"]["grad_shard"] == 4 * half and "grad_host" not in z["items"]
     out = larch("plan", tmp_path / "z.json")
-    assert re.search(r"^  grad_shard +[\d.]+  host$", out.stdout, re.M), out.stdout
+    _, table = memory_table(out.stdout)
+    assert table["grad_shard"]["where"] == "host", out.stdout
+    # the table says where each item lives: the GPU the model's, the host the
+    # optimizer's
+    for item, where in (("params", "device"), ("grads", "device"), ("activations", "device"),
+                        ("master", "host"), ("optimizer", "host")):
+        assert table[item]["where"] == where, (item, out.stdout)
+    assert "offload.optimizer cpu" in table["optimizer"]["note"]
+    assert table["grad_host"]["mib"] is None, out.stdout      # "none: ... in place"
     zc = plan_json(tmp_path, dict(BIG_MLP, name="zc", offload={"optimizer": "cpu"},
                                   optimizer=clipped, parallel={"ranks": 2, "zero_stage": 1}))
     assert zc["items"]["grad_host"] == 4 * half

@@ -8,13 +8,13 @@ from the copied-out gradients while backward goes on), and across a resume;
 the start-up report and `larch plan` show the smaller working memory and the
 host copies."""
 import json
-import re
 import subprocess
 
 import pytest
 
 from datasets import write_image_set
 from larchd import BUILD
+from test_memory_report import memory_table
 from test_offload_activations import (assert_resumes_bit_exactly, assert_same_run, gpt_spec,
                                       mlp_spec, train)
 
@@ -107,13 +107,15 @@ def test_optimizer_offload_works_in_place(trainer, tmp_path, dtype, state):
                          "none")
     assert_resumes_bit_exactly(trainer, tmp_path, both, plain, f"{dtype} {state} both offloads")
     out = train(trainer, both, tmp_path / "report")
-    assert re.search(r"^  host grads .*none: the update reads and writes the params' host "
-                     r"copies in place$", out.stdout, re.M), out.stdout
-    assert not re.search(r"^  param stage ", out.stdout, re.M), out.stdout
-    master = report_mib(out.stdout, "master")
-    assert master and master[1] == "host", out.stdout
+    _, table = memory_table(out.stdout)
+    assert table["grad_host"] == {"mib": None, "where": None, "dtype": None, "note":
+                                  "none: the update reads and writes the params' host copies "
+                                  "in place"}, out.stdout
+    assert "param_stage" not in table, out.stdout
     if dtype == "fp32":
-        assert "the params' host copies" in out.stdout, out.stdout
+        assert table["master"]["note"] == "none: the fp32 params are the master weights"
+    else:
+        assert table["master"]["mib"] > 0 and table["master"]["where"] == "host", out.stdout
 
 
 def test_optimizer_offload_in_place_on_two_ranks(trainer, tmp_path, mpirun):
@@ -201,12 +203,6 @@ def gpt_floats(dim, seq, vocab=256):
     return resident, block
 
 
-def report_mib(stdout, item):
-    """(MiB, "device"/"host"/None) of the report's line for item, or None."""
-    m = re.search(rf"^  {item} +\S+ +([\d.]+) MiB(?: +(device|host)\b)?", stdout, re.M)
-    return (float(m.group(1)), m.group(2)) if m else None
-
-
 def test_memory_report_shows_the_staging_and_the_host_copies(trainer, tmp_path):
     got = {}
     for layers in (4, 8):
@@ -214,22 +210,25 @@ def test_memory_report_shows_the_staging_and_the_host_copies(trainer, tmp_path):
             s = with_offload(gpt_spec("none", layers=layers, steps=1), params, "none")
             s["model"].update(dim=64, seq=64, heads=4)
             out = train(trainer, s, tmp_path / f"{params}-{layers}")
-            got[params, layers] = {item: report_mib(out.stdout, item)
-                                   for item in ("params", "grads", "params host", "grads host")}
+            got[params, layers] = memory_table(out.stdout)[1]
     for layers in (4, 8):
         resident, block = gpt_floats(64, 64)
         n = resident + layers * block
         none, cpu = got["none", layers], got["cpu", layers]
-        assert none["params"][0] == pytest.approx(4 * n / MIB, abs=0.006)
-        assert none["params host"] is None
-        # the device: the resident tensors and two blocks, whatever the depth
-        assert cpu["params"] == (pytest.approx(4 * (resident + 2 * block) / MIB, abs=0.006),
-                                 "device"), cpu
-        assert cpu["grads"] == cpu["params"]
-        # the host: all of both
-        assert cpu["params host"] == (none["params"][0], "host"), cpu
-        assert cpu["grads host"] == (none["grads"][0], "host"), cpu
-    assert got["cpu", 8]["params"] == got["cpu", 4]["params"]
+        assert none["params"]["mib"] == pytest.approx(4 * n / MIB, abs=0.006)
+        assert "param_offload" not in none
+        # the working copies: two blocks' staging, whatever the depth (on a
+        # GPU the resident tensors too; on the CPU those are used in place
+        # in the host copies)
+        for item in ("params", "grads"):
+            assert cpu[item]["mib"] == pytest.approx(4 * 2 * block / MIB, abs=0.006), cpu
+            assert cpu[item]["note"].startswith("offload.params cpu: two blocks' staging of "
+                                                f"{none['params']['mib']:.2f} MiB"), cpu[item]
+        # the host: all of both (clipping: the update waits for every gradient)
+        assert cpu["param_offload"]["mib"] == pytest.approx(
+            none["params"]["mib"] + none["grads"]["mib"], abs=0.011), cpu
+        assert cpu["param_offload"]["where"] == "host"
+    assert got["cpu", 8]["params"]["mib"] == got["cpu", 4]["params"]["mib"]
 
 
 def larch_plan(tmp_path, spec):

@@ -3,7 +3,8 @@
  * count, AdamW's two fp32 states, ZeRO-1 halves them, activations grow with
  * the micro-batch, the largest micro-batch that fits a limit is found, and a
  * spec whose buffers would overflow any count is answered TRN_PLAN_TOO_LARGE
- * instead of being planned (the sanitizer build runs this). */
+ * instead of being planned, a run's plan follows its device and where it
+ * steps, and the table prints every item (the sanitizer build runs this). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "check.h"
 #include "kernels/cuda_sizes.h"
+#include "trainer/data.h"
 #include "trainer/model.h"
 #include "trainer/spec/plan.h"
 #include "trainer/spec/spec.h"
@@ -179,6 +181,132 @@ static void test_too_large(void)
 	trn_spec_release(&s);
 }
 
+/* A spec with ranks ranks (ZeRO-1 with two), compute dtype dt and gpus
+ * GPUs a node. */
+static int gpu_spec(struct trn_spec *s, int ranks, const char *dt, int gpus)
+{
+	char text[1024];
+	struct trn_err err = { 0 };
+	snprintf(text, sizeof text,
+	         "{\"model\": {\"type\": \"gpt\", %s}, \"data\": {\"format\": \"text\","
+	         " \"path\": \"%s\"}, \"batch\": {\"global\": %d, \"micro\": 8},"
+	         " \"parallel\": {\"ranks\": %d, \"zero_stage\": %d},"
+	         " \"optimizer\": {\"type\": \"adamw\", \"lr\": 0.001},"
+	         " \"precision\": {\"compute\": \"%s\"},"
+	         " \"resources\": {\"gpus_per_node\": %d}, \"steps\": 1}",
+	         small, corpus, 8 * ranks, ranks, ranks > 1, dt, gpus);
+	int rc = trn_spec_from_string(s, text, &err);
+	CHECK_MSG(rc == 0, "spec: %s", err.text);
+	return rc;
+}
+
+/* A run's plan: the spec's on the device it runs on, stepping where it
+ * steps (two ranks over a device communicator step on the device, which a
+ * spec's plan leaves to one rank). */
+static void test_run_plan(void)
+{
+	struct trn_spec gpu, cpu;
+	struct trn_dataset shape;
+	struct trn_plan spec_gpu, spec_cpu, on_cpu, host, dev, forced;
+	struct trn_err err = { 0 };
+	if (gpu_spec(&gpu, 2, "bf16", 1) != 0)
+		return;
+	if (gpu_spec(&cpu, 2, "bf16", 0) != 0) {
+		trn_spec_release(&gpu);
+		return;
+	}
+	CHECK_INT_EQ(trn_dataset_shape(&shape, &gpu, NULL, &err), 0);
+	CHECK_INT_EQ(trn_plan_make(&spec_gpu, &gpu, 0, &err), 0);
+	CHECK_INT_EQ(trn_plan_make(&spec_cpu, &cpu, 0, &err), 0);
+	CHECK_INT_EQ(trn_plan_make_run(&on_cpu, &gpu, &shape, 0, 1, &err), 0);
+	CHECK_INT_EQ(trn_plan_make_run(&host, &gpu, &shape, 1, 0, &err), 0);
+	CHECK_INT_EQ(trn_plan_make_run(&dev, &gpu, &shape, 1, 1, &err), 0);
+	CHECK_INT_EQ(trn_plan_make_run(&forced, &cpu, &shape, 1, 0, &err), 0);
+	/* --device cpu: the CPU's plan, whatever the spec asks */
+	CHECK(on_cpu.gpus == 0 && on_cpu.device_bytes == 0 && !on_cpu.resident);
+	CHECK(on_cpu.host_bytes == spec_cpu.host_bytes);
+	/* on the host, as the spec's plan of two ranks says; a GPU the spec
+	 * does not ask for is planned as the one it runs on */
+	for (int i = 0; i < TRN_PLAN_N; i++) {
+		CHECK(host.bytes[i] == spec_gpu.bytes[i] && host.on_host[i] == spec_gpu.on_host[i]);
+		CHECK(forced.bytes[i] == spec_gpu.bytes[i]);
+	}
+	CHECK(forced.gpus == 1 && forced.device_bytes == spec_gpu.device_bytes);
+	/* stepping on the device: the master weights, the state and the
+	 * gradient shard move there, and the checkpoint brings them back */
+	CHECK(dev.resident && !host.resident);
+	double moved = 0;
+	for (int i = TRN_PLAN_GRAD_SHARD; i <= TRN_PLAN_OPTIMIZER; i++) {
+		CHECK(!dev.on_host[i] && host.on_host[i] && dev.bytes[i] > 0);
+		moved += dev.bytes[i];
+	}
+	CHECK(dev.device_bytes == host.device_bytes + moved);
+	CHECK(dev.host_bytes == host.host_bytes - moved);
+	trn_spec_release(&gpu);
+	trn_spec_release(&cpu);
+}
+
+/* The table prints every item of the plan that is not 0 with its MiB,
+ * where it lives and its dtype, the master weights ZeRO leaves out, and the
+ * totals. */
+static void test_print(void)
+{
+	struct trn_spec s;
+	struct trn_plan p;
+	struct trn_err err = { 0 };
+	char *text = NULL, line[256];
+	size_t len = 0;
+	for (int gpus = 0; gpus < 2; gpus++) {
+		const char *dt = gpus ? "bf16" : "fp32";
+		if (gpu_spec(&s, 2, dt, gpus) != 0)
+			return;
+		CHECK_INT_EQ(trn_plan_make(&p, &s, 0, &err), 0);
+		FILE *f = open_memstream(&text, &len);
+		if (!CHECK(f != NULL))
+			return;
+		trn_plan_print(f, &p);
+		fclose(f);
+		snprintf(line, sizeof line, "memory plan per rank: %ld parameters, micro-batch 8, "
+		         "2 ranks (ZeRO-1), %s\n", p.n_params,
+		         gpus ? "GPU, the optimizer on the host" : "CPU");
+		CHECK_MSG(strncmp(text, line, strlen(line)) == 0, "%s", text);
+		int lines = 0;
+		for (const char *c = text; *c; c++)
+			lines += *c == '\n';
+		/* the header and the columns, the host's and the node's totals,
+		 * the device's on a GPU or on the CPU the line of a master absent
+		 * (fp32: the params are the master weights), and the items */
+		int want = 2 + 2 + 1;
+		for (int i = 0; i < TRN_PLAN_N; i++) {
+			if (p.bytes[i] <= 0)
+				continue;
+			want++;
+			snprintf(line, sizeof line, "\n  %-13s %10.2f MiB  %-6s  ",
+			         trn_plan_item_name((enum trn_plan_item)i),
+			         p.bytes[i] / (1024.0 * 1024.0), p.on_host[i] ? "host" : "device");
+			CHECK_MSG(strstr(text, line) != NULL, "no \"%s\" in\n%s", line + 1, text);
+		}
+		CHECK_MSG(lines == want, "%d lines, not %d:\n%s", lines, want, text);
+		if (gpus) {
+			CHECK(strstr(text, "\n  params16 ") && strstr(text, "device  bf16   the 16-bit"));
+			CHECK(strstr(text, "  master ") && strstr(text, "fp32   1/2 of "));
+			snprintf(line, sizeof line, "\n  device        %10.2f MiB  total, per GPU\n",
+			         p.device_bytes / (1024.0 * 1024.0));
+			CHECK_MSG(strstr(text, line) != NULL, "%s", text);
+		} else {
+			CHECK_MSG(strstr(text, "\n  master                 -      none: the fp32 params "
+			                       "are the master weights\n") != NULL, "%s", text);
+		}
+		snprintf(line, sizeof line, "\n  host          %10.2f MiB  total\n",
+		         p.host_bytes / (1024.0 * 1024.0));
+		CHECK_MSG(strstr(text, line) != NULL, "%s", text);
+		CHECK(strstr(text, "host total, 2 ranks per node\n") != NULL);
+		free(text);
+		text = NULL;
+		trn_spec_release(&s);
+	}
+}
+
 int main(void)
 {
 	int fd = mkstemp(corpus);
@@ -195,6 +323,8 @@ int main(void)
 	CHECK_RUN(test_too_large);
 	CHECK_RUN(test_data_changes);
 	CHECK_RUN(test_nondeterministic_gpu);
+	CHECK_RUN(test_run_plan);
+	CHECK_RUN(test_print);
 	unlink(corpus);
 	return check_finish();
 }

@@ -174,6 +174,7 @@ struct plan_in {
 	double eb;                         /* bytes of a stored element (elem_bytes) */
 	double held;                       /* floats of the params' working copy */
 	struct trn_gpt_gpu_layout lay;
+	int act16;                         /* the activations are 16-bit values */
 };
 
 /* The model's own: params, grads, their 16-bit and host copies. */
@@ -249,41 +250,54 @@ static void optimizer_items(struct trn_plan *p, const struct plan_in *in)
 	p->bytes[TRN_PLAN_CHECKPOINT] = ckpt;
 }
 
-/* The activations at the micro-batch, and the host's store of them. */
-static void activation_items(struct trn_plan *p, const struct plan_in *in)
+/* The activations kept as mode keeps them (the model's walk counted act
+ * and host bytes of floats): *dev at the micro-batch, *host the host's store
+ * of them. */
+static void activation_bytes(const struct plan_in *in, enum trn_offload mode, double act,
+                             double host_store, double *dev, double *host)
 {
 	const struct trn_spec *s = in->s;
-	const struct trn_model *m = in->m;
 	long micro = in->micro;
-	double eb = in->eb;
-	p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 4.0 * eb;
-	p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 4.0 * eb;
-	if (in->gpus && s->model.type == TRN_MODEL_GPT && in->lay.a16) {
-		/* a 16-bit GPT on a GPU stores its activations in 2 bytes, but for
-		 * the fp32 statistics and one fp32 [B, NH, T, T] for attention's
-		 * scores and their gradient (model_gpt_cuda.c), the same walk over
-		 * the buffers as the CPU's */
-		double att = (double)micro * s->model.heads * s->model.seq * s->model.seq;
-		p->bytes[TRN_PLAN_ACTIVATIONS] = (double)m->act_bytes / 2.0 + 2.0 * att;
-		p->bytes[TRN_PLAN_ACT_OFFLOAD] = (double)m->act_host_bytes / 2.0;
-		if (in->lay.flash) {
-			/* the fused attention: each kept block holds its rows' fp32
-			 * log-sum-exp in place of the 16-bit [T, T], and there is no
-			 * fp32 scratch (the 2 bytes of it the walk counted, and the 2
-			 * added above) */
-			int mode = s->offload.activations, layers = s->model.layers;
-			double kept = mode == TRN_OFFLOAD_RECOMPUTE ? (layers > 0)
-			              : mode == TRN_OFFLOAD_CPU ? 2 * (layers > 0) : layers;
-			double lse = 4.0 * micro * s->model.heads * s->model.seq;
-			p->bytes[TRN_PLAN_ACTIVATIONS] += kept * (lse - 2.0 * att) - 4.0 * att;
-			/* and the backward's fp32 dq, when it adds it atomically */
-			if (in->lay.flash_dq_atomic)
-				p->bytes[TRN_PLAN_ACTIVATIONS] +=
-					4.0 * micro * s->model.seq * s->model.dim;
-			if (mode == TRN_OFFLOAD_CPU)
-				p->bytes[TRN_PLAN_ACT_OFFLOAD] += layers * (lse - 2.0 * att);
-		}
-	}
+	*dev = act / 4.0 * in->eb;
+	*host = host_store / 4.0 * in->eb;
+	if (!in->act16)
+		return;
+	/* a 16-bit GPT on a GPU stores its activations in 2 bytes, but for the
+	 * fp32 statistics and one fp32 [B, NH, T, T] for attention's scores and
+	 * their gradient (model_gpt_cuda.c), the same walk over the buffers as
+	 * the CPU's */
+	double att = (double)micro * s->model.heads * s->model.seq * s->model.seq;
+	*dev = act / 2.0 + 2.0 * att;
+	*host = host_store / 2.0;
+	if (!in->lay.flash)
+		return;
+	/* the fused attention: each kept block holds its rows' fp32 log-sum-exp
+	 * in place of the 16-bit [T, T], and there is no fp32 scratch (the 2
+	 * bytes of it the walk counted, and the 2 added above) */
+	int layers = s->model.layers;
+	double kept = mode == TRN_OFFLOAD_RECOMPUTE ? (layers > 0)
+	              : mode == TRN_OFFLOAD_CPU ? 2 * (layers > 0) : layers;
+	double lse = 4.0 * micro * s->model.heads * s->model.seq;
+	*dev += kept * (lse - 2.0 * att) - 4.0 * att;
+	/* and the backward's fp32 dq, when it adds it atomically */
+	if (in->lay.flash_dq_atomic)
+		*dev += 4.0 * micro * s->model.seq * s->model.dim;
+	if (mode == TRN_OFFLOAD_CPU)
+		*host += layers * (lse - 2.0 * att);
+}
+
+/* The activations at the micro-batch, the host's store of them, and what
+ * they would be kept whole (for the report's note). */
+static void activation_items(struct trn_plan *p, const struct plan_in *in)
+{
+	const struct trn_model *m = in->m;
+	double none_host;
+	activation_bytes(in, in->s->offload.activations, (double)m->act_bytes,
+	                 (double)m->act_host_bytes, &p->bytes[TRN_PLAN_ACTIVATIONS],
+	                 &p->bytes[TRN_PLAN_ACT_OFFLOAD]);
+	activation_bytes(in, TRN_OFFLOAD_NONE, (double)m->act_bytes_none, 0, &p->act_none_bytes,
+	                 &none_host);
+	p->act16 = in->act16;
 }
 
 /* The data, a GPU's workspaces and the process's own memory. */
@@ -322,11 +336,13 @@ static void place_items(struct trn_plan *p, const struct plan_in *in)
 	int gpus = in->gpus, resident = in->resident;
 	for (int i = 0; i < TRN_PLAN_N; i++) {
 		/* on a GPU: the model's working copies, its activations and, when it
-		 * steps there, the optimizer's items */
+		 * steps there, the optimizer's items (with ZeRO-1 over a device
+		 * communicator, the gradient shard too) */
 		int dev = i == TRN_PLAN_PARAMS || i == TRN_PLAN_GRADS || i == TRN_PLAN_PARAMS16 ||
 		          i == TRN_PLAN_ACTIVATIONS ||
 		          i == TRN_PLAN_WORKSPACE ||
-		          (resident && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER));
+		          (resident && (i == TRN_PLAN_MASTER || i == TRN_PLAN_OPTIMIZER ||
+		                        i == TRN_PLAN_GRAD_SHARD));
 		int host = !gpus || !dev;
 		p->on_host[i] = host;
 		if (host)
@@ -343,8 +359,10 @@ static void place_items(struct trn_plan *p, const struct plan_in *in)
 	p->host_bytes += p->bytes[TRN_PLAN_LOADER];
 }
 
+/* resident: whether a GPU run steps on the device, -1 for what the spec
+ * alone says (trn_plan_make_run). */
 static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct trn_dataset *ds,
-                     long micro, struct trn_err *err)
+                     long micro, int resident, struct trn_err *err)
 {
 	memset(p, 0, sizeof *p);
 	if (micro < 1)
@@ -374,8 +392,9 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 	                      .opt_off = s->offload.optimizer == TRN_OFFLOAD_CPU,
 	                      .poff = m->param_offload == TRN_OFFLOAD_CPU };
 	/* one rank on a GPU with nothing offloaded steps on the device (its
-	 * state fp32 or int8: train.c); any other GPU run steps on the host */
-	in.resident = gpus && ranks == 1 && !in.opt_off && !in.poff;
+	 * state fp32 or int8: train.c); any other GPU run steps on the host,
+	 * unless the run says it found a device communicator */
+	in.resident = gpus && (resident >= 0 ? resident : ranks == 1 && !in.opt_off && !in.poff);
 	/* offload.params cpu: each a working copy of two blocks' staging, plus
 	 * the resident tensors on a GPU, and the host copies of both */
 	in.held = (double)n;
@@ -388,6 +407,16 @@ static int plan_with(struct trn_plan *p, const struct trn_spec *s, const struct 
 		p->bytes[TRN_PLAN_PARAM_OFFLOAD] = in.eb * ((double)n + grads);
 	}
 	trn_gpt_gpu_layout(&s->model, dt, s->precision.nondeterministic, &in.lay);
+	in.act16 = gpus && s->model.type == TRN_MODEL_GPT && in.lay.a16;
+	p->compute = dt;
+	p->act_offload = m->act_offload;
+	p->param_offload = m->param_offload;
+	p->opt_offload = s->offload.optimizer;
+	p->n_state = (s->optimizer.type != TRN_OPT_SGD || s->optimizer.momentum > 0) +
+	             (s->optimizer.type == TRN_OPT_ADAMW || s->optimizer.type == TRN_OPT_LAMB);
+	p->state_int8 = s->optimizer.state_dtype == TRN_DTYPE_INT8 && p->n_state;
+	p->resident = in.resident;
+	p->streamed = trn_spec_streams_update(s);
 	model_items(p, &in);
 	optimizer_items(p, &in);
 	activation_items(p, &in);
@@ -454,7 +483,17 @@ static int data_shape(struct trn_dataset *ds, const struct trn_spec *spec, struc
 int trn_plan_make_shape(struct trn_plan *p, const struct trn_spec *spec,
                         const struct trn_dataset *shape, long micro, struct trn_err *err)
 {
-	return plan_with(p, spec, shape, micro, err);
+	return plan_with(p, spec, shape, micro, -1, err);
+}
+
+int trn_plan_make_run(struct trn_plan *p, const struct trn_spec *spec,
+                      const struct trn_dataset *shape, int on_gpu, int resident,
+                      struct trn_err *err)
+{
+	struct trn_spec run = *spec;       /* (read only: nothing of it is released) */
+	int gpus = spec->resources.gpus_per_node;
+	run.resources.gpus_per_node = on_gpu ? (gpus > 0 ? gpus : 1) : 0;
+	return plan_with(p, &run, shape, 0, on_gpu && resident, err);
 }
 
 int trn_plan_make(struct trn_plan *p, const struct trn_spec *spec, long micro,
@@ -480,7 +519,7 @@ long trn_plan_max_micro_shape(const struct trn_spec *spec, const struct trn_data
 	long lo = 0, hi = spec->batch.micro;
 	while (lo < hi) {
 		long mid = lo + (hi - lo + 1) / 2;
-		int rc = plan_with(&p, spec, shape, mid, err);
+		int rc = plan_with(&p, spec, shape, mid, -1, err);
 		if (rc == TRN_PLAN_TOO_LARGE) {
 			hi = mid - 1;
 			continue;
@@ -502,69 +541,6 @@ long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double d
 	if (data_shape(&ds, spec, err) != 0)
 		return -1;
 	return trn_plan_max_micro_shape(spec, &ds, host_limit, device_limit, err);
-}
-
-static double mib(double bytes)
-{
-	return bytes / (1024.0 * 1024.0);
-}
-
-void trn_plan_print(FILE *f, const struct trn_plan *p)
-{
-	fprintf(f, "memory plan per rank: %ld parameters, micro-batch %ld, %d rank%s%s, %s\n",
-	        p->n_params, p->micro, p->ranks, p->ranks > 1 ? "s" : "",
-	        p->zero ? " (ZeRO-1)" : "", p->gpus ? "GPU" : "CPU");
-	fprintf(f, "  %-12s %12s  %s\n", "item", "MiB", "where");
-	for (int i = 0; i < TRN_PLAN_N; i++)
-		if (p->bytes[i] > 0)
-			fprintf(f, "  %-12s %12.2f  %s%s\n", item_names[i], mib(p->bytes[i]),
-			        p->on_host[i] ? "host" : "device",
-			        i == TRN_PLAN_CHECKPOINT ? " (rank 0, while writing)" : "");
-	fprintf(f, "  %-12s %12.2f\n", "host", mib(p->host_bytes));
-	if (p->gpus)
-		fprintf(f, "  %-12s %12.2f  per GPU\n", "device", mib(p->device_bytes));
-	if (p->ranks_per_node > 1)
-		fprintf(f, "  %-12s %12.2f  host, %d ranks per node\n", "node",
-		        mib(p->host_bytes * p->ranks_per_node), p->ranks_per_node);
-}
-
-json_t *trn_plan_json(const struct trn_plan *p)
-{
-	json_t *items = json_object();
-	if (!items)
-		return NULL;
-	for (int i = 0; i < TRN_PLAN_N; i++)
-		if (p->bytes[i] > 0)
-			json_object_set_new(items, item_names[i], json_integer((json_int_t)p->bytes[i]));
-	return json_pack("{s:i, s:i, s:I, s:I, s:b, s:o, s:I, s:I, s:I}",
-	                 "ranks", p->ranks, "ranks_per_node", p->ranks_per_node,
-	                 "micro", (json_int_t)p->micro, "params", (json_int_t)p->n_params,
-	                 "zero", p->zero, "items", items,
-	                 "host_bytes_per_rank", (json_int_t)p->host_bytes,
-	                 "host_bytes_per_node", (json_int_t)(p->host_bytes * p->ranks_per_node),
-	                 "device_bytes_per_gpu", (json_int_t)p->device_bytes);
-}
-
-json_t *trn_plan_json_within(const struct trn_plan *p, const struct trn_spec *spec,
-                             double host_limit, double device_limit, int *fits,
-                             struct trn_err *err)
-{
-	*fits = trn_plan_fits(p, host_limit, device_limit);
-	json_t *j = trn_plan_json(p);
-	if (!j) {
-		trn_err_set(err, "out of memory");
-		return NULL;
-	}
-	if (host_limit <= 0 && device_limit <= 0)
-		return j;
-	long best = *fits ? p->micro : trn_plan_max_micro(spec, host_limit, device_limit, err);
-	if (best < 0) {
-		json_decref(j);
-		return NULL;
-	}
-	json_object_set_new(j, "fits", json_boolean(*fits));
-	json_object_set_new(j, "largest_micro", json_integer(best));
-	return j;
 }
 
 double trn_plan_peak_rss(void)

@@ -4,9 +4,10 @@
  *
  * One function for everyone who needs the numbers: `larch plan` prints the
  * table, larchd refuses (422) a job whose plan does not fit the partition's
- * nodes, and larch-train compares its measured peak with the plan at the end
- * of a run. The model sizes come from trn_model_layout, i.e. from the same
- * walks that lay the real buffers out.
+ * nodes, and larch-train prints its run's plan (trn_plan_make_run) in its
+ * header as its memory report, with the same printer (trn_plan_print), and
+ * holds its measured peak against it at the end. The model sizes come from
+ * trn_model_layout, i.e. from the same walks that lay the real buffers out.
  *
  * Where items live. On the CPU backend (resources.gpus_per_node 0) every
  * item is host memory. 16-bit values are held in floats (4 bytes) on both
@@ -87,6 +88,15 @@ struct trn_plan {
 	int on_host[TRN_PLAN_N];      /* 1: host memory; 0: the device's */
 	double host_bytes;            /* per rank */
 	double device_bytes;          /* per rank (per GPU); 0 on the CPU backend */
+	/* what the items are, for trn_plan_print's dtypes and notes */
+	enum trn_dtype compute;       /* the model's values */
+	enum trn_offload act_offload, param_offload, opt_offload;
+	int n_state;                  /* the optimizer's state: 0, 1 (m) or 2 (m and v) */
+	int state_int8;               /* ... as int8 codes and a scale per block */
+	int resident;                 /* a GPU run that steps on the device */
+	int streamed;                 /* the update follows backward (trn_spec_streams_update) */
+	int act16;                    /* the activations are 16-bit values (a 16-bit GPT on a GPU) */
+	double act_none_bytes;        /* the activations with offload.activations "none" */
 };
 
 /* How the GPU GPT lays out its activations (model_gpt_cuda.c), which larch
@@ -148,6 +158,17 @@ int trn_plan_too_large(const struct trn_spec *spec, struct trn_err *err);
 int trn_plan_make_shape(struct trn_plan *p, const struct trn_spec *spec,
                         const struct trn_dataset *shape, long micro, struct trn_err *err);
 
+/* The plan of a running larch-train (train.c: its header, and its peak
+ * beside the plan at the end): spec's at its micro-batch for the loaded data
+ * (shape, borrowed), with what the run decided that the spec leaves open:
+ * on_gpu (1: one GPU per rank, whatever resources.gpus_per_node says; 0:
+ * the CPU backend) and resident (1: it steps on the device, as several ranks
+ * do over a device communicator; a spec's plan assumes that of one rank
+ * alone). 0, or -1 with err. */
+int trn_plan_make_run(struct trn_plan *p, const struct trn_spec *spec,
+                      const struct trn_dataset *shape, int on_gpu, int resident,
+                      struct trn_err *err);
+
 /* trn_plan_make_shape with the shape read from spec's data files (opened
  * unconfined; remembered while they are unchanged). -1 with err also when
  * the shape cannot be read. */
@@ -167,7 +188,16 @@ long trn_plan_max_micro(const struct trn_spec *spec, double host_limit, double d
 
 const char *trn_plan_item_name(enum trn_plan_item item);
 
-/* The table, one line per item that is not 0, and the totals. */
+/* The table that larch plan and larch-train's header print (plan_print.c):
+ * a line "memory plan per rank: ..." (parameters, micro-batch, ranks, ZeRO-1,
+ * CPU or GPU), then one line per item that is not 0,
+ *   "  NAME  MiB MiB  host|device  DTYPE  NOTE"
+ * (DTYPE the values' (fp32, bf16, fp16, int8; - for a mix), the note what
+ * the item is made of, how it is sharded or offloaded, and "held in floats"
+ * where 16-bit values take 4 bytes), a line "  NAME  -  none: WHY" for an
+ * item the offloads or ZeRO leave out, and the totals: "  host  MiB MiB",
+ * on a GPU "  device  MiB MiB  per GPU", with several ranks on a node
+ * "  node  MiB MiB  host, N ranks per node". */
 void trn_plan_print(FILE *f, const struct trn_plan *p);
 
 /* Whether p has host bytes per node <= host_limit and device bytes <=
