@@ -15,11 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "larch_version.h"
 #include "trainer/env.h"
-
-#ifndef LARCH_VERSION
-#define LARCH_VERSION "0.0.0"
-#endif
 
 enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_CHOICE,
 		K_NAME, K_GPU_MEMORY, K_PATH_LIST };
@@ -610,7 +607,7 @@ int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, si
 			goto out;
 		}
 		if (strcmp(arg, "--version") == 0) {
-			printf("larchd %s\n", LARCH_VERSION);
+			printf("larchd %s\n", LARCH_VERSION_TEXT);
 			rc = SVC_CONFIG_EXIT;
 			goto out;
 		}

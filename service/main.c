@@ -33,6 +33,7 @@
 #include "cluster.h"
 #include "config.h"
 #include "dashboard_files.h"
+#include "larch_version.h"
 #include "db/db.h"
 #include "executor.h"
 #include "db/tokens.h"
@@ -402,7 +403,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	if (svc_runner_start(d->runner, d->ex, err, errlen) != 0)
 		return -1;
 	svc_log(SVC_LOG_INFO, "larchd %s: listening on http://%s, state dir %s, %u threads, "
-	        "body limit %zu bytes, %s, %s, jobs run as %s%s%s", api_version(),
+	        "body limit %zu bytes, %s, %s, jobs run as %s%s%s", LARCH_VERSION_TEXT,
 	        svc_server_address(d->srv), state, d->cfg.threads, d->cfg.body_limit,
 	        what, trainer, owner ? "their owners" : "larchd's user",
 	        d->cfg.config_file ? ", config " : "", d->cfg.config_file ? d->cfg.config_file : "");

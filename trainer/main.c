@@ -12,10 +12,7 @@
 #include "probe.h"
 #include "spec/spec.h"
 #include "train.h"
-
-#ifndef LARCH_VERSION
-#define LARCH_VERSION "0.1.0"
-#endif
+#include "larch_version.h"
 
 static void usage(FILE *out)
 {
@@ -254,7 +251,7 @@ static int parse_args(int argc, char **argv, struct cmdline *c)
 			break;
 		}
 		case 'L': return trn_model_cuda_list(stdout) > 0 ? TRN_EXIT_OK : TRN_EXIT_FAILED;
-		case 'V': printf("larch-train %s\n", LARCH_VERSION); return TRN_EXIT_OK;
+		case 'V': printf("larch-train %s\n", LARCH_VERSION_TEXT); return TRN_EXIT_OK;
 		case 'h': usage(stdout); return TRN_EXIT_OK;
 		default: usage(stderr); return TRN_EXIT_USAGE;
 		}
