@@ -16,6 +16,7 @@
 #include "db/jobs.h"
 #include "db/tokens.h"
 #include "identity.h"
+#include "state_dir.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -38,65 +39,6 @@ struct command {
 	int (*run)(struct args *a, struct db *db);
 	const char *synopsis;
 };
-
-int svc_state_dir_make(const char *dir, char *err, size_t errlen)
-{
-	char path[4096];
-	if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-		snprintf(err, errlen, "state dir %s: path too long", dir);
-		return -1;
-	}
-	for (char *p = path + 1; ; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char c = *p;
-		*p = '\0';
-		if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-			snprintf(err, errlen, "state dir %s: %s", path, strerror(errno));
-			return -1;
-		}
-		*p = c;
-		if (c == '\0')
-			break;
-	}
-	struct stat st;
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "state dir %s: not a directory", dir);
-		return -1;
-	}
-	return 0;
-}
-
-int svc_state_dir_secure(const char *dir, mode_t mode_wanted, mode_t *was, char *err,
-                         size_t errlen)
-{
-	struct stat st;
-	if (stat(dir, &st) != 0) {
-		snprintf(err, errlen, "state dir %s: %s", dir, strerror(errno));
-		return -1;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "state dir %s: not a directory", dir);
-		return -1;
-	}
-	mode_t bits = st.st_mode & 07777;
-	if (bits == mode_wanted)
-		return 0;
-	if (st.st_uid != geteuid()) {
-		snprintf(err, errlen, "state dir %s: mode %04o where larchd wants %04o, and it belongs "
-		         "to uid %u, not to larchd's uid %u: chmod %04o it as its owner, or pick a "
-		         "state_dir of larchd's own", dir, (unsigned)bits, (unsigned)mode_wanted,
-		         (unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)mode_wanted);
-		return -1;
-	}
-	if (chmod(dir, mode_wanted) != 0) {
-		snprintf(err, errlen, "state dir %s: chmod %04o: %s", dir, (unsigned)mode_wanted,
-		         strerror(errno));
-		return -1;
-	}
-	*was = bits;
-	return 1;
-}
 
 /* ---- the commands ------------------------------------------------------------ */
 

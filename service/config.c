@@ -15,11 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "larch_version.h"
 #include "trainer/env.h"
-
-#ifndef LARCH_VERSION
-#define LARCH_VERSION "0.0.0"
-#endif
 
 enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_CHOICE,
 		K_NAME, K_GPU_MEMORY, K_PATH_LIST };
@@ -48,7 +45,8 @@ static const struct key keys[] = {
 	{ .name = "listen", .kind = K_LISTEN, .offset = FIELD(listen), .def = "127.0.0.1:8080",
 	  .metavar = "HOST:PORT", .help = "address to listen on; port 0 picks a free port" },
 	{ .name = "state_dir", .kind = K_PATH, .offset = FIELD(state_dir), .def = "./larch-state",
-	  .metavar = "DIR", .help = "database, job directories, admin token (created 0700)" },
+	  .metavar = "DIR",
+	  .help = "database, job directories, admin token (created 0700; one larchd at a time)" },
 	{ .name = "max_local_jobs", .kind = K_UINT, .offset = FIELD(max_local_jobs), .def = "auto",
 	  .min = 1, .max = 4096, .allow_auto = 1, .metavar = "N",
 	  .help = "job slots of the local executor, one per rank of a running job (auto: the CPUs)" },
@@ -622,7 +620,7 @@ int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, si
 			goto out;
 		}
 		if (strcmp(arg, "--version") == 0) {
-			printf("larchd %s\n", LARCH_VERSION);
+			printf("larchd %s\n", LARCH_VERSION_TEXT);
 			rc = SVC_CONFIG_EXIT;
 			goto out;
 		}

@@ -8,7 +8,9 @@
  * running; the next start adopts them), close the database and exit 0.
  * SIGHUP reloads the settings that may change at once (config.h) and
  * reopens the log file (logrotate).
- * Exit 2: bad settings; 1: could not start. `larchd token ...` and
+ * One larchd per state dir: a second one on it does not start
+ * (service/state_dir.h). Exit 2: bad settings; 1: could not start (another
+ * larchd holds the state dir, among others). `larchd token ...` and
  * `larchd db ...` are service/admin.h's. */
 #include <errno.h>
 #include <limits.h>
@@ -33,6 +35,7 @@
 #include "cluster.h"
 #include "config.h"
 #include "dashboard_files.h"
+#include "larch_version.h"
 #include "db/db.h"
 #include "executor.h"
 #include "db/tokens.h"
@@ -41,6 +44,7 @@
 #include "preflight.h"
 #include "runner.h"
 #include "server.h"
+#include "state_dir.h"
 
 enum { EXIT_USAGE = 2 };
 
@@ -176,6 +180,7 @@ struct larchd {
 	struct svc_server *srv;
 	struct api_static *dashboard;      /* GET / and /ui/... (api/static.h) */
 	struct api_ctx ctx;
+	int lock_fd;                       /* the state dir's lock (state_dir.h), or -1 */
 };
 
 /* The dashboard's files: built in, or read from dashboard_dir; and Chart.js
@@ -211,6 +216,7 @@ static void stop(struct larchd *d, int clean)
 		svc_log(SVC_LOG_ERROR, "closing the database failed");
 	api_changes_free(d->ctx.changes);  /* after the db: its hook feeds it to the last commit */
 	api_static_free(d->dashboard);
+	svc_state_dir_unlock(d->lock_fd);  /* last: nothing of ours uses the state dir now */
 	if (clean)
 		svc_log(SVC_LOG_INFO, "stopped");
 	svc_log_close();
@@ -232,9 +238,18 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	}
 	if (svc_state_dir_make(d->cfg.state_dir, err, errlen) != 0)
 		return -1;
+	if (!realpath(d->cfg.state_dir, state)) {
+		svc_msgf(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
+		return -1;
+	}
 	/* owner mode: job owners pass through it to their job directories, and
 	 * list nothing */
 	mode_t want = owner ? 0711 : 0700, was;
+	/* one larchd per state dir, locked before anything in it changes (and
+	 * not at all where it is not ours to use) */
+	if (svc_state_dir_check(d->cfg.state_dir, want, err, errlen) != 0 ||
+	    (d->lock_fd = svc_state_dir_lock(state, err, errlen)) < 0)
+		return -1;
 	int changed = svc_state_dir_secure(d->cfg.state_dir, want, &was, err, errlen);
 	if (changed < 0)
 		return -1;
@@ -244,10 +259,6 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	else if (changed)
 		svc_log(SVC_LOG_INFO, "state dir %s: mode %04o, was %04o", d->cfg.state_dir,
 		        (unsigned)want, (unsigned)was);
-	if (!realpath(d->cfg.state_dir, state)) {
-		svc_msgf(err, errlen, "state dir %s: %s", d->cfg.state_dir, strerror(errno));
-		return -1;
-	}
 	if (d->cfg.trainer_path) {
 		svc_msgf(trainer, sizeof trainer, "%s", d->cfg.trainer_path);
 		if (access(trainer, X_OK) != 0) {
@@ -341,6 +352,10 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	/* the executor needs the URL jobs report to, known once we listen */
 	char url[256];
 	job_server_url(svc_server_address(d->srv), url, sizeof url);
+	char listen_url[256];
+	svc_msgf(listen_url, sizeof listen_url, "http://%s", svc_server_address(d->srv));
+	if (svc_state_dir_lock_note(d->lock_fd, listen_url, err, errlen) != 0)
+		return -1;
 	char what[512];
 	const char *roots[SVC_PATH_LIST_MAX];
 	for (int i = 0; i < d->cfg.data_roots.n; i++)
@@ -390,7 +405,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	if (svc_runner_start(d->runner, d->ex, err, errlen) != 0)
 		return -1;
 	svc_log(SVC_LOG_INFO, "larchd %s: listening on http://%s, state dir %s, %u threads, "
-	        "body limit %zu bytes, %s, %s, jobs run as %s%s%s", api_version(),
+	        "body limit %zu bytes, %s, %s, jobs run as %s%s%s", LARCH_VERSION_TEXT,
 	        svc_server_address(d->srv), state, d->cfg.threads, d->cfg.body_limit,
 	        what, trainer, owner ? "their owners" : "larchd's user",
 	        d->cfg.config_file ? ", config " : "", d->cfg.config_file ? d->cfg.config_file : "");
@@ -432,6 +447,7 @@ int main(int argc, char **argv)
 
 	struct larchd d;
 	memset(&d, 0, sizeof d);
+	d.lock_fd = -1;
 	char err[4096 + 512];
 	int rc = svc_config_load(&d.cfg, argc, argv, err, sizeof err);
 	if (rc != SVC_CONFIG_RUN) {

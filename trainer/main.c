@@ -12,10 +12,7 @@
 #include "probe.h"
 #include "spec/spec.h"
 #include "train.h"
-
-#ifndef LARCH_VERSION
-#define LARCH_VERSION "0.1.0"
-#endif
+#include "larch_version.h"
 
 static void usage(FILE *out)
 {
@@ -269,7 +266,7 @@ static int parse_args(int argc, char **argv, struct cmdline *c)
 			break;
 		}
 		case 'L': return list_devices(&c->opts);
-		case 'V': printf("larch-train %s\n", LARCH_VERSION); return TRN_EXIT_OK;
+		case 'V': printf("larch-train %s\n", LARCH_VERSION_TEXT); return TRN_EXIT_OK;
 		case 'h': usage(stdout); return TRN_EXIT_OK;
 		default: usage(stderr); return TRN_EXIT_USAGE;
 		}

@@ -38,20 +38,26 @@
 # sinfo shows the node ready, at most $LARCH_SLURM_TIMEOUT seconds (30), and
 # otherwise exits 1 with the tails of the daemons' logs.
 #
-# Environment: LARCH_SLURM_DIR, LARCH_SLURM_TIMEOUT, LARCH_SLURM_PORT
-# (slurmctld's port, 6817; slurmd takes the next one, slurmdbd the one after).
+# Ports: slurmctld's is $LARCH_SLURM_PORT, slurmd takes the next one and
+# slurmdbd the one after. Without LARCH_SLURM_PORT it takes the first three
+# free ports in a row from 6817 (Slurm's own), or from the ports the
+# cluster had before, and says which. A cluster's ports are those of its
+# slurm.conf (SlurmctldPort, SlurmdPort) and slurmdbd.conf (DbdPort): the
+# Slurm commands and stop.sh find them there through SLURM_CONF.
+#
+# Environment: LARCH_SLURM_DIR, LARCH_SLURM_TIMEOUT, LARCH_SLURM_PORT.
 set -euo pipefail
 # shellcheck source=deploy/slurm/common.sh
 . "$(dirname "$0")/common.sh"
 
 timeout_s=${LARCH_SLURM_TIMEOUT:-30}
-ctld_port=${LARCH_SLURM_PORT:-6817}
 [[ $timeout_s =~ ^[0-9]+$ ]] || slurm_fail "LARCH_SLURM_TIMEOUT: must be a number of seconds (got $timeout_s)"
-if ! [[ $ctld_port =~ ^[0-9]+$ ]] || [ "$ctld_port" -eq 0 ] || [ "$ctld_port" -ge 65534 ]; then
-	slurm_fail "LARCH_SLURM_PORT: must be a port below 65534 (got $ctld_port)"
+if [ -n "${LARCH_SLURM_PORT:-}" ]; then
+	if ! [[ $LARCH_SLURM_PORT =~ ^[0-9]+$ ]] || [ "$LARCH_SLURM_PORT" -eq 0 ] ||
+		[ "$LARCH_SLURM_PORT" -ge 65534 ]; then
+		slurm_fail "LARCH_SLURM_PORT: must be a port below 65534 (got $LARCH_SLURM_PORT)"
+	fi
 fi
-slurmd_port=$((ctld_port + 1))
-dbd_port=$((ctld_port + 2))
 
 for cmd in munged mungekey munge mariadbd mariadb slurmdbd sacctmgr slurmctld slurmd sinfo; do
 	command -v "$cmd" >/dev/null ||
@@ -61,8 +67,55 @@ done
 node=$(hostname -s)
 
 print_env() {
-	echo "slurm-dev: the cluster in $slurm_dir is up; for the Slurm commands:"
+	local ctld slurmd dbd
+	ctld=$(sed -n 's/^SlurmctldPort=//p' "$slurm_conf")
+	slurmd=$(sed -n 's/^SlurmdPort=//p' "$slurm_conf")
+	dbd=$(sed -n 's/^DbdPort=//p' "$dbd_conf")
+	echo "slurm-dev: the cluster in $slurm_dir is up (ports: slurmctld $ctld, slurmd $slurmd, slurmdbd $dbd); for the Slurm commands:"
 	printf '  export SLURM_CONF=%q\n' "$slurm_conf"
+}
+
+# listening_ports: the TCP ports something listens on here (state 0A in
+# /proc/net/tcp and tcp6), one a line
+listening_ports() {
+	local f addr st
+	for f in /proc/net/tcp /proc/net/tcp6; do
+		[ -r "$f" ] || continue
+		while read -r _ addr _ st _; do
+			[ "$st" = 0A ] && echo $((16#${addr##*:}))
+		done < <(tail -n +2 "$f")
+	done
+}
+
+# free_ports FROM: the first port p >= FROM with p, p+1 and p+2 all free
+free_ports() {
+	local p=$1 taken
+	taken=" $(listening_ports | tr '\n' ' ') "
+	while [ $((p + 2)) -lt 65536 ]; do
+		if [[ $taken != *" $p "* && $taken != *" $((p + 1)) "* && $taken != *" $((p + 2)) "* ]]; then
+			echo "$p"
+			return 0
+		fi
+		p=$((p + 1))
+	done
+	return 1
+}
+
+# choose_ports: sets ctld_port, slurmd_port and dbd_port for a new config
+choose_ports() {
+	if [ -n "${LARCH_SLURM_PORT:-}" ]; then
+		ctld_port=$LARCH_SLURM_PORT
+	else
+		local from
+		from=$(sed -n 's/^SlurmctldPort=//p' "$slurm_conf" 2>/dev/null || true)
+		[[ $from =~ ^[0-9]+$ ]] && [ "$from" -lt 65534 ] || from=6817
+		ctld_port=$(free_ports "$from") || slurm_fail "no three free ports in a row from $from: set LARCH_SLURM_PORT"
+		if [ "$ctld_port" != "$from" ]; then
+			echo "slurm-dev: LARCH_SLURM_PORT is unset and ports $from-$((from + 2)) are not all free: using $ctld_port-$((ctld_port + 2))"
+		fi
+	fi
+	slurmd_port=$((ctld_port + 1))
+	dbd_port=$((ctld_port + 2))
 }
 
 up=()
@@ -160,18 +213,20 @@ EOF
 	mv "$slurm_conf.tmp" "$slurm_conf"
 }
 
-# port_free PORT NAME: fails naming the holder if something listens on PORT
+# port_free PORT NAME: fails naming the holder (as ss can) if something
+# listens on PORT
 port_free() {
+	listening_ports | grep -qx "$1" || return 0
 	local held
 	held=$(ss -Hltnp "sport = :$1" 2>/dev/null || true)
-	[ -z "$held" ] ||
-		slurm_fail "port $1 for $2 is taken (set LARCH_SLURM_PORT to another): $held"
+	slurm_fail "port $1 for $2 is taken${held:+ ($held)}: set LARCH_SLURM_PORT to a free one (and the two after it), or leave it unset to have free ones picked"
 }
 
 mkdir -p "$slurm_dir"/{munge,state,spool,log,run}
 chmod 0755 "$slurm_dir" "$slurm_dir/munge" "$slurm_dir/run"
 if [ ${#up[@]} -eq 0 ] || [ ! -f "$slurm_conf" ] || [ ! -f "$dbd_conf" ]; then
 	[ ${#up[@]} -eq 0 ] || slurm_fail "$slurm_conf or $dbd_conf is missing while ${up[*]} run: stop the cluster first (deploy/slurm/stop.sh)"
+	choose_ports
 	write_conf
 fi
 # the ports of the config in use (a restarted daemon keeps the old config)

@@ -17,6 +17,7 @@
 
 #include "admin.h"
 #include "cli.h"
+#include "larch_version.h"
 
 static const struct cli_command commands[] = {
 	{ .name = "submit", .run = cli_cmd_submit,
@@ -123,7 +124,8 @@ static const char common_help[] =
 static void print_usage(FILE *out)
 {
 	fprintf(out, "usage: larch [--url URL] [--token-file FILE] [--json] COMMAND [ARGS]\n"
-	        "       larch COMMAND --help | larch --version\n\nCommands:\n");
+	        "       larch help [COMMAND] | larch COMMAND --help | larch --version\n\n"
+	        "Commands:\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
 	fputs(common_help, out);
@@ -134,6 +136,47 @@ static void print_usage(FILE *out)
 static void print_command_usage(const struct cli_command *cmd, FILE *out)
 {
 	fprintf(out, "usage: larch %s %s [--json]\n", cmd->name, cmd->args);
+}
+
+/* larch CMD --help, larch help CMD */
+static void print_command_help(const struct cli_command *cmd)
+{
+	print_command_usage(cmd, stdout);
+	printf("\n%s%s", cmd->help, common_help);
+}
+
+static const struct cli_command *find_command(const char *name)
+{
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+static int unknown_command(const char *prefix, const char *name)
+{
+	char *shown = cli_inert(name);
+	fprintf(stderr, "%s: unknown command \"%s\" (larch --help lists them)\n", prefix, shown);
+	free(shown);
+	return CLI_USAGE;
+}
+
+/* larch help [COMMAND]: as larch --help, or larch COMMAND --help */
+static int help_command(int argc, char **argv)
+{
+	if (argc > 2) {
+		fputs("larch help: takes at most one command (usage: larch help [COMMAND])\n", stderr);
+		return CLI_USAGE;
+	}
+	if (argc < 2) {
+		print_usage(stdout);
+		return CLI_OK;
+	}
+	const struct cli_command *cmd = find_command(argv[1]);
+	if (!cmd)
+		return unknown_command("larch help", argv[1]);
+	print_command_help(cmd);
+	return CLI_OK;
 }
 
 int cli_usage_error(const struct cli *cli, const char *fmt, ...)
@@ -161,8 +204,7 @@ int cli_common_option(struct cli *cli, int c, const char *arg)
 		cli->token_file_opt = arg;
 		return CLI_CONTINUE;
 	case 'h':
-		print_command_usage(cli->cmd, stdout);
-		printf("\n%s%s", cli->cmd->help, common_help);
+		print_command_help(cli->cmd);
 		return CLI_OK;
 	default:        /* getopt_long printed what was wrong */
 		print_command_usage(cli->cmd, stderr);
@@ -226,7 +268,7 @@ int main(int argc, char **argv)
 	opterr = 1;
 	while ((c = getopt_long(argc, argv, "+h", global_options, NULL)) != -1) {
 		if (c == 'V') {
-			printf("larch %s\n", LARCH_VERSION);
+			printf("larch %s\n", LARCH_VERSION_TEXT);
 			return CLI_OK;
 		} else if (c == 'h') {
 			print_usage(stdout);
@@ -243,27 +285,22 @@ int main(int argc, char **argv)
 		return CLI_USAGE;
 	}
 	const char *name = argv[optind];
-	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-		if (strcmp(commands[i].name, name) != 0)
-			continue;
-		cli.cmd = &commands[i];
-		/* the command's argv: getopt's messages say "larch ls: ..." */
-		char prog[64];
-		snprintf(prog, sizeof prog, "larch %s", name);
-		char **args = argv + optind;
-		args[0] = prog;
-		optind = 0;
-		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-			fputs("larch: cannot initialise libcurl\n", stderr);
-			return CLI_UNREACHABLE;
-		}
-		int rc = cli.cmd->run(&cli, argc - (int)(args - argv), args);
-		cli_release(&cli);
-		curl_global_cleanup();
-		return rc;
+	if (strcmp(name, "help") == 0)
+		return help_command(argc - optind, argv + optind);
+	if (!(cli.cmd = find_command(name)))
+		return unknown_command("larch", name);
+	/* the command's argv: getopt's messages say "larch ls: ..." */
+	char prog[64];
+	snprintf(prog, sizeof prog, "larch %s", name);
+	char **args = argv + optind;
+	args[0] = prog;
+	optind = 0;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fputs("larch: cannot initialise libcurl\n", stderr);
+		return CLI_UNREACHABLE;
 	}
-	char *shown = cli_inert(name);
-	fprintf(stderr, "larch: unknown command \"%s\" (larch --help lists them)\n", shown);
-	free(shown);
-	return CLI_USAGE;
+	int rc = cli.cmd->run(&cli, argc - (int)(args - argv), args);
+	cli_release(&cli);
+	curl_global_cleanup();
+	return rc;
 }

@@ -161,7 +161,8 @@ def test_global_help_lists_every_command(tmp_path):
     assert "LARCH_URL" in out.stdout and "LARCH_TOKEN" in out.stdout
     assert "~/.config/larch/config, mode 0600" in out.stdout
     version = run(clean_env(tmp_path), "--version")
-    assert version.returncode == EXIT_OK and re.match(r"^larch \S+\n$", version.stdout)
+    assert version.returncode == EXIT_OK
+    assert re.match(r"^larch \S+( \(git \w+\))?\n$", version.stdout)
 
 
 @pytest.mark.parametrize("cmd, options", [
