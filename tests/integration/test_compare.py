@@ -1,0 +1,176 @@
+"""Comparing runs (docs/api.md, "Comparing runs"): GET /v1/metrics, one metric
+of many jobs, and `larch compare`, against a real larchd.
+
+The jobs run a stand-in trainer (Debian's python3) that reports a known
+series over HTTP with the job's own token, as larch-train does: val/loss =
+1 / (lr * step) at steps 1..40, every point 0.5 s after the one before, and
+val/accuracy only for jobs whose name ends in "-acc". So every value, every
+x and the downsampling can be checked exactly, in a second. larchd runs with
+compare_max_jobs = 3 to show the setting reaches the route."""
+import re
+import subprocess
+
+import pytest
+import requests
+
+from larchd import BUILD, Larchd, stand_in_trainer
+from test_api_jobs import JSON, Server
+from test_larchd_http import assert_error
+
+STEPS = 40
+DT = 0.5
+REPORTER = r'''
+import json, os, sys, time, urllib.request
+spec = json.load(open(sys.argv[sys.argv.index("--spec") + 1]))
+lr = spec["optimizer"]["lr"]
+t0 = time.time()
+points = [{"step": s, "time": t0 + s * %r, "name": "val/loss", "value": 1.0 / (lr * s)}
+          for s in range(1, %d + 1)]
+if spec["name"].endswith("-acc"):
+    points += [{"step": s, "time": t0 + s * %r, "name": "val/accuracy", "value": s / 100}
+               for s in range(1, %d + 1)]
+req = urllib.request.Request(
+    os.environ["LARCH_SERVER_URL"] + "/v1/jobs/" + os.environ["LARCH_JOB_ID"] + "/metrics",
+    data=json.dumps({"metrics": points}).encode(), method="POST",
+    headers={"Content-Type": "application/json",
+             "Authorization": "Bearer " + os.environ["LARCH_JOB_TOKEN"]})
+urllib.request.urlopen(req, timeout=10).read()
+''' % (DT, STEPS, DT, STEPS)
+
+
+def spec(name, lr, batch):
+    return {"name": name, "model": {"type": "mlp", "hidden": [16]},
+            "data": {"name": "fashion-mnist"}, "batch": {"global": batch},
+            "optimizer": {"type": "sgd", "lr": lr}, "steps": STEPS}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare")
+    script = tmp / "reporter.py"
+    script.write_text(REPORTER)
+    script.chmod(0o644)
+    tmp.chmod(0o755)
+    trainer = stand_in_trainer(tmp / "fake-train", f'exec /usr/bin/python3 {script} "$@"\n')
+    server = Server(tmp, ["--trainer-path", str(trainer), "--compare-max-jobs", "3"])
+    server.a = server.submit(server.alice, spec("lr-small", 0.05, 256))
+    server.b = server.submit(server.alice, spec("lr-big-acc", 0.2, 1024))
+    server.c = server.submit(server.bob, spec("bobs", 0.1, 256))
+    for job in (server.a, server.b, server.c):
+        assert server.wait(job, {"COMPLETED", "FAILED"})["state"] == "COMPLETED", \
+            server.d.log()[-3000:]
+    yield server
+    server.stop()
+
+
+def compare(site, who, **params):
+    return requests.get(site.url + "/v1/metrics", params=params, headers=who, timeout=10)
+
+
+def test_two_jobs_side_by_side(site):
+    r = compare(site, site.alice, jobs=f"{site.b},{site.a}", name="val/loss")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["name"] == "val/loss" and body["x"] == "step"
+    assert [j["id"] for j in body["jobs"]] == [site.b, site.a]   # the order asked for
+    for entry, lr, name in [(body["jobs"][0], 0.2, "lr-big-acc"), (body["jobs"][1], 0.05, "lr-small")]:
+        assert entry["name"] == name and entry["state"] == "COMPLETED" and "error" not in entry
+        assert [p[0] for p in entry["points"]] == list(range(1, STEPS + 1))
+        assert [p[1] for p in entry["points"]] == pytest.approx([1 / (lr * s) for s in range(1, STEPS + 1)])
+
+
+def test_downsampled_as_the_one_job_route(site):
+    r = compare(site, site.alice, jobs=f"{site.a},{site.b}", name="val/loss", max_points=10)
+    assert r.status_code == 200, r.text
+    for entry in r.json()["jobs"]:
+        one = requests.get(f"{site.url}/v1/jobs/{entry['id']}/metrics", headers=site.alice,
+                           params={"name": "val/loss", "max_points": 10}, timeout=10).json()
+        assert 2 <= len(entry["points"]) <= 10
+        assert entry["points"] == one["series"]["val/loss"]
+    # a step range, as the one-job route reads it
+    r = compare(site, site.alice, jobs=site.a, name="val/loss", from_step=5, to_step=7)
+    assert [p[0] for p in r.json()["jobs"][0]["points"]] == [5, 6, 7]
+
+
+def test_x_examples_is_step_times_global_batch(site):
+    r = compare(site, site.alice, jobs=f"{site.a},{site.b}", name="val/loss", x="examples")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["x"] == "examples"
+    for entry, batch in zip(body["jobs"], [256, 1024]):
+        assert [(p[0], p[2]) for p in entry["points"]] == [(s * batch, s) for s in range(1, STEPS + 1)]
+
+
+def test_x_time_is_seconds_since_the_job_started(site):
+    r = compare(site, site.alice, jobs=site.a, name="val/loss", x="time")
+    assert r.status_code == 200, r.text
+    points = r.json()["jobs"][0]["points"]
+    assert [p[2] for p in points] == list(range(1, STEPS + 1))
+    xs = [p[0] for p in points]
+    # the reporter started after the job entered RUNNING: its first point is DT later still
+    assert 0 < xs[0] < 30
+    assert [b - a for a, b in zip(xs, xs[1:])] == pytest.approx([DT] * (STEPS - 1), abs=0.002)
+
+
+def test_a_job_without_the_metric_has_no_points(site):
+    r = compare(site, site.alice, jobs=f"{site.a},{site.b}", name="val/accuracy")
+    assert r.status_code == 200, r.text
+    a, b = r.json()["jobs"]
+    assert a["points"] == [] and len(b["points"]) == STEPS
+
+
+def test_another_users_job_reads_as_a_missing_one(site):
+    missing = "j-999999"
+    r = compare(site, site.alice, jobs=f"{site.a},{site.c},{missing}", name="val/loss")
+    assert r.status_code == 200, r.text
+    mine, bobs, none = r.json()["jobs"]
+    assert len(mine["points"]) == STEPS
+    assert set(bobs) == {"id", "error"} and set(none) == {"id", "error"}
+    assert bobs["error"] == {"code": "not_found", "message": f"no job {site.c}"}
+    assert none["error"] == {"code": "not_found", "message": f"no job {missing}"}
+    # the admin reads everyone's
+    r = compare(site, site.admin, jobs=f"{site.a},{site.c}", name="val/loss")
+    assert [len(j["points"]) for j in r.json()["jobs"]] == [STEPS, STEPS]
+
+
+@pytest.mark.parametrize("params, parameter, message", [
+    ({"name": "val/loss"}, "jobs", "jobs: required"),
+    ({"jobs": "", "name": "val/loss"}, "jobs", "jobs: required"),
+    ({"jobs": "nope", "name": "val/loss"}, "jobs", 'jobs: "nope" is not a job id'),
+    ({"jobs": "j-1", "name": "val/loss"}, "jobs", 'jobs: "j-1" is not a job id'),
+    ({"jobs": "j-0000001", "name": "val/loss"}, "jobs", 'jobs: "j-0000001" is not a job id'),
+    ({"jobs": "j-000001,", "name": "val/loss"}, "jobs", 'jobs: "" is not a job id'),
+    ({"jobs": "j-000001,j-000001", "name": "val/loss"}, "jobs", "jobs: j-000001 is named twice"),
+    ({"jobs": "j-000001,j-000002,j-000003,j-000004", "name": "val/loss"}, "jobs",
+     "jobs: at most 3 jobs in one request (got 4)"),
+    ({"jobs": "j-000001"}, "name", "name: required"),
+    ({"jobs": "j-000001", "name": "../x"}, "name", "name: must be 1 to 64 characters"),
+    ({"jobs": "j-000001", "name": "val/loss", "max_points": "0"}, "max_points", "max_points"),
+    ({"jobs": "j-000001", "name": "val/loss", "max_points": "10001"}, "max_points", "max_points"),
+    ({"jobs": "j-000001", "name": "val/loss", "max_points": "many"}, "max_points", "max_points"),
+    ({"jobs": "j-000001", "name": "val/loss", "x": "epochs"}, "x",
+     'x: must be step, examples or time (got "epochs")'),
+    ({"jobs": "j-000001", "name": "val/loss", "from_step": "9", "to_step": "3"}, "to_step",
+     "to_step: must be >= from_step"),
+])
+def test_bad_requests(site, params, parameter, message):
+    err = assert_error(compare(site, site.alice, **params), 400, "bad_request")
+    assert err["message"].startswith(message), err["message"]
+    assert err["detail"] == {"parameter": parameter}
+
+
+def test_unknown_parameter_and_tokens(site):
+    r = compare(site, site.alice, jobs=site.a, name="val/loss", step="1")
+    assert_error(r, 400, "bad_request")
+    assert_error(compare(site, {}, jobs=site.a, name="val/loss"), 401, "unauthorized")
+
+
+# ---- larch compare -----------------------------------------------------------------
+
+
+def larch(site, token_headers, *args):
+    token = token_headers["Authorization"].split()[1]
+    env = {"PATH": "/usr/bin:/bin", "LARCH_URL": site.url, "LARCH_TOKEN": token,
+           "HOME": "/nonexistent"}
+    return subprocess.run([str(BUILD / "service" / "larch"), *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=30)
