@@ -174,3 +174,63 @@ def larch(site, token_headers, *args):
            "HOME": "/nonexistent"}
     return subprocess.run([str(BUILD / "service" / "larch"), *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=30)
+
+
+def test_cli_compare_side_by_side(site):
+    out = larch(site, site.alice, "compare", site.a, site.b, "--name", "val/loss", "--rows", "3")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    lines = out.stdout.splitlines()
+    assert lines[0] == "val/loss by step (best: lowest)"
+    head = next(i for i, l in enumerate(lines) if l.split()[:1] == ["STEP"])
+    summary = {l.split()[0]: l.split() for l in lines[:head] if l.startswith("j-")}
+    # JOB NAME STATE POINTS LAST AT BEST AT: lr 0.05 ends at 1/(0.05*40) = 0.5
+    assert summary[site.a][1:] == ["lr-small", "COMPLETED", "40", "0.5", "40", "0.5", "40"]
+    assert summary[site.b][1:] == ["lr-big-acc", "COMPLETED", "40", "0.125", "40", "0.125", "40"]
+    assert lines[head].split() == ["STEP", site.a, site.b]
+    rows = [l.split() for l in lines[head + 1:head + 4]]
+    assert rows == [["1", "20", "5"], ["20", "1", "0.25"], ["40", "0.5", "0.125"]]
+    # the differing spec fields, a line per job; the same fields stay out
+    diff = {l.split()[0]: l.split()[1:] for l in lines[head + 4:] if l.startswith("j-")}
+    # (the stored spec has its defaults filled in: batch.micro and .reference follow global)
+    assert diff[site.a] == ["batch.global=256", "batch.micro=256", "batch.reference=256",
+                            "optimizer.lr=0.05"]
+    assert diff[site.b] == ["batch.global=1024", "batch.micro=1024", "batch.reference=1024",
+                            "optimizer.lr=0.2"]
+
+
+def test_cli_compare_examples_best_and_a_missing_job(site):
+    out = larch(site, site.alice, "compare", site.a, site.b, site.c, "--name", "val/accuracy",
+                "--x", "examples")
+    assert out.returncode == 1
+    assert out.stderr == f"larch: job {site.c}: no job {site.c}\n"
+    lines = out.stdout.splitlines()
+    assert lines[0] == "val/accuracy by examples (best: highest)"
+    summary = {l.split()[0]: l.split() for l in lines[:5] if l.startswith("j-")}
+    assert summary[site.a][1:4] == ["lr-small", "COMPLETED", "0"]
+    assert summary[site.b][4:] == ["0.4", str(40 * 1024), "0.4", str(40 * 1024)]
+    assert "no x that every job has a point at" in out.stdout
+    js = larch(site, site.alice, "compare", site.a, site.b, "--name", "val/loss", "--json")
+    assert js.returncode == 0, js.stderr
+    import json
+    body = json.loads(js.stdout)
+    assert body["jobs"][0]["differs"] == {"batch.global": 256, "batch.micro": 256,
+                                          "batch.reference": 256, "optimizer.lr": 0.05}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["j-000001", "--name", "val/loss"], "two or more job ids are required"),
+    (["j-000001", "j-000002"], "--name is required"),
+    (["j-000001", "j-000002", "--name", "x", "--x", "epochs"], "--x: must be step, examples or time"),
+    (["j-000001", "j-000002", "--name", "x", "--best", "top"], "--best: must be min or max"),
+])
+def test_cli_compare_usage(site, args, message):
+    out = larch(site, site.alice, "compare", *args)
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"larch compare: {message}"), out.stderr
+
+
+def test_cli_compare_refused_by_larchd(site):
+    out = larch(site, site.alice, "compare", "j-000001", "nope", "--name", "val/loss")
+    assert out.returncode == 1
+    assert 'jobs: \\"nope\\" is not a job id' in out.stderr or '"nope" is not a job id' in out.stderr
