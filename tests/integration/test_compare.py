@@ -234,3 +234,58 @@ def test_cli_compare_refused_by_larchd(site):
     out = larch(site, site.alice, "compare", "j-000001", "nope", "--name", "val/loss")
     assert out.returncode == 1
     assert 'jobs: \\"nope\\" is not a job id' in out.stderr or '"nope" is not a job id' in out.stderr
+
+
+# ---- the dashboard's compare page (headless chromium, as test_dashboard.py) ---------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from browser import chrome
+    driver = chrome()
+    yield driver
+    driver.quit()
+
+
+def test_dashboard_compare_page(site, browser):
+    from browser import screenshot
+    from test_dashboard import console_problems, css, leave, one, row_ids, sign_in, tid, wait
+    try:
+        sign_in(browser, site, site.alice["Authorization"].split()[1])
+        wait(browser).until(lambda d: set(row_ids(d)) == {site.a, site.b})
+        compare_btn = one(browser, tid("compare-selected"))
+        assert not compare_btn.is_enabled()
+        for job in (site.a, site.b):
+            one(browser, f'tr[data-job-id="{job}"] {tid("job-select")}').click()
+        wait(browser).until(lambda d: compare_btn.is_enabled())
+        compare_btn.click()
+        wait(browser).until(lambda d: d.execute_script(
+            "return document.body.dataset.compareReady") == "val/loss step")
+        assert browser.current_url.endswith(f"#/compare?jobs={site.a},{site.b}&name=val/loss")
+        chart = one(browser, tid("compare-chart"))
+        assert chart.get_attribute("data-series") == f"{site.a}:{STEPS} {site.b}:{STEPS}"
+        # the metric picker offers the union of the jobs' series
+        options = [o.get_attribute("value") for o in css(browser, tid("compare-metric") + " option")]
+        assert options == ["val/accuracy", "val/loss"]
+        # the spec fields that differ, one row each, a column per job
+        rows = {r.get_attribute("data-path"): [c.text for c in r.find_elements("css selector", "td")]
+                for r in css(browser, tid("diff-row"))}
+        assert rows == {"batch.global": ["256", "1024"], "batch.micro": ["256", "1024"],
+                        "batch.reference": ["256", "1024"], "optimizer.lr": ["0.05", "0.2"]}
+        # another metric, against examples seen: b alone has val/accuracy
+        from selenium.webdriver.support.ui import Select
+        Select(one(browser, tid("compare-metric"))).select_by_value("val/accuracy")
+        Select(one(browser, tid("compare-x"))).select_by_value("examples")
+        wait(browser).until(lambda d: d.execute_script(
+            "return document.body.dataset.compareReady") == "val/accuracy examples")
+        assert chart.get_attribute("data-series") == f"{site.a}:0 {site.b}:{STEPS}"
+        assert "no points: " + site.a in one(browser, tid("compare-status")).text
+        assert browser.current_url.endswith("&name=val/accuracy&x=examples")
+        screenshot(browser, "compare")
+        # a job of bob's in alice's address is "not found", and is left out of the chart
+        browser.get(f"{site.url}/#/compare?jobs={site.a},{site.c}&name=val/loss")
+        wait(browser).until(lambda d: css(d, f'{tid("compare-job")}[data-job-id="{site.c}"]')
+                            and "not found" in css(d, f'[data-job-id="{site.c}"]')[0].text)
+        assert console_problems(browser) == []
+    finally:
+        leave(browser)
