@@ -28,6 +28,7 @@ enum MHD_Result api_jobs_checkpoints_get(struct api_request *req); /* GET .../{i
 enum MHD_Result api_jobs_metrics_get(struct api_request *req);     /* GET .../{id}/metrics */
 enum MHD_Result api_jobs_metrics_post(struct api_request *req);    /* POST .../{id}/metrics */
 enum MHD_Result api_jobs_result_post(struct api_request *req);     /* POST .../{id}/result */
+enum MHD_Result api_metrics_multi_get(struct api_request *req);    /* GET /v1/metrics (compare) */
 
 /* admin (api/admin_*.c; api/admin_hooks.h is what they ask of the service) */
 enum MHD_Result api_admin_queues_get(struct api_request *req);     /* GET /v1/queues */

@@ -77,6 +77,7 @@ struct api_jobs_hooks {
 	 * (larch_slurm_calls_total): fills at most max, returns how many. */
 	size_t (*slurm_calls)(void *arg, struct api_count *out, size_t max);
 	const char *executor;          /* "local" or "slurm": the new jobs' executor */
+	unsigned compare_max_jobs;     /* GET /v1/metrics: jobs per request (0: its default) */
 	void *arg;
 };
 

@@ -40,6 +40,9 @@ const struct api_route api_routes[] = {
 	  .role = API_ROLE_JOB },
 	{ .method = "POST", .path = "/v1/jobs/{id}/result", .handler = api_jobs_result_post,
 	  .role = API_ROLE_JOB },
+	/* comparing runs: one metric of many jobs (api/metrics_multi_get.c) */
+	{ .method = "GET", .path = "/v1/metrics", .handler = api_metrics_multi_get,
+	  .role = API_ROLE_USER },
 
 	/* admin: queues, nodes, jobs (api/admin_*.c) */
 	{ .method = "PATCH", .path = "/v1/jobs/{id}", .handler = api_admin_jobs_patch,

@@ -210,6 +210,8 @@ static const char sql_points[] =
 static const char sql_last_point[] =
 	"SELECT step, value FROM metrics WHERE job = ?1 AND name = ?4 AND step BETWEEN ?2 AND ?3\n"
 	"ORDER BY step DESC LIMIT 1";
+static const char sql_point_time[] =
+	"SELECT time FROM metrics WHERE job = ?1 AND name = ?2 AND step = ?3";
 static const char sql_width[] =
 	"SELECT max(width) FROM metric_rollup_widths WHERE width <= ?1";
 static const char sql_chunks[] =
@@ -514,6 +516,28 @@ static int read_series(struct db_conn *c, struct query_arg *a, struct db_series 
 	return 0;
 }
 
+/* The time of each point of s (a primary key lookup each: about max_points
+ * per series). */
+static int read_times(struct db_conn *c, const struct query_arg *a, struct db_series *s,
+                      struct db_err *err)
+{
+	if (!(s->time_ms = malloc((s->n ? s->n : 1) * sizeof *s->time_ms)))
+		return DB_FAIL(err, DB_ERROR, "query metrics: out of memory");
+	sqlite3_stmt *st = DB_STMT(c, sql_point_time, "query metrics", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, a->job);
+	db_bind_text(st, 2, s->name);
+	for (size_t k = 0; k < s->n; k++) {
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 3, s->step[k]);
+		if (DB_SQL(c, sqlite3_step(st), "query metrics", err) != SQLITE_ROW)
+			return DB_RC(err);   /* the read snapshot holds every point it returned */
+		s->time_ms[k] = sqlite3_column_int64(st, 0);
+	}
+	return 0;
+}
+
 static int query_fn(struct db_conn *c, void *arg, struct db_err *err)
 {
 	struct query_arg *a = arg;
@@ -537,7 +561,7 @@ static int query_fn(struct db_conn *c, void *arg, struct db_err *err)
 		struct db_series *s = &a->out->series[a->out->n++];
 		s->name = a->names[i];     /* moves the name into the result */
 		a->names[i] = NULL;
-		if (read_series(c, a, s, err))
+		if (read_series(c, a, s, err) || (q->with_time && s->n && read_times(c, a, s, err)))
 			return DB_RC(err);
 		if (!s->n) {               /* no points in the range: left out */
 			free(s->name);
@@ -583,6 +607,7 @@ void db_series_list_release(struct db_series_list *list)
 		free(list->series[i].name);
 		free(list->series[i].step);
 		free(list->series[i].value);
+		free(list->series[i].time_ms);
 	}
 	free(list->series);
 	memset(list, 0, sizeof *list);

@@ -38,6 +38,7 @@ struct db_metric_query {
 	int has_from, has_to;              /* 0: that end is open (a zeroed query reads everything) */
 	int64_t from_step, to_step;        /* inclusive */
 	int max_points;                    /* per series; 0 = every point */
+	int with_time;                     /* 1: fill db_series.time_ms too */
 };
 
 struct db_series {
@@ -45,6 +46,7 @@ struct db_series {
 	size_t n;
 	int64_t *step;                     /* ascending */
 	double *value;                     /* NaN = null (non-finite when reported) */
+	int64_t *time_ms;                  /* with_time: when each point was taken; else NULL */
 };
 
 struct db_series_list {

@@ -71,6 +71,7 @@ struct svc_config {
 	char *dashboard_dir;             /* NULL: the dashboard built into larchd */
 	char *chartjs_path;              /* Chart.js for the dashboard; NULL ("auto"): none */
 	size_t body_limit;               /* request body bytes */
+	unsigned compare_max_jobs;       /* GET /v1/metrics: jobs per request */
 	struct svc_gpu_memory gpu_memory; /* bytes per GPU for submit-time memory plans */
 	enum svc_log_level log_level;
 	char *log_file;                  /* NULL: stderr */

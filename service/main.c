@@ -326,6 +326,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	d->jobs_hooks = *svc_runner_hooks(d->runner);
 	d->jobs_hooks.preflight = svc_preflight_submit;
 	d->jobs_hooks.preflight_arg = d->preflight;
+	d->jobs_hooks.compare_max_jobs = d->cfg.compare_max_jobs;
 	d->ctx.jobs = &d->jobs_hooks;
 	d->ctx.svc = d->runner;
 	d->ctx.admin = svc_cluster_hooks(d->cluster);

@@ -64,6 +64,18 @@ static const struct cli_command commands[] = {
 	  "  --to S          to step S\n"
 	  "  --max-points N  at most N points per metric (larchd keeps the min/max shape)\n"
 	  "  --csv           comma-separated values with a header line\n" },
+	{ .name = "compare", .run = cli_cmd_compare,
+	  .args = "ID ID [ID ...] --name N [--x step|examples|time] [--rows N] [--best min|max]",
+	  .summary = "one metric of several jobs side by side, and how their specs differ",
+	  .help =
+	  "Compares metric N of the jobs: a line per job (state, points, last and best\n"
+	  "value), their values side by side at the steps they all have, and a line per\n"
+	  "job with the spec fields that differ between them (dotted paths).\n\n"
+	  "  --name N      the metric (required)\n"
+	  "  --x X         step (default), examples (step x batch.global) or time\n"
+	  "                (seconds since the job started; no side-by-side table)\n"
+	  "  --rows N      at most N rows side by side, spread evenly (default 20)\n"
+	  "  --best B      min or max (default: max for a name with \"acc\", else min)\n" },
 	{ .name = "cancel", .run = cli_cmd_cancel,
 	  .args = "ID",
 	  .summary = "cancel a job",

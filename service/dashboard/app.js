@@ -1,9 +1,10 @@
 // service/dashboard/app.js - the dashboard's entry point: hash routes
-// (#/signin, #/jobs, #/jobs/j-000001, #/admin), the header (who is signed
+// (#/signin, #/jobs, #/jobs/j-000001, #/compare?jobs=..., #/admin), the header (who is signed
 // in, the live indicator, sign-out) and the sign-in page.
 import { ApiError, TOKEN_RE, feed, isAbort, request, session,
          setUnauthorizedHandler } from './api.js';
 import { adminView } from './admin.js';
+import { compareView } from './compare.js';
 import { jobView } from './job.js';
 import { jobsView } from './jobs.js';
 import { clearAlert, h, showError } from './ui.js';
@@ -13,6 +14,7 @@ const routes = [
   { re: /^\/signin$/, view: signinView, open: true, title: 'Sign in' },
   { re: /^\/jobs$/, view: jobsView, title: 'Jobs', nav: 'jobs' },
   { re: /^\/jobs\/(j-\d{6,})$/, view: jobView, title: 'Job', nav: 'jobs' },
+  { re: /^\/compare$/, view: compareView, title: 'Compare', nav: 'jobs' },
   { re: /^\/admin$/, view: adminView, title: 'Admin', nav: 'admin' },
 ];
 

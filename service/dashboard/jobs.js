@@ -1,6 +1,7 @@
 // service/dashboard/jobs.js - the jobs page (#/jobs?state=&name=&owner=&limit=):
 // a table of GET /v1/jobs with filters, client-side sorting of the page,
-// the API's cursor paging, and live updates from the change feed.
+// the API's cursor paging, and live updates from the change feed. Checked
+// rows (kept across pages) open the compare page (compare.js).
 import { request } from './api.js';
 import { FINAL_STATES, STATES, coalesce, empty, fmtClock, fmtNum, h, stateBadge, tableWrap,
          timeEl } from './ui.js';
@@ -111,6 +112,7 @@ export function jobsView(main, ctx) {
   let loaded = false;
   let sort = { key: null, dir: 1 };
   const seen = new Map();        // id -> the state shown last
+  const selected = new Set();    // ids checked for comparing
 
   // ---- the filter form
   const stateSel = h('select', { id: 'f-state', class: 'input', dataset: { testid: 'filter-state' } },
@@ -160,6 +162,10 @@ export function jobsView(main, ctx) {
   const next = h('button', { type: 'button', class: 'btn', dataset: { testid: 'page-next' },
                              onclick: () => page(1) }, 'Older →');
   const pageNo = h('span', { class: 'muted small', 'aria-live': 'polite' });
+  const compareBtn = h('button', { type: 'button', class: 'btn', disabled: true,
+                                   dataset: { testid: 'compare-selected' }, onclick: () => {
+                                     location.hash = `#/compare?jobs=${[...selected].join(',')}`;
+                                   } }, 'Compare');
   const emptyMsg = empty('');
   emptyMsg.hidden = true;
   const wrap = tableWrap(table, 'Jobs table');
@@ -168,7 +174,7 @@ export function jobsView(main, ctx) {
   main.append(
     h('div', { class: 'page-head' },
       h('h1', null, 'Jobs'),
-      h('div', { class: 'page-meta' }, count, updated)),
+      h('div', { class: 'page-meta' }, count, updated, compareBtn)),
     h('section', { class: 'card', 'aria-label': 'Jobs' },
       form, content,
       h('nav', { class: 'pager', 'aria-label': 'Pages' }, prev, pageNo, next)),
@@ -221,7 +227,9 @@ export function jobsView(main, ctx) {
   }
 
   function renderHead() {
-    thead.replaceChildren(h('tr', null, COLUMNS.map((c) => {
+    thead.replaceChildren(h('tr', null, h('th', { scope: 'col', class: 'col-select' },
+                                          h('span', { class: 'visually-hidden' }, 'Compare')),
+                            COLUMNS.map((c) => {
       const active = sort.key === c.key;
       const dir = active ? (sort.dir > 0 ? 'ascending' : 'descending') : null;
       return h('th', { scope: 'col', 'aria-sort': dir || 'none',
@@ -251,6 +259,10 @@ export function jobsView(main, ctx) {
     const ended = FINAL_STATES.has(job.state);
     return h('tr', { class: changed ? 'changed' : null,
                      dataset: { testid: 'job-row', jobId: job.id, state: job.state } },
+             h('td', { class: 'col-select' },
+               h('input', { type: 'checkbox', checked: selected.has(job.id),
+                            'aria-label': `Compare ${job.id}`, dataset: { testid: 'job-select' },
+                            onchange: (ev) => select(job.id, ev.target.checked) })),
              h('td', { class: 'col-id' }, h('a', { href: `#/jobs/${job.id}`, class: 'mono',
                                                    dataset: { focus: 'link' } }, job.id)),
              h('td', { class: 'col-name' }, h('span', { class: 'cell-text' }, job.name || '—')),
@@ -263,6 +275,15 @@ export function jobsView(main, ctx) {
              h('td', { class: 'col-ended_at nowrap' },
                ended ? timeEl(job.ended_at) : h('span', { class: 'muted' }, '—')),
              h('td', { class: 'col-progress' }, progressCell(job)));
+  }
+
+  function select(id, on) {
+    if (on)
+      selected.add(id);
+    else
+      selected.delete(id);
+    compareBtn.disabled = selected.size < 2;
+    compareBtn.textContent = selected.size ? `Compare ${selected.size}` : 'Compare';
   }
 
   function renderRows(changedIds) {
