@@ -93,6 +93,7 @@ int cli_cmd_metrics(struct cli *cli, int argc, char **argv);
 int cli_cmd_watch(struct cli *cli, int argc, char **argv);
 int cli_cmd_plan(struct cli *cli, int argc, char **argv);
 int cli_cmd_usage(struct cli *cli, int argc, char **argv);
+int cli_cmd_sweep(struct cli *cli, int argc, char **argv);     /* sweep.c */
 
 /* Sleeps for seconds (fractions allowed). */
 void cli_sleep(double seconds);

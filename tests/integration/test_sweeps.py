@@ -345,3 +345,43 @@ def test_thousand_children(srv):
     idle_s = time.monotonic() - t0
     print(f"\n1000-child sweep: submit {submit_s * 1000:.0f} ms, GET {get_s * 1000:.0f} ms while "
           f"the runner hands them over, {idle_s * 1000:.0f} ms after; cancel {cancel_s * 1000:.0f} ms")
+
+
+# ---- the CLI ---------------------------------------------------------------------------
+
+def test_cli_sweep(srv, tmp_path):
+    import os
+    import subprocess
+    from larchd import BUILD
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LARCH_URL": srv.url,
+           "LARCH_TOKEN": srv.alice["Authorization"].split()[1]}
+
+    def larch(*args):
+        return subprocess.run([str(BUILD / "service" / "larch"), *args], env=env,
+                              capture_output=True, text=True, timeout=30)
+    f = tmp_path / "sweep.json"
+    f.write_text(json.dumps(sweep_body("clisw", axes={"optimizer.lr": [0.01, 0.02]},
+                                       target={"metric": "val/accuracy", "value": 0.3})))
+    out = larch("sweep", "submit", str(f))
+    assert out.returncode == 0, out.stderr
+    sid = out.stdout.strip()
+    assert sid.startswith("s-")
+    wait_sweep(srv, sid, {"COMPLETED"})
+    out = larch("sweep", "show", sid)
+    assert out.returncode == 0, out.stderr
+    assert "clisw" in out.stdout and "optimizer.lr=0.02" in out.stdout and "COMPLETED" in out.stdout
+    assert "5120" in out.stdout             # examples to target: step 20 x batch 256
+    out = larch("sweep", "ls")
+    assert out.returncode == 0 and sid in out.stdout
+    out = larch("sweep", "show", sid, "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["id"] == sid
+    out = larch("sweep", "cancel", sid)
+    assert out.returncode == 0 and "COMPLETED" in out.stdout
+    out = larch("sweep", "show", "s-999999")
+    assert out.returncode == 1 and "no sweep s-999999" in out.stderr
+    out = larch("sweep", "frob")
+    assert out.returncode == 2 and 'no verb "frob"' in out.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(sweep_body(axes={"optimizer.lr": []})))
+    out = larch("sweep", "submit", str(bad))
+    assert out.returncode == 1 and "axes.optimizer.lr: must not be empty" in out.stderr
