@@ -29,6 +29,14 @@ enum MHD_Result api_jobs_metrics_get(struct api_request *req);     /* GET .../{i
 enum MHD_Result api_jobs_metrics_post(struct api_request *req);    /* POST .../{id}/metrics */
 enum MHD_Result api_jobs_result_post(struct api_request *req);     /* POST .../{id}/result */
 enum MHD_Result api_metrics_multi_get(struct api_request *req);    /* GET /v1/metrics (compare) */
+enum MHD_Result api_jobs_patch(struct api_request *req);           /* PATCH /v1/jobs/{id} */
+
+/* sweeps: a parent over child jobs (api/sweeps_*.c) */
+enum MHD_Result api_sweeps_post(struct api_request *req);          /* POST /v1/sweeps */
+enum MHD_Result api_sweeps_list(struct api_request *req);          /* GET /v1/sweeps */
+enum MHD_Result api_sweeps_get(struct api_request *req);           /* GET /v1/sweeps/{id} */
+enum MHD_Result api_sweeps_patch(struct api_request *req);         /* PATCH /v1/sweeps/{id} */
+enum MHD_Result api_sweeps_cancel(struct api_request *req);        /* POST .../{id}/cancel */
 
 /* admin (api/admin_*.c; api/admin_hooks.h is what they ask of the service) */
 enum MHD_Result api_admin_queues_get(struct api_request *req);     /* GET /v1/queues */

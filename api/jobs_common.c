@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "db/sweeps.h"
 #include "reply.h"
 
 void api_time_format(int64_t ms, char out[32])
@@ -90,6 +91,20 @@ void api_job_write(struct api_buf *b, const struct db_job *job)
 	 * checks json_valid): it goes in as it is */
 	api_buf_adds(b, ",\"spec\":");
 	api_buf_adds(b, job->spec && *job->spec ? job->spec : "null");
+	if (job->sweep > 0) {        /* a sweep's child (db/sweeps.h) */
+		char sid[DB_SWEEP_ID_MAX];
+		db_sweep_id_format(job->sweep, sid);
+		api_buf_adds(b, ",\"sweep\":");
+		api_buf_json_str(b, sid);
+		api_buf_adds(b, ",\"sweep_index\":");
+		api_buf_json_int(b, job->sweep_index);
+		api_buf_adds(b, ",\"params\":");
+		api_buf_adds(b, job->params && *job->params ? job->params : "{}");
+	} else {
+		api_buf_adds(b, ",\"sweep\":null");
+	}
+	api_buf_adds(b, ",\"labels\":");
+	api_buf_adds(b, job->labels && *job->labels ? job->labels : "{}");
 	api_buf_adds(b, ",\"progress\":{\"step\":");
 	api_buf_json_int(b, job->progress_step);
 	api_buf_adds(b, ",\"total_steps\":");

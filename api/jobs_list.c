@@ -3,13 +3,16 @@
  * Filters: state (a state name), name (exact), owner (admins; a user sees
  * only their own jobs, and may name only themselves). limit 1..500 (50);
  * cursor: the next_cursor of the page before (opaque; anything else is a
- * 400). {"jobs": [...], "next_cursor": "..."}, next_cursor absent on the
+ * 400). sweep=s-000001: only that sweep's children; label=key:value: only
+ * jobs with that label (api/labels.h). {"jobs": [...], "next_cursor": "..."}, next_cursor absent on the
  * last page; with an ETag, so an unchanged page is a 304.
  */
 #include <string.h>
 
 #include "db/jobs.h"
+#include "db/sweeps.h"
 #include "handlers.h"
+#include "labels.h"
 #include "jobs_common.h"
 #include "reply.h"
 
@@ -33,7 +36,8 @@ static void state_names(char *out, size_t size)
 
 enum MHD_Result api_jobs_list(struct api_request *req)
 {
-	static const char *const params[] = { "state", "owner", "name", "limit", "cursor", NULL };
+	static const char *const params[] = { "state", "owner", "name", "limit", "cursor", "sweep",
+	                                     "label", NULL };
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t limit;
@@ -66,6 +70,26 @@ enum MHD_Result api_jobs_list(struct api_request *req)
 	if (f.name && (!*f.name || strlen(f.name) > NAME_FILTER_MAX))
 		return api_reply_bad_param(req, "name", "name: must be 1 to %d characters",
 		                           NAME_FILTER_MAX);
+	const char *sweep = api_query(req, "sweep");
+	if (sweep && db_sweep_id_parse(sweep, &f.sweep) != 0)
+		return api_reply_bad_param(req, "sweep", "sweep: not a sweep id (s-000001)");
+	const char *label = api_query(req, "label");
+	char key[API_LABEL_KEY_MAX + 1];
+	if (label) {
+		const char *colon = strchr(label, ':');
+		size_t klen = colon ? (size_t)(colon - label) : 0;
+		if (colon && klen < sizeof key) {
+			memcpy(key, label, klen);
+			key[klen] = '\0';
+		}
+		if (!colon || klen >= sizeof key || !api_label_key_ok(key) ||
+		    !api_label_value_ok(colon + 1))
+			return api_reply_bad_param(req, "label", "label: must be key:value, a label key "
+			                           "and value (a-z 0-9 _ . - keys; A-Z a-z 0-9 _ . - "
+			                           "values)");
+		f.label_key = key;
+		f.label_value = colon + 1;
+	}
 	if (f.cursor && !*f.cursor)
 		return api_reply_bad_param(req, "cursor", "cursor: must not be empty");
 

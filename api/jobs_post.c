@@ -36,6 +36,8 @@
 #include "handlers.h"
 #include "jobs_common.h"
 #include "jobs_hooks.h"
+#include "jobs_submit.h"
+#include "labels.h"
 #include "reply.h"
 #include "trainer/data.h"
 #include "trainer/spec/plan.h"
@@ -48,6 +50,7 @@ struct submit {
 	struct db_job_new in;             /* borrows the strings below */
 	struct trn_spec *tspec;           /* the validated spec, for the memory plan */
 	char *spec;                       /* canonical JSON of the validated spec */
+	char *labels;                     /* the body's labels (api/labels.h), JSON, or NULL */
 	char name[TRN_NAME_MAX + 1];
 	char partition[TRN_NAME_MAX + 1];
 	/* the preflight's answer, written by its thread before it resumes */
@@ -66,6 +69,7 @@ static void submit_free(void *p)
 	free(s->tspec);
 	free(s->pre.shape);
 	free(s->spec);
+	free(s->labels);
 	free(s);
 }
 
@@ -92,9 +96,9 @@ static const char *bad_key(const char *key)
  * (shape_json); without it (the files are not readable from larchd's host,
  * or the probe took too long) there is no plan and the submit goes on.
  * Returns 0 to go on, or 1 with the reply in *ret. */
-static int check_memory(struct api_request *req, const struct api_jobs_hooks *hooks,
-                        const struct trn_spec *spec, const char *shape_json,
-                        enum MHD_Result *ret)
+int api_jobs_check_memory(struct api_request *req, const struct api_jobs_hooks *hooks,
+                          const struct trn_spec *spec, const char *shape_json,
+                          enum MHD_Result *ret)
 {
 	const int go_on = 0;
 	double host = 0, gpu = 0;
@@ -241,7 +245,7 @@ static enum MHD_Result store(struct api_request *req)
 	                         s->tspec->resources.account, &ret))
 		return ret;
 	if (hooks && hooks->memory_limits &&
-	    check_memory(req, hooks, s->tspec, s->pre.shape, &ret))
+	    api_jobs_check_memory(req, hooks, s->tspec, s->pre.shape, &ret))
 		return ret;
 	s->in.unix_user = s->pre.unix_user[0] ? s->pre.unix_user : NULL;
 	s->in.total_steps = total_steps(s->tspec, s->pre.shape);
@@ -351,6 +355,18 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 		ret = api_reply_error(req, 500, API_ERR_INTERNAL, "out of memory");
 		goto out;
 	}
+	/* labels are the job's, not the trainer's: taken out before the spec is
+	 * validated */
+	json_t *labels = json_is_object(root) ? json_object_get(root, "labels") : NULL;
+	if (labels) {
+		char bad[160], lwhy[512];
+		if (!(s->labels = api_labels_json(labels, "labels", bad, sizeof bad, lwhy,
+		                                  sizeof lwhy))) {
+			ret = reply_invalid_field(req, bad, "%s", lwhy);
+			goto out;
+		}
+		json_object_del(root, "labels");
+	}
 	if (trn_spec_from_json(s->tspec, root, &terr) != 0) {
 		ret = reply_invalid(req, terr.text);
 		goto out;
@@ -384,6 +400,7 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 		.executor = hooks ? hooks->executor : NULL,
 		.partition = s->partition[0] ? s->partition : NULL,
 		.idem_key = key,
+		.labels = s->labels,
 	};
 	req->state = s;
 	req->state_free = submit_free;

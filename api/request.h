@@ -70,6 +70,7 @@ typedef int (*api_auth_lookup_fn)(void *cls, const char *token,
                                   struct api_principal *who);
 struct db;
 struct api_jobs_hooks;
+struct api_sweeps_hooks;
 struct api_admin_hooks;
 struct api_acct_hooks;
 struct api_job_cache;
@@ -81,6 +82,7 @@ struct api_ctx {
 	void *auth_cls;
 	struct db *db;                    /* the job store (db/db.h); NULL in tests without one */
 	const struct api_jobs_hooks *jobs;/* the service's side of the job endpoints */
+	const struct api_sweeps_hooks *sweeps; /* ... and of the sweep endpoints; NULL: defaults */
 	const struct api_admin_hooks *admin; /* ... and of the admin endpoints (api/admin_hooks.h);
 	                                        NULL: they answer 503 */
 	const struct api_acct_hooks *acct;/* ... and of accounting (api/acct_hooks.h); NULL: no

@@ -44,9 +44,21 @@ const struct api_route api_routes[] = {
 	{ .method = "GET", .path = "/v1/metrics", .handler = api_metrics_multi_get,
 	  .role = API_ROLE_USER },
 
+	/* labels: the owner; anything else: admins (api/jobs_patch.c) */
+	{ .method = "PATCH", .path = "/v1/jobs/{id}", .handler = api_jobs_patch,
+	  .role = API_ROLE_USER },
+
+	/* sweeps (api/sweeps_*.c) */
+	{ .method = "POST", .path = "/v1/sweeps", .handler = api_sweeps_post, .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/sweeps", .handler = api_sweeps_list, .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/sweeps/{id}", .handler = api_sweeps_get,
+	  .role = API_ROLE_USER },
+	{ .method = "PATCH", .path = "/v1/sweeps/{id}", .handler = api_sweeps_patch,
+	  .role = API_ROLE_USER },
+	{ .method = "POST", .path = "/v1/sweeps/{id}/cancel", .handler = api_sweeps_cancel,
+	  .role = API_ROLE_USER },
+
 	/* admin: queues, nodes, jobs (api/admin_*.c) */
-	{ .method = "PATCH", .path = "/v1/jobs/{id}", .handler = api_admin_jobs_patch,
-	  .role = API_ROLE_ADMIN },
 	{ .method = "POST", .path = "/v1/jobs/{id}/hold", .handler = api_admin_jobs_hold,
 	  .role = API_ROLE_ADMIN },
 	{ .method = "POST", .path = "/v1/jobs/{id}/release", .handler = api_admin_jobs_release,

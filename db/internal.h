@@ -124,7 +124,7 @@ void db_group_stop(struct db *db);
 /* List cursors (db/cursor.c): 12 characters (and the NUL) naming the last row of a page;
  * the tag keeps one list's cursors out of another. decode fails with
  * DB_INVALID, the message starting with what ("list jobs"). */
-enum { DB_CURSOR_JOBS = 1, DB_CURSOR_AUDIT = 2 };
+enum { DB_CURSOR_JOBS = 1, DB_CURSOR_AUDIT = 2, DB_CURSOR_SWEEPS = 3 };
 void db_cursor_encode(unsigned char tag, int64_t id, char out[13]);
 int db_cursor_decode(unsigned char tag, const char *what, const char *s, int64_t *id,
                      struct db_err *err);

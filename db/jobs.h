@@ -66,6 +66,11 @@ struct db_job {
 	int64_t progress_step, progress_total;   /* 0 = not reported */
 	double last_loss;        /* NaN = none */
 	char *unix_user;         /* the Unix user it runs as; NULL: larchd's own (run_as service) */
+	int64_t sweep;           /* the sweep it is a child of (db/sweeps.h); 0 = none */
+	int64_t sweep_index;     /* its index in the sweep (0-based) */
+	int sweep_max_parallel;  /* the sweep's max_parallel (0 = no limit, or no sweep) */
+	char *params;            /* a child's axis values, JSON object text; NULL = none */
+	char *labels;            /* JSON object of strings ("{}" when none) */
 };
 
 void db_job_release(struct db_job *job);
@@ -84,6 +89,7 @@ struct db_job_new {
 	int64_t time_ms;         /* submit time; 0 = now */
 	const char *unix_user;   /* the Unix user it runs as; NULL: larchd's own */
 	int64_t total_steps;     /* the run's length in steps when known at submit; 0 = not yet */
+	const char *labels;      /* JSON object text; NULL = "{}" */
 };
 
 struct db_submit {
@@ -192,6 +198,9 @@ struct db_job_filter {
 	enum db_state state;     /* with has_state: only this state */
 	const char *owner;       /* NULL = everyone's */
 	const char *name;        /* NULL = any name */
+	int64_t sweep;           /* 0 = any; else only that sweep's children */
+	const char *label_key;   /* NULL = any; else only jobs whose labels have key = */
+	const char *label_value; /* ... this value (required with label_key) */
 	int limit;               /* 1..DB_LIST_MAX; 0 = 50 */
 	const char *cursor;      /* NULL/"" = first page; else a next_cursor from before */
 };

@@ -38,7 +38,8 @@ int db_job_id_parse(const char *s, int64_t *id)
 
 #define JOB_COLUMNS "id, owner, name, spec, state, executor, slurm_job_id, priority, partition, " \
 	"attempt, submit_time, start_time, end_time, exit_code, reason, created_by, "         \
-	"progress_step, progress_total, last_loss, unix_user"
+	"progress_step, progress_total, last_loss, unix_user, sweep, sweep_index, params, "  \
+	"labels, (SELECT max_parallel FROM sweeps WHERE sweeps.id = jobs.sweep)"
 
 void db_job_release(struct db_job *job)
 {
@@ -53,6 +54,8 @@ void db_job_release(struct db_job *job)
 	free(job->reason);
 	free(job->idem_key);
 	free(job->unix_user);
+	free(job->params);
+	free(job->labels);
 	memset(job, 0, sizeof *job);
 }
 
@@ -81,6 +84,11 @@ int db_job_read_row(sqlite3_stmt *st, struct db_job *j, struct db_err *err)
 	j->progress_total = sqlite3_column_int64(st, 17);
 	j->last_loss = sqlite3_column_type(st, 18) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 18);
 	j->unix_user = db_column_strdup(st, 19, &oom);
+	j->sweep = sqlite3_column_int64(st, 20);
+	j->sweep_index = sqlite3_column_int64(st, 21);
+	j->params = db_column_strdup(st, 22, &oom);
+	j->labels = db_column_strdup(st, 23, &oom);
+	j->sweep_max_parallel = sqlite3_column_int(st, 24);
 	if (oom || (int)j->state < 0) {
 		db_job_release(j);
 		return oom ? DB_FAIL(err, DB_ERROR, "read job: out of memory")
@@ -156,16 +164,29 @@ int db_job_visible(struct db_conn *c, int64_t id, const char *owner, const char 
 /* ---- lists ------------------------------------------------------------------ */
 
 /* One SQL text per combination of filters, so that each uses its index:
- * bit 0 state, bit 1 owner, bit 2 name, bit 3 cursor. */
-static char list_sql[16][640];
+ * bit 0 state, bit 1 owner, bit 2 name, bit 3 cursor, bit 4 sweep, bit 5
+ * label (the last two added to the FROM ... WHERE part). */
+static char list_sql[64][900];
 static pthread_once_t list_once = PTHREAD_ONCE_INIT;
 
 static void list_sql_init(void)
 {
 	static const char *const conds[4] = { "state = ?1", "owner = ?2", "name = ?3", "id < ?4" };
-	for (int m = 0; m < 16; m++)
-		db_list_sql(list_sql[m], sizeof list_sql[m], "SELECT " JOB_COLUMNS " FROM jobs", conds,
-		            m);
+	for (int m = 0; m < 64; m++) {
+		char from[600];
+		snprintf(from, sizeof from, "SELECT " JOB_COLUMNS " FROM jobs%s%s%s",
+		         m & 48 ? " WHERE " : "", m & 16 ? "sweep = ?6" : "",
+		         (m & 48) == 48 ? " AND " : "");
+		if (m & 32)
+			snprintf(from + strlen(from), sizeof from - strlen(from), "EXISTS (SELECT 1 FROM "
+			         "json_each(jobs.labels) WHERE key = ?7 AND value = ?8)");
+		db_list_sql(list_sql[m], sizeof list_sql[m], from, conds, m & 15);
+		if (m & 48) {     /* db_list_sql starts its own WHERE: join the two */
+			char *w = strstr(list_sql[m] + strlen(from), " WHERE ");
+			if (w)
+				memcpy(w, "  AND ", 6);
+		}
+	}
 }
 
 struct list_arg {
@@ -183,7 +204,7 @@ static int list_fn(struct db_conn *c, void *arg, struct db_err *err)
 	if (!a->out->jobs)
 		return DB_FAIL(err, DB_ERROR, "list jobs: out of memory");
 	int m = (a->f->has_state ? 1 : 0) | (a->f->owner ? 2 : 0) | (a->f->name ? 4 : 0) |
-	        (a->before ? 8 : 0);
+	        (a->before ? 8 : 0) | (a->f->sweep ? 16 : 0) | (a->f->label_key ? 32 : 0);
 	sqlite3_stmt *st = DB_STMT(c, list_sql[m], "list jobs", err);
 	if (!st)
 		return DB_ERROR;
@@ -193,6 +214,9 @@ static int list_fn(struct db_conn *c, void *arg, struct db_err *err)
 	db_bind_text(st, 3, a->f->name);
 	sqlite3_bind_int64(st, 4, a->before);
 	sqlite3_bind_int(st, 5, a->limit + 1);
+	sqlite3_bind_int64(st, 6, a->f->sweep);
+	db_bind_text(st, 7, a->f->label_key);
+	db_bind_text(st, 8, a->f->label_value);
 	int rc;
 	while ((rc = DB_SQL(c, sqlite3_step(st), "list jobs", err)) == SQLITE_ROW) {
 		if (db_job_read_row(st, &a->out->jobs[a->out->n], err))
@@ -217,6 +241,8 @@ int db_jobs_list(struct db *db, const struct db_job_filter *f, struct db_job_lis
 	if (a.limit < 1 || a.limit > DB_LIST_MAX)
 		return DB_FAIL(err, DB_INVALID, "list jobs: limit must be 1..%d (got %d)", DB_LIST_MAX,
 		               f->limit);
+	if (f->label_key && !f->label_value)
+		return DB_FAIL(err, DB_INVALID, "list jobs: a label filter needs a value");
 	if (f->has_state && !db_state_name(f->state))
 		return DB_FAIL(err, DB_INVALID, "list jobs: no such state");
 	if (f->cursor && *f->cursor && db_cursor_decode(DB_CURSOR_JOBS, "list jobs", f->cursor, &a.before, err))

@@ -258,6 +258,32 @@ static const char *const migrations[] = {
 	"		coalesce(json_extract(new.spec, '$.resources.gpus_per_node'), 0) *\n"
 	"		coalesce(json_extract(new.spec, '$.resources.nodes'), 1));\n"
 	"END;\n",
+
+	/* 8: sweeps (a parent over ordinary child jobs) and labels. A child
+	 * is a job with sweep set, its index in the sweep and the axis values
+	 * it was made with (params); labels are a JSON object of strings on
+	 * jobs and sweeps. The target and early-stop rule are columns so that
+	 * the sweep's summary is one query. */
+	"CREATE TABLE sweeps (\n"
+	"	id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+	"	owner TEXT NOT NULL REFERENCES users(name),\n"
+	"	name TEXT NOT NULL,\n"
+	"	definition TEXT NOT NULL CHECK (json_valid(definition)),\n"
+	"	method TEXT NOT NULL CHECK (method IN ('grid', 'random')),\n"
+	"	max_parallel INTEGER NOT NULL CHECK (max_parallel >= 0),\n"   /* 0: no limit */
+	"	target_metric TEXT,\n"
+	"	target_value REAL,\n"
+	"	target_mode TEXT CHECK (target_mode IN ('max', 'min')),\n"
+	"	early_stop_after INTEGER,\n"              /* median rule after this step; NULL: none */
+	"	labels TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels)),\n"
+	"	submit_time INTEGER NOT NULL\n"
+	") STRICT;\n"
+	"CREATE INDEX sweeps_owner ON sweeps (owner, id);\n"
+	"ALTER TABLE jobs ADD COLUMN sweep INTEGER REFERENCES sweeps(id);\n"
+	"ALTER TABLE jobs ADD COLUMN sweep_index INTEGER;\n"
+	"ALTER TABLE jobs ADD COLUMN params TEXT CHECK (params IS NULL OR json_valid(params));\n"
+	"ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels));\n"
+	"CREATE INDEX jobs_sweep ON jobs (sweep, sweep_index) WHERE sweep IS NOT NULL;\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))

@@ -53,8 +53,8 @@ static const char sql_idem_get[] =
 static const char sql_user[] = "SELECT 1 FROM users WHERE name = ?1";
 static const char sql_insert[] =
 	"INSERT INTO jobs (owner, name, spec, state, executor, partition, priority, submit_time,\n"
-	"	created_by, unix_user, progress_total) VALUES (?1, ?2, ?3, 'PENDING', ?4, ?5, ?6, ?7, ?8,\n"
-	"	?9, ?10)";
+	"	created_by, unix_user, progress_total, labels) VALUES (?1, ?2, ?3, 'PENDING', ?4, ?5, ?6,\n"
+	"	?7, ?8, ?9, ?10, coalesce(?11, '{}'))";
 static const char sql_idem_put[] =
 	"INSERT INTO idempotency (owner, key, request_hash, job, created) VALUES (?1, ?2, ?3, ?4, ?5)";
 
@@ -112,6 +112,7 @@ static int submit_one(struct db_conn *c, struct req *r, struct db_err *err)
 	db_bind_text(st, 8, in->idem_key);
 	db_bind_text(st, 9, in->unix_user);
 	sqlite3_bind_int64(st, 10, in->total_steps > 0 ? in->total_steps : 0);
+	db_bind_text(st, 11, in->labels);
 	if (DB_STEP_DONE(c, st, "submit: insert job", err))
 		return DB_RC(err);
 	int64_t id = sqlite3_last_insert_rowid(c->h);

@@ -99,6 +99,9 @@ static const struct key keys[] = {
 	  .metavar = "DIR[,DIR...]", .help = "in service mode, the directories whose files jobs of "
 	  "user-role tokens may name as data or init (symlinks resolved); empty: none, only named "
 	  "datasets and checkpoints by job" },
+	{ .name = "sweep_max_children", .kind = K_UINT, .offset = FIELD(sweep_max_children),
+	  .def = "1000", .min = 1, .max = 100000, .metavar = "N",
+	  .help = "a sweep may have at most this many children (POST /v1/sweeps past it is 400)" },
 	{ .name = "preflight_timeout", .kind = K_UINT, .offset = FIELD(preflight_timeout),
 	  .def = "10", .min = 1, .max = 600, .reload = SVC_RELOAD_PREFLIGHT,
 	  .metavar = "SECONDS",

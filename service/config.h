@@ -68,6 +68,7 @@ struct svc_config {
 	char *run_as;                    /* "owner" or "service" ("auto" resolved at load) */
 	struct svc_path_list data_roots; /* service mode: where user-role jobs' files may be */
 	unsigned preflight_timeout;      /* seconds a submit's look at its data files may take */
+	unsigned sweep_max_children;     /* children a sweep may have */
 	char *dashboard_dir;             /* NULL: the dashboard built into larchd */
 	char *chartjs_path;              /* Chart.js for the dashboard; NULL ("auto"): none */
 	size_t body_limit;               /* request body bytes */

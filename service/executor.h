@@ -63,6 +63,9 @@ struct exec_job {
 	char init_path[EXEC_PATH_MAX]; /* a checkpoint larchd resolved for init ("" none):
 	                                  readable even when confined */
 	char ext_id[32];               /* adopt: the Slurm id larchd recorded ("" none yet) */
+	long long sweep;               /* the sweep it is a child of (0: none) */
+	int sweep_max_parallel;        /* at most this many of the sweep's children run at
+	                                  once (0: no limit); the rest wait QUEUED */
 };
 
 struct exec_event {

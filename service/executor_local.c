@@ -683,6 +683,17 @@ static int local_cancel(struct executor *ex, long long id, char *err, size_t err
 
 /* Job slots a job takes: one per rank (each rank is a process with its
  * threads). */
+/* 1 when j is a sweep's child and max_parallel of its siblings run. */
+static int sweep_full(const struct local *lx, const struct local_job *j)
+{
+	if (j->job.sweep <= 0 || j->job.sweep_max_parallel <= 0)
+		return 0;
+	int n = 0;
+	for (const struct local_job *o = lx->jobs; o; o = o->next)
+		n += o->state == EXEC_RUNNING && o->job.sweep == j->job.sweep;
+	return n >= j->job.sweep_max_parallel;
+}
+
 static int job_slots(const struct local_job *j)
 {
 	return j->job.ranks > 1 ? j->job.ranks : 1;
@@ -725,6 +736,10 @@ static void local_poll(struct executor *ex, exec_event_fn fn, void *ctx)
 	for (struct local_job *j = lx->jobs, *next; j && running < lx->cfg.max_running; j = next) {
 		next = j->next;
 		if (j->state != EXEC_QUEUED)
+			continue;
+		/* a sweep's child past its sweep's max_parallel waits for a sibling
+		 * to end; the jobs behind it go on */
+		if (sweep_full(lx, j))
 			continue;
 		/* first come, first served: a job of more ranks than the free slots
 		 * waits, and the jobs behind it with it (a stream of small jobs

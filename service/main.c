@@ -30,6 +30,7 @@
 #include "api/request.h"
 #include "api/routes.h"
 #include "api/static.h"
+#include "api/sweeps_hooks.h"
 #include "auth_db.h"
 #include "clock.h"
 #include "cluster.h"
@@ -174,6 +175,7 @@ struct larchd {
 	struct svc_runner *runner;
 	struct svc_preflight *preflight;   /* submits' look at their files (preflight.h) */
 	struct api_jobs_hooks jobs_hooks;  /* the runner's, and the preflight */
+	struct api_sweeps_hooks sweeps_hooks;   /* the sweep endpoints' settings */
 	struct executor *ex;
 	struct svc_cluster *cluster;       /* the admin endpoints' Slurm side (cluster.h) */
 	struct svc_acct *acct;             /* Slurm's accounting (accounting.h) */
@@ -328,6 +330,8 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	d->jobs_hooks.preflight_arg = d->preflight;
 	d->jobs_hooks.compare_max_jobs = d->cfg.compare_max_jobs;
 	d->ctx.jobs = &d->jobs_hooks;
+	d->sweeps_hooks = (struct api_sweeps_hooks){ .max_children = d->cfg.sweep_max_children };
+	d->ctx.sweeps = &d->sweeps_hooks;
 	d->ctx.svc = d->runner;
 	d->ctx.admin = svc_cluster_hooks(d->cluster);
 	d->ctx.acct = svc_acct_hooks(d->acct);

@@ -130,6 +130,8 @@ static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct e
 	memset(ej, 0, sizeof *ej);
 	ej->id = job->id;
 	ej->ranks = 1;
+	ej->sweep = job->sweep;
+	ej->sweep_max_parallel = job->sweep_max_parallel;
 	if (svc_runner_job_dir(r, job->id, ej->dir, sizeof ej->dir) != 0)
 		return -1;
 	json_t *spec = job->spec ? json_loads(job->spec, 0, NULL) : NULL;

@@ -82,6 +82,16 @@ static const struct cli_command commands[] = {
 	  .help =
 	  "Cancels job ID: a job that has not started ends at once; a running one is\n"
 	  "sent SIGTERM, writes a checkpoint and ends CANCELLED.\n" },
+	{ .name = "sweep", .run = cli_cmd_sweep,
+	  .args = "submit FILE|- | ls | show ID | cancel ID",
+	  .summary = "submit, list, show or cancel sweeps of jobs",
+	  .help =
+	  "submit FILE  submits the sweep in FILE (\"-\": standard input; docs/api.md,\n"
+	  "             \"Sweeps\") and prints its id\n"
+	  "ls           lists sweeps: ID, NAME, OWNER, STATE, CHILDREN, DONE, AGE\n"
+	  "show ID      the sweep, its counts and a row per child: params, state, best\n"
+	  "             value of the target, steps, examples and seconds to the target\n"
+	  "cancel ID    cancels every child that has not ended\n" },
 	{ .name = "watch", .run = cli_cmd_watch,
 	  .args = "ID [--interval S]",
 	  .summary = "follow a job's progress until it ends",

@@ -1,0 +1,19 @@
+/* api/sweeps_get.c - GET /v1/sweeps/{id}: the sweep, its state and counts,
+ * and every child with its axis values, state and target figures (best
+ * value of the target metric; steps, examples and seconds to the target).
+ * A user sees only their own sweeps (another's is 404). */
+#include "handlers.h"
+#include "jobs_common.h"
+#include "sweeps_common.h"
+
+enum MHD_Result api_sweeps_get(struct api_request *req)
+{
+	static const char *const params[] = { NULL };
+	enum MHD_Result ret;
+	struct db *db;
+	int64_t id;
+	if (api_db_or_reply(req, &db, &ret) || api_sweep_id_or_reply(req, &id, &ret) ||
+	    api_query_known_or_reply(req, params, &ret))
+		return ret;
+	return api_reply_sweep(req, 200, id);
+}
