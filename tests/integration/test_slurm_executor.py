@@ -25,7 +25,6 @@ import pytest
 import requests
 
 from larchd import Larchd
-from slurm import slurm_cluster  # noqa: F401  (the fixture)
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 
