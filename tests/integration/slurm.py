@@ -242,6 +242,17 @@ class SlurmCluster:
         return "\n".join(out)
 
 
+    def cancel_named(self, prefix):
+        """scancel of every job in squeue whose name starts with prefix (a
+        test's own, which a failed test may leave holding the node for the
+        module's next tests)."""
+        out = self.run("squeue", "-h", "-o", "%i|%j").stdout
+        ids = [i for i, name in (line.split("|", 1) for line in out.splitlines())
+               if name.startswith(prefix)]
+        if ids:
+            self.run("scancel", *ids, check=False)
+        return ids
+
     # ---- the clean state between modules ----------------------------------------
 
     def node_names(self):
@@ -361,7 +372,7 @@ class SlurmCluster:
         if not self.running():
             self.start()            # a test stopped a daemon and failed before it restarted
         for d in larchd.STARTED:
-            if d.running() and d.env.get("SLURM_CONF") == str(self.conf):
+            if d.running() and "slurm" in d.args and d.env.get("SLURM_CONF") == str(self.conf):
                 d.signal()
                 try:
                     d.wait(30)
