@@ -12,7 +12,9 @@
  * child writes DIR/launch (its pid) before it execs the trainer. A job
  * adopted after a restart is never started twice:
  *   - lock held: its process lives (perhaps still between fork and exec);
- *     it is followed, by the pid in launch (waited for if not written yet);
+ *     it is followed, by the pid in launch (waited for if not written yet,
+ *     at most LAUNCH_WAIT_MS; a process it names without the lock open
+ *     is not the job's and is refused without a wait);
  *   - lock free, launch present: it ran and ended; result.json says how;
  *   - lock free, no launch: the trainer never ran; it is queued again.
  * Processes of a previous larchd are not our children: they are polled
@@ -36,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -51,6 +54,9 @@ extern char **environ;
 #define RETRY_FIRST_MS 1000    /* a start that failed for now is tried again after this, */
 #define RETRY_MAX_MS 60000     /* doubled each time up to this */
 #define RETRY_LOG_MS 10000     /* and said in the log at most this often */
+/* how often an adoption looks again while a child of a previous larchd is
+ * between fork and exec (at most LAUNCH_WAIT_MS) */
+static const struct timespec ADOPT_POLL = { 0, 20 * 1000 * 1000 };
 
 struct local_job {
 	struct exec_job job;
@@ -451,6 +457,40 @@ static int lock_held(const char *dir)
 	return held;
 }
 
+/* Whether process pid, running as uid, has the job's lock file open: the
+ * job's own process does from before it writes its launch record (the lock
+ * is its fd 3, kept through exec), so one that has not executed the trainer
+ * yet is told apart from a process the record names that is not the job's. */
+static int holds_job_lock(pid_t pid, const char *dir, uid_t uid)
+{
+	if (process_uid(pid) != (long)uid)
+		return 0;
+	int fd = svc_jobfs_open(dir, "lock", O_RDONLY, 0);
+	struct stat lock;
+	int ok = fd >= 0 && fstat(fd, &lock) == 0;
+	if (fd >= 0)
+		close(fd);
+	if (!ok)
+		return 0;
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	int found = 0;
+	struct dirent *e;
+	while (!found && (e = readdir(d)) != NULL) {
+		struct stat sb;
+		char fdpath[64 + sizeof e->d_name];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(fdpath, sizeof fdpath, "%s/%s", path, e->d_name);
+		found = stat(fdpath, &sb) == 0 && sb.st_dev == lock.st_dev && sb.st_ino == lock.st_ino;
+	}
+	closedir(d);
+	return found;
+}
+
 /* For a process that is not our child: is it still running the job? */
 static int adopted_running(const struct local_job *j)
 {
@@ -587,14 +627,15 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 	FILE *f = svc_jobfs_fopen(job->dir, "launch");
 	/* no launch record but the lock held: a previous larchd forked it a moment
 	 * ago and the child has not written the record yet; wait for it */
-	for (int i = 0; !f && i < 250 && lock_held(job->dir) == 1; i++) {
-		struct timespec ts = { 0, 20 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
+	long long deadline = svc_mono_ms() + LAUNCH_WAIT_MS;
+	while (!f && lock_held(job->dir) == 1 && svc_mono_ms() < deadline) {
+		nanosleep(&ADOPT_POLL, NULL);
 		f = svc_jobfs_fopen(job->dir, "launch");
 	}
 	if (!f) {
 		if (lock_held(job->dir) == 1) {
-			snprintf(err, errlen, "%s/lock: held, but no launch record after 5 s", job->dir);
+			snprintf(err, errlen, "%s/lock: held, but no launch record after %d s", job->dir,
+			         LAUNCH_WAIT_MS / 1000);
 			return -1;
 		}
 		return local_submit(ex, job, err, errlen);   /* never started: queue it again */
@@ -618,12 +659,14 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 		run_uid = id.uid;
 	}
 	/* a child of a previous larchd writes its launch record just before it
-	 * executes the trainer: give it the moment to become the job's */
+	 * executes the trainer: while the process the record names holds the
+	 * job's lock, give it the moment to become the job's; one that does not
+	 * hold it is not the job's, and is refused at once */
 	int alive = 0, held = lock_held(job->dir) == 1;
-	for (int i = 0; held && !(alive = adopted_alive((pid_t)pid, job->dir, run_uid)) && i < 250;
-	     i++) {
-		struct timespec ts = { 0, 20 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
+	deadline = svc_mono_ms() + LAUNCH_WAIT_MS;
+	while (held && !(alive = adopted_alive((pid_t)pid, job->dir, run_uid)) &&
+	       holds_job_lock((pid_t)pid, job->dir, run_uid) && svc_mono_ms() < deadline) {
+		nanosleep(&ADOPT_POLL, NULL);
 		held = lock_held(job->dir) == 1;
 	}
 	if (held && !alive) {

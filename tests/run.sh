@@ -50,7 +50,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 	ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs" || failed+=("ctest (sanitizers)")
 
 echo "== pytest ($python)"
-LARCH_BUILD_DIR="$PWD/build" "$python" -m pytest tests -q -ra || failed+=("pytest")
+# --durations: the slowest tests of every run, to keep the suite in its budget
+LARCH_BUILD_DIR="$PWD/build" "$python" -m pytest tests -q -ra --durations=25 || failed+=("pytest")
 
 if [ ${#failed[@]} -ne 0 ]; then
 	echo "FAILED: ${failed[*]}"

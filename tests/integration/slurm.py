@@ -2,16 +2,32 @@
 
 `SlurmCluster` drives deploy/slurm/start.sh and stop.sh on one directory
 (munged, MariaDB, slurmdbd, slurmctld and slurmd of Debian's packages, run
-as root). The
-`slurm_cluster` fixture gives one per session: the cluster already up in
-$LARCH_SLURM_DIR if there is one (left running at the end), else a fresh one
-in a temporary directory on free ports, stopped at the end with nothing of
-it left running:
-
-    from slurm import slurm_cluster  # noqa: F401  (the fixture)
+as root). One cluster serves the whole session (`slurm_session`): the
+cluster already up in $LARCH_SLURM_DIR if there is one (left running at the
+end), else a fresh one in a temporary directory on free ports, stopped at
+the end with nothing of it left running. conftest.py provides the fixtures
+to every module (a module that imported them itself would get a cluster of
+its own); a test asks for `slurm_cluster`:
 
     def test_x(slurm_cluster):
         subprocess.run(["sinfo"], env=slurm_cluster.env, check=True)
+
+`slurm_cluster` is module-scoped: each module that uses the cluster finds
+it clean and leaves it clean, whatever order the modules run in. Clean is:
+every daemon up, no job in squeue, the node idle (not drained, down or
+still completing a job), every partition up, and Slurm's accounting as it
+was at the session's start (each user's default account, the limits of
+every association and QOS; associations and accounts a module added may
+stay, without limits). Its setup waits for that, at most CLEAN_WAIT_S,
+then fails saying what is not; its teardown makes it so: it stops every
+larchd still running against the cluster (which could submit again),
+cancels every job of every user, resumes a drained or down node, sets the
+partitions up, puts the accounting back, and waits as the setup does. A
+module therefore leaves nothing for the next one to trip on (a job still
+holding the node, which kept the next module's first job pending on
+Resources), and a test may change the node, partitions or accounting as
+long as it is the cluster's to change. On a cluster of $LARCH_SLURM_DIR
+this cancels every job on it.
 
 Accounting is Slurm's own (slurmdbd, AccountingStorageEnforce=associations):
 a user submits only under an account of theirs. `add_user(name, account)`
@@ -31,6 +47,7 @@ import time
 
 import pytest
 
+import larchd
 import unix_users
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -40,6 +57,16 @@ COMMANDS = ("munged", "mungekey", "mariadbd", "slurmdbd", "slurmctld", "slurmd",
 DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
          "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+# how long a module waits for the cluster to be clean (jobs ended, the node
+# idle) at its start and at its end
+CLEAN_WAIT_S = 90
+# the limits that the clean state puts back: sacctmgr's show fields and the
+# names its `set` takes
+ASSOC_LIMITS = (("maxjobs", "MaxJobs"), ("maxwall", "MaxWall"), ("grptres", "GrpTRES"),
+                ("maxsubmit", "MaxSubmitJobs"), ("grpjobs", "GrpJobs"))
+QOS_LIMITS = (("priority", "Priority"), ("maxwall", "MaxWall"), ("maxjobspu", "MaxJobsPerUser"),
+              ("maxsubmitpu", "MaxSubmitJobsPerUser"), ("maxtrespu", "MaxTRESPerUser"),
+              ("grptres", "GrpTRES"), ("grpjobs", "GrpJobs"))
 
 
 def require_slurm():
@@ -215,30 +242,200 @@ class SlurmCluster:
         return "\n".join(out)
 
 
+    def cancel_named(self, prefix):
+        """scancel of every job in squeue whose name starts with prefix (a
+        test's own, which a failed test may leave holding the node for the
+        module's next tests)."""
+        out = self.run("squeue", "-h", "-o", "%i|%j").stdout
+        ids = [i for i, name in (line.split("|", 1) for line in out.splitlines())
+               if name.startswith(prefix)]
+        if ids:
+            self.run("scancel", *ids, check=False)
+        return ids
+
+    # ---- the clean state between modules ----------------------------------------
+
+    def node_names(self):
+        return sorted(set(self.run("sinfo", "-h", "-N", "-o", "%N").stdout.split()))
+
+    def accounting(self):
+        """What of Slurm's accounting a module must leave as it found it:
+        {"defaults": {user: account}, "assoc": {(account, user): {field: value}},
+        "qos": {name: {field: value}}} (user "" for an account's own row)."""
+        users = self.run("sacctmgr", "-nP", "show", "user", "format=user,defaultaccount").stdout
+        fields = ",".join(f for f, _ in ASSOC_LIMITS)
+        assoc = self.run("sacctmgr", "-nP", "show", "assoc", f"format=account,user,{fields}").stdout
+        qfields = ",".join(f for f, _ in QOS_LIMITS)
+        qos = self.run("sacctmgr", "-nP", "show", "qos", f"format=name,{qfields}").stdout
+        rows = [line.split("|") for line in assoc.splitlines()]
+        return {"defaults": dict(line.split("|")[:2] for line in users.splitlines()),
+                "assoc": {(r[0], r[1]): dict(zip((f for f, _ in ASSOC_LIMITS), r[2:]))
+                          for r in rows},
+                "qos": {r[0]: dict(zip((f for f, _ in QOS_LIMITS), r[1:]))
+                        for r in (line.split("|") for line in qos.splitlines())}}
+
+    def accounting_changes(self, baseline):
+        """How the accounting differs from baseline (accounting()), as lines."""
+        now = self.accounting()
+        out = []
+        for user, acct in baseline["defaults"].items():
+            if now["defaults"].get(user, acct) != acct:
+                out.append(f"user {user}: default account {now['defaults'][user]}, not {acct}")
+        for key, limits in now["assoc"].items():
+            want = baseline["assoc"].get(key, {f: "" for f, _ in ASSOC_LIMITS})
+            if limits != want:
+                out.append(f"association {key}: {limits}, not {want}")
+        for name, limits in now["qos"].items():
+            if limits != baseline["qos"].get(name):
+                out.append(f"qos {name}: {limits}, not {baseline['qos'].get(name, 'absent')}")
+        return out
+
+    def restore_accounting(self, baseline):
+        """Puts back each user's default account and the limits of every
+        association and QOS of baseline; associations added since get no
+        limits, QOS added since are deleted."""
+        now = self.accounting()
+        for user, acct in baseline["defaults"].items():
+            if now["defaults"].get(user, acct) != acct:
+                self.sacctmgr("modify", "user", "where", f"name={user}", "set",
+                              f"defaultaccount={acct}")
+
+        def sets(table, current, want):
+            args = []
+            for field, name in table:
+                have, to = current.get(field, ""), want.get(field, "")
+                if have == to:
+                    continue
+                if "tres" in field:    # a list: clear each TRES it has that want lacks
+                    keep = dict(t.split("=", 1) for t in to.split(",") if t)
+                    gone = [t.split("=", 1)[0] for t in have.split(",") if t]
+                    tres = {k: "-1" for k in gone if k not in keep} | keep
+                    args.append(f"{name}=" + ",".join(f"{k}={v}" for k, v in tres.items()))
+                else:
+                    args.append(f"{name}={to or -1}")
+            return args
+
+        for (acct, user), limits in now["assoc"].items():
+            want = baseline["assoc"].get((acct, user), {})
+            args = sets(ASSOC_LIMITS, limits, want)
+            if not args:
+                continue
+            if user:
+                self.sacctmgr("modify", "user", "where", f"name={user}", f"account={acct}",
+                              "set", *args)
+            else:
+                self.sacctmgr("modify", "account", "where", f"name={acct}", "set", *args)
+        for name, limits in now["qos"].items():
+            if name not in baseline["qos"]:
+                self.sacctmgr("delete", "qos", name)
+                continue
+            args = sets(QOS_LIMITS, limits, baseline["qos"][name])
+            if args:
+                self.sacctmgr("modify", "qos", "where", f"name={name}", "set", *args)
+
+    def not_clean(self):
+        """What keeps the cluster from being clean (jobs, node and partition
+        states, daemons), as lines; [] when it is. The accounting is apart:
+        accounting_changes()."""
+        if not self.running():
+            return [f"daemons not running: {[d for d in DAEMONS if self.pid(d) not in self.processes()]}"]
+        out = []
+        jobs = self.run("squeue", "-h", "-o", "%i %u %P %T %r %j", check=False)
+        if jobs.returncode != 0 or jobs.stdout.strip():
+            out.append(f"squeue: {jobs.stdout.strip() or jobs.stderr.strip()}")
+        nodes = self.run("sinfo", "-h", "-N", "-o", "%N %T %E", check=False)
+        states = {line.split()[1] for line in nodes.stdout.splitlines() if line.split()}
+        if nodes.returncode != 0 or states != {"idle"}:
+            out.append(f"sinfo -N: {nodes.stdout.strip() or nodes.stderr.strip()}")
+        parts = self.run("sinfo", "-h", "-o", "%P %a", check=False)
+        if parts.returncode != 0 or any(line.split()[1] != "up" for line in parts.stdout.splitlines()):
+            out.append(f"partitions: {parts.stdout.strip() or parts.stderr.strip()}")
+        return out
+
+    def wait_clean(self, where, baseline, timeout=CLEAN_WAIT_S):
+        """Waits until the cluster is clean (not_clean() and the accounting
+        as baseline has it), at most timeout seconds; fails saying what is
+        not, at where."""
+        deadline = time.monotonic() + timeout
+        while (left := self.not_clean()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left += self.accounting_changes(baseline)
+        if left:
+            pytest.fail(f"the Slurm cluster in {self.dir} is not clean at {where} after "
+                        f"{timeout}s (each module that uses it cancels its jobs and puts back "
+                        "what it changed at its end):\n  " + "\n  ".join(left), pytrace=False)
+
+    def clean_up(self, baseline):
+        """Makes the cluster clean for the next module: its daemons up, no
+        larchd running against it, every job cancelled, the node resumed,
+        the partitions up, the accounting as baseline (accounting()) has it."""
+        if not self.running():
+            self.start()            # a test stopped a daemon and failed before it restarted
+        for d in larchd.STARTED:
+            if d.running() and "slurm" in d.args and d.env.get("SLURM_CONF") == str(self.conf):
+                d.signal()
+                try:
+                    d.wait(30)
+                except subprocess.TimeoutExpired:
+                    d.proc.kill()
+                    d.proc.wait()
+        deadline = time.monotonic() + CLEAN_WAIT_S
+        while True:
+            ids = self.run("squeue", "-h", "-o", "%i").stdout.split()
+            if not ids or time.monotonic() > deadline:
+                break
+            self.run("scancel", *ids, check=False)   # a job may end in between
+            time.sleep(0.2)
+        for node in self.node_names():
+            state = self.run("sinfo", "-h", "-N", "-n", node, "-o", "%T").stdout.split()
+            if any(s.startswith(("drain", "down")) or "+drain" in s for s in state):
+                self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+        for line in self.run("sinfo", "-h", "-o", "%R %a").stdout.splitlines():
+            name, avail = line.split()
+            if avail != "up":
+                self.run("scontrol", "update", f"PartitionName={name}", "State=UP")
+        self.restore_accounting(baseline)
+
 def fresh_cluster(directory):
     """A cluster started in an empty directory on free ports."""
     return SlurmCluster(directory, port=free_ports()).start()
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory):
-    """A running cluster: the one in $LARCH_SLURM_DIR if it is up (left
-    running), else a new one in a temporary directory, stopped at the end."""
+def slurm_session(tmp_path_factory):
+    """The session's running cluster: the one in $LARCH_SLURM_DIR if it is
+    up (left running), else a new one in a temporary directory, stopped at
+    the end. Tests ask for slurm_cluster, which keeps it clean per module."""
     require_slurm()
     given = os.environ.get("LARCH_SLURM_DIR")
+    cluster = None
     if given:
         cluster = SlurmCluster(pathlib.Path(given).resolve())
-        if cluster.running():
-            for name in unix_users.TEST_USERS:
-                cluster.add_user(name, "larch-test")
-            yield cluster
-            return
-    cluster = fresh_cluster(tmp_path_factory.mktemp("slurm"))
+        if not cluster.running():
+            cluster = None
+    fresh = cluster is None
+    if fresh:
+        cluster = fresh_cluster(tmp_path_factory.mktemp("slurm"))
     # larchd as root submits each job as its owner: the test users need
     # associations (AccountingStorageEnforce=associations)
     for name in unix_users.TEST_USERS:
         cluster.add_user(name, "larch-test")
+    # what each module must leave as it found it
+    cluster.baseline = cluster.accounting()
     yield cluster
-    cluster.stop()
-    left = cluster.processes()
-    assert not left, f"processes of the cluster in {cluster.dir} left after stop.sh: {left}"
+    if fresh:
+        cluster.stop()
+        left = cluster.processes()
+        assert not left, f"processes of the cluster in {cluster.dir} left after stop.sh: {left}"
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(slurm_session, request):
+    """The session's cluster, clean when the module starts (waited for, at
+    most CLEAN_WAIT_S) and made clean again when it ends: see the top of
+    this file."""
+    cluster = slurm_session
+    cluster.wait_clean(f"the start of {request.module.__name__}", cluster.baseline)
+    yield cluster
+    cluster.clean_up(cluster.baseline)
+    cluster.wait_clean(f"the end of {request.module.__name__}", cluster.baseline)

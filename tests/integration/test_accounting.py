@@ -27,7 +27,6 @@ import pytest
 import requests
 
 from larchd import BUILD, Larchd, stand_in_trainer
-from slurm import slurm_cluster  # noqa: F401  (the fixture)
 from test_larchd_http import assert_error
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}

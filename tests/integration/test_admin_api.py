@@ -26,7 +26,7 @@ import pytest
 import requests
 
 from larchd import BUILD, Larchd, stand_in_trainer
-from slurm import free_ports, slurm_cluster  # noqa: F401  (the fixture)
+from slurm import free_ports
 from test_larchd_http import assert_error
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}

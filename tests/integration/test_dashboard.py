@@ -28,7 +28,6 @@ import requests
 
 from browser import chrome, screenshot
 from larchd import stand_in_trainer
-from slurm import slurm_cluster  # noqa: F401  (the fixture)
 from test_api_jobs import FINAL, JSON, Server, tiny_spec, trainer_env
 
 XSS = "<img src=x onerror=alert(1)>"

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from slurm import DAEMONS, fresh_cluster, require_slurm, slurm_cluster  # noqa: F401
+from slurm import DAEMONS, fresh_cluster, require_slurm
 
 SCRIPT = '#!/bin/sh\necho "larch-test job=$SLURM_JOB_ID partition=$SLURM_JOB_PARTITION"\n'
 

@@ -25,7 +25,6 @@ import pytest
 import requests
 
 from larchd import Larchd
-from slurm import slurm_cluster  # noqa: F401  (the fixture)
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 
@@ -49,13 +48,20 @@ def start(tmp_path, cluster, args=(), state_dir=None, via="libslurm", env=None):
 
 
 @pytest.fixture
-def servers():
+def servers(slurm_cluster):
+    """The test's larchds: killed at its end, and their Slurm jobs that are
+    still there cancelled (a failed test's job would keep the module's next
+    tests waiting on Resources)."""
     started = []
     yield started
     for s in started:
         if s.running():
             s.proc.kill()
             s.wait()
+    for s in started:
+        inst = s.state_dir / "instance-id"
+        if inst.exists():
+            slurm_cluster.cancel_named(f"larch-{inst.read_text().strip()}-")
 
 
 def submit(server, body, status=201):
