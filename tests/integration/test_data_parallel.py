@@ -266,7 +266,7 @@ def test_signal_stops_all_ranks_and_resume_is_bit_exact(trainer, mpirun, tmp_pat
 
 
 def test_a_rank_killed_ends_the_run_then_it_resumes(trainer, mpirun, tmp_path, started):
-    s = spec(2, steps=4000, hidden=(256,), log_every=10, checkpoint_every=100)
+    s = spec(2, steps=4000, log_every=10, checkpoint_every=100)
     job = tmp_path / "job"
     proc = start(trainer, mpirun, s, job, started)
     wait_step(proc, 150)
