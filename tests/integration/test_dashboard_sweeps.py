@@ -4,10 +4,12 @@ executor runs larch-train: a sweep of four tiny real jobs (two axes,
 max_parallel 2, a val/accuracy target that the children with a learning
 rate of 1e-6 cannot reach), followed live on the sweeps list; the sweep
 page's definition, its children's table in the target's order and the
-overlay of their curves (compare.js's, checked against GET /v1/metrics);
-the jobs list's links to the sweep and its sweep filter; Cancel on a sweep
-of long children; and a user who sees neither another user's sweep nor
-its page. Every test ends with no console error and no CSP violation.
+overlay of their curves (compare.js's, checked against GET /v1/metrics;
+larchd's compare_max_jobs is 3, so the overlay must ask for the four
+curves in groups); the jobs list's links to the sweep and its sweep and
+label filters; Cancel on a sweep of long children; and a user who sees
+neither another user's sweep nor its page. Every test ends with no
+console error and no CSP violation.
 """
 import re
 
@@ -33,7 +35,9 @@ def browser():
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, browser):
-    server = Server(tmp_path_factory.mktemp("dash-sweeps"), ["--max-local-jobs", "4"])
+    # compare_max_jobs 3: the overlay of four children must ask in smaller groups
+    server = Server(tmp_path_factory.mktemp("dash-sweeps"),
+                    ["--max-local-jobs", "4", "--compare-max-jobs", "3"])
     yield server
     leave(browser)
     for sweep in server.get("/v1/sweeps?limit=500", server.admin).json()["sweeps"]:
@@ -164,8 +168,11 @@ def test_sweep_page_table_by_target_and_overlay(site, browser, done):
     wait(browser).until(lambda d: d.execute_script(
         "return document.body.dataset.compareReady") == "val/accuracy step")
     jobs = [by_index[i]["job"] for i in order]
-    r = site.get("/v1/metrics", site.alice, params={"jobs": ",".join(jobs), "name": "val/accuracy"})
-    points = {e["id"]: len(e["points"]) for e in r.json()["jobs"]}
+    points = {}
+    for group in (jobs[:2], jobs[2:]):
+        r = site.get("/v1/metrics", site.alice, params={"jobs": ",".join(group), "name": "val/accuracy"})
+        assert r.status_code == 200, r.text
+        points.update({e["id"]: len(e["points"]) for e in r.json()["jobs"]})
     assert all(n >= 4 for n in points.values()), points
     chart = one(browser, tid("compare-chart"))
     assert chart.get_attribute("data-series") == " ".join(f"{j}:{points[j]}" for j in jobs)
