@@ -114,7 +114,7 @@ export function sweepsView(main, ctx) {
 
   function row(s) {
     return h('tr', { dataset: { testid: 'sweep-row', sweepId: s.id, state: s.state } },
-             h('td', null, h('a', { href: `#/sweeps/${s.id}`, class: 'mono' }, s.id)),
+             h('td', { class: 'nowrap' }, h('a', { href: `#/sweeps/${s.id}`, class: 'mono' }, s.id)),
              h('td', null, h('span', { class: 'cell-text' }, s.name || '—')),
              admin ? h('td', null, s.owner || '—') : null,
              h('td', null, stateBadge(s.state)),
@@ -239,7 +239,7 @@ export function sweepView(main, ctx) {
                   return h('tr', { dataset: { testid: 'child-row', index: c.index, jobId: c.job,
                                               state: c.state } },
                            h('td', { class: 'num' }, String(c.index)),
-                           h('td', null, h('a', { href: `#/jobs/${c.job}`, class: 'mono' }, c.job)),
+                           h('td', { class: 'nowrap' }, h('a', { href: `#/jobs/${c.job}`, class: 'mono' }, c.job)),
                            axes.map((a) => h('td', { class: 'mono', dataset: { axis: a } },
                                              shown(c.params && c.params[a]))),
                            h('td', null, stateBadge(c.state),

@@ -17,8 +17,8 @@ import pytest
 
 from browser import chrome, screenshot
 from test_api_jobs import FINAL, Server, tiny_spec
-from test_dashboard import (cancel_all, console_problems, css, leave, one, open_fresh, row_ids,
-                            sign_in, stop, tid, token_of, wait)
+from test_dashboard import (cancel_all, console_problems, css, leave, one, open_fresh, overflow,
+                            row_ids, sign_in, stop, tid, token_of, wait)
 
 TARGET = {"metric": "val/accuracy", "value": 0.3, "mode": "max"}
 AXES = {"batch.global": [128, 256], "optimizer.lr": [1e-6, 0.2]}
@@ -185,6 +185,17 @@ def test_sweep_page_table_by_target_and_overlay(site, browser, done):
     assert chart.get_attribute("data-x") == "examples"
     assert "null" not in one(browser, tid("sweep-curves")).text
     screenshot(browser, "sweep")
+    # a phone's width: the page fits (the table scrolls in its own box)
+    size = browser.get_window_size()
+    try:
+        browser.set_window_size(375, 800)
+        wait(browser).until(lambda d: overflow(d) <= 0, "the sweep page is wider than 375 px")
+        screenshot(browser, "sweep-narrow")
+        open_fresh(browser, f"{site.url}/#/sweeps")
+        one(browser, tid("sweep-row"))
+        assert overflow(browser) <= 0, "the sweeps page is wider than 375 px"
+    finally:
+        browser.set_window_size(size["width"], size["height"])
     assert console_problems(browser) == []
 
 
@@ -198,6 +209,12 @@ def test_jobs_list_links_children_to_their_sweep(site, browser, done):
     for job, index in kids.items():
         link = one(browser, f'tr[data-job-id="{job}"] {tid("job-sweep")}')
         assert link.text == f"{sid} #{index}"
+    # a child's page links to its sweep and says its params
+    first = sweep["children"][0]
+    open_fresh(browser, f"{site.url}/#/jobs/{first['job']}")
+    link = one(browser, tid("job-sweep"))
+    assert link.text == f"{sid} #0"
+    assert "batch.global=128 optimizer.lr=0.000001" in one(browser, tid("summary")).text
     # the label filter
     open_fresh(browser, f"{site.url}/#/jobs?label=project:ui")
     wait(browser).until(lambda d: sorted(row_ids(d)) == sorted(kids))
