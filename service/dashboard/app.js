@@ -1,12 +1,14 @@
 // service/dashboard/app.js - the dashboard's entry point: hash routes
-// (#/signin, #/jobs, #/jobs/j-000001, #/compare?jobs=..., #/admin), the header (who is signed
-// in, the live indicator, sign-out) and the sign-in page.
+// (#/signin, #/jobs, #/jobs/j-000001, #/compare?jobs=..., #/sweeps,
+// #/sweeps/s-000001, #/admin), the header (who is signed in, the live
+// indicator, sign-out) and the sign-in page.
 import { ApiError, TOKEN_RE, feed, isAbort, request, session,
          setUnauthorizedHandler } from './api.js';
 import { adminView } from './admin.js';
 import { compareView } from './compare.js';
 import { jobView } from './job.js';
 import { jobsView } from './jobs.js';
+import { sweepView, sweepsView } from './sweeps.js';
 import { clearAlert, h, showError } from './ui.js';
 
 const NEXT_KEY = 'larch.next';
@@ -15,6 +17,8 @@ const routes = [
   { re: /^\/jobs$/, view: jobsView, title: 'Jobs', nav: 'jobs' },
   { re: /^\/jobs\/(j-\d{6,})$/, view: jobView, title: 'Job', nav: 'jobs' },
   { re: /^\/compare$/, view: compareView, title: 'Compare', nav: 'jobs' },
+  { re: /^\/sweeps$/, view: sweepsView, title: 'Sweeps', nav: 'sweeps' },
+  { re: /^\/sweeps\/(s-\d{6,})$/, view: sweepView, title: 'Sweep', nav: 'sweeps' },
   { re: /^\/admin$/, view: adminView, title: 'Admin', nav: 'admin' },
 ];
 
@@ -28,6 +32,7 @@ function renderSession() {
   const box = document.getElementById('session');
   document.getElementById('nav-admin-item').hidden = !(s && s.role === 'admin');
   document.getElementById('nav-jobs-item').hidden = !s;
+  document.getElementById('nav-sweeps-item').hidden = !s;
   if (!s) {
     box.replaceChildren();
     return;

@@ -78,6 +78,13 @@ export function jobView(main, ctx) {
       ['Exit code', job.exit_code === null || job.exit_code === undefined ? '—' : String(job.exit_code)],
       ['Reason', job.reason || '—'],
     ];
+    if (job.sweep)
+      rows.splice(1, 0, ['Sweep', [h('a', { href: `#/sweeps/${job.sweep}`, class: 'mono',
+                                            dataset: { testid: 'job-sweep' } },
+                                    `${job.sweep} #${job.sweep_index}`),
+                                  ' ', h('span', { class: 'mono small' },
+                                         Object.entries(job.params || {})
+                                           .map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' '))]]);
     summary.replaceChildren(...rows.flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
     const text = JSON.stringify(job.spec, null, 2);
     if (spec.textContent !== text)

@@ -1,7 +1,8 @@
-// service/dashboard/jobs.js - the jobs page (#/jobs?state=&name=&owner=&limit=):
-// a table of GET /v1/jobs with filters, client-side sorting of the page,
-// the API's cursor paging, and live updates from the change feed. Checked
-// rows (kept across pages) open the compare page (compare.js).
+// service/dashboard/jobs.js - the jobs page (#/jobs?state=&name=&owner=&sweep=
+// &label=&limit=): a table of GET /v1/jobs with filters, client-side sorting
+// of the page, the API's cursor paging, and live updates from the change
+// feed. Checked rows (kept across pages) open the compare page
+// (compare.js); a sweep's child links to its sweep (sweeps.js).
 import { request } from './api.js';
 import { FINAL_STATES, STATES, coalesce, empty, fmtClock, fmtNum, h, stateBadge, tableWrap,
          timeEl } from './ui.js';
@@ -104,6 +105,8 @@ export function jobsView(main, ctx) {
     state: STATES.includes(q.get('state')) ? q.get('state') : '',
     name: q.get('name') || '',
     owner: admin ? q.get('owner') || '' : '',
+    sweep: q.get('sweep') || '',
+    label: q.get('label') || '',
     limit: pageSize(q.get('limit')),
   };
   let cursors = [null];          // the cursor of each page on the way here
@@ -126,6 +129,12 @@ export function jobsView(main, ctx) {
     ? h('input', { id: 'f-owner', class: 'input', type: 'search', value: filters.owner,
                    autocomplete: 'off', placeholder: 'user', dataset: { testid: 'filter-owner' } })
     : null;
+  const sweepIn = h('input', { id: 'f-sweep', class: 'input', type: 'search', value: filters.sweep,
+                               autocomplete: 'off', placeholder: 's-000001',
+                               dataset: { testid: 'filter-sweep' } });
+  const labelIn = h('input', { id: 'f-label', class: 'input', type: 'search', value: filters.label,
+                               autocomplete: 'off', placeholder: 'key:value',
+                               dataset: { testid: 'filter-label' } });
   const sizes = LIMITS.includes(filters.limit) ? LIMITS : [...LIMITS, filters.limit].sort((a, b) => a - b);
   const limitSel = h('select', { id: 'f-limit', class: 'input', dataset: { testid: 'filter-limit' } },
                      sizes.map((n) => h('option', { value: n }, String(n))));
@@ -135,6 +144,8 @@ export function jobsView(main, ctx) {
                  field('f-state', 'State', stateSel),
                  field('f-name', 'Name', nameIn),
                  ownerIn ? field('f-owner', 'Owner', ownerIn) : null,
+                 field('f-sweep', 'Sweep', sweepIn),
+                 field('f-label', 'Label', labelIn),
                  field('f-limit', 'Per page', limitSel),
                  h('div', { class: 'filter-actions' },
                    h('button', { type: 'submit', class: 'btn btn-primary',
@@ -186,7 +197,7 @@ export function jobsView(main, ctx) {
 
   function syncHash() {
     const p = new URLSearchParams();
-    for (const k of ['state', 'name', 'owner'])
+    for (const k of ['state', 'name', 'owner', 'sweep', 'label'])
       if (filters[k])
         p.set(k, filters[k]);
     if (filters.limit !== 50)
@@ -199,6 +210,8 @@ export function jobsView(main, ctx) {
     filters.state = stateSel.value;
     filters.name = nameIn.value.trim();
     filters.owner = ownerIn ? ownerIn.value.trim() : '';
+    filters.sweep = sweepIn.value.trim();
+    filters.label = labelIn.value.trim();
     filters.limit = Number(limitSel.value) || 50;
     cursors = [null];
     syncHash();
@@ -211,6 +224,8 @@ export function jobsView(main, ctx) {
     nameIn.value = '';
     if (ownerIn)
       ownerIn.value = '';
+    sweepIn.value = '';
+    labelIn.value = '';
     limitSel.value = '50';
     applyFilters();
   }
@@ -265,7 +280,11 @@ export function jobsView(main, ctx) {
                             onchange: (ev) => select(job.id, ev.target.checked) })),
              h('td', { class: 'col-id' }, h('a', { href: `#/jobs/${job.id}`, class: 'mono',
                                                    dataset: { focus: 'link' } }, job.id)),
-             h('td', { class: 'col-name' }, h('span', { class: 'cell-text' }, job.name || '—')),
+             h('td', { class: 'col-name' }, h('span', { class: 'cell-text' }, job.name || '—'),
+               job.sweep ? h('a', { href: `#/sweeps/${job.sweep}`, class: 'sweep-link mono small',
+                                    title: `child ${job.sweep_index} of sweep ${job.sweep}`,
+                                    dataset: { testid: 'job-sweep' } },
+                             `${job.sweep} #${job.sweep_index}`) : null),
              h('td', { class: 'col-owner' }, job.owner || '—'),
              h('td', { class: 'col-state' }, stateCell(job)),
              h('td', { class: 'col-partition' }, partition(job) || '—'),
@@ -292,7 +311,7 @@ export function jobsView(main, ctx) {
     // keep the keyboard focus on the same job's link across a re-render
     const active = document.activeElement;
     const focusId = active && tbody.contains(active) ? active.closest('tr').dataset.jobId : null;
-    const filtered = filters.state || filters.name || filters.owner;
+    const filtered = filters.state || filters.name || filters.owner || filters.sweep || filters.label;
     emptyMsg.textContent = filtered ? 'No jobs match these filters.'
                                     : 'No jobs yet: submit one with larch submit spec.json.';
     emptyMsg.hidden = jobs.length > 0;
@@ -319,8 +338,9 @@ export function jobsView(main, ctx) {
       p.set('state', filters.state);
     if (filters.name)
       p.set('name', filters.name);
-    if (filters.owner)
-      p.set('owner', filters.owner);
+    for (const k of ['owner', 'sweep', 'label'])
+      if (filters[k])
+        p.set(k, filters[k]);
     const cursor = cursors[cursors.length - 1];
     if (cursor)
       p.set('cursor', cursor);
