@@ -10,9 +10,13 @@ MLP that reaches 80% validation accuracy in a second or two).
   reason early-stopped;
 - bad study bodies and stop targets: 400 naming the field, nothing stored.
 """
+import os
+import subprocess
 import time
 
 import pytest
+
+from larchd import BUILD
 
 from test_api_jobs import Server
 
@@ -51,7 +55,14 @@ def wait_sweep(srv, sid, pred, timeout=120):
         time.sleep(0.2)
 
 
-def test_batch_scaling_study(srv):
+def larch(srv, tmp_path, *args):
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LARCH_URL": srv.url,
+           "LARCH_TOKEN": srv.alice["Authorization"].split()[1]}
+    return subprocess.run([str(BUILD / "service" / "larch"), *args], env=env,
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_batch_scaling_study(srv, tmp_path):
     body = {"kind": "batch_scaling", "name": "bs", "base": base_spec(),
             "batch_sizes": [64, 128, 256, 1024], "target": TARGET, "max_parallel": 2,
             "labels": {"study": "fmnist"}}
@@ -90,8 +101,15 @@ def test_batch_scaling_study(srv):
     assert fit["e_min"] == pytest.approx(fit["s_min"] * fit["b_crit"], rel=1e-9)
     assert fit["s_min"] <= min(steps) * 1.5
 
+    # the CLI prints the study's table and the fit
+    out = larch(srv, tmp_path, "sweep", "show", s["id"])
+    assert out.returncode == 0, out.stderr
+    assert "study (reference batch 256" in out.stdout and "b_crit" in out.stdout
+    row = next(line.split() for line in out.stdout.splitlines() if line.startswith("1024 "))
+    assert row[3] == str(study["points"][3]["steps"]), out.stdout
 
-def test_study_without_enough_points_says_so(srv):
+
+def test_study_without_enough_points_says_so(srv, tmp_path):
     # a target no child reaches in 10 steps: no fit, a note
     body = {"kind": "batch_scaling", "name": "short", "base": base_spec(steps=10),
             "batch_sizes": [128, 256, 512], "target": {"metric": "val/accuracy", "value": 0.99}}
@@ -101,6 +119,8 @@ def test_study_without_enough_points_says_so(srv):
     assert done["state"] == "COMPLETED"
     assert done["study"]["fit"] is None and "0 of 3" in done["study"]["note"]
     assert all(p["steps"] is None and p["speedup"] is None for p in done["study"]["points"])
+    out = larch(srv, tmp_path, "sweep", "show", done["id"])
+    assert out.returncode == 0 and "fit:       none" in out.stdout and "0 of 3" in out.stdout
 
 
 def test_early_stop_cancels_the_laggard(srv):
