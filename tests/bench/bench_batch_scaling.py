@@ -58,9 +58,13 @@ def main():
     import tempfile
     with tempfile.TemporaryDirectory(prefix="bench-bs-") as tmp:
         d = Larchd(pathlib.Path(tmp), args=["--max-local-jobs", str(a.parallel)]).start()
+        h = {**d.auth(), "Content-Type": "application/json"}
         try:
             run(d, body, sizes)
         finally:
+            # a stopped larchd leaves its jobs running (a restart adopts them)
+            for s in requests.get(d.url + "/v1/sweeps", headers=h, timeout=30).json()["sweeps"]:
+                requests.post(f"{d.url}/v1/sweeps/{s['id']}/cancel", headers=h, timeout=60)
             d.stop()
 
 
