@@ -134,6 +134,7 @@ void api_sweep_write(struct api_buf *b, const struct db_sweep *s,
 			api_buf_addc(b, '}');
 		}
 		api_buf_addc(b, ']');
+		api_sweep_study_write(b, s, children, n);
 	}
 	api_buf_addc(b, '}');
 }

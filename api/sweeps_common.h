@@ -22,6 +22,11 @@ const char *api_sweep_state(const struct db_sweep *s);
 void api_sweep_write(struct api_buf *b, const struct db_sweep *s,
                      const struct db_sweep_child *children, size_t n);
 
+/* For a batch_scaling sweep, writes ,"study":{...} (api/sweeps_study.c)
+ * from its children; nothing for any other sweep. */
+void api_sweep_study_write(struct api_buf *b, const struct db_sweep *s,
+                           const struct db_sweep_child *children, size_t n);
+
 /* Reads the sweep with its children (owner-scoped as the principal is) and
  * replies it with status. */
 enum MHD_Result api_reply_sweep(struct api_request *req, unsigned status, int64_t id);

@@ -8,6 +8,13 @@
  * with seed: the same body gives the same children), max_parallel, target,
  * early_stop, labels. Unknown fields are 400.
  *
+ * "kind": "batch_scaling" (a critical-batch study) takes batch_sizes in
+ * place of axes and method: one child per size with batch.global set, the
+ * target as each child's spec.stop, and eval_every scaled so that every
+ * child evaluates after the same number of examples as the base does at
+ * its batch.reference (at least every step). GET reads the study from the
+ * definition (api/sweeps_study.c).
+ *
  * parse -> build every child (the base with the child's axis values and the
  * name "<sweep name>-<index>") and validate it with the trainer's own
  * validator, as POST /v1/jobs does: one invalid child fails the request
@@ -36,6 +43,7 @@
 #include "reply.h"
 #include "sweeps_common.h"
 #include "sweeps_hooks.h"
+#include "study_fit.h"
 #include "trainer/spec/plan.h"
 #include "trainer/spec/spec.h"
 
@@ -60,6 +68,9 @@ struct sweep_submit {
 	const char *target_metric, *target_mode;
 	double target_value;
 	int64_t early_stop_after;
+	json_t *study_axes;               /* batch_scaling: {"batch.global": batch_sizes} (owned) */
+	long study_reference;             /* batch_scaling: the base's batch.reference */
+	long study_eval_every;            /* batch_scaling: the base's eval_every */
 	struct child *ch;
 	size_t n;
 	size_t *leaders;                  /* the first child of each preflight group */
@@ -88,6 +99,7 @@ static void submit_free(void *p)
 	free(s->pre.shape);
 	free(s->definition);
 	free(s->labels);
+	json_decref(s->study_axes);
 	json_decref(s->body);
 	free(s);
 }
@@ -352,7 +364,7 @@ static int parse_fields(struct api_request *req, struct sweep_submit *s, size_t 
 {
 	static const char *const known[] = { "name", "base", "axes", "method", "samples", "seed",
 	                                     "max_parallel", "target", "early_stop", "labels",
-	                                     NULL };
+	                                     "kind", "batch_sizes", NULL };
 	json_t *body = s->body, *v;
 	const char *key;
 	json_object_foreach(body, key, v) {
@@ -360,9 +372,9 @@ static int parse_fields(struct api_request *req, struct sweep_submit *s, size_t 
 		while (known[k] && strcmp(known[k], key) != 0)
 			k++;
 		if (!known[k]) {
-			*ret = bad_field(req, key, "%.64s: unknown field (the fields are name, base, axes, "
-			                 "method, samples, seed, max_parallel, target, early_stop, labels)",
-			                 key);
+			*ret = bad_field(req, key, "%.64s: unknown field (the fields are kind, name, base, "
+			                 "axes, method, samples, seed, max_parallel, target, early_stop, "
+			                 "labels, batch_sizes)", key);
 			return -1;
 		}
 	}
@@ -478,6 +490,107 @@ static int parse_fields(struct api_request *req, struct sweep_submit *s, size_t 
 		}
 	}
 	return 0;
+}
+
+/* "kind": "batch_scaling": batch_sizes (2 to API_STUDY_FIT_MAX distinct
+ * integers >= 1) become the one axis batch.global; a target the trainer can
+ * stop on is required; axes, method, samples, seed and early_stop are not
+ * for a study. 0 (also for an ordinary sweep), or -1 replied. */
+static int parse_study(struct api_request *req, struct sweep_submit *s, size_t cap,
+                       enum MHD_Result *ret)
+{
+	json_t *body = s->body, *kind = json_object_get(body, "kind");
+	int study = json_is_string(kind) && strcmp(json_string_value(kind), "batch_scaling") == 0;
+	if (kind && !study && !(json_is_string(kind) && strcmp(json_string_value(kind), "sweep") == 0)) {
+		*ret = bad_field(req, "kind", "kind: must be \"sweep\" (the default) or "
+		                 "\"batch_scaling\"");
+		return -1;
+	}
+	if (!study) {
+		if (json_object_get(body, "batch_sizes")) {
+			*ret = bad_field(req, "batch_sizes", "batch_sizes: only with kind batch_scaling");
+			return -1;
+		}
+		return 0;
+	}
+	static const char *const not_here[] = { "axes", "method", "samples", "seed", "early_stop",
+	                                        NULL };
+	for (size_t k = 0; not_here[k]; k++)
+		if (json_object_get(body, not_here[k])) {
+			*ret = bad_field(req, not_here[k], "%s: not with kind batch_scaling (its children "
+			                 "differ in batch.global only, from batch_sizes)", not_here[k]);
+			return -1;
+		}
+	if (!s->target_metric) {
+		*ret = bad_field(req, "target", "target: required with kind batch_scaling (each "
+		                 "child runs until it reaches it)");
+		return -1;
+	}
+	if (strcmp(s->target_metric, "val/accuracy") != 0 && strcmp(s->target_metric, "val/loss") != 0) {
+		*ret = bad_field(req, "target.metric", "target.metric: a batch_scaling study needs a "
+		                 "metric the trainer evaluates: \"val/accuracy\" or \"val/loss\" (got "
+		                 "\"%.64s\")", s->target_metric);
+		return -1;
+	}
+	json_t *sizes = json_object_get(body, "batch_sizes");
+	size_t n = json_array_size(sizes), most = cap < API_STUDY_FIT_MAX ? cap : API_STUDY_FIT_MAX;
+	if (!json_is_array(sizes) || n < 2 || n > most) {
+		*ret = bad_field(req, "batch_sizes", "batch_sizes: required with kind batch_scaling, a "
+		                 "list of 2 to %zu batch sizes", most);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *v = json_array_get(sizes, i);
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > 1000000000) {
+			char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+			*ret = bad_field(req, "batch_sizes", "batch_sizes[%zu]: must be an integer from 1 to "
+			                 "10^9 (got %.32s)", i, text ? text : "?");
+			free(text);
+			return -1;
+		}
+		for (size_t k = 0; k < i; k++)
+			if (json_integer_value(json_array_get(sizes, k)) == json_integer_value(v)) {
+				*ret = bad_field(req, "batch_sizes", "batch_sizes[%zu]: %lld is there twice "
+				                 "(also at %zu)", i, (long long)json_integer_value(v), k);
+				return -1;
+			}
+	}
+	json_t *base = json_object_get(body, "base");
+	json_t *batch = json_object_get(base, "batch"), *ev = json_object_get(base, "eval_every");
+	json_t *ref = json_object_get(batch, "reference");
+	if (!json_is_integer(ref))
+		ref = json_object_get(batch, "global");
+	if (!json_is_integer(ev) || json_integer_value(ev) < 1) {
+		*ret = bad_field(req, "base.eval_every", "base.eval_every: a batch_scaling study needs "
+		                 "eval_every > 0 (the target is checked at each evaluation)");
+		return -1;
+	}
+	if (!json_is_integer(ref) || json_integer_value(ref) < 1) {
+		*ret = bad_field(req, "base.batch.reference", "base.batch.reference: a batch_scaling "
+		                 "study needs the base's batch size (batch.reference, or batch.global)");
+		return -1;
+	}
+	s->study_reference = (long)json_integer_value(ref);
+	s->study_eval_every = (long)json_integer_value(ev);
+	s->study_axes = json_pack("{s:O}", "batch.global", sizes);
+	if (!s->study_axes) {
+		*ret = api_reply_error(req, 500, API_ERR_INTERNAL, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
+/* A study's child: the target as its stop, and eval_every at the same
+ * examples as the base's at batch.reference (at least 1). 0 or -1. */
+static int study_child(const struct sweep_submit *s, json_t *spec, long batch)
+{
+	double every = (double)s->study_eval_every * (double)s->study_reference / (double)batch;
+	long ev = every < 1 ? 1 : (long)llround(every);
+	json_t *stop = json_pack("{s:s,s:f,s:s}", "metric", s->target_metric, "value",
+	                         s->target_value, "mode", s->target_mode);
+	return !stop || json_object_set_new(spec, "stop", stop) != 0 ||
+	       json_object_set_new(spec, "eval_every", json_integer(ev)) != 0 ? -1 : 0;
 }
 
 /* The axes: paths, lists, and how many children they make. 0, or -1 replied. */
@@ -625,6 +738,13 @@ static int build_children(struct api_request *req, struct sweep_submit *s, json_
 			}
 		}
 		json_object_set_new(spec, "name", json_string(c->name));
+		if (s->study_axes &&
+		    study_child(s, spec, (long)json_integer_value(json_object_get(c->params,
+		                                                                  "batch.global")))) {
+			json_decref(spec);
+			*ret = api_reply_error(req, 500, API_ERR_INTERNAL, "out of memory");
+			goto out;
+		}
 		struct trn_err terr = { 0 };
 		int valid = trn_spec_from_json(&c->tspec, spec, &terr) == 0;
 		json_decref(spec);
@@ -708,15 +828,17 @@ enum MHD_Result api_sweeps_post(struct api_request *req)
 	const struct api_sweeps_hooks *sh = req->ctx->sweeps;
 	size_t cap = sh && sh->max_children ? sh->max_children : DEFAULT_MAX_CHILDREN, samples;
 	uint64_t seed;
-	if (parse_fields(req, s, cap, &samples, &seed, &ret) ||
-	    parse_axes(req, json_object_get(body, "axes"), cap, samples, &s->n, &ret))
+	if (parse_fields(req, s, cap, &samples, &seed, &ret) || parse_study(req, s, cap, &ret))
+		goto fail;
+	json_t *axes = s->study_axes ? s->study_axes : json_object_get(body, "axes");
+	if (parse_axes(req, axes, cap, samples, &s->n, &ret))
 		goto fail;
 	if (!(s->ch = calloc(s->n, sizeof *s->ch)) ||
 	    !(s->definition = json_dumps(body, JSON_COMPACT))) {
 		ret = api_reply_error(req, 500, API_ERR_INTERNAL, "out of memory");
 		goto fail;
 	}
-	if (build_children(req, s, json_object_get(body, "axes"), samples, seed, &ret))
+	if (build_children(req, s, axes, samples, seed, &ret))
 		goto fail;
 	req->state = s;
 	req->state_free = submit_free;

@@ -748,3 +748,57 @@ int db_sweeps_values_at(struct db *db, int64_t sweep, const char *metric, int64_
 	*n = a.n;
 	return rc;
 }
+
+static const char sql_running_last[] =
+	"SELECT j.id, (SELECT max(step) FROM metrics m WHERE m.job = j.id AND m.name = ?2) AS s\n"
+	"	FROM jobs j WHERE j.sweep = ?1 AND j.state = 'RUNNING' AND s IS NOT NULL ORDER BY j.id";
+
+static int running_last_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct values_arg *a = arg;
+	free(a->jobs);
+	free(a->steps);
+	a->jobs = a->steps = NULL;
+	a->n = 0;
+	size_t cap = 0;
+	sqlite3_stmt *st = DB_STMT(c, sql_running_last, "sweep running children", err);
+	if (!st)
+		return DB_ERROR;
+	sqlite3_bind_int64(st, 1, a->sweep);
+	db_bind_text(st, 2, a->metric);
+	int rc;
+	while ((rc = DB_SQL(c, sqlite3_step(st), "sweep running children", err)) == SQLITE_ROW) {
+		if (a->n == cap) {
+			cap = cap ? 2 * cap : 16;
+			int64_t *j = realloc(a->jobs, cap * sizeof *j);
+			if (j)
+				a->jobs = j;
+			int64_t *s = realloc(a->steps, cap * sizeof *s);
+			if (s)
+				a->steps = s;
+			if (!j || !s)
+				return DB_FAIL(err, DB_ERROR, "sweep running children: out of memory");
+		}
+		a->jobs[a->n] = sqlite3_column_int64(st, 0);
+		a->steps[a->n] = sqlite3_column_int64(st, 1);
+		a->n++;
+	}
+	return rc == SQLITE_DONE ? 0 : DB_RC(err);
+}
+
+int db_sweeps_running_last(struct db *db, int64_t sweep, const char *metric, int64_t **jobs,
+                           int64_t **steps, size_t *n, struct db_err *err)
+{
+	struct values_arg a = { .sweep = sweep, .metric = metric };
+	int rc = db_read(db, running_last_fn, &a, err);
+	if (rc) {
+		free(a.jobs);
+		free(a.steps);
+		a.jobs = a.steps = NULL;
+		a.n = 0;
+	}
+	*jobs = a.jobs;
+	*steps = a.steps;
+	*n = a.n;
+	return rc;
+}

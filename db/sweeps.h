@@ -133,6 +133,12 @@ int db_sweeps_cancel_waiting(struct db *db, int64_t id, const char *owner, const
 int db_sweeps_early_stop_candidates(struct db *db, int64_t **ids, size_t *n,
                                     struct db_err *err);
 
+/* The RUNNING children of sweep with the highest step at which each
+ * reported metric: jobs[i], steps[i] for i < *n, new arrays (free() each);
+ * children without a point are left out. */
+int db_sweeps_running_last(struct db *db, int64_t sweep, const char *metric, int64_t **jobs,
+                           int64_t **steps, size_t *n, struct db_err *err);
+
 /* The last reported value (at the highest step <= at_step) of metric for
  * each child of sweep that has one: jobs[i], steps[i], values[i] for i < *n,
  * new arrays (free() each). Non-finite values are left out. */

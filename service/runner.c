@@ -20,6 +20,7 @@
 #include "log.h"
 #include "runner_internal.h"
 #include "slurm_cmd.h"
+#include "sweep.h"
 
 #define SCAN_MAX 64            /* PENDING jobs handed over per pass */
 #define RESCAN_MS 2000         /* look for PENDING jobs at least this often */
@@ -435,7 +436,7 @@ static void adopt_one(struct svc_runner *r, struct executor *ex, int64_t id)
 		return;
 	}
 	char by[DB_NAME_MAX + 1];
-	if (svc_runner_cancel_by(r, id, by, 0) && exec_cancel(ex, id, err, sizeof err) == 0)
+	if (svc_runner_cancel_by(r, id, by, NULL, 0) && exec_cancel(ex, id, err, sizeof err) == 0)
 		svc_log(SVC_LOG_INFO, "job j-%06lld: cancel requested by %s, again after a restart",
 		        (long long)id, by);
 }
@@ -469,7 +470,7 @@ static int reconcile(struct svc_runner *r, struct executor *ex, char *err, size_
 static void *runner_main(void *arg)
 {
 	struct svc_runner *r = arg;
-	long long last_scan = 0;
+	long long last_scan = 0, last_sweeps = 0;
 	pthread_mutex_lock(&r->lock);
 	while (!r->stopping) {
 		r->begun++;
@@ -489,6 +490,10 @@ static void *runner_main(void *arg)
 		exec_poll(ex, svc_runner_on_event, r);
 		if (exec_count(ex) < before)
 			more = 1;                  /* room for a PENDING job */
+		if (svc_mono_ms() - last_sweeps >= SVC_SWEEP_PASS_MS) {
+			last_sweeps = svc_mono_ms();
+			svc_sweep_pass(r);         /* early stopping */
+		}
 
 		pthread_mutex_lock(&r->lock);
 		r->ended = r->begun;

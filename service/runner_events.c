@@ -57,7 +57,8 @@ int svc_runner_move_ev(struct svc_runner *r, const struct exec_event *ev, enum d
 
 /* ---- cancel requests ----------------------------------------------------------- */
 
-void svc_runner_note_cancel(struct svc_runner *r, long long id, const char *by)
+void svc_runner_note_cancel(struct svc_runner *r, long long id, const char *by,
+                            const char *why)
 {
 	pthread_mutex_lock(&r->lock);
 	struct cancel_req *c = r->cancels;
@@ -68,27 +69,35 @@ void svc_runner_note_cancel(struct svc_runner *r, long long id, const char *by)
 		c->next = r->cancels;
 		r->cancels = c;
 	}
-	if (c)
+	if (c) {
 		snprintf(c->by, sizeof c->by, "%s", by);
+		snprintf(c->why, sizeof c->why, "%s", why ? why : "");
+	}
 	pthread_mutex_unlock(&r->lock);
 
 	/* the file is what survives a restart */
-	char dir[EXEC_PATH_MAX], line[DB_NAME_MAX + 2];
-	int n = snprintf(line, sizeof line, "%s\n", by);
+	char dir[EXEC_PATH_MAX], line[DB_NAME_MAX + SVC_CANCEL_WHY_MAX + 4];
+	int n = snprintf(line, sizeof line, "%s\n%.*s%s", by, SVC_CANCEL_WHY_MAX - 1,
+	                 why ? why : "", why ? "\n" : "");
 	if (svc_runner_job_dir(r, id, dir, sizeof dir) != 0 ||
 	    svc_jobfs_write(dir, "cancel", line, (size_t)n, 0640, (uid_t)-1, (gid_t)-1) != 0)
 		svc_log(SVC_LOG_WARN, "job j-%06lld: cannot record the cancel request in its "
 		        "directory: %s", id, strerror(errno));
 }
 
-int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX + 1], int forget)
+int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX + 1],
+                         char why[SVC_CANCEL_WHY_MAX], int forget)
 {
 	int found = 0;
+	if (why)
+		why[0] = '\0';
 	pthread_mutex_lock(&r->lock);
 	for (struct cancel_req **p = &r->cancels; *p; p = &(*p)->next) {
 		if ((*p)->id != id)
 			continue;
 		snprintf(by, DB_NAME_MAX + 1, "%s", (*p)->by);
+		if (why)
+			snprintf(why, SVC_CANCEL_WHY_MAX, "%s", (*p)->why);
 		found = 1;
 		if (forget) {
 			struct cancel_req *gone = *p;
@@ -105,8 +114,12 @@ int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX
 	                                                            : NULL;
 	if (!f)
 		return 0;
-	char line[DB_NAME_MAX + 2] = "";
+	char line[DB_NAME_MAX + 2] = "", reason[SVC_CANCEL_WHY_MAX + 1] = "";
 	found = fgets(line, sizeof line, f) != NULL;
+	if (found && why && fgets(reason, sizeof reason, f)) {
+		reason[strcspn(reason, "\n")] = '\0';
+		snprintf(why, SVC_CANCEL_WHY_MAX, "%s", reason);
+	}
 	fclose(f);
 	line[strcspn(line, "\n")] = '\0';
 	if (!found || !line[0])
@@ -119,11 +132,19 @@ int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX
 
 int svc_runner_cancel(void *arg, long long id, const char *by, char *err, size_t errlen)
 {
-	struct svc_runner *r = arg;
+	return svc_runner_cancel_why(arg, id, by, NULL, err, errlen);
+}
+
+int svc_runner_cancel_why(struct svc_runner *r, long long id, const char *by,
+                          const char *reason, char *err, size_t errlen)
+{
 	if (!by || !*by)
 		by = "unknown";
 	char why[DB_NAME_MAX + 32];
-	snprintf(why, sizeof why, "cancelled by %s", by);
+	if (reason)
+		snprintf(why, sizeof why, "%s", reason);
+	else
+		snprintf(why, sizeof why, "cancelled by %s", by);
 	for (int attempt = 0; attempt < 8; attempt++) {
 		struct db_job job = { 0 };
 		struct db_err dberr = { 0 };
@@ -148,7 +169,7 @@ int svc_runner_cancel(void *arg, long long id, const char *by, char *err, size_t
 		/* the executor stops it; the final state comes with its end. Noted
 		 * first, so that a job the executor does not hold yet (being adopted
 		 * at start) is cancelled once it does. */
-		svc_runner_note_cancel(r, id, by);
+		svc_runner_note_cancel(r, id, by, reason);
 		pthread_mutex_lock(&r->lock);
 		struct executor *ex = r->ex;
 		pthread_mutex_unlock(&r->lock);
@@ -260,10 +281,14 @@ static void finish(struct svc_runner *r, const struct exec_event *ev, enum db_st
 	import_dir(r, ev->id);               /* first: the final state means "all there" */
 	enum db_state to = final_state(ev->state);
 	char by[DB_NAME_MAX + 1] = "executor", why[EXEC_REASON_MAX + 96];
-	if (svc_runner_cancel_by(r, ev->id, by, 0) && to != DB_STATE_COMPLETED &&
+	char given[SVC_CANCEL_WHY_MAX];
+	if (svc_runner_cancel_by(r, ev->id, by, given, 0) && to != DB_STATE_COMPLETED &&
 	    to != DB_STATE_TIMEOUT) {
 		to = DB_STATE_CANCELLED;        /* e.g. it exited 3 after our SIGTERM */
-		snprintf(why, sizeof why, "cancelled by %s", by);
+		if (given[0])
+			snprintf(why, sizeof why, "%s", given);
+		else
+			snprintf(why, sizeof why, "cancelled by %s", by);
 	} else {
 		snprintf(by, sizeof by, "executor");
 		snprintf(why, sizeof why, "%s", ev->reason);
@@ -288,7 +313,7 @@ static void finish(struct svc_runner *r, const struct exec_event *ev, enum db_st
 	if (rc == DB_BUSY || rc == DB_ERROR)
 		push_retry(r, ev);           /* the executor has forgotten the job: keep its end */
 	else
-		svc_runner_cancel_by(r, ev->id, by, 1);
+		svc_runner_cancel_by(r, ev->id, by, NULL, 1);
 }
 
 /* An event with Slurm's id for a job an admin held while it was being

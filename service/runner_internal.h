@@ -14,9 +14,11 @@
 
 /* A cancel asked for while the job was with the executor; also kept in the
  * job directory's `cancel` file, so that it survives a restart. */
+#define SVC_CANCEL_WHY_MAX 64
 struct cancel_req {
 	long long id;
 	char by[DB_NAME_MAX + 1];
+	char why[SVC_CANCEL_WHY_MAX];  /* the final reason; "" = "cancelled by <by>" */
 	struct cancel_req *next;
 };
 
@@ -59,14 +61,22 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev);
 /* Replays the final events whose transition failed before. */
 void svc_runner_retry_events(struct svc_runner *r);
 
-/* Remembers that `by` asked to cancel job id (memory and DIR/cancel). */
-void svc_runner_note_cancel(struct svc_runner *r, long long id, const char *by);
-/* The user who asked to cancel job id (memory, else DIR/cancel) into by;
- * 1 if there was one, else 0. With forget, the memory entry is dropped. */
+/* Remembers that `by` asked to cancel job id, and why (NULL: the reason
+ * will be "cancelled by <by>") (memory and DIR/cancel: by, then why, a line
+ * each). */
+void svc_runner_note_cancel(struct svc_runner *r, long long id, const char *by,
+                            const char *why);
+/* The user who asked to cancel job id (memory, else DIR/cancel) into by,
+ * and the reason they gave into why (may be NULL; "" for none); 1 if there
+ * was one, else 0. With forget, the memory entry is dropped. */
 int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX + 1],
-                         int forget);
+                         char why[SVC_CANCEL_WHY_MAX], int forget);
 
 /* The cancel hook (api/jobs_hooks.h). */
 int svc_runner_cancel(void *arg, long long id, const char *by, char *err, size_t errlen);
+/* The cancel hook's work with the final state's reason given (NULL:
+ * "cancelled by <by>"): the sweep pass's early stop (service/sweep.h). */
+int svc_runner_cancel_why(struct svc_runner *r, long long id, const char *by, const char *why,
+                          char *err, size_t errlen);
 
 #endif

@@ -85,6 +85,8 @@ struct run {
 	double t_start;
 	double last_loss;
 	json_t *final;                 /* the last evaluation's figures */
+	double val_loss, val_acc;      /* the last evaluation's, on the lead rank */
+	long stopped_at;               /* the step whose evaluation reached spec.stop; 0 = none */
 	struct trn_plan plan;          /* rank 0: this run's memory plan (make_plan) */
 	int have_plan;
 };
@@ -156,6 +158,8 @@ static int evaluate(struct run *r, long step)
 	}
 	double loss = st.count ? st.loss_sum / (double)st.count : 0.0;
 	double acc = st.count ? (double)st.correct / (double)st.count : 0.0;
+	r->val_loss = loss;
+	r->val_acc = acc;
 	trn_report_metric(&r->rep, step, "val/loss", loss);
 	trn_report_metric(&r->rep, step, "val/accuracy", acc);
 	trn_report_flush(&r->rep);
@@ -994,14 +998,35 @@ static void report_step(struct run *r, const struct step *st)
 		report_interval(r, st);
 }
 
-/* Between steps: evaluation, checkpoints, and a stop that was asked for
- * (TRN_EXIT_INTERRUPTED). */
+/* Whether the evaluation of this step reached spec.stop, on every rank (the
+ * lead evaluates and tells the others): 1, 0, or -1 with err. */
+static int target_reached(struct run *r, struct trn_err *err)
+{
+	const struct trn_spec_stop *stop = &r->spec->stop;
+	double v = stop->metric == TRN_STOP_VAL_ACCURACY ? r->val_acc : r->val_loss;
+	double hit = r->lead && r->ds.val.n > 0 && trn_stop_reached(stop, v);
+	if (r->comm->size > 1 && trn_comm_allreduce_f64(r->comm, &hit, 1, err) != 0)
+		return -1;
+	return hit > 0;
+}
+
+/* Between steps: evaluation (and its stop target: r->stopped_at), checkpoints,
+ * and a stop that was asked for (TRN_EXIT_INTERRUPTED). */
 static int between_steps(struct run *r, const struct step *st, struct trn_err *err)
 {
 	const struct trn_spec *s = r->spec;
 	long step = st->step;
-	if (s->eval_every && step % s->eval_every == 0 && r->lead)
-		evaluate(r, step);
+	if (s->eval_every && step % s->eval_every == 0) {
+		if (r->lead)
+			evaluate(r, step);
+		int hit = s->stop.metric != TRN_STOP_NONE ? target_reached(r, err) : 0;
+		if (hit < 0)
+			return TRN_EXIT_FAILED;
+		if (hit) {
+			r->stopped_at = step;
+			return TRN_EXIT_OK;    /* the run ends as at its last step */
+		}
+	}
 	int saved = 0;
 	if (s->checkpoint_every && step % s->checkpoint_every == 0) {
 		if (save(r, err) != 0)
@@ -1072,9 +1097,23 @@ static int train_loop(struct run *r, struct trn_err *err)
 			break;
 		if ((code = between_steps(r, &st, err)) != TRN_EXIT_OK)
 			return code;
+		if (r->stopped_at)
+			break;
 	}
-	if (r->lead)
+	if (r->lead && !r->stopped_at) {
 		evaluate(r, r->state.step);
+		const struct trn_spec_stop *stop = &r->spec->stop;
+		if (r->ds.val.n > 0 && trn_stop_reached(stop, stop->metric == TRN_STOP_VAL_ACCURACY
+		                                              ? r->val_acc : r->val_loss))
+			r->stopped_at = r->state.step;
+	}
+	if (r->lead && r->stopped_at && r->final) {
+		json_object_set_new(r->final, "stop/step", json_integer(r->stopped_at));
+		if (!r->opts->quiet)
+			printf("stop: %s reached %g at step %ld\n",
+			       trn_stop_metric_name(r->spec->stop.metric), r->spec->stop.value,
+			       r->stopped_at);
+	}
 	if (r->spec->checkpoint_at_end && save(r, err) != 0)
 		return TRN_EXIT_FAILED;
 	trn_report_flush(&r->rep);
@@ -1105,12 +1144,17 @@ int trn_train(const struct trn_spec *spec, const struct trn_options *opts)
 	else if (err.set && ranks == 1)
 		fprintf(stderr, "larch-train: %s\n", err.text);
 	struct trn_err rerr = { 0 };
+	char reached[160] = "";
+	if (code == TRN_EXIT_OK && r.stopped_at)
+		snprintf(reached, sizeof reached, "stopped at the target: %s %s %g at step %ld",
+		         trn_stop_metric_name(spec->stop.metric), spec->stop.min ? "<=" : ">=",
+		         spec->stop.value, r.stopped_at);
 	/* a job dir that could not be made has nowhere to put result.json (larchd
 	 * still gets the result when reporting) */
 	struct stat st;
 	struct trn_result res = { .status = status[code], .steps = r.state.step, .final = r.final,
 	                          .wall_s = trn_now() - r.t_start, .exit_code = code,
-	                          .reason = err.set ? err.text : NULL };
+	                          .reason = err.set ? err.text : reached[0] ? reached : NULL };
 	if ((!r.comm || r.lead) &&
 	    trn_report_finish(&r.rep, stat(opts->job_dir, &st) == 0 ? opts->job_dir : NULL, &res,
 	                      &rerr) != 0)

@@ -58,6 +58,62 @@ static void print_counts(const json_t *sweep)
 	printf("%s\n", first ? "none" : "");
 }
 
+/* A batch_scaling sweep's study: S(B), E(B), time and speed-up to the
+ * target per batch size, then the fit (or the note why there is none). */
+static void show_study(const json_t *study)
+{
+	char ref[32];
+	num_text(json_object_get(study, "reference"), ref, sizeof ref);
+	printf("\nstudy (reference batch %s; speed-up in time to target against batch ", ref);
+	num_text(json_object_get(study, "speedup_against"), ref, sizeof ref);
+	printf("%s):\n", ref);
+	static const struct cli_column cols[] = {
+		{ .head = "BATCH" }, { .head = "JOB" }, { .head = "STATE" }, { .head = "STEPS" },
+		{ .head = "EXAMPLES" }, { .head = "SECONDS" }, { .head = "SPEEDUP" },
+	};
+	struct cli_table *t = cli_table_new(cols, sizeof cols / sizeof cols[0]);
+	size_t i;
+	json_t *p;
+	json_array_foreach(json_object_get(study, "points"), i, p) {
+		char b[32], steps[32], ex[32], secs[32], up[32];
+		num_text(json_object_get(p, "batch"), b, sizeof b);
+		num_text(json_object_get(p, "steps"), steps, sizeof steps);
+		num_text(json_object_get(p, "examples"), ex, sizeof ex);
+		num_text(json_object_get(p, "seconds"), secs, sizeof secs);
+		num_text(json_object_get(p, "speedup"), up, sizeof up);
+		char *job = cli_inert(cli_job_str(p, "job")), *st = cli_inert(cli_job_str(p, "state"));
+		const char *cells[] = { b, job, st, steps, ex, secs, up };
+		cli_table_row(t, cells);
+		free(job);
+		free(st);
+	}
+	cli_table_print(t, stdout, cli_term_width());
+	cli_table_free(t);
+	const json_t *fit = json_object_get(study, "fit");
+	if (json_is_object(fit)) {
+		char smin[32], emin[32], bcrit[32], rms[32];
+		num_text(json_object_get(fit, "s_min"), smin, sizeof smin);
+		num_text(json_object_get(fit, "e_min"), emin, sizeof emin);
+		num_text(json_object_get(fit, "b_crit"), bcrit, sizeof bcrit);
+		num_text(json_object_get(fit, "rms"), rms, sizeof rms);
+		printf("fit:       S = S_min (1 + b_crit/B): S_min %s, E_min %s, b_crit %s "
+		       "(rms log residual %s)\n", smin, emin, bcrit, rms);
+		printf("residuals:");
+		json_array_foreach(json_object_get(fit, "residuals"), i, p) {
+			num_text(p, rms, sizeof rms);
+			printf(" %s", rms);
+		}
+		printf("\n");
+	} else {
+		printf("fit:       none\n");
+	}
+	if (json_is_string(json_object_get(study, "note"))) {
+		char *note = cli_inert(cli_job_str(study, "note"));
+		printf("note:      %s\n", note);
+		free(note);
+	}
+}
+
 static void show_sweep(const json_t *s)
 {
 	char *id = cli_inert(cli_job_str(s, "id")), *name = cli_inert(cli_job_str(s, "name")),
@@ -104,6 +160,8 @@ static void show_sweep(const json_t *s)
 	}
 	cli_table_print(t, stdout, cli_term_width());
 	cli_table_free(t);
+	if (json_is_object(json_object_get(s, "study")))
+		show_study(json_object_get(s, "study"));
 }
 
 static int sweep_submit(struct cli *cli, const char *file)

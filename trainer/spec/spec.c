@@ -490,6 +490,46 @@ static int parse_init(struct trn_fields *root, struct trn_spec *s)
 	return 0;
 }
 
+/* ---- stop ----------------------------------------------------------------------- */
+
+static const char *const stop_metrics[] = { "val/accuracy", "val/loss", NULL };
+
+const char *trn_stop_metric_name(enum trn_stop_metric m)
+{
+	return m == TRN_STOP_NONE ? "none" : stop_metrics[m - 1];
+}
+
+int trn_stop_reached(const struct trn_spec_stop *stop, double value)
+{
+	if (stop->metric == TRN_STOP_NONE || !isfinite(value))
+		return 0;
+	return stop->min ? value <= stop->value : value >= stop->value;
+}
+
+/* "stop": {"metric": "val/accuracy", "value": 0.88, "mode": "max"}: the
+ * metrics the trainer produces at each evaluation; needs eval_every */
+static int parse_stop(struct trn_fields *root, struct trn_spec *s)
+{
+	static const char *const keys[] = { "metric", "value", "mode", NULL };
+	static const char *const modes[] = { "max", "min", NULL };
+	struct trn_fields f;
+	int metric, mode;
+	if (!json_object_get(root->in, "stop"))
+		return 0;
+	if (trn_fields_object(&f, root, "stop", 0) < 0 ||
+	    trn_fields_known(&f, keys, NULL, NULL) < 0 ||
+	    trn_fields_enum(&f, "metric", stop_metrics, TRN_REQUIRED, 0, &metric) < 0 ||
+	    trn_fields_num(&f, "value", ANY, TRN_REQUIRED, 0, &s->stop.value) < 0 ||
+	    trn_fields_enum(&f, "mode", modes, 0, 0, &mode) < 0)
+		return -1;
+	s->stop.metric = (enum trn_stop_metric)(metric + 1);
+	s->stop.min = mode == 1;
+	if (!s->eval_every)
+		return trn_err_set(root->err, "stop: needs eval_every > 0 (the target is checked at "
+		                   "each evaluation)");
+	return 0;
+}
+
 static int parse_run(struct trn_fields *root, struct trn_spec *s)
 {
 	long long eval, ckpt, keep, log, seed;
@@ -506,7 +546,7 @@ static int parse_run(struct trn_fields *root, struct trn_spec *s)
 	s->keep_checkpoints = (int)keep;
 	s->log_every = (long)log;
 	s->seed = (uint64_t)seed;
-	return parse_init(root, s);
+	return parse_stop(root, s) < 0 ? -1 : parse_init(root, s);
 }
 
 /* What no single section can see. */
@@ -551,7 +591,7 @@ static int parse_spec(struct trn_fields *root, struct trn_spec *s)
 	                                    "precision", "offload", "parallel", "resources", "steps",
 	                                    "epochs", "eval_every", "checkpoint_every",
 	                                    "keep_checkpoints", "checkpoint_at_end", "log_every",
-	                                    "seed", "init", "watchdog", NULL };
+	                                    "seed", "init", "watchdog", "stop", NULL };
 	int has_reference = 0, has_name;
 	if (trn_fields_known(root, keys, NULL, NULL) < 0 ||
 	    (has_name = trn_fields_name(root, "name", 0, 0, s->name)) < 0)

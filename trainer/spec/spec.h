@@ -147,6 +147,18 @@ struct trn_spec_watchdog {
 	long window;                   /* losses in the moving average; default 100 */
 };
 
+/* "stop": {"metric", "value", "mode"}: the run ends, completed, at the first
+ * evaluation whose metric reaches value (>= for mode max, <= for min). */
+enum trn_stop_metric { TRN_STOP_NONE, TRN_STOP_VAL_ACCURACY, TRN_STOP_VAL_LOSS };
+struct trn_spec_stop {
+	enum trn_stop_metric metric;   /* TRN_STOP_NONE: no target */
+	double value;
+	int min;                       /* 1: mode "min" (reached at <= value); default "max" */
+};
+const char *trn_stop_metric_name(enum trn_stop_metric m);   /* "val/accuracy", ... */
+/* Whether a value of the stop's metric reaches its target. */
+int trn_stop_reached(const struct trn_spec_stop *stop, double value);
+
 struct trn_spec_resources {
 	int nodes, gpus_per_node, cpus_per_task;
 	long long mem_bytes;           /* "mem": "4G"; 0 = unset */
@@ -169,6 +181,7 @@ struct trn_spec {
 	struct trn_spec_resources resources;
 	struct trn_period length;      /* exactly one of "steps" or "epochs" */
 	long eval_every;               /* steps; 0 = at the end only */
+	struct trn_spec_stop stop;     /* a target that ends the run early */
 	long checkpoint_every;         /* steps; 0 = at the end only */
 	int keep_checkpoints;          /* default 3 */
 	int checkpoint_at_end;         /* default 1; 0: none when the run completes */
