@@ -158,6 +158,9 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 			break;
 		if (dp->next == 0)
 			dp->t_first = trn_now();
+		if (dp->sumsq_on && dp->comm->size > 1)   /* before the reduction overwrites it */
+			dp->sumsq += dp->k ? dp->k->sumsq(dp->g + b->offset, b->numel)
+			                   : kern_sumsq_cpu(dp->g + b->offset, b->numel);
 		int rc = 0;
 		if (dp->comm->size == 1) {
 			/* nothing to reduce: the bucket is final */
