@@ -67,6 +67,7 @@ struct trn_dp {
 	 * sumsq before the step's last backward; read after trn_dp_wait. */
 	int sumsq_on;
 	double sumsq;
+	double sumsq_s;                /* time in those norms, summed over steps */
 	double t_first;                /* when this step's first bucket started */
 	/* figures, summed over steps */
 	double comm_s;                 /* time with requests outstanding, from first start to done */

@@ -59,6 +59,7 @@ struct trn_gns {
 	long n;                        /* measurements so far */
 	double g2_avg, tr_avg;         /* the moving averages, not yet bias-corrected */
 	double weight;                 /* 1 - ema^n: their bias correction */
+	double spent_s;                /* the caller's: time in the small batches' norms */
 };
 
 /* One measurement: the step's estimates and the smoothed figures. */

@@ -70,6 +70,8 @@ struct run {
 	struct trn_gns gns;            /* the gradient noise scale (gns.h) */
 	int gns_now;                   /* this step is measured */
 	double gns_small;              /* one rank: its first micro-batch's |g|^2 */
+	struct trn_gns_point gns_last; /* the latest measurement, for the next report */
+	int gns_have;
 	struct trn_loader loader;
 	struct trn_schedule sched;
 	struct trn_batch batch;
@@ -930,8 +932,6 @@ struct step {
 	int apply;                     /* the update ran (fp16: not skipped) */
 	int stop;                      /* the ranks agreed to stop after it */
 	double t0, t_bwd;              /* its start, and when its last backward returned */
-	int has_gns;                   /* measured: gns holds it */
-	struct trn_gns_point gns;
 };
 
 /* The squared norm of the gradients the model holds now, this step's
@@ -971,8 +971,11 @@ static double forward_backward(struct run *r, double scale)
 		trn_model_more_micro(m, a < accum - 1);
 		trn_model_backward(m, &r->batch, bscale);
 		/* the buffer holds bscale x the first micro-batch's gradient alone */
-		if (a == 0 && r->gns_now && r->gns.source == TRN_GNS_MICRO)
+		if (a == 0 && r->gns_now && r->gns.source == TRN_GNS_MICRO) {
+			double t0 = trn_now();
 			r->gns_small = held_grads_sumsq(r) / ((double)bscale * (double)bscale);
+			r->gns.spent_s += trn_now() - t0;
+		}
 	}
 	return loss / (double)accum;
 }
@@ -1046,13 +1049,13 @@ static int update(struct run *r, float *gs, const struct step *st, struct trn_er
 
 /* The gradient noise scale's measurement of the step whose (unscaled,
  * averaged) gradient has the squared norm gsq: the big batch. */
-static void measure_gns(struct run *r, struct step *st, double gsq)
+static void measure_gns(struct run *r, const struct step *st, double gsq)
 {
 	double small = r->gns_small;
 	if (r->gns.source == TRN_GNS_RANK)  /* each rank's scale x its gradient, summed */
 		small = r->dp.sumsq / ((double)r->comm->size * st->scale * st->scale);
-	trn_gns_add(&r->gns, small, gsq, &st->gns);
-	st->has_gns = 1;
+	trn_gns_add(&r->gns, small, gsq, &r->gns_last);
+	r->gns_have = 1;
 }
 
 /* Step r->state.step + 1: TRN_EXIT_OK with st filled (st->step 0: the
@@ -1133,6 +1136,13 @@ static void report_interval(struct run *r, const struct step *st)
 	trn_report_metric(&r->rep, step, "train/epoch", (double)step / (double)r->steps_per_epoch);
 	if (m->peak_flops > 0)         /* model FLOPs over the device's peak */
 		trn_report_metric(&r->rep, step, "train/mfu", rate * m->flops_per_sample / m->peak_flops);
+	if (r->gns_have) {             /* the latest, smoothed (metrics.gns_ema) */
+		trn_report_metric(&r->rep, step, "train/gns_g2", r->gns_last.g2_smooth);
+		trn_report_metric(&r->rep, step, "train/gns_trace", r->gns_last.trace_smooth);
+		if (r->gns_last.has_gns)
+			trn_report_metric(&r->rep, step, "train/gns", r->gns_last.gns);
+		r->gns_have = 0;
+	}
 	if (!r->opts->quiet && r->lead)
 		progress(r, step, st->loss, st->lr, rate);
 	trn_report_flush(&r->rep);
@@ -1152,12 +1162,6 @@ static void report_step(struct run *r, const struct step *st)
 	trn_report_metric(&r->rep, step, "train/lr", st->lr);
 	if (st->apply)
 		trn_report_metric(&r->rep, step, "train/grad_norm", st->gnorm);
-	if (st->has_gns) {             /* smoothed (metrics.gns_ema) */
-		trn_report_metric(&r->rep, step, "train/gns_g2", st->gns.g2_smooth);
-		trn_report_metric(&r->rep, step, "train/gns_trace", st->gns.trace_smooth);
-		if (st->gns.has_gns)
-			trn_report_metric(&r->rep, step, "train/gns", st->gns.gns);
-	}
 	if (r->ls.mode != TRN_LOSS_SCALE_NONE) {
 		trn_report_metric(&r->rep, step, "train/loss_scale", st->scale);
 		trn_report_metric(&r->rep, step, "train/skipped_steps", (double)r->ls.skipped);
@@ -1226,6 +1230,10 @@ static void print_summary(const struct run *r, long done)
 	printf("\n");
 	if (r->comm->size > 1)
 		print_parallel(r);
+	if (r->gns.n > 0)              /* the norms the measurement adds (the big one is the step's) */
+		printf("gns: %ld measurements, %.3f ms each in the extra norm, %.2f%% of the training "
+		       "time\n", r->gns.n, 1e3 * (r->gns.spent_s + r->dp.sumsq_s) / (double)r->gns.n,
+		       100.0 * (r->gns.spent_s + r->dp.sumsq_s) / r->train_t);
 	print_peak(r);
 }
 

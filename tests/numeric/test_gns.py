@@ -94,7 +94,7 @@ def data(tmp_path_factory):
 
 
 def run_trainer(larch_train, mpirun, data, tmp_path, *, micro, accum, ranks, zero, steps,
-                shuffle):
+                shuffle, every=1):
     spec = {
         "name": "numeric-gns",
         "model": {"type": "mlp", "hidden": HIDDEN, "activation": "relu"},
@@ -103,9 +103,9 @@ def run_trainer(larch_train, mpirun, data, tmp_path, *, micro, accum, ranks, zer
         "batch": {"global": micro * accum * ranks, "micro": micro},
         "optimizer": {"type": "sgd", "lr": 1e-30, "momentum": 0.0},
         "parallel": {"ranks": ranks, "zero_stage": zero},
-        "metrics": {"gns_every": 1, "gns_ema": 0.0},
+        "metrics": {"gns_every": every, "gns_ema": 0.0},
         "steps": steps,
-        "log_every": 1000000,
+        "log_every": 1,
         "checkpoint_at_end": False,
         "seed": 3,
         "init": {"from": str(data["dir"] / "init.safetensors")},
@@ -205,3 +205,21 @@ def test_gns_unbiased_against_per_example_gradients(larch_train, mpirun, data, t
     _, swapped = estimate(big, sq_small, b_small, sq_big)
     se = swapped.std(ddof=1) / np.sqrt(steps)
     assert abs(swapped.mean() - want["train/gns_trace"]) > 10 * se
+
+
+def test_gns_every_and_a_single_batch_size(larch_train, mpirun, data, tmp_path):
+    """metrics.gns_every 3 measures steps 3 and 6 only (each reported at its
+    own step, log_every 1); one rank without accumulation reports nothing
+    and says why."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    out, series = run_trainer(larch_train, mpirun, data, tmp_path / "a", micro=8, accum=4,
+                              ranks=1, zero=0, steps=7, shuffle=True, every=3)
+    assert "gns: every 3 steps, B_small 8 (the first micro-batch) against B_big 32" in out
+    assert sorted(series["train/gns_trace"]) == [3, 6]
+    assert sorted(series["train/gns_g2"]) == [3, 6]
+    out, series = run_trainer(larch_train, mpirun, data, tmp_path / "b", micro=32, accum=1,
+                              ranks=1, zero=0, steps=3, shuffle=True)
+    assert "gns: not measured: one rank and one micro-batch a step" in out
+    assert not any(name.startswith("train/gns") for name in series)
+    assert len(series["train/loss"]) == 3
