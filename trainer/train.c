@@ -1216,6 +1216,19 @@ static void print_parallel(const struct run *r)
 	printf("\n");
 }
 
+/* The time the gradient noise scale's norms took (the big batch's is the
+ * step's own), and past 2% of training the gns_every that would keep under. */
+static void print_gns_cost(const struct run *r)
+{
+	double spent = r->gns.spent_s + r->dp.sumsq_s, share = spent / r->train_t;
+	printf("gns: %ld measurements, %.3f ms each in the extra norm, %.2f%% of the training "
+	       "time", r->gns.n, 1e3 * spent / (double)r->gns.n, 100.0 * share);
+	if (share > 0.02)
+		printf("; metrics.gns_every %ld would keep it under 2%%",
+		       (long)ceil(share / 0.02 * (double)r->gns.every));
+	printf("\n");
+}
+
 /* The run's summary: throughput, communication, memory against the plan. */
 static void print_summary(const struct run *r, long done)
 {
@@ -1230,10 +1243,8 @@ static void print_summary(const struct run *r, long done)
 	printf("\n");
 	if (r->comm->size > 1)
 		print_parallel(r);
-	if (r->gns.n > 0)              /* the norms the measurement adds (the big one is the step's) */
-		printf("gns: %ld measurements, %.3f ms each in the extra norm, %.2f%% of the training "
-		       "time\n", r->gns.n, 1e3 * (r->gns.spent_s + r->dp.sumsq_s) / (double)r->gns.n,
-		       100.0 * (r->gns.spent_s + r->dp.sumsq_s) / r->train_t);
+	if (r->gns.n > 0)
+		print_gns_cost(r);
 	print_peak(r);
 }
 
