@@ -158,6 +158,12 @@ static int start_ready(struct trn_dp *dp, int force, struct trn_err *err)
 			break;
 		if (dp->next == 0)
 			dp->t_first = trn_now();
+		if (dp->sumsq_on && dp->comm->size > 1) {  /* before the reduction overwrites it */
+			double t0 = trn_now();
+			dp->sumsq += dp->k ? dp->k->sumsq(dp->g + b->offset, b->numel)
+			                   : kern_sumsq_cpu(dp->g + b->offset, b->numel);
+			dp->sumsq_s += trn_now() - t0;
+		}
 		int rc = 0;
 		if (dp->comm->size == 1) {
 			/* nothing to reduce: the bucket is final */

@@ -61,6 +61,13 @@ struct trn_dp {
 	 * after the reduction (its result is there once trn_dp_wait returns) */
 	void (*bucket_started)(void *ctx, int i);
 	void *bucket_ctx;
+	/* Optional, per step (several ranks): this rank's squared gradient norm
+	 * before the reduction, summed bucket by bucket as each is issued (the
+	 * gradient noise scale's small batch, gns.h). Set sumsq_on and zero
+	 * sumsq before the step's last backward; read after trn_dp_wait. */
+	int sumsq_on;
+	double sumsq;
+	double sumsq_s;                /* time in those norms, summed over steps */
 	double t_first;                /* when this step's first bucket started */
 	/* figures, summed over steps */
 	double comm_s;                 /* time with requests outstanding, from first start to done */

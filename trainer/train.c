@@ -16,6 +16,7 @@
 #include "data.h"
 #include "dp.h"
 #include "env.h"
+#include "gns.h"
 #include "kernels/blas.h"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_simd.h"
@@ -65,6 +66,11 @@ struct run {
 	int stream_lost;
 	struct trn_loss_scale ls;
 	struct trn_watchdog wd;
+	struct trn_gns gns;            /* the gradient noise scale (gns.h) */
+	int gns_now;                   /* this step is measured */
+	double gns_small;              /* one rank: its first micro-batch's |g|^2 */
+	struct trn_gns_point gns_last; /* the latest measurement, for the next report */
+	int gns_have;
 	struct trn_loader loader;
 	struct trn_schedule sched;
 	struct trn_batch batch;
@@ -265,6 +271,7 @@ static void print_plan(struct run *r)
 		       m->peak_basis ? m->peak_basis : "unknown",
 		       r->resident ? "weights, gradients and optimizer state on the device"
 		                   : "the optimizer on the host (gradients down, weights up a step)");
+	trn_gns_print(&r->gns, stdout);
 	printf("blas: %s\n", kern_blas_describe());
 	trn_options_print(stdout, r->opts);
 	fflush(stdout);
@@ -672,6 +679,9 @@ static int setup(struct run *r, struct trn_err *err)
 		code = make_model(r, err);
 	if (code == TRN_EXIT_OK)
 		code = place_master(r, err);
+	if (code == TRN_EXIT_OK)
+		trn_gns_init(&r->gns, &r->spec->metrics, r->spec->batch.micro, r->spec->batch.accum,
+		             r->comm->size);
 	return code == TRN_EXIT_OK ? start_or_resume(r, err) : code;
 }
 
@@ -803,6 +813,17 @@ struct step {
 	double t0, t_bwd;              /* its start, and when its last backward returned */
 };
 
+/* The squared norm of the gradients the model holds now, this step's
+ * micro-batches so far: on the device where a GPU model keeps them
+ * (model.h: resident, or summed there between micro-batches), else in g. */
+static double held_grads_sumsq(const struct run *r)
+{
+	const struct trn_model *m = r->model;
+	if (m->device && m->param_offload == TRN_OFFLOAD_NONE)
+		return trn_optim_kernels_of(m)->sumsq(m->g_dev, m->n_floats);
+	return kern_sumsq_cpu(m->g, m->n_floats);
+}
+
 /* The step's forward and backward over its micro-batches, gradients summed
  * in the model; the mean loss. */
 static double forward_backward(struct run *r, double scale)
@@ -828,6 +849,12 @@ static double forward_backward(struct run *r, double scale)
 			trn_dp_arm(&r->dp);
 		trn_model_more_micro(m, a < accum - 1);
 		trn_model_backward(m, &r->batch, bscale);
+		/* the buffer holds bscale x the first micro-batch's gradient alone */
+		if (a == 0 && r->gns_now && r->gns.source == TRN_GNS_MICRO) {
+			double t0 = trn_now();
+			r->gns_small = held_grads_sumsq(r) / ((double)bscale * (double)bscale);
+			r->gns.spent_s += trn_now() - t0;
+		}
 	}
 	return loss / (double)accum;
 }
@@ -869,9 +896,10 @@ static int agree(struct run *r, struct step *st, int *nonfinite, double *gsq,
 	st->stop = stop_signal != 0;
 	if (r->comm->size == 1)
 		return 0;
-	double shared[4] = { st->loss, st->stop, *nonfinite, r->dp.zero ? *gsq : 0 };
-	if (trn_comm_allreduce_f64(r->comm, shared, 4, err) != 0)
+	double shared[5] = { st->loss, st->stop, *nonfinite, r->dp.zero ? *gsq : 0, r->dp.sumsq };
+	if (trn_comm_allreduce_f64(r->comm, shared, 5, err) != 0)
 		return -1;
+	r->dp.sumsq = shared[4];       /* the ranks' own squared norms, summed */
 	st->loss = shared[0] / (double)r->comm->size;
 	st->stop = shared[1] > 0;
 	*nonfinite = shared[2] > 0;
@@ -898,6 +926,17 @@ static int update(struct run *r, float *gs, const struct step *st, struct trn_er
 	return 0;
 }
 
+/* The gradient noise scale's measurement of the step whose (unscaled,
+ * averaged) gradient has the squared norm gsq: the big batch. */
+static void measure_gns(struct run *r, const struct step *st, double gsq)
+{
+	double small = r->gns_small;
+	if (r->gns.source == TRN_GNS_RANK)  /* each rank's scale x its gradient, summed */
+		small = r->dp.sumsq / ((double)r->comm->size * st->scale * st->scale);
+	trn_gns_add(&r->gns, small, gsq, &r->gns_last);
+	r->gns_have = 1;
+}
+
 /* Step r->state.step + 1: TRN_EXIT_OK with st filled (st->step 0: the
  * watchdog rolled it back), else an exit code with err. */
 static int train_step(struct run *r, struct step *st, struct trn_err *err)
@@ -905,6 +944,9 @@ static int train_step(struct run *r, struct step *st, struct trn_err *err)
 	*st = (struct step){ .step = r->state.step + 1, .t0 = trn_now() };
 	st->lr = trn_schedule_lr(&r->sched, r->state.step);
 	st->scale = r->ls.scale;
+	r->gns_now = trn_gns_due(&r->gns, st->step);
+	r->dp.sumsq_on = r->gns_now && r->gns.source == TRN_GNS_RANK;
+	r->dp.sumsq = 0;
 	if (r->streamed) {             /* the update runs in backward */
 		trn_optim_begin(&r->opt);
 		r->stream_lr = st->lr;
@@ -943,6 +985,8 @@ static int train_step(struct run *r, struct step *st, struct trn_err *err)
 		trn_model_weights_streamed(r->model);  /* each tensor updated as it came */
 	else if (st->apply && update(r, gs, st, err) != 0)
 		return TRN_EXIT_FAILED;
+	if (r->gns_now && st->apply)
+		measure_gns(r, st, gsq);
 	trn_loader_advance(&r->loader);
 	r->state.step = st->step;
 	r->last_loss = st->loss;
@@ -971,6 +1015,13 @@ static void report_interval(struct run *r, const struct step *st)
 	trn_report_metric(&r->rep, step, "train/epoch", (double)step / (double)r->steps_per_epoch);
 	if (m->peak_flops > 0)         /* model FLOPs over the device's peak */
 		trn_report_metric(&r->rep, step, "train/mfu", rate * m->flops_per_sample / m->peak_flops);
+	if (r->gns_have) {             /* the latest, smoothed (metrics.gns_ema) */
+		trn_report_metric(&r->rep, step, "train/gns_g2", r->gns_last.g2_smooth);
+		trn_report_metric(&r->rep, step, "train/gns_trace", r->gns_last.trace_smooth);
+		if (r->gns_last.has_gns)
+			trn_report_metric(&r->rep, step, "train/gns", r->gns_last.gns);
+		r->gns_have = 0;
+	}
 	if (!r->opts->quiet && r->lead)
 		progress(r, step, st->loss, st->lr, rate);
 	trn_report_flush(&r->rep);
@@ -1065,6 +1116,19 @@ static void print_parallel(const struct run *r)
 	printf("\n");
 }
 
+/* The time the gradient noise scale's norms took (the big batch's is the
+ * step's own), and past 2% of training the gns_every that would keep under. */
+static void print_gns_cost(const struct run *r)
+{
+	double spent = r->gns.spent_s + r->dp.sumsq_s, share = spent / r->train_t;
+	printf("gns: %ld measurements, %.3f ms each in the extra norm, %.2f%% of the training "
+	       "time", r->gns.n, 1e3 * spent / (double)r->gns.n, 100.0 * share);
+	if (share > 0.02)
+		printf("; metrics.gns_every %ld would keep it under 2%%",
+		       (long)ceil(share / 0.02 * (double)r->gns.every));
+	printf("\n");
+}
+
 /* The run's summary: throughput, communication, memory against the plan. */
 static void print_summary(const struct run *r, long done)
 {
@@ -1079,6 +1143,8 @@ static void print_summary(const struct run *r, long done)
 	printf("\n");
 	if (r->comm->size > 1)
 		print_parallel(r);
+	if (r->gns.n > 0)
+		print_gns_cost(r);
 	print_peak(r);
 }
 

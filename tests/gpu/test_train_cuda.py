@@ -341,6 +341,11 @@ def main():
                "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9},
                "steps": 10, "log_every": 1, "seed": 3}
         mlp_job = compare(c, exe, tmp, "mlp", mlp, ("val/accuracy",))
+        # the gradient noise scale with accumulation (trainer/gns.h): the
+        # first micro-batch's norm taken from the device's running sum
+        compare(c, exe, tmp, "mlp-accum-gns", {**mlp, "name": "mlp-accum-gns",
+                                               "batch": {"global": 64, "micro": 16}},
+                ("train/gns_trace",), tol=1e-2)
 
         if gpu_job:
             check_resume(c, exe, tmp, "gpt", gpt, gpu_job)

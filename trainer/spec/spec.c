@@ -441,6 +441,22 @@ static int parse_watchdog(struct trn_fields *root, struct trn_spec_watchdog *w)
 	return 0;
 }
 
+/* ---- metrics -------------------------------------------------------------------- */
+
+static int parse_metrics(struct trn_fields *root, struct trn_spec_metrics *m)
+{
+	static const char *const keys[] = { "gns_every", "gns_ema", NULL };
+	struct trn_fields f;
+	long long every;
+	if (trn_fields_object(&f, root, "metrics", TRN_OPTIONAL) < 0 ||
+	    trn_fields_known(&f, keys, NULL, NULL) < 0 ||
+	    trn_fields_int(&f, "gns_every", 0, TRN_STEPS_MAX, 0, TRN_GNS_EVERY_DEFAULT, &every) < 0 ||
+	    trn_fields_num(&f, "gns_ema", UNIT_OPEN, 0, TRN_GNS_EMA_DEFAULT, &m->gns_ema) < 0)
+		return -1;
+	m->gns_every = (long)every;
+	return 0;
+}
+
 /* ---- the root ------------------------------------------------------------------- */
 
 /* "j-" and 1 to 18 digits: larchd's job ids (j-000123) */
@@ -591,7 +607,7 @@ static int parse_spec(struct trn_fields *root, struct trn_spec *s)
 	                                    "precision", "offload", "parallel", "resources", "steps",
 	                                    "epochs", "eval_every", "checkpoint_every",
 	                                    "keep_checkpoints", "checkpoint_at_end", "log_every",
-	                                    "seed", "init", "watchdog", "stop", NULL };
+	                                    "seed", "init", "watchdog", "stop", "metrics", NULL };
 	int has_reference = 0, has_name;
 	if (trn_fields_known(root, keys, NULL, NULL) < 0 ||
 	    (has_name = trn_fields_name(root, "name", 0, 0, s->name)) < 0)
@@ -606,7 +622,7 @@ static int parse_spec(struct trn_fields *root, struct trn_spec *s)
 	    parse_optimizer(root, &s->optimizer) < 0 || parse_schedule(root, s) < 0 ||
 	    parse_precision(root, &s->precision) < 0 || parse_offload(root, &s->offload) < 0 ||
 	    trn_spec_parse_resources(root, &s->resources) < 0 || parse_run(root, s) < 0 ||
-	    parse_watchdog(root, &s->watchdog) < 0)
+	    parse_watchdog(root, &s->watchdog) < 0 || parse_metrics(root, &s->metrics) < 0)
 		return -1;
 	return check_across(root, s, has_reference);
 }

@@ -159,6 +159,18 @@ const char *trn_stop_metric_name(enum trn_stop_metric m);   /* "val/accuracy", .
 /* Whether a value of the stop's metric reaches its target. */
 int trn_stop_reached(const struct trn_spec_stop *stop, double value);
 
+/* "metrics": what the trainer measures beside the loss. The gradient
+ * noise scale (trainer/gns.h) is measured every gns_every steps (0: never)
+ * and smoothed by an exponential moving average of factor gns_ema per
+ * measurement (0: each step's estimate as it is). */
+#define TRN_GNS_EVERY_DEFAULT 1
+#define TRN_GNS_EMA_DEFAULT 0.95
+
+struct trn_spec_metrics {
+	long gns_every;                /* default 1 */
+	double gns_ema;                /* [0, 1); default 0.95 */
+};
+
 struct trn_spec_resources {
 	int nodes, gpus_per_node, cpus_per_task;
 	long long mem_bytes;           /* "mem": "4G"; 0 = unset */
@@ -178,6 +190,7 @@ struct trn_spec {
 	struct trn_spec_offload offload;
 	struct trn_spec_parallel parallel;
 	struct trn_spec_watchdog watchdog;
+	struct trn_spec_metrics metrics;
 	struct trn_spec_resources resources;
 	struct trn_period length;      /* exactly one of "steps" or "epochs" */
 	long eval_every;               /* steps; 0 = at the end only */
