@@ -10,6 +10,7 @@
 #include "handlers.h"
 #include "jobs_common.h"
 #include "jobs_hooks.h"
+#include "sweeps_hooks.h"
 #include "reply.h"
 #include "sweeps_common.h"
 
@@ -42,6 +43,9 @@ enum MHD_Result api_sweeps_cancel(struct api_request *req)
 		return api_reply_db_error(req, rc, &err);
 	char why[256] = "";
 	int failed = 0;
+	const struct api_sweeps_hooks *sh = req->ctx->sweeps;
+	if (sh && sh->sweep_cancel)
+		sh->sweep_cancel(sh->arg, id);   /* one order for what runs as one unit */
 	for (size_t i = 0; i < n; i++) {
 		if (db_state_final(children[i].state))
 			continue;

@@ -13,6 +13,11 @@ struct api_sweeps_hooks {
 	/* Optional. Sweep id and its children were stored (PENDING): hand them
 	 * over as one unit. Returns at once. */
 	void (*sweep_submitted)(void *arg, long long sweep);
+	/* Optional. The whole sweep is being cancelled: an executor that runs
+	 * it as one unit stops it with one order (scancel of the array). Each
+	 * child is then cancelled through api_jobs_hooks.cancel as well, which
+	 * records who asked. Returns at once. */
+	void (*sweep_cancel)(void *arg, long long sweep);
 	void *arg;
 };
 

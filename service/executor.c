@@ -123,6 +123,27 @@ int exec_hold(struct executor *ex, long long id, char *err, size_t errlen)
 	return ex->ops->hold(ex, id, err, errlen);
 }
 
+int exec_submit_sweep(struct executor *ex, const struct exec_job *jobs, int n, int *taken,
+                      char *err, size_t errlen)
+{
+	*taken = 0;
+	if (ex->ops->submit_sweep) {
+		if (ex->ops->submit_sweep(ex, jobs, n, err, errlen) != 0)
+			return -1;
+		*taken = n;
+		return 0;
+	}
+	for (; *taken < n; ++*taken)
+		if (ex->ops->submit(ex, &jobs[*taken], err, errlen) != 0)
+			return -1;
+	return 0;
+}
+
+int exec_cancel_sweep(struct executor *ex, long long sweep)
+{
+	return ex->ops->cancel_sweep ? ex->ops->cancel_sweep(ex, sweep) : 0;
+}
+
 void exec_free(struct executor *ex)
 {
 	if (ex)

@@ -66,6 +66,7 @@ struct exec_job {
 	long long sweep;               /* the sweep it is a child of (0: none) */
 	int sweep_max_parallel;        /* at most this many of the sweep's children run at
 	                                  once (0: no limit); the rest wait QUEUED */
+	int sweep_index;               /* its index in the sweep (0-based) */
 };
 
 struct exec_event {
@@ -149,6 +150,15 @@ struct executor_ops {
 	 * under way is submitted held or held once Slurm answers (its EXEC_QUEUED
 	 * event then finds it HELD). 0, or -1 with err when the job is unknown. */
 	int (*hold)(struct executor *ex, long long id, char *err, size_t errlen);
+	/* Optional. Accepts jobs[0..n), children of one sweep, as one unit (a
+	 * Slurm job array): all of them or, -1 with err, none. Without it each
+	 * child is submitted on its own. As submit otherwise (async_submit). */
+	int (*submit_sweep)(struct executor *ex, const struct exec_job *jobs, int n, char *err,
+	                    size_t errlen);
+	/* Optional. Stops every child of sweep that it holds, as one order where
+	 * it can (scancel of the whole array); each still ends with its own
+	 * event. Returns how many it holds. */
+	int (*cancel_sweep)(struct executor *ex, long long sweep);
 };
 
 struct executor {
@@ -221,6 +231,12 @@ int exec_health(struct executor *ex, char *detail, size_t len);
 int exec_partition_ok(struct executor *ex, const char *partition, char *err, size_t errlen);
 int exec_host_memory(struct executor *ex, const char *partition, double *bytes);
 int exec_hold(struct executor *ex, long long id, char *err, size_t errlen);
+/* submit_sweep where the executor has it, else exec_submit of each job (on
+ * a refusal, the jobs before it stay submitted: -1 with *taken of them). */
+int exec_submit_sweep(struct executor *ex, const struct exec_job *jobs, int n, int *taken,
+                      char *err, size_t errlen);
+/* cancel_sweep where the executor has it; else 0 (cancel each child). */
+int exec_cancel_sweep(struct executor *ex, long long sweep);
 void exec_free(struct executor *ex);   /* accepts NULL; running jobs keep running */
 
 #endif

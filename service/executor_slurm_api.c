@@ -118,10 +118,14 @@ int slurm_api_submit(const struct slurm_submit *r, char *sid, size_t sid_len, ch
 	*transient = 0;
 	sid[0] = '\0';
 	char script_path[4200], out_path[4200], err_path[4200];
-	if (snprintf(script_path, sizeof script_path, "%s/slurm.sh", r->dir) >=
+	if ((r->script ? snprintf(script_path, sizeof script_path, "%s", r->script)
+	               : snprintf(script_path, sizeof script_path, "%s/slurm.sh", r->dir)) >=
 	        (int)sizeof script_path ||
-	    slurm_submit_log_path(r->dir, "stdout.log", out_path, sizeof out_path) != 0 ||
-	    slurm_submit_log_path(r->dir, "stderr.log", err_path, sizeof err_path) != 0) {
+	    (r->output ? snprintf(out_path, sizeof out_path, "%s", r->output) >=
+	                     (int)sizeof out_path
+	               : slurm_submit_log_path(r->dir, "stdout.log", out_path, sizeof out_path) != 0 ||
+	                     slurm_submit_log_path(r->dir, "stderr.log", err_path,
+	                                           sizeof err_path) != 0)) {
 		snprintf(msg, msg_len, "the job directory's path is too long");
 		return -1;
 	}
@@ -156,7 +160,9 @@ int slurm_api_submit(const struct slurm_submit *r, char *sid, size_t sid_len, ch
 	d.comment = (char *)r->comment;
 	d.work_dir = (char *)r->dir;
 	d.std_out = out_path;
-	d.std_err = err_path;
+	d.std_err = r->output ? NULL : err_path;
+	if (r->array)
+		d.array_inx = (char *)r->array;
 	d.open_mode = OPEN_MODE_APPEND;
 	d.requeue = 1;
 	if (r->partition && *r->partition)

@@ -185,6 +185,24 @@ struct larchd {
 	int lock_fd;                       /* the state dir's lock (state_dir.h), or -1 */
 };
 
+/* A sweep's children were stored: the runner wakes, finds them PENDING and
+ * hands them over together (one Slurm job array; runner.h). */
+static void sweep_submitted(void *arg, long long sweep)
+{
+	struct larchd *d = arg;
+	d->jobs_hooks.submitted(d->jobs_hooks.arg, sweep);
+}
+
+/* A sweep is cancelled: the executor stops what it runs of it with one
+ * order where it can (scancel of the array), before the children's own
+ * cancels say who asked. */
+static void sweep_cancel(void *arg, long long sweep)
+{
+	struct larchd *d = arg;
+	if (d->ex)
+		exec_cancel_sweep(d->ex, sweep);
+}
+
 /* The dashboard's files: built in, or read from dashboard_dir; and Chart.js
  * from the system, without which it works but draws no charts. */
 static int dashboard_new(struct larchd *d, char *err, size_t errlen)
@@ -330,7 +348,9 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	d->jobs_hooks.preflight_arg = d->preflight;
 	d->jobs_hooks.compare_max_jobs = d->cfg.compare_max_jobs;
 	d->ctx.jobs = &d->jobs_hooks;
-	d->sweeps_hooks = (struct api_sweeps_hooks){ .max_children = d->cfg.sweep_max_children };
+	d->sweeps_hooks = (struct api_sweeps_hooks){ .max_children = d->cfg.sweep_max_children,
+	                                             .sweep_submitted = sweep_submitted,
+	                                             .sweep_cancel = sweep_cancel, .arg = d };
 	d->ctx.sweeps = &d->sweeps_hooks;
 	d->ctx.svc = d->runner;
 	d->ctx.admin = svc_cluster_hooks(d->cluster);

@@ -133,6 +133,7 @@ static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct e
 	ej->ranks = 1;
 	ej->sweep = job->sweep;
 	ej->sweep_max_parallel = job->sweep_max_parallel;
+	ej->sweep_index = (int)job->sweep_index;
 	if (svc_runner_job_dir(r, job->id, ej->dir, sizeof ej->dir) != 0)
 		return -1;
 	json_t *spec = job->spec ? json_loads(job->spec, 0, NULL) : NULL;
@@ -308,28 +309,31 @@ static int job_identity(struct svc_runner *r, const struct db_job *job, struct e
 
 /* ---- handing PENDING jobs over ---------------------------------------------- */
 
-static void hand_over(struct svc_runner *r, struct executor *ex, int64_t id)
+/* Readies PENDING job id for its executor: its directory, spec.json and
+ * token into ej (*existed: the directory was there before). 0: ready;
+ * -1: not now (gone from PENDING, tried again later, or FAILED here). */
+static int prepare(struct svc_runner *r, int64_t id, struct exec_job *ej, int *existed)
 {
 	struct db_job job = { 0 };
 	struct db_err dberr = { 0 };
 	if (db_jobs_get(r->db, id, NULL, &job, &dberr) != 0 || job.state != DB_STATE_PENDING) {
 		db_job_release(&job);
-		return;                        /* cancelled or held meanwhile */
+		return -1;                     /* cancelled or held meanwhile */
 	}
-	struct exec_job ej;
 	struct svc_unix_id owner;
-	char why[EXEC_REASON_MAX + 64] = "", err[EXEC_REASON_MAX] = "";
-	int existed = 0, as_owner = 0, later = 0;
+	char why[EXEC_REASON_MAX + 64] = "";
+	int as_owner = 0, later = 0;
 	char *spec = NULL;
-	if (exec_job_for(r, &job, &ej) != 0)
+	*existed = 0;
+	if (exec_job_for(r, &job, ej) != 0)
 		snprintf(why, sizeof why, "the job directory path is too long");
-	else if (job_identity(r, &job, &ej, &owner, &as_owner, why, sizeof why) != 0)
+	else if (job_identity(r, &job, ej, &owner, &as_owner, why, sizeof why) != 0)
 		;
-	else if (!(spec = trainer_spec(r, &job, ej.init_path, sizeof ej.init_path, why,
+	else if (!(spec = trainer_spec(r, &job, ej->init_path, sizeof ej->init_path, why,
 	                               sizeof why)))
 		;
 	else
-		later = make_job_dir(&ej, as_owner ? &owner : NULL, spec, &existed, why,
+		later = make_job_dir(ej, as_owner ? &owner : NULL, spec, existed, why,
 		                     sizeof why) > 0;
 	free(spec);
 	db_job_release(&job);
@@ -337,22 +341,23 @@ static void hand_over(struct svc_runner *r, struct executor *ex, int64_t id)
 		static struct svc_log_limit limit;
 		svc_log_limited(&limit, 10000, SVC_LOG_WARN, "job j-%06lld: stays PENDING, tried "
 		                "again soon: %s", (long long)id, why);
-		return;
+		return -1;
 	}
 	if (why[0]) {
 		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
-		return;
+		return -1;
 	}
-	mint_token(r, &ej);
-	/* a directory from before a restart: the executor decides whether the job
-	 * ever launched (it is never started twice) */
-	int rc = existed ? exec_adopt(ex, &ej, err, sizeof err) : exec_submit(ex, &ej, err, sizeof err);
-	explicit_bzero(ej.token, sizeof ej.token);
-	if (rc != 0) {
-		snprintf(why, sizeof why, "the %s executor refused the job: %s", ex->ops->name, err);
-		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
-		return;
-	}
+	mint_token(r, ej);
+	return 0;
+}
+
+/* After submit: QUEUED (or, for an asynchronous executor, a hold that came
+ * meanwhile passed on). */
+static void handed(struct svc_runner *r, struct executor *ex, int64_t id)
+{
+	struct db_job job = { 0 };
+	struct db_err dberr = { 0 };
+	char why[EXEC_REASON_MAX + 64], err[EXEC_REASON_MAX] = "";
 	if (ex->ops->async_submit) {
 		/* QUEUED when the executor says Slurm took it; held meanwhile, the
 		 * hold reaches Slurm too */
@@ -370,6 +375,124 @@ static void hand_over(struct svc_runner *r, struct executor *ex, int64_t id)
 		if (exec_cancel(ex, id, err, sizeof err) != 0)
 			svc_log(SVC_LOG_WARN, "job j-%06lld: cannot withdraw it: %s", (long long)id, err);
 	}
+}
+
+static void hand_over_one(struct svc_runner *r, struct executor *ex, int64_t id)
+{
+	struct exec_job ej;
+	char why[EXEC_REASON_MAX + 64], err[EXEC_REASON_MAX] = "";
+	int existed;
+	if (prepare(r, id, &ej, &existed) != 0)
+		return;
+	/* a directory from before a restart: the executor decides whether the job
+	 * ever launched (it is never started twice) */
+	int rc = existed ? exec_adopt(ex, &ej, err, sizeof err) : exec_submit(ex, &ej, err, sizeof err);
+	explicit_bzero(ej.token, sizeof ej.token);
+	if (rc != 0) {
+		snprintf(why, sizeof why, "the %s executor refused the job: %s", ex->ops->name, err);
+		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
+		return;
+	}
+	handed(r, ex, id);
+}
+
+/* The PENDING children of sweep, oldest first, handed over together
+ * (exec_submit_sweep: one Slurm job array); those whose directory was there
+ * before a restart are adopted one by one. */
+static void hand_over_sweep(struct svc_runner *r, struct executor *ex, int64_t sweep)
+{
+	int64_t *ids = NULL;
+	size_t n = 0, cap = 0;
+	char cursor[DB_CURSOR_MAX] = "";
+	struct db_err dberr = { 0 };
+	do {
+		struct db_job_filter f = { .has_state = 1, .state = DB_STATE_PENDING, .sweep = sweep,
+		                           .limit = DB_LIST_MAX, .cursor = cursor };
+		struct db_job_list page = { 0 };
+		if (db_jobs_list(r->db, &f, &page, &dberr) != 0) {
+			svc_log(SVC_LOG_WARN, "runner: listing the children of sweep %lld: %s",
+			        (long long)sweep, dberr.text);
+			free(ids);
+			return;                    /* again at the next scan */
+		}
+		if (n + page.n > cap) {
+			cap = (n + page.n) * 2;
+			int64_t *grown = realloc(ids, cap * sizeof *grown);
+			if (!grown) {
+				db_job_list_release(&page);
+				free(ids);
+				return;
+			}
+			ids = grown;
+		}
+		for (size_t i = 0; i < page.n; i++)
+			if (!exec_has(ex, page.jobs[i].id))
+				ids[n++] = page.jobs[i].id;
+		snprintf(cursor, sizeof cursor, "%s", page.next_cursor);
+		db_job_list_release(&page);
+	} while (cursor[0]);
+	struct exec_job *ejs = n ? calloc(n, sizeof *ejs) : NULL;
+	int64_t *taken_ids = n ? calloc(n, sizeof *taken_ids) : NULL;
+	if (n && (!ejs || !taken_ids)) {
+		free(ejs);
+		free(taken_ids);
+		free(ids);
+		return;
+	}
+	int k = 0;
+	for (size_t i = n; i-- > 0;) {         /* newest first -> oldest first */
+		int existed;
+		if (prepare(r, ids[i], &ejs[k], &existed) != 0)
+			continue;
+		if (existed) {
+			char err[EXEC_REASON_MAX] = "", why[EXEC_REASON_MAX + 64];
+			int rc = exec_adopt(ex, &ejs[k], err, sizeof err);
+			explicit_bzero(ejs[k].token, sizeof ejs[k].token);
+			if (rc != 0) {
+				snprintf(why, sizeof why, "the %s executor refused the job: %s",
+				         ex->ops->name, err);
+				svc_runner_move(r, ids[i], DB_STATE_PENDING, DB_STATE_FAILED, "executor", why,
+				                0, 0);
+			} else {
+				handed(r, ex, ids[i]);
+			}
+			continue;
+		}
+		taken_ids[k++] = ids[i];
+	}
+	free(ids);
+	int taken = 0;
+	char err[EXEC_REASON_MAX] = "", why[EXEC_REASON_MAX + 64];
+	int rc = k ? exec_submit_sweep(ex, ejs, k, &taken, err, sizeof err) : 0;
+	for (int i = 0; i < k; i++)
+		explicit_bzero(ejs[i].token, sizeof ejs[i].token);
+	free(ejs);
+	if (rc != 0)
+		snprintf(why, sizeof why, "the %s executor refused the job: %s", ex->ops->name, err);
+	for (int i = 0; i < k; i++) {
+		if (i < taken)
+			handed(r, ex, taken_ids[i]);
+		else
+			svc_runner_move(r, taken_ids[i], DB_STATE_PENDING, DB_STATE_FAILED, "executor",
+			                why, 0, 0);
+	}
+	free(taken_ids);
+}
+
+/* A PENDING job to its executor: with its sweep's other PENDING children
+ * where the executor takes a sweep as one unit, else on its own. */
+static void hand_over(struct svc_runner *r, struct executor *ex, int64_t id)
+{
+	struct db_job job = { 0 };
+	struct db_err dberr = { 0 };
+	int64_t sweep = 0;
+	if (ex->ops->submit_sweep && db_jobs_get(r->db, id, NULL, &job, &dberr) == 0)
+		sweep = job.sweep;
+	db_job_release(&job);
+	if (sweep)
+		hand_over_sweep(r, ex, sweep);
+	else
+		hand_over_one(r, ex, id);
 }
 
 /* Hands over the oldest PENDING jobs the executor has room for. Returns 1 if

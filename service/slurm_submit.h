@@ -5,7 +5,9 @@
  * it either way: sbatch (a process per job, ~6 ms of CPU on a small machine,
  * and the only way where larchd is built without libslurm) or libslurm's
  * slurm_submit_batch_job() (~1 ms; the same request sbatch would send). Both
- * carry the same options; the batch script is DIR/slurm.sh.
+ * carry the same options; the batch script is DIR/slurm.sh, or for a job
+ * array (a sweep's children) a script of its own that starts each task's
+ * DIR/slurm.sh.
  *
  * libslurm is Slurm's own client library, of the version installed here: it
  * speaks to a slurmctld of that version or the two before it. Pointed at
@@ -21,6 +23,10 @@ struct slurm_submit {
 	const char *name;              /* --job-name */
 	const char *comment;           /* --comment */
 	const char *dir;               /* --chdir; stdout.log, stderr.log and slurm.sh in it */
+	const char *array;             /* --array ("0-3%2"); NULL = a job of its own */
+	const char *script;            /* the batch script; NULL = DIR/slurm.sh */
+	const char *output;            /* --output for stdout and stderr both (% escaped, %a
+	                                  the task); NULL = DIR/stdout.log and DIR/stderr.log */
 	const char *partition, *qos, *account;   /* NULL or "" = Slurm's default */
 	int nodes, ntasks, cpus_per_task, gpus_per_node;
 	long long mem_mb;              /* per node; 0 = Slurm's default */
