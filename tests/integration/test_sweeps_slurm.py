@@ -17,7 +17,6 @@ import pytest
 import requests
 
 from larchd import Larchd
-from slurm import slurm_cluster  # noqa: F401  (the fixture)
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 LONG = 20000            # steps of a child that runs until cancelled
