@@ -88,7 +88,7 @@ struct transfer {
 	CURL *curl;
 	int fd;                          /* FILE.part, at its end */
 	long long have;                  /* its size */
-	int truncated;                   /* a 200 after a Range: started over */
+	int asked_range;                 /* this request has a Range; cleared at its first byte */
 	int refused;                     /* not 2xx: the body is an error, kept in err */
 	struct cli_buf err;
 	char etag[256];
@@ -132,15 +132,15 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 		t->changed = 1;
 		return 0;
 	}
-	if (status == 200 && t->have > 0 && !t->truncated) {
+	if (status == 200 && t->asked_range) {
 		/* the whole file came back instead of the range: start over */
-		if (ftruncate(t->fd, 0) != 0 || lseek(t->fd, 0, SEEK_SET) != 0) {
+		if (ftruncate(t->fd, 0) != 0) {
 			t->write_failed = errno;
 			return 0;
 		}
 		t->have = 0;
-		t->truncated = 1;
 	}
+	t->asked_range = 0;
 	for (size_t done = 0; done < n;) {
 		ssize_t w = write(t->fd, p + done, n - done);
 		if (w < 0 && errno == EINTR)
@@ -187,7 +187,7 @@ static CURLcode fetch(struct cli *cli, const char *path, struct transfer *t, lon
 	curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
 	t->curl = c;
 	t->etag[0] = '\0';
-	t->truncated = 0;
+	t->asked_range = t->have > 0;
 	h->errbuf[0] = '\0';
 	*status = 0;
 	CURLcode rc = curl_easy_perform(c);
@@ -288,7 +288,7 @@ static int download(struct cli *cli, const char *id, long long step_opt, const c
 	char *shown = cli_inert(cli_buf_str(&part));
 
 	struct transfer t = { .fd = -1, .want_etag = etag };
-	t.fd = open(cli_buf_str(&part), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	t.fd = open(cli_buf_str(&part), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	struct stat st;
 	if (t.fd < 0 || fstat(t.fd, &st) != 0) {
 		fprintf(stderr, "larch: %s: %s\n", shown, strerror(errno));
