@@ -20,6 +20,7 @@ static const struct api_error_info error_table[API_ERR_COUNT] = {
 	[API_ERR_NOT_FOUND] = { .code = "not_found", .status = 404 },
 	[API_ERR_METHOD_NOT_ALLOWED] = { .code = "method_not_allowed", .status = 405 },
 	[API_ERR_CONFLICT] = { .code = "conflict", .status = 409 },
+	[API_ERR_RANGE] = { .code = "range_not_satisfiable", .status = 416 },
 	[API_ERR_TOO_LARGE] = { .code = "too_large", .status = 413 },
 	[API_ERR_UNSUPPORTED_MEDIA_TYPE] = { .code = "unsupported_media_type", .status = 415 },
 	[API_ERR_INFEASIBLE] = { .code = "infeasible", .status = 422 },
@@ -250,6 +251,18 @@ enum MHD_Result api_reply_static(struct api_request *req, unsigned status,
 }
 
 /* Replaces bytes that are not well-formed UTF-8 with '?', in place. */
+enum MHD_Result api_reply_response(struct api_request *req, unsigned status,
+                                   const char *content_type, const char *etag,
+                                   struct MHD_Response *resp)
+{
+	if (!claim(req, status)) {
+		if (resp)
+			MHD_destroy_response(resp);
+		return MHD_NO;
+	}
+	return queue(req, status, resp, content_type, etag);
+}
+
 static void utf8_clean(char *s)
 {
 	unsigned char *p = (unsigned char *)s;

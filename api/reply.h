@@ -34,6 +34,7 @@ enum api_error {
 	API_ERR_NOT_FOUND,              /* 404 unknown route or job */
 	API_ERR_METHOD_NOT_ALLOWED,     /* 405 known path, other method */
 	API_ERR_CONFLICT,               /* 409 illegal state transition, reused key */
+	API_ERR_RANGE,                  /* 416 Range past the end of a file */
 	API_ERR_TOO_LARGE,              /* 413 body over the limit */
 	API_ERR_UNSUPPORTED_MEDIA_TYPE, /* 415 body not JSON */
 	API_ERR_INFEASIBLE,             /* 422 valid spec that cannot run here */
@@ -79,6 +80,13 @@ enum MHD_Result api_reply_error_detail(struct api_request *req, unsigned status,
 enum MHD_Result api_reply_static(struct api_request *req, unsigned status,
                                  const char *content_type, const void *data, size_t len,
                                  const char *etag);
+
+/* Replies status with resp, a response the handler built (a file
+ * streamed by a content reader), taking it over; content_type and etag
+ * may be NULL. No 304 here: the handler decides that itself. */
+enum MHD_Result api_reply_response(struct api_request *req, unsigned status,
+                                   const char *content_type, const char *etag,
+                                   struct MHD_Response *resp);
 
 /* Adds a header to the reply that follows (Location, Retry-After, Allow,
  * WWW-Authenticate); both strings are copied. Returns 0, or -1 when there

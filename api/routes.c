@@ -34,6 +34,8 @@ const struct api_route api_routes[] = {
 	  .role = API_ROLE_USER },
 	{ .method = "GET", .path = "/v1/jobs/{id}/checkpoints", .handler = api_jobs_checkpoints_get,
 	  .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/jobs/{id}/checkpoints/{step}",
+	  .handler = api_jobs_checkpoint_file_get, .role = API_ROLE_USER },
 	{ .method = "GET", .path = "/v1/jobs/{id}/metrics", .handler = api_jobs_metrics_get,
 	  .role = API_ROLE_USER },
 	{ .method = "POST", .path = "/v1/jobs/{id}/metrics", .handler = api_jobs_metrics_post,

@@ -92,6 +92,18 @@ static const struct cli_command commands[] = {
 	  "show ID      the sweep, its counts and a row per child: params, state, best\n"
 	  "             value of the target, steps, examples and seconds to the target\n"
 	  "cancel ID    cancels every child that has not ended\n" },
+	{ .name = "checkpoint", .run = cli_cmd_checkpoint,
+	  .args = "ls ID | download ID [--step N] [-o FILE]",
+	  .summary = "list a job's checkpoints, or download one",
+	  .help =
+	  "ls ID        the job's checkpoints: step, bytes, time, sha256\n"
+	  "download ID  the newest checkpoint (or --step N) into FILE (default\n"
+	  "             <ID>-step-<N>.safetensors here), through FILE.part: a FILE.part\n"
+	  "             already there is resumed where it ends, and FILE is only made\n"
+	  "             when the whole file has the sha256 larchd recorded (else\n"
+	  "             FILE.part is kept and the exit status is 1)\n\n"
+	  "  --step N       the checkpoint of step N\n"
+	  "  -o, --output FILE  where to save it\n" },
 	{ .name = "watch", .run = cli_cmd_watch,
 	  .args = "ID [--interval S]",
 	  .summary = "follow a job's progress until it ends",
