@@ -71,8 +71,7 @@ const labelPlugin = {
     const mark = chart.getDatasetMeta(2);
     const set = chart.data.datasets[2];
     if (!mark.hidden && mark.data.length && set.data.length) {
-      g.textBaseline = 'top';
-      g.fillText(set.label, mark.data[0].x + 8, mark.data[0].y + 6);
+      g.fillText(set.label, mark.data[0].x + 8, mark.data[0].y - 8);
     }
     g.restore();
   },
@@ -111,11 +110,17 @@ function datasets(study, colors) {
   return { sets, x, y };
 }
 
+function logTick(v) {
+  const m = v / 10 ** Math.floor(Math.log10(v) + 1e-9);
+  return [1, 2, 5].some((k) => Math.abs(m - k) < 1e-6) ? fmtNum(Number(v.toPrecision(6))) : '';
+}
+
 function options(x, y, colors) {
   const axis = (title, lim) => ({
     type: 'logarithmic', min: lim.min, max: lim.max,
     grid: { color: colors.grid, borderColor: colors.grid },
-    ticks: { color: colors.text, maxTicksLimit: 10 },
+    // Chart.js puts a tick at each 1..9 x 10^k: label 1, 2 and 5 only
+    ticks: { color: colors.text, autoSkip: false, callback: logTick },
     title: { display: true, text: title, color: colors.text },
   });
   return {
@@ -180,9 +185,9 @@ export function studyPanel(ctx) {
   const head = h('p', { class: 'muted small', dataset: { testid: 'study-head' } });
   const el = h('section', { class: 'card', 'aria-labelledby': 'h-study', dataset: { testid: 'study' } },
                h('div', { class: 'card-head' }, h('h2', { id: 'h-study' }, 'Batch-scaling study')),
-               head, figure, chartNote, h('div', { class: 'grid-2 study-grid' },
-                 h('div', null, h('h3', { class: 'study-h' }, 'Fit'), figures, note),
-                 h('div', null, h('h3', { class: 'study-h' }, 'Per batch size'), table)));
+               head, figure, chartNote,
+               h('h3', { class: 'study-h' }, 'Fit'), figures, note,
+               h('h3', { class: 'study-h' }, 'Per batch size'), table);
 
   const mq = window.matchMedia('(prefers-color-scheme: dark)');
   const recolor = () => {
@@ -250,7 +255,8 @@ export function studyPanel(ctx) {
     figures.hidden = !st.fit;
     note.textContent = st.note || '';
     note.hidden = !st.note;
-    const cols = ['Batch', 'Job', 'State', 'S (steps)', 'E (examples)', 'Seconds', 'Speed-up', 'Fitted S'];
+    const cols = ['Batch', 'Job', 'State', 'Steps to target (S)', 'Examples to target (E)',
+                  'Seconds to target', `Speed-up vs ${st.speedup_against ?? '—'}`, 'Fitted S'];
     const t = h('table', { class: 'table study-table' },
                 h('caption', { class: 'visually-hidden' }, 'The study per batch size'),
                 h('thead', null, h('tr', null, cols.map((c, i) =>

@@ -164,19 +164,22 @@ export function sweepsView(main, ctx) {
 function definitionRows(s) {
   const d = s.definition || {};
   const axes = d.axes && typeof d.axes === 'object' ? d.axes : {};
-  const method = s.method === 'random'
-    ? `random: ${d.samples ?? '?'} samples, seed ${d.seed ?? 0}` : (s.method || 'grid');
+  const study = d.kind === 'batch_scaling';
+  const method = study ? 'batch-scaling study'
+    : s.method === 'random' ? `random: ${d.samples ?? '?'} samples, seed ${d.seed ?? 0}` : (s.method || 'grid');
   const es = d.early_stop;
   const labels = Object.entries(s.labels || {}).map(([k, v]) => `${k}:${v}`).join(' ');
   return [
     ['Owner', s.owner || '—'],
     ['Created', timeEl(s.created_at)],
     ['Method', method],
-    ['Axes', h('ul', { class: 'axes', dataset: { testid: 'sweep-axes' } },
-               Object.entries(axes).map(([path, values]) =>
-                 h('li', { dataset: { path } }, h('span', { class: 'mono' }, path), ': ',
-                   h('span', { class: 'mono' }, (Array.isArray(values) ? values : [values])
-                     .map(shown).join(', ')))))],
+    study ? ['Batch sizes', h('span', { class: 'mono', dataset: { testid: 'sweep-batch-sizes' } },
+                              (Array.isArray(d.batch_sizes) ? d.batch_sizes : []).map(shown).join(', '))]
+      : ['Axes', h('ul', { class: 'axes', dataset: { testid: 'sweep-axes' } },
+                 Object.entries(axes).map(([path, values]) =>
+                   h('li', { dataset: { path } }, h('span', { class: 'mono' }, path), ': ',
+                     h('span', { class: 'mono' }, (Array.isArray(values) ? values : [values])
+                       .map(shown).join(', ')))))],
     ['Max parallel', s.max_parallel ? String(s.max_parallel) : 'no limit'],
     ['Target', targetText(s.target)],
     ['Early stop', es ? `${es.rule}, after ${fmtNum(es.after_steps)} steps` : '—'],

@@ -115,6 +115,10 @@ def test_study_chart_fit_and_table_follow_the_children(site, browser):
     print(f"dashboard: study {sid} seen as {' -> '.join(seen)}")
     assert seen[-1] == f"{len(reached)} yes", seen
 
+    definition = one(browser, tid("sweep-definition")).text
+    assert "Method\nbatch-scaling study" in definition, definition
+    assert one(browser, tid("sweep-batch-sizes")).text == "64, 128, 256, 1024"
+
     chart = browser.execute_script(READ_CHART)
     assert chart and chart["x"] == chart["y"] == "logarithmic", chart
     assert [s["label"].split(" =")[0] for s in chart["sets"]] == ["Children", "Fit", "B_crit", "S_min",
