@@ -2,12 +2,14 @@
 // (#/sweeps: GET /v1/sweeps, a user's own, an admin's everyone's, with their
 // state and counts by state) and a sweep's page (#/sweeps/s-000001: its
 // definition, counts, Cancel, the children's table sorted by the target,
-// and the overlay of the children's curves from compare.js). Both follow
+// the overlay of the children's curves from compare.js and, for a
+// batch_scaling study, the study's section from study.js). Both follow
 // the change feed (a child's state change is a job change) and revalidate
 // every few seconds while the sweep runs, since a child's best value moves
 // without a state change.
 import { request } from './api.js';
 import { metricOverlay } from './compare.js';
+import { studyPanel } from './study.js';
 import { FINAL_STATES, STATES, ask, card, coalesce, empty, fmtClock, fmtNum, h, notify,
          stateBadge, tableWrap, timeEl } from './ui.js';
 
@@ -162,19 +164,22 @@ export function sweepsView(main, ctx) {
 function definitionRows(s) {
   const d = s.definition || {};
   const axes = d.axes && typeof d.axes === 'object' ? d.axes : {};
-  const method = s.method === 'random'
-    ? `random: ${d.samples ?? '?'} samples, seed ${d.seed ?? 0}` : (s.method || 'grid');
+  const study = d.kind === 'batch_scaling';
+  const method = study ? 'batch-scaling study'
+    : s.method === 'random' ? `random: ${d.samples ?? '?'} samples, seed ${d.seed ?? 0}` : (s.method || 'grid');
   const es = d.early_stop;
   const labels = Object.entries(s.labels || {}).map(([k, v]) => `${k}:${v}`).join(' ');
   return [
     ['Owner', s.owner || '—'],
     ['Created', timeEl(s.created_at)],
     ['Method', method],
-    ['Axes', h('ul', { class: 'axes', dataset: { testid: 'sweep-axes' } },
-               Object.entries(axes).map(([path, values]) =>
-                 h('li', { dataset: { path } }, h('span', { class: 'mono' }, path), ': ',
-                   h('span', { class: 'mono' }, (Array.isArray(values) ? values : [values])
-                     .map(shown).join(', ')))))],
+    study ? ['Batch sizes', h('span', { class: 'mono', dataset: { testid: 'sweep-batch-sizes' } },
+                              (Array.isArray(d.batch_sizes) ? d.batch_sizes : []).map(shown).join(', '))]
+      : ['Axes', h('ul', { class: 'axes', dataset: { testid: 'sweep-axes' } },
+                 Object.entries(axes).map(([path, values]) =>
+                   h('li', { dataset: { path } }, h('span', { class: 'mono' }, path), ': ',
+                     h('span', { class: 'mono' }, (Array.isArray(values) ? values : [values])
+                       .map(shown).join(', ')))))],
     ['Max parallel', s.max_parallel ? String(s.max_parallel) : 'no limit'],
     ['Target', targetText(s.target)],
     ['Early stop', es ? `${es.rule}, after ${fmtNum(es.after_steps)} steps` : '—'],
@@ -195,9 +200,10 @@ export function sweepView(main, ctx) {
   const counts = h('div', { class: 'counts', dataset: { testid: 'sweep-counts' } });
   const definition = h('dl', { class: 'summary', dataset: { testid: 'sweep-definition' } });
   const children = h('div', { dataset: { testid: 'sweep-children' } });
-  // sweep.study (a batch_scaling study) gets its section here, by one call
-  // in render(): studyBox.replaceChildren(studySection(sweep)).
+  // sweep.study (a batch_scaling study): its section (study.js), made on
+  // the first read that has one and updated by render() on every read
   const studyBox = h('div', { class: 'study-box', dataset: { testid: 'sweep-study' } });
+  let study = null;
   let plot = null;               // the overlay, once the sweep (its target) is known
 
   const plotCard = card('Curves', { dataset: { testid: 'sweep-curves' } });
@@ -268,6 +274,12 @@ export function sweepView(main, ctx) {
     definition.replaceChildren(...definitionRows(sweep).flatMap(([k, v]) =>
       [h('dt', null, k), h('dd', null, v)]));
     renderChildren();
+    if (sweep.study && !study) {
+      study = studyPanel(ctx);
+      studyBox.replaceChildren(study.el);
+    }
+    if (study)
+      study.update(sweep);
   }
 
   // The overlay: the first OVERLAY_MAX children in the table's order.
