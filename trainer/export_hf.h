@@ -1,0 +1,48 @@
+/* trainer/export_hf.h - a checkpoint's weights in Hugging Face's layout, and
+ * back.
+ *
+ * Export (larch-train --export, larch export) writes DIR/model.safetensors
+ * and DIR/config.json from a larch checkpoint and the spec it was trained
+ * with:
+ *  - "hf-gpt2": the tensor names and layouts of transformers'
+ *    GPT2LMHeadModel: transformer.wte.weight [V, C], transformer.wpe.weight
+ *    [T, C], transformer.h.{i}.ln_1/ln_2.weight/bias,
+ *    transformer.h.{i}.attn.c_attn/attn.c_proj/mlp.c_fc/mlp.c_proj.weight/bias
+ *    (Conv1D: weight [in, out], the transpose of larch's [out, in]),
+ *    transformer.ln_f.weight/bias; the head is tied to wte and, as
+ *    save_pretrained writes it, not stored (no lm_head.weight). fp32.
+ *  - "hf-mlp": layers.{i}.weight [out, in] (torch.nn.Linear's layout) and
+ *    layers.{i}.bias, i from 0, with a config.json of model_type
+ *    "larch-mlp" (in_features, hidden, out_features, activation).
+ * The safetensors metadata is {"format": "pt"} (what transformers expects).
+ *
+ * Import (init.hf): the same directory, or a GPT2LMHeadModel's from
+ * save_pretrained (names with or without "transformer.", F32, F16 or BF16,
+ * wpe with at least the spec's seq rows, an lm_head.weight only when equal
+ * to wte), into a model built for a spec whose dimensions config.json must
+ * match. Both files are opened with trn_input_open under the run's input
+ * policy; messages name the field "init.hf", the file and what differs.
+ */
+#ifndef LARCH_TRAINER_EXPORT_HF_H
+#define LARCH_TRAINER_EXPORT_HF_H
+
+#include "err.h"
+#include "model.h"
+#include "spec/input.h"
+#include "spec/spec.h"
+
+/* Exports the checkpoint at ckpt_path in format ("hf-gpt2" or "hf-mlp")
+ * into out_dir (created if missing; existing files of the same names are
+ * replaced atomically). spec_path NULL: the spec.json of the checkpoint's
+ * job dir (CKPT/../../spec.json); the spec's hash must be the checkpoint's.
+ * 0, or -1 with err set. */
+int trn_export_hf(const char *ckpt_path, const char *spec_path, const char *format,
+                  const char *out_dir, struct trn_err *err);
+
+/* Loads the directory dir (init.hf) into m, built for spec: config.json
+ * checked against spec and m, every parameter from model.safetensors.
+ * inputs borrowed (NULL confines nothing). 0, or -1 with err set. */
+int trn_hf_load(struct trn_model *m, const struct trn_spec *spec, const char *dir,
+                const struct trn_input_policy *inputs, struct trn_err *err);
+
+#endif
