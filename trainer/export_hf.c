@@ -26,6 +26,9 @@
 #include "kernels/precision.h"
 
 #define CONFIG_MAX (1 << 20)            /* a config.json larger than this is not one */
+/* KERN_LAYERNORM_EPS (a float) as config.json writes it: transformers' 1e-05 */
+#define LN_EPS 1e-5
+_Static_assert(KERN_LAYERNORM_EPS == 1e-5f, "LayerNorm's epsilon");
 
 /* GPT-2's block parameters: larch's name, transformers' name, transposed */
 static const struct {
@@ -126,7 +129,7 @@ static int write_json(const char *path, const json_t *json, struct trn_err *err)
 	char tmp[PATH_MAX];
 	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
 		return trn_err_set(err, "%s: path too long", path);
-	char *text = json_dumps(json, JSON_INDENT(2));
+	char *text = json_dumps(json, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
 	if (!text)
 		return trn_err_set(err, "%s: out of memory", path);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -175,7 +178,7 @@ static json_t *gpt_config(const struct trn_spec *s, const struct dims *d)
 	                      "n_ctx", (json_int_t)d->T, "n_embd", (json_int_t)d->C,
 	                      "n_layer", (json_int_t)d->L, "n_head", (json_int_t)s->model.heads,
 	                      "n_inner", "activation_function", "gelu_new",
-	                      "layer_norm_epsilon", (double)KERN_LAYERNORM_EPS,
+	                      "layer_norm_epsilon", LN_EPS,
 	                      "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0,
 	                      "initializer_range", 0.02, "scale_attn_weights", 1,
 	                      "scale_attn_by_inverse_layer_idx", 0, "reorder_and_upcast_attn", 0,
@@ -518,7 +521,7 @@ static int check_gpt_config(const json_t *cfg, const char *path, const struct tr
 		return -1;
 	json_t *eps = json_object_get(cfg, "layer_norm_epsilon");
 	if (eps && !(json_is_number(eps) &&
-	             fabs(json_number_value(eps) - (double)KERN_LAYERNORM_EPS) <= 1e-12))
+	             fabs(json_number_value(eps) - LN_EPS) <= 1e-12))
 		return trn_err_set(err, "init.hf: %s: layer_norm_epsilon must be 1e-05, the "
 		                   "epsilon of larch's LayerNorm", path);
 	if (want_string(cfg, path, "activation_function", 0, gelu,
