@@ -496,11 +496,10 @@ static int want_string(const json_t *cfg, const char *path, const char *key, int
 }
 
 static int check_gpt_config(const json_t *cfg, const char *path, const struct trn_spec *s,
-                            const struct trn_model *m, struct trn_err *err)
+                            long V, struct trn_err *err)
 {
 	static const char *const gpt2[] = { "gpt2", NULL };
 	static const char *const gelu[] = { "gelu_new", "gelu_pytorch_tanh", NULL };
-	long V = m->params[0].shape[0];
 	if (want_string(cfg, path, "model_type", 1, gpt2, "a gpt model starts from GPT-2", err) ||
 	    want_int(cfg, path, "n_layer", s->model.layers, "the spec's model.layers", err) ||
 	    want_int(cfg, path, "n_head", s->model.heads, "the spec's model.heads", err) ||
@@ -537,15 +536,14 @@ static int check_gpt_config(const json_t *cfg, const char *path, const struct tr
 }
 
 static int check_mlp_config(const json_t *cfg, const char *path, const struct trn_spec *s,
-                            const struct trn_model *m, struct trn_err *err)
+                            long in, long out, struct trn_err *err)
 {
 	static const char *const mlp[] = { "larch-mlp", NULL };
 	static const char *const relu[] = { "relu", NULL }, *const gelu[] = { "gelu_new", NULL };
-	const struct trn_param *first = &m->params[0], *last = &m->params[m->n_params - 2];
 	if (want_string(cfg, path, "model_type", 1, mlp, "an mlp starts from larch's MLP export",
 	                err) ||
-	    want_int(cfg, path, "in_features", first->shape[1], "the data's input size", err) ||
-	    want_int(cfg, path, "out_features", last->shape[0], "the data's classes", err) ||
+	    want_int(cfg, path, "in_features", in, "the data's input size", err) ||
+	    want_int(cfg, path, "out_features", out, "the data's classes", err) ||
 	    want_string(cfg, path, "activation", 1,
 	                s->model.activation == TRN_ACT_GELU ? gelu : relu,
 	                "the spec's model.activation", err))
@@ -619,25 +617,47 @@ static int load_one(struct trn_model *m, const struct trn_param *p, const struct
 	return 0;
 }
 
-int trn_hf_load(struct trn_model *m, const struct trn_spec *spec, const char *dir,
-                const struct trn_input_policy *inputs, struct trn_err *err)
+/* dir's config.json checked against spec (a, b: check_config's) and its
+ * model.safetensors opened into c; 0, or -1 with err. */
+static int open_dir(struct trn_ckpt *c, const struct trn_spec *spec, const char *dir, long a,
+                    long b, const struct trn_input_policy *inputs, char *st_path,
+                    struct trn_err *err)
 {
-	char cfg_path[PATH_MAX], st_path[PATH_MAX];
+	char cfg_path[PATH_MAX];
 	if (snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir) >= (int)sizeof cfg_path ||
-	    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir) >= (int)sizeof st_path)
+	    snprintf(st_path, PATH_MAX, "%s/model.safetensors", dir) >= PATH_MAX)
 		return trn_err_set(err, "init.hf: %s: path too long", dir);
 	json_t *cfg = read_config(cfg_path, inputs, err);
 	if (!cfg)
 		return -1;
-	int gpt = spec->model.type == TRN_MODEL_GPT;
-	int rc = gpt ? check_gpt_config(cfg, cfg_path, spec, m, err)
-	             : check_mlp_config(cfg, cfg_path, spec, m, err);
+	int rc = spec->model.type == TRN_MODEL_GPT ? check_gpt_config(cfg, cfg_path, spec, a, err)
+	                                           : check_mlp_config(cfg, cfg_path, spec, a, b, err);
 	json_decref(cfg);
 	if (rc != 0)
 		return -1;
+	return trn_ckpt_open_input(c, st_path, inputs, "init.hf", err);
+}
 
+int trn_hf_check(const struct trn_spec *spec, const char *dir, long a, long b,
+                 const struct trn_input_policy *inputs, struct trn_err *err)
+{
 	struct trn_ckpt c;
-	if (trn_ckpt_open_input(&c, st_path, inputs, "init.hf", err) != 0)
+	char st_path[PATH_MAX];
+	if (open_dir(&c, spec, dir, a, b, inputs, st_path, err) != 0)
+		return -1;
+	trn_ckpt_close(&c);
+	return 0;
+}
+
+int trn_hf_load(struct trn_model *m, const struct trn_spec *spec, const char *dir,
+                const struct trn_input_policy *inputs, struct trn_err *err)
+{
+	int gpt = spec->model.type == TRN_MODEL_GPT, rc = 0;
+	long a = gpt ? m->params[0].shape[0] : m->params[0].shape[1];
+	long b = gpt ? 0 : m->params[m->n_params - 2].shape[0];
+	struct trn_ckpt c;
+	char st_path[PATH_MAX];
+	if (open_dir(&c, spec, dir, a, b, inputs, st_path, err) != 0)
 		return -1;
 	long most = 1;
 	for (int i = 0; i < m->n_params; i++)

@@ -45,4 +45,10 @@ int trn_export_hf(const char *ckpt_path, const char *spec_path, const char *form
 int trn_hf_load(struct trn_model *m, const struct trn_spec *spec, const char *dir,
                 const struct trn_input_policy *inputs, struct trn_err *err);
 
+/* What the probe checks of init.hf (probe.h): config.json against spec and
+ * the model's sizes, a and b (gpt: its vocabulary; mlp: the data's input
+ * features and classes), and model.safetensors's header. 0, or -1. */
+int trn_hf_check(const struct trn_spec *spec, const char *dir, long a, long b,
+                 const struct trn_input_policy *inputs, struct trn_err *err);
+
 #endif

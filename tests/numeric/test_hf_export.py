@@ -374,3 +374,27 @@ def test_mlp_export_names_and_round_trip(larch_train, tmp_path):
     (bad / "config.json").write_text(json.dumps(cfg))
     run = train(larch_train, tmp_path, mlp_spec(tmp_path, init={"hf": str(bad)}), "c")
     assert run.returncode != 0 and "hidden differs from the spec's model.hidden" in run.stderr
+
+
+def test_probe_checks_init_hf(gpt, larch_train):
+    """larchd's --probe: config.json against the spec, and the data_roots
+    rule for both files of the directory."""
+    d, _ = gpt
+    bad = mutate(d, "probe-bad", config={"n_head": 8})
+
+    def probe(init, *roots):
+        path = d / "probe.json"
+        path.write_text(json.dumps(gpt_spec(d, init={"hf": str(init)})))
+        args = [a for r in roots for a in ("--data-root", str(r))]
+        run = ok(subprocess.run([str(larch_train), "--probe", "--spec", str(path), *args],
+                                capture_output=True, text=True, timeout=60))
+        return json.loads(run.stdout)
+
+    assert probe(d / "hf")["ok"] is True
+    got = probe(bad)
+    assert (got["ok"], got["field"]) == (False, "init.hf")
+    assert "n_head is 8, but the spec's model.heads is 4" in got["message"]
+    got = probe(d / "hf", d / "train.bin", d / "val.bin")
+    assert (got["ok"], got["field"]) == (False, "init.hf")
+    assert "is outside the directories this job may read" in got["message"]
+    assert probe(d / "hf", d / "train.bin", d / "val.bin", d / "hf")["ok"] is True
