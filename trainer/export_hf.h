@@ -1,5 +1,5 @@
-/* trainer/export_hf.h - a checkpoint's weights in Hugging Face's layout, and
- * back.
+/* trainer/export_hf.h - a checkpoint's weights in Hugging Face's layout
+ * (export_hf.c), and back (init_hf.c).
  *
  * Export (larch-train --export, larch export) writes DIR/model.safetensors
  * and DIR/config.json from a larch checkpoint and the spec it was trained
@@ -26,6 +26,9 @@
 #ifndef LARCH_TRAINER_EXPORT_HF_H
 #define LARCH_TRAINER_EXPORT_HF_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "err.h"
 #include "model.h"
 #include "spec/input.h"
@@ -50,5 +53,36 @@ int trn_hf_load(struct trn_model *m, const struct trn_spec *spec, const char *di
  * features and classes), and model.safetensors's header. 0, or -1. */
 int trn_hf_check(const struct trn_spec *spec, const char *dir, long a, long b,
                  const struct trn_input_policy *inputs, struct trn_err *err);
+
+/* ---- shared by export_hf.c and init_hf.c, not for other callers ---- */
+
+struct trn_ckpt;
+
+/* layer_norm_epsilon in config.json: KERN_LAYERNORM_EPS (1e-5f, kernels/layernorm.h)
+ * as transformers writes it */
+#define TRN_HF_LN_EPS 1e-5
+
+/* The Hugging Face name of larch parameter name of a model of type (for
+ * GPT-2 without "transformer."), into out, and whether its 2-D layout is
+ * transposed there; -1 when the name is not one of the model's. */
+int trn_hf_name(enum trn_model_type type, const char *name, char *out, size_t len,
+                int *transpose);
+
+/* A tensor of an open safetensors file as its (checked) header says; data
+ * points into the file's mapping (borrowed, not aligned beyond 1). */
+struct trn_hf_tensor {
+	const char *dtype;
+	int ndim;
+	long shape[4];
+	long numel;
+	const uint8_t *data;
+};
+
+/* 0 and t filled, or -1 when c has no tensor name or it has over 4 dims. */
+int trn_hf_tensor(const struct trn_ckpt *c, const char *name, struct trn_hf_tensor *t);
+/* "[a, b]" */
+void trn_hf_shape_text(char *buf, size_t len, int ndim, const long *shape);
+/* dst[c][r] = src[r][c] for src [rows, cols] */
+void trn_hf_transpose(float *dst, const float *src, long rows, long cols);
 
 #endif
