@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "ckpt.h"
-#include "export_hf.h"
 #include "data.h"
+#include "export_hf.h"
 
 json_t *trn_probe_failure(const char *message)
 {
