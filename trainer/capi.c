@@ -11,6 +11,7 @@
 #include "model.h"
 #include "optim.h"
 #include "schedule.h"
+#include "spec/gpt_layout.h"
 #include "spec/spec.h"
 
 struct trn_capi_model {
@@ -134,6 +135,21 @@ double trn_capi_model_step_scaled(struct trn_capi_model *h, const float *x, cons
 	double loss = trn_model_forward(h->m, &b, NULL);
 	trn_model_backward(h->m, &b, scale);
 	return loss;
+}
+
+int trn_capi_model_gpt_logits(struct trn_capi_model *h, const int *tokens, int n, float *out)
+{
+	if (h->spec.model.type != TRN_MODEL_GPT || n < 1 || n > h->m->max_batch)
+		return -1;
+	/* any target in range will do: the losses are not asked for */
+	struct trn_batch b = {
+		.n = n, .cap = n, .seq = h->seq,
+		.tokens = (int32_t *)tokens, .targets = (int32_t *)tokens,
+	};
+	trn_model_forward(h->m, &b, NULL);
+	const struct gpt *g = (const struct gpt *)h->m;
+	memcpy(out, g->logits, sizeof(float) * (size_t)n * (size_t)g->T * (size_t)g->V);
+	return 0;
 }
 
 struct trn_capi_optim *trn_capi_optim_new(const char *spec_json, const char *const *names,

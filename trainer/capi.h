@@ -39,6 +39,11 @@ double trn_capi_model_step(struct trn_capi_model *h, const float *x, const int *
 double trn_capi_model_step_scaled(struct trn_capi_model *h, const float *x, const int *tokens,
                                   const int *targets, int n, float scale);
 
+/* A gpt's forward on tokens [n, seq]: its logits [n, seq, vocab] into out
+ * (the weights as they are; the gradients untouched). 0, or -1 for a model
+ * that is not a gpt or n outside [1, max_batch]. */
+int trn_capi_model_gpt_logits(struct trn_capi_model *h, const int *tokens, int n, float *out);
+
 /* An optimizer from spec_json's "optimizer" over n tensors named names[i]
  * with numels[i] elements laid out back to back. */
 struct trn_capi_optim *trn_capi_optim_new(const char *spec_json, const char *const *names,

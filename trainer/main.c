@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export_hf.h"
 #include "spec/input.h"
 #include "model.h"
 #include "options.h"
@@ -22,6 +23,7 @@ static void usage(FILE *out)
 	      "                   [--confine-data]\n"
 	      "       larch-train --check FILE\n"
 	      "       larch-train --plan FILE [--gpu-mem GIB] [--host-mem GIB]\n"
+	      "       larch-train --export CKPT --format hf-gpt2|hf-mlp -o DIR [--spec FILE]\n"
 	      "\n"
 	      "Trains the job spec FILE (see docs/spec.md) on the CPU or a CUDA GPU.\n"
 	      "\n"
@@ -41,6 +43,11 @@ static void usage(FILE *out)
 	      "                  machines without the larch CLI); with --gpu-mem and/or\n"
 	      "                  --host-mem (GiB per GPU, per node) also whether it fits and\n"
 	      "                  the largest micro-batch that does; exit 0 when it fits, 1 not\n"
+	      "  --export CKPT   write checkpoint CKPT's weights to DIR (-o) in Hugging\n"
+	      "                  Face's layout: model.safetensors and config.json; --format\n"
+	      "                  hf-gpt2 (transformers' GPT2LMHeadModel) or hf-mlp; --spec\n"
+	      "                  names the spec it was trained with (default: the spec.json of\n"
+	      "                  its job dir, CKPT/../../spec.json)\n"
 	      "  --list-devices  print the CUDA GPUs --device cuda would use (exit 0 with at\n"
 	      "                  least one, 1 with none)\n"
 	      "\n"
@@ -182,6 +189,7 @@ static int probe(const char *spec_path, const struct trn_input_policy *inputs,
 /* What the command line asked for. */
 struct cmdline {
 	const char *spec_path, *check_path, *plan_path, *base_dir;
+	const char *export_path, *format, *out_dir;    /* --export, --format, -o */
 	double gpu_gib, host_gib;
 	struct trn_options opts;       /* the rows given as flags */
 	const char **roots;            /* --data-root's, at most one per argument */
@@ -204,6 +212,9 @@ static const struct option longopts[] = {
 	{ "confine-data", no_argument, NULL, 'C' },
 	{ "probe", no_argument, NULL, 'p' },
 	{ "base-dir", required_argument, NULL, 'B' },
+	{ "export", required_argument, NULL, 'X' },
+	{ "format", required_argument, NULL, 'F' },
+	{ "output", required_argument, NULL, 'o' },
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
@@ -240,7 +251,7 @@ static int list_devices(struct trn_options *o)
 static int parse_args(int argc, char **argv, struct cmdline *c)
 {
 	int f;
-	while ((f = getopt_long(argc, argv, "s:d:rt:qc:Vh", longopts, NULL)) != -1) {
+	while ((f = getopt_long(argc, argv, "s:d:rt:qc:Vho:", longopts, NULL)) != -1) {
 		switch (f) {
 		case 's': c->spec_path = optarg; break;
 		case 'd':
@@ -257,6 +268,9 @@ static int parse_args(int argc, char **argv, struct cmdline *c)
 		case 'C': c->confine = 1; break;
 		case 'p': c->probing = 1; break;
 		case 'B': c->base_dir = optarg; break;
+		case 'X': c->export_path = optarg; break;
+		case 'F': c->format = optarg; break;
+		case 'o': c->out_dir = optarg; break;
 		case 'G':
 		case 'H': {
 			double v = parse_gib(f == 'G' ? "--gpu-mem" : "--host-mem", optarg);
@@ -284,7 +298,16 @@ static int check_args(const struct cmdline *c)
 {
 	static const char need_spec[] = "--spec FILE is required";
 	const char *wrong = NULL;
-	if ((c->n_roots || c->confine) && (c->check_path || c->plan_path))
+	if ((c->format || c->out_dir) && !c->export_path)
+		wrong = "--format and -o go with --export";
+	else if (c->export_path && (!c->format || !c->out_dir))
+		wrong = "--export needs --format hf-gpt2|hf-mlp and -o DIR";
+	else if (c->export_path && (c->check_path || c->plan_path || c->probing || c->n_roots ||
+	                            c->confine))
+		wrong = "--export goes with --format, -o and --spec only";
+	else if (c->export_path)
+		return -1;
+	else if ((c->n_roots || c->confine) && (c->check_path || c->plan_path))
 		wrong = "--data-root and --confine-data go with --spec";
 	else if (c->base_dir && (!c->probing || c->base_dir[0] != '/'))
 		wrong = "--base-dir: goes with --probe and must be an absolute path";
@@ -335,6 +358,19 @@ static int train_spec(struct cmdline *c, const struct trn_input_policy *inputs)
 	return code;
 }
 
+/* --export: the checkpoint in Hugging Face's layout (export_hf.h). */
+static int export_hf(const struct cmdline *c)
+{
+	struct trn_err err = { 0 };
+	if (trn_export_hf(c->export_path, c->spec_path, c->format, c->out_dir, &err) != 0) {
+		fprintf(stderr, "larch-train: %s\n", err.text);
+		return strncmp(err.text, "--format", 8) == 0 ? TRN_EXIT_USAGE : TRN_EXIT_FAILED;
+	}
+	printf("exported %s to %s/model.safetensors and %s/config.json (%s)\n", c->export_path,
+	       c->out_dir, c->out_dir, c->format);
+	return TRN_EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
 	const char *roots[argc];
@@ -348,6 +384,8 @@ int main(int argc, char **argv)
 		return check_spec(c.check_path);
 	if (c.plan_path)
 		return plan_spec(c.plan_path, c.host_gib, c.gpu_gib);
+	if (c.export_path)
+		return export_hf(&c);
 
 	/* the roots, canonical from here on (a root that is missing is an error) */
 	struct trn_input_policy inputs;

@@ -10,6 +10,7 @@
 
 #include "ckpt.h"
 #include "data.h"
+#include "export_hf.h"
 
 json_t *trn_probe_failure(const char *message)
 {
@@ -118,6 +119,19 @@ json_t *trn_probe(const struct trn_spec *spec, const struct trn_input_policy *in
 		if (trn_ckpt_open_input(&c, s->init_from, inputs, "init.from", &err) != 0)
 			goto fail;
 		trn_ckpt_close(&c);
+	}
+	if (s->init_hf[0]) {
+		/* a directory: its two files are opened by trn_hf_check under inputs */
+		if (trn_input_rebase(s->init_hf, base_dir, rebased, sizeof rebased, "init.hf",
+		                     &err) != 0)
+			goto fail;
+		int gpt = s->model.type == TRN_MODEL_GPT;
+		/* gpt: the vocabulary trn_gpt_layout_init settles on */
+		long a = gpt ? (s->model.vocab ? s->model.vocab
+		                               : s->data.format == TRN_DATA_TEXT ? 256 : 50257)
+		             : shape.dim;
+		if (trn_hf_check(s, rebased, a, gpt ? 0 : shape.n_classes, inputs, &err) != 0)
+			goto fail;
 	}
 	if (enough_data(s, &shape, &err) != 0)
 		goto fail;

@@ -16,6 +16,7 @@
 #include "data.h"
 #include "dp.h"
 #include "env.h"
+#include "export_hf.h"
 #include "gns.h"
 #include "kernels/blas.h"
 #include "kernels/optimizer.h"
@@ -346,7 +347,7 @@ static void adopt_weights(struct run *r)
 	trn_model_round(r->model, r->model->w, r->model->n_floats);
 }
 
-/* Weights from the spec (init.from or the seed's initialisation) and a
+/* Weights from the spec (init.from, init.hf or the seed's initialisation) and a
  * fresh optimizer and loss scaler: a run's start, or a rollback with no
  * checkpoint yet. */
 static int fresh_start(struct run *r, struct trn_err *err)
@@ -354,6 +355,9 @@ static int fresh_start(struct run *r, struct trn_err *err)
 	const struct trn_spec *s = r->spec;
 	if (s->init_from[0]) {
 		if (trn_params_load(r->model, s->init_from, r->opts->inputs, err) != 0)
+			return -1;
+	} else if (s->init_hf[0]) {
+		if (trn_hf_load(r->model, s, s->init_hf, r->opts->inputs, err) != 0)
 			return -1;
 	} else {
 		trn_model_init_weights(r->model, s->seed);

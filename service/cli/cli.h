@@ -96,6 +96,7 @@ int cli_cmd_usage(struct cli *cli, int argc, char **argv);
 int cli_cmd_compare(struct cli *cli, int argc, char **argv);   /* compare.c */
 int cli_cmd_sweep(struct cli *cli, int argc, char **argv);     /* sweep.c */
 int cli_cmd_checkpoint(struct cli *cli, int argc, char **argv); /* checkpoint.c */
+int cli_cmd_export(struct cli *cli, int argc, char **argv);    /* export.c */
 
 /* Sleeps for seconds (fractions allowed). */
 void cli_sleep(double seconds);

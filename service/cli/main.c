@@ -127,6 +127,18 @@ static const struct cli_command commands[] = {
 	  "fits and, when not, the largest micro-batch that does (exit status 1).\n\n"
 	  "  --host-mem GIB  host memory per node\n"
 	  "  --gpu-mem GIB   memory per GPU\n" },
+	{ .name = "export", .run = cli_cmd_export,
+	  .args = "CHECKPOINT_FILE --format hf-gpt2|hf-mlp -o DIR [--spec FILE]",
+	  .summary = "a checkpoint in Hugging Face's layout (computed here, no server)",
+	  .help =
+	  "Writes the weights of CHECKPOINT_FILE (a job dir's checkpoints/step-N.safetensors)\n"
+	  "to DIR/model.safetensors and DIR/config.json in Hugging Face's layout, with\n"
+	  "the larch-train installed beside larch (its --export). A spec's init\n"
+	  "{\"hf\": DIR} starts a job from such a directory.\n\n"
+	  "  --format F   hf-gpt2 (transformers' GPT2LMHeadModel) or hf-mlp\n"
+	  "  -o DIR       the directory to write (created if missing)\n"
+	  "  --spec FILE  the spec the checkpoint was trained with (default: the\n"
+	  "               spec.json of its job dir)\n" },
 	{ .name = "usage", .run = cli_cmd_usage,
 	  .args = "[--from T] [--to T] [--group-by KEYS]",
 	  .summary = "CPU and GPU hours and jobs, per user and account",

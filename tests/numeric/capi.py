@@ -38,6 +38,7 @@ def _declare(lib):
         "trn_capi_model_weights": (_f32p, [v]),
         "trn_capi_model_grads": (_f32p, [v]),
         "trn_capi_model_step": (ctypes.c_double, [v, _f32p, _i32p, _i32p, ctypes.c_int]),
+        "trn_capi_model_gpt_logits": (ctypes.c_int, [v, _i32p, ctypes.c_int, _f32p]),
         "trn_capi_model_step_scaled": (ctypes.c_double, [v, _f32p, _i32p, _i32p, ctypes.c_int,
                                                          ctypes.c_float]),
         "trn_capi_optim_new": (v, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), _longp,
@@ -169,6 +170,16 @@ class Model:
         if math.isnan(loss):
             raise CapiError(f"trn_capi_model_step: NaN loss (n = {n})")
         return loss
+
+
+    def gpt_logits(self, tokens, vocab):
+        """A gpt's forward on tokens [n, seq]: its logits [n, seq, vocab]."""
+        tokens = _in_i32(tokens)
+        out = np.zeros(tokens.shape + (vocab,), dtype=np.float32)
+        if self._lib.trn_capi_model_gpt_logits(self._h, tokens.ctypes.data_as(_i32p),
+                                               tokens.shape[0], out.ctypes.data_as(_f32p)):
+            raise CapiError(f"trn_capi_model_gpt_logits: not a gpt, or n = {tokens.shape[0]}")
+        return out
 
 
 class Optim:

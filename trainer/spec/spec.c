@@ -468,10 +468,10 @@ static int job_id_valid(const char *id)
 	return strspn(id + 2, "0123456789") == n - 2;
 }
 
-/* "init": {"from": path} or {"job": id, "step": n} */
+/* "init": {"from": path}, {"hf": dir} or {"job": id, "step": n} */
 static int parse_init(struct trn_fields *root, struct trn_spec *s)
 {
-	static const char *const keys[] = { "from", "job", "step", NULL };
+	static const char *const keys[] = { "from", "hf", "job", "step", NULL };
 	struct trn_fields init;
 	char q[512];
 	s->init_step = -1;
@@ -481,12 +481,15 @@ static int parse_init(struct trn_fields *root, struct trn_spec *s)
 	    trn_fields_known(&init, keys, NULL, NULL) < 0)
 		return -1;
 	int has_from = json_object_get(init.in, "from") != NULL;
-	if (has_from == (json_object_get(init.in, "job") != NULL))
-		return trn_fields_fail(&init, NULL, "exactly one of \"from\" or \"job\"");
-	if (has_from) {
+	int has_hf = json_object_get(init.in, "hf") != NULL;
+	if (has_from + has_hf + (json_object_get(init.in, "job") != NULL) != 1)
+		return trn_fields_fail(&init, NULL, "exactly one of \"from\", \"hf\" or \"job\"");
+	if (has_from || has_hf) {
+		const char *key = has_from ? "from" : "hf";
 		if (json_object_get(init.in, "step"))
-			return trn_fields_fail(&init, "step", "goes with \"job\", not \"from\"");
-		return trn_fields_filepath(&init, "from", TRN_REQUIRED, s->init_from) < 0 ? -1 : 0;
+			return trn_fields_fail(&init, "step", "goes with \"job\", not \"%s\"", key);
+		return trn_fields_filepath(&init, key, TRN_REQUIRED,
+		                           has_from ? s->init_from : s->init_hf) < 0 ? -1 : 0;
 	}
 	json_t *job = json_object_get(init.in, "job");
 	if (!json_is_string(job))

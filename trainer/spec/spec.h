@@ -207,6 +207,8 @@ struct trn_spec {
 	                                  resolves (rewriting the spec to {"from": path});
 	                                  larch-train refuses to run it. "" = none */
 	long init_step;                /* with init_job: its step; -1 = the newest */
+	char init_hf[TRN_PATH_MAX];    /* "init": {"hf": "dir"}: a Hugging Face directory
+	                                  (config.json, model.safetensors; export_hf.h); "" = none */
 	json_t *json;                  /* canonical spec with defaults (owned reference) */
 };
 
