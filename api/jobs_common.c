@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "db/sweeps.h"
+#include "labels.h"
 #include "reply.h"
 
 void api_time_format(int64_t ms, char out[32])
@@ -51,14 +52,7 @@ void api_buf_json_time(struct api_buf *b, int64_t ms)
 
 void api_job_write(struct api_buf *b, const struct db_job *job)
 {
-	char id[DB_JOB_ID_MAX];
-	db_job_id_format(job->id, id);
-	api_buf_adds(b, "{\"id\":\"");
-	api_buf_adds(b, id);
-	api_buf_adds(b, "\",\"name\":");
-	api_buf_json_str(b, job->name);
-	api_buf_adds(b, ",\"owner\":");
-	api_buf_json_str(b, job->owner);
+	api_buf_object_head(b, 'j', job->id, job->name, job->owner);
 	api_buf_adds(b, ",\"run_as\":");     /* null: larchd's own user (run_as service) */
 	api_buf_json_str(b, job->unix_user);
 	api_buf_adds(b, ",\"state\":\"");
@@ -92,10 +86,8 @@ void api_job_write(struct api_buf *b, const struct db_job *job)
 	api_buf_adds(b, ",\"spec\":");
 	api_buf_adds(b, job->spec && *job->spec ? job->spec : "null");
 	if (job->sweep > 0) {        /* a sweep's child (db/sweeps.h) */
-		char sid[DB_SWEEP_ID_MAX];
-		db_sweep_id_format(job->sweep, sid);
 		api_buf_adds(b, ",\"sweep\":");
-		api_buf_json_str(b, sid);
+		api_buf_json_id(b, 's', job->sweep);
 		api_buf_adds(b, ",\"sweep_index\":");
 		api_buf_json_int(b, job->sweep_index);
 		api_buf_adds(b, ",\"params\":");
@@ -117,17 +109,41 @@ void api_job_write(struct api_buf *b, const struct db_job *job)
 	api_buf_adds(b, "}}");
 }
 
-int api_job_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret)
+void api_buf_json_id(struct api_buf *b, char prefix, int64_t id)
+{
+	char text[DB_ID_MAX];
+	db_id_format(prefix, id, text, sizeof text);
+	api_buf_json_str(b, text);
+}
+
+void api_buf_object_head(struct api_buf *b, char prefix, int64_t id, const char *name,
+                         const char *owner)
+{
+	api_buf_adds(b, "{\"id\":");
+	api_buf_json_id(b, prefix, id);
+	api_buf_adds(b, ",\"name\":");
+	api_buf_json_str(b, name);
+	api_buf_adds(b, ",\"owner\":");
+	api_buf_json_str(b, owner);
+}
+
+int api_id_or_reply(struct api_request *req, char prefix, const char *noun, int64_t *id,
+                    enum MHD_Result *ret)
 {
 	const char *text = api_param(req, "id");
-	char canonical[DB_JOB_ID_MAX];
-	if (text && db_job_id_parse(text, id) == 0) {
-		db_job_id_format(*id, canonical);
+	char canonical[DB_ID_MAX];
+	if (text && db_id_parse(prefix, text, id) == 0) {
+		db_id_format(prefix, *id, canonical, sizeof canonical);
 		if (strcmp(text, canonical) == 0)
 			return 0;
 	}
-	*ret = api_reply_error(req, 404, API_ERR_NOT_FOUND, "no job %s", text ? text : "");
+	*ret = api_reply_error(req, 404, API_ERR_NOT_FOUND, "no %s %s", noun, text ? text : "");
 	return -1;
+}
+
+int api_job_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret)
+{
+	return api_id_or_reply(req, 'j', "job", id, ret);
 }
 
 enum MHD_Result api_reply_bad_json(struct api_request *req, const json_error_t *jerr)
@@ -155,11 +171,28 @@ int api_db_or_reply(struct api_request *req, struct db **db, enum MHD_Result *re
 	return -1;
 }
 
+int api_id_request_or_reply(struct api_request *req, char prefix, const char *noun,
+                            const char *const *allowed, struct db **db, int64_t *id,
+                            enum MHD_Result *ret)
+{
+	return api_db_or_reply(req, db, ret) || api_id_or_reply(req, prefix, noun, id, ret) ||
+	       api_query_known_or_reply(req, allowed, ret) ? -1 : 0;
+}
+
 int api_job_request_or_reply(struct api_request *req, const char *const *allowed,
                              struct db **db, int64_t *id, enum MHD_Result *ret)
 {
-	return api_db_or_reply(req, db, ret) || api_job_id_or_reply(req, id, ret) ||
-	       api_query_known_or_reply(req, allowed, ret) ? -1 : 0;
+	return api_id_request_or_reply(req, 'j', "job", allowed, db, id, ret);
+}
+
+char *api_labels_or_reply(struct api_request *req, const json_t *labels, enum MHD_Result *ret)
+{
+	char bad[160], why[512];
+	char *text = api_labels_json(labels, "labels", bad, sizeof bad, why, sizeof why);
+	if (!text)
+		*ret = api_reply_error_detail(req, 400, API_ERR_BAD_REQUEST,
+		                              json_pack("{s:s}", "field", bad), "%s", why);
+	return text;
 }
 
 /* The db's message without its "db: " prefix: the client needs no layer names. */
@@ -187,6 +220,23 @@ enum MHD_Result api_reply_db_error(struct api_request *req, int rc, const struct
 	default:
 		return api_reply_error(req, 500, API_ERR_INTERNAL, "%s", msg);
 	}
+}
+
+enum MHD_Result api_reply_list_error(struct api_request *req, int rc, const struct db_err *err)
+{
+	if (rc == DB_INVALID)
+		return api_reply_bad_param(req, "cursor", "cursor: not a cursor from this server");
+	return api_reply_db_error(req, rc, err);
+}
+
+void api_buf_list_end(struct api_buf *b, const char *next_cursor)
+{
+	api_buf_addc(b, ']');
+	if (next_cursor[0]) {
+		api_buf_adds(b, ",\"next_cursor\":");
+		api_buf_json_str(b, next_cursor);
+	}
+	api_buf_addc(b, '}');
 }
 
 enum MHD_Result api_reply_job(struct api_request *req, unsigned status, int64_t id)

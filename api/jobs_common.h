@@ -34,6 +34,16 @@ void api_buf_json_time(struct api_buf *b, int64_t ms);
  * server writes it ("j-" and at least 6 digits, no extra leading zeros:
  * one job, one URL) is answered 404, as a job that does not exist. */
 int api_job_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret);
+/* The same for any prefixed id (db_id_parse): 404 "no <noun> <text>". */
+int api_id_or_reply(struct api_request *req, char prefix, const char *noun, int64_t *id,
+                    enum MHD_Result *ret);
+
+/* The prefixed id as a JSON string ("j-000123"). */
+void api_buf_json_id(struct api_buf *b, char prefix, int64_t id);
+/* The head every resource object starts with: {"id":..,"name":..,"owner":..
+ * (the caller adds the rest and the closing brace). */
+void api_buf_object_head(struct api_buf *b, char prefix, int64_t id, const char *name,
+                         const char *owner);
 
 /* Whose jobs the principal may see: NULL (everyone's) for admins and job
  * tokens (the router has bound those to their job already), else the user. */
@@ -51,10 +61,26 @@ int api_db_or_reply(struct api_request *req, struct db **db, enum MHD_Result *re
  * parameter outside allowed (api_query_known_or_reply). */
 int api_job_request_or_reply(struct api_request *req, const char *const *allowed,
                              struct db **db, int64_t *id, enum MHD_Result *ret);
+/* The same for any resource of prefixed ids (api_id_or_reply). */
+int api_id_request_or_reply(struct api_request *req, char prefix, const char *noun,
+                            const char *const *allowed, struct db **db, int64_t *id,
+                            enum MHD_Result *ret);
+
+/* The labels of a PATCH body (api/labels.h) as the new string to store
+ * (free it), or NULL with the 400 naming the field at fault replied. */
+char *api_labels_or_reply(struct api_request *req, const json_t *labels, enum MHD_Result *ret);
 
 /* Replies a failed db call: not_found 404, conflict/illegal/stale 409,
  * invalid 400, busy 503 (Retry-After), anything else 500. */
 enum MHD_Result api_reply_db_error(struct api_request *req, int rc, const struct db_err *err);
+
+/* Keyset-paged lists (GET /v1/jobs, /v1/sweeps). A list call's error: a
+ * cursor the db refused (DB_INVALID) is 400 bad cursor, the rest as
+ * api_reply_db_error. */
+enum MHD_Result api_reply_list_error(struct api_request *req, int rc, const struct db_err *err);
+/* Closes a page's array and object: ],"next_cursor":"..."} (no
+ * next_cursor on the last page, next_cursor ""). */
+void api_buf_list_end(struct api_buf *b, const char *next_cursor);
 
 /* Reads the job and replies it (status 200 or 201): the answer of the job
  * endpoints that change a job. */

@@ -96,10 +96,8 @@ enum MHD_Result api_jobs_list(struct api_request *req)
 	struct db_job_list list;
 	struct db_err err = { 0 };
 	int rc = db_jobs_list(db, &f, &list, &err);
-	if (rc == DB_INVALID)
-		return api_reply_bad_param(req, "cursor", "cursor: not a cursor from this server");
 	if (rc)
-		return api_reply_db_error(req, rc, &err);
+		return api_reply_list_error(req, rc, &err);
 
 	struct api_buf b;
 	api_buf_init(&b, 256 + list.n * 1536);
@@ -109,12 +107,7 @@ enum MHD_Result api_jobs_list(struct api_request *req)
 			api_buf_addc(&b, ',');
 		api_job_write(&b, &list.jobs[i]);
 	}
-	api_buf_addc(&b, ']');
-	if (list.next_cursor[0]) {
-		api_buf_adds(&b, ",\"next_cursor\":");
-		api_buf_json_str(&b, list.next_cursor);
-	}
-	api_buf_addc(&b, '}');
+	api_buf_list_end(&b, list.next_cursor);
 	db_job_list_release(&list);
 	return api_reply_buf(req, 200, NULL, &b);
 }

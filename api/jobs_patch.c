@@ -9,7 +9,6 @@
 #include "db/sweeps.h"
 #include "handlers.h"
 #include "jobs_common.h"
-#include "labels.h"
 #include "reply.h"
 
 #include <stdlib.h>
@@ -40,12 +39,10 @@ enum MHD_Result api_jobs_patch(struct api_request *req)
 		json_decref(body);
 		return ret;
 	}
-	char bad[160], why[512];
-	char *text = api_labels_json(labels, "labels", bad, sizeof bad, why, sizeof why);
+	char *text = api_labels_or_reply(req, labels, &ret);
 	json_decref(body);
 	if (!text)
-		return api_reply_error_detail(req, 400, API_ERR_BAD_REQUEST,
-		                              json_pack("{s:s}", "field", bad), "%s", why);
+		return ret;
 	struct db_err err = { 0 };
 	int rc = db_jobs_set_labels(db, id, api_owner_scope(req), req->principal.user, text, &err);
 	free(text);

@@ -156,12 +156,8 @@ int api_jobs_check_memory(struct api_request *req, const struct api_jobs_hooks *
 	return 1;
 }
 
-static enum MHD_Result reply_invalid_field(struct api_request *req, const char *field,
-                                           const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static enum MHD_Result reply_invalid_field(struct api_request *req, const char *field,
-                                           const char *fmt, ...)
+enum MHD_Result api_reply_invalid_field(struct api_request *req, const char *field,
+                                        const char *fmt, ...)
 {
 	char message[1024];
 	va_list ap;
@@ -180,7 +176,7 @@ static enum MHD_Result reply_invalid(struct api_request *req, const char *messag
 		memcpy(field, message, (size_t)(colon - message));
 		field[colon - message] = '\0';
 	}
-	return reply_invalid_field(req, field, "%s", message);
+	return api_reply_invalid_field(req, field, "%s", message);
 }
 
 /* The db writer thread, once the submit's group has committed: records the
@@ -277,7 +273,7 @@ static enum MHD_Result preflighted(struct api_request *req)
 	case 0:
 		return store(req);
 	case 400:
-		return reply_invalid_field(req, s->pre.field, s->pre.message);
+		return api_reply_invalid_field(req, s->pre.field, s->pre.message);
 	case 403:
 		return api_reply_error(req, 403, API_ERR_FORBIDDEN, "%s", s->pre.message);
 	case 429:
@@ -302,7 +298,7 @@ static int check_init_job(struct api_request *req, struct db *db, const struct t
 	if (rc == 0)
 		rc = db_checkpoints_list(db, from, api_owner_scope(req), &list, &err);
 	if (rc == DB_NOT_FOUND || rc == DB_INVALID) {
-		*ret = reply_invalid_field(req, "init.job", "init.job: no job %s that you may read",
+		*ret = api_reply_invalid_field(req, "init.job", "init.job: no job %s that you may read",
 		                           spec->init_job);
 		return 1;
 	}
@@ -322,11 +318,11 @@ static int check_init_job(struct api_request *req, struct db *db, const struct t
 	if (found)
 		return 0;
 	if (spec->init_step >= 0)
-		*ret = reply_invalid_field(req, "init.step", "init.step: %s has no checkpoint of step "
+		*ret = api_reply_invalid_field(req, "init.step", "init.step: %s has no checkpoint of step "
 		                           "%ld (%s%s)", spec->init_job, spec->init_step,
 		                           o ? "it has steps " : "it has none", have);
 	else
-		*ret = reply_invalid_field(req, "init.job", "init.job: %s has no checkpoint yet",
+		*ret = api_reply_invalid_field(req, "init.job", "init.job: %s has no checkpoint yet",
 		                           spec->init_job);
 	return 1;
 }
@@ -362,7 +358,7 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 		char bad[160], lwhy[512];
 		if (!(s->labels = api_labels_json(labels, "labels", bad, sizeof bad, lwhy,
 		                                  sizeof lwhy))) {
-			ret = reply_invalid_field(req, bad, "%s", lwhy);
+			ret = api_reply_invalid_field(req, bad, "%s", lwhy);
 			goto out;
 		}
 		json_object_del(root, "labels");

@@ -15,4 +15,9 @@ int api_jobs_check_memory(struct api_request *req, const struct api_jobs_hooks *
                           const struct trn_spec *spec, const char *shape_json,
                           enum MHD_Result *ret);
 
+/* 400 invalid_spec, detail {"field": field}, the message from fmt. */
+enum MHD_Result api_reply_invalid_field(struct api_request *req, const char *field,
+                                        const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 #endif

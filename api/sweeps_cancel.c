@@ -16,12 +16,10 @@
 
 enum MHD_Result api_sweeps_cancel(struct api_request *req)
 {
-	static const char *const params[] = { NULL };
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t id;
-	if (api_db_or_reply(req, &db, &ret) || api_sweep_id_or_reply(req, &id, &ret) ||
-	    api_query_known_or_reply(req, params, &ret))
+	if (api_sweep_request_or_reply(req, &db, &id, &ret))
 		return ret;
 	const struct api_jobs_hooks *hooks = req->ctx->jobs;
 	if (!hooks || !hooks->cancel)

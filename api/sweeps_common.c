@@ -9,15 +9,14 @@
 
 int api_sweep_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret)
 {
-	const char *text = api_param(req, "id");
-	char canonical[DB_SWEEP_ID_MAX];
-	if (text && db_sweep_id_parse(text, id) == 0) {
-		db_sweep_id_format(*id, canonical);
-		if (strcmp(text, canonical) == 0)
-			return 0;
-	}
-	*ret = api_reply_error(req, 404, API_ERR_NOT_FOUND, "no sweep %s", text ? text : "");
-	return -1;
+	return api_id_or_reply(req, 's', "sweep", id, ret);
+}
+
+int api_sweep_request_or_reply(struct api_request *req, struct db **db, int64_t *id,
+                               enum MHD_Result *ret)
+{
+	static const char *const none[] = { NULL };
+	return api_id_request_or_reply(req, 's', "sweep", none, db, id, ret);
 }
 
 const char *api_sweep_state(const struct db_sweep *s)
@@ -66,14 +65,7 @@ static void write_target_figures(struct api_buf *b, const struct db_sweep *s,
 void api_sweep_write(struct api_buf *b, const struct db_sweep *s,
                      const struct db_sweep_child *children, size_t n)
 {
-	char id[DB_SWEEP_ID_MAX];
-	db_sweep_id_format(s->id, id);
-	api_buf_adds(b, "{\"id\":\"");
-	api_buf_adds(b, id);
-	api_buf_adds(b, "\",\"name\":");
-	api_buf_json_str(b, s->name);
-	api_buf_adds(b, ",\"owner\":");
-	api_buf_json_str(b, s->owner);
+	api_buf_object_head(b, 's', s->id, s->name, s->owner);
 	api_buf_adds(b, ",\"state\":\"");
 	api_buf_adds(b, api_sweep_state(s));
 	api_buf_adds(b, "\",\"method\":");
@@ -114,15 +106,13 @@ void api_sweep_write(struct api_buf *b, const struct db_sweep *s,
 		api_buf_adds(b, ",\"children\":[");
 		for (size_t i = 0; i < n; i++) {
 			const struct db_sweep_child *x = &children[i];
-			char jid[DB_JOB_ID_MAX];
-			db_job_id_format(x->job, jid);
 			if (i)
 				api_buf_addc(b, ',');
 			api_buf_adds(b, "{\"index\":");
 			api_buf_json_int(b, x->index);
-			api_buf_adds(b, ",\"job\":\"");
-			api_buf_adds(b, jid);
-			api_buf_adds(b, "\",\"params\":");
+			api_buf_adds(b, ",\"job\":");
+			api_buf_json_id(b, 'j', x->job);
+			api_buf_adds(b, ",\"params\":");
 			api_buf_adds(b, x->params && *x->params ? x->params : "{}");
 			api_buf_adds(b, ",\"state\":\"");
 			api_buf_adds(b, db_state_name(x->state));

@@ -12,6 +12,11 @@
 /* The path's {id} as a sweep number; anything that is not a sweep id as the
  * server writes it is 404, as a sweep that does not exist. */
 int api_sweep_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret);
+/* The start of every /v1/sweeps/{id}... handler: the database, the sweep id
+ * and no query parameter at all (api_id_request_or_reply). Which sweeps the
+ * caller may see is the db calls' owner scope (api_owner_scope). */
+int api_sweep_request_or_reply(struct api_request *req, struct db **db, int64_t *id,
+                               enum MHD_Result *ret);
 
 /* The sweep's state, derived from its children's counts (docs/api.md):
  * "QUEUED", "RUNNING", "COMPLETED", "FAILED" or "CANCELLED" (static). */

@@ -23,10 +23,8 @@ enum MHD_Result api_sweeps_list(struct api_request *req)
 	struct db_sweep_list list;
 	struct db_err err = { 0 };
 	int rc = db_sweeps_list(db, api_owner_scope(req), (int)limit, cursor, &list, &err);
-	if (rc == DB_INVALID)
-		return api_reply_bad_param(req, "cursor", "cursor: not a cursor from this server");
 	if (rc)
-		return api_reply_db_error(req, rc, &err);
+		return api_reply_list_error(req, rc, &err);
 	struct api_buf b;
 	api_buf_init(&b, 256 + list.n * 1024);
 	api_buf_adds(&b, "{\"sweeps\":[");
@@ -35,12 +33,7 @@ enum MHD_Result api_sweeps_list(struct api_request *req)
 			api_buf_addc(&b, ',');
 		api_sweep_write(&b, &list.sweeps[i], NULL, 0);
 	}
-	api_buf_addc(&b, ']');
-	if (list.next_cursor[0]) {
-		api_buf_adds(&b, ",\"next_cursor\":");
-		api_buf_json_str(&b, list.next_cursor);
-	}
-	api_buf_addc(&b, '}');
+	api_buf_list_end(&b, list.next_cursor);
 	db_sweep_list_release(&list);
 	return api_reply_buf(req, 200, NULL, &b);
 }

@@ -7,18 +7,15 @@
 #include "db/sweeps.h"
 #include "handlers.h"
 #include "jobs_common.h"
-#include "labels.h"
 #include "reply.h"
 #include "sweeps_common.h"
 
 enum MHD_Result api_sweeps_patch(struct api_request *req)
 {
-	static const char *const params[] = { NULL };
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t id;
-	if (api_db_or_reply(req, &db, &ret) || api_sweep_id_or_reply(req, &id, &ret) ||
-	    api_query_known_or_reply(req, params, &ret))
+	if (api_sweep_request_or_reply(req, &db, &id, &ret))
 		return ret;
 	json_error_t jerr;
 	json_t *body = api_body_json(req, &jerr);
@@ -32,12 +29,10 @@ enum MHD_Result api_sweeps_patch(struct api_request *req)
 		                              "body: must be {\"labels\": {...}} (labels are what a "
 		                              "sweep's PATCH changes)");
 	}
-	char bad[160], why[512];
-	char *text = api_labels_json(labels, "labels", bad, sizeof bad, why, sizeof why);
+	char *text = api_labels_or_reply(req, labels, &ret);
 	json_decref(body);
 	if (!text)
-		return api_reply_error_detail(req, 400, API_ERR_BAD_REQUEST,
-		                              json_pack("{s:s}", "field", bad), "%s", why);
+		return ret;
 	struct db_err err = { 0 };
 	int rc = db_sweeps_set_labels(db, id, api_owner_scope(req), req->principal.user, text,
 	                              &err);

@@ -1,11 +1,14 @@
 /* db/cursor.c - keyset-paged lists: their cursors, base64url(tag, the page's
  * last id as 8 bytes big-endian), 12 characters (the tag tells one list's
- * cursors from another's: 1 jobs, 2 audit), and their SQL; see internal.h. */
+ * cursors from another's: 1 jobs, 2 audit, 3 sweeps), their SQL and page
+ * arguments; prefixed ids ("j-000123", "s-000007") and the one-row lookup
+ * that names a missing id; see internal.h. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
+#include "jobs.h"   /* DB_LIST_MAX */
 
 static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
@@ -62,4 +65,55 @@ void db_list_sql(char *out, size_t len, const char *select_from, const char *con
 			sep = " AND ";
 		}
 	snprintf(out + n, len - (size_t)n, " ORDER BY id DESC LIMIT ?5");
+}
+
+int db_list_page(const char *what, unsigned char tag, int limit, const char *cursor,
+                 int *limit_out, int64_t *before, struct db_err *err)
+{
+	*limit_out = limit ? limit : 50;
+	*before = 0;
+	if (*limit_out < 1 || *limit_out > DB_LIST_MAX)
+		return DB_FAIL(err, DB_INVALID, "%s: limit must be 1..%d (got %d)", what, DB_LIST_MAX,
+		               limit);
+	if (cursor && *cursor && db_cursor_decode(tag, what, cursor, before, err))
+		return DB_INVALID;
+	return 0;
+}
+
+/* ---- prefixed ids ------------------------------------------------------------ */
+
+void db_id_format(char prefix, int64_t id, char *out, size_t len)
+{
+	snprintf(out, len, "%c-%06lld", prefix, (long long)id);
+}
+
+int db_id_parse(char prefix, const char *s, int64_t *id)
+{
+	if (!s || s[0] != prefix || s[1] != '-')
+		return DB_INVALID;
+	int64_t v = 0;
+	size_t n = 0;
+	for (const char *p = s + 2; *p; p++, n++) {
+		if (*p < '0' || *p > '9' || n >= 18)
+			return DB_INVALID;
+		v = v * 10 + (*p - '0');
+	}
+	if (n == 0 || v <= 0)
+		return DB_INVALID;
+	*id = v;
+	return 0;
+}
+
+int db_step_row(struct db_conn *c, sqlite3_stmt *st, const char *what, const char *noun,
+                char prefix, int64_t id, struct db_err *err)
+{
+	int rc = DB_SQL(c, sqlite3_step(st), what, err);
+	if (rc == SQLITE_ROW)
+		return 0;
+	if (rc == SQLITE_DONE) {
+		char sid[DB_ID_MAX];
+		db_id_format(prefix, id, sid, sizeof sid);
+		return DB_FAIL(err, DB_NOT_FOUND, "no %s %s", noun, sid);
+	}
+	return DB_RC(err);
 }

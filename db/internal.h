@@ -136,5 +136,16 @@ int db_cursor_decode(unsigned char tag, const char *what, const char *s, int64_t
  * mask lets each use its index. Writes at most len bytes into out. */
 void db_list_sql(char *out, size_t len, const char *select_from, const char *const conds[4],
                  int mask);
+/* A list call's page: *limit_out is limit (0 = 50), which must be
+ * 1..DB_LIST_MAX, and *before the id the cursor names (cursor NULL or "":
+ * 0, the first page). DB_INVALID with a message starting with what. */
+int db_list_page(const char *what, unsigned char tag, int limit, const char *cursor,
+                 int *limit_out, int64_t *before, struct db_err *err);
+
+/* Steps st, a query of the one row of id (owner-scoped in its SQL): 0 on a
+ * row, DB_NOT_FOUND "no <noun> <prefix>-000123" when there is none, the
+ * SQLite error (what) otherwise. */
+int db_step_row(struct db_conn *c, sqlite3_stmt *st, const char *what, const char *noun,
+                char prefix, int64_t id, struct db_err *err);
 
 #endif

@@ -44,7 +44,7 @@ int db_state_legal(enum db_state from, enum db_state to);
 
 /* Job ids: "j-000123" <-> 123. db_job_id_parse accepts "j-" and 1 to 18
  * digits with a value > 0, nothing else (returns 0 or DB_INVALID). */
-#define DB_JOB_ID_MAX 24
+#define DB_JOB_ID_MAX DB_ID_MAX
 void db_job_id_format(int64_t id, char out[DB_JOB_ID_MAX]);
 int db_job_id_parse(const char *s, int64_t *id);
 

@@ -14,24 +14,12 @@
 
 void db_job_id_format(int64_t id, char out[DB_JOB_ID_MAX])
 {
-	snprintf(out, DB_JOB_ID_MAX, "j-%06lld", (long long)id);
+	db_id_format('j', id, out, DB_JOB_ID_MAX);
 }
 
 int db_job_id_parse(const char *s, int64_t *id)
 {
-	if (!s || s[0] != 'j' || s[1] != '-')
-		return DB_INVALID;
-	int64_t v = 0;
-	size_t n = 0;
-	for (const char *p = s + 2; *p; p++, n++) {
-		if (*p < '0' || *p > '9' || n >= 18)
-			return DB_INVALID;
-		v = v * 10 + (*p - '0');
-	}
-	if (n == 0 || v <= 0)
-		return DB_INVALID;
-	*id = v;
-	return 0;
+	return db_id_parse('j', s, id);
 }
 
 /* ---- reading a job row ------------------------------------------------------ */
@@ -108,13 +96,7 @@ int db_job_fetch(struct db_conn *c, int64_t id, const char *owner, struct db_job
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, id);
 	db_bind_text(st, 2, owner);
-	int rc = DB_SQL(c, sqlite3_step(st), "get job", err);
-	if (rc == SQLITE_DONE) {
-		char sid[DB_JOB_ID_MAX];
-		db_job_id_format(id, sid);
-		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
-	}
-	if (rc != SQLITE_ROW)
+	if (db_step_row(c, st, "get job", "job", 'j', id, err))
 		return DB_RC(err);
 	return db_job_read_row(st, out, err);
 }
@@ -151,15 +133,7 @@ int db_job_visible(struct db_conn *c, int64_t id, const char *owner, const char 
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, id);
 	db_bind_text(st, 2, owner);
-	int rc = DB_SQL(c, sqlite3_step(st), what, err);
-	if (rc == SQLITE_ROW)
-		return 0;
-	if (rc == SQLITE_DONE) {
-		char sid[DB_JOB_ID_MAX];
-		db_job_id_format(id, sid);
-		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
-	}
-	return DB_RC(err);
+	return db_step_row(c, st, what, "job", 'j', id, err);
 }
 /* ---- lists ------------------------------------------------------------------ */
 
@@ -237,16 +211,13 @@ int db_jobs_list(struct db *db, const struct db_job_filter *f, struct db_job_lis
                  struct db_err *err)
 {
 	memset(out, 0, sizeof *out);
-	struct list_arg a = { .f = f, .limit = f->limit ? f->limit : 50, .out = out };
-	if (a.limit < 1 || a.limit > DB_LIST_MAX)
-		return DB_FAIL(err, DB_INVALID, "list jobs: limit must be 1..%d (got %d)", DB_LIST_MAX,
-		               f->limit);
+	struct list_arg a = { .f = f, .out = out };
+	if (db_list_page("list jobs", DB_CURSOR_JOBS, f->limit, f->cursor, &a.limit, &a.before, err))
+		return DB_INVALID;
 	if (f->label_key && !f->label_value)
 		return DB_FAIL(err, DB_INVALID, "list jobs: a label filter needs a value");
 	if (f->has_state && !db_state_name(f->state))
 		return DB_FAIL(err, DB_INVALID, "list jobs: no such state");
-	if (f->cursor && *f->cursor && db_cursor_decode(DB_CURSOR_JOBS, "list jobs", f->cursor, &a.before, err))
-		return DB_INVALID;
 	pthread_once(&list_once, list_sql_init);
 	int rc = db_read(db, list_fn, &a, err);
 	if (rc)

@@ -13,24 +13,12 @@
 
 void db_sweep_id_format(int64_t id, char out[DB_SWEEP_ID_MAX])
 {
-	snprintf(out, DB_SWEEP_ID_MAX, "s-%06lld", (long long)id);
+	db_id_format('s', id, out, DB_SWEEP_ID_MAX);
 }
 
 int db_sweep_id_parse(const char *s, int64_t *id)
 {
-	if (!s || s[0] != 's' || s[1] != '-')
-		return DB_INVALID;
-	int64_t v = 0;
-	size_t n = 0;
-	for (const char *p = s + 2; *p; p++, n++) {
-		if (*p < '0' || *p > '9' || n >= 18)
-			return DB_INVALID;
-		v = v * 10 + (*p - '0');
-	}
-	if (n == 0 || v <= 0)
-		return DB_INVALID;
-	*id = v;
-	return 0;
+	return db_id_parse('s', s, id);
 }
 
 /* ---- submit ------------------------------------------------------------------- */
@@ -209,13 +197,7 @@ static int fetch(struct db_conn *c, int64_t id, const char *owner, struct db_swe
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, id);
 	db_bind_text(st, 2, owner);
-	int rc = DB_SQL(c, sqlite3_step(st), "get sweep", err);
-	if (rc == SQLITE_DONE) {
-		char sid[DB_SWEEP_ID_MAX];
-		db_sweep_id_format(id, sid);
-		return DB_FAIL(err, DB_NOT_FOUND, "no sweep %s", sid);
-	}
-	if (rc != SQLITE_ROW)
+	if (db_step_row(c, st, "get sweep", "sweep", 's', id, err))
 		return DB_RC(err);
 	return read_sweep_row(st, out, err);
 }
@@ -394,12 +376,8 @@ int db_sweeps_list(struct db *db, const char *owner, int limit, const char *curs
                    struct db_sweep_list *out, struct db_err *err)
 {
 	memset(out, 0, sizeof *out);
-	struct list_arg a = { .owner = owner, .limit = limit ? limit : 50, .out = out };
-	if (a.limit < 1 || a.limit > DB_LIST_MAX)
-		return DB_FAIL(err, DB_INVALID, "list sweeps: limit must be 1..%d (got %d)",
-		               DB_LIST_MAX, limit);
-	if (cursor && *cursor &&
-	    db_cursor_decode(DB_CURSOR_SWEEPS, "list sweeps", cursor, &a.before, err))
+	struct list_arg a = { .owner = owner, .out = out };
+	if (db_list_page("list sweeps", DB_CURSOR_SWEEPS, limit, cursor, &a.limit, &a.before, err))
 		return DB_INVALID;
 	int rc = db_read(db, list_fn, &a, err);
 	if (rc)
@@ -426,6 +404,35 @@ static const char sql_sweep_labels[] =
 	"UPDATE sweeps SET labels = ?2 WHERE id = ?1 AND (?3 IS NULL OR owner = ?3)";
 static const char sql_sweep_jobs[] = "SELECT id FROM jobs WHERE sweep = ?1 ORDER BY id";
 
+/* The int64 column 0 of every row of st into *ids (a new array, the
+ * caller's to free; NULL when no rows or on an error) and *n. */
+static int read_ids(struct db_conn *c, sqlite3_stmt *st, const char *what, int64_t **ids,
+                    size_t *n, struct db_err *err)
+{
+	*ids = NULL;
+	*n = 0;
+	size_t cap = 0;
+	int rc;
+	while ((rc = DB_SQL(c, sqlite3_step(st), what, err)) == SQLITE_ROW) {
+		if (*n == cap) {
+			cap = cap ? 2 * cap : 16;
+			int64_t *g = realloc(*ids, cap * sizeof *g);
+			if (!g) {
+				rc = DB_FAIL(err, DB_ERROR, "%s: out of memory", what);
+				break;
+			}
+			*ids = g;
+		}
+		(*ids)[(*n)++] = sqlite3_column_int64(st, 0);
+	}
+	if (rc == SQLITE_DONE)
+		return 0;
+	free(*ids);
+	*ids = NULL;
+	*n = 0;
+	return DB_RC(err);
+}
+
 struct labels_arg {
 	int64_t id;
 	const char *owner, *by, *labels;
@@ -441,13 +448,7 @@ static int job_labels(struct db_conn *c, int64_t id, const char *owner, const ch
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, id);
 	db_bind_text(st, 2, owner);
-	int rc = DB_SQL(c, sqlite3_step(st), "set labels", err);
-	if (rc == SQLITE_DONE) {
-		char sid[DB_JOB_ID_MAX];
-		db_job_id_format(id, sid);
-		return DB_FAIL(err, DB_NOT_FOUND, "no job %s", sid);
-	}
-	if (rc != SQLITE_ROW)
+	if (db_step_row(c, st, "set labels", "job", 'j', id, err))
 		return DB_RC(err);
 	char state[16];
 	snprintf(state, sizeof state, "%s", (const char *)sqlite3_column_text(st, 0));
@@ -498,27 +499,12 @@ static int sweep_labels_fn(struct db_conn *c, void *arg, struct db_err *err)
 	if (!(st = DB_STMT(c, sql_sweep_jobs, "set sweep labels", err)))
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, a->id);
-	int64_t *ids = NULL;
-	size_t n = 0, cap = 0;
-	int rc;
-	while ((rc = DB_SQL(c, sqlite3_step(st), "set sweep labels", err)) == SQLITE_ROW) {
-		if (n == cap) {
-			cap = cap ? 2 * cap : 64;
-			int64_t *g = realloc(ids, cap * sizeof *g);
-			if (!g) {
-				free(ids);
-				return DB_FAIL(err, DB_ERROR, "set sweep labels: out of memory");
-			}
-			ids = g;
-		}
-		ids[n++] = sqlite3_column_int64(st, 0);
-	}
-	if (rc != SQLITE_DONE) {
-		free(ids);
+	int64_t *ids;
+	size_t n;
+	if (read_ids(c, st, "set sweep labels", &ids, &n, err))
 		return DB_RC(err);
-	}
 	sqlite3_reset(st);
-	rc = 0;
+	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = job_labels(c, ids[i], NULL, a->by, a->labels, a->now, err);
 	free(ids);
@@ -559,14 +545,9 @@ static int cancel_fn(struct db_conn *c, void *arg, struct db_err *err)
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, a->id);
 	db_bind_text(st, 2, a->owner);
-	int rc = DB_SQL(c, sqlite3_step(st), "cancel sweep", err);
-	if (rc == SQLITE_DONE) {
-		char sid[DB_SWEEP_ID_MAX];
-		db_sweep_id_format(a->id, sid);
-		return DB_FAIL(err, DB_NOT_FOUND, "no sweep %s", sid);
-	}
-	if (rc != SQLITE_ROW)
+	if (db_step_row(c, st, "cancel sweep", "sweep", 's', a->id, err))
 		return DB_RC(err);
+	int rc;
 	if (!(st = DB_STMT(c, sql_waiting, "cancel sweep", err)))
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, a->id);
@@ -636,24 +617,13 @@ static int candidates_fn(struct db_conn *c, void *arg, struct db_err *err)
 {
 	struct ids_arg *a = arg;
 	free(a->ids);
-	a->ids = NULL;
-	a->n = 0;
-	size_t cap = 0;
 	sqlite3_stmt *st = DB_STMT(c, sql_candidates, "early stop sweeps", err);
-	if (!st)
+	if (!st) {
+		a->ids = NULL;
+		a->n = 0;
 		return DB_ERROR;
-	int rc;
-	while ((rc = DB_SQL(c, sqlite3_step(st), "early stop sweeps", err)) == SQLITE_ROW) {
-		if (a->n == cap) {
-			cap = cap ? 2 * cap : 8;
-			int64_t *g = realloc(a->ids, cap * sizeof *g);
-			if (!g)
-				return DB_FAIL(err, DB_ERROR, "early stop sweeps: out of memory");
-			a->ids = g;
-		}
-		a->ids[a->n++] = sqlite3_column_int64(st, 0);
 	}
-	return rc == SQLITE_DONE ? 0 : DB_RC(err);
+	return read_ids(c, st, "early stop sweeps", &a->ids, &a->n, err);
 }
 
 int db_sweeps_early_stop_candidates(struct db *db, int64_t **ids, size_t *n,
@@ -680,7 +650,11 @@ static const char sql_values_at[] =
 	"	WHERE j.sweep = ?1 AND EXISTS (SELECT 1 FROM metrics y WHERE y.job = j.id AND\n"
 	"		y.name = ?2 AND y.step >= ?3)";
 
+/* A series of the children: jobs[i], steps[i] (and values[i] when
+ * with_values) from the columns 0, 1 (and 2) of sql's rows. */
 struct values_arg {
+	const char *sql, *what;
+	int with_values;
 	int64_t sweep, at;
 	const char *metric;
 	int64_t *jobs, *steps;
@@ -688,24 +662,30 @@ struct values_arg {
 	size_t n;
 };
 
-static int values_fn(struct db_conn *c, void *arg, struct db_err *err)
+static void values_clear(struct values_arg *a)
 {
-	struct values_arg *a = arg;
 	free(a->jobs);
 	free(a->steps);
 	free(a->values);
 	a->jobs = a->steps = NULL;
 	a->values = NULL;
 	a->n = 0;
+}
+
+static int values_fn(struct db_conn *c, void *arg, struct db_err *err)
+{
+	struct values_arg *a = arg;
+	values_clear(a);
 	size_t cap = 0;
-	sqlite3_stmt *st = DB_STMT(c, sql_values_at, "sweep values", err);
+	sqlite3_stmt *st = DB_STMT(c, a->sql, a->what, err);
 	if (!st)
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, a->sweep);
 	db_bind_text(st, 2, a->metric);
-	sqlite3_bind_int64(st, 3, a->at);
+	if (a->with_values)
+		sqlite3_bind_int64(st, 3, a->at);
 	int rc;
-	while ((rc = DB_SQL(c, sqlite3_step(st), "sweep values", err)) == SQLITE_ROW) {
+	while ((rc = DB_SQL(c, sqlite3_step(st), a->what, err)) == SQLITE_ROW) {
 		if (a->n == cap) {
 			cap = cap ? 2 * cap : 16;
 			int64_t *j = realloc(a->jobs, cap * sizeof *j);
@@ -714,38 +694,41 @@ static int values_fn(struct db_conn *c, void *arg, struct db_err *err)
 			int64_t *s = realloc(a->steps, cap * sizeof *s);
 			if (s)
 				a->steps = s;
-			double *v = realloc(a->values, cap * sizeof *v);
+			double *v = a->with_values ? realloc(a->values, cap * sizeof *v) : NULL;
 			if (v)
 				a->values = v;
-			if (!j || !s || !v)
-				return DB_FAIL(err, DB_ERROR, "sweep values: out of memory");
+			if (!j || !s || (a->with_values && !v))
+				return DB_FAIL(err, DB_ERROR, "%s: out of memory", a->what);
 		}
 		a->jobs[a->n] = sqlite3_column_int64(st, 0);
 		a->steps[a->n] = sqlite3_column_int64(st, 1);
-		a->values[a->n] = sqlite3_column_double(st, 2);
+		if (a->with_values)
+			a->values[a->n] = sqlite3_column_double(st, 2);
 		a->n++;
 	}
 	return rc == SQLITE_DONE ? 0 : DB_RC(err);
+}
+
+static int read_values(struct db *db, struct values_arg *a, int64_t **jobs, int64_t **steps,
+                       size_t *n, struct db_err *err)
+{
+	int rc = db_read(db, values_fn, a, err);
+	if (rc)
+		values_clear(a);
+	*jobs = a->jobs;
+	*steps = a->steps;
+	*n = a->n;
+	return rc;
 }
 
 int db_sweeps_values_at(struct db *db, int64_t sweep, const char *metric, int64_t at_step,
                         int64_t **jobs, int64_t **steps, double **values, size_t *n,
                         struct db_err *err)
 {
-	struct values_arg a = { .sweep = sweep, .at = at_step, .metric = metric };
-	int rc = db_read(db, values_fn, &a, err);
-	if (rc) {
-		free(a.jobs);
-		free(a.steps);
-		free(a.values);
-		a.jobs = a.steps = NULL;
-		a.values = NULL;
-		a.n = 0;
-	}
-	*jobs = a.jobs;
-	*steps = a.steps;
+	struct values_arg a = { .sql = sql_values_at, .what = "sweep values", .with_values = 1,
+	                        .sweep = sweep, .at = at_step, .metric = metric };
+	int rc = read_values(db, &a, jobs, steps, n, err);
 	*values = a.values;
-	*n = a.n;
 	return rc;
 }
 
@@ -753,52 +736,10 @@ static const char sql_running_last[] =
 	"SELECT j.id, (SELECT max(step) FROM metrics m WHERE m.job = j.id AND m.name = ?2) AS s\n"
 	"	FROM jobs j WHERE j.sweep = ?1 AND j.state = 'RUNNING' AND s IS NOT NULL ORDER BY j.id";
 
-static int running_last_fn(struct db_conn *c, void *arg, struct db_err *err)
-{
-	struct values_arg *a = arg;
-	free(a->jobs);
-	free(a->steps);
-	a->jobs = a->steps = NULL;
-	a->n = 0;
-	size_t cap = 0;
-	sqlite3_stmt *st = DB_STMT(c, sql_running_last, "sweep running children", err);
-	if (!st)
-		return DB_ERROR;
-	sqlite3_bind_int64(st, 1, a->sweep);
-	db_bind_text(st, 2, a->metric);
-	int rc;
-	while ((rc = DB_SQL(c, sqlite3_step(st), "sweep running children", err)) == SQLITE_ROW) {
-		if (a->n == cap) {
-			cap = cap ? 2 * cap : 16;
-			int64_t *j = realloc(a->jobs, cap * sizeof *j);
-			if (j)
-				a->jobs = j;
-			int64_t *s = realloc(a->steps, cap * sizeof *s);
-			if (s)
-				a->steps = s;
-			if (!j || !s)
-				return DB_FAIL(err, DB_ERROR, "sweep running children: out of memory");
-		}
-		a->jobs[a->n] = sqlite3_column_int64(st, 0);
-		a->steps[a->n] = sqlite3_column_int64(st, 1);
-		a->n++;
-	}
-	return rc == SQLITE_DONE ? 0 : DB_RC(err);
-}
-
 int db_sweeps_running_last(struct db *db, int64_t sweep, const char *metric, int64_t **jobs,
                            int64_t **steps, size_t *n, struct db_err *err)
 {
-	struct values_arg a = { .sweep = sweep, .metric = metric };
-	int rc = db_read(db, running_last_fn, &a, err);
-	if (rc) {
-		free(a.jobs);
-		free(a.steps);
-		a.jobs = a.steps = NULL;
-		a.n = 0;
-	}
-	*jobs = a.jobs;
-	*steps = a.steps;
-	*n = a.n;
-	return rc;
+	struct values_arg a = { .sql = sql_running_last, .what = "sweep running children",
+	                        .sweep = sweep, .metric = metric };
+	return read_values(db, &a, jobs, steps, n, err);
 }

@@ -25,7 +25,7 @@
 #include "db/db.h"
 #include "db/jobs.h"
 
-#define DB_SWEEP_ID_MAX 24
+#define DB_SWEEP_ID_MAX DB_ID_MAX
 void db_sweep_id_format(int64_t id, char out[DB_SWEEP_ID_MAX]);
 /* "s-" and 1 to 18 digits with a value > 0; 0 or DB_INVALID. */
 int db_sweep_id_parse(const char *s, int64_t *id);

@@ -58,6 +58,13 @@ static void print_counts(const json_t *sweep)
 	printf("%s\n", first ? "none" : "");
 }
 
+/* num_text of each of o's members keys[0..n) into out[0..n). */
+static void num_fields(const json_t *o, const char *const *keys, char (*out)[32], size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		num_text(json_object_get(o, keys[k]), out[k], sizeof out[k]);
+}
+
 /* A batch_scaling sweep's study: S(B), E(B), time and speed-up to the
  * target per batch size, then the fit (or the note why there is none). */
 static void show_study(const json_t *study)
@@ -75,14 +82,11 @@ static void show_study(const json_t *study)
 	size_t i;
 	json_t *p;
 	json_array_foreach(json_object_get(study, "points"), i, p) {
-		char b[32], steps[32], ex[32], secs[32], up[32];
-		num_text(json_object_get(p, "batch"), b, sizeof b);
-		num_text(json_object_get(p, "steps"), steps, sizeof steps);
-		num_text(json_object_get(p, "examples"), ex, sizeof ex);
-		num_text(json_object_get(p, "seconds"), secs, sizeof secs);
-		num_text(json_object_get(p, "speedup"), up, sizeof up);
+		static const char *const keys[] = { "batch", "steps", "examples", "seconds", "speedup" };
+		char v[5][32];
+		num_fields(p, keys, v, 5);
 		char *job = cli_inert(cli_job_str(p, "job")), *st = cli_inert(cli_job_str(p, "state"));
-		const char *cells[] = { b, job, st, steps, ex, secs, up };
+		const char *cells[] = { v[0], job, st, v[1], v[2], v[3], v[4] };
 		cli_table_row(t, cells);
 		free(job);
 		free(st);
@@ -144,15 +148,13 @@ static void show_sweep(const json_t *s)
 	size_t i;
 	json_t *c;
 	json_array_foreach(json_object_get(s, "children"), i, c) {
-		char idx[24], best[32], steps[32], ex[32], secs[32];
-		num_text(json_object_get(c, "index"), idx, sizeof idx);
-		num_text(json_object_get(c, "best"), best, sizeof best);
-		num_text(json_object_get(c, "steps_to_target"), steps, sizeof steps);
-		num_text(json_object_get(c, "examples_to_target"), ex, sizeof ex);
-		num_text(json_object_get(c, "seconds_to_target"), secs, sizeof secs);
+		static const char *const keys[] = { "index", "best", "steps_to_target",
+		                                    "examples_to_target", "seconds_to_target" };
+		char v[5][32];
+		num_fields(c, keys, v, 5);
 		char *job = cli_inert(cli_job_str(c, "job")), *params = params_cell(
 			json_object_get(c, "params")), *st = cli_inert(cli_job_str(c, "state"));
-		const char *cells[] = { idx, job, params, st, best, steps, ex, secs };
+		const char *cells[] = { v[0], job, params, st, v[1], v[2], v[3], v[4] };
 		cli_table_row(t, cells);
 		free(job);
 		free(params);

@@ -4,8 +4,8 @@
 // feed. Checked rows (kept across pages) open the compare page
 // (compare.js); a sweep's child links to its sweep (sweeps.js).
 import { request } from './api.js';
-import { FINAL_STATES, STATES, coalesce, empty, fmtClock, fmtNum, h, stateBadge, tableWrap,
-         timeEl } from './ui.js';
+import { FINAL_STATES, STATES, coalesce, empty, fmtClock, fmtNum, h, pager, stateBadge,
+         tableWrap, timeEl } from './ui.js';
 
 const LIMITS = [25, 50, 100, 200];
 const REFRESH_MS = 5000;  // progress of running jobs (cheap: 304 when unchanged)
@@ -109,9 +109,11 @@ export function jobsView(main, ctx) {
     label: q.get('label') || '',
     limit: pageSize(q.get('limit')),
   };
-  let cursors = [null];          // the cursor of each page on the way here
+  const pages = pager(() => {
+    loaded = false;
+    refresh();
+  });
   let jobs = [];
-  let nextCursor = null;
   let loaded = false;
   let sort = { key: null, dir: 1 };
   const seen = new Map();        // id -> the state shown last
@@ -168,10 +170,6 @@ export function jobsView(main, ctx) {
   const updated = h('span', { class: 'muted small' });
   const live = h('p', { class: 'visually-hidden', 'aria-live': 'polite',
                         dataset: { testid: 'jobs-live' } });
-  const prev = h('button', { type: 'button', class: 'btn', dataset: { testid: 'page-prev' },
-                             onclick: () => page(-1) }, '← Newer');
-  const next = h('button', { type: 'button', class: 'btn', dataset: { testid: 'page-next' },
-                             onclick: () => page(1) }, 'Older →');
   const pageNo = h('span', { class: 'muted small', 'aria-live': 'polite' });
   const compareBtn = h('button', { type: 'button', class: 'btn', disabled: true,
                                    dataset: { testid: 'compare-selected' }, onclick: () => {
@@ -188,7 +186,7 @@ export function jobsView(main, ctx) {
       h('div', { class: 'page-meta' }, count, updated, compareBtn)),
     h('section', { class: 'card', 'aria-label': 'Jobs' },
       form, content,
-      h('nav', { class: 'pager', 'aria-label': 'Pages' }, prev, pageNo, next)),
+      h('nav', { class: 'pager', 'aria-label': 'Pages' }, pages.prev, pageNo, pages.older)),
     live);
 
   function field(id, label, input) {
@@ -213,7 +211,7 @@ export function jobsView(main, ctx) {
     filters.sweep = sweepIn.value.trim();
     filters.label = labelIn.value.trim();
     filters.limit = Number(limitSel.value) || 50;
-    cursors = [null];
+    pages.reset();
     syncHash();
     loaded = false;
     refresh();
@@ -228,17 +226,6 @@ export function jobsView(main, ctx) {
     labelIn.value = '';
     limitSel.value = '50';
     applyFilters();
-  }
-
-  function page(d) {
-    if (d > 0 && nextCursor)
-      cursors.push(nextCursor);
-    else if (d < 0 && cursors.length > 1)
-      cursors.pop();
-    else
-      return;
-    loaded = false;
-    refresh();
   }
 
   function renderHead() {
@@ -325,9 +312,7 @@ export function jobsView(main, ctx) {
   }
 
   function renderPager() {
-    prev.disabled = cursors.length <= 1;
-    next.disabled = !nextCursor;
-    pageNo.textContent = `Page ${cursors.length}`;
+    pageNo.textContent = `Page ${pages.page}`;
     count.textContent = `${jobs.length} job${jobs.length === 1 ? '' : 's'} on this page`;
     updated.textContent = `· updated ${fmtClock(new Date())}`;
   }
@@ -341,15 +326,14 @@ export function jobsView(main, ctx) {
     for (const k of ['owner', 'sweep', 'label'])
       if (filters[k])
         p.set(k, filters[k]);
-    const cursor = cursors[cursors.length - 1];
-    if (cursor)
-      p.set('cursor', cursor);
+    if (pages.cursor)
+      p.set('cursor', pages.cursor);
     try {
       const r = await request('GET', `/v1/jobs?${p}`, { signal: ctx.signal });
       if (!r.changed && loaded)
         return;
       jobs = (r.data && r.data.jobs) || [];
-      nextCursor = (r.data && r.data.next_cursor) || null;
+      pages.update(r.data && r.data.next_cursor);
       const changed = [];
       const notes = [];
       for (const j of jobs) {

@@ -11,7 +11,7 @@ import { request } from './api.js';
 import { metricOverlay } from './compare.js';
 import { studyPanel } from './study.js';
 import { FINAL_STATES, STATES, ask, card, coalesce, empty, fmtClock, fmtNum, h, notify,
-         stateBadge, tableWrap, timeEl } from './ui.js';
+         pager, stateBadge, tableWrap, timeEl } from './ui.js';
 
 const REFRESH_MS = 5000;
 const LIST_LIMIT = 50;
@@ -75,8 +75,10 @@ function notFound(main, what, e, back, backText) {
 
 export function sweepsView(main, ctx) {
   const admin = ctx.session.role === 'admin';
-  let cursors = [null];
-  let nextCursor = null;
+  const pages = pager(() => {
+    loaded = false;
+    refresh();
+  });
   let sweeps = [];
   let loaded = false;
 
@@ -92,27 +94,12 @@ export function sweepsView(main, ctx) {
   emptyMsg.hidden = true;
   const count = h('span', { class: 'muted', dataset: { testid: 'sweeps-count' } });
   const updated = h('span', { class: 'muted small' });
-  const prev = h('button', { type: 'button', class: 'btn', dataset: { testid: 'page-prev' },
-                             onclick: () => page(-1) }, '← Newer');
-  const next = h('button', { type: 'button', class: 'btn', dataset: { testid: 'page-next' },
-                             onclick: () => page(1) }, 'Older →');
 
   main.append(
     h('div', { class: 'page-head' }, h('h1', null, 'Sweeps'),
       h('div', { class: 'page-meta' }, count, updated)),
     h('section', { class: 'card', 'aria-label': 'Sweeps' }, emptyMsg, wrap,
-      h('nav', { class: 'pager', 'aria-label': 'Pages' }, prev, next)));
-
-  function page(d) {
-    if (d > 0 && nextCursor)
-      cursors.push(nextCursor);
-    else if (d < 0 && cursors.length > 1)
-      cursors.pop();
-    else
-      return;
-    loaded = false;
-    refresh();
-  }
+      h('nav', { class: 'pager', 'aria-label': 'Pages' }, pages.prev, pages.older)));
 
   function row(s) {
     return h('tr', { dataset: { testid: 'sweep-row', sweepId: s.id, state: s.state } },
@@ -128,21 +115,18 @@ export function sweepsView(main, ctx) {
 
   async function load() {
     const p = new URLSearchParams({ limit: LIST_LIMIT });
-    const cursor = cursors[cursors.length - 1];
-    if (cursor)
-      p.set('cursor', cursor);
+    if (pages.cursor)
+      p.set('cursor', pages.cursor);
     try {
       const r = await request('GET', `/v1/sweeps?${p}`, { signal: ctx.signal });
       if (!r.changed && loaded)
         return;
       loaded = true;
       sweeps = (r.data && r.data.sweeps) || [];
-      nextCursor = (r.data && r.data.next_cursor) || null;
-      emptyMsg.hidden = sweeps.length > 0 || cursors.length > 1;
+      emptyMsg.hidden = sweeps.length > 0 || pages.page > 1;
       wrap.hidden = !sweeps.length;
       tbody.replaceChildren(...sweeps.map(row));
-      prev.disabled = cursors.length <= 1;
-      next.disabled = !nextCursor;
+      pages.update(r.data && r.data.next_cursor);
       count.textContent = `${sweeps.length} sweep${sweeps.length === 1 ? '' : 's'} on this page`;
       updated.textContent = `· updated ${fmtClock(new Date())}`;
     } catch (e) {

@@ -255,6 +255,41 @@ export function card(title, attrs, ...children) {
            ...children);
 }
 
+// Keyset paging of a list (GET /v1/jobs, /v1/sweeps): the cursor of each
+// page on the way here, and the Newer / Older buttons; onPage() reloads
+// after a move.
+export function pager(onPage) {
+  const p = {
+    cursors: [null],
+    next: null,
+    prev: null,
+    older: null,
+    get cursor() { return p.cursors[p.cursors.length - 1]; },
+    get page() { return p.cursors.length; },
+    reset() { p.cursors = [null]; },
+    // after a load: the page's next_cursor; the buttons follow
+    update(nextCursor) {
+      p.next = nextCursor || null;
+      p.prev.disabled = p.cursors.length <= 1;
+      p.older.disabled = !p.next;
+    },
+    move(d) {
+      if (d > 0 && p.next)
+        p.cursors.push(p.next);
+      else if (d < 0 && p.cursors.length > 1)
+        p.cursors.pop();
+      else
+        return;
+      onPage();
+    },
+  };
+  p.prev = h('button', { type: 'button', class: 'btn', dataset: { testid: 'page-prev' },
+                         onclick: () => p.move(-1) }, '← Newer');
+  p.older = h('button', { type: 'button', class: 'btn', dataset: { testid: 'page-next' },
+                          onclick: () => p.move(1) }, 'Older →');
+  return p;
+}
+
 export function tableWrap(table, label) {
   return h('div', { class: 'table-wrap', tabindex: 0, role: 'region', 'aria-label': label }, table);
 }

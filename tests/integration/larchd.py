@@ -11,12 +11,14 @@ can read. The `larchd` fixture gives a started one per test:
     def test_x(larchd):
         requests.get(larchd.url + "/healthz")
 """
+import http.server
 import os
 import pathlib
 import re
 import select
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -29,6 +31,43 @@ BUILD = pathlib.Path(os.environ.get("LARCH_BUILD_DIR", ROOT / "build"))
 # owners, who pass through it to their job directories (0711); else 0700
 STATE_DIR_MODE = 0o711 if os.geteuid() == 0 else 0o700
 LISTENING = re.compile(r"^larchd: listening on http://(127\.0\.0\.1|\[::1\]):(\d+)$")
+
+
+def poll(fetch, done, timeout, why, interval=0.1):
+    """Calls fetch() until done(value) holds and returns that value; past
+    timeout seconds the test fails with why(value)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, why(value)
+        time.sleep(interval)
+
+
+class StubServer:
+    """A stand-in HTTP server on 127.0.0.1:0 in a thread, for a client under
+    test (larch, the trainer's reporter): serve(Handler) starts it at
+    self.url, close() stops it."""
+
+    def serve(self, handler):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def send_json(handler, status, data):
+    """Answers a BaseHTTPRequestHandler's request with data (JSON bytes)."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 def larchd_exe():

@@ -9,13 +9,12 @@ import os
 import re
 import struct
 import subprocess
-import threading
 import time
 
 import pytest
 import requests
 
-from larchd import BUILD, Larchd
+from larchd import BUILD, Larchd, StubServer, send_json
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 
@@ -299,7 +298,7 @@ def test_missing_relative_data_path_names_where_it_looked(site, tmp_path):
 # ---- watch's rates against a stand-in larchd -------------------------------------------
 
 
-class Progressing:
+class Progressing(StubServer):
     """A stand-in larchd whose job j-000001 moves one step at each poll, 40
     steps in all, while the trainer's reported speed swings between 1000 and
     3000 samples/s from one step to the next."""
@@ -334,20 +333,9 @@ class Progressing:
                 else:
                     body = {"error": {"code": "not_found", "message": "no"}}
                 data = json.dumps(body).encode()
-                self.send_response(200 if "error" not in body else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, 200 if "error" not in body else 404, data)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
 
 def test_watch_smooths_the_rates(tmp_path):

@@ -11,12 +11,11 @@ import pty
 import re
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
-from larchd import BUILD, Larchd
+from larchd import BUILD, Larchd, StubServer, send_json
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 JOB_ID = re.compile(r"^j-\d{6}$")
@@ -632,7 +631,7 @@ def test_cancel_json_of_a_queued_job(site, tmp_path):
 # ---- hostile text from the server never reaches the terminal raw ------------------------
 
 
-class FakeLarchd:
+class FakeLarchd(StubServer):
     """Answers GET/POST path -> (status, JSON body); anything else 404."""
 
     def __init__(self, routes):
@@ -653,22 +652,11 @@ class FakeLarchd:
                 status, body = outer.routes.get((self.command, self.path),
                                                 outer.routes.get((self.command, path), missing))
                 data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, data)
 
             do_GET = do_POST = answer
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 
 from datasets import write_image_set
 from jobdir import metrics, result
+from larchd import StubServer, send_json
 
 JOB_ID, TOKEN = "j-000042", "job-token-7f3a"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 3
@@ -22,7 +23,7 @@ STEPS = 400                     # about 1300 points: more than one batch
 REPORT_ENV = ("LARCH_SERVER_URL", "LARCH_JOB_ID", "LARCH_JOB_TOKEN", "LARCH_REPORT_FLUSH_S")
 
 
-class Larchd:
+class Larchd(StubServer):
     """Stands in for larchd's two trainer endpoints. answer(n, path) gives the
     status for the n-th request (from 0) and may sleep first."""
 
@@ -46,20 +47,9 @@ class Larchd:
                     outer.requests.append(req)
                 req["status"] = status = answer(n, self.path)
                 reply = json.dumps({"accepted": len(body.get("metrics", []))}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
+                send_json(self, status, reply)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serve(Handler)
 
     def metric_posts(self, status=None):
         return [r for r in self.requests if r["path"].endswith("/metrics")

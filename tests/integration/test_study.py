@@ -12,11 +12,10 @@ MLP that reaches 80% validation accuracy in a second or two).
 """
 import os
 import subprocess
-import time
 
 import pytest
 
-from larchd import BUILD
+from larchd import BUILD, poll
 
 from test_api_jobs import Server
 
@@ -46,13 +45,8 @@ def get_sweep(srv, sid):
 
 
 def wait_sweep(srv, sid, pred, timeout=120):
-    deadline = time.monotonic() + timeout
-    while True:
-        s = get_sweep(srv, sid)
-        if pred(s):
-            return s
-        assert time.monotonic() < deadline, f"{sid}: {s['state']} {s['counts']}"
-        time.sleep(0.2)
+    return poll(lambda: get_sweep(srv, sid), pred, timeout,
+                lambda s: f"{sid}: {s['state']} {s['counts']}", interval=0.2)
 
 
 def larch(srv, tmp_path, *args):

@@ -15,7 +15,7 @@ import requests
 
 from test_api_jobs import Server, tiny_spec
 from test_larchd_http import assert_error
-from larchd import stand_in_trainer
+from larchd import poll, stand_in_trainer
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 
@@ -71,13 +71,8 @@ def get_sweep(srv, sid, who=None):
 
 
 def wait_sweep(srv, sid, states, timeout=60):
-    deadline = time.monotonic() + timeout
-    while True:
-        s = get_sweep(srv, sid)
-        if s["state"] in states:
-            return s
-        assert time.monotonic() < deadline, f"{sid} still {s['state']}: {s['counts']}"
-        time.sleep(0.1)
+    return poll(lambda: get_sweep(srv, sid), lambda s: s["state"] in states, timeout,
+                lambda s: f"{sid} still {s['state']}: {s['counts']}")
 
 
 # ---- submit, children, summary ------------------------------------------------------
