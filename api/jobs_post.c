@@ -273,7 +273,7 @@ static enum MHD_Result preflighted(struct api_request *req)
 	case 0:
 		return store(req);
 	case 400:
-		return api_reply_invalid_field(req, s->pre.field, s->pre.message);
+		return api_reply_invalid_field(req, s->pre.field, "%s", s->pre.message);
 	case 403:
 		return api_reply_error(req, 403, API_ERR_FORBIDDEN, "%s", s->pre.message);
 	case 429:

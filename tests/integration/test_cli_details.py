@@ -295,6 +295,18 @@ def test_missing_relative_data_path_names_where_it_looked(site, tmp_path):
                           f"{tmp_path.resolve()}/corpus/none.txt): No such file or directory\n")
 
 
+def test_a_missing_path_with_percent_signs_is_named_as_written(site):
+    """The probe's message goes out as text, never as a printf format: a path
+    of %n and %s is named as written and larchd keeps serving."""
+    spec = dict(TINY, name="percent", steps=1, data={"format": "text",
+                                                     "path": "../%n%s%n%x/none.txt"})
+    spec["model"] = {"type": "gpt", "layers": 1, "heads": 1, "dim": 8, "seq": 16}
+    out = site.larch("submit", "-", input=json.dumps(spec))
+    assert out.returncode == EXIT_REFUSED, out.stdout
+    assert "data.path: ../%n%s%n%x/none.txt (resolved: " in out.stderr, out.stderr
+    assert "role" in site.get("/v1/whoami")
+
+
 # ---- watch's rates against a stand-in larchd -------------------------------------------
 
 
