@@ -99,8 +99,10 @@ enum MHD_Result api_webhooks_post(struct api_request *req)
 	char *events = NULL;
 	if (!json_is_string(url) || !*json_string_value(url)) {
 		ret = bad_field(req, "url", "url: required, an http:// URL");
-	} else if (strlen(json_string_value(url)) > 2048) {
+	} else if (json_string_length(url) > 2048) {
 		ret = bad_field(req, "url", "url: longer than 2048 bytes");
+	} else if (strlen(json_string_value(url)) != json_string_length(url)) {
+		ret = bad_field(req, "url", "url: must not contain NUL");
 	} else if (!(events = events_text(json_object_get(body, "events"), why, sizeof why))) {
 		ret = bad_field(req, "events", why);
 	} else if (!json_is_string(secret)) {

@@ -278,6 +278,8 @@ def test_a_larchd_killed_mid_delivery_delivers_after_restart(tmp_path, srv):
     ({"url": "http://127.0.0.1:0/x", "events": ["job.completed"], "secret": SECRET}, "url",
      "port must be 1 to 65535"),
     ({"events": ["job.completed"], "secret": SECRET}, "url", "url: required"),
+    ({"url": "http://127.0.0.1/x\r\nX-Evil: 1", "events": ["job.completed"],
+      "secret": SECRET}, "url", "percent-encoded"),
     ({"url": "http://127.0.0.1/", "events": ["job.done"], "secret": SECRET}, "events",
      "events[0]: unknown event type \"job.done\""),
     ({"url": "http://127.0.0.1/", "events": [], "secret": SECRET}, "events", "non-empty"),
