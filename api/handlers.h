@@ -39,6 +39,13 @@ enum MHD_Result api_sweeps_get(struct api_request *req);           /* GET /v1/sw
 enum MHD_Result api_sweeps_patch(struct api_request *req);         /* PATCH /v1/sweeps/{id} */
 enum MHD_Result api_sweeps_cancel(struct api_request *req);        /* POST .../{id}/cancel */
 
+/* webhooks (api/webhooks_*.c; api/webhooks_hooks.h is what they ask of the service) */
+enum MHD_Result api_webhooks_post(struct api_request *req);        /* POST /v1/webhooks */
+enum MHD_Result api_webhooks_list(struct api_request *req);        /* GET /v1/webhooks */
+enum MHD_Result api_webhooks_get(struct api_request *req);         /* GET /v1/webhooks/{id} */
+enum MHD_Result api_webhooks_delete(struct api_request *req);      /* DELETE .../{id} */
+enum MHD_Result api_webhooks_deliveries_get(struct api_request *req); /* GET .../deliveries */
+
 /* admin (api/admin_*.c; api/admin_hooks.h is what they ask of the service) */
 enum MHD_Result api_admin_queues_get(struct api_request *req);     /* GET /v1/queues */
 enum MHD_Result api_admin_nodes_get(struct api_request *req);      /* GET /v1/nodes */

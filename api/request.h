@@ -71,6 +71,7 @@ typedef int (*api_auth_lookup_fn)(void *cls, const char *token,
 struct db;
 struct api_jobs_hooks;
 struct api_sweeps_hooks;
+struct api_webhooks_hooks;
 struct api_admin_hooks;
 struct api_acct_hooks;
 struct api_job_cache;
@@ -87,6 +88,8 @@ struct api_ctx {
 	                                        NULL: they answer 503 */
 	const struct api_acct_hooks *acct;/* ... and of accounting (api/acct_hooks.h); NULL: no
 	                                     Slurm accounting, usage from the database only */
+	const struct api_webhooks_hooks *webhooks; /* ... and of webhooks (api/webhooks_hooks.h);
+	                                               NULL: POST /v1/webhooks answers 503 */
 	struct api_job_cache *job_cache;  /* GET /v1/jobs/{id} answers (api/job_cache.h); may be NULL */
 	struct api_changes *changes;      /* GET /v1/events' feed (api/changes.h); NULL: 503 */
 	const struct api_static *dashboard; /* GET / and /ui/... (api/static.h); NULL: 404 */

@@ -60,6 +60,18 @@ const struct api_route api_routes[] = {
 	{ .method = "POST", .path = "/v1/sweeps/{id}/cancel", .handler = api_sweeps_cancel,
 	  .role = API_ROLE_USER },
 
+	/* webhooks: a user's own; admins see everyone's (api/webhooks_*.c) */
+	{ .method = "POST", .path = "/v1/webhooks", .handler = api_webhooks_post,
+	  .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/webhooks", .handler = api_webhooks_list,
+	  .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/webhooks/{id}", .handler = api_webhooks_get,
+	  .role = API_ROLE_USER },
+	{ .method = "DELETE", .path = "/v1/webhooks/{id}", .handler = api_webhooks_delete,
+	  .role = API_ROLE_USER },
+	{ .method = "GET", .path = "/v1/webhooks/{id}/deliveries",
+	  .handler = api_webhooks_deliveries_get, .role = API_ROLE_USER },
+
 	/* admin: queues, nodes, jobs (api/admin_*.c) */
 	{ .method = "POST", .path = "/v1/jobs/{id}/hold", .handler = api_admin_jobs_hold,
 	  .role = API_ROLE_ADMIN },

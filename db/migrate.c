@@ -284,6 +284,82 @@ static const char *const migrations[] = {
 	"ALTER TABLE jobs ADD COLUMN params TEXT CHECK (params IS NULL OR json_valid(params));\n"
 	"ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels));\n"
 	"CREATE INDEX jobs_sweep ON jobs (sweep, sweep_index) WHERE sweep IS NOT NULL;\n",
+
+	/* 9: webhooks (db/webhooks.h). A hook is a user's URL, the event types
+	 * it wants (a JSON array) and its secret. The outbox is written by the
+	 * trigger job_events_webhooks in the transaction of the job event
+	 * itself: one webhook_events row per event some hook wants (a job's
+	 * change of state as job.<state in lower case>; sweep.completed when
+	 * the last child of a sweep ends), and one pending webhook_deliveries
+	 * row per hook that wants it. The body is fixed at the first attempt
+	 * (webhook_events.body), so every attempt sends the same bytes. */
+	"CREATE TABLE webhooks (\n"
+	"	id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+	"	owner TEXT NOT NULL REFERENCES users(name),\n"
+	"	url TEXT NOT NULL CHECK (length(url) BETWEEN 1 AND 2048),\n"
+	"	events TEXT NOT NULL CHECK (json_valid(events) AND json_type(events) = 'array'),\n"
+	"	secret TEXT NOT NULL CHECK (length(secret) BETWEEN 1 AND 256),\n"
+	"	created INTEGER NOT NULL\n"
+	") STRICT;\n"
+	"CREATE INDEX webhooks_owner ON webhooks (owner, id);\n"
+	"CREATE TABLE webhook_events (\n"
+	"	id INTEGER PRIMARY KEY AUTOINCREMENT,\n"   /* the event id receivers dedup by */
+	"	type TEXT NOT NULL,\n"
+	"	job INTEGER NOT NULL REFERENCES jobs(id),\n"   /* sweep.completed: the last child */
+	"	seq INTEGER NOT NULL,\n"                   /* the job_events row */
+	"	sweep INTEGER REFERENCES sweeps(id),\n"    /* sweep.completed only */
+	"	time INTEGER NOT NULL,\n"
+	"	body TEXT CHECK (body IS NULL OR json_valid(body))\n"
+	") STRICT;\n"
+	"CREATE UNIQUE INDEX webhook_events_job ON webhook_events (job, seq, type);\n"
+	"CREATE UNIQUE INDEX webhook_events_sweep ON webhook_events (sweep)\n"
+	"	WHERE type = 'sweep.completed';\n"
+	"CREATE TABLE webhook_deliveries (\n"
+	"	id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+	"	hook INTEGER NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,\n"
+	"	event INTEGER NOT NULL REFERENCES webhook_events(id),\n"
+	"	state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered',\n"
+	"		'failed')),\n"
+	"	attempts INTEGER NOT NULL DEFAULT 0,\n"
+	"	next_attempt INTEGER NOT NULL,\n"
+	"	created INTEGER NOT NULL,\n"
+	"	UNIQUE (hook, event)\n"
+	") STRICT;\n"
+	"CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt)\n"
+	"	WHERE state = 'pending';\n"
+	"CREATE INDEX webhook_deliveries_hook ON webhook_deliveries (hook, id);\n"
+	"CREATE TABLE webhook_attempts (\n"
+	"	delivery INTEGER NOT NULL REFERENCES webhook_deliveries(id) ON DELETE CASCADE,\n"
+	"	n INTEGER NOT NULL,\n"
+	"	time INTEGER NOT NULL,\n"
+	"	status INTEGER,\n"                         /* the HTTP status; NULL: no answer */
+	"	error TEXT,\n"                             /* NULL: a 2xx */
+	"	duration_ms INTEGER NOT NULL,\n"
+	"	PRIMARY KEY (delivery, n)\n"
+	") STRICT, WITHOUT ROWID;\n"
+	"CREATE TRIGGER job_events_webhooks AFTER INSERT ON job_events\n"
+	"	WHEN new.from_state IS NOT new.to_state AND new.to_state != 'PENDING'\n"
+	"	AND EXISTS (SELECT 1 FROM webhooks WHERE owner = (SELECT owner FROM jobs\n"
+	"		WHERE id = new.job)) BEGIN\n"
+	"	INSERT INTO webhook_events (type, job, seq, time)\n"
+	"	SELECT 'job.' || lower(new.to_state), new.job, new.seq, new.time\n"
+	"	WHERE EXISTS (SELECT 1 FROM webhooks AS w, json_each(w.events) AS e\n"
+	"		WHERE w.owner = (SELECT owner FROM jobs WHERE id = new.job)\n"
+	"		AND e.value = 'job.' || lower(new.to_state));\n"
+	"	INSERT OR IGNORE INTO webhook_events (type, job, seq, sweep, time)\n"
+	"	SELECT 'sweep.completed', new.job, new.seq, j.sweep, new.time FROM jobs AS j\n"
+	"	WHERE j.id = new.job AND j.sweep IS NOT NULL\n"
+	"	AND new.to_state IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT')\n"
+	"	AND NOT EXISTS (SELECT 1 FROM jobs AS c WHERE c.sweep = j.sweep AND c.id != new.job\n"
+	"		AND c.state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT'))\n"
+	"	AND EXISTS (SELECT 1 FROM webhooks AS w, json_each(w.events) AS e\n"
+	"		WHERE w.owner = j.owner AND e.value = 'sweep.completed');\n"
+	"	INSERT OR IGNORE INTO webhook_deliveries (hook, event, next_attempt, created)\n"
+	"	SELECT w.id, ev.id, new.time, new.time FROM webhook_events AS ev, webhooks AS w\n"
+	"	WHERE ev.job = new.job AND ev.seq = new.seq\n"
+	"	AND w.owner = (SELECT owner FROM jobs WHERE id = new.job)\n"
+	"	AND EXISTS (SELECT 1 FROM json_each(w.events) AS e WHERE e.value = ev.type);\n"
+	"END;\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))

@@ -17,9 +17,10 @@
 
 #include "larch_version.h"
 #include "trainer/env.h"
+#include "webhook_target.h"
 
 enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_CHOICE,
-		K_NAME, K_GPU_MEMORY, K_PATH_LIST };
+		K_NAME, K_GPU_MEMORY, K_PATH_LIST, K_ALLOW };
 
 struct key {
 	const char *name;            /* file key; flag --name-with-dashes; env LARCHD_NAME */
@@ -128,6 +129,31 @@ static const struct key keys[] = {
 	{ .name = "compare_max_jobs", .kind = K_UINT, .offset = FIELD(compare_max_jobs),
 	  .def = "16", .min = 2, .max = 256, .metavar = "N",
 	  .help = "jobs one GET /v1/metrics may compare at most (more: 400)" },
+	{ .name = "webhook_allow", .kind = K_ALLOW, .offset = FIELD(webhook_allow),
+	  .def = "loopback", .metavar = "NET[,NET...]",
+	  .help = "addresses webhooks may be sent to, each checked after resolving the URL's host: "
+	  "loopback, an IP address or network (10.1.0.0/16, fd00::/8), or any" },
+	{ .name = "webhook_max_per_user", .kind = K_UINT, .offset = FIELD(webhook_max_per_user),
+	  .def = "10", .min = 1, .max = 1000, .metavar = "N",
+	  .help = "webhooks one user may have (POST /v1/webhooks past it is 400)" },
+	{ .name = "webhook_connect_timeout_ms", .kind = K_UINT,
+	  .offset = FIELD(webhook_connect_timeout_ms), .def = "5000", .min = 10, .max = 600000,
+	  .metavar = "MS", .help = "a webhook delivery's connect may take this long" },
+	{ .name = "webhook_timeout_ms", .kind = K_UINT, .offset = FIELD(webhook_timeout_ms),
+	  .def = "10000", .min = 10, .max = 600000, .metavar = "MS",
+	  .help = "a webhook delivery, from connect to the answer's status line, may take this "
+	  "long; past it the attempt failed" },
+	{ .name = "webhook_backoff_ms", .kind = K_UINT, .offset = FIELD(webhook_backoff_ms),
+	  .def = "1000", .min = 1, .max = 3600000, .metavar = "MS",
+	  .help = "wait before a failed delivery's second attempt, doubled after each, at most "
+	  "webhook_backoff_max_ms" },
+	{ .name = "webhook_backoff_max_ms", .kind = K_UINT, .offset = FIELD(webhook_backoff_max_ms),
+	  .def = "300000", .min = 1, .max = 86400000, .metavar = "MS",
+	  .help = "the longest wait between two attempts of a delivery" },
+	{ .name = "webhook_retry_for_s", .kind = K_UINT, .offset = FIELD(webhook_retry_for_s),
+	  .def = "86400", .min = 0, .max = 2592000, .metavar = "SECONDS",
+	  .help = "a delivery is tried again until this long after its event, then recorded "
+	  "as failed" },
 	{ .name = "log_level", .kind = K_LEVEL, .offset = FIELD(log_level), .def = "info",
 	  .reload = SVC_RELOAD_LOG,
 	  .metavar = "LEVEL", .help = "error, warn, info (a line per request) or debug" },
@@ -451,6 +477,15 @@ static int set_key(struct svc_config *cfg, const struct key *k, const char *valu
 			return -1;
 		}
 		return set_string((char **)(base + k->offset), value, err, err_size);
+	case K_ALLOW: {
+		struct svc_allow_list allow;
+		char why[512];
+		if (svc_allow_parse(value, &allow, why, sizeof why) != 0) {
+			snprintf(err, err_size, "%s: %s", where, why);
+			return -1;
+		}
+		return set_string((char **)(base + k->offset), value, err, err_size);
+	}
 	case K_PATH_LIST:
 		return parse_path_list(value, (struct svc_path_list *)(base + k->offset), where, err,
 		                       err_size);
@@ -715,6 +750,7 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->slurm_mpi);
 	free(cfg->accounting);
 	free(cfg->dashboard_dir);
+	free(cfg->webhook_allow);
 	free(cfg->chartjs_path);
 	free(cfg->run_as);
 	memset(cfg, 0, sizeof *cfg);
@@ -730,7 +766,8 @@ static const char *value_text(const struct svc_config *cfg, const struct key *k,
 	const void *f = base + k->offset;
 	size_t o = 0;
 	switch (k->kind) {
-	case K_LISTEN: case K_PATH: case K_AUTO_PATH: case K_LOG_FILE: case K_CHOICE: case K_NAME: {
+	case K_LISTEN: case K_PATH: case K_AUTO_PATH: case K_LOG_FILE: case K_CHOICE: case K_NAME:
+	case K_ALLOW: {
 		const char *s = *(char *const *)f;
 		svc_msgf(buf, len, "%s", s ? s : k->kind == K_LOG_FILE ? "-" : "auto");
 		break;

@@ -73,6 +73,11 @@ struct svc_config {
 	char *chartjs_path;              /* Chart.js for the dashboard; NULL ("auto"): none */
 	size_t body_limit;               /* request body bytes */
 	unsigned compare_max_jobs;       /* GET /v1/metrics: jobs per request */
+	char *webhook_allow;             /* where webhooks may go (service/webhook_target.h) */
+	unsigned webhook_max_per_user;   /* webhooks one user may have */
+	unsigned webhook_connect_timeout_ms, webhook_timeout_ms;   /* per attempt */
+	unsigned webhook_backoff_ms, webhook_backoff_max_ms;       /* between attempts */
+	unsigned webhook_retry_for_s;    /* attempts stop this long after the event */
 	struct svc_gpu_memory gpu_memory; /* bytes per GPU for submit-time memory plans */
 	enum svc_log_level log_level;
 	char *log_file;                  /* NULL: stderr */

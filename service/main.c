@@ -31,6 +31,7 @@
 #include "api/routes.h"
 #include "api/static.h"
 #include "api/sweeps_hooks.h"
+#include "api/webhooks_hooks.h"
 #include "auth_db.h"
 #include "clock.h"
 #include "cluster.h"
@@ -46,6 +47,7 @@
 #include "runner.h"
 #include "server.h"
 #include "state_dir.h"
+#include "webhooks.h"
 
 enum { EXIT_USAGE = 2 };
 
@@ -181,6 +183,7 @@ struct larchd {
 	struct svc_acct *acct;             /* Slurm's accounting (accounting.h) */
 	struct svc_server *srv;
 	struct api_static *dashboard;      /* GET / and /ui/... (api/static.h) */
+	struct svc_webhooks *webhooks;     /* the webhook sender (webhooks.h) */
 	struct api_ctx ctx;
 	int lock_fd;                       /* the state dir's lock (state_dir.h), or -1 */
 };
@@ -201,6 +204,14 @@ static void sweep_cancel(void *arg, long long sweep)
 	struct larchd *d = arg;
 	if (d->ex)
 		exec_cancel_sweep(d->ex, sweep);
+}
+
+/* The database's change hook: the event feed, and the webhook sender. */
+static void on_change(void *arg, const struct db_change *changes, size_t n)
+{
+	struct larchd *d = arg;
+	api_changes_publish(d->ctx.changes, changes, n);
+	svc_webhooks_wake(d->webhooks);
 }
 
 /* The dashboard's files: built in, or read from dashboard_dir; and Chart.js
@@ -226,6 +237,7 @@ static void stop(struct larchd *d, int clean)
 {
 	svc_server_free(d->srv);           /* first: no request uses what follows */
 	svc_preflight_free(d->preflight);
+	svc_webhooks_free(d->webhooks);    /* an attempt in flight stays pending */
 	svc_runner_free(d->runner);        /* jobs keep running: the next start adopts them */
 	svc_cluster_free(d->cluster);
 	svc_acct_free(d->acct);
@@ -305,7 +317,18 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		svc_msgf(err, errlen, "the change feed would not start (out of memory or threads)");
 		return -1;
 	}
-	db_set_change_hook(d->db, api_changes_publish, d->ctx.changes);
+	/* and wakes the webhook sender, whose outbox the same commits fill */
+	struct svc_webhooks_config wcfg = {
+		.db = d->db, .max_per_user = d->cfg.webhook_max_per_user,
+		.connect_timeout_ms = d->cfg.webhook_connect_timeout_ms,
+		.timeout_ms = d->cfg.webhook_timeout_ms, .backoff_ms = d->cfg.webhook_backoff_ms,
+		.backoff_max_ms = d->cfg.webhook_backoff_max_ms,
+		.retry_for_s = d->cfg.webhook_retry_for_s, .user_agent = "larchd/" LARCH_VERSION_TEXT,
+	};
+	if (svc_allow_parse(d->cfg.webhook_allow, &wcfg.allow, err, errlen) != 0 ||
+	    !(d->webhooks = svc_webhooks_new(&wcfg, err, errlen)))
+		return -1;
+	db_set_change_hook(d->db, on_change, d);
 
 	if (!(d->auth = svc_auth_new(d->db, state))) {
 		svc_msgf(err, errlen, "out of memory");
@@ -357,6 +380,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	d->ctx.acct = svc_acct_hooks(d->acct);
 	d->ctx.job_cache = api_job_cache_new();
 	d->ctx.dashboard = d->dashboard;
+	d->ctx.webhooks = svc_webhooks_hooks(d->webhooks);
 	struct svc_server_config scfg = {
 		.addr = (const struct sockaddr *)&d->cfg.addr,
 		.addr_len = d->cfg.addr_len,

@@ -1,0 +1,352 @@
+"""Webhooks (POST/GET/DELETE /v1/webhooks, deliveries) against a real larchd
+and a real HTTP receiver on loopback (http.server in a thread): a signed
+delivery per event, retries of a receiver that is down, slow or answers
+500, failure after the bound, a kill -9 of larchd mid-delivery, the
+allowlist and owner scope.
+
+Jobs run a stand-in trainer that exits at once: 1 when the spec's seed is
+13 (the job fails), else 0. Each test has a user of its own, so that one
+test's hooks never see another's jobs. The module's larchd retries fast
+(backoff 100 ms to 200 ms, for 3 s; 1 s per attempt).
+"""
+import hashlib
+import hmac
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from larchd import Larchd, stand_in_trainer
+from test_api_jobs import JSON, Server, tiny_spec
+
+FAKE = r'''
+exec python3 -c '
+import json, sys
+sys.exit(1 if json.load(open("spec.json")).get("seed") == 13 else 0)
+'
+'''
+
+FAST = ["--webhook-backoff-ms", "100", "--webhook-backoff-max-ms", "200",
+        "--webhook-retry-for-s", "3", "--webhook-timeout-ms", "1000",
+        "--webhook-connect-timeout-ms", "500", "--webhook-max-per-user", "3",
+        "--run-as", "service"]   # jobs of made-up users run as larchd's own
+SECRET = "s3cret-s3cret-s3cret"
+
+
+class Receiver:
+    """An HTTP server on 127.0.0.1 that records every request (headers,
+    body) and answers what answer(n) returns for the n-th (0-based); answer
+    may sleep or wait first."""
+
+    def __init__(self, answer=lambda n: 200, port=0):
+        self.requests = []
+        self.cond = threading.Condition()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with outer.cond:
+                    n = len(outer.requests)
+                    outer.requests.append((self.path, dict(self.headers), body))
+                    outer.cond.notify_all()
+                status = answer(n)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass   # larchd gave up on us (a timeout, a kill)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook?x=1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def wait(self, n, timeout=20):
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.requests) >= n, timeout), \
+                f"{len(self.requests)} requests, waited for {n}"
+            return list(self.requests)
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("webhooks")
+    trainer = stand_in_trainer(tmp / "fake-train", FAKE)
+    server = Server(tmp, ["--trainer-path", str(trainer)] + FAST)
+    server.trainer = trainer
+    yield server
+    server.stop()
+
+
+def user(srv, name):
+    return {**srv.d.auth(srv.make_user(name)), **JSON}
+
+
+def create(srv, who, url, events=("job.completed",), secret=SECRET, status=201):
+    r = srv.post("/v1/webhooks", who, {"url": url, "events": list(events), "secret": secret})
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def deliveries(srv, who, hook):
+    r = srv.get(f"/v1/webhooks/{hook}/deliveries", who)
+    assert r.status_code == 200, r.text
+    return r.json()["deliveries"]
+
+
+def wait_delivery(srv, who, hook, done, timeout=20):
+    deadline = time.monotonic() + timeout
+    while True:
+        ds = deliveries(srv, who, hook)
+        if ds and done(ds[0]):
+            return ds[0]
+        assert time.monotonic() < deadline, ds
+        time.sleep(0.05)
+
+
+def check_signed(headers, body, event, hook_delivery=None):
+    sig = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    assert headers["X-Larch-Signature-256"] == sig
+    assert headers["X-Larch-Event"] == event
+    assert headers["Content-Type"] == "application/json"
+    if hook_delivery:
+        assert headers["X-Larch-Delivery"] == hook_delivery
+    doc = json.loads(body)
+    assert doc["type"] == event and doc["id"].startswith("ev-") and doc["time"].endswith("Z")
+    return doc
+
+
+def test_completed_job_gives_one_signed_delivery(srv):
+    rx = Receiver()
+    try:
+        who = user(srv, "wh-done")
+        hook = create(srv, who, rx.url)
+        assert "secret" not in hook and hook["id"].startswith("wh-")
+        assert hook["url"] == rx.url and hook["events"] == ["job.completed"]
+        job = srv.submit(who, tiny_spec("done"))
+        assert srv.wait(job, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+        d = wait_delivery(srv, who, hook["id"], lambda d: d["state"] != "pending")
+        assert d["state"] == "delivered" and d["job"] == job and d["type"] == "job.completed"
+        assert len(d["attempts"]) == 1
+        assert d["attempts"][0]["status"] == 200 and d["attempts"][0]["error"] is None
+        (path, headers, body), = rx.wait(1)
+        assert path == "/hook?x=1"
+        doc = check_signed(headers, body, "job.completed", d["id"])
+        assert doc["id"] == d["event"]
+        assert doc["job"]["id"] == job and doc["job"]["state"] == "COMPLETED"
+        assert doc["job"]["owner"] == "wh-done"
+        # one event, one delivery: the running state and the others were not asked for
+        assert len(deliveries(srv, who, hook["id"])) == 1 and len(rx.requests) == 1
+        got = srv.get(f"/v1/webhooks/{hook['id']}", who).json()
+        assert got["deliveries"] == {"pending": 0, "delivered": 1, "failed": 0}
+        assert "secret" not in got and SECRET not in srv.get("/v1/webhooks", srv.admin).text
+    finally:
+        rx.stop()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_receiver_down_then_up_is_delivered_after_retry(srv):
+    port = free_port()
+    who = user(srv, "wh-down")
+    hook = create(srv, who, f"http://127.0.0.1:{port}/", events=["job.failed"])
+    job = srv.submit(who, tiny_spec("fails", seed=13))
+    assert srv.wait(job, {"COMPLETED", "FAILED"})["state"] == "FAILED"
+    d = wait_delivery(srv, who, hook["id"], lambda d: d["attempts"])
+    assert d["state"] == "pending" and d["attempts"][0]["status"] is None
+    assert "refused" in d["attempts"][0]["error"], d
+    rx = Receiver(port=port)
+    try:
+        d = wait_delivery(srv, who, hook["id"], lambda d: d["state"] != "pending")
+        assert d["state"] == "delivered", d
+        assert d["attempts"][-1]["status"] == 200 and len(d["attempts"]) >= 2
+        (_, headers, body), = rx.wait(1)
+        assert check_signed(headers, body, "job.failed")["job"]["state"] == "FAILED"
+    finally:
+        rx.stop()
+
+
+def test_slow_receiver_times_out_and_is_retried(srv):
+    rx = Receiver(lambda n: (time.sleep(2), 200)[1] if n == 0 else 200)
+    try:
+        who = user(srv, "wh-slow")
+        hook = create(srv, who, rx.url)
+        job = srv.submit(who, tiny_spec("slow"))
+        srv.wait(job, {"COMPLETED"})
+        d = wait_delivery(srv, who, hook["id"], lambda d: d["state"] != "pending")
+        assert d["state"] == "delivered", d
+        first, last = d["attempts"][0], d["attempts"][-1]
+        assert first["status"] is None and "within 1000 ms" in first["error"], first
+        assert last["status"] == 200
+        reqs = rx.wait(2)
+        assert json.loads(reqs[0][2])["id"] == json.loads(reqs[1][2])["id"] == d["event"]
+        assert reqs[0][2] == reqs[1][2]   # every attempt sends the same bytes
+    finally:
+        rx.stop()
+
+
+def test_receiver_answering_500_is_retried_then_failed(srv):
+    rx = Receiver(lambda n: 500)
+    try:
+        who = user(srv, "wh-500")
+        hook = create(srv, who, rx.url)
+        job = srv.submit(who, tiny_spec("five-hundred"))
+        srv.wait(job, {"COMPLETED"})
+        d = wait_delivery(srv, who, hook["id"], lambda d: d["state"] != "pending", timeout=30)
+        assert d["state"] == "failed" and d["next_attempt"] is None
+        assert len(d["attempts"]) >= 3
+        assert all(a["status"] == 500 and a["error"] == "HTTP 500" for a in d["attempts"])
+        assert len(rx.requests) == len(d["attempts"])
+        got = srv.get(f"/v1/webhooks/{hook['id']}", who).json()
+        assert got["deliveries"] == {"pending": 0, "delivered": 0, "failed": 1}
+    finally:
+        rx.stop()
+
+
+def test_a_larchd_killed_mid_delivery_delivers_after_restart(tmp_path, srv):
+    release = threading.Event()
+    rx = Receiver(lambda n: (release.wait(30), 200)[1] if n == 0 else 200)
+    d1 = Larchd(tmp_path, args=["--trainer-path", str(srv.trainer), "--run-as", "service",
+                                "--webhook-timeout-ms", "60000"]).start()
+    d2 = None
+    try:
+        who = {**d1.auth(), **JSON}
+        r = requests.post(d1.url + "/v1/webhooks", headers=who, timeout=10,
+                          json={"url": rx.url, "events": ["job.completed"], "secret": SECRET})
+        assert r.status_code == 201, r.text
+        hook = r.json()["id"]
+        r = requests.post(d1.url + "/v1/jobs", headers=who, json=tiny_spec("k9"), timeout=10)
+        assert r.status_code == 201, r.text
+        first = rx.wait(1)[0]   # larchd is waiting for our answer now
+        d1.proc.kill()
+        d1.proc.wait(10)
+        release.set()
+        d2 = Larchd(tmp_path, args=["--trainer-path", str(srv.trainer), "--run-as", "service"],
+                    state_dir=d1.state_dir).start()
+        second = rx.wait(2)[1]
+        assert first[2] == second[2]   # the same event (id and body), sent again
+        assert first[1]["X-Larch-Delivery"] == second[1]["X-Larch-Delivery"]
+        check_signed(second[1], second[2], "job.completed")
+        deadline = time.monotonic() + 20
+        while True:
+            r = requests.get(f"{d2.url}/v1/webhooks/{hook}/deliveries", headers=who, timeout=10)
+            d = r.json()["deliveries"][0]
+            if d["state"] == "delivered":
+                break
+            assert time.monotonic() < deadline, d
+            time.sleep(0.05)
+        assert [a["status"] for a in d["attempts"]] == [200]   # the cut attempt left no row
+    finally:
+        release.set()
+        if d2:
+            d2.stop()
+        if d1.running():
+            d1.proc.kill()
+        rx.stop()
+
+
+@pytest.mark.parametrize("body, field, message", [
+    ({"url": "http://10.1.2.3:9/x", "events": ["job.completed"], "secret": SECRET}, "url",
+     "10.1.2.3, which webhook_allow does not allow"),
+    ({"url": "https://127.0.0.1/x", "events": ["job.completed"], "secret": SECRET}, "url",
+     "https is not supported"),
+    ({"url": "ftp://127.0.0.1/x", "events": ["job.completed"], "secret": SECRET}, "url",
+     "must start with http://"),
+    ({"url": "http://user:pw@127.0.0.1/x", "events": ["job.completed"], "secret": SECRET},
+     "url", "credentials"),
+    ({"url": "http://127.0.0.1:0/x", "events": ["job.completed"], "secret": SECRET}, "url",
+     "port must be 1 to 65535"),
+    ({"events": ["job.completed"], "secret": SECRET}, "url", "url: required"),
+    ({"url": "http://127.0.0.1/x\r\nX-Evil: 1", "events": ["job.completed"],
+      "secret": SECRET}, "url", "percent-encoded"),
+    ({"url": "http://127.0.0.1/", "events": ["job.done"], "secret": SECRET}, "events",
+     "events[0]: unknown event type \"job.done\""),
+    ({"url": "http://127.0.0.1/", "events": [], "secret": SECRET}, "events", "non-empty"),
+    ({"url": "http://127.0.0.1/", "events": ["job.failed", "job.failed"], "secret": SECRET},
+     "events", "listed twice"),
+    ({"url": "http://127.0.0.1/", "events": ["job.failed"]}, "secret", "secret: required"),
+    ({"url": "http://127.0.0.1/", "events": ["job.failed"], "secret": "short"}, "secret",
+     "16 to 256 bytes"),
+    ({"url": "http://127.0.0.1/", "events": ["job.failed"], "secret": SECRET, "x": 1}, "x",
+     "unknown field"),
+])
+def test_bad_webhooks_are_400(srv, body, field, message):
+    r = srv.post("/v1/webhooks", srv.bob, body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["detail"] == {"field": field} and message in err["message"], err
+
+
+def test_names_resolving_to_loopback_are_allowed_and_hooks_are_capped(srv):
+    who = user(srv, "wh-cap")
+    ids = [create(srv, who, "http://localhost:9/", events=["job.held"])["id"]
+           for _ in range(3)]
+    r = srv.post("/v1/webhooks", who, {"url": "http://localhost:9/", "events": ["job.held"],
+                                       "secret": SECRET})
+    assert r.status_code == 400 and "webhook_max_per_user" in r.json()["error"]["message"]
+    assert requests.delete(f"{srv.url}/v1/webhooks/{ids[0]}", headers=who,
+                           timeout=10).status_code == 204
+    create(srv, who, "http://localhost:9/", events=["job.held"])
+
+
+def test_users_see_only_their_own_hooks(srv):
+    alice, bob = user(srv, "wh-alice"), user(srv, "wh-bob")
+    hook = create(srv, alice, "http://127.0.0.1:9/a", events=["job.running"])["id"]
+    mine = srv.get("/v1/webhooks", alice).json()["webhooks"]
+    assert [h["id"] for h in mine] == [hook]
+    assert hook not in [h["id"] for h in srv.get("/v1/webhooks", bob).json()["webhooks"]]
+    assert hook in [h["id"] for h in srv.get("/v1/webhooks", srv.admin).json()["webhooks"]]
+    for path in (f"/v1/webhooks/{hook}", f"/v1/webhooks/{hook}/deliveries"):
+        assert srv.get(path, bob).status_code == 404
+        assert srv.get(path, srv.admin).status_code == 200
+    assert requests.delete(f"{srv.url}/v1/webhooks/{hook}", headers=bob,
+                           timeout=10).status_code == 404
+    assert srv.get("/v1/webhooks/wh-nope", alice).status_code == 404
+    assert requests.delete(f"{srv.url}/v1/webhooks/{hook}", headers=alice,
+                           timeout=10).status_code == 204
+    assert srv.get(f"/v1/webhooks/{hook}", alice).status_code == 404
+
+
+def test_sweep_completed_is_sent_once_when_its_last_child_ends(srv):
+    rx = Receiver()
+    try:
+        who = user(srv, "wh-sweep")
+        hook = create(srv, who, rx.url, events=["sweep.completed", "job.completed"])
+        r = srv.post("/v1/sweeps", who, {"name": "sw", "base": tiny_spec("x"),
+                                         "axes": {"optimizer.lr": [0.01, 0.02, 0.03]}})
+        assert r.status_code == 201, r.text
+        sweep = r.json()["id"]
+        d = wait_delivery(srv, who, hook["id"],
+                          lambda d: d["type"] == "sweep.completed" and d["state"] != "pending")
+        assert d["state"] == "delivered" and d["sweep"] == sweep
+        reqs = rx.wait(4)
+        types = sorted(json.loads(b)["type"] for _, _, b in reqs)
+        assert types == ["job.completed"] * 3 + ["sweep.completed"]
+        body = next(b for _, h, b in reqs if h["X-Larch-Event"] == "sweep.completed")
+        doc = check_signed(dict(next(h for _, h, b in reqs if b == body)), body,
+                           "sweep.completed")
+        assert doc["sweep"]["id"] == sweep and doc["sweep"]["state"] == "COMPLETED"
+        assert len(deliveries(srv, who, hook["id"])) == 4
+    finally:
+        rx.stop()
