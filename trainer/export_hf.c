@@ -297,6 +297,79 @@ static void default_spec_path(char *buf, size_t len, const char *ckpt)
 		snprintf(buf, len, "%.*s/../spec.json", (int)(slash - ckpt), ckpt);
 }
 
+/* The checkpoint is a larch checkpoint written by a run of spec. */
+static int check_origin(struct trn_ckpt *c, const char *ckpt_path, const struct trn_spec *spec,
+                        const char *spec_path, struct trn_err *err)
+{
+	const char *fmt = trn_ckpt_meta(c, "format"), *hash = trn_ckpt_meta(c, "spec_hash");
+	char want_hash[65];
+	trn_spec_hash(spec, want_hash);
+	if (!fmt || strcmp(fmt, "larch-ckpt-1") != 0)
+		return trn_err_set(err, "%s: not a larch checkpoint (metadata format is not "
+		                   "larch-ckpt-1)", ckpt_path);
+	if (!hash || strcmp(hash, want_hash) != 0)
+		return trn_err_set(err, "%s: was not written by a run of %s (the spec's hash differs); "
+		                   "name the job's spec.json with --spec", ckpt_path, spec_path);
+	return 0;
+}
+
+/* Every "param.*" tensor of the checkpoint into x under its HF name, checked
+ * against the spec's model; *config: the HF config.json for it. */
+static int collect_params(struct export *x, json_t **config, struct trn_ckpt *c,
+                          const char *ckpt_path, const struct trn_spec *spec,
+                          const char *spec_path, struct trn_err *err)
+{
+	struct dims d = { 0 };
+	const char *key;
+	json_t *v;
+	json_object_foreach(c->header, key, v) {
+		struct trn_hf_tensor tv;
+		if (strncmp(key, "param.", 6) != 0)
+			continue;
+		if (trn_hf_tensor(c, key, &tv) != 0)
+			return trn_err_set(err, "%s: tensor %s: more than 4 dimensions", ckpt_path, key);
+		if (export_add(x, spec, ckpt_path, key + 6, &tv, &d, err) != 0)
+			return -1;
+	}
+	if (spec->model.type == TRN_MODEL_GPT) {
+		long need = 4 + d.L * (long)TRN_GPT_BLOCK_PARAMS;
+		if (d.C != spec->model.dim || d.L != spec->model.layers || x->n != need || !d.V || !d.T)
+			return trn_err_set(err, "%s: its parameters are not those of %s's model (%d "
+			                   "layers, dim %d)", ckpt_path, spec_path, spec->model.layers,
+			                   spec->model.dim);
+		*config = gpt_config(spec, &d);
+	} else {
+		if (d.layers != spec->model.n_hidden + 1 || x->n != 2 * d.layers)
+			return trn_err_set(err, "%s: its parameters are not those of %s's model (%d "
+			                   "hidden layers)", ckpt_path, spec_path, spec->model.n_hidden);
+		*config = mlp_config(spec, &d);
+	}
+	return *config ? 0 : trn_err_set(err, "export: out of memory");
+}
+
+/* out_dir (made if missing) gets model.safetensors and config.json. */
+static int write_dir(const char *out_dir, const struct export *x, const json_t *config,
+                     struct trn_err *err)
+{
+	if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+		return trn_err_set(err, "%s: mkdir: %s", out_dir, strerror(errno));
+	struct stat st;
+	if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+		return trn_err_set(err, "%s: not a directory", out_dir);
+	char path[PATH_MAX];
+	if (snprintf(path, sizeof path, "%s/model.safetensors", out_dir) >= (int)sizeof path)
+		return trn_err_set(err, "%s: path too long", out_dir);
+	json_t *meta = json_pack("{s:s}", "format", "pt");
+	if (!meta)
+		return trn_err_set(err, "export: out of memory");
+	int w = trn_ckpt_write(path, x->e, x->n, meta, NULL, err);
+	json_decref(meta);
+	if (w != 0)
+		return -1;
+	snprintf(path, sizeof path, "%s/config.json", out_dir);
+	return write_json(path, config, err);
+}
+
 int trn_export_hf(const char *ckpt_path, const char *spec_path, const char *format,
                   const char *out_dir, struct trn_err *err)
 {
@@ -319,90 +392,16 @@ int trn_export_hf(const char *ckpt_path, const char *spec_path, const char *form
 	int rc = -1;
 	struct trn_ckpt c = { 0 };
 	struct export x = { 0 };
-	struct dims d = { 0 };
 	json_t *config = NULL;
-	if (spec.model.type != want) {
+	if (spec.model.type != want)
 		trn_err_set(err, "--format %s: %s holds a%s model (use --format %s)", format, spec_path,
 		            spec.model.type == TRN_MODEL_GPT ? " gpt" : "n mlp",
 		            spec.model.type == TRN_MODEL_GPT ? "hf-gpt2" : "hf-mlp");
-		goto out;
-	}
-	if (trn_ckpt_open(&c, ckpt_path, err) != 0)
-		goto out;
-	const char *fmt = trn_ckpt_meta(&c, "format"), *hash = trn_ckpt_meta(&c, "spec_hash");
-	char want_hash[65];
-	trn_spec_hash(&spec, want_hash);
-	if (!fmt || strcmp(fmt, "larch-ckpt-1") != 0) {
-		trn_err_set(err, "%s: not a larch checkpoint (metadata format is not larch-ckpt-1)",
-		            ckpt_path);
-		goto out;
-	}
-	if (!hash || strcmp(hash, want_hash) != 0) {
-		trn_err_set(err, "%s: was not written by a run of %s (the spec's hash differs); name "
-		            "the job's spec.json with --spec", ckpt_path, spec_path);
-		goto out;
-	}
-
-	const char *key;
-	json_t *v;
-	json_object_foreach(c.header, key, v) {
-		struct trn_hf_tensor tv;
-		if (strncmp(key, "param.", 6) != 0)
-			continue;
-		if (trn_hf_tensor(&c, key, &tv) != 0) {
-			trn_err_set(err, "%s: tensor %s: more than 4 dimensions", ckpt_path, key);
-			goto out;
-		}
-		if (export_add(&x, &spec, ckpt_path, key + 6, &tv, &d, err) != 0)
-			goto out;
-	}
-	if (want == TRN_MODEL_GPT) {
-		long need = 4 + d.L * (long)TRN_GPT_BLOCK_PARAMS;
-		if (d.C != spec.model.dim || d.L != spec.model.layers || x.n != need || !d.V || !d.T) {
-			trn_err_set(err, "%s: its parameters are not those of %s's model (%d layers, dim "
-			            "%d)", ckpt_path, spec_path, spec.model.layers, spec.model.dim);
-			goto out;
-		}
-		config = gpt_config(&spec, &d);
-	} else {
-		if (d.layers != spec.model.n_hidden + 1 || x.n != 2 * d.layers) {
-			trn_err_set(err, "%s: its parameters are not those of %s's model (%d hidden "
-			            "layers)", ckpt_path, spec_path, spec.model.n_hidden);
-			goto out;
-		}
-		config = mlp_config(&spec, &d);
-	}
-	if (!config) {
-		trn_err_set(err, "export: out of memory");
-		goto out;
-	}
-
-	if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-		trn_err_set(err, "%s: mkdir: %s", out_dir, strerror(errno));
-		goto out;
-	}
-	struct stat st;
-	if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		trn_err_set(err, "%s: not a directory", out_dir);
-		goto out;
-	}
-	char path[PATH_MAX];
-	if (snprintf(path, sizeof path, "%s/model.safetensors", out_dir) >= (int)sizeof path) {
-		trn_err_set(err, "%s: path too long", out_dir);
-		goto out;
-	}
-	json_t *meta = json_pack("{s:s}", "format", "pt");
-	int w = meta ? trn_ckpt_write(path, x.e, x.n, meta, NULL, err) : -1;
-	json_decref(meta);
-	if (!meta)
-		trn_err_set(err, "export: out of memory");
-	if (w != 0)
-		goto out;
-	snprintf(path, sizeof path, "%s/config.json", out_dir);
-	if (write_json(path, config, err) != 0)
-		goto out;
-	rc = 0;
-out:
+	else if (trn_ckpt_open(&c, ckpt_path, err) == 0 &&
+	         check_origin(&c, ckpt_path, &spec, spec_path, err) == 0 &&
+	         collect_params(&x, &config, &c, ckpt_path, &spec, spec_path, err) == 0 &&
+	         write_dir(out_dir, &x, config, err) == 0)
+		rc = 0;
 	json_decref(config);
 	export_release(&x);
 	if (c.map)
