@@ -768,7 +768,8 @@ static void apply_array_outcome(struct slurm_ex *sx, struct outcome *o)
 	for (int i = 0; i < o->n_members; i++) {
 		struct sjob *j = o->members[i];
 		if (o->ok) {
-			snprintf(j->sid, sizeof j->sid, "%s_%d", o->sid, j->task);
+			/* a job id is at most 10 digits: "%.19s" bounds it for the compiler */
+			snprintf(j->sid, sizeof j->sid, "%.19s_%d", o->sid, j->task);
 			j->phase = PH_FOLLOW;
 			j->tries = 0;
 			submitted_to(sx, j);

@@ -114,7 +114,7 @@ int svc_runner_cancel_by(struct svc_runner *r, long long id, char by[DB_NAME_MAX
 	                                                            : NULL;
 	if (!f)
 		return 0;
-	char line[DB_NAME_MAX + 2] = "", reason[SVC_CANCEL_WHY_MAX + 1] = "";
+	char line[DB_NAME_MAX + 2] = "", reason[SVC_CANCEL_WHY_MAX] = "";
 	found = fgets(line, sizeof line, f) != NULL;
 	if (found && why && fgets(reason, sizeof reason, f)) {
 		reason[strcspn(reason, "\n")] = '\0';
