@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 
 #include "jobs.h"
+#include "trainer/sha256.h"
 
 #define ATTEMPTS 4                   /* one try and three resumes */
 #define STALL_S 60L                  /* a transfer that moves no byte this long broke */
@@ -198,37 +198,6 @@ static CURLcode fetch(struct cli *cli, const char *path, struct transfer *t, lon
 	return rc;
 }
 
-/* The sha256 of the file at fd (from its start) into hex; 0, or -1. */
-static int sha256_fd(int fd, char hex[65])
-{
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	static unsigned char buf[1 << 20];
-	int rc = -1;
-	if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1)
-		goto out;
-	for (off_t at = 0;;) {
-		ssize_t n = pread(fd, buf, sizeof buf, at);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			goto out;
-		if (n == 0)
-			break;
-		EVP_DigestUpdate(md, buf, (size_t)n);
-		at += n;
-	}
-	unsigned char d[EVP_MAX_MD_SIZE];
-	unsigned dlen = 0;
-	if (EVP_DigestFinal_ex(md, d, &dlen) != 1 || dlen != 32)
-		goto out;
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", d[i]);
-	rc = 0;
-out:
-	EVP_MD_CTX_free(md);
-	return rc;
-}
-
 /* The checkpoint of step (newest when step < 0) from the list, or NULL after
  * saying why. */
 static json_t *pick(json_t *items, const char *id, long long step)
@@ -345,7 +314,7 @@ static int download(struct cli *cli, const char *id, long long step_opt, const c
 		cli_sleep(0.5 * attempt);
 	}
 	char got[65];
-	if (sha256_fd(t.fd, got) != 0) {
+	if (trn_sha256_fd(t.fd, got) != 0) {
 		fprintf(stderr, "larch: %s: %s\n", shown, strerror(errno));
 		rc = CLI_USAGE;
 		goto done;
