@@ -170,16 +170,9 @@ static CURLcode fetch(struct cli *cli, const char *path, struct transfer *t, lon
 		cli_buf_addf(&range, "Range: bytes=%lld-", t->have);
 		hdr = curl_slist_append(hdr, cli_buf_str(&range));
 	}
-	curl_easy_reset(c);
-	curl_easy_setopt(c, CURLOPT_URL, cli_buf_str(&url));
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "larch/" LARCH_VERSION);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, h->connect_timeout_ms);
+	cli_http_prepare(h, cli_buf_str(&url), hdr);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, STALL_S);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, t);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -188,7 +181,6 @@ static CURLcode fetch(struct cli *cli, const char *path, struct transfer *t, lon
 	t->curl = c;
 	t->etag[0] = '\0';
 	t->asked_range = t->have > 0;
-	h->errbuf[0] = '\0';
 	*status = 0;
 	CURLcode rc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
