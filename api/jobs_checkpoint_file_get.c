@@ -48,6 +48,7 @@
 #include "jobs_common.h"
 #include "jobs_hooks.h"
 #include "reply.h"
+#include "trainer/sha256.h"
 
 #define JOB_DIR_MAX 4096
 #define READ_PIECE (256 * 1024)
@@ -120,41 +121,6 @@ static void hex32(const unsigned char *d, char hex[65])
 {
 	for (int i = 0; i < 32; i++)
 		snprintf(hex + 2 * i, 3, "%02x", d[i]);
-}
-
-/* The sha256 of the whole file into hex; 0, or -1 with errno. */
-static int hash_fd(int fd, char hex[65])
-{
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	unsigned char *buf = malloc(READ_PIECE);
-	int rc = -1, e = ENOMEM;
-	if (!md || !buf || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1)
-		goto out;
-	for (off_t at = 0;;) {
-		ssize_t n = pread(fd, buf, READ_PIECE, at);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			e = errno;
-			goto out;
-		}
-		if (n == 0)
-			break;
-		EVP_DigestUpdate(md, buf, (size_t)n);
-		at += n;
-	}
-	unsigned char d[EVP_MAX_MD_SIZE];
-	unsigned dlen = 0;
-	if (EVP_DigestFinal_ex(md, d, &dlen) != 1 || dlen != 32)
-		goto out;
-	hex32(d, hex);
-	rc = 0;
-out:
-	free(buf);
-	EVP_MD_CTX_free(md);
-	if (rc)
-		errno = e;
-	return rc;
 }
 
 /* ---- opening the file inside the job directory ------------------------------ */
@@ -370,7 +336,7 @@ static enum MHD_Result reply_open(struct api_request *req, const char *job, int6
 	int good = verdict_get(&st, ck->sha256);
 	if (good < 0) {
 		char hex[65];
-		if (hash_fd(fd, hex) != 0) {
+		if (trn_sha256_fd(fd, hex) != 0) {
 			int e = errno;
 			close(fd);
 			return api_reply_error(req, 500, API_ERR_INTERNAL, "checkpoint %" PRId64 " of %s: "

@@ -179,6 +179,21 @@ int api_id_request_or_reply(struct api_request *req, char prefix, const char *no
 	       api_query_known_or_reply(req, allowed, ret) ? -1 : 0;
 }
 
+int api_post_request_or_reply(struct api_request *req, struct db **db, enum MHD_Result *ret)
+{
+	static const char *const none[] = { NULL };
+	return api_db_or_reply(req, db, ret) || api_query_known_or_reply(req, none, ret) ? -1 : 0;
+}
+
+json_t *api_body_or_reply(struct api_request *req, enum MHD_Result *ret)
+{
+	json_error_t jerr;
+	json_t *body = api_body_json(req, &jerr);
+	if (!body)
+		*ret = api_reply_bad_json(req, &jerr);
+	return body;
+}
+
 int api_job_request_or_reply(struct api_request *req, const char *const *allowed,
                              struct db **db, int64_t *id, enum MHD_Result *ret)
 {

@@ -66,6 +66,13 @@ int api_id_request_or_reply(struct api_request *req, char prefix, const char *no
                             const char *const *allowed, struct db **db, int64_t *id,
                             enum MHD_Result *ret);
 
+/* The start of a POST to a collection (/v1/jobs, /v1/sweeps,
+ * /v1/webhooks): the database (api_db_or_reply) and no query parameter. */
+int api_post_request_or_reply(struct api_request *req, struct db **db, enum MHD_Result *ret);
+/* The request's body parsed (api_body_json; the caller owns it), or NULL
+ * with the 400 api_reply_bad_json replied. */
+json_t *api_body_or_reply(struct api_request *req, enum MHD_Result *ret);
+
 /* The labels of a PATCH body (api/labels.h) as the new string to store
  * (free it), or NULL with the 400 naming the field at fault replied. */
 char *api_labels_or_reply(struct api_request *req, const json_t *labels, enum MHD_Result *ret);

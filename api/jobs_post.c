@@ -329,10 +329,9 @@ static int check_init_job(struct api_request *req, struct db *db, const struct t
 
 enum MHD_Result api_jobs_post(struct api_request *req)
 {
-	static const char *const params[] = { NULL };
 	enum MHD_Result ret;
 	struct db *db;
-	if (api_db_or_reply(req, &db, &ret) || api_query_known_or_reply(req, params, &ret))
+	if (api_post_request_or_reply(req, &db, &ret))
 		return ret;
 	const char *key = req->idempotency_key;
 	const char *why = key ? bad_key(key) : NULL;
@@ -341,10 +340,9 @@ enum MHD_Result api_jobs_post(struct api_request *req)
 		                              json_pack("{s:s}", "header", "Idempotency-Key"),
 		                              "Idempotency-Key: %s", why);
 
-	json_error_t jerr;
-	json_t *root = api_body_json(req, &jerr);
+	json_t *root = api_body_or_reply(req, &ret);
 	if (!root)
-		return api_reply_bad_json(req, &jerr);
+		return ret;
 	struct submit *s = calloc(1, sizeof *s);
 	struct trn_err terr = { 0 };
 	if (!s || !(s->tspec = calloc(1, sizeof *s->tspec))) {

@@ -9,13 +9,20 @@ const char *const api_webhook_events[] = {
 	"job.timeout", "job.held", "job.requeued", "job.preempted", "sweep.completed", NULL,
 };
 
-int api_webhook_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret)
+static int webhook_id_or_reply(struct api_request *req, int64_t *id, enum MHD_Result *ret)
 {
 	const char *s = api_param(req, "id");
 	if (db_webhook_id_parse(s, id) == 0)
 		return 0;
 	*ret = api_reply_error(req, 404, API_ERR_NOT_FOUND, "no webhook %s", s ? s : "");
 	return -1;
+}
+
+int api_webhook_request_or_reply(struct api_request *req, const char *const *allowed,
+                                 struct db **db, int64_t *id, enum MHD_Result *ret)
+{
+	return api_db_or_reply(req, db, ret) || webhook_id_or_reply(req, id, ret) ||
+	       api_query_known_or_reply(req, allowed, ret) ? -1 : 0;
 }
 
 void api_webhook_write(struct api_buf *b, const struct db_webhook *w)

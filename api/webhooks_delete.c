@@ -12,8 +12,7 @@ enum MHD_Result api_webhooks_delete(struct api_request *req)
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t id;
-	if (api_db_or_reply(req, &db, &ret) || api_webhook_id_or_reply(req, &id, &ret) ||
-	    api_query_known_or_reply(req, params, &ret))
+	if (api_webhook_request_or_reply(req, params, &db, &id, &ret))
 		return ret;
 	struct db_err err = { 0 };
 	int rc = db_webhooks_delete(db, id, api_owner_scope(req), &err);

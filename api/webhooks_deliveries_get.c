@@ -60,8 +60,7 @@ enum MHD_Result api_webhooks_deliveries_get(struct api_request *req)
 	enum MHD_Result ret;
 	struct db *db;
 	int64_t id, limit;
-	if (api_db_or_reply(req, &db, &ret) || api_webhook_id_or_reply(req, &id, &ret) ||
-	    api_query_known_or_reply(req, params, &ret) ||
+	if (api_webhook_request_or_reply(req, params, &db, &id, &ret) ||
 	    api_query_int_or_reply(req, "limit", 1, DB_LIST_MAX, 50, &limit, &ret))
 		return ret;
 	struct db_webhook_delivery *list;

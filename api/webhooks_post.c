@@ -67,18 +67,16 @@ static char *events_text(json_t *events, char *why, size_t len)
 
 enum MHD_Result api_webhooks_post(struct api_request *req)
 {
-	static const char *const params[] = { NULL };
 	enum MHD_Result ret;
 	struct db *db;
-	if (api_db_or_reply(req, &db, &ret) || api_query_known_or_reply(req, params, &ret))
+	if (api_post_request_or_reply(req, &db, &ret))
 		return ret;
 	const struct api_webhooks_hooks *hooks = req->ctx->webhooks;
 	if (!hooks || !hooks->check_url)
 		return api_reply_error(req, 503, API_ERR_UNAVAILABLE, "webhooks are not enabled");
-	json_error_t jerr;
-	json_t *body = api_body_json(req, &jerr);
+	json_t *body = api_body_or_reply(req, &ret);
 	if (!body)
-		return api_reply_bad_json(req, &jerr);
+		return ret;
 	if (!json_is_object(body)) {
 		json_decref(body);
 		return bad_field(req, "", "body: must be an object with url, events and secret");

@@ -1,7 +1,7 @@
 /* db/cursor.c - keyset-paged lists: their cursors, base64url(tag, the page's
  * last id as 8 bytes big-endian), 12 characters (the tag tells one list's
  * cursors from another's: 1 jobs, 2 audit, 3 sweeps), their SQL and page
- * arguments; prefixed ids ("j-000123", "s-000007") and the one-row lookup
+ * arguments; prefixed ids ("j-000123", "s-000007", "wh-000004") and the one-row lookup
  * that names a missing id; see internal.h. */
 #include <stdint.h>
 #include <stdio.h>
@@ -84,16 +84,27 @@ int db_list_page(const char *what, unsigned char tag, int limit, const char *cur
 
 void db_id_format(char prefix, int64_t id, char *out, size_t len)
 {
-	snprintf(out, len, "%c-%06lld", prefix, (long long)id);
+	db_id_format_s((char[]){ prefix, '\0' }, id, out, len);
 }
 
 int db_id_parse(char prefix, const char *s, int64_t *id)
 {
-	if (!s || s[0] != prefix || s[1] != '-')
+	return db_id_parse_s((char[]){ prefix, '\0' }, s, id);
+}
+
+void db_id_format_s(const char *prefix, int64_t id, char *out, size_t len)
+{
+	snprintf(out, len, "%s-%06lld", prefix, (long long)id);
+}
+
+int db_id_parse_s(const char *prefix, const char *s, int64_t *id)
+{
+	size_t pl = strlen(prefix);
+	if (!s || strncmp(s, prefix, pl) != 0 || s[pl] != '-')
 		return DB_INVALID;
 	int64_t v = 0;
 	size_t n = 0;
-	for (const char *p = s + 2; *p; p++, n++) {
+	for (const char *p = s + pl + 1; *p; p++, n++) {
 		if (*p < '0' || *p > '9' || n >= 18)
 			return DB_INVALID;
 		v = v * 10 + (*p - '0');

@@ -49,10 +49,13 @@ void db_err_clear(struct db_err *err);
 /* Prefixed ids (db/cursor.c), "j-000123" for prefix 'j' (jobs), 's' for
  * sweeps: format writes at most len bytes (DB_ID_MAX is room for any);
  * parse accepts the prefix, '-' and 1 to 18 digits with a value > 0,
- * nothing else (0 or DB_INVALID). */
+ * nothing else (0 or DB_INVALID). The _s forms take a longer prefix
+ * ("wh" for webhooks: "wh-000004"). */
 #define DB_ID_MAX 24
 void db_id_format(char prefix, int64_t id, char *out, size_t len);
 int db_id_parse(char prefix, const char *s, int64_t *id);
+void db_id_format_s(const char *prefix, int64_t id, char *out, size_t len);
+int db_id_parse_s(const char *prefix, const char *s, int64_t *id);
 /* Short name of a code: "not_found", "conflict", ... (static string). */
 const char *db_code_name(int code);
 

@@ -11,24 +11,12 @@
 
 void db_webhook_id_format(int64_t id, char out[DB_WEBHOOK_ID_MAX])
 {
-	snprintf(out, DB_WEBHOOK_ID_MAX, "wh-%06lld", (long long)id);
+	db_id_format_s("wh", id, out, DB_WEBHOOK_ID_MAX);
 }
 
 int db_webhook_id_parse(const char *s, int64_t *id)
 {
-	if (!s || strncmp(s, "wh-", 3) != 0)
-		return DB_INVALID;
-	int64_t v = 0;
-	size_t n = 0;
-	for (const char *p = s + 3; *p; p++, n++) {
-		if (*p < '0' || *p > '9' || n >= 18)
-			return DB_INVALID;
-		v = v * 10 + (*p - '0');
-	}
-	if (n == 0 || v <= 0)
-		return DB_INVALID;
-	*id = v;
-	return 0;
+	return db_id_parse_s("wh", s, id);
 }
 
 /* ---- create, delete ------------------------------------------------------------ */

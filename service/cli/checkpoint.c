@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 
 #include "jobs.h"
+#include "trainer/sha256.h"
 
 #define ATTEMPTS 4                   /* one try and three resumes */
 #define STALL_S 60L                  /* a transfer that moves no byte this long broke */
@@ -170,16 +170,9 @@ static CURLcode fetch(struct cli *cli, const char *path, struct transfer *t, lon
 		cli_buf_addf(&range, "Range: bytes=%lld-", t->have);
 		hdr = curl_slist_append(hdr, cli_buf_str(&range));
 	}
-	curl_easy_reset(c);
-	curl_easy_setopt(c, CURLOPT_URL, cli_buf_str(&url));
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "larch/" LARCH_VERSION);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, h->connect_timeout_ms);
+	cli_http_prepare(h, cli_buf_str(&url), hdr);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, STALL_S);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, t);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -188,44 +181,12 @@ static CURLcode fetch(struct cli *cli, const char *path, struct transfer *t, lon
 	t->curl = c;
 	t->etag[0] = '\0';
 	t->asked_range = t->have > 0;
-	h->errbuf[0] = '\0';
 	*status = 0;
 	CURLcode rc = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
 	curl_slist_free_all(hdr);
 	cli_buf_release(&url);
 	cli_buf_release(&range);
-	return rc;
-}
-
-/* The sha256 of the file at fd (from its start) into hex; 0, or -1. */
-static int sha256_fd(int fd, char hex[65])
-{
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
-	static unsigned char buf[1 << 20];
-	int rc = -1;
-	if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1)
-		goto out;
-	for (off_t at = 0;;) {
-		ssize_t n = pread(fd, buf, sizeof buf, at);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			goto out;
-		if (n == 0)
-			break;
-		EVP_DigestUpdate(md, buf, (size_t)n);
-		at += n;
-	}
-	unsigned char d[EVP_MAX_MD_SIZE];
-	unsigned dlen = 0;
-	if (EVP_DigestFinal_ex(md, d, &dlen) != 1 || dlen != 32)
-		goto out;
-	for (int i = 0; i < 32; i++)
-		snprintf(hex + 2 * i, 3, "%02x", d[i]);
-	rc = 0;
-out:
-	EVP_MD_CTX_free(md);
 	return rc;
 }
 
@@ -345,7 +306,7 @@ static int download(struct cli *cli, const char *id, long long step_opt, const c
 		cli_sleep(0.5 * attempt);
 	}
 	char got[65];
-	if (sha256_fd(t.fd, got) != 0) {
+	if (trn_sha256_fd(t.fd, got) != 0) {
 		fprintf(stderr, "larch: %s: %s\n", shown, strerror(errno));
 		rc = CLI_USAGE;
 		goto done;

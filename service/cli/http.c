@@ -129,6 +129,20 @@ void cli_http_param(struct cli_buf *b, const char *key, const char *value)
 }
 
 /* Transport failures: printed, CLI_UNREACHABLE. */
+void cli_http_prepare(struct cli_http *h, const char *url, struct curl_slist *hdr)
+{
+	CURL *c = h->curl;
+	curl_easy_reset(c);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "larch/" LARCH_VERSION);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, h->connect_timeout_ms);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
+	h->errbuf[0] = '\0';
+}
+
 static int transport_error(struct cli_http *h, CURLcode rc)
 {
 	long os_errno = 0;
@@ -187,15 +201,8 @@ static CURLcode perform(struct cli_http *h, const struct cli_request *rq, struct
 		hdr = curl_slist_append(hdr, cli_buf_str(&line));
 	}
 
-	curl_easy_reset(c);
-	curl_easy_setopt(c, CURLOPT_URL, cli_buf_str(&url));
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "larch/" LARCH_VERSION);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, h->connect_timeout_ms);
+	cli_http_prepare(h, cli_buf_str(&url), hdr);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, h->timeout_ms);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &out->body);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
@@ -210,7 +217,6 @@ static CURLcode perform(struct cli_http *h, const struct cli_request *rq, struct
 	} else {
 		curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
 	}
-	h->errbuf[0] = '\0';
 	CURLcode rc = curl_easy_perform(c);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);

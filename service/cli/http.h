@@ -51,6 +51,12 @@ int cli_http_open(struct cli_http *h, const char *base, const char *token);
 void cli_http_close(struct cli_http *h);
 void cli_reply_release(struct cli_reply *r);
 
+/* Resets h's handle for a request to url with the headers hdr (both
+ * borrowed until it is performed): the protocols, the user agent, the
+ * connect timeout and h->errbuf (cleared), what every request of the CLI
+ * sets; the caller adds its method, timeouts and callbacks. */
+void cli_http_prepare(struct cli_http *h, const char *url, struct curl_slist *hdr);
+
 /* Sends rq and fills out (released first) with the answer, of any status.
  * Returns CLI_OK, or CLI_UNREACHABLE after printing the transport error. */
 int cli_http_send(struct cli_http *h, const struct cli_request *rq, struct cli_reply *out);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "db_fixture.h"
 #include "db/db.h"
 #include "db/jobs.h"
 #include "db/tokens.h"
@@ -17,16 +18,8 @@ static const char *tmp;
 
 static struct db *open_db(const char *file)
 {
-	char path[4200];
-	snprintf(path, sizeof path, "%s/%s", tmp, file);
-	struct db_err err = { 0 };
-	struct db *db = db_open(path, NULL, &err);
-	CHECK_MSG(db != NULL, "db_open %s: %s", path, err.text);
-	if (!db)
-		exit(1);
-	CHECK_INT_EQ(db_users_ensure(db, "alice", DB_ROLE_USER, NULL), 0);
-	CHECK_INT_EQ(db_users_ensure(db, "bob", DB_ROLE_USER, NULL), 0);
-	return db;
+	static const char *const users[] = { "alice", "bob", NULL };
+	return db_test_open(tmp, file, users);
 }
 
 static int64_t submit(struct db *db, const char *owner, const char *name)
