@@ -11,6 +11,7 @@ what proves `pip install ./clients/python` works.
 """
 import datetime
 import hashlib
+import json
 import os
 import pathlib
 import re
@@ -410,3 +411,25 @@ def test_webhooks(server):
 def test_exports():
     assert set(larch_client.__all__) <= set(dir(larch_client))
     assert issubclass(NotFound, LarchError) and issubclass(ChecksumMismatch, LarchError)
+
+
+def test_readme_example(server, tmp_path, monkeypatch, capsys):
+    """clients/python/README.md's end-to-end example runs as written, on
+    fmnist-quick cut to 20 steps."""
+    readme = (PACKAGE / "README.md").read_text()
+    code = re.search(r"## End to end\n\n```python\n(.*?)```", readme, re.S).group(1)
+    quick = json.loads((ROOT / "trainer" / "examples" / "fmnist-quick.json").read_text())
+    quick.update(steps=20, eval_every=10, checkpoint_every=10)
+    quick["schedule"]["warmup"]["steps"] = 5
+    (tmp_path / "trainer" / "examples").mkdir(parents=True)
+    (tmp_path / "trainer" / "examples" / "fmnist-quick.json").write_text(json.dumps(quick))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LARCH_URL", server.url)
+    monkeypatch.setenv("LARCH_TOKEN", server.alice_token)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3] == "COMPLETED"
+    assert re.fullmatch(r"val/accuracy 0\.\d{4} at step 20", out[-2])
+    saved = out[-1].split()[-1]
+    assert re.fullmatch(r"j-\d{6,}-step-00000020\.safetensors", saved)
+    assert (tmp_path / saved).stat().st_size > 0
