@@ -202,11 +202,27 @@ def logged_client(server, path):
     return m.group(1)
 
 
+def audited_client(server, forwarded, **kw):
+    """An audited admin action (a node drain: 409 with the local executor)
+    sent with X-Forwarded-For: forwarded; the client its audit entry has."""
+    node = socket.gethostname()
+    headers = {**server.auth(), "X-Forwarded-For": forwarded}
+    r = requests.post(f"{server.url}/v1/nodes/{node}/drain", json={"reason": forwarded},
+                      headers=headers, timeout=10, **kw)
+    assert r.status_code == 409, r.text
+    r = requests.get(server.url + "/v1/audit?action=node.drain", headers=server.auth(),
+                     timeout=10, **kw)
+    e = r.json()["entries"][0]
+    assert e["args"] == {"reason": forwarded}
+    return e["client"]
+
+
 def test_forwarded_for_ignored_from_untrusted_peers(tls, pki):
-    """Without trusted_proxies a spoofed header changes nothing."""
+    """Without trusted_proxies a spoofed header changes nothing: log, audit."""
     requests.get(tls.url + "/xff-spoof", headers={"X-Forwarded-For": "203.0.113.9"},
                  verify=str(pki["ca"]), timeout=10)
     assert logged_client(tls, "/xff-spoof") == "127.0.0.1"
+    assert audited_client(tls, "203.0.113.9", verify=str(pki["ca"])) == "127.0.0.1"
 
 
 def test_forwarded_for_from_a_trusted_proxy(tmp_path):
@@ -237,6 +253,7 @@ def test_forwarded_for_from_a_trusted_proxy(tmp_path):
             pass
         s.close()
         assert logged_client(server, "/xff-two") == "203.0.113.7"
+        assert audited_client(server, "198.51.100.1, 203.0.113.5") == "203.0.113.5"
     finally:
         server.stop()
 
