@@ -35,6 +35,8 @@ static void entry_write(struct api_buf *b, const struct db_audit_entry *e)
 	api_buf_adds(b, e->status < 400 ? ",\"outcome\":\"ok\"" : ",\"outcome\":\"error\"");
 	api_buf_adds(b, ",\"message\":");
 	api_buf_json_str(b, e->message);
+	api_buf_adds(b, ",\"client\":");
+	api_buf_json_str(b, e->client);
 	api_buf_addc(b, '}');
 }
 

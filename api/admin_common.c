@@ -49,6 +49,7 @@ static void audit(struct api_request *req, unsigned status, const char *message)
 		.args = s->args,
 		.status = (int)status,
 		.message = msg[0] ? msg : NULL,
+		.client = req->client[0] ? req->client : NULL,
 	};
 	db_audit_insert(req->ctx->db, &e, NULL, NULL);
 }

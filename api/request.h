@@ -140,6 +140,9 @@ struct api_request {
 	size_t body_len;
 
 	struct api_principal principal;   /* filled before the handler for routes with a role */
+	char client[64];                  /* the client's address ("10.0.0.7", "::1"): the
+	                                     socket's peer, or what a trusted proxy said
+	                                     (service/server.h); "" when unknown */
 
 	/* a handler's own state, freed with the request (api_request_release):
 	 * what a deferred request carries from the handler to its continuation */

@@ -12,8 +12,8 @@
 /* ---- insert ----------------------------------------------------------------- */
 
 static const char sql_insert[] =
-	"INSERT INTO audit (time, actor, action, target, args, status, message)\n"
-	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+	"INSERT INTO audit (time, actor, action, target, args, status, message, client)\n"
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
 struct insert_arg {
 	const struct db_audit_new *e;
@@ -34,6 +34,7 @@ static int insert_fn(struct db_conn *c, void *arg, struct db_err *err)
 	db_bind_text(st, 5, a->e->args);
 	sqlite3_bind_int(st, 6, a->e->status);
 	db_bind_text(st, 7, a->e->message);
+	db_bind_text(st, 8, a->e->client);
 	if (DB_STEP_DONE(c, st, "insert audit entry", err))
 		return DB_RC(err);
 	if (a->id)
@@ -58,6 +59,8 @@ int db_audit_insert(struct db *db, const struct db_audit_new *e, int64_t *id,
 	if (e->status < 100 || e->status > 599)
 		return DB_FAIL(err, DB_INVALID, "audit: status must be 100 to 599 (got %d)",
 		               e->status);
+	if (e->client && strlen(e->client) > DB_AUDIT_CLIENT_MAX)
+		return DB_FAIL(err, DB_INVALID, "audit: client is over %d bytes", DB_AUDIT_CLIENT_MAX);
 	if (e->message && strlen(e->message) > DB_AUDIT_TEXT_MAX)
 		return DB_FAIL(err, DB_INVALID, "audit: message is over %d bytes", DB_AUDIT_TEXT_MAX);
 	if (e->args) {
@@ -75,7 +78,7 @@ int db_audit_insert(struct db *db, const struct db_audit_new *e, int64_t *id,
 
 /* ---- list ------------------------------------------------------------------- */
 
-#define AUDIT_COLUMNS "id, time, actor, action, target, args, status, message"
+#define AUDIT_COLUMNS "id, time, actor, action, target, args, status, message, client"
 
 /* One SQL text per combination of filters, so that each uses its index:
  * bit 0 actor, bit 1 action, bit 2 target, bit 3 cursor. */
@@ -98,6 +101,7 @@ static void entry_release(struct db_audit_entry *e)
 	free(e->target);
 	free(e->args);
 	free(e->message);
+	free(e->client);
 	memset(e, 0, sizeof *e);
 }
 
@@ -137,6 +141,7 @@ static int list_fn(struct db_conn *c, void *arg, struct db_err *err)
 		e->args = db_column_strdup(st, 5, &oom);
 		e->status = sqlite3_column_int(st, 6);
 		e->message = db_column_strdup(st, 7, &oom);
+		e->client = db_column_strdup(st, 8, &oom);
 		if (oom)
 			return DB_FAIL(err, DB_ERROR, "list audit: out of memory");
 	}

@@ -21,6 +21,7 @@
 #define DB_AUDIT_NAME_MAX 64      /* actor, action: 1..64 bytes */
 #define DB_AUDIT_TARGET_MAX 512   /* target: 1..512 bytes */
 #define DB_AUDIT_TEXT_MAX 4096    /* args (JSON text) and message: at most this many bytes */
+#define DB_AUDIT_CLIENT_MAX 64    /* client: at most this many bytes */
 
 struct db_audit_new {
 	const char *actor;       /* required: the admin's user name */
@@ -29,6 +30,7 @@ struct db_audit_new {
 	const char *args;        /* the arguments as JSON text, or NULL */
 	int status;              /* required: the HTTP status the action was answered with */
 	const char *message;     /* what happened or why it failed; may be NULL */
+	const char *client;      /* the client's address ("10.0.0.7"); may be NULL */
 	int64_t time_ms;         /* 0 = now */
 };
 
@@ -43,6 +45,7 @@ struct db_audit_entry {
 	char *args;              /* JSON text, or NULL */
 	int status;
 	char *message;           /* NULL if none */
+	char *client;            /* NULL if not recorded */
 };
 
 struct db_audit_filter {

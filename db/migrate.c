@@ -360,6 +360,10 @@ static const char *const migrations[] = {
 	"	AND w.owner = (SELECT owner FROM jobs WHERE id = new.job)\n"
 	"	AND EXISTS (SELECT 1 FROM json_each(w.events) AS e WHERE e.value = ev.type);\n"
 	"END;\n",
+
+	/* 10: the client address of each audit entry (api_request.client: the
+	 * peer, or what a trusted proxy said); NULL for older entries */
+	"ALTER TABLE audit ADD COLUMN client TEXT CHECK (client IS NULL OR length(client) <= 64);\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))

@@ -20,7 +20,7 @@
 #include "webhook_target.h"
 
 enum key_kind { K_LISTEN, K_PATH, K_AUTO_PATH, K_LOG_FILE, K_UINT, K_SIZE, K_LEVEL, K_CHOICE,
-		K_NAME, K_GPU_MEMORY, K_PATH_LIST, K_ALLOW };
+		K_NAME, K_GPU_MEMORY, K_PATH_LIST, K_ALLOW, K_FILE };
 
 struct key {
 	const char *name;            /* file key; flag --name-with-dashes; env LARCHD_NAME */
@@ -154,6 +154,16 @@ static const struct key keys[] = {
 	  .def = "86400", .min = 0, .max = 2592000, .metavar = "SECONDS",
 	  .help = "a delivery is tried again until this long after its event, then recorded "
 	  "as failed" },
+	{ .name = "tls_cert", .kind = K_FILE, .offset = FIELD(tls_cert), .def = "",
+	  .metavar = "FILE", .help = "serve HTTPS with this PEM certificate (chain), read at start; "
+	  "with tls_key (both or neither; empty: plain HTTP)" },
+	{ .name = "tls_key", .kind = K_FILE, .offset = FIELD(tls_key), .def = "",
+	  .metavar = "FILE", .help = "the PEM private key of tls_cert, read at start; others "
+	  "must not be able to read it (chmod 600)" },
+	{ .name = "trusted_proxies", .kind = K_ALLOW, .offset = FIELD(trusted_proxies), .def = "",
+	  .metavar = "NET[,NET...]", .help = "reverse proxies whose X-Forwarded-For is believed: "
+	  "loopback, IP addresses or networks (empty: none, the header is ignored); the client "
+	  "is the right-most address of the header not in this list" },
 	{ .name = "log_level", .kind = K_LEVEL, .offset = FIELD(log_level), .def = "info",
 	  .reload = SVC_RELOAD_LOG,
 	  .metavar = "LEVEL", .help = "error, warn, info (a line per request) or debug" },
@@ -428,6 +438,18 @@ static int set_key(struct svc_config *cfg, const struct key *k, const char *valu
 			return -1;
 		}
 		if (strcmp(value, "auto") == 0) {
+			free(*(char **)(base + k->offset));
+			*(char **)(base + k->offset) = NULL;
+			return 0;
+		}
+		return set_string((char **)(base + k->offset), value, err, err_size);
+	case K_FILE:
+		if (strlen(value) >= PATH_MAX) {
+			snprintf(err, err_size, "%s: must be a file path or empty (got \"%s\")", where,
+			         value);
+			return -1;
+		}
+		if (!*value) {
 			free(*(char **)(base + k->offset));
 			*(char **)(base + k->offset) = NULL;
 			return 0;
@@ -724,6 +746,11 @@ int svc_config_load(struct svc_config *cfg, int argc, char **argv, char *err, si
 		if (set_key(cfg, flags[i].key, flags[i].value, where, err, err_size) != 0)
 			goto out;
 	}
+	if (!cfg->tls_cert != !cfg->tls_key) {
+		snprintf(err, err_size, "tls_cert and tls_key: give both or neither (only %s is set)",
+		         cfg->tls_cert ? "tls_cert" : "tls_key");
+		goto out;
+	}
 	if (resolve_listen(cfg, err, err_size) != 0)
 		goto out;
 	if (strcmp(cfg->run_as, "auto") == 0 &&
@@ -751,6 +778,9 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->accounting);
 	free(cfg->dashboard_dir);
 	free(cfg->webhook_allow);
+	free(cfg->trusted_proxies);
+	free(cfg->tls_cert);
+	free(cfg->tls_key);
 	free(cfg->chartjs_path);
 	free(cfg->run_as);
 	memset(cfg, 0, sizeof *cfg);
@@ -767,9 +797,10 @@ static const char *value_text(const struct svc_config *cfg, const struct key *k,
 	size_t o = 0;
 	switch (k->kind) {
 	case K_LISTEN: case K_PATH: case K_AUTO_PATH: case K_LOG_FILE: case K_CHOICE: case K_NAME:
-	case K_ALLOW: {
+	case K_ALLOW: case K_FILE: {
 		const char *s = *(char *const *)f;
-		svc_msgf(buf, len, "%s", s ? s : k->kind == K_LOG_FILE ? "-" : "auto");
+		svc_msgf(buf, len, "%s", s ? s : k->kind == K_LOG_FILE ? "-"
+		                                : k->kind == K_FILE ? "" : "auto");
 		break;
 	}
 	case K_UINT:

@@ -47,6 +47,8 @@
 #include "runner.h"
 #include "server.h"
 #include "state_dir.h"
+#include "tls.h"
+#include "webhook_target.h"
 #include "webhooks.h"
 
 enum { EXIT_USAGE = 2 };
@@ -83,14 +85,14 @@ static int find_trainer(char *out, size_t len, char *err, size_t errlen)
 }
 
 /* The URL jobs report to: where we listen, a wildcard address made loopback. */
-static void job_server_url(const char *address, char *out, size_t len)
+static void job_server_url(const char *scheme, const char *address, char *out, size_t len)
 {
 	if (strncmp(address, "0.0.0.0:", 8) == 0)
-		svc_msgf(out, len, "http://127.0.0.1:%s", address + 8);
+		svc_msgf(out, len, "%s://127.0.0.1:%s", scheme, address + 8);
 	else if (strncmp(address, "[::]:", 5) == 0)
-		svc_msgf(out, len, "http://[::1]:%s", address + 5);
+		svc_msgf(out, len, "%s://[::1]:%s", scheme, address + 5);
 	else
-		svc_msgf(out, len, "http://%s", address);
+		svc_msgf(out, len, "%s://%s", scheme, address);
 }
 
 /* Stops accepting, waits for in-flight requests (a second signal stops the
@@ -186,6 +188,8 @@ struct larchd {
 	struct svc_webhooks *webhooks;     /* the webhook sender (webhooks.h) */
 	struct api_ctx ctx;
 	int lock_fd;                       /* the state dir's lock (state_dir.h), or -1 */
+	char *tls_cert, *tls_key;          /* PEM text (tls.h); NULL: plain HTTP */
+	struct svc_allow_list trusted_proxies;
 };
 
 /* A sweep's children were stored: the runner wakes, finds them PENDING and
@@ -249,6 +253,8 @@ static void stop(struct larchd *d, int clean)
 	api_changes_free(d->ctx.changes);  /* after the db: its hook feeds it to the last commit */
 	api_static_free(d->dashboard);
 	svc_state_dir_unlock(d->lock_fd);  /* last: nothing of ours uses the state dir now */
+	free(d->tls_cert);
+	free(d->tls_key);
 	if (clean)
 		svc_log(SVC_LOG_INFO, "stopped");
 	svc_log_close();
@@ -268,6 +274,12 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		    "own user", (unsigned)geteuid());
 		return -1;
 	}
+	/* the files first: a bad one stops larchd before it touches the state dir */
+	if (d->cfg.tls_cert && (!(d->tls_cert = svc_tls_read(d->cfg.tls_cert, 0, err, errlen)) ||
+	                        !(d->tls_key = svc_tls_read(d->cfg.tls_key, 1, err, errlen))))
+		return -1;
+	if (svc_allow_parse(d->cfg.trusted_proxies, &d->trusted_proxies, err, errlen) != 0)
+		return -1;
 	if (svc_state_dir_make(d->cfg.state_dir, err, errlen) != 0)
 		return -1;
 	if (!realpath(d->cfg.state_dir, state)) {
@@ -381,6 +393,10 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	d->ctx.job_cache = api_job_cache_new();
 	d->ctx.dashboard = d->dashboard;
 	d->ctx.webhooks = svc_webhooks_hooks(d->webhooks);
+	char tls_source[2 * PATH_MAX + 32] = "";
+	if (d->tls_cert)
+		svc_msgf(tls_source, sizeof tls_source, "tls_cert %s, tls_key %s", d->cfg.tls_cert,
+		         d->cfg.tls_key);
 	struct svc_server_config scfg = {
 		.addr = (const struct sockaddr *)&d->cfg.addr,
 		.addr_len = d->cfg.addr_len,
@@ -394,15 +410,20 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		.routes = api_routes,
 		.n_routes = api_routes_count,
 		.ctx = &d->ctx,
+		.tls_cert_pem = d->tls_cert,
+		.tls_key_pem = d->tls_key,
+		.tls_source = tls_source,
+		.trusted_proxies = &d->trusted_proxies,
 	};
 	if (!(d->srv = svc_server_start(&scfg, err, errlen)))
 		return -1;
 
 	/* the executor needs the URL jobs report to, known once we listen */
 	char url[256];
-	job_server_url(svc_server_address(d->srv), url, sizeof url);
+	const char *scheme = d->tls_cert ? "https" : "http";
+	job_server_url(scheme, svc_server_address(d->srv), url, sizeof url);
 	char listen_url[256];
-	svc_msgf(listen_url, sizeof listen_url, "http://%s", svc_server_address(d->srv));
+	svc_msgf(listen_url, sizeof listen_url, "%s://%s", scheme, svc_server_address(d->srv));
 	if (svc_state_dir_lock_note(d->lock_fd, listen_url, err, errlen) != 0)
 		return -1;
 	char what[512];
@@ -453,9 +474,9 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	}
 	if (svc_runner_start(d->runner, d->ex, err, errlen) != 0)
 		return -1;
-	svc_log(SVC_LOG_INFO, "larchd %s: listening on http://%s, state dir %s, %u threads, "
+	svc_log(SVC_LOG_INFO, "larchd %s: listening on %s, state dir %s, %u threads, "
 	        "body limit %zu bytes, %s, %s, jobs run as %s%s%s", LARCH_VERSION_TEXT,
-	        svc_server_address(d->srv), state, d->cfg.threads, d->cfg.body_limit,
+	        listen_url, state, d->cfg.threads, d->cfg.body_limit,
 	        what, trainer, owner ? "their owners" : "larchd's user",
 	        d->cfg.config_file ? ", config " : "", d->cfg.config_file ? d->cfg.config_file : "");
 	if (owner)
@@ -528,7 +549,8 @@ int main(int argc, char **argv)
 		stop(&d, 0);
 		return EXIT_FAILURE;
 	}
-	printf("larchd: listening on http://%s\n", svc_server_address(d.srv));
+	printf("larchd: listening on %s://%s\n", d.tls_cert ? "https" : "http",
+	       svc_server_address(d.srv));
 	if (admin_created)
 		printf("larchd: admin token written to %s\n", admin_path);
 	fflush(stdout);

@@ -36,6 +36,8 @@
 
 struct svc_server {
 	struct MHD_Daemon *mhd;
+	char mhd_error[256];             /* MHD's last message while it starts */
+	atomic_int starting;
 	int listen_fd;                   /* ours until MHD_start_daemon takes it */
 	MHD_socket quiesced_fd;          /* handed back by MHD_quiesce_daemon; closed after stop */
 	struct svc_server_config cfg;
@@ -288,6 +290,114 @@ static enum MHD_Result request_run(struct svc_request *r)
 	return ret;
 }
 
+/* One address of an X-Forwarded-For list ("10.0.0.7", "10.0.0.7:5000",
+ * "::1", "[::1]:5000") into sa. 0, or -1 when it is none of those. */
+static int forwarded_address(const char *s, size_t len, struct sockaddr_storage *sa)
+{
+	char text[INET6_ADDRSTRLEN + 8];
+	while (len && (*s == ' ' || *s == '\t'))
+		s++, len--;
+	while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+		len--;
+	if (len == 0 || len >= sizeof text)
+		return -1;
+	memcpy(text, s, len);
+	text[len] = '\0';
+	char *host = text;
+	if (host[0] == '[') {
+		char *close = strchr(host, ']');
+		if (!close || (close[1] && close[1] != ':'))
+			return -1;
+		*close = '\0';
+		host++;
+	} else {
+		char *colon = strchr(host, ':');
+		if (colon && !strchr(colon + 1, ':'))
+			*colon = '\0';             /* a.b.c.d:port */
+	}
+	memset(sa, 0, sizeof *sa);
+	struct sockaddr_in *in = (struct sockaddr_in *)sa;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+	if (inet_pton(AF_INET, host, &in->sin_addr) == 1) {
+		in->sin_family = AF_INET;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+		in6->sin6_family = AF_INET6;
+		return 0;
+	}
+	return -1;
+}
+
+static void address_text(const struct sockaddr *sa, char *out, size_t out_size)
+{
+	out[0] = '\0';
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
+		          (socklen_t)out_size);
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out,
+		          (socklen_t)out_size);
+}
+
+#define FORWARDED_MAX 16   /* X-Forwarded-For headers of one request looked at */
+
+struct forwarded {
+	const char *value[FORWARDED_MAX];
+	size_t n;
+};
+
+static enum MHD_Result add_forwarded(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+	struct forwarded *f = cls;
+	if (strcasecmp(key, "X-Forwarded-For") == 0 && value) {
+		if (f->n == FORWARDED_MAX)       /* keep the last ones: they are read first */
+			memmove(f->value, f->value + 1, (FORWARDED_MAX - 1) * sizeof f->value[0]);
+		else
+			f->n++;
+		f->value[f->n - 1] = value;
+	}
+	return MHD_YES;
+}
+
+/* req->client (server.h): the peer, or from a trusted proxy the right-most
+ * address of X-Forwarded-For (every such header, in order) that is not a
+ * trusted proxy; the left-most when all are; the last trusted one when an
+ * entry is not an address (nothing left of it can be believed). */
+static void request_client(struct svc_server *srv, struct svc_request *r)
+{
+	struct api_request *req = &r->api;
+	const union MHD_ConnectionInfo *info = MHD_get_connection_info(
+		req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	if (!info || !info->client_addr)
+		return;
+	address_text(info->client_addr, req->client, sizeof req->client);
+	const struct svc_allow_list *trusted = srv->cfg.trusted_proxies;
+	if (!trusted || !trusted->n || !svc_allow_has(trusted, info->client_addr))
+		return;
+	struct forwarded f = { .n = 0 };
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, add_forwarded, &f);
+	for (size_t h = f.n; h-- > 0;) {
+		const char *v = f.value[h];
+		size_t end = strlen(v);
+		for (;;) {
+			size_t start = end;
+			while (start > 0 && v[start - 1] != ',')
+				start--;
+			struct sockaddr_storage sa;
+			if (forwarded_address(v + start, end - start, &sa) != 0)
+				return;
+			address_text((const struct sockaddr *)&sa, req->client, sizeof req->client);
+			if (!svc_allow_has(trusted, (const struct sockaddr *)&sa))
+				return;
+			if (start == 0)
+				break;
+			end = start - 1;
+		}
+	}
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
                                  const char *method, const char *version,
                                  const char *upload_data, size_t *upload_data_size,
@@ -316,6 +426,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 			        svc_log_sanitize_token(url, path, sizeof path));
 		}
 		request_headers(r);
+		request_client(srv, r);
 		return r->has_body ? request_begin(srv, r) : MHD_YES;
 	}
 	if (*upload_data_size) {
@@ -363,25 +474,31 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (svc_log_enabled(SVC_LOG_INFO)) {
 		char method[32], path[256];
 		const char *why = termination_name(toe);
-		svc_log_request("%s %s %u %lldus%s%s",
+		svc_log_request("%s %s %u %lldus %s%s%s",
 		        svc_log_sanitize_token(r->api.method, method, sizeof method),
 		        svc_log_sanitize_token(r->api.raw_path, path, sizeof path), r->api.status, us,
-		        why ? " " : "", why ? why : "");
+		        r->api.client[0] ? r->api.client : "-", why ? " " : "", why ? why : "");
 	}
 	api_request_release(&r->api);
 	free(r);
 	atomic_fetch_sub(&srv->in_flight, 1);
 }
 
+/* MHD's messages: debug lines, and while it starts, the last one is kept
+ * for the error (a certificate GnuTLS cannot read) */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-	if (!svc_log_enabled(SVC_LOG_DEBUG))
+	struct svc_server *srv = cls;
+	int starting = atomic_load(&srv->starting);
+	if (!starting && !svc_log_enabled(SVC_LOG_DEBUG))
 		return;
 	char text[512];
 	vsnprintf(text, sizeof text, fmt, ap);
 	size_t len = strlen(text);
-	while (len && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+	while (len && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == '.'))
 		text[--len] = '\0';
+	if (starting)
+		snprintf(srv->mhd_error, sizeof srv->mhd_error, "%s", text);
 	svc_log(SVC_LOG_DEBUG, "mhd: %s", text);
 }
 
@@ -474,7 +591,15 @@ struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *e
 	srv->quiesced_fd = MHD_INVALID_SOCKET;
 	if (api_routes_check(cfg->routes, cfg->n_routes, err, err_size) != 0 ||
 	    !(srv->conns = svc_conns_new(cfg->header_timeout, cfg->max_connections_per_ip,
-	                                 cfg->max_connections, err, err_size))) {
+	                                 cfg->max_connections, cfg->trusted_proxies, err,
+	                                 err_size))) {
+		free(srv);
+		return NULL;
+	}
+	if (cfg->tls_cert_pem && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+		snprintf(err, err_size, "tls: this libmicrohttpd was built without TLS support "
+		         "(GnuTLS): serve plain HTTP behind a TLS proxy, or install one with it");
+		svc_conns_free(srv->conns);
 		free(srv);
 		return NULL;
 	}
@@ -493,8 +618,8 @@ struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *e
 	 * out of its next poll set. */
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
 	                 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-	struct MHD_OptionItem options[10] = {
-		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, NULL },   /* first: MHD asks */
+	struct MHD_OptionItem options[12] = {
+		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv },    /* first: MHD asks */
 		{ MHD_OPTION_LISTEN_SOCKET, srv->listen_fd, NULL },
 		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv },
 		{ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)svc_conns_notify, srv->conns },
@@ -508,12 +633,27 @@ struct svc_server *svc_server_start(const struct svc_server_config *cfg, char *e
 		                                        cfg->max_connections, NULL };
 	if (threads > 1)
 		options[n++] = (struct MHD_OptionItem){ MHD_OPTION_THREAD_POOL_SIZE, threads, NULL };
+	if (cfg->tls_cert_pem) {
+		flags |= MHD_USE_TLS;
+		options[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0,
+		                                        (void *)cfg->tls_cert_pem };
+		options[n++] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0,
+		                                        (void *)cfg->tls_key_pem };
+	}
 	options[n] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+	atomic_store(&srv->starting, 1);
 	srv->mhd = MHD_start_daemon(flags, 0, svc_conns_accept, srv->conns, on_access, srv,
 	                            MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+	atomic_store(&srv->starting, 0);
 	if (!srv->mhd) {
-		snprintf(err, err_size, "%s: libmicrohttpd would not start (threads %u)",
-		         srv->address, threads);
+		if (cfg->tls_cert_pem)
+			snprintf(err, err_size, "%s: GnuTLS (libmicrohttpd) refused them: %s (a PEM "
+			         "certificate, or chain, and its unencrypted private key)",
+			         cfg->tls_source ? cfg->tls_source : "tls_cert, tls_key",
+			         srv->mhd_error[0] ? srv->mhd_error : "no reason given");
+		else
+			snprintf(err, err_size, "%s: libmicrohttpd would not start (threads %u)",
+			         srv->address, threads);
 		close(srv->listen_fd);
 		svc_conns_free(srv->conns);
 		free(srv);

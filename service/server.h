@@ -22,7 +22,17 @@
  *     request (api_defer in api/request.h) frees its MHD thread for other
  *     connections, and its continuation runs, on an MHD thread, once the
  *     work it waits for calls api_resume.
- * Every request is logged in one line (method, path, status, microseconds)
+ * With a certificate and key the server speaks only TLS (libmicrohttpd's
+ * GnuTLS): a plain-HTTP request on the port fails its handshake and the
+ * connection is closed.
+ * Each request has a client address (api_request.client): the socket's
+ * peer, or, when the peer is one of trusted_proxies, the right-most
+ * address of its X-Forwarded-For that is not (a proxy appends the address
+ * it got the request from, so everything left of the first untrusted hop
+ * may be forged). From anyone else the header is ignored. The cap per
+ * address applies to socket peers (it is checked at accept, before any
+ * header): trusted proxies are exempt from it, as loopback is.
+ * Every request is logged in one line (method, path, status, microseconds, client)
  * and counted for GET /metrics (api/stats.h) when it completes, and its
  * state freed then (the request-completed callback). Requests between their first callback and completion are "in
  * flight"; svc_server_quiesce + waiting for svc_server_in_flight to reach 0
@@ -35,6 +45,7 @@
 #include <sys/socket.h>
 
 #include "api/router.h"
+#include "webhook_target.h"   /* struct svc_allow_list */
 
 struct svc_server_config {
 	const struct sockaddr *addr;     /* where to listen (port 0: any free port) */
@@ -53,6 +64,13 @@ struct svc_server_config {
 	const struct api_route *routes;  /* borrowed; must outlive the server */
 	size_t n_routes;
 	const struct api_ctx *ctx;       /* borrowed; must outlive the server */
+	const char *tls_cert_pem;        /* HTTPS with this certificate (chain) and key, */
+	const char *tls_key_pem;         /* PEM text, borrowed for the server's life;
+	                                    both NULL: plain HTTP */
+	const char *tls_source;          /* where they came from, for errors
+	                                    ("tls_cert a.pem, tls_key b.pem") */
+	const struct svc_allow_list *trusted_proxies; /* whose X-Forwarded-For counts; borrowed
+	                                    for the server's life; NULL: nobody's */
 };
 
 struct svc_server;

@@ -23,6 +23,7 @@
 #include "api/stats.h"
 #include "clock.h"
 #include "log.h"
+#include "webhook_target.h"
 
 #define LOG_EVERY_MS 10000            /* at most one warning per 10 s */
 
@@ -58,6 +59,7 @@ struct svc_conns {
 	int stopping;
 	int64_t header_ms;                /* 0: no deadline */
 	unsigned per_ip;                  /* 0: no cap */
+	const struct svc_allow_list *trusted; /* proxies exempt from the cap; may be NULL */
 	unsigned header_timeout;
 	struct svc_conn *conns;
 	struct ip_count **buckets;
@@ -96,12 +98,18 @@ static int is_v4(const struct ip_key *k)
 	return memcmp(k->b, prefix, 12) == 0;
 }
 
-/* 127.0.0.1 or ::1: the host's own clients (server_conns.h) */
-static int exempt(const struct ip_key *k)
+/* 127.0.0.1 or ::1, the host's own clients, or a trusted proxy (server_conns.h) */
+static int exempt(const struct svc_conns *g, const struct ip_key *k)
 {
 	static const unsigned char v4[4] = { 127, 0, 0, 1 };
 	static const struct ip_key v6 = { .b = { [15] = 1 } };
-	return (is_v4(k) && memcmp(k->b + 12, v4, 4) == 0) || memcmp(k, &v6, sizeof v6) == 0;
+	if ((is_v4(k) && memcmp(k->b + 12, v4, 4) == 0) || memcmp(k, &v6, sizeof v6) == 0)
+		return 1;
+	if (!g->trusted || !g->trusted->n)
+		return 0;
+	struct sockaddr_in6 sa = { .sin6_family = AF_INET6 };
+	memcpy(&sa.sin6_addr, k->b, 16);     /* v4-mapped for IPv4: svc_allow_has unmaps it */
+	return svc_allow_has(g->trusted, (const struct sockaddr *)&sa);
 }
 
 static void key_text(const struct ip_key *k, char *out, size_t out_size)
@@ -241,7 +249,7 @@ enum MHD_Result svc_conns_accept(void *cls, const struct sockaddr *addr, socklen
 	struct svc_conns *g = cls;
 	struct ip_key k;
 	(void)addr_len;
-	if (!g->per_ip || key_of(addr, &k) != 0 || exempt(&k))
+	if (!g->per_ip || key_of(addr, &k) != 0 || exempt(g, &k))
 		return MHD_YES;
 	pthread_mutex_lock(&g->lock);
 	struct ip_count *c = ip_find(g, &k, 0);
@@ -276,7 +284,7 @@ static void conn_started(struct svc_conns *g, struct MHD_Connection *conn, void 
 	c->has_key = addr && key_of(addr->client_addr, &c->key) == 0;
 	int over = 0;
 	pthread_mutex_lock(&g->lock);
-	if (g->per_ip && c->has_key && !exempt(&c->key)) {
+	if (g->per_ip && c->has_key && !exempt(g, &c->key)) {
 		/* the accept policy let it in, but a connection from the same
 		 * address on another thread may have taken the last place since */
 		struct ip_count *ip = ip_find(g, &c->key, 1);
@@ -379,7 +387,9 @@ void svc_conns_request_end(struct svc_conns *g, struct MHD_Connection *conn)
 /* ---- lifecycle ------------------------------------------------------------ */
 
 struct svc_conns *svc_conns_new(unsigned header_timeout, unsigned per_ip,
-                                unsigned max_connections, char *err, size_t err_size)
+                                unsigned max_connections,
+                                const struct svc_allow_list *trusted, char *err,
+                                size_t err_size)
 {
 	struct svc_conns *g = calloc(1, sizeof *g);
 	size_t n = 256;
@@ -391,6 +401,7 @@ struct svc_conns *svc_conns_new(unsigned header_timeout, unsigned per_ip,
 		return NULL;
 	}
 	g->mask = n - 1;
+	g->trusted = trusted;
 	g->header_timeout = header_timeout;
 	g->header_ms = (int64_t)header_timeout * 1000;
 	g->per_ip = per_ip;

@@ -17,7 +17,8 @@
  *   - a cap on the open connections from one client address
  *     (max_connections_per_ip): MHD's accept policy callback refuses the
  *     next one, which MHD closes at once, before it is given a slot.
- *     127.0.0.1 and ::1 are exempt: the host's own clients (the dashboard
+ *     127.0.0.1, ::1 and the trusted proxies (their clients' own
+ *     addresses are in a header, read only after accept) are exempt: the host's own clients (the dashboard
  *     open on the host, the CLI, larchd's jobs, a reverse proxy) all come
  *     from there, and a local user can bind any other address of
  *     127.0.0.0/8 anyway, so a cap there would only throttle larchd's own
@@ -46,10 +47,14 @@ struct svc_conn;
 
 /* A guard: header_timeout seconds (0: no deadline), per_ip connections
  * from one address (0: no cap), max_connections the server's limit (sizes
- * the table of addresses). Starts the reaper thread. NULL with err filled
- * on failure. */
+ * the table of addresses), trusted the proxies exempt from the cap
+ * (borrowed for g's life; may be NULL). Starts the reaper thread. NULL with
+ * err filled on failure. */
+struct svc_allow_list;
 struct svc_conns *svc_conns_new(unsigned header_timeout, unsigned per_ip,
-                                unsigned max_connections, char *err, size_t err_size);
+                                unsigned max_connections,
+                                const struct svc_allow_list *trusted, char *err,
+                                size_t err_size);
 /* Stops the reaper and frees g: after MHD_stop_daemon (every connection
  * closed). Accepts NULL. */
 void svc_conns_free(struct svc_conns *g);

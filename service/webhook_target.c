@@ -49,7 +49,7 @@ int svc_allow_parse(const char *text, struct svc_allow_list *out, char *err, siz
 	memset(out, 0, sizeof *out);
 	char buf[4096];
 	if (strlen(text) >= sizeof buf) {
-		svc_msgf(err, errlen, "webhook_allow: longer than %zu bytes", sizeof buf - 1);
+		svc_msgf(err, errlen, "longer than %zu bytes", sizeof buf - 1);
 		return -1;
 	}
 	snprintf(buf, sizeof buf, "%s", text);
@@ -63,7 +63,7 @@ int svc_allow_parse(const char *text, struct svc_allow_list *out, char *err, siz
 		if (!*tok)
 			continue;
 		if (out->n + 2 > SVC_ALLOW_MAX) {
-			svc_msgf(err, errlen, "webhook_allow: more than %d entries", SVC_ALLOW_MAX - 1);
+			svc_msgf(err, errlen, "more than %d entries", SVC_ALLOW_MAX - 1);
 			return -1;
 		}
 		if (strcmp(tok, "loopback") == 0) {
@@ -72,7 +72,7 @@ int svc_allow_parse(const char *text, struct svc_allow_list *out, char *err, siz
 		} else if (parse_net(tok, &out->net[out->n]) == 0) {
 			out->n++;
 		} else {
-			svc_msgf(err, errlen, "webhook_allow: \"%s\" is not loopback, any, or an IP "
+			svc_msgf(err, errlen, "\"%s\" is not loopback, any, or an IP "
 			         "address or network (ADDR/BITS)", tok);
 			return -1;
 		}

@@ -31,8 +31,8 @@ struct svc_allow_list {
 	struct svc_allow_net net[SVC_ALLOW_MAX];
 };
 
-/* Parses a webhook_allow value into out. 0, or -1 with err naming the bad
- * entry. */
+/* Parses a list of networks (webhook_allow, trusted_proxies) into out. 0,
+ * or -1 with err naming the bad entry (the caller names the setting). */
 int svc_allow_parse(const char *text, struct svc_allow_list *out, char *err, size_t errlen);
 /* 1 if addr is in one of the list's networks. */
 int svc_allow_has(const struct svc_allow_list *allow, const struct sockaddr *addr);

@@ -2,7 +2,8 @@
  *
  * Server: --url > LARCH_URL > "url = ..." in the config file >
  * http://127.0.0.1:8080. Token: --token-file > LARCH_TOKEN > "token = ..."
- * in the config file. The config file is $XDG_CONFIG_HOME/larch/config, else
+ * in the config file. CA file for https:// URLs: LARCH_CA > "ca = ..." in the
+ * config file > the system's store. The config file is $XDG_CONFIG_HOME/larch/config, else
  * ~/.config/larch/config: lines of "key = value", "#" comments. It and a
  * token file hold a secret, so like ssh with a private key, larch refuses
  * one that others may read or write, or that is not the user's own. The
@@ -123,9 +124,9 @@ static int check_token(const char *token, const char *source)
 	return ok ? CLI_OK : CLI_USAGE;
 }
 
-/* Fills *url and *token (new strings) from the config file where they are
- * still NULL. */
-static int read_config(const char *path, char **url, char **token)
+/* Fills *url, *token and *ca (new strings) from the config file where
+ * they are still NULL. */
+static int read_config(const char *path, char **url, char **token, char **ca)
 {
 	struct cli_buf text = { 0 };
 	int rc = read_secret_file(path, &text);
@@ -150,10 +151,11 @@ static int read_config(const char *path, char **url, char **token)
 		}
 		*eq = '\0';
 		char *key = trim(s), *value = trim(eq + 1);
-		char **slot = strcmp(key, "url") == 0 ? url : strcmp(key, "token") == 0 ? token : NULL;
+		char **slot = strcmp(key, "url") == 0 ? url : strcmp(key, "token") == 0 ? token
+		              : strcmp(key, "ca") == 0 ? ca : NULL;
 		if (!slot) {
 			char *shown = cli_inert(key);
-			fprintf(stderr, "larch: %s:%d: unknown key \"%s\" (known: url, token)\n",
+			fprintf(stderr, "larch: %s:%d: unknown key \"%s\" (known: url, token, ca)\n",
 			        path, lineno, shown);
 			free(shown);
 			rc = CLI_USAGE;
@@ -205,11 +207,18 @@ int cli_connect(struct cli *cli)
 	} else if ((token = env_value("LARCH_TOKEN"))) {
 		source = strdup("LARCH_TOKEN");
 	}
-	if (rc == CLI_OK && (!url || !token) && config) {
-		int had_token = token != NULL;
-		rc = read_config(config, &url, &token);
+	char *ca = env_value("LARCH_CA"), *ca_source = ca ? strdup("LARCH_CA") : NULL;
+	if (rc == CLI_OK && config &&
+	    (!url || !token || (!ca && strncmp(url, "https://", 8) == 0))) {
+		int had_token = token != NULL, had_ca = ca != NULL;
+		rc = read_config(config, &url, &token, &ca);
 		if (rc == CLI_OK && token && !had_token)
 			source = strdup(config);
+		if (rc == CLI_OK && ca && !had_ca) {
+			struct cli_buf src = { 0 };
+			cli_buf_addf(&src, "ca in %s", config);
+			ca_source = src.data;
+		}
 	}
 	if (rc == CLI_OK && token)
 		rc = check_token(token, source);
@@ -218,8 +227,12 @@ int cli_connect(struct cli *cli)
 	if (rc == CLI_OK) {
 		cli->http.token_source = source;
 		cli->http.config_path = config;
-		source = config = NULL;
+		cli->http.ca_file = ca;
+		cli->http.ca_source = ca_source;
+		source = config = ca = ca_source = NULL;
 	}
+	free(ca);
+	free(ca_source);
 	free(url);
 	free(token);
 	free(source);

@@ -98,6 +98,8 @@ void cli_http_close(struct cli_http *h)
 	free(h->auth);
 	free(h->token_source);
 	free(h->config_path);
+	free(h->ca_file);
+	free(h->ca_source);
 	*h = (struct cli_http){ 0 };
 }
 
@@ -140,6 +142,8 @@ void cli_http_prepare(struct cli_http *h, const char *url, struct curl_slist *hd
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, h->connect_timeout_ms);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
+	if (h->ca_file)
+		curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file);
 	h->errbuf[0] = '\0';
 }
 
@@ -147,7 +151,7 @@ static int transport_error(struct cli_http *h, CURLcode rc)
 {
 	long os_errno = 0;
 	curl_easy_getinfo(h->curl, CURLINFO_OS_ERRNO, &os_errno);
-	char why[CURL_ERROR_SIZE + 64];
+	char why[CURL_ERROR_SIZE + 1400];
 	if (rc == CURLE_COULDNT_CONNECT && os_errno == ECONNREFUSED)
 		snprintf(why, sizeof why, "connection refused (is larchd running?)");
 	else if (rc == CURLE_COULDNT_CONNECT && os_errno)
@@ -156,6 +160,18 @@ static int transport_error(struct cli_http *h, CURLcode rc)
 		snprintf(why, sizeof why, "cannot resolve the host name");
 	else if (rc == CURLE_OPERATION_TIMEDOUT)
 		snprintf(why, sizeof why, "no answer in time (%s)", h->errbuf);
+	else if (rc == CURLE_PEER_FAILED_VERIFICATION && h->ca_file)
+		snprintf(why, sizeof why, "its TLS certificate does not verify against the CA file "
+		         "%.1024s (%s): %s", h->ca_file, h->ca_source, h->errbuf);
+	else if (rc == CURLE_PEER_FAILED_VERIFICATION)
+		snprintf(why, sizeof why, "its TLS certificate does not verify against the system's "
+		         "CA store (set LARCH_CA to larchd's CA file): %s", h->errbuf);
+	else if (rc == CURLE_SSL_CACERT_BADFILE)
+		snprintf(why, sizeof why, "the CA file %.1024s (%s) cannot be used: %s", h->ca_file,
+		         h->ca_source, h->errbuf);
+	else if (rc == CURLE_SSL_CONNECT_ERROR)
+		snprintf(why, sizeof why, "TLS handshake failed (is it an https port?): %s",
+		         h->errbuf);
 	else if (rc == CURLE_WRITE_ERROR)
 		snprintf(why, sizeof why, "the answer is larger than %u MiB", MAX_BODY >> 20);
 	else

@@ -24,6 +24,9 @@ struct cli_http {
 	char *auth;                  /* "Authorization: Bearer ..." or NULL; owned */
 	char *token_source;          /* where the token came from, for the 401 message; owned */
 	char *config_path;           /* the config file's path, for messages; owned */
+	char *ca_file;               /* CA certificates for https (CURLOPT_CAINFO), or NULL:
+	                                the system's store; owned */
+	char *ca_source;             /* where ca_file came from ("LARCH_CA"); owned */
 	long connect_timeout_ms, timeout_ms;
 	char errbuf[CURL_ERROR_SIZE];
 };

@@ -165,6 +165,8 @@ static const char common_help[] =
 	"                     http://127.0.0.1:8080)\n"
 	"  --token-file FILE  read the token from FILE (default: LARCH_TOKEN, token in the\n"
 	"                     config file ~/.config/larch/config, mode 0600)\n"
+	"  https:// URLs are checked against the CA file in LARCH_CA (or ca in the\n"
+	"  config file), else against the system's CA store\n"
 	"  -h, --help         this help\n";
 
 static void print_usage(FILE *out)

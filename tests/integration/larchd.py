@@ -30,7 +30,7 @@ BUILD = pathlib.Path(os.environ.get("LARCH_BUILD_DIR", ROOT / "build"))
 # the state dir's mode on larchd's defaults: run as root, jobs run as their
 # owners, who pass through it to their job directories (0711); else 0700
 STATE_DIR_MODE = 0o711 if os.geteuid() == 0 else 0o700
-LISTENING = re.compile(r"^larchd: listening on http://(127\.0\.0\.1|\[::1\]):(\d+)$")
+LISTENING = re.compile(r"^larchd: listening on (https?)://(127\.0\.0\.1|\[::1\]):(\d+)$")
 
 
 def poll(fetch, done, timeout, why, interval=0.1):
@@ -130,8 +130,8 @@ class Larchd:
             line += chunk
         m = LISTENING.match(line.decode().split("\n")[0].strip())
         assert m, f"unexpected first line {line!r}"
-        self.port = int(m.group(2))
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = int(m.group(3))
+        self.url = f"{m.group(1)}://127.0.0.1:{self.port}"
         return self
 
     @property

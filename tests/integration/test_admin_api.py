@@ -190,6 +190,7 @@ def test_local_node_actions_are_409_and_audited(local):
     e = entry(entries, "node.drain", f"nodes/{host}", 409)
     assert e["args"] == {"reason": "disk"} and e["outcome"] == "error"
     assert e["actor"] == "admin" and "local executor" in e["message"]
+    assert e["client"] == "127.0.0.1"
     assert entry(entries, "node.drain", f"nodes/{host}", 400)["message"] == "reason: is required"
 
 

@@ -286,7 +286,7 @@ def test_config_file(site, tmp_path):
     config.write_text(f"url = {site.url}\nserver = x\n")
     out = run(clean_env(home), "ls")
     assert out.returncode == EXIT_USAGE
-    assert out.stderr == f'larch: {config}:2: unknown key "server" (known: url, token)\n'
+    assert out.stderr == f'larch: {config}:2: unknown key "server" (known: url, token, ca)\n'
     config.write_text("url\n")
     out = run(clean_env(home), "ls")
     assert out.returncode == EXIT_USAGE

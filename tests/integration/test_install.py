@@ -61,7 +61,7 @@ def read_listening(proc, log, timeout=15):
     line = proc.stdout.readline() if ready else ""
     m = LISTENING.match(line.strip())
     assert m, f"larchd printed {line!r}, not its listening line: {log()}"
-    return int(m.group(2))
+    return int(m.group(3))
 
 
 # ---- (a) cmake --install into a prefix, moved ------------------------------------

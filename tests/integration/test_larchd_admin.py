@@ -249,7 +249,7 @@ def migration_sql(version):
     """The SQL of db/migrate.c's step `version`, from its C string literals."""
     source = (ROOT / "db" / "migrate.c").read_text()
     body = source[source.index("migrations[] = {"):source.index("#define N_MIGRATIONS")]
-    steps = re.split(r"/\* \d+: ", body)[1:]
+    steps = re.split(r"^\t/\* \d+: ", body, flags=re.M)[1:]
     literals = re.findall(r'"((?:[^"\\]|\\.)*)"', steps[version - 1])
     return "".join(literals).encode().decode("unicode_escape")
 
@@ -258,7 +258,7 @@ def migration_count():
     """How many steps db/migrate.c has."""
     source = (ROOT / "db" / "migrate.c").read_text()
     body = source[source.index("migrations[] = {"):source.index("#define N_MIGRATIONS")]
-    return len(re.findall(r"/\* \d+: ", body))
+    return len(re.findall(r"^\t/\* \d+: ", body, flags=re.M))   # a step's opening comment
 
 
 def test_db_migrate_an_older_schema(tmp_path):

@@ -56,8 +56,8 @@ def test_healthz(larchd):
     again = requests.get(larchd.url + "/healthz", headers={"If-None-Match": tag})
     assert again.status_code == 304 and again.content == b""
     assert requests.head(larchd.url + "/healthz").status_code == 200
-    larchd.wait_log(r"info  GET /healthz 200 \d+us$")
-    larchd.wait_log(r"info  HEAD /healthz 200 \d+us$")
+    larchd.wait_log(r"info  GET /healthz 200 \d+us 127\.0\.0\.1$")
+    larchd.wait_log(r"info  HEAD /healthz 200 \d+us 127\.0\.0\.1$")
 
 
 def documented_endpoints():
@@ -277,7 +277,7 @@ def test_sigterm_lets_the_in_flight_request_finish(tmp_path):
     assert b'"status":"ok"' in reply
     assert server.wait(timeout=10) == 0
     log = server.log()
-    assert re.search(r"GET /healthz 200 \d+us\n", log)
+    assert re.search(r"GET /healthz 200 \d+us 127\.0\.0\.1\n", log)
     assert log.rstrip().endswith("stopped")
 
 
@@ -416,7 +416,7 @@ def test_log_file_and_state_dir(tmp_path):
         server.stop()
     assert stat.S_IMODE(state.stat().st_mode) == STATE_DIR_MODE
     text = log.read_text()
-    assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z info  GET /nope 404 \d+us$", text, re.M)
+    assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z info  GET /nope 404 \d+us 127\.0\.0\.1$", text, re.M)
     assert "listening on http://127.0.0.1:" in text
     assert server.log() == ""           # nothing on stderr
 
