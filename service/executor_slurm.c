@@ -797,8 +797,9 @@ static void submit_due(struct slurm_ex *sx)
 	for (struct sjob *j = sx->jobs; j; j = j->next) {
 		if (j->phase != PH_SUBMIT || j->cancel || j->next_try_ms > now)
 			continue;
-		/* an array task joins its group's submission */
-		int k = 0;
+		/* an array task joins its group's submission; a job of its own
+		 * takes the next slot */
+		int k = j->task >= 0 ? 0 : n;
 		if (j->task >= 0)
 			while (k < n && !(out[k].members && out[k].sj->group == j->group))
 				k++;
