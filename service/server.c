@@ -497,8 +497,11 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	size_t len = strlen(text);
 	while (len && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == '.'))
 		text[--len] = '\0';
-	if (starting)
-		snprintf(srv->mhd_error, sizeof srv->mhd_error, "%s", text);
+	if (starting) {                    /* the start of it, cut to fit */
+		size_t n = strnlen(text, sizeof srv->mhd_error - 1);
+		memcpy(srv->mhd_error, text, n);
+		srv->mhd_error[n] = '\0';
+	}
 	svc_log(SVC_LOG_DEBUG, "mhd: %s", text);
 }
 
