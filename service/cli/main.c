@@ -175,7 +175,7 @@ static void print_usage(FILE *out)
 	        "       larch help [COMMAND] | larch COMMAND --help | larch --version\n\n"
 	        "Commands:\n");
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-		fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fputs(common_help, out);
 	fputs("\nExit status: 0 done, 1 larchd said no (watch: the job did not complete),\n"
 	      "2 bad usage, 3 larchd unreachable.\n", out);

@@ -59,7 +59,8 @@ def test_help_is_dash_dash_help():
     assert top.returncode == 0 and top.stderr == ""
     assert top.stdout == run(LARCH, "--help").stdout
     assert "larch help [COMMAND]" in top.stdout
-    commands = re.findall(r"^  ([a-z]+) +\S", top.stdout.split("Commands:\n")[1], re.M)
+    commands = re.findall(r"^  ([a-z]+) +\S",
+                          top.stdout.split("Commands:\n")[1].split("\n\n")[0], re.M)
     assert {"submit", "ls", "watch", "admin"} <= set(commands), commands
     for cmd in commands:
         out = run(LARCH, "help", cmd)
