@@ -81,6 +81,11 @@ int trn_reporter_config_env(struct trn_reporter_config *cfg, struct trn_err *err
 			                   "[0, 3600] (got \"%.40s\")", flush);
 		cfg->flush_s = s;
 	}
+	const char *ca = trn_env_str("LARCH_CA");
+	if (ca && strlen(ca) >= sizeof cfg->ca_file)
+		return trn_err_set(err, "LARCH_CA: must be a file name of at most %d characters",
+		                   TRN_REPORT_CA_MAX - 1);
+	snprintf(cfg->ca_file, sizeof cfg->ca_file, "%s", ca ? ca : "");
 	snprintf(cfg->metrics_url, sizeof cfg->metrics_url, "%.*s/v1/jobs/%s/metrics",
 	         (int)url_len, url, id);
 	snprintf(cfg->result_url, sizeof cfg->result_url, "%.*s/v1/jobs/%s/result",
@@ -221,6 +226,24 @@ static int curl_error_is_final(CURLcode rc)
 	}
 }
 
+/* What went wrong below HTTP, for the log: TLS failures say which CA
+ * store was asked. */
+static void transport_error(struct trn_reporter *rp, CURLcode rc, char *what, size_t what_len)
+{
+	const char *ca = rp->cfg.ca_file;
+	const char *lib = rp->errbuf[0] ? rp->errbuf : curl_easy_strerror(rc);
+	if (rc == CURLE_PEER_FAILED_VERIFICATION && ca[0])
+		snprintf(what, what_len, "larchd's TLS certificate does not verify against the CA "
+		         "file %.512s (LARCH_CA): %s", ca, lib);
+	else if (rc == CURLE_PEER_FAILED_VERIFICATION)
+		snprintf(what, what_len, "larchd's TLS certificate does not verify against the "
+		         "system's CA store (larchd's job_ca sets LARCH_CA for jobs): %s", lib);
+	else if (rc == CURLE_SSL_CACERT_BADFILE)
+		snprintf(what, what_len, "the CA file %.512s (LARCH_CA) cannot be used: %s", ca, lib);
+	else
+		snprintf(what, what_len, "%s", lib);
+}
+
 /* One POST of body to url. Fills what (for messages) and, for a 429/503
  * with Retry-After, *retry_after; returns what to do next. */
 static enum trn_post_outcome post(struct trn_reporter *rp, const char *url, const char *body,
@@ -243,7 +266,7 @@ static enum trn_post_outcome post(struct trn_reporter *rp, const char *url, cons
 	CURLcode rc = curl_easy_perform(c);
 	*retry_after = 0;
 	if (rc != CURLE_OK) {
-		snprintf(what, what_len, "%s", rp->errbuf[0] ? rp->errbuf : curl_easy_strerror(rc));
+		transport_error(rp, rc, what, what_len);
 		return curl_error_is_final(rc) ? TRN_POST_GIVE_UP : TRN_POST_RETRY;
 	}
 	long status = 0;
@@ -298,7 +321,7 @@ static int past_deadline(struct trn_reporter *rp)
 static enum trn_post_outcome post_retrying(struct trn_reporter *rp, const char *url,
                                            const char *body, size_t len, int min_try)
 {
-	char what[256];
+	char what[1536];
 	for (int attempt = 0;; attempt++) {
 		if (!(min_try && attempt == 0) && past_deadline(rp))
 			return TRN_POST_RETRY;
@@ -440,6 +463,8 @@ static int init_curl(struct trn_reporter *rp)
 	snprintf(rp->no_proxy, sizeof rp->no_proxy, "localhost,127.0.0.1,::1%s%.900s",
 	         np ? "," : "", np ? np : "");
 	curl_easy_setopt(c, CURLOPT_NOPROXY, rp->no_proxy);
+	if (rp->cfg.ca_file[0])
+		curl_easy_setopt(c, CURLOPT_CAINFO, rp->cfg.ca_file);
 	return 0;
 }
 

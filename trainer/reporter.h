@@ -11,6 +11,12 @@
  * LARCH_REPORT_FLUSH_S seconds), then result.json to {url}/v1/jobs/{id}/result,
  * and stops the thread. larchd never decides the trainer's exit code.
  *
+ * An https:// larchd's certificate is verified against the system's CA
+ * store, or against the PEM file LARCH_CA names (larchd's job_ca: a private
+ * CA, or larchd's own self-signed certificate) instead. A certificate that
+ * does not verify, or a CA file that cannot be used, ends the posting with
+ * one line on stderr naming the URL and the reason; the run goes on.
+ *
  * Nothing is lost when larchd is slow, down, or refuses us: metrics.jsonl
  * holds every point, and larchd imports the points it lacks from it when the
  * job ends (posts are idempotent on (name, step)). The queue only trades
@@ -33,6 +39,7 @@
 #define TRN_REPORT_URL_MAX 2048
 #define TRN_REPORT_TOKEN_MAX 512
 #define TRN_REPORT_ID_MAX 128
+#define TRN_REPORT_CA_MAX 4096
 
 /* ---- configuration ------------------------------------------------------- */
 
@@ -40,11 +47,13 @@ struct trn_reporter_config {
 	char metrics_url[TRN_REPORT_URL_MAX + TRN_REPORT_ID_MAX + 32];
 	char result_url[TRN_REPORT_URL_MAX + TRN_REPORT_ID_MAX + 32];
 	char auth_header[TRN_REPORT_TOKEN_MAX + 32];   /* "Authorization: Bearer ..." */
+	char ca_file[TRN_REPORT_CA_MAX];   /* LARCH_CA; "" = the system's CA store */
 	double flush_s;                /* the final flush's deadline, seconds */
 };
 
 /* Reads LARCH_SERVER_URL, LARCH_JOB_ID, LARCH_JOB_TOKEN (an empty value counts
- * as unset) and LARCH_REPORT_FLUSH_S. Returns 1 and fills cfg when all three
+ * as unset), LARCH_REPORT_FLUSH_S and LARCH_CA (not opened here: a file that
+ * cannot be used fails the first post, with the reason). Returns 1 and fills cfg when all three
  * are set, 0 when none is (no reporting), -1 with err when only some are or a
  * value is unusable: a startup error (exit 2). */
 int trn_reporter_config_env(struct trn_reporter_config *cfg, struct trn_err *err);
