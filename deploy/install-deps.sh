@@ -14,7 +14,8 @@ packages=(
 	# toolchain
 	build-essential cmake ninja-build pkg-config git ca-certificates
 	# C libraries
-	libjansson-dev zlib1g-dev libssl-dev libsqlite3-dev libmicrohttpd-dev libcurl4-openssl-dev
+	libjansson-dev zlib1g-dev libssl-dev libsqlite3-dev libmicrohttpd-dev libgnutls28-dev
+	libcurl4-openssl-dev
 	# BLAS: the OpenMP build of OpenBLAS is what larch loads first (it shares
 	# the OpenMP thread pool with our kernels); the pthread build backs numpy
 	libopenblas0-openmp libopenblas0-pthread

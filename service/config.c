@@ -154,6 +154,10 @@ static const struct key keys[] = {
 	  .def = "86400", .min = 0, .max = 2592000, .metavar = "SECONDS",
 	  .help = "a delivery is tried again until this long after its event, then recorded "
 	  "as failed" },
+	{ .name = "webhook_ca", .kind = K_FILE, .offset = FIELD(webhook_ca), .def = "",
+	  .metavar = "FILE", .help = "PEM certificates of CAs an https:// webhook target's "
+	  "certificate may chain to besides the system's, read at start (empty: the system's "
+	  "only)" },
 	{ .name = "tls_cert", .kind = K_FILE, .offset = FIELD(tls_cert), .def = "",
 	  .metavar = "FILE", .help = "serve HTTPS with this PEM certificate (chain), read at start; "
 	  "with tls_key (both or neither; empty: plain HTTP)" },
@@ -781,6 +785,7 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->trusted_proxies);
 	free(cfg->tls_cert);
 	free(cfg->tls_key);
+	free(cfg->webhook_ca);
 	free(cfg->chartjs_path);
 	free(cfg->run_as);
 	memset(cfg, 0, sizeof *cfg);

@@ -78,6 +78,8 @@ struct svc_config {
 	unsigned webhook_connect_timeout_ms, webhook_timeout_ms;   /* per attempt */
 	unsigned webhook_backoff_ms, webhook_backoff_max_ms;       /* between attempts */
 	unsigned webhook_retry_for_s;    /* attempts stop this long after the event */
+	char *webhook_ca;                /* PEM CAs https webhooks may chain to besides the
+	                                    system's; NULL: the system's only */
 	struct svc_gpu_memory gpu_memory; /* bytes per GPU for submit-time memory plans */
 	enum svc_log_level log_level;
 	char *log_file;                  /* NULL: stderr */

@@ -336,6 +336,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		.timeout_ms = d->cfg.webhook_timeout_ms, .backoff_ms = d->cfg.webhook_backoff_ms,
 		.backoff_max_ms = d->cfg.webhook_backoff_max_ms,
 		.retry_for_s = d->cfg.webhook_retry_for_s, .user_agent = "larchd/" LARCH_VERSION_TEXT,
+		.ca_file = d->cfg.webhook_ca,
 	};
 	if (svc_allow_parse(d->cfg.webhook_allow, &wcfg.allow, err, errlen) != 0 ||
 	    !(d->webhooks = svc_webhooks_new(&wcfg, err, errlen)))

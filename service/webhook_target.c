@@ -124,13 +124,14 @@ int svc_webhook_url_parse(const char *url, struct svc_webhook_url *out, char *er
                           size_t errlen)
 {
 	memset(out, 0, sizeof *out);
+	size_t scheme_len;
 	if (strncasecmp(url, "https://", 8) == 0) {
-		svc_msgf(err, errlen, "url: https is not supported: larchd sends webhooks over "
-		         "http:// only (see docs/api.md#webhooks)");
-		return -1;
-	}
-	if (strncasecmp(url, "http://", 7) != 0) {
-		svc_msgf(err, errlen, "url: must start with http://");
+		out->tls = 1;
+		scheme_len = 8;
+	} else if (strncasecmp(url, "http://", 7) == 0) {
+		scheme_len = 7;
+	} else {
+		svc_msgf(err, errlen, "url: must start with http:// or https://");
 		return -1;
 	}
 	for (const char *p = url; *p; p++)
@@ -139,7 +140,7 @@ int svc_webhook_url_parse(const char *url, struct svc_webhook_url *out, char *er
 			         "percent-encoded");
 			return -1;
 		}
-	const char *auth = url + 7;
+	const char *auth = url + scheme_len;
 	size_t alen = strcspn(auth, "/?#");
 	const char *rest = auth + alen;
 	if (memchr(auth, '@', alen)) {
@@ -196,7 +197,7 @@ int svc_webhook_url_parse(const char *url, struct svc_webhook_url *out, char *er
 		}
 		snprintf(out->port, sizeof out->port, "%ld", v);
 	} else {
-		snprintf(out->port, sizeof out->port, "80");
+		snprintf(out->port, sizeof out->port, "%s", out->tls ? "443" : "80");
 	}
 	size_t plen = strcspn(rest, "#");   /* the fragment stays with the client */
 	if (plen + 2 > sizeof out->path) {

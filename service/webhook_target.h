@@ -2,8 +2,9 @@
  * webhook_allow setting that keeps users from making larchd call addresses
  * they could not reach themselves (the cluster's internal services).
  *
- * Only http:// URLs: larchd has no TLS client (docs/api.md#webhooks). The
- * host is resolved once per attempt; every address it resolves to must be
+ * http:// and https:// URLs (webhook_tls.h verifies an https target's
+ * certificate against the URL's host name). The host is resolved once per
+ * attempt; every address it resolves to must be
  * allowed, and the sender connects to one of exactly those addresses, so a
  * name that resolves elsewhere a moment later (DNS rebinding) changes
  * nothing. webhook_allow is a comma-separated list of
@@ -38,14 +39,15 @@ int svc_allow_parse(const char *text, struct svc_allow_list *out, char *err, siz
 int svc_allow_has(const struct svc_allow_list *allow, const struct sockaddr *addr);
 
 struct svc_webhook_url {
+	int tls;                         /* https:// */
 	char host[256];                  /* without brackets for IPv6 */
-	char port[8];                    /* "80" when the URL names none */
+	char port[8];                    /* "80" (https: "443") when the URL names none */
 	char host_header[272];           /* host[:port] as the Host header sends it */
 	char path[2048];                 /* "/" when the URL has none; with the query */
 };
 
-/* Splits an http:// URL. 0, or -1 with err ("https is not supported ...",
- * "must start with http://", ...). */
+/* Splits an http:// or https:// URL. 0, or -1 with err ("must start with
+ * http:// or https://", "port must be 1 to 65535", ...). */
 int svc_webhook_url_parse(const char *url, struct svc_webhook_url *out, char *err,
                           size_t errlen);
 

@@ -24,6 +24,7 @@
 #include "db/sweeps.h"
 #include "db/webhooks.h"
 #include "log.h"
+#include "webhook_tls.h"
 
 #define DUE_BATCH 32
 #define IDLE_MS 60000          /* with nothing pending, look again this often anyway */
@@ -33,6 +34,7 @@ struct svc_webhooks {
 	struct svc_webhooks_config cfg;
 	char user_agent[64];
 	struct api_webhooks_hooks hooks;
+	struct svc_webhook_tls *tls;   /* https:// targets: the trusted certificates */
 	int efd;                   /* eventfd: wakes the thread (new rows, stop) */
 	atomic_int stopping;
 	pthread_t thread;
@@ -96,6 +98,46 @@ static int wait_fd(struct svc_webhooks *w, int fd, short events, int64_t deadlin
 
 enum { SENT_OK = 0, SENT_FAILED = -1, SENT_STOPPED = -2 };
 
+/* One connection to a target: the socket, and TLS over it for https. */
+struct conn {
+	int fd;
+	struct svc_tls_conn *tls;      /* NULL: plain http */
+};
+
+/* send(2) or TLS: bytes (> 0), a SVC_TLS_WANT_*, or SVC_TLS_ERROR with err. */
+static ssize_t conn_send(struct conn *c, const char *buf, size_t len, char *err, size_t errlen)
+{
+	if (c->tls)
+		return svc_tls_send(c->tls, buf, len, err, errlen);
+	ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+	if (n > 0)
+		return n;
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return SVC_TLS_WANT_WRITE;
+	svc_msgf(err, errlen, "%s", n < 0 ? strerror(errno) : "nothing sent");
+	return SVC_TLS_ERROR;
+}
+
+/* recv(2) or TLS: bytes (> 0), 0 when closed, a WANT, or SVC_TLS_ERROR. */
+static ssize_t conn_recv(struct conn *c, char *buf, size_t len, char *err, size_t errlen)
+{
+	if (c->tls)
+		return svc_tls_recv(c->tls, buf, len, err, errlen);
+	ssize_t n = recv(c->fd, buf, len, 0);
+	if (n >= 0)
+		return n;
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return SVC_TLS_WANT_READ;
+	svc_msgf(err, errlen, "%s", strerror(errno));
+	return SVC_TLS_ERROR;
+}
+
+/* After a WANT: waits for the socket until deadline, as wait_fd. */
+static int wait_conn(struct svc_webhooks *w, struct conn *c, ssize_t want, int64_t deadline)
+{
+	return wait_fd(w, c->fd, want == SVC_TLS_WANT_WRITE ? POLLOUT : POLLIN, deadline);
+}
+
 /* POSTs body to d's URL. SENT_OK with *status a 2xx; SENT_FAILED with err
  * (and *status when there was an answer); SENT_STOPPED when larchd stops. */
 static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const char *body,
@@ -143,17 +185,19 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 	int64_t connect_deadline = start + w->cfg.connect_timeout_ms;
 	if (connect_deadline > deadline)
 		connect_deadline = deadline;
-	int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
+	struct conn c = { .fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) };
+	if (c.fd < 0) {
 		svc_msgf(err, errlen, "socket: %s", strerror(errno));
 		return SENT_FAILED;
 	}
 	int rc = SENT_FAILED;
-	if (connect(fd, (struct sockaddr *)&addr, alen) != 0 && errno != EINPROGRESS) {
+	char why[384];
+	ssize_t n;
+	if (connect(c.fd, (struct sockaddr *)&addr, alen) != 0 && errno != EINPROGRESS) {
 		svc_msgf(err, errlen, "connect to %s: %s", where, strerror(errno));
 		goto out;
 	}
-	int r = wait_fd(w, fd, POLLOUT, connect_deadline);
+	int r = wait_fd(w, c.fd, POLLOUT, connect_deadline);
 	if (r < 0) {
 		rc = SENT_STOPPED;
 		goto out;
@@ -165,9 +209,30 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 	}
 	int soerr = 0;
 	socklen_t sl = sizeof soerr;
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr) {
+	if (getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr) {
 		svc_msgf(err, errlen, "connect to %s: %s", where, strerror(soerr ? soerr : errno));
 		goto out;
+	}
+	/* https: the handshake, to the address just connected to, with the
+	 * URL's host for SNI and the certificate's check */
+	if (u.tls) {
+		if (!(c.tls = svc_tls_conn_new(w->tls, c.fd, u.host, why, sizeof why))) {
+			svc_msgf(err, errlen, "%s: %s", where, why);
+			goto out;
+		}
+		while ((n = svc_tls_handshake(c.tls, why, sizeof why)) != 0) {
+			if (n == SVC_TLS_ERROR) {
+				svc_msgf(err, errlen, "%s: %s", where, why);
+				goto out;
+			}
+			if ((r = wait_conn(w, &c, n, deadline)) <= 0) {
+				rc = r < 0 ? SENT_STOPPED : SENT_FAILED;
+				if (r == 0)
+					svc_msgf(err, errlen, "tls handshake with %s: timed out after %u ms",
+					         where, w->cfg.timeout_ms);
+				goto out;
+			}
+		}
 	}
 	/* the request */
 	const char *parts[2] = { head, body };
@@ -175,16 +240,16 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 	for (int p = 0; p < 2; p++) {
 		size_t off = 0;
 		while (off < lens[p]) {
-			ssize_t n = send(fd, parts[p] + off, lens[p] - off, MSG_NOSIGNAL);
+			n = conn_send(&c, parts[p] + off, lens[p] - off, why, sizeof why);
 			if (n > 0) {
 				off += (size_t)n;
 				continue;
 			}
-			if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-				svc_msgf(err, errlen, "send to %s: %s", where, strerror(errno));
+			if (n == SVC_TLS_ERROR) {
+				svc_msgf(err, errlen, "send to %s: %s", where, why);
 				goto out;
 			}
-			if ((r = wait_fd(w, fd, POLLOUT, deadline)) <= 0) {
+			if ((r = wait_conn(w, &c, n, deadline)) <= 0) {
 				rc = r < 0 ? SENT_STOPPED : SENT_FAILED;
 				if (r == 0)
 					svc_msgf(err, errlen, "send to %s: timed out after %u ms", where,
@@ -201,7 +266,7 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 		char *eol = strstr(ans, "\r\n");
 		if (eol || got == HEAD_MAX)
 			break;
-		ssize_t n = recv(fd, ans + got, HEAD_MAX - got, 0);
+		n = conn_recv(&c, ans + got, HEAD_MAX - got, why, sizeof why);
 		if (n > 0) {
 			got += (size_t)n;
 			continue;
@@ -210,11 +275,11 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 			svc_msgf(err, errlen, "%s closed the connection without an answer", where);
 			goto out;
 		}
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-			svc_msgf(err, errlen, "receive from %s: %s", where, strerror(errno));
+		if (n == SVC_TLS_ERROR) {
+			svc_msgf(err, errlen, "receive from %s: %s", where, why);
 			goto out;
 		}
-		if ((r = wait_fd(w, fd, POLLIN, deadline)) <= 0) {
+		if ((r = wait_conn(w, &c, n, deadline)) <= 0) {
 			rc = r < 0 ? SENT_STOPPED : SENT_FAILED;
 			if (r == 0)
 				svc_msgf(err, errlen, "no answer from %s within %u ms", where,
@@ -236,7 +301,8 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 	else
 		svc_msgf(err, errlen, "HTTP %d", code);
 out:
-	close(fd);
+	svc_tls_conn_free(c.tls);
+	close(c.fd);
 	return rc;
 }
 
@@ -371,9 +437,15 @@ struct svc_webhooks *svc_webhooks_new(const struct svc_webhooks_config *cfg, cha
 	w->cfg.user_agent = w->user_agent;
 	w->hooks = (struct api_webhooks_hooks){ .max_per_user = cfg->max_per_user,
 	                                        .check_url = check_url, .arg = w };
+	w->cfg.ca_file = NULL;             /* borrowed for the call only */
+	if (!(w->tls = svc_webhook_tls_new(cfg->ca_file, err, errlen))) {
+		free(w);
+		return NULL;
+	}
 	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (w->efd < 0) {
 		svc_msgf(err, errlen, "webhooks: eventfd: %s", strerror(errno));
+		svc_webhook_tls_free(w->tls);
 		free(w);
 		return NULL;
 	}
@@ -381,6 +453,7 @@ struct svc_webhooks *svc_webhooks_new(const struct svc_webhooks_config *cfg, cha
 	if (rc) {
 		svc_msgf(err, errlen, "webhooks: thread: %s", strerror(rc));
 		close(w->efd);
+		svc_webhook_tls_free(w->tls);
 		free(w);
 		return NULL;
 	}
@@ -402,5 +475,6 @@ void svc_webhooks_free(struct svc_webhooks *w)
 	if (w->started)
 		pthread_join(w->thread, NULL);
 	close(w->efd);
+	svc_webhook_tls_free(w->tls);
 	free(w);
 }

@@ -6,7 +6,11 @@
  * X-Larch-Event, X-Larch-Delivery and X-Larch-Signature-256 (sha256=, the
  * hex HMAC-SHA256 of the body with the hook's secret), over a socket of
  * its own to the address resolved and checked against webhook_allow
- * (service/webhook_target.h), within the connect and total timeouts. A 2xx
+ * (service/webhook_target.h), for https:// through TLS whose certificate
+ * must chain to the system's trusted certificates or webhook_ca and name
+ * the URL's host (service/webhook_tls.h), within the connect timeout (the
+ * TCP connect) and the total one (everything up to the answer's status
+ * line, the handshake included). A 2xx
  * delivers; anything else (no answer, a timeout, a 3xx: redirects are not
  * followed, a 4xx or 5xx) is tried again after a backoff that doubles, until
  * retry_for after the event, then recorded as failed. The outbox is the
@@ -30,6 +34,8 @@ struct svc_webhooks_config {
 	unsigned backoff_ms, backoff_max_ms;
 	unsigned retry_for_s;
 	const char *user_agent;          /* copied; "larchd/1.2.3" */
+	const char *ca_file;             /* webhook_ca: PEM certificates trusted besides the
+	                                    system's, read at start; NULL or "" = none */
 };
 
 struct svc_webhooks;

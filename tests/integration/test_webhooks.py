@@ -2,7 +2,10 @@
 and a real HTTP receiver on loopback (http.server in a thread): a signed
 delivery per event, retries of a receiver that is down, slow or answers
 500, failure after the bound, a kill -9 of larchd mid-delivery, the
-allowlist and owner scope.
+allowlist and owner scope. https:// receivers (the same server wrapped in
+Python's ssl, with certificates the openssl command makes here): larchd
+trusts the module's CA through webhook_ca, sends SNI, and refuses a
+certificate of another CA or for another host name.
 
 Jobs run a stand-in trainer that exits at once: 1 when the spec's seed is
 13 (the job fails), else 0. Each test has a user of its own, so that one
@@ -12,7 +15,10 @@ test's hooks never see another's jobs. The module's larchd retries fast
 import hashlib
 import hmac
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from larchd import Larchd, stand_in_trainer
+from larchd import Larchd, larchd_exe, stand_in_trainer
 from test_api_jobs import JSON, Server, tiny_spec
 
 FAKE = r'''
@@ -42,8 +48,9 @@ class Receiver:
     body) and answers what answer(n) returns for the n-th (0-based); answer
     may sleep or wait first."""
 
-    def __init__(self, answer=lambda n: 200, port=0):
+    def __init__(self, answer=lambda n: 200, port=0, tls=None):
         self.requests = []
+        self.sni = []
         self.cond = threading.Condition()
         outer = self
 
@@ -71,6 +78,12 @@ class Receiver:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/hook?x=1"
+        if tls:    # (certificate, key): https; a failed handshake drops the connection
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*map(str, tls))
+            ctx.sni_callback = lambda sock, name, c: self.sni.append(name)
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+            self.url = f"https://localhost:{self.port}/hook?x=1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
@@ -85,11 +98,47 @@ class Receiver:
         self.httpd.server_close()
 
 
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_cert(d, name, ca, san):
+    """A P-256 key and a certificate for san (an openssl subjectAltName)
+    signed by the CA ca (a name made by make_ca)."""
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+    (d / f"{name}.ext").write_text(f"subjectAltName = {san}\nbasicConstraints = CA:FALSE\n"
+                                   "extendedKeyUsage = serverAuth\n")
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
+            cwd=d)
+    return d / f"{name}.pem", d / f"{name}.key"
+
+
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory):
+def pki(tmp_path_factory):
+    """The CA larchd trusts (webhook_ca), another it does not, and receiver
+    certificates: for localhost and 127.0.0.1, of the other CA, for another
+    host name."""
+    if not shutil.which("openssl"):
+        pytest.fail("the openssl command is missing (Debian: openssl)")
+    d = tmp_path_factory.mktemp("webhook-pki")
+    for ca in ("ca", "other"):
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                "-nodes", "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2", "-subj",
+                f"/CN=larch webhook test {ca}", cwd=d)
+    return {"ca": d / "ca.pem",
+            "good": make_cert(d, "good", "ca", "DNS:localhost, IP:127.0.0.1"),
+            "untrusted": make_cert(d, "untrusted", "other", "DNS:localhost, IP:127.0.0.1"),
+            "elsewhere": make_cert(d, "elsewhere", "ca", "DNS:hooks.example.org")}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory, pki):
     tmp = tmp_path_factory.mktemp("webhooks")
     trainer = stand_in_trainer(tmp / "fake-train", FAKE)
-    server = Server(tmp, ["--trainer-path", str(trainer)] + FAST)
+    server = Server(tmp, ["--trainer-path", str(trainer), "--webhook-ca", str(pki["ca"])]
+                    + FAST)
     server.trainer = trainer
     yield server
     server.stop()
@@ -269,10 +318,10 @@ def test_a_larchd_killed_mid_delivery_delivers_after_restart(tmp_path, srv):
 @pytest.mark.parametrize("body, field, message", [
     ({"url": "http://10.1.2.3:9/x", "events": ["job.completed"], "secret": SECRET}, "url",
      "10.1.2.3, which webhook_allow does not allow"),
-    ({"url": "https://127.0.0.1/x", "events": ["job.completed"], "secret": SECRET}, "url",
-     "https is not supported"),
+    ({"url": "https://10.1.2.3/x", "events": ["job.completed"], "secret": SECRET}, "url",
+     "10.1.2.3, which webhook_allow does not allow"),
     ({"url": "ftp://127.0.0.1/x", "events": ["job.completed"], "secret": SECRET}, "url",
-     "must start with http://"),
+     "must start with http:// or https://"),
     ({"url": "http://user:pw@127.0.0.1/x", "events": ["job.completed"], "secret": SECRET},
      "url", "credentials"),
     ({"url": "http://127.0.0.1:0/x", "events": ["job.completed"], "secret": SECRET}, "url",
@@ -296,6 +345,81 @@ def test_bad_webhooks_are_400(srv, body, field, message):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["detail"] == {"field": field} and message in err["message"], err
+
+
+# ---- https:// receivers ----------------------------------------------------------
+
+
+def test_https_receiver_gets_the_signed_delivery(srv, pki):
+    """Verified against webhook_ca, for the URL's host name, sent as SNI."""
+    rx = Receiver(tls=pki["good"])
+    try:
+        who = user(srv, "wh-https")
+        hook = create(srv, who, rx.url)
+        assert hook["url"].startswith("https://localhost:")
+        job = srv.submit(who, tiny_spec("https"))
+        assert srv.wait(job, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+        d = wait_delivery(srv, who, hook["id"], lambda d: d["state"] != "pending")
+        assert d["state"] == "delivered", d
+        assert [a["status"] for a in d["attempts"]] == [200]
+        (path, headers, body), = rx.wait(1)
+        assert path == "/hook?x=1" and headers["Host"] == f"localhost:{rx.port}"
+        assert check_signed(headers, body, "job.completed", d["id"])["job"]["id"] == job
+        assert rx.sni == ["localhost"]
+    finally:
+        rx.stop()
+
+
+@pytest.mark.parametrize("cert, host, error", [
+    ("untrusted", "localhost", "tls: the certificate of localhost is not accepted: its issuer "
+     "is not trusted (not in the system's certificates or webhook_ca)"),
+    ("elsewhere", "127.0.0.1", "tls: the certificate of 127.0.0.1 is not accepted: it does "
+     "not name 127.0.0.1"),
+    ("elsewhere", "localhost", "tls: the certificate of localhost is not accepted: it does "
+     "not name localhost"),
+])
+def test_https_receiver_with_a_bad_certificate_fails_the_delivery(srv, pki, cert, host, error):
+    rx = Receiver(tls=pki[cert])
+    try:
+        who = user(srv, f"wh-{cert}-{host.replace('.', '-')}")
+        hook = create(srv, who, f"https://{host}:{rx.port}/in", events=["job.failed"])
+        job = srv.submit(who, tiny_spec("bad-cert", seed=13))
+        assert srv.wait(job, {"COMPLETED", "FAILED"})["state"] == "FAILED"
+        d = wait_delivery(srv, who, hook["id"], lambda d: d["state"] != "pending", timeout=30)
+        assert d["state"] == "failed" and len(d["attempts"]) >= 2, d
+        for a in d["attempts"]:
+            assert a["status"] is None
+            assert a["error"] == f"127.0.0.1:{rx.port}: {error}", a
+        assert rx.requests == []          # nothing was sent over a connection we refused
+        assert rx.sni[0] == (None if host == "127.0.0.1" else host)   # no SNI for an address
+    finally:
+        rx.stop()
+
+
+def test_https_url_to_a_plain_http_receiver_fails_clearly(srv):
+    rx = Receiver()
+    try:
+        who = user(srv, "wh-https-plain")
+        hook = create(srv, who, f"https://127.0.0.1:{rx.port}/", events=["job.completed"])
+        job = srv.submit(who, tiny_spec("https-plain"))
+        srv.wait(job, {"COMPLETED"})
+        d = wait_delivery(srv, who, hook["id"], lambda d: d["attempts"])
+        assert d["attempts"][0]["status"] is None
+        assert d["attempts"][0]["error"].startswith(f"127.0.0.1:{rx.port}: tls handshake: "), d
+    finally:
+        rx.stop()
+
+
+def test_bad_webhook_ca_stops_larchd(tmp_path):
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("hello\n")
+    for path, why in ((bad, "no PEM certificate in it"),
+                      (tmp_path / "missing.pem", "No such file or directory")):
+        p = subprocess.run([str(larchd_exe()), "--listen", "127.0.0.1:0", "--state-dir",
+                            str(tmp_path / "state"), "--run-as", "service", "--webhook-ca",
+                            str(path)], capture_output=True, text=True, timeout=30)
+        assert p.returncode != 0
+        assert f"webhook_ca {path}: {why}" in p.stderr, p.stderr
 
 
 def test_names_resolving_to_loopback_are_allowed_and_hooks_are_capped(srv):

@@ -65,9 +65,21 @@ static void test_urls(void)
 	CHECK_STR_EQ(u.host_header, "[::1]");
 	CHECK_INT_EQ(svc_webhook_url_parse("http://localhost?x", &u, err, sizeof err), 0);
 	CHECK_STR_EQ(u.path, "/?x");
+	CHECK_INT_EQ(u.tls, 0);
+	CHECK_INT_EQ(svc_webhook_url_parse("https://hooks.example.org/in", &u, err, sizeof err), 0);
+	CHECK_INT_EQ(u.tls, 1);
+	CHECK_STR_EQ(u.host, "hooks.example.org");
+	CHECK_STR_EQ(u.port, "443");
+	CHECK_STR_EQ(u.host_header, "hooks.example.org");
+	CHECK_STR_EQ(u.path, "/in");
+	CHECK_INT_EQ(svc_webhook_url_parse("HTTPS://[::1]:8443", &u, err, sizeof err), 0);
+	CHECK_INT_EQ(u.tls, 1);
+	CHECK_STR_EQ(u.port, "8443");
+	CHECK_STR_EQ(u.host_header, "[::1]:8443");
 	static const char *const bad[][2] = {
-		{ "https://127.0.0.1/", "https is not supported" },
-		{ "ftp://127.0.0.1/", "must start with http://" },
+		{ "ftp://127.0.0.1/", "must start with http:// or https://" },
+		{ "https://u:p@127.0.0.1/", "credentials" },
+		{ "https://127.0.0.1:0/", "port must be" },
 		{ "http://u:p@127.0.0.1/", "credentials" },
 		{ "http://127.0.0.1:0/", "port must be" },
 		{ "http://127.0.0.1:65536/", "port must be" },
