@@ -164,6 +164,10 @@ static const struct key keys[] = {
 	{ .name = "tls_key", .kind = K_FILE, .offset = FIELD(tls_key), .def = "",
 	  .metavar = "FILE", .help = "the PEM private key of tls_cert, read at start; others "
 	  "must not be able to read it (chmod 600)" },
+	{ .name = "job_ca", .kind = K_FILE, .offset = FIELD(job_ca), .def = "",
+	  .metavar = "FILE", .help = "the PEM file jobs verify larchd's HTTPS certificate with "
+	  "(LARCH_CA in their environment; jobs must be able to read it); empty: tls_cert when "
+	  "it is self-signed, else the nodes' system CA store" },
 	{ .name = "trusted_proxies", .kind = K_ALLOW, .offset = FIELD(trusted_proxies), .def = "",
 	  .metavar = "NET[,NET...]", .help = "reverse proxies whose X-Forwarded-For is believed: "
 	  "loopback, IP addresses or networks (empty: none, the header is ignored); the client "
@@ -785,6 +789,7 @@ void svc_config_release(struct svc_config *cfg)
 	free(cfg->trusted_proxies);
 	free(cfg->tls_cert);
 	free(cfg->tls_key);
+	free(cfg->job_ca);
 	free(cfg->webhook_ca);
 	free(cfg->chartjs_path);
 	free(cfg->run_as);

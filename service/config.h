@@ -91,6 +91,7 @@ struct svc_config {
 	unsigned request_timeout;        /* seconds a request's body may take */
 	unsigned shutdown_timeout;       /* seconds in-flight requests get on SIGTERM */
 	char *tls_cert, *tls_key;        /* PEM files; both NULL (plain HTTP) or both set */
+	char *job_ca;                    /* LARCH_CA for jobs; NULL: tls_cert if self-signed */
 	char *trusted_proxies;           /* whose X-Forwarded-For counts ("": nobody's) */
 	char *config_file;               /* the file read, or NULL */
 };

@@ -168,6 +168,8 @@ struct executor {
 struct exec_local_config {
 	const char *trainer_path;      /* larch-train */
 	const char *server_url;        /* LARCH_SERVER_URL for the jobs; NULL = no reporting */
+	const char *ca_file;           /* LARCH_CA for the jobs that report (an absolute path
+	                                  they can read); NULL = none, the system's CA store */
 	int max_running;               /* slots (>= 1): a job takes one per rank */
 	int grace_s;                   /* SIGTERM -> SIGKILL (default 30) */
 	int threads_per_job;           /* --threads for each job; 0 = the trainer's default */
@@ -200,6 +202,7 @@ enum exec_slurm_mpi {
 struct exec_slurm_config {
 	const char *trainer_path;      /* larch-train, as the compute node sees it */
 	const char *server_url;        /* LARCH_SERVER_URL for the jobs; NULL = no reporting */
+	const char *ca_file;           /* as for the local executor; the same path on the nodes */
 	const char *state_dir;         /* larchd's; its instance id lives there */
 	const char *partition, *account, *qos;   /* defaults; NULL/"" = Slurm's */
 	int poll_ms;                   /* between squeue calls (>= 100) */

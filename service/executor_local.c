@@ -4,7 +4,8 @@
  * Each job runs in its own process group (so a cancel reaches every process
  * it starts), with stdout and stderr appended to the job dir's stdout.log and
  * stderr.log, no inherited descriptors, and LARCH_SERVER_URL, LARCH_JOB_ID and
- * LARCH_JOB_TOKEN (and LARCH_REPORT_FLUSH_S when configured) in its environment.
+ * LARCH_JOB_TOKEN (and LARCH_REPORT_FLUSH_S and LARCH_CA when configured) in its
+ * environment.
  *
  * Restart safety: before fork larchd takes an exclusive flock on DIR/lock;
  * the child keeps that descriptor (as fd 3) through exec, so the lock is held
@@ -76,6 +77,7 @@ struct local {
 	struct executor base;          /* first: a struct executor * is a struct local * */
 	struct exec_local_config cfg;
 	char *trainer_path, *server_url;
+	char *env_ca;                  /* "LARCH_CA=FILE", or NULL */
 	char *mpirun_path;             /* for jobs of several ranks; NULL: none in PATH */
 	char *roots[EXEC_DATA_ROOTS_MAX];  /* data_roots for confined jobs (copies) */
 	int n_roots;
@@ -156,14 +158,15 @@ static int build_env(struct launch *l, const struct local *lx, const struct exec
 	size_t n = 0;
 	while (environ[n])
 		n++;
-	l->envp = calloc(n + 8, sizeof *l->envp);
+	l->envp = calloc(n + 16, sizeof *l->envp);
 	if (!l->envp)
 		return -1;
 	/* larchd's own reporting variables (if it has any) never reach a job,
 	 * which gets its own below; the rest (LARCH_DATASET_ROOT, LARCH_BLAS,
 	 * PATH, ...) is the job's environment too */
 	static const char *const own[] = { "LARCH_SERVER_URL=", "LARCH_JOB_ID=",
-	                                   "LARCH_JOB_TOKEN=", "LARCH_REPORT_FLUSH_S=" };
+	                                   "LARCH_JOB_TOKEN=", "LARCH_REPORT_FLUSH_S=",
+	                                   "LARCH_CA=" };
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		int skip = 0;
@@ -194,6 +197,8 @@ static int build_env(struct launch *l, const struct local *lx, const struct exec
 			         lx->cfg.report_flush_s);
 			l->envp[k++] = l->env_flush;
 		}
+		if (lx->env_ca)
+			l->envp[k++] = lx->env_ca;
 	}
 	l->envp[k] = NULL;
 	return 0;
@@ -841,6 +846,7 @@ static void local_free(struct executor *ex)
 	free(lx->trainer_path);
 	free(lx->mpirun_path);
 	free(lx->server_url);
+	free(lx->env_ca);
 	for (int i = 0; i < lx->n_roots; i++)
 		free(lx->roots[i]);
 	pthread_mutex_destroy(&lx->lock);
@@ -923,6 +929,11 @@ struct executor *exec_local_new(const struct exec_local_config *cfg, char *err, 
 	lx->server_url = cfg->server_url ? strdup(cfg->server_url) : NULL;
 	lx->mpirun_path = find_in_path("mpirun");
 	int oom = 0;
+	if (cfg->ca_file && asprintf(&lx->env_ca, "LARCH_CA=%s", cfg->ca_file) < 0) {
+		lx->env_ca = NULL;
+		oom = 1;
+	}
+	lx->cfg.ca_file = NULL;             /* copied into env_ca */
 	for (int i = 0; i < cfg->n_data_roots && i < EXEC_DATA_ROOTS_MAX; i++)
 		oom |= !(lx->roots[lx->n_roots++] = strdup(cfg->data_roots[i]));
 	lx->cfg.data_roots = NULL;          /* borrowed for the call only */

@@ -121,6 +121,7 @@ struct slurm_ex {
 	struct executor base;         /* first: a struct executor * is a struct slurm_ex * */
 	struct exec_slurm_config cfg;
 	char *trainer_path, *server_url, *partition, *account, *qos, *state_dir;
+	char *ca_file;                 /* LARCH_CA for the jobs, or NULL */
 	char *roots[EXEC_DATA_ROOTS_MAX];   /* data_roots for confined jobs (copies) */
 	int n_roots;
 	char self_user[SVC_UNIX_NAME_MAX + 1];   /* larchd's own Unix user, as squeue names it */
@@ -314,10 +315,22 @@ static int write_script(struct slurm_ex *sx, const struct sjob *sj, char *err, s
 	                             sizeof home) == 0)
 		snprintf(who, sizeof who, "export HOME=%s USER='%s' LOGNAME='%s'\n", home,
 		         sj->owner.name, sj->owner.name);
-	char flush[64] = "";
+	/* the CA file the job verifies larchd's certificate with, or none: a
+	 * LARCH_CA of larchd's own environment (sbatch passes it on) is not the
+	 * job's */
+	char flush[64 + 2 * EXEC_PATH_MAX + 32] = "", ca[2 * EXEC_PATH_MAX + 8];
 	if (sx->cfg.report_flush_s > 0)
 		snprintf(flush, sizeof flush, "\texport LARCH_REPORT_FLUSH_S=%d\n",
 		         sx->cfg.report_flush_s);
+	if (sx->ca_file && sh_quote(sx->ca_file, ca, sizeof ca) != 0) {
+		snprintf(err, errlen, "job_ca: the path is too long for the batch script");
+		return -1;
+	}
+	if (sx->ca_file)
+		snprintf(flush + strlen(flush), sizeof flush - strlen(flush),
+		         "\texport LARCH_CA=%s\n", ca);
+	else
+		snprintf(flush + strlen(flush), sizeof flush - strlen(flush), "\tunset LARCH_CA\n");
 	/* One rank: a step of its own. Several: a step of N tasks wired up by
 	 * Slurm's PMIx plugin, or Open MPI's mpirun, which reads the allocation
 	 * and wires the ranks up itself, or a step of N tasks without MPI, which
@@ -1992,6 +2005,7 @@ static void slurm_free(struct executor *ex)
 	free(sx->trainer_path);
 	free(sx->state_dir);
 	free(sx->server_url);
+	free(sx->ca_file);
 	free(sx->partition);
 	free(sx->account);
 	free(sx->qos);
@@ -2079,10 +2093,12 @@ struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, 
 	sx->trainer_path = strdup(cfg->trainer_path);
 	sx->state_dir = strdup(cfg->state_dir);
 	sx->server_url = dup_or_null(cfg->server_url);
+	sx->ca_file = dup_or_null(cfg->ca_file);
 	sx->partition = dup_or_null(cfg->partition);
 	sx->account = dup_or_null(cfg->account);
 	sx->qos = dup_or_null(cfg->qos);
-	int oom = !sx->trainer_path || !sx->state_dir;
+	int oom = !sx->trainer_path || !sx->state_dir || (cfg->ca_file && !sx->ca_file);
+	sx->cfg.ca_file = NULL;             /* copied into ca_file */
 	for (int i = 0; i < cfg->n_data_roots && i < EXEC_DATA_ROOTS_MAX; i++)
 		oom |= !(sx->roots[sx->n_roots++] = strdup(cfg->data_roots[i]));
 	sx->cfg.data_roots = NULL;          /* borrowed for the call only */

@@ -278,6 +278,12 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	if (d->cfg.tls_cert && (!(d->tls_cert = svc_tls_read(d->cfg.tls_cert, 0, err, errlen)) ||
 	                        !(d->tls_key = svc_tls_read(d->cfg.tls_key, 1, err, errlen))))
 		return -1;
+	/* what jobs verify our certificate with (LARCH_CA) */
+	char job_ca[PATH_MAX], job_ca_note[2 * PATH_MAX + 256];
+	int has_job_ca = svc_tls_job_ca(d->cfg.job_ca, d->cfg.tls_cert, d->tls_cert, owner, job_ca,
+	                                sizeof job_ca, job_ca_note, sizeof job_ca_note, err, errlen);
+	if (has_job_ca < 0)
+		return -1;
 	if (svc_allow_parse(d->cfg.trusted_proxies, &d->trusted_proxies, err, errlen) != 0)
 		return -1;
 	if (svc_state_dir_make(d->cfg.state_dir, err, errlen) != 0)
@@ -435,6 +441,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		struct exec_slurm_config xcfg = {
 			.trainer_path = trainer,
 			.server_url = url,
+			.ca_file = has_job_ca ? job_ca : NULL,
 			.state_dir = state,
 			.partition = d->cfg.slurm_partition,
 			.account = d->cfg.slurm_account,
@@ -463,6 +470,7 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 		struct exec_local_config xcfg = {
 			.trainer_path = trainer,
 			.server_url = url,
+			.ca_file = has_job_ca ? job_ca : NULL,
 			.max_running = (int)d->cfg.max_local_jobs,
 			.grace_s = (int)d->cfg.cancel_grace,
 			.report_flush_s = REPORT_FLUSH_S,
@@ -482,6 +490,10 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	        d->cfg.config_file ? ", config " : "", d->cfg.config_file ? d->cfg.config_file : "");
 	if (owner)
 		warn_unreachable(state, trainer);
+	if (job_ca_note[0])
+		svc_log(SVC_LOG_WARN, "%s", job_ca_note);
+	else if (has_job_ca)
+		svc_log(SVC_LOG_INFO, "jobs verify larchd's certificate with %s (LARCH_CA)", job_ca);
 	return 0;
 }
 

@@ -7,6 +7,11 @@ command; larchd serves with them and real clients talk to it: curl
 Each must refuse the server under another CA. The key file's permissions,
 the two options given alone and a plain-HTTP request to the TLS port are
 checked too.
+
+Jobs report back over HTTPS: real larch-train jobs on the local executor
+post their metrics and result with the CA file larchd passes them as
+LARCH_CA (job_ca; a self-signed tls_cert by default), and without it say
+in their log which URL they could not verify and why, and still complete.
 """
 import os
 import re
@@ -14,11 +19,14 @@ import shutil
 import socket
 import ssl
 import subprocess
+import time
 
 import pytest
 import requests
 
+import unix_users
 from larchd import Larchd, larchd_exe
+from test_api_jobs import FINAL, Server, tiny_spec
 from test_cli_larch import clean_env, run
 
 
@@ -191,6 +199,117 @@ def test_one_option_alone_is_exit_2(pki, tmp_path, given):
     assert code == 2
     assert err == (f"larchd: tls_cert and tls_key: give both or neither (only "
                    f"{given.replace('-', '_')} is set)\n")
+
+
+# ---- jobs under an HTTPS larchd (job_ca, LARCH_CA) -------------------------------
+
+
+class TlsServer(Server):
+    """test_api_jobs' Server (users alice and bob) over HTTPS, trusting ca."""
+
+    def __init__(self, tmp, ca, args):
+        self.ca = str(ca)
+        super().__init__(tmp, args)
+
+    def get(self, path, who, **kw):
+        return super().get(path, who, verify=self.ca, **kw)
+
+    def post(self, path, who, body=None, headers=None, **kw):
+        return super().post(path, who, body, headers, verify=self.ca, **kw)
+
+
+def job_posts(log, job_id):
+    """The trainer's posts for job_id in larchd's log: [(what, status)]."""
+    return re.findall(rf" POST /v1/jobs/{job_id}/(metrics|result) (\d+) ", log)
+
+
+def run_job(server, who, name):
+    """A tiny real job, to its end: (its id, its stderr.log)."""
+    job_id = server.submit(who, tiny_spec(name, steps=10))
+    job = server.wait(job_id, FINAL, timeout=60)
+    assert job["state"] == "COMPLETED", job
+    stderr = (server.d.state_dir / "jobs" / job_id / "stderr.log").read_text()
+    return job_id, stderr
+
+
+def test_jobs_report_with_job_ca(pki, tmp_path):
+    """A job of alice's (her own Unix user when larchd runs as root) posts its
+    metrics and result over HTTPS, trusting the private CA through job_ca."""
+    args = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]),
+            "--job-ca", str(pki["ca"])]
+    if os.geteuid() == 0:
+        # jobs run as their owners: a CA file they cannot read stops larchd
+        os.chmod(pki["dir"], 0o700)
+        code, err = start_fails(tmp_path / "closed", *args)
+        assert code != 0
+        assert (f"larchd: job_ca {pki['ca']}: jobs run as their owners and cannot read it: "
+                f"{pki['dir']} above it is closed to other users (mode 0700: chmod o+x)"
+                in err), err
+        unix_users.make_reachable(pki["dir"])
+    server = TlsServer(tmp_path / "ok", pki["ca"], args)
+    try:
+        server.d.wait_log(rf"jobs verify larchd's certificate with {re.escape(str(pki['ca']))} "
+                          r"\(LARCH_CA\)")
+        job_id, stderr = run_job(server, server.alice, "https-job-ca")
+        posts = job_posts(server.d.log(), job_id)
+        assert ("metrics", "200") in posts and ("result", "200") in posts, posts
+        assert {status for _, status in posts} == {"200"}, posts
+        assert "report:" not in stderr, stderr
+        series = server.get(f"/v1/jobs/{job_id}/metrics", server.alice).json()["series"]
+        assert [p[0] for p in series["train/loss"]] == list(range(1, 11))
+    finally:
+        server.stop()
+
+
+def test_jobs_without_the_ca_say_why_and_complete(tls, pki):
+    """The module's larchd: a certificate of a private CA and no job_ca, so
+    jobs verify against the system's store, which does not know the CA."""
+    assert "jobs verify larchd's certificate" not in tls.log()
+    r = requests.post(tls.url + "/v1/jobs", json=tiny_spec("https-no-ca", steps=10),
+                      headers=tls.auth(), verify=str(pki["ca"]), timeout=10)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    deadline = time.monotonic() + 60
+    while (job := requests.get(f"{tls.url}/v1/jobs/{job_id}", headers=tls.auth(),
+                               verify=str(pki["ca"]), timeout=10).json())["state"] not in FINAL:
+        assert time.monotonic() < deadline, job
+        time.sleep(0.1)
+    assert job["state"] == "COMPLETED", job
+    stderr = (tls.state_dir / "jobs" / job_id / "stderr.log").read_text()
+    want = (f"larch-train: report: POST {tls.url}/v1/jobs/{job_id}/metrics: larchd's TLS "
+            f"certificate does not verify against the system's CA store (larchd's job_ca sets "
+            f"LARCH_CA for jobs): SSL certificate problem: unable to get local issuer "
+            f"certificate; posting nothing more to larchd")
+    assert want in stderr, stderr
+    assert stderr.count("larch-train: report: POST") == 1, stderr
+    assert job_posts(tls.log(), job_id) == []
+    # nothing lost: larchd read metrics.jsonl when the job ended
+    series = requests.get(f"{tls.url}/v1/jobs/{job_id}/metrics", headers=tls.auth(),
+                          verify=str(pki["ca"]), timeout=10).json()["series"]
+    assert [p[0] for p in series["train/loss"]] == list(range(1, 11))
+
+
+def test_a_self_signed_certificate_is_the_jobs_ca(tmp_path):
+    """No job_ca: a self-signed tls_cert is what jobs trust (LARCH_CA)."""
+    d = tmp_path / "self"
+    d.mkdir()
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", "self.key", "-out", "self.pem", "-days", "2", "-subj",
+            "/CN=127.0.0.1", "-addext", "subjectAltName = IP:127.0.0.1", cwd=d)
+    os.chmod(d / "self.key", 0o600)
+    os.chmod(d / "self.pem", 0o644)
+    unix_users.make_reachable(d)
+    server = TlsServer(tmp_path / "srv", d / "self.pem",
+                       ["--tls-cert", str(d / "self.pem"), "--tls-key", str(d / "self.key")])
+    try:
+        server.d.wait_log(rf"jobs verify larchd's certificate with "
+                          rf"{re.escape(str(d / 'self.pem'))} \(LARCH_CA\)")
+        job_id, stderr = run_job(server, server.bob, "https-self-signed")
+        posts = job_posts(server.d.log(), job_id)
+        assert ("metrics", "200") in posts and ("result", "200") in posts, posts
+        assert "report:" not in stderr, stderr
+    finally:
+        server.stop()
 
 
 # ---- X-Forwarded-For -------------------------------------------------------------
