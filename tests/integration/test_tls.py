@@ -26,7 +26,7 @@ import requests
 
 import unix_users
 from larchd import Larchd, larchd_exe
-from test_api_jobs import FINAL, Server, tiny_spec
+from test_api_jobs import FINAL, JSON, Server, tiny_spec
 from test_cli_larch import clean_env, run
 
 
@@ -207,9 +207,14 @@ def test_one_option_alone_is_exit_2(pki, tmp_path, given):
 class TlsServer(Server):
     """test_api_jobs' Server (users alice and bob) over HTTPS, trusting ca."""
 
-    def __init__(self, tmp, ca, args):
+    def __init__(self, tmp, ca, args, env=None):    # Server's, with env
         self.ca = str(ca)
-        super().__init__(tmp, args)
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.d = Larchd(tmp, args=list(args), env=env).start()
+        self.url = self.d.url
+        self.admin = {**self.d.auth(), **JSON}
+        self.alice = {**self.d.auth(self.make_user("alice")), **JSON}
+        self.bob = {**self.d.auth(self.make_user("bob")), **JSON}
 
     def get(self, path, who, **kw):
         return super().get(path, who, verify=self.ca, **kw)
@@ -310,6 +315,31 @@ def test_a_self_signed_certificate_is_the_jobs_ca(tmp_path):
         assert "report:" not in stderr, stderr
     finally:
         server.stop()
+
+
+def test_a_slurm_job_reports_with_job_ca(pki, tmp_path, slurm_cluster):
+    """The batch script exports job_ca as LARCH_CA; the job, alice's under
+    Slurm (as root), posts its metrics over HTTPS. A LARCH_CA in larchd's own
+    environment (which sbatch passes on) is not what the job gets."""
+    unix_users.make_reachable(pki["dir"])
+    env = dict(slurm_cluster.env, LARCH_CA=str(pki["other"]))
+    server = TlsServer(tmp_path, pki["ca"],
+                       ["--executor", "slurm", "--slurm-poll-ms", "300",
+                        "--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]),
+                        "--job-ca", str(pki["ca"])], env=env)
+    try:
+        job_id, stderr = run_job(server, server.alice, "https-slurm")
+        assert server.job(job_id)["executor"] == "slurm"
+        script = (server.d.state_dir / "jobs" / job_id / "slurm.sh").read_text()
+        assert f"\texport LARCH_CA='{pki['ca']}'\n" in script, script
+        posts = job_posts(server.d.log(), job_id)
+        assert ("metrics", "200") in posts and ("result", "200") in posts, posts
+        assert "report:" not in stderr, stderr
+    finally:
+        server.stop()
+        inst = server.d.state_dir / "instance-id"
+        if inst.exists():
+            slurm_cluster.cancel_named(f"larch-{inst.read_text().strip()}-")
 
 
 # ---- X-Forwarded-For -------------------------------------------------------------
