@@ -1,9 +1,11 @@
 # tests/unit/check_links.cmake - larchd and the larch CLI compute nothing:
 # neither they nor any larch library they load links the kernels, the
 # trainer, OpenMP, BLAS, MPI or CUDA (larch_spec is what they share with
-# larch-train). Fails naming the binary, and the library or symbol.
+# larch-train). The binaries of NO_CURL (larchd: its webhook client is its
+# own, TLS through GnuTLS) load no libcurl either. Fails naming the binary,
+# and the library or symbol.
 #
-#   cmake -DBINARIES="path;path" -P check_links.cmake
+#   cmake -DBINARIES="path;path" [-DNO_CURL="path"] -P check_links.cmake
 #
 # ldd lists every library loaded, transitively; nm reads the symbols of the
 # binary (its static parts: larch_svc, larch_exec) and of each larch
@@ -24,8 +26,13 @@ foreach(bin ${BINARIES})
   endif()
   string(REPLACE "\n" ";" lines "${ldd_out}")
   set(files "${bin}")
+  set(bad_libs "${BAD_LIBS}")
+  list(FIND NO_CURL "${bin}" no_curl)
+  if(no_curl GREATER -1)
+    string(APPEND bad_libs "|libcurl")
+  endif()
   foreach(line ${lines})
-    if(line MATCHES "(${BAD_LIBS})[^ ]*")
+    if(line MATCHES "(${bad_libs})[^ ]*")
       list(APPEND failed "${bin} loads ${CMAKE_MATCH_0}")
     endif()
     if(line MATCHES "=> ([^ ]*liblarch_[^ ]*\\.so[^ ]*) ")
@@ -61,5 +68,5 @@ if(failed)
   list(REMOVE_DUPLICATES failed)
   list(JOIN failed "\n  " text)
   message(FATAL_ERROR "check_links: larchd and larch must not link the trainer, kernels, "
-                      "OpenMP, BLAS, MPI or CUDA:\n  ${text}")
+                      "OpenMP, BLAS, MPI or CUDA, nor larchd libcurl:\n  ${text}")
 endif()
