@@ -1,9 +1,9 @@
 /* api/webhooks_post.c - POST /v1/webhooks: a user's new webhook.
  *
  * Body {"url": "http://...", "events": ["job.completed", ...], "secret":
- * "..."}: the URL must be http:// to an address webhook_allow allows
- * (checked after resolving its host, by the service's hook), every event a
- * known type (no duplicates), the secret 16 to 256 bytes. A user has at most
+ * "..."}: the URL must be http:// or https:// to an address webhook_allow
+ * allows (checked after resolving its host, by the service's hook), every
+ * event a known type (no duplicates), the secret 16 to 256 bytes. A user has at most
  * webhook_max_per_user hooks. 201 with the webhook; the secret is never
  * shown again.
  */
@@ -96,7 +96,7 @@ enum MHD_Result api_webhooks_post(struct api_request *req)
 	char why[1024];
 	char *events = NULL;
 	if (!json_is_string(url) || !*json_string_value(url)) {
-		ret = bad_field(req, "url", "url: required, an http:// URL");
+		ret = bad_field(req, "url", "url: required, an http:// or https:// URL");
 	} else if (json_string_length(url) > 2048) {
 		ret = bad_field(req, "url", "url: longer than 2048 bytes");
 	} else if (strlen(json_string_value(url)) != json_string_length(url)) {
