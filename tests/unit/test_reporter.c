@@ -172,6 +172,7 @@ static void unset_report_env(void)
 	unsetenv("LARCH_JOB_ID");
 	unsetenv("LARCH_JOB_TOKEN");
 	unsetenv("LARCH_REPORT_FLUSH_S");
+	unsetenv("LARCH_CA");
 }
 
 /* The error trn_reporter_config_env gives for url, id, token and flush
@@ -225,6 +226,29 @@ static void test_config_from_env(void)
 	CHECK(strstr(config_error("http://h", "j", "t", "-1", &cfg), "LARCH_REPORT_FLUSH_S: must be"));
 	CHECK(strstr(config_error("http://h", "j", "t", "nan", &cfg), "LARCH_REPORT_FLUSH_S:"));
 	CHECK(strstr(config_error("http://h", "j", "t", "10s", &cfg), "LARCH_REPORT_FLUSH_S:"));
+}
+
+/* LARCH_CA: the CA file handed to libcurl, "" (the system's store) unset. */
+static void test_config_ca_file(void)
+{
+	struct trn_reporter_config cfg;
+	CHECK_STR_EQ(config_error("https://h", "j", "t", NULL, &cfg), "");
+	CHECK_STR_EQ(cfg.ca_file, "");
+	struct trn_err err = { 0 };
+	setenv("LARCH_SERVER_URL", "https://h", 1);
+	setenv("LARCH_JOB_ID", "j", 1);
+	setenv("LARCH_JOB_TOKEN", "t", 1);
+	setenv("LARCH_CA", "/etc/larch/tls/ca.pem", 1);
+	CHECK_INT_EQ(trn_reporter_config_env(&cfg, &err), 1);
+	CHECK_STR_EQ(cfg.ca_file, "/etc/larch/tls/ca.pem");
+	char *path = malloc(TRN_REPORT_CA_MAX + 1);
+	memset(path, 'a', TRN_REPORT_CA_MAX);
+	path[TRN_REPORT_CA_MAX] = '\0';
+	setenv("LARCH_CA", path, 1);
+	CHECK_INT_EQ(trn_reporter_config_env(&cfg, &err), -1);
+	CHECK(strstr(err.text, "LARCH_CA: must be a file name of at most") != NULL);
+	free(path);
+	unset_report_env();
 }
 
 static void test_retry_policy(void)
@@ -296,6 +320,7 @@ int main(void)
 	CHECK_RUN(test_format);
 	CHECK_RUN(test_format_matches_metrics_jsonl);
 	CHECK_RUN(test_config_from_env);
+	CHECK_RUN(test_config_ca_file);
 	CHECK_RUN(test_retry_policy);
 	CHECK_RUN(test_life_against_a_refusing_port);
 	return check_finish();
