@@ -185,7 +185,8 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 	int64_t connect_deadline = start + w->cfg.connect_timeout_ms;
 	if (connect_deadline > deadline)
 		connect_deadline = deadline;
-	struct conn c = { .fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0) };
+	struct conn c = { .fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+	                               0) };
 	if (c.fd < 0) {
 		svc_msgf(err, errlen, "socket: %s", strerror(errno));
 		return SENT_FAILED;

@@ -83,7 +83,6 @@ class Receiver:
             ctx.load_cert_chain(*map(str, tls))
             ctx.sni_callback = lambda sock, name, c: self.sni.append(name)
             self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-            self.url = f"https://localhost:{self.port}/hook?x=1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
@@ -350,22 +349,23 @@ def test_bad_webhooks_are_400(srv, body, field, message):
 # ---- https:// receivers ----------------------------------------------------------
 
 
-def test_https_receiver_gets_the_signed_delivery(srv, pki):
-    """Verified against webhook_ca, for the URL's host name, sent as SNI."""
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+def test_https_receiver_gets_the_signed_delivery(srv, pki, host):
+    """Verified against webhook_ca, for the URL's host (a name, sent as
+    SNI, or an address, matched against the certificate's IP entries)."""
     rx = Receiver(tls=pki["good"])
     try:
-        who = user(srv, "wh-https")
-        hook = create(srv, who, rx.url)
-        assert hook["url"].startswith("https://localhost:")
+        who = user(srv, f"wh-https-{host.replace('.', '-')}")
+        hook = create(srv, who, f"https://{host}:{rx.port}/hook?x=1")
         job = srv.submit(who, tiny_spec("https"))
         assert srv.wait(job, {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
         d = wait_delivery(srv, who, hook["id"], lambda d: d["state"] != "pending")
         assert d["state"] == "delivered", d
         assert [a["status"] for a in d["attempts"]] == [200]
         (path, headers, body), = rx.wait(1)
-        assert path == "/hook?x=1" and headers["Host"] == f"localhost:{rx.port}"
+        assert path == "/hook?x=1" and headers["Host"] == f"{host}:{rx.port}"
         assert check_signed(headers, body, "job.completed", d["id"])["job"]["id"] == job
-        assert rx.sni == ["localhost"]
+        assert rx.sni == [None if host == "127.0.0.1" else host]
     finally:
         rx.stop()
 
