@@ -294,6 +294,26 @@ def test_jobs_without_the_ca_say_why_and_complete(tls, pki):
     assert [p[0] for p in series["train/loss"]] == list(range(1, 11))
 
 
+def test_a_ca_file_the_trainer_cannot_use_is_named(tls, pki, trainer, tmp_path):
+    """larch-train itself (the reporter) with LARCH_CA of a missing file, and
+    of another CA: one line each naming the URL, the file and the reason."""
+    spec = tiny_spec("ca-file", steps=3)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LARCH_")}
+    base.update(LARCH_SERVER_URL=tls.url, LARCH_JOB_ID="j-000999", LARCH_JOB_TOKEN="t")
+    url = f"{tls.url}/v1/jobs/j-000999/metrics"
+    for ca, why in ((tmp_path / "missing.pem", f"the CA file {tmp_path / 'missing.pem'} "
+                     f"(LARCH_CA) cannot be used: "),
+                    (pki["other"], f"larchd's TLS certificate does not verify against the "
+                     f"CA file {pki['other']} (LARCH_CA): SSL certificate problem: ")):
+        out = subprocess.run([str(trainer.exe), "--spec", str(trainer.write_spec(spec)),
+                              "--job-dir", str(tmp_path / ca.stem), "--quiet"],
+                             env=dict(base, LARCH_CA=str(ca)), capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert f"larch-train: report: POST {url}: {why}" in out.stderr, out.stderr
+        assert out.stderr.count("report: POST") == 1, out.stderr
+
+
 def test_a_self_signed_certificate_is_the_jobs_ca(tmp_path):
     """No job_ca: a self-signed tls_cert is what jobs trust (LARCH_CA)."""
     d = tmp_path / "self"
