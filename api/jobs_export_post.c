@@ -11,8 +11,8 @@
  * service runs it off the HTTP threads as the job's user (service/export.h).
  * The same step and format are the same export: a POST while it is queued
  * or running answers it again (202), one whose files are done for this
- * checkpoint answers them (200); a failed one, or one of a checkpoint
- * rewritten since, is made again.
+ * checkpoint answers them (200, also when the checkpoint was pruned since);
+ * a failed one, or one of a checkpoint rewritten since, is made again.
  *
  * Refused: 400 a body that is not an object, an unknown field, a step that
  * is not a non-negative integer, a format not in the table; 422 a format

@@ -94,7 +94,7 @@ static int manifest_read(const char *dir, const char *id, struct api_export *x)
 	const char *ck = json_string_value(json_object_get(root, "checkpoint_sha256"));
 	const char *rid = json_string_value(json_object_get(root, "id"));
 	int ok = rid && strcmp(rid, id) == 0 && is_hex64(ck) && json_is_array(files) &&
-	     json_array_size(files) == API_EXPORT_FILES;
+	         json_array_size(files) == API_EXPORT_FILES;
 	memset(x, 0, sizeof *x);
 	for (int i = 0; ok && i < API_EXPORT_FILES; i++) {
 		json_t *e = json_array_get(files, (size_t)i);
@@ -117,6 +117,8 @@ static int manifest_read(const char *dir, const char *id, struct api_export *x)
 		snprintf(x->checkpoint_sha256, sizeof x->checkpoint_sha256, "%s", ck);
 		x->created_ms = json_integer_value(json_object_get(root, "created_ms"));
 		x->finished_ms = json_integer_value(json_object_get(root, "finished_ms"));
+		if (x->created_ms < 0 || x->finished_ms < 0)
+			x->created_ms = x->finished_ms = 0;     /* not larchd's: times unknown */
 		x->n_files = API_EXPORT_FILES;
 	}
 	json_decref(root);
