@@ -32,6 +32,7 @@
 #define EXPORT_KEPT 1024           /* finished exports remembered in memory */
 #define OUTPUT_MAX 16384           /* of the child's stdout and stderr, kept for the error */
 #define MANIFEST_MAX 65536
+#define LIST_MAX 4096              /* exports of one job listed from its directory */
 #define DIR_MAX 4096
 
 struct entry {
@@ -545,7 +546,7 @@ static int hook_list(void *arg, long long job, struct api_export **out)
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	if (!d && fd >= 0)
 		close(fd);
-	for (struct dirent *de; d && (de = readdir(d));) {
+	for (struct dirent *de; d && n < LIST_MAX && (de = readdir(d));) {
 		if (n == cap) {
 			struct api_export *w = realloc(v, 2 * cap * sizeof *v);
 			if (!w)
