@@ -19,9 +19,10 @@
  * regular file of one link owned by the job directory's owner), hashes them
  * and writes the manifest exports/<id>/export.json (svc_jobfs_write, owned
  * by the job's user): the record the download route checks the files
- * against. The exports in memory (queued, running, failed, done) are
- * larchd's own; after a restart the done ones are read back from their
- * manifests, whose file names are only ever those of the fixed table.
+ * against (export_manifest.h). The exports in memory (queued, running,
+ * failed, done) are larchd's own; after a restart the done ones are read
+ * back from their manifests (at most LIST_MAX of a job), whose file names
+ * are only ever those of the fixed table.
  *
  * Ownership: the config's strings are copied; hooks() returns a pointer
  * into the object, valid until svc_export_free.
