@@ -26,6 +26,10 @@ enum MHD_Result api_jobs_events_get(struct api_request *req);      /* GET .../{i
 enum MHD_Result api_jobs_logs_get(struct api_request *req);        /* GET .../{id}/logs */
 enum MHD_Result api_jobs_checkpoints_get(struct api_request *req); /* GET .../{id}/checkpoints */
 enum MHD_Result api_jobs_checkpoint_file_get(struct api_request *req); /* GET .../checkpoints/{step} */
+enum MHD_Result api_jobs_export_post(struct api_request *req);     /* POST .../{id}/exports */
+enum MHD_Result api_jobs_export_list(struct api_request *req);     /* GET .../{id}/exports */
+enum MHD_Result api_jobs_export_get(struct api_request *req);      /* GET .../exports/{export} */
+enum MHD_Result api_jobs_export_file_get(struct api_request *req); /* GET .../{export}/{file} */
 enum MHD_Result api_jobs_metrics_get(struct api_request *req);     /* GET .../{id}/metrics */
 enum MHD_Result api_jobs_metrics_post(struct api_request *req);    /* POST .../{id}/metrics */
 enum MHD_Result api_jobs_result_post(struct api_request *req);     /* POST .../{id}/result */

@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+struct api_exports_hooks;
+
 /* One labelled count for /metrics (api_jobs_hooks.slurm_calls). */
 struct api_count {
 	const char *label;             /* static */
@@ -76,6 +78,9 @@ struct api_jobs_hooks {
 	/* Optional. The Slurm commands larchd has run, by command, for /metrics
 	 * (larch_slurm_calls_total): fills at most max, returns how many. */
 	size_t (*slurm_calls)(void *arg, struct api_count *out, size_t max);
+	/* Optional. Exports of checkpoints (api/exports_hooks.h); NULL: the
+	 * export endpoints answer 503. */
+	const struct api_exports_hooks *exports;
 	const char *executor;          /* "local" or "slurm": the new jobs' executor */
 	unsigned compare_max_jobs;     /* GET /v1/metrics: jobs per request (0: its default) */
 	void *arg;

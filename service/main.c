@@ -43,6 +43,7 @@
 #include "db/tokens.h"
 #include "identity.h"
 #include "log.h"
+#include "export.h"
 #include "preflight.h"
 #include "runner.h"
 #include "server.h"
@@ -178,6 +179,7 @@ struct larchd {
 	struct svc_auth *auth;
 	struct svc_runner *runner;
 	struct svc_preflight *preflight;   /* submits' look at their files (preflight.h) */
+	struct svc_export *exports;        /* exports of checkpoints (export.h) */
 	struct api_jobs_hooks jobs_hooks;  /* the runner's, and the preflight */
 	struct api_sweeps_hooks sweeps_hooks;   /* the sweep endpoints' settings */
 	struct executor *ex;
@@ -241,6 +243,7 @@ static void stop(struct larchd *d, int clean)
 {
 	svc_server_free(d->srv);           /* first: no request uses what follows */
 	svc_preflight_free(d->preflight);
+	svc_export_free(d->exports);       /* running exports are killed */
 	svc_webhooks_free(d->webhooks);    /* an attempt in flight stays pending */
 	svc_runner_free(d->runner);        /* jobs keep running: the next start adopts them */
 	svc_cluster_free(d->cluster);
@@ -389,6 +392,12 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	d->jobs_hooks.preflight = svc_preflight_submit;
 	d->jobs_hooks.preflight_arg = d->preflight;
 	d->jobs_hooks.compare_max_jobs = d->cfg.compare_max_jobs;
+	struct svc_export_config expcfg = { .trainer_path = trainer, .run_as_owner = owner,
+	                                  .job_dir = d->jobs_hooks.job_dir,
+	                                  .job_dir_arg = d->jobs_hooks.arg };
+	if (!(d->exports = svc_export_new(&expcfg, err, errlen)))
+		return -1;
+	d->jobs_hooks.exports = svc_export_hooks(d->exports);
 	d->ctx.jobs = &d->jobs_hooks;
 	d->sweeps_hooks = (struct api_sweeps_hooks){ .max_children = d->cfg.sweep_max_children,
 	                                             .sweep_submitted = sweep_submitted,

@@ -128,17 +128,22 @@ static const struct cli_command commands[] = {
 	  "  --host-mem GIB  host memory per node\n"
 	  "  --gpu-mem GIB   memory per GPU\n" },
 	{ .name = "export", .run = cli_cmd_export,
-	  .args = "CHECKPOINT_FILE --format hf-gpt2|hf-mlp -o DIR [--spec FILE]",
-	  .summary = "a checkpoint in Hugging Face's layout (computed here, no server)",
+	  .args = "ID [--step N] [--format F] -o DIR | CHECKPOINT_FILE --format F -o DIR",
+	  .summary = "a checkpoint in Hugging Face's layout (by larchd, or here)",
 	  .help =
-	  "Writes the weights of CHECKPOINT_FILE (a job dir's checkpoints/step-N.safetensors)\n"
-	  "to DIR/model.safetensors and DIR/config.json in Hugging Face's layout, with\n"
-	  "the larch-train installed beside larch (its --export). A spec's init\n"
-	  "{\"hf\": DIR} starts a job from such a directory.\n\n"
-	  "  --format F   hf-gpt2 (transformers' GPT2LMHeadModel) or hf-mlp\n"
+	  "Writes a checkpoint's weights to DIR/model.safetensors and DIR/config.json in\n"
+	  "Hugging Face's layout. With a job id (j-000123 or 123) larchd exports the\n"
+	  "job's newest checkpoint (or step N) and larch downloads the files, checking\n"
+	  "their sha256. With CHECKPOINT_FILE (a job dir's\n"
+	  "checkpoints/step-N.safetensors) the larch-train installed beside larch does\n"
+	  "it here, with no server. A spec's init {\"hf\": DIR} starts a job from such a\n"
+	  "directory.\n\n"
+	  "  --format F   hf-gpt2 (transformers' GPT2LMHeadModel) or hf-mlp (default\n"
+	  "               with a job id: the one of the job's model)\n"
+	  "  --step N     with a job id: the checkpoint of step N (default: the newest)\n"
 	  "  -o DIR       the directory to write (created if missing)\n"
-	  "  --spec FILE  the spec the checkpoint was trained with (default: the\n"
-	  "               spec.json of its job dir)\n" },
+	  "  --spec FILE  with a file: the spec the checkpoint was trained with\n"
+	  "               (default: the spec.json of its job dir)\n" },
 	{ .name = "usage", .run = cli_cmd_usage,
 	  .args = "[--from T] [--to T] [--group-by KEYS]",
 	  .summary = "CPU and GPU hours and jobs, per user and account",

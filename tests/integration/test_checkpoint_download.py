@@ -2,7 +2,8 @@
 checkpoint ls|download` against a real larchd and real larch-train jobs.
 
 One tiny job of alice's (two checkpoints) and one 2-rank ZeRO-1 job are
-trained once for the module. The tests download them whole and in ranges,
+trained once for the module. The tests download them whole and in ranges
+(HEAD and If-Range too),
 as another user, with the file corrupted, swapped for a symbolic link or
 for a file the job's user does not own, and with the CLI (fresh, resumed
 from a cut .part, and a .part of wrong bytes). Run as root, the jobs run as
@@ -150,6 +151,36 @@ def test_ranges(srv, job):
     for ignored in ("bytes=0-1,4-5", "lines=1-2", "bytes=9-3"):
         r = srv.get(job, 10, srv.owner, {"Range": ignored})
         assert r.status_code == 200 and r.content == whole, ignored
+
+
+def test_head_and_if_range(srv, job):
+    whole = srv.get(job, 10)
+    etag, size = whole.headers["ETag"], len(whole.content)
+    # HEAD: GET's status and headers, no body
+    h = requests.head(f"{srv.url}/v1/jobs/{job}/checkpoints/10", headers=srv.auth(srv.owner),
+                      timeout=30)
+    assert h.status_code == 200 and h.content == b"", h.headers
+    for k in ("ETag", "Content-Length", "Content-Type", "Accept-Ranges", "Content-Disposition"):
+        assert h.headers[k] == whole.headers[k], k
+    h = requests.head(f"{srv.url}/v1/jobs/{job}/checkpoints/10",
+                      headers={**srv.auth(srv.owner), "Range": "bytes=8-99"}, timeout=30)
+    assert h.status_code == 206 and h.content == b""
+    assert h.headers["Content-Range"] == f"bytes 8-99/{size}"
+    assert h.headers["Content-Length"] == "92"
+    h = requests.head(f"{srv.url}/v1/jobs/{job}/checkpoints/7", headers=srv.auth(srv.owner),
+                      timeout=30)
+    assert h.status_code == 404 and h.content == b""
+    # If-Range: the range while the ETag is the file's, else the whole file
+    r = srv.get(job, 10, srv.owner, {"Range": "bytes=8-99", "If-Range": etag})
+    assert r.status_code == 206 and r.content == whole.content[8:100]
+    for stale in ('"' + "0" * 64 + '"', "W/" + etag, etag[:-2] + '"',
+                  "Mon, 07 Dec 2026 00:00:00 GMT", ""):
+        r = srv.get(job, 10, srv.owner, {"Range": "bytes=8-99", "If-Range": stale})
+        assert r.status_code == 200 and r.content == whole.content, stale
+        assert "Content-Range" not in r.headers
+    # a range past the end under a stale If-Range: the whole file, not a 416
+    r = srv.get(job, 10, srv.owner, {"Range": f"bytes={size}-", "If-Range": '"x"'})
+    assert r.status_code == 200 and len(r.content) == size
 
 
 @pytest.mark.skipif(not ROOT, reason="other users' jobs need larchd as root")

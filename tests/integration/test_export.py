@@ -11,7 +11,7 @@ import pytest
 from datasets import write_tokens_u16
 from larchd import BUILD
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 
 def larch(*args, cwd=None):
@@ -59,6 +59,9 @@ def test_export_errors(job):
     out = larch("export", job / "nothing.safetensors", "--format", "hf-gpt2", "-o", job / "x",
                 "--spec", job / "spec.json")
     assert out.returncode == EXIT_REFUSED and "nothing.safetensors" in out.stderr
+    out = larch("export", ckpt, "--step", "1", "--format", "hf-gpt2", "-o", job / "x")
+    assert out.returncode == EXIT_USAGE and "--step goes with a job id" in out.stderr
+    # a job id that is no file here asks larchd (none runs at this URL)
     out = larch("export", "j-000123", "--format", "hf-gpt2", "-o", job / "x")
-    assert out.returncode == EXIT_USAGE and "takes a checkpoint file" in out.stderr
+    assert out.returncode == EXIT_UNREACHABLE and "cannot reach larchd" in out.stderr
     assert not (job / "x").exists()
