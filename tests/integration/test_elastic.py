@@ -10,9 +10,11 @@ import shutil
 import subprocess
 
 import numpy as np
+import requests
 
 from datasets import read_safetensors
 from jobdir import metrics, result
+from larchd import Larchd, poll
 from mpi import mpi_env
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -112,3 +114,38 @@ def test_fewer_than_min_ranks_or_a_batch_not_kept_is_refused(trainer, mpirun, tm
             "batch.micro x 3 (got 128, 16 x 3): the global batch cannot be kept") in three.stderr
     for job in ("one", "three"):
         assert not (tmp_path / job / "checkpoints").exists()
+
+
+def test_larchd_records_why_in_the_jobs_events(tmp_path):
+    """Through larchd (local executor) whose mpirun starts 2 ranks whatever
+    it is asked for, as a launcher on a cluster with fewer free slots would:
+    the 4-rank elastic job completes on 2, and its events carry the old and
+    new rank count (the trainer's result note)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which("mpirun")
+    wrapper = bin_dir / "mpirun"
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = -n ] && shift 2\nexec {real} -n 2 "$@"\n')
+    wrapper.chmod(0o755)
+    env = mpi_env()
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+    d = Larchd(tmp_path, args=["--run-as", "service"], env=env).start()
+    try:
+        s = spec()
+        s["checkpoint_every"] = 0
+        r = requests.post(d.url + "/v1/jobs", headers=d.auth(), json=s, timeout=30)
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        j = poll(lambda: requests.get(f"{d.url}/v1/jobs/{jid}", headers=d.auth(), timeout=10).json(),
+                 lambda j: j["state"] in ("COMPLETED", "FAILED", "CANCELLED"), 180,
+                 lambda j: f"{jid} still {j['state']}\n{d.log()[-2000:]}")
+        assert j["state"] == "COMPLETED", (j, d.log()[-2000:])
+        events = requests.get(f"{d.url}/v1/jobs/{jid}/events", headers=d.auth(),
+                              timeout=10).json()["events"]
+        notes = [e for e in events if e["by"] == "trainer" and e["from"] == e["to"] == "RUNNING"]
+        assert len(notes) == 1, events
+        assert notes[0]["reason"].startswith(f"result: completed, {STEPS} steps"), notes
+        assert ("elastic: 2 of the spec's 4 ranks started (parallel.elastic.min_ranks 2): "
+                "accumulation 2 -> 4, global batch 128 kept") in notes[0]["reason"], notes
+    finally:
+        d.stop()
