@@ -150,18 +150,43 @@ const char *trn_comm_launcher(void)
 	return "none";
 }
 
+int trn_comm_check_size(int size, int ranks, int min_ranks, const char *launcher,
+                        struct trn_err *err)
+{
+	int slurm = strcmp(launcher, "slurm") == 0;
+	const char *who = slurm ? "Slurm" : "the launcher";
+	const char *what = slurm ? "tasks (SLURM_STEP_NUM_TASKS)" : "processes";
+	if (size == ranks)
+		return 0;
+	if (!min_ranks)
+		return trn_err_set(err, "parallel.ranks: the spec asks for %d ranks but %s started %d "
+		                   "%s", ranks, who, size, what);
+	if (size < min_ranks || size > ranks)
+		return trn_err_set(err, "parallel.elastic.min_ranks: %s started %d %s, and the spec "
+		                   "runs on %d to %d ranks (min_ranks to ranks)", who, size, what,
+		                   min_ranks, ranks);
+	return 0;
+}
+
 struct trn_comm *trn_comm_open(int ranks, const char *dir, const struct trn_comm_settings *set,
                                struct trn_err *err)
 {
 	int launched = trn_comm_launched_size();
+	int min_ranks = set ? set->min_ranks : 0;
 	if (launched > 0 && trn_comm_have_mpi()) {
 #ifdef LARCH_HAVE_MPI
-		return trn_comm_mpi_open(ranks, err);
+		return trn_comm_mpi_open(ranks, min_ranks, err);
 #endif
 	}
 	if (ranks > 1 && trn_comm_slurm_tasks() > 1)
 		return trn_comm_tcp_open(ranks, dir, set, err);
-	if (ranks > 1) {
+	if (ranks > 1 && min_ranks > 1) {
+		trn_err_set(err, "parallel.elastic.min_ranks: larch-train runs as one process, and the "
+		            "spec runs on %d to %d ranks: start it with mpirun -n %d", min_ranks, ranks,
+		            ranks);
+		return NULL;
+	}
+	if (ranks > 1 && !min_ranks) {
 		if (!trn_comm_have_mpi())
 			trn_err_set(err, "parallel.ranks: %d ranks need MPI or srun, and this larch-train "
 			            "was built without MPI (install libopenmpi-dev and rebuild, or start "

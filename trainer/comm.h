@@ -63,11 +63,14 @@ struct trn_comm {
 struct trn_comm_settings {
 	int timeout_s;                     /* the rendezvous's bound; 0: TRN_COMM_TIMEOUT_S */
 	const char *host;                  /* what rank 0 publishes; NULL: its hostname */
+	int min_ranks;                     /* fewest processes accepted in place of `ranks`
+	                                      (parallel.elastic); 0: exactly ranks */
 };
 
 /* The communicator for a run of `ranks` processes. Under a launcher (mpirun
  * sets OMPI_COMM_WORLD_SIZE; PMI/PMIx variables likewise) with larch-train
- * built with MPI: MPI's world, which must have exactly `ranks` processes.
+ * built with MPI: MPI's world, which must have exactly `ranks` processes
+ * (set->min_ranks..ranks where set gives a minimum).
  * Else, ranks > 1 started by Slurm as the tasks of one step (srun without
  * MPI): TCP, meeting through a file in dir (the job dir; comm_tcp.c).
  * Otherwise, for ranks = 1: a single process. Returns NULL with err naming
@@ -93,7 +96,12 @@ struct trn_comm *trn_comm_tcp_open(int ranks, const char *dir,
 int trn_comm_slurm_tasks(void);
 
 /* MPI's world, for trn_comm_open (comm_mpi.c; built with MPI only). */
-struct trn_comm *trn_comm_mpi_open(int ranks, struct trn_err *err);
+struct trn_comm *trn_comm_mpi_open(int ranks, int min_ranks, struct trn_err *err);
+/* Whether `size` processes may run a spec of `ranks` (min_ranks: 0, or the
+ * fewest accepted); 0, or -1 with err saying who started how many
+ * (launcher: "mpi" or "slurm"). */
+int trn_comm_check_size(int size, int ranks, int min_ranks, const char *launcher,
+                        struct trn_err *err);
 
 /* Whether this process was started by an MPI launcher, and how many
  * processes it says there are (0: none). */

@@ -204,7 +204,7 @@ static const struct trn_comm_ops mpi_ops = {
 	.close = mpi_close,
 };
 
-struct trn_comm *trn_comm_mpi_open(int ranks, struct trn_err *err)
+struct trn_comm *trn_comm_mpi_open(int ranks, int min_ranks, struct trn_err *err)
 {
 	int provided = 0, rank = 0, size = 0;
 	/* Open MPI's non-blocking allreduce picks a ring for large buffers, which
@@ -220,9 +220,7 @@ struct trn_comm *trn_comm_mpi_open(int ranks, struct trn_err *err)
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
-	if (size != ranks) {
-		trn_err_set(err, "parallel.ranks: the spec asks for %d ranks but the launcher started "
-		            "%d processes (mpirun -n %d)", ranks, size, ranks);
+	if (trn_comm_check_size(size, ranks, min_ranks, "mpi", err) != 0) {
 		MPI_Finalize();
 		return NULL;
 	}

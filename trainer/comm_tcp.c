@@ -505,11 +505,9 @@ struct trn_comm *trn_comm_tcp_open(int ranks, const char *dir,
                                    const struct trn_comm_settings *set, struct trn_err *err)
 {
 	int size = trn_comm_slurm_tasks(), rank = (int)env_long("SLURM_PROCID", -1);
-	if (size != ranks) {
-		trn_err_set(err, "parallel.ranks: the spec asks for %d ranks, Slurm started %d tasks "
-		            "(SLURM_STEP_NUM_TASKS)", ranks, size);
+	if (trn_comm_check_size(size, ranks, set ? set->min_ranks : 0, "slurm",
+	                        err) != 0)
 		return NULL;
-	}
 	if (rank < 0 || rank >= size || !dir || !*dir) {
 		trn_err_set(err, "communicator: SLURM_PROCID %d of %d, or no job dir to meet in", rank,
 		            size);

@@ -104,6 +104,7 @@ int trn_state_save(const char *job_dir, const struct trn_state *s, int keep, str
 	json_object_set_new(meta, "seed", json_string(seed));
 	json_object_set_new(meta, "optimizer", json_string(trn_opt_name(o->cfg.type)));
 	json_object_set_new(meta, "spec_hash", json_string(s->spec_hash));
+	set_meta_long(meta, "ranks", s->ranks);
 	char code[64];
 	state_code(o, code, sizeof code);
 	if (code[0])
@@ -218,6 +219,13 @@ int trn_state_load(const char *path, struct trn_state *s, struct trn_err *err)
 		s->ls->scale = scale;
 		s->ls->clean_steps = clean;
 		s->ls->skipped = skipped;
+	}
+	s->ranks = 0;
+	if (trn_ckpt_meta(&c, "ranks")) {
+		long long ranks;
+		if (get_meta_long(&c, path, "ranks", &ranks, err))
+			goto out;
+		s->ranks = (int)ranks;
 	}
 	s->opt->t = t;
 	s->step = step;

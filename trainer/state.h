@@ -7,7 +7,7 @@
  * optim.v_scale.<name> (F32, one per block of the tensor) and the metadata
  * optim_state ("int8-dynamic-2048": code map and block); and the metadata format,
  * step, epoch, pos (the data loader's place), t (optimizer updates), seed,
- * optimizer and spec_hash; with fp16 compute also loss_scale,
+ * optimizer, spec_hash and ranks (how many wrote it); with fp16 compute also loss_scale,
  * loss_scale_clean_steps and skipped_steps. Resuming restores all of it, so
  * the continued run is bit-identical to one that never stopped (on the same
  * thread and rank count).
@@ -40,6 +40,8 @@ struct trn_state {
 	struct trn_optim_state *os;
 	struct trn_loss_scale *ls;     /* saved and restored when not mode none; may be NULL */
 	long step;                     /* completed steps */
+	int ranks;                     /* save: the ranks writing it; load: the ranks that
+	                                  wrote it (0: the file does not say) */
 	uint64_t seed;
 	char spec_hash[65];
 };

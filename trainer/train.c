@@ -41,8 +41,12 @@ void trn_train_request_stop(int signo)
 }
 
 struct run {
-	const struct trn_spec *spec;
+	const struct trn_spec *spec;   /* the spec this run trains: the caller's, or elastic */
 	const struct trn_options *opts;
+	struct trn_spec elastic;       /* started on fewer ranks than the spec's
+	                                  (parallel.elastic): the spec on those ranks,
+	                                  sharing the caller's JSON (trn_spec_elastic) */
+	char elastic_why[200];         /* then what changed, for the header and the result */
 	struct trn_comm *comm;         /* the ranks; rank 0 writes, prints and reports */
 	int lead;                      /* this is rank 0 */
 	struct trn_dp dp;
@@ -249,6 +253,8 @@ static void print_plan(struct run *r)
 		       "up to %.3g MiB\n", r->comm->size, r->comm->ops->name, trn_comm_launcher(),
 		       r->dp.zero ? "reduce-scattered (ZeRO-1)" : "averaged", r->dp.n_buckets,
 		       r->dp.n_buckets == 1 ? "" : "s", mib((double)s->parallel.bucket_bytes));
+	if (r->elastic_why[0])
+		printf("%s\n", r->elastic_why);
 	printf("optimizer: %s, lr %.4g x %.4g = %.4g, warmup %ld steps from %.4g\n",
 	       trn_opt_name(s->optimizer.type), r->sched.base_lr, r->sched.scale, r->sched.peak_lr,
 	       r->sched.warmup_steps, r->sched.start_lr);
@@ -511,10 +517,22 @@ static int open_run(struct run *r, struct trn_err *err)
 	if (check_supported(s, err) != 0)
 		return TRN_EXIT_USAGE;
 	struct trn_comm_settings tcp = { .timeout_s = r->opts->comm_timeout_s,
-	                                 .host = r->opts->comm_host };
+	                                 .host = r->opts->comm_host,
+	                                 .min_ranks = s->parallel.min_ranks };
 	if (!(r->comm = trn_comm_open(s->parallel.ranks, dir, &tcp, err)))
 		return TRN_EXIT_USAGE;
 	r->lead = r->comm->rank == 0;
+	if (r->comm->size != s->parallel.ranks) {
+		/* fewer ranks than the spec's, as parallel.elastic allows: the
+		 * same global batch, in more micro-batches a rank */
+		if (trn_spec_elastic(s, r->comm->size, &r->elastic, err) != 0)
+			return TRN_EXIT_USAGE;
+		snprintf(r->elastic_why, sizeof r->elastic_why, "elastic: %d of the spec's %d ranks "
+		         "started (parallel.elastic.min_ranks %d): accumulation %ld -> %ld, global "
+		         "batch %ld kept", r->comm->size, s->parallel.ranks, s->parallel.min_ranks,
+		         s->batch.accum, r->elastic.batch.accum, s->batch.global);
+		r->spec = s = &r->elastic;
+	}
 	if (r->lead && trn_report_connect(&r->rep, err) != 0)
 		return TRN_EXIT_USAGE;
 	/* the thread count first: kern_blas_init hands it to the BLAS and
@@ -659,7 +677,10 @@ static int start_or_resume(struct run *r, struct trn_err *err)
 	} else {
 		if (r->lead && trn_report_open(&r->rep, dir, r->state.step, err) != 0)
 			return TRN_EXIT_FAILED;
-		if (r->lead)
+		if (r->lead && r->state.ranks > 0 && r->state.ranks != r->comm->size)
+			printf("resume: from %s (step %ld), written by %d ranks, resharded over %d\n",
+			       path, r->state.step, r->state.ranks, r->comm->size);
+		else if (r->lead)
 			printf("resume: from %s (step %ld)\n", path, r->state.step);
 	}
 	/* every rank starts from rank 0's weights (the same seed makes the same
@@ -732,6 +753,7 @@ static int save(struct run *r, struct trn_err *err)
 	if (r->lead) {
 		r->state.w = master ? master : r->master_owned ? r->master_owned : r->model->w;
 		r->state.os = &os;
+		r->state.ranks = r->comm->size;
 		rc = trn_state_save(r->opts->job_dir, &r->state, r->spec->keep_checkpoints, err);
 		r->state.os = NULL;
 	}
@@ -1214,11 +1236,13 @@ int trn_train(const struct trn_spec *spec, const struct trn_options *opts)
 	else if (err.set && ranks == 1)
 		fprintf(stderr, "larch-train: %s\n", err.text);
 	struct trn_err rerr = { 0 };
-	char reached[160] = "";
+	char reached[256] = "";   /* larchd keeps a reason of at most 255 bytes */
 	if (code == TRN_EXIT_OK && r.stopped_at)
-		snprintf(reached, sizeof reached, "stopped at the target: %s %s %g at step %ld",
+		snprintf(reached, sizeof reached, "stopped at the target: %s %s %g at step %ld%s%s",
 		         trn_stop_metric_name(spec->stop.metric), spec->stop.min ? "<=" : ">=",
-		         spec->stop.value, r.stopped_at);
+		         spec->stop.value, r.stopped_at, r.elastic_why[0] ? "; " : "", r.elastic_why);
+	else if (code == TRN_EXIT_OK)
+		snprintf(reached, sizeof reached, "%s", r.elastic_why);
 	/* a job dir that could not be made has nowhere to put result.json (larchd
 	 * still gets the result when reporting) */
 	struct stat st;

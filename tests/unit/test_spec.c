@@ -3,7 +3,9 @@
  * under specs/valid/ loads, with its defaults and derived values checked; the
  * canonical JSON reparses to itself and hashes the same whatever the key
  * order, whitespace or spelled-out defaults; the watchdog section's accepted
- * edges; init's two forms; a spec file that is not JSON is not echoed. */
+ * edges; init's two forms; a spec file that is not JSON is not echoed;
+ * parallel.elastic stays out of the hash, and the spec on fewer ranks keeps
+ * the global batch or is refused. */
 #include <dirent.h>
 #include <limits.h>
 #include <math.h>
@@ -733,6 +735,59 @@ static void test_short_reals(void)
 	json_decref(j);
 }
 
+#define ELASTIC_SPEC(parallel, batch) \
+	"{\"model\": {\"type\": \"mlp\", \"hidden\": [16]}, \"data\": {\"name\": " \
+	"\"fashion-mnist\"}, \"batch\": " batch ", \"optimizer\": {\"type\": \"sgd\", " \
+	"\"lr\": 0.1}, \"steps\": 10, \"parallel\": " parallel "}"
+
+static void test_elastic(void)
+{
+	char a[65], b[65], c[65];
+	hash_of(ELASTIC_SPEC("{\"ranks\": 4}", "{\"global\": 256, \"micro\": 32}"), a);
+	hash_of(ELASTIC_SPEC("{\"ranks\": 4, \"elastic\": {\"min_ranks\": 2}}",
+	                     "{\"global\": 256, \"micro\": 32}"), b);
+	hash_of(ELASTIC_SPEC("{\"ranks\": 2}", "{\"global\": 256, \"micro\": 32}"), c);
+	CHECK_STR_EQ(a, b);             /* where it may start is not what it trains */
+	CHECK(strcmp(a, c) != 0);       /* the rank count still is */
+
+	struct trn_spec s, e;
+	struct trn_err err = { 0 };
+	/* absent, elastic stays out of the canonical spec */
+	CHECK(trn_spec_from_string(&s, ELASTIC_SPEC("{\"ranks\": 4}", "{\"global\": 256}"),
+	                           &err) == 0);
+	CHECK(!json_object_get(json_object_get(s.json, "parallel"), "elastic"));
+	CHECK_INT_EQ(s.parallel.min_ranks, 0);
+	CHECK(trn_spec_elastic(&s, 4, &e, &err) == 0 && e.parallel.ranks == 4);
+	CHECK(trn_spec_elastic(&s, 2, &e, &err) == -1);
+	CHECK_MSG(strstr(err.text, "parallel.ranks: the spec asks for 4 ranks but the launcher "
+	                 "started 2") == err.text, "%s", err.text);
+	trn_spec_release(&s);
+
+	err = (struct trn_err){ 0 };
+	CHECK(trn_spec_from_string(&s, ELASTIC_SPEC("{\"ranks\": 4, \"elastic\": {\"min_ranks\": 2}}",
+	                                            "{\"global\": 256, \"micro\": 32}"), &err) == 0);
+	CHECK_INT_EQ(s.parallel.min_ranks, 2);
+	CHECK_INT_EQ(json_integer_value(json_object_get(json_object_get(json_object_get(
+	             s.json, "parallel"), "elastic"), "min_ranks")), 2);
+	CHECK_INT_EQ(s.batch.accum, 2);
+	CHECK(trn_spec_elastic(&s, 2, &e, &err) == 0);
+	CHECK_INT_EQ(e.parallel.ranks, 2);
+	CHECK_INT_EQ(e.batch.accum, 4);
+	CHECK_INT_EQ(e.batch.global, 256);
+	CHECK_INT_EQ(e.batch.micro, 32);
+	CHECK(e.json == s.json);
+	err = (struct trn_err){ 0 };   /* (it keeps the first error) */
+	CHECK(trn_spec_elastic(&s, 3, &e, &err) == -1);   /* 256 / (32 x 3) */
+	CHECK_STR_EQ(err.text, "parallel.elastic: 3 ranks started, and batch.global is not a "
+	             "multiple of batch.micro x 3 (got 256, 32 x 3): the global batch cannot be kept");
+	err = (struct trn_err){ 0 };
+	CHECK(trn_spec_elastic(&s, 1, &e, &err) == -1);
+	CHECK_STR_EQ(err.text, "parallel.elastic.min_ranks: 1 ranks started, outside 2..4 (the "
+	             "spec's min_ranks..ranks)");
+	CHECK(trn_spec_elastic(&s, 5, &e, &err) == -1);
+	trn_spec_release(&s);
+}
+
 int main(void)
 {
 	find_spec_dir();
@@ -754,5 +809,6 @@ int main(void)
 	CHECK_RUN(test_init_job);
 	CHECK_RUN(test_file_not_echoed);
 	CHECK_RUN(test_short_reals);
+	CHECK_RUN(test_elastic);
 	return check_finish();
 }

@@ -106,9 +106,30 @@ static int parse_model(struct trn_fields *root, struct trn_spec_model *m)
 
 /* ---- batch and parallel ------------------------------------------------------ */
 
+/* "elastic": {"min_ranks": M}, M in [1, ranks]. Absent, it stays out of
+ * the canonical spec (no default: a spec without it is not elastic). */
+static int parse_elastic(struct trn_fields *parallel, struct trn_spec_parallel *p)
+{
+	static const char *const keys[] = { "min_ranks", NULL };
+	struct trn_fields f;
+	long long min;
+	p->min_ranks = 0;
+	if (!parallel->in || !json_object_get(parallel->in, "elastic"))
+		return 0;
+	if (trn_fields_object(&f, parallel, "elastic", TRN_REQUIRED) < 0 ||
+	    trn_fields_known(&f, keys, NULL, NULL) < 0 ||
+	    trn_fields_int(&f, "min_ranks", 1, 4096, TRN_REQUIRED, 0, &min) < 0)
+		return -1;
+	if (min > p->ranks)
+		return trn_fields_fail(&f, "min_ranks", "must not exceed parallel.ranks (got %lld, %d)",
+		                       min, p->ranks);
+	p->min_ranks = (int)min;
+	return 0;
+}
+
 static int parse_parallel(struct trn_fields *root, struct trn_spec_parallel *p)
 {
-	static const char *const keys[] = { "ranks", "zero_stage", "bucket_mb", NULL };
+	static const char *const keys[] = { "ranks", "zero_stage", "bucket_mb", "elastic", NULL };
 	struct trn_fields f;
 	long long ranks, zero;
 	double bucket_mb;
@@ -124,7 +145,7 @@ static int parse_parallel(struct trn_fields *root, struct trn_spec_parallel *p)
 	p->bucket_bytes = (long)(bucket_mb * 1024 * 1024);
 	if (p->bucket_bytes < (long)sizeof(float))
 		p->bucket_bytes = sizeof(float);
-	return 0;
+	return parse_elastic(&f, p);
 }
 
 /* Sets *has_reference: lr scaling needs the batch the base lr was tuned for. */
@@ -783,12 +804,45 @@ void trn_spec_hash(const struct trn_spec *spec, char out[65])
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int len = 0;
-	char *text = spec->json ? trn_json_dumps(spec->json, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+	json_t *hashed = spec->json, *copy = NULL;
+	json_t *parallel = hashed ? json_object_get(hashed, "parallel") : NULL;
+	if (parallel && json_object_get(parallel, "elastic")) {
+		/* where the run may start is not what it trains */
+		if ((copy = json_deep_copy(hashed)) != NULL) {
+			json_object_del(json_object_get(copy, "parallel"), "elastic");
+			hashed = copy;
+		}
+	}
+	char *text = hashed ? trn_json_dumps(hashed, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+	json_decref(copy);
 	out[0] = '\0';
 	if (EVP_Digest(text ? text : "", text ? strlen(text) : 0, md, &len, EVP_sha256(), NULL) == 1)
 		for (unsigned int i = 0; i < len && i < 32; i++)
 			snprintf(out + 2 * i, 3, "%02x", md[i]);
 	free(text);
+}
+
+int trn_spec_elastic(const struct trn_spec *spec, int started, struct trn_spec *out,
+                     struct trn_err *err)
+{
+	const struct trn_spec_parallel *p = &spec->parallel;
+	const struct trn_spec_batch *b = &spec->batch;
+	*out = *spec;
+	if (started == p->ranks)
+		return 0;
+	if (!p->min_ranks)
+		return trn_err_set(err, "parallel.ranks: the spec asks for %d ranks but the launcher "
+		                   "started %d (parallel.elastic allows fewer)", p->ranks, started);
+	if (started < p->min_ranks || started > p->ranks)
+		return trn_err_set(err, "parallel.elastic.min_ranks: %d ranks started, outside %d..%d "
+		                   "(the spec's min_ranks..ranks)", started, p->min_ranks, p->ranks);
+	if (b->global % (b->micro * started) != 0)
+		return trn_err_set(err, "parallel.elastic: %d ranks started, and batch.global is not a "
+		                   "multiple of batch.micro x %d (got %ld, %ld x %d): the global batch "
+		                   "cannot be kept", started, started, b->global, b->micro, started);
+	out->parallel.ranks = started;
+	out->batch.accum = b->global / (b->micro * started);
+	return 0;
 }
 
 long trn_period_steps(const struct trn_period *p, long steps_per_epoch)

@@ -134,6 +134,9 @@ struct trn_spec_parallel {
 	int ranks;                     /* default 1 */
 	int zero_stage;                /* 0 | 1 | 2 */
 	long bucket_bytes;             /* "bucket_mb": gradient allreduce buckets; default 25 MiB */
+	int min_ranks;                 /* "elastic": {"min_ranks": M}: the run may start on
+	                                  M..ranks ranks, keeping batch.global by raising the
+	                                  accumulation (trn_spec_elastic); 0 = exactly ranks */
 };
 
 /* "watchdog": a nan/inf loss or a loss spike rolls back to the last
@@ -228,9 +231,21 @@ int trn_spec_from_fd(struct trn_spec *spec, int fd, const char *name, struct trn
 void trn_spec_release(struct trn_spec *spec);
 
 /* Hex SHA-256 of the canonical JSON (trn_json_dumps with sorted keys,
- * compact): two specs with the same hash train the same run. out receives
- * 64 hex digits and a NUL. */
+ * compact) less parallel.elastic, which says on how many ranks the run may
+ * start, not what it trains: two specs with the same hash train the same
+ * run, and a checkpoint resumes under either. out receives 64 hex digits
+ * and a NUL. */
 void trn_spec_hash(const struct trn_spec *spec, char out[65]);
+
+/* The spec a run started on `started` ranks trains (parallel.elastic):
+ * *out is spec with parallel.ranks = started and batch.accum raised so
+ * that batch.global stays global = micro x accum x started; it shares
+ * spec's canonical JSON (borrowed: release only spec). Returns 0, or -1
+ * with err naming the field when started is outside min_ranks..ranks (or
+ * differs from ranks without elastic) or the global batch is not a
+ * multiple of micro x started. */
+int trn_spec_elastic(const struct trn_spec *spec, int started, struct trn_spec *out,
+                     struct trn_err *err);
 
 /* json_dumps with every real in its shortest form that reads back as the
  * same double (0.1, not jansson's 0.10000000000000001), still a real
