@@ -269,10 +269,10 @@ def test_cli_submit_ls_show_cancel(tmp_path, cluster, servers):
 
 def test_dashboard_sweep_page_follows_the_array(tmp_path, cluster, servers):
     """The sweep page of a Slurm-backed larchd, in headless chromium: its
-    children's rows take the states Slurm gives their tasks, live: task 1
-    waits QUEUED (Slurm's reason and its <array>_1 on the row) behind
-    max_parallel 1 while task 0 runs; task 0 cancelled, task 1 runs and
-    completes, and the sweep is COMPLETED."""
+    children's rows, each with its task <array>_<k>, take the states Slurm
+    gives their tasks, live: task 1 waits QUEUED (Slurm's reason on the
+    row) behind max_parallel 1 while task 0 runs; task 0 cancelled, task 1
+    runs and completes, and the sweep is COMPLETED."""
     from browser import chrome
     from test_dashboard import console_problems, css, one, open_fresh, sign_in, tid, wait
     server = start(tmp_path, cluster)
@@ -300,6 +300,12 @@ def test_dashboard_sweep_page_follows_the_array(tmp_path, cluster, servers):
         assert array_of(cs[1]) == [array, "1"], cs
         waiting = next(text for i, _, text in rows(driver) if i == 1)
         assert f"slurm job {array}_1" in waiting, waiting
+        # each row says its task of the array
+        cells = driver.execute_script(
+            "return [...document.querySelectorAll('[data-testid=\"child-row\"]')]"
+            ".map(r => [Number(r.dataset.index),"
+            "           r.querySelector('[data-testid=\"child-slurm\"]').textContent])")
+        assert sorted(cells) == [[0, f"{array}_0"], [1, f"{array}_1"]], cells
         sq = cluster.run("squeue", "-h", "-j", array, "-O", "JobArrayID:|,State:|").stdout
         assert f"{array}_0|RUNNING|" in sq and f"{array}_1|PENDING|" in sq, sq
         # task 0 ends (its task cancelled): Slurm starts task 1, which completes
