@@ -6,8 +6,8 @@ cancel the whole array; a larchd restarted mid-sweep adopts the tasks.
 Submission goes through sbatch and libslurm (the array is built both ways).
 Also: the CLI's sweep verbs and the dashboard's sweep page on such a
 larchd; an admin's scontrol requeue of one task (that child requeued,
-attempt 2, completed; its sibling untouched); the median early stop
-cancelling a bad child's task with scancel.
+attempt 2, completed; its sibling untouched) and the urgent partition's
+preemption of one; the median early stop cancelling a bad child's task.
 
 One larchd per test (own state dir, own instance id in the array's name);
 the cluster is the session's. At the end nothing of this module is left
@@ -222,6 +222,8 @@ def show_rows(text):
 
 
 def test_cli_submit_ls_show_cancel(tmp_path, cluster, servers):
+    """larch sweep submit, ls, show (each child with its task <array>_<k>,
+    in the state Slurm has it in) and cancel (the whole array)."""
     server = start(tmp_path, cluster)
     servers.append(server)
     f = tmp_path / "sweep.json"
