@@ -120,6 +120,10 @@ void api_sweep_write(struct api_buf *b, const struct db_sweep *s,
 			api_buf_json_str(b, x->reason);
 			api_buf_adds(b, ",\"step\":");
 			api_buf_json_int(b, x->progress_step);
+			api_buf_adds(b, ",\"attempt\":");
+			api_buf_json_int(b, x->attempt);
+			api_buf_adds(b, ",\"slurm_job_id\":");
+			api_buf_json_str(b, x->slurm_job_id);
 			write_target_figures(b, s, x);
 			api_buf_addc(b, '}');
 		}

@@ -214,7 +214,8 @@ static const char sql_children[] =
 	"	(SELECT step FROM metrics m WHERE m.job = j.id AND m.name = ?2 AND\n"
 	"		(CASE WHEN ?3 = 'min' THEN value <= ?4 ELSE value >= ?4 END) ORDER BY step LIMIT 1),\n"
 	"	(SELECT time FROM metrics m WHERE m.job = j.id AND m.name = ?2 AND\n"
-	"		(CASE WHEN ?3 = 'min' THEN value <= ?4 ELSE value >= ?4 END) ORDER BY step LIMIT 1)\n"
+	"		(CASE WHEN ?3 = 'min' THEN value <= ?4 ELSE value >= ?4 END) ORDER BY step LIMIT 1),\n"
+	"	j.slurm_job_id, j.attempt\n"
 	"FROM jobs j WHERE j.sweep = ?1 ORDER BY j.sweep_index";
 
 void db_sweep_children_free(struct db_sweep_child *children, size_t n)
@@ -224,6 +225,7 @@ void db_sweep_children_free(struct db_sweep_child *children, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		free(children[i].params);
 		free(children[i].reason);
+		free(children[i].slurm_job_id);
 	}
 	free(children);
 }
@@ -279,6 +281,8 @@ static int read_children(struct db_conn *c, struct get_arg *a, struct db_err *er
 		x->has_target = sqlite3_column_type(st, 10) != SQLITE_NULL;
 		x->target_step = sqlite3_column_int64(st, 10);
 		x->target_time_ms = sqlite3_column_int64(st, 11);
+		x->slurm_job_id = db_column_strdup(st, 12, &oom);
+		x->attempt = sqlite3_column_int64(st, 13);
 		if (oom)
 			return DB_FAIL(err, DB_ERROR, "sweep children: out of memory");
 		if ((int)x->state < 0)

@@ -91,6 +91,8 @@ struct db_sweep_child {
 	double best;                 /* the best of them (max or min, as the target says) */
 	int has_target;              /* a point reached the target value */
 	int64_t target_step, target_time_ms;   /* the first such point */
+	char *slurm_job_id;          /* NULL if none ("<array>_<task>" for a job array's task) */
+	int64_t attempt;
 };
 
 /* The sweep (owner NULL = any; another's is DB_NOT_FOUND) with its counts;

@@ -28,14 +28,15 @@ static void sweep_path(struct cli_buf *b, const char *id, const char *suffix)
 	cli_buf_adds(b, suffix);
 }
 
-/* "256/0.05" from a child's params, made inert */
+/* "batch.global=256 optimizer.lr=0.05" from a child's params, made inert;
+ * reals to 15 digits, as a person wrote them (0.05, not 0.050000000000000003) */
 static char *params_cell(const json_t *params)
 {
 	struct cli_buf b = { 0 };
 	const char *key;
 	json_t *v;
 	json_object_foreach((json_t *)params, key, v) {
-		char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+		char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
 		cli_buf_addf(&b, "%s%s=%s", b.len ? " " : "", key, text ? text : "?");
 		free(text);
 	}
@@ -139,26 +140,41 @@ static void show_sweep(const json_t *s)
 		       ? ">=" : "<=", value);
 		free(metric);
 	}
+	/* a SLURM column ("<array>_<task>") where the children went to Slurm */
 	static const struct cli_column cols[] = {
+		{ .head = "#" }, { .head = "JOB" }, { .head = "SLURM" },
+		{ .head = "PARAMS", .elastic = 1 }, { .head = "STATE" }, { .head = "BEST" },
+		{ .head = "STEPS" }, { .head = "EXAMPLES" }, { .head = "SECONDS" },
+	};
+	static const struct cli_column local_cols[] = {
 		{ .head = "#" }, { .head = "JOB" }, { .head = "PARAMS", .elastic = 1 },
 		{ .head = "STATE" }, { .head = "BEST" }, { .head = "STEPS" }, { .head = "EXAMPLES" },
 		{ .head = "SECONDS" },
 	};
-	struct cli_table *t = cli_table_new(cols, sizeof cols / sizeof cols[0]);
+	const json_t *list = json_object_get(s, "children");
+	int slurm = 0;
 	size_t i;
 	json_t *c;
-	json_array_foreach(json_object_get(s, "children"), i, c) {
+	json_array_foreach(list, i, c)
+		if (json_is_string(json_object_get(c, "slurm_job_id")))
+			slurm = 1;
+	struct cli_table *t = slurm ? cli_table_new(cols, sizeof cols / sizeof cols[0])
+	                            : cli_table_new(local_cols, sizeof local_cols / sizeof local_cols[0]);
+	json_array_foreach(list, i, c) {
 		static const char *const keys[] = { "index", "best", "steps_to_target",
 		                                    "examples_to_target", "seconds_to_target" };
 		char v[5][32];
 		num_fields(c, keys, v, 5);
 		char *job = cli_inert(cli_job_str(c, "job")), *params = params_cell(
-			json_object_get(c, "params")), *st = cli_inert(cli_job_str(c, "state"));
-		const char *cells[] = { v[0], job, params, st, v[1], v[2], v[3], v[4] };
-		cli_table_row(t, cells);
+			json_object_get(c, "params")), *st = cli_inert(cli_job_str(c, "state")),
+			*sid = cli_inert(cli_job_str(c, "slurm_job_id"));
+		const char *cells[] = { v[0], job, sid, params, st, v[1], v[2], v[3], v[4] };
+		const char *local[] = { v[0], job, params, st, v[1], v[2], v[3], v[4] };
+		cli_table_row(t, slurm ? cells : local);
 		free(job);
 		free(params);
 		free(st);
+		free(sid);
 	}
 	cli_table_print(t, stdout, cli_term_width());
 	cli_table_free(t);

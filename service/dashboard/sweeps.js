@@ -216,20 +216,27 @@ export function sweepView(main, ctx) {
     }
     const axes = Object.keys((sweep.definition && sweep.definition.axes) ||
                              (list[0] && list[0].params) || {});
-    const cols = ['#', 'Job', ...axes, 'State', 'Step', 'Best', 'Steps to target',
+    // a Slurm column (the child's task of the array, "<array>_<task>") where
+    // the children went to Slurm
+    const slurm = list.some((c) => c.slurm_job_id);
+    const lead = slurm ? ['#', 'Job', 'Slurm'] : ['#', 'Job'];
+    const cols = [...lead, ...axes, 'State', 'Step', 'Best', 'Steps to target',
                   'Examples to target', 'Seconds to target'];
     const num = (v, f = fmtNum) => h('td', { class: 'num' }, v === null || v === undefined ? '—' : f(v));
     const t = h('table', { class: 'table children-table', dataset: { testid: 'children-table' } },
                 h('caption', { class: 'visually-hidden' },
                   sweep.target ? `Children, by ${targetText(sweep.target)}` : 'Children, by index'),
                 h('thead', null, h('tr', null, cols.map((c, i) =>
-                  h('th', { scope: 'col', class: i >= 2 && i < 2 + axes.length ? 'mono' : null }, c)))),
+                  h('th', { scope: 'col', class: i >= lead.length && i < lead.length + axes.length
+                    ? 'mono' : null }, c)))),
                 h('tbody', null, list.map((c) => {
                   const why = c.reason && c.state !== 'COMPLETED' ? String(c.reason) : '';
                   return h('tr', { dataset: { testid: 'child-row', index: c.index, jobId: c.job,
                                               state: c.state } },
                            h('td', { class: 'num' }, String(c.index)),
                            h('td', { class: 'nowrap' }, h('a', { href: `#/jobs/${c.job}`, class: 'mono' }, c.job)),
+                           slurm ? h('td', { class: 'mono nowrap', dataset: { testid: 'child-slurm' } },
+                                     c.slurm_job_id || '—') : null,
                            axes.map((a) => h('td', { class: 'mono', dataset: { axis: a } },
                                              shown(c.params && c.params[a]))),
                            h('td', null, stateBadge(c.state),
