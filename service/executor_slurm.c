@@ -113,6 +113,7 @@ struct sjob {
 	int restarts;                 /* RestartCnt seen */
 	int seen_running, missing, tries;
 	int lost;                     /* times Slurm forgot it and it was submitted again */
+	long long forgot_ms;          /* when Slurm was found to have no record of it (0: not) */
 	int await_restart;            /* requeued as restart N: RUNNING rows are the old
 	                                 attempt ending until its script starts again */
 	long long next_try_ms;
@@ -1202,6 +1203,7 @@ struct gone {
 	struct slurm_gone_record rec;
 	enum slurm_gone_verdict verdict;   /* !final: Slurm forgot it */
 	int may_have_run;
+	long long forgot_ms;          /* when Slurm was first found to have no record of it */
 	char why[EXEC_REASON_MAX];
 };
 
@@ -1212,7 +1214,9 @@ static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct gone 
 	memset(g, 0, sizeof *g);
 	struct slurm_gone_job q = { .sid = j->sid, .name = j->name, .dir = j->job.dir,
 	                            .user = j->as_owner ? j->owner.name : sx->self_user };
-	slurm_gone_ask(&q, sx->cfg.timeout_s * 1000, &g->rec);
+	g->forgot_ms = j->forgot_ms;
+	if (!g->forgot_ms)                 /* once forgotten, forgotten: not asked again */
+		slurm_gone_ask(&q, sx->cfg.timeout_s * 1000, &g->rec);
 	if (g->rec.found) {
 		struct slurm_state m = map_state(g->rec.state, g->rec.reason);
 		if (m.kind != K_FINAL)
@@ -1224,9 +1228,14 @@ static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct gone 
 	}
 	struct slurm_gone_traces t;
 	slurm_gone_look(j->job.dir, &t);
+	long long now = svc_mono_ms();
+	if (!g->forgot_ms)
+		g->forgot_ms = now;
 	g->decided = 1;
 	g->may_have_run = slurm_gone_may_have_run(&t);
-	g->verdict = slurm_gone_decide(&t, j->sid, j->lost, g->why, sizeof g->why);
+	g->verdict = slurm_gone_decide(&t, j->sid, j->lost,
+	                               now - g->forgot_ms >= SLURM_GONE_SETTLE_MS, g->why,
+	                               sizeof g->why);
 }
 
 /* Slurm no longer has j: its Slurm side forgotten, to be submitted again. */
@@ -1240,6 +1249,7 @@ static void resubmit(struct slurm_ex *sx, struct sjob *j)
 	j->restarts = -1;
 	j->seen_running = j->missing = j->tries = j->await_restart = 0;
 	j->next_try_ms = 0;
+	j->forgot_ms = 0;
 	j->lost++;
 	sx->kicked = 1;                    /* the thread's next pass submits it */
 }
@@ -1255,6 +1265,11 @@ static int apply_gone(struct slurm_ex *sx, struct sjob *j, const struct gone *g)
 		return 1;
 	}
 	switch (g->verdict) {
+	case SLURM_GONE_WAIT:
+		if (!j->forgot_ms)
+			fprintf(stderr, "larchd: job j-%06lld: %s\n", j->job.id, g->why);
+		j->forgot_ms = g->forgot_ms;   /* looked at again at the next poll */
+		return 0;
 	case SLURM_GONE_COMPLETED:
 		emit_final(sx, j, EXEC_COMPLETED, "COMPLETED", g->why, 0, 0, 1);
 		return 1;
@@ -1375,6 +1390,7 @@ static void poll_squeue(struct slurm_ex *sx)
 		if (j->phase == PH_FOLLOW) {
 			if (r) {
 				j->missing = 0;
+				j->forgot_ms = 0;
 				ended = apply_row(sx, j, r);
 			} else if (++j->missing >= MISSING_POLLS) {
 				if (n_gone == cap_gone) {

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "jobfs.h"
@@ -143,6 +145,16 @@ static long newest_checkpoint(const char *dir)
 	return best;
 }
 
+/* The modification time of dir/name (not followed) into *ts; 0, or -1. */
+static int mtime_at(int dfd, const char *name, struct timespec *ts)
+{
+	struct stat st;
+	if (dfd < 0 || fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		return -1;
+	*ts = st.st_mtim;
+	return 0;
+}
+
 void slurm_gone_look(const char *dir, struct slurm_gone_traces *t)
 {
 	memset(t, 0, sizeof *t);
@@ -158,6 +170,14 @@ void slurm_gone_look(const char *dir, struct slurm_gone_traces *t)
 	snprintf(t->result, sizeof t->result, "%s", st ? st : "");
 	json_decref(result);
 	t->checkpoint = newest_checkpoint(dir);
+	struct timespec launch, ended;
+	int dfd = svc_jobfs_opendir(dir, "");
+	t->result_fresh = t->result[0] && mtime_at(dfd, "result.json", &ended) == 0 &&
+	                  (mtime_at(dfd, "slurm-attempt", &launch) != 0 ||
+	                   ended.tv_sec > launch.tv_sec ||
+	                   (ended.tv_sec == launch.tv_sec && ended.tv_nsec >= launch.tv_nsec));
+	if (dfd >= 0)
+		close(dfd);
 }
 
 /* ---- the verdict ------------------------------------------------------------------- */
@@ -169,7 +189,7 @@ int slurm_gone_may_have_run(const struct slurm_gone_traces *t)
 }
 
 enum slurm_gone_verdict slurm_gone_decide(const struct slurm_gone_traces *t, const char *sid,
-                                          int lost, char *why, size_t len)
+                                          int lost, int settled, char *why, size_t len)
 {
 	char job[48] = "the job";
 	if (sid && sid[0] && strcmp(sid, "?") != 0)
@@ -191,6 +211,10 @@ enum slurm_gone_verdict slurm_gone_decide(const struct slurm_gone_traces *t, con
 		snprintf(why, len, "Slurm forgot %s before it started (no launch record, output or "
 		         "result): handed over again", job);
 		return SLURM_GONE_RESUBMIT;
+	}
+	if (!t->result_fresh && !settled) {
+		snprintf(why, len, "Slurm forgot %s, which may still run: waiting for its end", job);
+		return SLURM_GONE_WAIT;
 	}
 	const char *seen = t->launched ? "its launch record" : t->output ? "its output"
 	                   : t->result[0] ? "its result" : t->checkpoint >= 0 ? "its checkpoint"

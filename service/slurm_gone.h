@@ -21,9 +21,18 @@
  * slurm_gone_decide turns that into a verdict: never started (none of
  * them): handed over again as it is; may have run: handed over again as a
  * new attempt, which resumes from its newest checkpoint (larch-train does
- * that by itself); ended by itself (result.json completed or failed): that
- * end; and FAILED once Slurm has lost the same job SLURM_GONE_MAX_LOST
- * times.
+ * that by itself), once the attempt is over; ended by itself (result.json
+ * completed or failed): that end; and FAILED once Slurm has lost the same
+ * job SLURM_GONE_MAX_LOST times.
+ *
+ * Over: the attempt Slurm forgot may still run on its node (slurmd keeps
+ * running what slurmctld forgot until slurmctld, back, tells it to kill
+ * what it does not know), and two attempts in one job directory would
+ * write the same checkpoints. An attempt that ends by itself leaves
+ * result.json newer than its launch record (completed, failed, or
+ * interrupted: checkpointed on SIGTERM); one killed with SIGKILL leaves
+ * nothing, so the executor waits SLURM_GONE_SETTLE_MS after it found the
+ * job forgotten before it takes the attempt for over.
  */
 #ifndef LARCH_SERVICE_SLURM_GONE_H
 #define LARCH_SERVICE_SLURM_GONE_H
@@ -31,6 +40,7 @@
 #include <stddef.h>
 
 #define SLURM_GONE_MAX_LOST 3         /* handed over again at most this many times */
+#define SLURM_GONE_SETTLE_MS 30000    /* an attempt with no result is over after this */
 
 /* The job asked about; the strings are borrowed. */
 struct slurm_gone_job {
@@ -74,6 +84,8 @@ struct slurm_gone_traces {
 	int metrics;                  /* metrics.jsonl */
 	int reported;                 /* the trainer reported to larchd (the runner's to say) */
 	char result[32];              /* result.json's status; "" none */
+	int result_fresh;             /* result.json is no older than slurm-attempt: the
+	                                 last attempt's end */
 	long checkpoint;              /* the newest checkpoint's step; -1 none */
 };
 
@@ -86,13 +98,15 @@ int slurm_gone_may_have_run(const struct slurm_gone_traces *t);
 enum slurm_gone_verdict {
 	SLURM_GONE_RESUBMIT,          /* never started: handed over again as it is */
 	SLURM_GONE_REQUEUE,           /* may have run: handed over again, a new attempt */
+	SLURM_GONE_WAIT,              /* may be running still: asked again later */
 	SLURM_GONE_COMPLETED,         /* result.json says completed */
 	SLURM_GONE_FAILED,            /* ended by itself, or lost too often */
 };
 
 /* The verdict on a job Slurm forgot that left t, whose Slurm id was sid
- * ("" or "?": unknown), lost `lost` times before; why says it in a line. */
+ * ("" or "?": unknown), lost `lost` times before; settled: it was found
+ * forgotten SLURM_GONE_SETTLE_MS ago or more. why says it in a line. */
 enum slurm_gone_verdict slurm_gone_decide(const struct slurm_gone_traces *t, const char *sid,
-                                          int lost, char *why, size_t len);
+                                          int lost, int settled, char *why, size_t len);
 
 #endif

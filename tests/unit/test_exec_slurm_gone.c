@@ -4,6 +4,7 @@
  * and the verdict on a job Slurm forgot (never started, may have run,
  * ended by itself, lost too often). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -138,6 +139,23 @@ static void test_look(void)
 	CHECK_STR_EQ(t.result, "interrupted");
 	CHECK_INT_EQ(t.checkpoint, 300);
 
+	/* result.json of this attempt (no older than its launch record), or of
+	 * one before */
+	char path[1024];
+	struct timespec times[2] = { { 1000, 0 }, { 1000, 0 } };
+	snprintf(path, sizeof path, "%s/slurm-attempt", dir);
+	CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
+	times[0].tv_sec = times[1].tv_sec = 2000;
+	snprintf(path, sizeof path, "%s/result.json", dir);
+	CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
+	slurm_gone_look(dir, &t);
+	CHECK(t.result_fresh);
+	snprintf(path, sizeof path, "%s/slurm-attempt", dir);
+	times[0].tv_sec = times[1].tv_sec = 3000;
+	CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
+	slurm_gone_look(dir, &t);
+	CHECK(!t.result_fresh);
+
 	slurm_gone_look("/nonexistent/j-1", &t);
 	CHECK(!slurm_gone_may_have_run(&t));
 }
@@ -146,50 +164,61 @@ static void test_decide(void)
 {
 	char why[256];
 	struct slurm_gone_traces none = { .checkpoint = -1 };
-	CHECK_INT_EQ(slurm_gone_decide(&none, "17", 0, why, sizeof why), SLURM_GONE_RESUBMIT);
+	CHECK_INT_EQ(slurm_gone_decide(&none, "17", 0, 1, why, sizeof why), SLURM_GONE_RESUBMIT);
 	CHECK_MSG(strstr(why, "job 17") && strstr(why, "before it started"), "%s", why);
 
 	/* any trace: may have run, a new attempt */
 	struct slurm_gone_traces launched = none;
 	launched.launched = 1;
-	CHECK_INT_EQ(slurm_gone_decide(&launched, "17", 0, why, sizeof why), SLURM_GONE_REQUEUE);
+	CHECK_INT_EQ(slurm_gone_decide(&launched, "17", 0, 1, why, sizeof why), SLURM_GONE_REQUEUE);
 	CHECK_MSG(strstr(why, "launch record") && strstr(why, "from the start"), "%s", why);
 	struct slurm_gone_traces reported = none;
 	reported.reported = 1;
-	CHECK_INT_EQ(slurm_gone_decide(&reported, "17", 0, why, sizeof why), SLURM_GONE_REQUEUE);
+	CHECK_INT_EQ(slurm_gone_decide(&reported, "17", 0, 1, why, sizeof why), SLURM_GONE_REQUEUE);
 	struct slurm_gone_traces output = none;
 	output.output = 1;
-	CHECK_INT_EQ(slurm_gone_decide(&output, "17", 0, why, sizeof why), SLURM_GONE_REQUEUE);
+	CHECK_INT_EQ(slurm_gone_decide(&output, "17", 0, 1, why, sizeof why), SLURM_GONE_REQUEUE);
 	struct slurm_gone_traces ckpt = launched;
 	ckpt.checkpoint = 300;
 	snprintf(ckpt.result, sizeof ckpt.result, "interrupted");
-	CHECK_INT_EQ(slurm_gone_decide(&ckpt, "17", 1, why, sizeof why), SLURM_GONE_REQUEUE);
+	CHECK_INT_EQ(slurm_gone_decide(&ckpt, "17", 1, 1, why, sizeof why), SLURM_GONE_REQUEUE);
 	CHECK_MSG(strstr(why, "checkpoint of step 300"), "%s", why);
 
 	/* ended by itself */
 	struct slurm_gone_traces done = launched;
 	snprintf(done.result, sizeof done.result, "completed");
-	CHECK_INT_EQ(slurm_gone_decide(&done, "17", 0, why, sizeof why), SLURM_GONE_COMPLETED);
-	CHECK_INT_EQ(slurm_gone_decide(&done, "17", SLURM_GONE_MAX_LOST, why, sizeof why),
+	CHECK_INT_EQ(slurm_gone_decide(&done, "17", 0, 1, why, sizeof why), SLURM_GONE_COMPLETED);
+	CHECK_INT_EQ(slurm_gone_decide(&done, "17", SLURM_GONE_MAX_LOST, 1, why, sizeof why),
 	             SLURM_GONE_COMPLETED);
 	struct slurm_gone_traces failed = launched;
 	snprintf(failed.result, sizeof failed.result, "failed");
-	CHECK_INT_EQ(slurm_gone_decide(&failed, "17", 0, why, sizeof why), SLURM_GONE_FAILED);
+	CHECK_INT_EQ(slurm_gone_decide(&failed, "17", 0, 1, why, sizeof why), SLURM_GONE_FAILED);
 	CHECK_MSG(strstr(why, "result.json says failed"), "%s", why);
 
 	/* lost too often: FAILED with the reason, whatever it left */
-	CHECK_INT_EQ(slurm_gone_decide(&none, "17", SLURM_GONE_MAX_LOST, why, sizeof why),
+	CHECK_INT_EQ(slurm_gone_decide(&none, "17", SLURM_GONE_MAX_LOST, 1, why, sizeof why),
 	             SLURM_GONE_FAILED);
 	CHECK_MSG(strstr(why, "3 times"), "%s", why);
-	CHECK_INT_EQ(slurm_gone_decide(&ckpt, "17", SLURM_GONE_MAX_LOST, why, sizeof why),
+	CHECK_INT_EQ(slurm_gone_decide(&ckpt, "17", SLURM_GONE_MAX_LOST, 1, why, sizeof why),
 	             SLURM_GONE_FAILED);
 
+	/* the attempt may still run on its node: waited for, until it left its
+	 * result, or long enough */
+	CHECK_INT_EQ(slurm_gone_decide(&launched, "17", 0, 0, why, sizeof why), SLURM_GONE_WAIT);
+	CHECK_MSG(strstr(why, "may still run"), "%s", why);
+	struct slurm_gone_traces ended = ckpt;
+	ended.result_fresh = 1;                /* interrupted: checkpointed and exited */
+	CHECK_INT_EQ(slurm_gone_decide(&ended, "17", 0, 0, why, sizeof why), SLURM_GONE_REQUEUE);
+	CHECK_INT_EQ(slurm_gone_decide(&ckpt, "17", 0, 0, why, sizeof why), SLURM_GONE_WAIT);
+	CHECK_INT_EQ(slurm_gone_decide(&none, "17", 0, 0, why, sizeof why), SLURM_GONE_RESUBMIT);
+	CHECK_INT_EQ(slurm_gone_decide(&done, "17", 0, 0, why, sizeof why), SLURM_GONE_COMPLETED);
+
 	/* no Slurm id known */
-	CHECK_INT_EQ(slurm_gone_decide(&launched, "?", 0, why, sizeof why), SLURM_GONE_REQUEUE);
+	CHECK_INT_EQ(slurm_gone_decide(&launched, "?", 0, 1, why, sizeof why), SLURM_GONE_REQUEUE);
 	CHECK_MSG(strstr(why, "the job") && !strstr(why, "job ?"), "%s", why);
 	/* the reason fits a small buffer, cut */
 	char small[16];
-	slurm_gone_decide(&none, "17", 0, small, sizeof small);
+	slurm_gone_decide(&none, "17", 0, 1, small, sizeof small);
 	CHECK_INT_EQ(strlen(small), sizeof small - 1);
 }
 
