@@ -7,8 +7,12 @@ every id handed out before, so no id comes back for another job and no node
 is drained for running a job of an id slurmctld gives again; larchd hands
 every forgotten job over again: one that never started goes back to PENDING,
 one that was running (slurmctld kills what it does not know) is requeued as
-a new attempt. Every accepted job completes exactly once: once in larch's
-events, once in Slurm's job completion log and once in its accounting.
+a new attempt from its checkpoint once slurmctld has killed the attempt it
+no longer knows. Every accepted job completes exactly once: once in larch's
+events, once in Slurm's job completion log (none there for an attempt that
+ran to its end as an orphan: larch takes that end from its result.json),
+and in Slurm's accounting at most once (slurmctld's queue of records for
+slurmdbd dies with it), once for each job handed over again.
 
 Runs on the session's cluster (tests/integration/slurm.py), which it leaves
 healthy: slurmctld up again through the cluster's own start.sh, the node
@@ -26,17 +30,18 @@ import requests
 from larchd import Larchd
 
 BURST = 20
-# the first job runs through the crash and slurmctld's return (about 10 s
-# here); the others are short, so that the burst ends in well under a
-# minute on two cores
-LONG_STEPS, STEPS = 6000, 200
+# a byte-level GPT small enough to start at once: the first job runs
+# through the crash and slurmctld's return (about 10 s here), the others
+# end in a fraction of a second
+LONG_STEPS, STEPS = 3000, 20
 
 
-def spec(i, steps):
-    return {"name": f"crash{i}", "model": {"type": "mlp", "hidden": [64]},
-            "data": {"name": "fashion-mnist"}, "batch": {"global": 256},
-            "optimizer": {"type": "sgd", "lr": 0.1}, "steps": steps, "log_every": 100,
-            "checkpoint_every": 200}
+def spec(i, steps, corpus):
+    return {"name": f"crash{i}", "model": {"type": "gpt", "layers": 1, "heads": 1, "dim": 16,
+                                           "seq": 16},
+            "data": {"format": "text", "path": str(corpus)}, "batch": {"global": 32},
+            "optimizer": {"type": "sgd", "lr": 0.1}, "steps": steps, "log_every": 10,
+            "checkpoint_every": 100}
 
 
 def submit(server, body):
@@ -119,14 +124,26 @@ def test_kill9_slurmctld_during_a_burst_every_job_completes_once(tmp_path, slurm
     server = Larchd(tmp_path, args=["--executor", "slurm", "--slurm-poll-ms", "300",
                                     "--slurm-timeout", "5"], env=dict(cluster.env)).start()
     try:
+        corpus = tmp_path / "corpus.txt"
+        corpus.write_text(" ".join(["larch", "slurm", "crash", "burst"][i % 4 * i % 7 % 4]
+                                   for i in range(20000)))
         state = cluster.dir / "state"
+        if not (state / "node_state").exists():
+            # a cluster just started has saved nothing yet: a job makes it
+            # save its node and job state, as a cluster in use has
+            script = tmp_path / "true.sh"
+            script.write_text("#!/bin/sh\ntrue\n")
+            script.chmod(0o755)
+            cluster.wait_job(cluster.submit(script, "--output=/dev/null", "--chdir=/tmp"))
+            wait_for(lambda: (state / "node_state").exists() and (state / "job_state").exists(),
+                     "slurmctld to save its state", 30)
         before = tmp_path / "state-before-burst"
         copy_state(state, before)
         # a job that runs when slurmctld dies, then the rest of the burst
-        ids = [submit(server, spec(0, LONG_STEPS))]
+        ids = [submit(server, spec(0, LONG_STEPS, corpus))]
         wait_for(lambda: get(server, f"/v1/jobs/{ids[0]}")["state"] == "RUNNING",
                  "the first job to run", 60)
-        ids += [submit(server, spec(i, STEPS)) for i in range(1, BURST)]
+        ids += [submit(server, spec(i, STEPS, corpus)) for i in range(1, BURST)]
         # Slurm took every job (larch recorded its id)
         jobs = wait_for(lambda: (js := {j: get(server, f"/v1/jobs/{j}") for j in ids}) and
                         all(x["slurm_job_id"] for x in js.values()) and js,
@@ -205,8 +222,17 @@ def test_kill9_slurmctld_during_a_burst_every_job_completes_once(tmp_path, slurm
                      if any("result.json says completed" in (e["reason"] or "") for e in evs)}
         want = {n: 0 if jid in by_result else 1 for n, jid in name.items()}
         assert jobcomp_completed(cluster, name) == want, (jobcomp_completed(cluster, name), want)
-        assert accounting_completed(cluster, name) == want, \
-            (accounting_completed(cluster, name), want)
+        # slurmdbd hears of a job from slurmctld's agent, whose queue died with
+        # it: a job that ended before the crash may be missing there, but
+        # every job handed over again is there once, and none twice
+        want_dbd = {n: want[n] for n, jid in name.items() if jid in again}
+
+        def dbd_ok():
+            have = accounting_completed(cluster, name)
+            return all(v <= 1 for v in have.values()) and \
+                all(have[n] == v for n, v in want_dbd.items())
+        wait_for(dbd_ok, f"Slurm's accounting to have each job at most once and {want_dbd} "
+                 f"(it has {accounting_completed(cluster, name)})", 30)
         # no node drained
         states = node_states(cluster)
         assert "drain" not in states and "down" not in states, states
