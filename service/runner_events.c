@@ -1,6 +1,7 @@
 /* service/runner_events.c - the runner's side of what happens to a job after
  * it was handed over: executor events into transitions (importing a finished
- * job's directory first), and cancels; see runner.h. */
+ * job's directory first), a job the executor lost (Slurm forgot it) back to
+ * PENDING, and cancels; see runner.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
