@@ -82,7 +82,10 @@ int slurm_gone_sacct(char *out, const struct slurm_gone_job *j, struct slurm_gon
 			if (p)
 				*p++ = '\0';
 		}
-		if (k < 6 || strcmp(f[0], j->sid) != 0 || !slurm_gone_ours(f[1], f[2], j))
+		if (k < 6)
+			continue;
+		f[2][strcspn(f[2], "(")] = '\0';         /* the completion log's "alice(1001)" */
+		if (strcmp(f[0], j->sid) != 0 || !slurm_gone_ours(f[1], f[2], j))
 			continue;
 		int code = -1, sig = 0;
 		if (sscanf(f[4], "%d:%d", &code, &sig) != 2) {

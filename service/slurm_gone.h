@@ -68,8 +68,9 @@ int slurm_gone_scontrol(const char *out, const struct slurm_gone_job *j,
                         struct slurm_gone_record *rec);
 
 /* Reads `sacct -c -n -P -o JobID,JobName,User,State,ExitCode,Partition`
- * output (modified in place) into rec: the last line of j's Slurm id that
- * is j's (a requeued job has several). Returns rec->found. */
+ * output (modified in place; the completion log's User is "alice(1001)")
+ * into rec: the last line of j's Slurm id that is j's (a requeued job has
+ * several). Returns rec->found. */
 int slurm_gone_sacct(char *out, const struct slurm_gone_job *j, struct slurm_gone_record *rec);
 
 /* Asks scontrol, then sacct -c, each under timeout_ms (service/slurm_cmd.h).

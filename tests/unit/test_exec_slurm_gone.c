@@ -70,20 +70,22 @@ static void test_sacct(void)
 	struct slurm_gone_record rec;
 	/* the completion log from before the crash and after it: id 17 twice,
 	 * and a requeued job's two records */
-	char log[] = "17|larch-0123456789abcdef-j-000042|alice|REQUEUED|0:0|debug\n"
-	             "17|larch-0123456789abcdef-j-000042|alice|COMPLETED|0:0|batch\n"
-	             "17|larch-0123456789abcdef-j-000050|alice|FAILED|1:0|debug\n"
-	             "170|larch-0123456789abcdef-j-000042|alice|FAILED|2:0|debug\n";
+	char log[] = "17|larch-0123456789abcdef-j-000042|alice(1001)|REQUEUED|0:0|debug\n"
+	             "17|larch-0123456789abcdef-j-000042|alice(1001)|COMPLETED|0:0|batch\n"
+	             "17|larch-0123456789abcdef-j-000050|alice(1001)|FAILED|1:0|debug\n"
+	             "170|larch-0123456789abcdef-j-000042|alice(1001)|FAILED|2:0|debug\n";
 	CHECK(slurm_gone_sacct(log, &job17, &rec));
 	CHECK_STR_EQ(rec.state, "COMPLETED");   /* the job's last record, not the reused id's */
 	CHECK_STR_EQ(rec.partition, "batch");
 	CHECK_INT_EQ(rec.exit_code, 0);
 
-	char only_reused[] = "17|larch-0123456789abcdef-j-000050|alice|COMPLETED|0:0|debug\n"
-	                     "17|larch-0123456789abcdef-j-000042|bob|COMPLETED|0:0|debug\n";
+	char only_reused[] = "17|larch-0123456789abcdef-j-000050|alice(1001)|COMPLETED|0:0|debug\n"
+	                     "17|larch-0123456789abcdef-j-000042|bob(1002)|COMPLETED|0:0|debug\n"
+	                     "17|larch-0123456789abcdef-j-000042|alicex|COMPLETED|0:0|debug\n";
 	CHECK(!slurm_gone_sacct(only_reused, &job17, &rec));
 
 	char cancelled[] = "17|larch-0123456789abcdef-j-000042|alice|CANCELLED by 0|0:15|debug\n";
+	/* as sacct -c prints it from the completion log, or a bare name */
 	CHECK(slurm_gone_sacct(cancelled, &job17, &rec));
 	CHECK_STR_EQ(rec.state, "CANCELLED");
 	CHECK_INT_EQ(rec.signo, 15);
