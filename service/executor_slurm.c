@@ -1264,6 +1264,12 @@ static int apply_gone(struct slurm_ex *sx, struct sjob *j, const struct gone *g)
 		           g->may_have_run);
 		return 1;
 	}
+	if (j->cancel && g->verdict != SLURM_GONE_COMPLETED && g->verdict != SLURM_GONE_FAILED) {
+		/* cancelled while Slurm had forgotten it: nothing of it to stop
+		 * (slurmctld kills an attempt it does not know) */
+		emit_final(sx, j, EXEC_CANCELLED, "CANCELLED", g->why, -1, 0, g->may_have_run);
+		return 1;
+	}
 	switch (g->verdict) {
 	case SLURM_GONE_WAIT:
 		if (!j->forgot_ms)
