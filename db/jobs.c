@@ -25,10 +25,12 @@ static const char *const state_names[DB_STATE_COUNT] = {
 /* legal[from] = the set of states it may move to; final states have none.
  * PENDING -> FAILED: the executor refused the job (or its directory could not
  * be made). HELD/REQUEUED/PREEMPTED -> FAILED: Slurm ended a job that waited
- * (an unsatisfiable request, a node failure). */
+ * (an unsatisfiable request, a node failure). QUEUED -> PENDING: Slurm forgot
+ * a job that never started (slurmctld lost its state); it is handed over
+ * again. A job moved to PENDING is in no executor: its Slurm id is cleared. */
 static const unsigned legal[DB_STATE_COUNT] = {
 	[DB_STATE_PENDING] = S(QUEUED) | S(CANCELLED) | S(HELD) | S(FAILED),
-	[DB_STATE_QUEUED] = S(RUNNING) | S(CANCELLED) | S(FAILED) | S(HELD),
+	[DB_STATE_QUEUED] = S(RUNNING) | S(CANCELLED) | S(FAILED) | S(HELD) | S(PENDING),
 	[DB_STATE_RUNNING] = S(COMPLETED) | S(FAILED) | S(CANCELLED) | S(TIMEOUT) |
 	                     S(PREEMPTED) | S(REQUEUED),
 	[DB_STATE_HELD] = S(PENDING) | S(QUEUED) | S(CANCELLED) | S(FAILED),
@@ -69,7 +71,8 @@ static const char sql_move[] =
 	"UPDATE jobs SET state = ?2, start_time = coalesce(?3, start_time),\n"
 	"	end_time = coalesce(?4, end_time),\n"
 	"	exit_code = CASE WHEN ?5 THEN ?6 ELSE exit_code END, reason = ?7,\n"
-	"	slurm_job_id = coalesce(?8, slurm_job_id), attempt = attempt + ?9,\n"
+	"	slurm_job_id = CASE WHEN ?2 = 'PENDING' THEN NULL ELSE coalesce(?8, slurm_job_id) END,\n"
+	"	attempt = attempt + ?9,\n"
 	"	partition = coalesce(?10, partition)\n"
 	"WHERE id = ?1";
 static const char sql_event[] =

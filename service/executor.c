@@ -15,6 +15,7 @@ const char *exec_state_name(enum exec_state s)
 		[EXEC_QUEUED] = "QUEUED", [EXEC_RUNNING] = "RUNNING", [EXEC_COMPLETED] = "COMPLETED",
 		[EXEC_FAILED] = "FAILED", [EXEC_CANCELLED] = "CANCELLED", [EXEC_TIMEOUT] = "TIMEOUT",
 		[EXEC_HELD] = "HELD", [EXEC_REQUEUED] = "REQUEUED", [EXEC_PREEMPTED] = "PREEMPTED",
+		[EXEC_LOST] = "LOST",
 	};
 	return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
 }

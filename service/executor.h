@@ -33,6 +33,10 @@ enum exec_state {
 	EXEC_REQUEUED,                 /* it ran and waits to run again (scontrol requeue,
 	                                  node failure); a new attempt follows */
 	EXEC_PREEMPTED,                /* Slurm preempted it; a new attempt follows */
+	EXEC_LOST,                     /* the executor lost it before its end (Slurm forgot it:
+	                                  slurmctld lost its state) and hands it over again;
+	                                  started: it may have run (a new attempt follows), else
+	                                  it provably never started */
 };
 
 const char *exec_state_name(enum exec_state s);

@@ -50,7 +50,15 @@
  * BOOT_FAIL, and PREEMPTED (ended by preemption, not requeued) -> final, with
  * the exit code (squeue's raw wait status) and Slurm's state and reason in
  * the event's reason. A job squeue no
- * longer lists (MinJobAge passed) is asked of scontrol, then sacct -c.
+ * longer lists (MinJobAge passed) is asked of scontrol, then sacct -c, each
+ * record taken only where its name and user are the job's; one Slurm has
+ * no record of was forgotten (slurmctld lost its state), and what it left
+ * in its directory decides (service/slurm_gone.h): never started, it is
+ * submitted again (EXEC_LOST); it may have run, it is submitted again as
+ * a new attempt (EXEC_LOST, started), which resumes from its newest
+ * checkpoint; else it ended as its result.json says, or FAILED. Cancels
+ * and holds go only to ids the last squeue listed as the job's: Slurm hands
+ * a forgotten job's id to the next job it takes.
  */
 #include "executor.h"
 
@@ -76,6 +84,7 @@
 #include "log.h"
 #include "slurm_array.h"
 #include "slurm_cmd.h"
+#include "slurm_gone.h"
 #include "slurm_submit.h"
 
 #define SUBMIT_BATCH 256          /* sbatch calls per pass at most */
@@ -103,6 +112,8 @@ struct sjob {
 	int last;                     /* last enum exec_state reported; -1 none */
 	int restarts;                 /* RestartCnt seen */
 	int seen_running, missing, tries;
+	int lost;                     /* times Slurm forgot it and it was submitted again */
+	long long forgot_ms;          /* when Slurm was found to have no record of it (0: not) */
 	int await_restart;            /* requeued as restart N: RUNNING rows are the old
 	                                 attempt ending until its script starts again */
 	long long next_try_ms;
@@ -1195,105 +1206,103 @@ static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 	return 1;
 }
 
-/* "Key=value" from scontrol -o or "" */
-static void field(const char *line, const char *key, char *out, size_t len)
-{
-	out[0] = '\0';
-	size_t klen = strlen(key);
-	for (const char *p = line; (p = strstr(p, key)) != NULL; p += klen) {
-		if ((p == line || p[-1] == ' ') && p[klen] == '=') {
-			const char *v = p + klen + 1;
-			size_t n = strcspn(v, " \n");
-			snprintf(out, len, "%.*s", (int)n, v);
-			return;
-		}
-	}
-}
+/* ---- jobs squeue no longer lists (service/slurm_gone.h) ---------------------------- */
 
-/* Finds how a job squeue no longer lists ended: scontrol, sacct -c, then the
- * job's result.json. Runs commands: called without the lock, on a copy. */
-struct resolved {
-	int found;
+/* What became of a job squeue stopped listing. */
+struct gone {
+	int decided;                  /* 0: Slurm still has it (squeue lists it again) */
+	int final;                    /* Slurm's record of its end: st, rec */
 	enum exec_state st;
-	char state[32], reason[128], partition[65];
-	int exit_code, signo, started;
+	struct slurm_gone_record rec;
+	enum slurm_gone_verdict verdict;   /* !final: Slurm forgot it */
+	int may_have_run;
+	long long forgot_ms;          /* when Slurm was first found to have no record of it */
+	char why[EXEC_REASON_MAX];
 };
 
-static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct resolved *out)
+/* Asks Slurm about j, then reads what j left. Runs commands: called without
+ * the lock, on a copy. */
+static void resolve_gone(struct slurm_ex *sx, const struct sjob *j, struct gone *g)
 {
-	memset(out, 0, sizeof *out);
-	out->exit_code = -1;
-	int timeout = sx->cfg.timeout_s * 1000;
-	struct slurm_cmd_result res;
-	const char *sc[] = { "scontrol", "-o", "show", "job", j->sid, NULL };
-	if (slurm_cmd_run(sc, timeout, &res) == 0) {
-		char name[96], ec[32];
-		field(res.out, "JobName", name, sizeof name);
-		if (strcmp(name, j->name) == 0) {
-			field(res.out, "JobState", out->state, sizeof out->state);
-			field(res.out, "Reason", out->reason, sizeof out->reason);
-			field(res.out, "ExitCode", ec, sizeof ec);
-			field(res.out, "Partition", out->partition, sizeof out->partition);
-			sscanf(ec, "%d:%d", &out->exit_code, &out->signo);
-			out->found = 1;
-		}
-	}
-	slurm_cmd_release(&res);
-	if (!out->found) {
-		const char *sa[] = { "sacct", "-c", "--allusers", "-n", "-P", "-j", j->sid, "-o",
-		                     "JobID,JobName,State,ExitCode,Partition", NULL };
-		if (slurm_cmd_run(sa, timeout, &res) == 0) {
-			for (char *line = res.out, *next; line && *line; line = next) {
-				next = strchr(line, '\n');
-				if (next)
-					*next++ = '\0';
-				char sid[32] = "", name[96] = "", state[32] = "", part[65] = "";
-				int code = -1, sig = 0;
-				if (sscanf(line, "%31[^|]|%95[^|]|%31[^|]|%d:%d|%64[^|\n]", sid, name, state,
-				           &code, &sig, part) >= 3 && strcmp(sid, j->sid) == 0 &&
-				    strcmp(name, j->name) == 0) {
-					snprintf(out->state, sizeof out->state, "%s", state);
-					snprintf(out->partition, sizeof out->partition, "%s", part);
-					out->exit_code = code;
-					out->signo = sig;
-					out->found = 1;  /* the last record wins (requeued jobs have several) */
-				}
-			}
-		}
-		slurm_cmd_release(&res);
-	}
-	if (out->found) {
-		struct slurm_state m = map_state(out->state, out->reason);
-		if (m.kind == K_FINAL) {
-			out->st = m.final;
-			out->started = j->seen_running || m.final != EXEC_CANCELLED;
-			return;
-		}
-		out->found = 0;                /* still alive (then squeue lists it again) */
+	memset(g, 0, sizeof *g);
+	struct slurm_gone_job q = { .sid = j->sid, .name = j->name, .dir = j->job.dir,
+	                            .user = j->as_owner ? j->owner.name : sx->self_user };
+	g->forgot_ms = j->forgot_ms;
+	if (!g->forgot_ms)                 /* once forgotten, forgotten: not asked again */
+		slurm_gone_ask(&q, sx->cfg.timeout_s * 1000, &g->rec);
+	if (g->rec.found) {
+		struct slurm_state m = map_state(g->rec.state, g->rec.reason);
+		if (m.kind != K_FINAL)
+			return;                    /* still alive: squeue lists it again */
+		g->decided = g->final = 1;
+		g->st = m.final;
+		g->may_have_run = j->seen_running || m.final != EXEC_CANCELLED;
 		return;
 	}
-	/* Slurm forgot it: what the trainer left says how it ended */
-	char status[64] = "";
-	FILE *f = svc_jobfs_fopen(j->job.dir, "result.json");
-	json_t *result = f ? json_loadf(f, 0, NULL) : NULL;
-	if (f)
-		fclose(f);
-	const char *st = json_string_value(json_object_get(result, "status"));
-	snprintf(status, sizeof status, "%s", st ? st : "");
-	json_decref(result);
-	out->found = 1;
-	out->started = file_exists(j->job.dir, "slurm-attempt");
-	if (strcmp(status, "completed") == 0) {
-		out->st = EXEC_COMPLETED;
-		out->exit_code = 0;
-		snprintf(out->state, sizeof out->state, "COMPLETED");
-		snprintf(out->reason, sizeof out->reason, "Slurm forgot it; result.json says completed");
-	} else {
-		out->st = EXEC_FAILED;
-		snprintf(out->state, sizeof out->state, "UNKNOWN");
-		snprintf(out->reason, sizeof out->reason, "Slurm no longer knows the job%s%s",
-		         status[0] ? "; result.json says " : "", status);
+	struct slurm_gone_traces t;
+	slurm_gone_look(j->job.dir, &t);
+	long long now = svc_mono_ms();
+	if (!g->forgot_ms)
+		g->forgot_ms = now;
+	g->decided = 1;
+	g->may_have_run = slurm_gone_may_have_run(&t);
+	g->verdict = slurm_gone_decide(&t, j->sid, j->lost,
+	                               now - g->forgot_ms >= SLURM_GONE_SETTLE_MS, g->why,
+	                               sizeof g->why);
+}
+
+/* Slurm no longer has j: its Slurm side forgotten, to be submitted again. */
+static void resubmit(struct slurm_ex *sx, struct sjob *j)
+{
+	j->phase = PH_SUBMIT;
+	j->sid[0] = '\0';
+	j->partition[0] = '\0';
+	j->wait_reason[0] = '\0';
+	j->cancel_sent = j->hold_sent = 0;
+	j->restarts = -1;
+	j->seen_running = j->missing = j->tries = j->await_restart = 0;
+	j->next_try_ms = 0;
+	j->forgot_ms = 0;
+	j->lost++;
+	sx->kicked = 1;                    /* the thread's next pass submits it */
+}
+
+/* Applies g to j; lock held. Returns 1 when j ended (the caller frees it). */
+static int apply_gone(struct slurm_ex *sx, struct sjob *j, const struct gone *g)
+{
+	if (g->final) {
+		if (g->rec.partition[0])
+			snprintf(j->partition, sizeof j->partition, "%s", g->rec.partition);
+		emit_final(sx, j, g->st, g->rec.state, g->rec.reason, g->rec.exit_code, g->rec.signo,
+		           g->may_have_run);
+		return 1;
 	}
+	if (j->cancel && g->verdict != SLURM_GONE_COMPLETED && g->verdict != SLURM_GONE_FAILED) {
+		/* cancelled while Slurm had forgotten it: nothing of it to stop
+		 * (slurmctld kills an attempt it does not know) */
+		emit_final(sx, j, EXEC_CANCELLED, "CANCELLED", g->why, -1, 0, g->may_have_run);
+		return 1;
+	}
+	switch (g->verdict) {
+	case SLURM_GONE_WAIT:
+		if (!j->forgot_ms)
+			fprintf(stderr, "larchd: job j-%06lld: %s\n", j->job.id, g->why);
+		j->forgot_ms = g->forgot_ms;   /* looked at again at the next poll */
+		return 0;
+	case SLURM_GONE_COMPLETED:
+		emit_final(sx, j, EXEC_COMPLETED, "COMPLETED", g->why, 0, 0, 1);
+		return 1;
+	case SLURM_GONE_FAILED:
+		emit_final(sx, j, EXEC_FAILED, "UNKNOWN", g->why, -1, 0, g->may_have_run);
+		return 1;
+	case SLURM_GONE_RESUBMIT:
+	case SLURM_GONE_REQUEUE:
+		fprintf(stderr, "larchd: job j-%06lld: %s\n", j->job.id, g->why);
+		emit(sx, j, EXEC_LOST, -1, g->verdict == SLURM_GONE_REQUEUE, "%s", g->why);
+		resubmit(sx, j);
+		return 0;
+	}
+	return 0;
 }
 
 /* squeue's user filter for the jobs followed: "--me" when they are all
@@ -1400,6 +1409,7 @@ static void poll_squeue(struct slurm_ex *sx)
 		if (j->phase == PH_FOLLOW) {
 			if (r) {
 				j->missing = 0;
+				j->forgot_ms = 0;
 				ended = apply_row(sx, j, r);
 			} else if (++j->missing >= MISSING_POLLS) {
 				if (n_gone == cap_gone) {
@@ -1428,21 +1438,21 @@ static void poll_squeue(struct slurm_ex *sx)
 	slurm_cmd_release(&res);
 
 	for (int i = 0; i < n_gone; i++) {
-		struct resolved rv;
-		resolve_gone(sx, &gone[i], &rv);
-		if (!rv.found)
+		struct gone g;
+		resolve_gone(sx, &gone[i], &g);
+		if (!g.decided)
 			continue;
 		pthread_mutex_lock(&sx->lock);
 		for (struct sjob **p = &sx->jobs; *p; p = &(*p)->next) {
 			struct sjob *j = *p;
-			if (j->job.id != gone[i].job.id || j->phase != PH_FOLLOW)
+			if (j->job.id != gone[i].job.id || j->phase != PH_FOLLOW ||
+			    strcmp(j->sid, gone[i].sid) != 0)
 				continue;
-			if (rv.partition[0])
-				snprintf(j->partition, sizeof j->partition, "%s", rv.partition);
-			emit_final(sx, j, rv.st, rv.state, rv.reason, rv.exit_code, rv.signo, rv.started);
-			*p = j->next;
-			sx->n_jobs--;
-			free(j);
+			if (apply_gone(sx, j, &g)) {
+				*p = j->next;
+				sx->n_jobs--;
+				free(j);
+			}
 			break;
 		}
 		pthread_mutex_unlock(&sx->lock);
@@ -1526,7 +1536,11 @@ static void send_cancels(struct slurm_ex *sx)
 			free(j);
 			continue;
 		}
-		if (j->phase == PH_FOLLOW && !j->cancel_sent && j->sid[0] != '?' && n < 16) {
+		/* only an id the last squeue listed as the job's: one squeue no
+		 * longer lists may be another job's now (slurmctld restarted on an
+		 * older state hands the same ids out again) */
+		if (j->phase == PH_FOLLOW && !j->cancel_sent && j->sid[0] != '?' && !j->missing &&
+		    n < 16) {
 			/* every task of an array to be cancelled: one order for the
 			 * array (a sweep's cancel), its pending tasks included */
 			char aid[24];
@@ -1563,7 +1577,7 @@ static void send_holds(struct slurm_ex *sx)
 	pthread_mutex_lock(&sx->lock);
 	for (struct sjob *j = sx->jobs; j && n < 16; j = j->next)
 		if (j->hold && !j->hold_sent && !j->cancel && j->phase == PH_FOLLOW &&
-		    j->sid[0] != '?') {
+		    j->sid[0] != '?' && !j->missing) {
 			snprintf(sids[n], sizeof sids[n], "%s", j->sid);
 			arg(&a, sids[n++]);
 			j->hold_sent = 1;

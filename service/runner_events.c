@@ -1,6 +1,7 @@
 /* service/runner_events.c - the runner's side of what happens to a job after
  * it was handed over: executor events into transitions (importing a finished
- * job's directory first), and cancels; see runner.h. */
+ * job's directory first), a job the executor lost (Slurm forgot it) back to
+ * PENDING, and cancels; see runner.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -343,6 +344,34 @@ static int held_after_handover(struct svc_runner *r, const struct exec_event *ev
 	return 0;
 }
 
+/* The executor lost the job before its end (Slurm forgot it: slurmctld
+ * lost its state) and hands it over again: back to PENDING, its Slurm id
+ * cleared (db/jobs.c), QUEUED again when Slurm takes it. One that may have
+ * run (the executor saw a trace of it, the database has it RUNNING, or
+ * its trainer reported) goes through RUNNING and REQUEUED first: a new
+ * attempt, which resumes from its newest checkpoint. */
+static void lost(struct svc_runner *r, const struct exec_event *ev, enum db_state state,
+                 int reported)
+{
+	int ran = ev->started || reported || state == DB_STATE_RUNNING;
+	char why[EXEC_REASON_MAX + 64];
+	int rc = 0;
+	if (state == DB_STATE_QUEUED && ran) {
+		snprintf(why, sizeof why, "started unseen%s%s", ev->ext_id[0] ? " as slurm job " : "",
+		         ev->ext_id);
+		rc = svc_runner_move(r, ev->id, state, DB_STATE_RUNNING, "executor", why, 0, 0);
+		if (rc == 0)
+			state = DB_STATE_RUNNING;
+	}
+	if (rc == 0 && state == DB_STATE_RUNNING) {
+		rc = svc_runner_move(r, ev->id, state, DB_STATE_REQUEUED, "executor", ev->reason, 0, 0);
+		if (rc == 0)
+			state = DB_STATE_REQUEUED;
+	}
+	if (rc == 0 && state != DB_STATE_PENDING)
+		svc_runner_move(r, ev->id, state, DB_STATE_PENDING, "executor", ev->reason, 0, 0);
+}
+
 void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 {
 	struct svc_runner *r = ctx;
@@ -369,6 +398,8 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 		return;
 	}
 	enum db_state state = job.state;
+	/* the trainer reported: it ran (an attempt of it) */
+	int reported = job.progress_step > 0 || !isnan(job.last_loss);
 	/* held by an admin while it was being handed over: Slurm has it now */
 	int held_in_handover = state == DB_STATE_HELD && ev->ext_id[0] &&
 	                       !(job.slurm_job_id && job.slurm_job_id[0]);
@@ -396,6 +427,10 @@ void svc_runner_on_event(void *ctx, const struct exec_event *ev)
 	}
 	if (final) {
 		finish(r, ev, state);
+		return;
+	}
+	if (ev->state == EXEC_LOST) {
+		lost(r, ev, state, reported);
 		return;
 	}
 	if (held_in_handover && held_after_handover(r, ev) == 0)

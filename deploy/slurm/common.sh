@@ -84,3 +84,38 @@ log_tails() {
 		tail -n 15 "$f" >&2
 	done
 }
+
+# slurm_fresh_job_ids: before slurmctld starts, makes sure it hands out no
+# job id it handed out before. slurmctld killed before it saved its state
+# comes back on an older one: it gives the ids of the jobs it lost to new
+# jobs while slurmd may still run the lost ones under those ids, and a node
+# asked to launch a second job of an id it runs refuses ("Duplicate
+# jobid") and is drained. So FirstJobId in slurm.conf becomes one above the
+# highest id any record of the cluster names (slurmctld's and slurmd's
+# logs, the job completion log, slurmstepd's sockets in slurmd's spool);
+# slurmctld takes it where its saved state has a lower next id. The jobs
+# slurmd still runs that slurmctld does not know it kills (orphans) once
+# the node registers. Says what it did; does nothing while slurmctld runs.
+slurm_fresh_job_ids() {
+	daemon_pid slurmctld >/dev/null && return 0
+	[ -f "$slurm_conf" ] || return 0
+	local ids max cur left=""
+	ids=$(
+		cat "$slurm_dir"/log/slurm*.log "$slurm_dir/jobcomp.txt" 2>/dev/null |
+			grep -oE 'JobId=[0-9]+(_[0-9]+\([0-9]+\))?' | grep -oE '[0-9]+'
+		find "$slurm_dir/spool" -name '*_*.*' 2>/dev/null | sed -nE 's/.*_([0-9]+)\.[^/]*$/\1/p'
+	)
+	max=$(printf '%s\n' "$ids" | sort -n | tail -n 1)
+	[ -n "$max" ] || return 0
+	cur=$(sed -n 's/^FirstJobId=//p' "$slurm_conf" | tail -n 1)
+	[[ $cur =~ ^[0-9]+$ ]] || cur=0
+	[ $((max + 1)) -gt "$cur" ] || return 0
+	if grep -q '^FirstJobId=' "$slurm_conf"; then
+		sed -i "s/^FirstJobId=.*/FirstJobId=$((max + 1))/" "$slurm_conf"
+	else
+		echo "FirstJobId=$((max + 1))" >>"$slurm_conf"
+	fi
+	left=$(find "$slurm_dir/spool" -name '*_*.*' 2>/dev/null |
+		sed -nE 's/.*_([0-9]+)\.[^/]*$/\1/p' | sort -nu | tr '\n' ' ')
+	echo "slurm-dev: slurmctld starts job ids at $((max + 1)) (FirstJobId in slurm.conf), above the highest its logs, slurmd's and the job completion log name, so that no id is handed out twice${left:+; slurmd still runs jobs ${left% } from before, which slurmctld stops unless it knows them}"
+}

@@ -316,6 +316,7 @@ if [ -z "$(timeout 10 sacctmgr -nP show cluster "$cluster" format=cluster 2>/dev
 		{ log_tails; slurm_fail "sacctmgr could not add cluster $cluster"; }
 fi
 
+slurm_fresh_job_ids
 if ! daemon_pid slurmctld >/dev/null; then
 	slurmctld -i -f "$slurm_conf" || { log_tails; slurm_fail "slurmctld did not start"; }
 fi

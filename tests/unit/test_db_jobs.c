@@ -86,7 +86,7 @@ static void test_ids(void)
 /* The table of docs: written out here independently of db/jobs.c. */
 static const char *const legal_pairs[] = {
 	"PENDING>QUEUED", "PENDING>CANCELLED", "PENDING>HELD", "PENDING>FAILED",
-	"QUEUED>RUNNING", "QUEUED>CANCELLED", "QUEUED>FAILED", "QUEUED>HELD",
+	"QUEUED>RUNNING", "QUEUED>CANCELLED", "QUEUED>FAILED", "QUEUED>HELD", "QUEUED>PENDING",
 	"RUNNING>COMPLETED", "RUNNING>FAILED", "RUNNING>CANCELLED", "RUNNING>TIMEOUT",
 	"RUNNING>PREEMPTED", "RUNNING>REQUEUED",
 	"HELD>PENDING", "HELD>QUEUED", "HELD>CANCELLED", "HELD>FAILED",
@@ -175,7 +175,7 @@ static void test_every_pair(void)
 			db_job_release(&after);
 		}
 	}
-	CHECK_INT_EQ(n_legal, 28);
+	CHECK_INT_EQ(n_legal, 29);
 	db_close(db);
 }
 
@@ -245,6 +245,32 @@ static void test_events_stale_missing(void)
 	bad.to = DB_STATE_QUEUED;
 	bad.by = NULL;
 	CHECK_INT_EQ(db_jobs_transition(db, &bad, NULL, NULL), DB_INVALID);
+	db_close(db);
+}
+
+/* Slurm forgot a job: back to PENDING, in no executor, its Slurm id
+ * cleared (an id Slurm hands out again is never taken for it); the id
+ * Slurm gives it next is recorded as ever. */
+static void test_forgotten_back_to_pending(void)
+{
+	struct db *db = open_db("forgotten.db");
+	int64_t id = submit(db, "alice", "lost");
+	struct db_transition t = { .job = id, .from = DB_STATE_PENDING, .to = DB_STATE_QUEUED,
+	                           .by = "executor", .slurm_job_id = "17" };
+	CHECK_INT_EQ(db_jobs_transition(db, &t, NULL, NULL), 0);
+	struct db_transition back = { .job = id, .from = DB_STATE_QUEUED, .to = DB_STATE_PENDING,
+	                              .by = "executor", .reason = "Slurm forgot job 17",
+	                              .slurm_job_id = "17" };
+	struct db_job j;
+	CHECK_INT_EQ(db_jobs_transition(db, &back, &j, NULL), 0);
+	CHECK_INT_EQ(j.state, DB_STATE_PENDING);
+	CHECK(j.slurm_job_id == NULL);
+	CHECK_INT_EQ(j.attempt, 1);
+	db_job_release(&j);
+	t.slurm_job_id = "23";
+	CHECK_INT_EQ(db_jobs_transition(db, &t, &j, NULL), 0);
+	CHECK_STR_EQ(j.slurm_job_id, "23");
+	db_job_release(&j);
 	db_close(db);
 }
 
@@ -532,6 +558,7 @@ int main(void)
 	CHECK_RUN(test_every_pair);
 	CHECK_RUN(test_events_stale_missing);
 	CHECK_RUN(test_owner_scope);
+	CHECK_RUN(test_forgotten_back_to_pending);
 	CHECK_RUN(test_list);
 	CHECK_RUN(test_pagination_while_inserting);
 	CHECK_RUN(test_progress_counts);
