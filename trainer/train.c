@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "clock.h"
@@ -515,6 +516,16 @@ static int open_run(struct run *r, struct trn_err *err)
 	if (!(r->comm = trn_comm_open(s->parallel.ranks, dir, &tcp, err)))
 		return TRN_EXIT_USAGE;
 	r->lead = r->comm->rank == 0;
+	if (r->comm->size > 1) {
+		/* where each rank runs, in the job's stderr (stdout is rank 0's) */
+		char host[256] = "?";
+		if (gethostname(host, sizeof host) != 0)
+			snprintf(host, sizeof host, "?");
+		host[sizeof host - 1] = '\0';
+		fprintf(stderr, "larch-train: rank %d of %d on host %s (pid %ld)\n", r->comm->rank,
+		        r->comm->size, host, (long)getpid());
+		fflush(stderr);
+	}
 	if (r->lead && trn_report_connect(&r->rep, err) != 0)
 		return TRN_EXIT_USAGE;
 	/* the thread count first: kern_blas_init hands it to the BLAS and
