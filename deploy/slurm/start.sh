@@ -213,10 +213,13 @@ SlurmdLogFile=$slurm_dir/log/slurmd.log"
 		node_lines=${node_lines%$'\n'}
 		part_nodes="node[1-$node_count]"
 		ctld_addr=$net_subnet.1
-		# %n: each slurmd's own node name
+		# %n: each slurmd's own node name. TmpFS too: Slurm's PMIx plugin
+		# makes TmpFS/spmix_appdir_<uid>_<job>.<step> on each node of a step,
+		# and in a /tmp all nodes share the second node finds the first's.
 		slurmd_files="SlurmdSpoolDir=$slurm_dir/spool/%n
 SlurmdPidFile=$slurm_dir/run/slurmd.%n.pid
 SlurmdLogFile=$slurm_dir/log/slurmd.%n.log
+TmpFS=$slurm_dir/tmp/%n
 SlurmdParameters=config_overrides"
 	fi
 	cat >"$slurm_conf.tmp" <<EOF
@@ -395,7 +398,8 @@ else
 	for ((i = 1; i <= node_count; i++)); do
 		daemon_pid "slurmd.node$i" >/dev/null && continue
 		rm -f "$(pid_file "slurmd.node$i")"
-		mkdir -p "$slurm_dir/spool/node$i"
+		mkdir -p "$slurm_dir/spool/node$i" "$slurm_dir/tmp/node$i"
+		chmod 1777 "$slurm_dir/tmp/node$i"
 		net_start_slurmd "$i" || { log_tails; slurm_fail "slurmd of node$i did not start"; }
 	done
 fi
