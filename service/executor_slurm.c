@@ -108,6 +108,7 @@ struct sjob {
 	long long next_try_ms;
 	char wait_reason[64];         /* squeue's reason while it waits, as last said */
 	char partition[65];           /* the partition Slurm has it in, as last said ("") */
+	char nodes[256];              /* the nodes Slurm gave it, as last said ("" none yet) */
 	char submit_err[EXEC_REASON_MAX];   /* a permanent sbatch failure, set by a worker */
 	/* a sweep's child: task `task` of a job array named after the sweep;
 	 * the children handed over together share a group, submitted as one
@@ -164,6 +165,7 @@ static struct exec_event *emit(struct slurm_ex *sx, struct sjob *j, enum exec_st
 	ev->started = started;
 	snprintf(ev->ext_id, sizeof ev->ext_id, "%s", j->sid);
 	snprintf(ev->partition, sizeof ev->partition, "%s", j->partition);
+	snprintf(ev->node_list, sizeof ev->node_list, "%s", j->nodes);
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(ev->reason, sizeof ev->reason, fmt, ap);
@@ -1126,6 +1128,8 @@ static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 {
 	struct slurm_state m = map_state(r->state, r->reason);
 	snprintf(j->partition, sizeof j->partition, "%s", r->partition);
+	if (r->nodes[0] && strcmp(r->nodes, "(null)") != 0)   /* none while it waits */
+		snprintf(j->nodes, sizeof j->nodes, "%s", r->nodes);
 	int restarted = r->restarts > j->restarts;
 	j->restarts = r->restarts;
 	if (restarted && j->last == EXEC_RUNNING && m.kind != K_REQUEUE) {
