@@ -225,6 +225,31 @@ class SlurmCluster:
         alive = self.processes()
         return all(self.pid(d) in alive for d in self.daemons)
 
+    @property
+    def gateway(self):
+        """A multi-node cluster's host-side address (its bridge's, slurmctld's
+        in slurm.conf): what the nodes reach this machine at. A larchd whose
+        jobs report to it listens there (--listen GATEWAY:0): 127.0.0.1 in a
+        node's namespace is the node's own."""
+        env = dict(line.split("=", 1) for line in
+                   (self.dir / "nodes.env").read_text().splitlines() if "=" in line)
+        return env["subnet"] + ".1"
+
+    def kill_node(self, name):
+        """Kills node `name` of a multi-node cluster outright: SIGKILL to
+        everything in its network namespace (its slurmd, slurmstepd and job
+        processes), as a machine that loses power; returns the pids killed.
+        start() brings its slurmd back."""
+        ns = f"larch-{self.net_id}-{name}"
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                              check=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+        return [int(p) for p in pids]
+
     def leftovers(self):
         """What of this cluster is left on the machine, as lines: its
         processes, and the network namespaces and links named after it

@@ -2,8 +2,11 @@
 `slurm_nodes`, tests/integration/slurm.py): three idle nodes, each slurmd in a
 network and UTS namespace of its own; a data-parallel job of larchd's on two
 of them, its ranks on two hosts, whose checkpoints equal byte for byte those
-of the same two ranks on one host (mpirun here); and stop.sh, which must
-leave no process, namespace, veth or bridge of the cluster behind.
+of the same two ranks on one host (mpirun here); the batch node of a
+running two-node job killed outright (every process in its namespace), which
+Slurm marks DOWN, ending the job NODE_FAIL and requeueing it, and larch
+resuming it from its checkpoint on the nodes left as attempt 2; and stop.sh,
+which must leave no process, namespace, veth or bridge of the cluster behind.
 """
 import re
 import subprocess
@@ -14,6 +17,7 @@ import requests
 from larchd import Larchd
 from mpi import mpi_env
 from test_data_parallel import spec
+from test_slurm_executor import assert_resumed_once, events, progress_step, wait_for, wait_state
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 
@@ -34,6 +38,13 @@ def test_three_idle_nodes_each_its_own_host(slurm_nodes):
     assert len(set(hosts.values())) == 3 and all(a.startswith("10.") for a in hosts.values()), out
 
 
+def start_larchd(cluster, tmp_path):
+    """larchd with the Slurm executor, listening on the bridge's address:
+    the jobs on the nodes report to it there."""
+    return Larchd(tmp_path, args=["--executor", "slurm", "--slurm-poll-ms", "300",
+                                  "--listen", f"{cluster.gateway}:0"], env=cluster.env).start()
+
+
 def wait_job(server, jid, timeout):
     deadline = time.monotonic() + timeout
     while True:
@@ -49,8 +60,7 @@ def wait_job(server, jid, timeout):
 def test_two_node_job_equals_the_same_ranks_on_one_host(slurm_nodes, trainer, mpirun, tmp_path):
     s = spec(2, steps=20, micro=64, checkpoint_every=10,
              parallel={"ranks": 2, "zero_stage": 1}, resources={"nodes": 2})
-    server = Larchd(tmp_path, args=["--executor", "slurm", "--slurm-poll-ms", "300"],
-                    env=slurm_nodes.env).start()
+    server = start_larchd(slurm_nodes, tmp_path)
     try:
         r = requests.post(server.url + "/v1/jobs", json=s, headers=server.auth(), timeout=30)
         assert r.status_code == 201, r.text
@@ -77,6 +87,51 @@ def test_two_node_job_equals_the_same_ranks_on_one_host(slurm_nodes, trainer, mp
     for step in (10, 20):
         name = f"checkpoints/step-{step:08d}.safetensors"
         assert (job / name).read_bytes() == (one / name).read_bytes(), f"{name} differs"
+
+
+KILL_STEPS = 600
+
+
+def test_a_node_killed_under_a_job_requeues_it_and_it_resumes(slurm_nodes, tmp_path):
+    s = spec(2, steps=KILL_STEPS, hidden=(16,), checkpoint_every=100, log_every=20,
+             parallel={"ranks": 2}, resources={"nodes": 2})
+    server = start_larchd(slurm_nodes, tmp_path)
+    try:
+        r = requests.post(server.url + "/v1/jobs", json=s, headers=server.auth(), timeout=30)
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        j = wait_state(server, jid, "RUNNING")
+        sid = j["slurm_job_id"]
+        wait_for(lambda: progress_step(server, jid) >= 200, "step 200", 120)
+        first = slurm_nodes.job(sid)
+        batch_host = first["BatchHost"]
+        assert slurm_nodes.kill_node(batch_host)
+        # SlurmdTimeout (10 s here) after its last answer, Slurm marks it DOWN,
+        # the job ends NODE_FAIL and is requeued
+        j = wait_state(server, jid, {"REQUEUED", "QUEUED"}, timeout=90)
+        wait_for(lambda: slurm_nodes.job(sid)["JobState"] == "PENDING", "PENDING again", 60)
+        # why, as Slurm's job history says: on the queued job
+        wait_for(lambda: any("NODE_FAIL" in e[3] for e in events(server, jid)), "NODE_FAIL", 30)
+        down = slurm_nodes.run("sinfo", "-h", "-N", "-n", batch_host, "-o", "%T").stdout.split()
+        assert down and down[0].startswith("down"), down
+        seen = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
+                            headers=server.auth(), timeout=30).json()["series"]["train/loss"]
+        assert seen[-1][0] < KILL_STEPS, "the first attempt ended before the node was killed"
+        # Slurm holds a requeued job ~120 s (BeginTime): release it now; on the
+        # two nodes left
+        time.sleep(1.5)
+        slurm_nodes.run("scontrol", "update", f"jobid={sid}", "StartTime=now")
+        j = wait_state(server, jid, "COMPLETED", timeout=180)
+        assert j["attempt"] == 2 and j["slurm_job_id"] == sid, j
+        assert batch_host not in j["node_list"] and j["node_list"] != first["NodeList"], j
+        states = [e[1] for e in events(server, jid)]
+        assert "REQUEUED" in states and states.count("RUNNING") >= 2, events(server, jid)
+        note = [e for e in events(server, jid) if "NODE_FAIL" in e[3]]
+        assert note[0][:2] == ("QUEUED", "QUEUED") and first["NodeList"] in note[0][3], note
+        assert_resumed_once(server, slurm_nodes, jid, sid, KILL_STEPS)
+    finally:
+        server.stop()
+        slurm_nodes.start()         # the killed node's slurmd again
 
 
 def test_stop_leaves_nothing_and_start_brings_the_nodes_back(slurm_nodes):
