@@ -22,6 +22,7 @@
 # run/slurmd.node<i>.pid, logs log/slurmd.node<i>.log, spool spool/node<i>)
 # in place of slurmd.
 
+# shellcheck disable=SC2154  # slurm_dir and slurm_conf are common.sh's
 nodes_file=$slurm_dir/nodes.env
 net_id=$(printf '%s' "$slurm_dir" | sha1sum | cut -c1-6)
 net_bridge=lbr$net_id

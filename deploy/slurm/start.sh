@@ -76,8 +76,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 if [ -n "$want_nodes" ]; then
-	[[ $want_nodes =~ ^[0-9]+$ ]] && [ "$want_nodes" -ge 1 ] && [ "$want_nodes" -le 64 ] ||
+	if ! [[ $want_nodes =~ ^[0-9]+$ ]] || [ "$want_nodes" -lt 1 ] || [ "$want_nodes" -gt 64 ]; then
 		slurm_fail "--nodes: must be a number from 1 to 64 (got $want_nodes)"
+	fi
 fi
 for v in LARCH_SLURM_NODE_CPUS LARCH_SLURM_NODE_MEM LARCH_SLURM_NODE_TIMEOUT; do
 	[ -z "${!v:-}" ] || [[ ${!v} =~ ^[1-9][0-9]*$ ]] || slurm_fail "$v: must be a positive number (got ${!v})"
