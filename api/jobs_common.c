@@ -64,6 +64,8 @@ void api_job_write(struct api_buf *b, const struct db_job *job)
 	/* the spec's or an admin's, then the one Slurm put it in once known */
 	api_buf_adds(b, ",\"partition\":");
 	api_buf_json_str(b, job->partition);
+	api_buf_adds(b, ",\"node_list\":");   /* Slurm's NodeList; null: none yet, or local */
+	api_buf_json_str(b, job->node_list);
 	api_buf_adds(b, ",\"priority\":");
 	api_buf_json_int(b, job->priority);
 	api_buf_adds(b, ",\"attempt\":");

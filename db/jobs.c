@@ -73,7 +73,7 @@ static const char sql_move[] =
 	"	exit_code = CASE WHEN ?5 THEN ?6 ELSE exit_code END, reason = ?7,\n"
 	"	slurm_job_id = CASE WHEN ?2 = 'PENDING' THEN NULL ELSE coalesce(?8, slurm_job_id) END,\n"
 	"	attempt = attempt + ?9,\n"
-	"	partition = coalesce(?10, partition)\n"
+	"	partition = coalesce(?10, partition), node_list = coalesce(?11, node_list)\n"
 	"WHERE id = ?1";
 static const char sql_event[] =
 	"INSERT INTO job_events (job, seq, time, from_state, to_state, by, reason)\n"
@@ -199,6 +199,7 @@ static int move_fn(struct db_conn *c, void *arg, struct db_err *err)
 	db_bind_text(st, 8, t->slurm_job_id);
 	sqlite3_bind_int(st, 9, again);
 	db_bind_text(st, 10, t->partition && *t->partition ? t->partition : NULL);
+	db_bind_text(st, 11, t->node_list && *t->node_list ? t->node_list : NULL);
 	if (DB_STEP_DONE(c, st, "transition: update job", err))
 		return DB_RC(err);
 	if (db_job_event_insert(c, t->job, a->now, state_names[from], state_names[t->to], t->by,

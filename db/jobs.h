@@ -57,6 +57,8 @@ struct db_job {
 	char *slurm_job_id;      /* NULL until set */
 	int64_t priority;
 	char *partition;         /* NULL if none */
+	char *node_list;         /* Slurm's NodeList of its latest attempt that got nodes
+	                            ("node[1-2]"); NULL: none yet, or the local executor */
 	int64_t attempt;         /* 1 at submit, +1 each requeue */
 	int64_t submit_ms, start_ms, end_ms;     /* 0 = not yet */
 	int has_exit_code;
@@ -143,6 +145,7 @@ struct db_transition {
 	int exit_code;
 	const char *slurm_job_id;/* set it (QUEUED under Slurm); NULL = unchanged */
 	const char *partition;   /* set it (the partition Slurm put it in); NULL = unchanged */
+	const char *node_list;   /* set it (the nodes Slurm gave it); NULL = unchanged */
 	int64_t time_ms;         /* 0 = now */
 };
 

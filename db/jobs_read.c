@@ -27,7 +27,7 @@ int db_job_id_parse(const char *s, int64_t *id)
 #define JOB_COLUMNS "id, owner, name, spec, state, executor, slurm_job_id, priority, partition, " \
 	"attempt, submit_time, start_time, end_time, exit_code, reason, created_by, "         \
 	"progress_step, progress_total, last_loss, unix_user, sweep, sweep_index, params, "  \
-	"labels, (SELECT max_parallel FROM sweeps WHERE sweeps.id = jobs.sweep)"
+	"labels, (SELECT max_parallel FROM sweeps WHERE sweeps.id = jobs.sweep), node_list"
 
 void db_job_release(struct db_job *job)
 {
@@ -39,6 +39,7 @@ void db_job_release(struct db_job *job)
 	free(job->executor);
 	free(job->slurm_job_id);
 	free(job->partition);
+	free(job->node_list);
 	free(job->reason);
 	free(job->idem_key);
 	free(job->unix_user);
@@ -77,6 +78,7 @@ int db_job_read_row(sqlite3_stmt *st, struct db_job *j, struct db_err *err)
 	j->params = db_column_strdup(st, 22, &oom);
 	j->labels = db_column_strdup(st, 23, &oom);
 	j->sweep_max_parallel = sqlite3_column_int(st, 24);
+	j->node_list = db_column_strdup(st, 25, &oom);
 	if (oom || (int)j->state < 0) {
 		db_job_release(j);
 		return oom ? DB_FAIL(err, DB_ERROR, "read job: out of memory")

@@ -364,6 +364,10 @@ static const char *const migrations[] = {
 	/* 10: the client address of each audit entry (api_request.client: the
 	 * peer, or what a trusted proxy said); NULL for older entries */
 	"ALTER TABLE audit ADD COLUMN client TEXT CHECK (client IS NULL OR length(client) <= 64);\n",
+
+	/* 11: the nodes Slurm gave a job (its NodeList, "node[1-2]"), as the
+	 * executor last saw them; NULL: none yet, or the local executor */
+	"ALTER TABLE jobs ADD COLUMN node_list TEXT CHECK (node_list IS NULL OR length(node_list) <= 255);\n",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))

@@ -32,6 +32,9 @@ packages=(
 	# ... and its accounting: slurmdbd over a MariaDB of its own (the server
 	# and client without their service scripts: start.sh runs mariadbd)
 	slurmdbd mariadb-server-core mariadb-client-core
+	# start.sh --nodes N: each node's slurmd in a network namespace (ip netns,
+	# veth, bridge; nsenter and unshare are util-linux's, always there)
+	iproute2
 	# larchd submits through libslurm (in-process, no sbatch per job)
 	libslurm-dev
 	# tests/bench/bench_slurm.sh compares larchd with slurmrestd (JWT auth over TCP)

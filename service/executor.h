@@ -83,6 +83,9 @@ struct exec_event {
 	char ext_id[32];               /* the Slurm job id ("" for the local executor) */
 	char partition[65];            /* the Slurm partition it is in, as Slurm says ("" when
 	                                  not known, and for the local executor) */
+	char node_list[256];           /* the nodes Slurm gave it, as NodeList says
+	                                  ("node[1-2]"; "" when not known yet, and for the
+	                                  local executor); the last attempt's while it waits */
 	long long time_ms;             /* when the executor saw it (ms since the epoch) */
 	char reason[EXEC_REASON_MAX];  /* "exit 1", "killed by signal 9", ... ("" when none) */
 	int note;                      /* 1: no change of state: why the job waits changed

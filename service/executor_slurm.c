@@ -119,6 +119,10 @@ struct sjob {
 	long long next_try_ms;
 	char wait_reason[64];         /* squeue's reason while it waits, as last said */
 	char partition[65];           /* the partition Slurm has it in, as last said ("") */
+	char nodes[256];              /* the nodes Slurm gave it, as last said ("" none yet) */
+	char requeued_from[256];      /* requeued not by preemption: the nodes of the attempt
+	                                 that ended, until explain_requeues asked why ("") */
+	int requeue_asks;             /* the polls explain_requeues asks it in, left */
 	char submit_err[EXEC_REASON_MAX];   /* a permanent sbatch failure, set by a worker */
 	/* a sweep's child: task `task` of a job array named after the sweep;
 	 * the children handed over together share a group, submitted as one
@@ -176,6 +180,7 @@ static struct exec_event *emit(struct slurm_ex *sx, struct sjob *j, enum exec_st
 	ev->started = started;
 	snprintf(ev->ext_id, sizeof ev->ext_id, "%s", j->sid);
 	snprintf(ev->partition, sizeof ev->partition, "%s", j->partition);
+	snprintf(ev->node_list, sizeof ev->node_list, "%s", j->nodes);
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(ev->reason, sizeof ev->reason, fmt, ap);
@@ -1141,15 +1146,87 @@ static void emit_requeued(struct slurm_ex *sx, struct sjob *j, int restarts)
 	if (attempt_preempted(sx, j))
 		emit(sx, j, EXEC_PREEMPTED, -1, 1, "slurm job %s preempted, requeued (restart %d)",
 		     j->sid, restarts);
-	else
+	else {
 		emit(sx, j, EXEC_REQUEUED, -1, 1, "slurm job %s requeued (restart %d)", j->sid,
 		     restarts);
+		if (j->task < 0) {   /* why: explain_requeues asks Slurm's job history */
+			snprintf(j->requeued_from, sizeof j->requeued_from, "%s", j->nodes);
+			j->requeue_asks = 3;
+		}
+	}
+}
+
+/* Why Slurm requeued the jobs emit_requeued marked: the last record of the
+ * job in Slurm's job history (sacct -c: jobcomp) is the attempt that ended.
+ * A node failure (NODE_FAIL: a node stopped answering, Slurm marked it DOWN
+ * and requeued the job) becomes a note on the job once it is QUEUED again
+ * (a note is kept only on a queued job), with the nodes of that attempt;
+ * anything else says nothing more. Asked in up to 3 polls while the record
+ * is not there yet. The commands run without the lock. */
+static void explain_requeues(struct slurm_ex *sx)
+{
+	struct ask { long long id; char sid[32], name[64], nodes[256]; } asks[16];
+	int n = 0;
+	pthread_mutex_lock(&sx->lock);
+	for (struct sjob *j = sx->jobs; j && n < 16; j = j->next)
+		if (j->requeue_asks > 0 && j->last == EXEC_QUEUED && j->sid[0] && j->sid[0] != '?') {
+			j->requeue_asks--;
+			asks[n].id = j->job.id;
+			snprintf(asks[n].sid, sizeof asks[n].sid, "%s", j->sid);
+			snprintf(asks[n].name, sizeof asks[n].name, "%s", j->name);
+			snprintf(asks[n].nodes, sizeof asks[n].nodes, "%s", j->requeued_from);
+			n++;
+		}
+	pthread_mutex_unlock(&sx->lock);
+	for (int i = 0; i < n; i++) {
+		const char *argv[] = { "sacct", "-c", "--allusers", "-n", "-P", "-j", asks[i].sid, "-o",
+		                       "JobID,JobName,State,NodeList", NULL };
+		struct slurm_cmd_result res;
+		char state[32] = "", nodes[256] = "";
+		if (slurm_cmd_run(argv, sx->cfg.timeout_s * 1000, &res) == 0) {
+			for (char *line = res.out, *next; line && *line; line = next) {
+				next = strchr(line, '\n');
+				if (next)
+					*next++ = '\0';
+				char sid[32] = "", name[96] = "", st[32] = "", nl[256] = "";
+				if (sscanf(line, "%31[^|]|%95[^|]|%31[^|]|%255[^|\n]", sid, name, st, nl) >= 3 &&
+				    strcmp(sid, asks[i].sid) == 0 && strcmp(name, asks[i].name) == 0) {
+					snprintf(state, sizeof state, "%s", st);   /* the last record wins */
+					snprintf(nodes, sizeof nodes, "%s", nl);
+				}
+			}
+		}
+		slurm_cmd_release(&res);
+		if (!state[0])
+			continue;                    /* not recorded yet: asked again next poll */
+		pthread_mutex_lock(&sx->lock);
+		for (struct sjob *j = sx->jobs; j; j = j->next) {
+			if (j->job.id != asks[i].id)
+				continue;
+			j->requeue_asks = 0;
+			if (strcmp(state, "NODE_FAIL") == 0 && j->last == EXEC_QUEUED) {
+				int last = j->last;
+				struct exec_event *ev = emit(sx, j, EXEC_QUEUED, -1, 0,
+				                             "slurm job %s: its attempt on %s ended NODE_FAIL "
+				                             "(a node stopped answering and Slurm marked it "
+				                             "down); requeued", j->sid,
+				                             nodes[0] ? nodes : asks[i].nodes);
+				if (ev)
+					ev->note = 1;
+				j->last = last;          /* a note changes no state */
+			}
+			break;
+		}
+		pthread_mutex_unlock(&sx->lock);
+	}
 }
 
 static int apply_row(struct slurm_ex *sx, struct sjob *j, const struct row *r)
 {
 	struct slurm_state m = map_state(r->state, r->reason);
 	snprintf(j->partition, sizeof j->partition, "%s", r->partition);
+	if (r->nodes[0] && strcmp(r->nodes, "(null)") != 0)   /* none while it waits */
+		snprintf(j->nodes, sizeof j->nodes, "%s", r->nodes);
 	int restarted = r->restarts > j->restarts;
 	j->restarts = r->restarts;
 	if (restarted && j->last == EXEC_RUNNING && m.kind != K_REQUEUE) {
@@ -1678,6 +1755,7 @@ static void *slurm_main(void *arg)
 		if (have_jobs && svc_mono_ms() - last_poll >= sx->cfg.poll_ms) {
 			last_poll = svc_mono_ms();
 			poll_squeue(sx);
+			explain_requeues(sx);
 		}
 
 		pthread_mutex_lock(&sx->lock);

@@ -23,7 +23,8 @@ static int move(struct svc_runner *r, int64_t id, enum db_state from, enum db_st
 	                           .reason = reason && *reason ? reason : NULL,
 	                           .has_exit_code = has_exit_code, .exit_code = exit_code,
 	                           .slurm_job_id = ev && ev->ext_id[0] ? ev->ext_id : NULL,
-	                           .partition = ev && ev->partition[0] ? ev->partition : NULL };
+	                           .partition = ev && ev->partition[0] ? ev->partition : NULL,
+	                           .node_list = ev && ev->node_list[0] ? ev->node_list : NULL };
 	struct db_err err = { 0 };
 	int rc = db_jobs_transition(r->db, &t, NULL, &err);
 	char why[EXEC_REASON_MAX + 64];

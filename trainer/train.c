@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "clock.h"
@@ -522,6 +523,16 @@ static int open_run(struct run *r, struct trn_err *err)
 	if (!(r->comm = trn_comm_open(s->parallel.ranks, dir, &tcp, err)))
 		return TRN_EXIT_USAGE;
 	r->lead = r->comm->rank == 0;
+	if (r->comm->size > 1) {
+		/* where each rank runs, in the job's stderr (stdout is rank 0's) */
+		char host[256] = "?";
+		if (gethostname(host, sizeof host) != 0)
+			snprintf(host, sizeof host, "?");
+		host[sizeof host - 1] = '\0';
+		fprintf(stderr, "larch-train: rank %d of %d on host %s (pid %ld)\n", r->comm->rank,
+		        r->comm->size, host, (long)getpid());
+		fflush(stderr);
+	}
 	if (r->comm->size != s->parallel.ranks) {
 		/* fewer ranks than the spec's, as parallel.elastic allows: the
 		 * same global batch, in more micro-batches a rank */

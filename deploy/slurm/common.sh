@@ -10,9 +10,11 @@
 #   munge/      munge.key munge.socket.2 munged.pid munged.seed
 #   mariadb/    MariaDB's datadir (slurmdbd's database, slurm_acct_db)
 #   state/      slurmctld's StateSaveLocation
-#   spool/      slurmd's SlurmdSpoolDir
+#   spool/      slurmd's SlurmdSpoolDir (spool/node<i>/ on a multi-node cluster)
 #   log/        munged.log mariadbd.log slurmdbd.log slurmctld.log slurmd.log
 #   run/        mariadbd.pid mariadbd.sock slurmdbd.pid slurmctld.pid slurmd.pid
+#   nodes.env   a multi-node cluster's nodes and subnet (nodes.sh); its slurmd
+#               are slurmd.node<i> (log/slurmd.node<i>.log, run/slurmd.node<i>.pid)
 
 slurm_fail() {
 	echo "${0##*/}: $*" >&2
@@ -28,7 +30,8 @@ dbd_conf=$slurm_dir/slurmdbd.conf
 munge_socket=$slurm_dir/munge/munge.socket.2
 db_socket=$slurm_dir/run/mariadbd.sock
 
-# the daemons in the order they start (stop.sh stops them in reverse)
+# the daemons in the order they start (stop.sh stops them in reverse);
+# nodes.sh puts the nodes' slurmd in place of slurmd on a multi-node cluster
 daemons=(munged mariadbd slurmdbd slurmctld slurmd)
 
 # unix socket paths are limited to 107 bytes
@@ -119,3 +122,6 @@ slurm_fresh_job_ids() {
 		sed -nE 's/.*_([0-9]+)\.[^/]*$/\1/p' | sort -nu | tr '\n' ' ')
 	echo "slurm-dev: slurmctld starts job ids at $((max + 1)) (FirstJobId in slurm.conf), above the highest its logs, slurmd's and the job completion log name, so that no id is handed out twice${left:+; slurmd still runs jobs ${left% } from before, which slurmctld stops unless it knows them}"
 }
+
+# shellcheck source=deploy/slurm/nodes.sh
+. "$(dirname "${BASH_SOURCE[0]}")/nodes.sh"

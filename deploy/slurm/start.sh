@@ -5,6 +5,7 @@
 # run by hand (no systemd), as root.
 #
 #   ./deploy/slurm/start.sh                     # the cluster in ./slurm-dev
+#   ./deploy/slurm/start.sh --nodes 3           # three nodes (see below)
 #   LARCH_SLURM_DIR=/tmp/s ./deploy/slurm/start.sh
 #   export SLURM_CONF=$PWD/slurm-dev/slurm.conf  # what it prints at the end
 #
@@ -33,6 +34,21 @@
 # PreemptType=preempt/partition_prio and PreemptMode=REQUEUE its jobs preempt
 # the other partitions' running jobs, which Slurm requeues).
 #
+# --nodes N (N > 1) makes N nodes, node1 .. nodeN, each a slurmd in a
+# network namespace and a UTS namespace of its own (hostname node<i>), with
+# an address in a private /24 made only on this machine, reached through a
+# veth pair and a bridge on the host side (nodes.sh); slurmctld, slurmdbd,
+# MariaDB and munged stay on the host (slurmctld's address in slurm.conf is
+# the bridge's), munge's socket is shared. The machine's CPUs and memory are
+# split between the nodes (at least 1 CPU each), unless
+# LARCH_SLURM_NODE_CPUS and LARCH_SLURM_NODE_MEM (MB) state them per node.
+# A node whose slurmd stops answering is marked DOWN after
+# LARCH_SLURM_NODE_TIMEOUT seconds (SlurmdTimeout, 10; Slurm's default is
+# 300), its jobs end NODE_FAIL and are requeued; KillWait is 10 s (30).
+# The shape is fixed while any daemon runs; a stopped cluster starts with
+# the nodes asked for (1 without --nodes). stop.sh removes the namespaces,
+# the veth pairs and the bridge.
+#
 # Idempotent: with the cluster up it changes nothing and exits 0; a daemon
 # that died is started again (with the config it had). Then it waits until
 # sinfo shows the node ready, at most $LARCH_SLURM_TIMEOUT seconds (30), and
@@ -45,10 +61,28 @@
 # slurm.conf (SlurmctldPort, SlurmdPort) and slurmdbd.conf (DbdPort): the
 # Slurm commands and stop.sh find them there through SLURM_CONF.
 #
-# Environment: LARCH_SLURM_DIR, LARCH_SLURM_TIMEOUT, LARCH_SLURM_PORT.
+# Environment: LARCH_SLURM_DIR, LARCH_SLURM_TIMEOUT, LARCH_SLURM_PORT,
+# LARCH_SLURM_NODE_CPUS, LARCH_SLURM_NODE_MEM, LARCH_SLURM_NODE_TIMEOUT.
 set -euo pipefail
 # shellcheck source=deploy/slurm/common.sh
 . "$(dirname "$0")/common.sh"
+
+want_nodes=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--nodes) [ $# -ge 2 ] || slurm_fail "--nodes: needs a number"; want_nodes=$2; shift 2 ;;
+	--nodes=*) want_nodes=${1#--nodes=}; shift ;;
+	*) slurm_fail "unknown argument $1 (usage: start.sh [--nodes N])" ;;
+	esac
+done
+if [ -n "$want_nodes" ]; then
+	if ! [[ $want_nodes =~ ^[0-9]+$ ]] || [ "$want_nodes" -lt 1 ] || [ "$want_nodes" -gt 64 ]; then
+		slurm_fail "--nodes: must be a number from 1 to 64 (got $want_nodes)"
+	fi
+fi
+for v in LARCH_SLURM_NODE_CPUS LARCH_SLURM_NODE_MEM LARCH_SLURM_NODE_TIMEOUT; do
+	[ -z "${!v:-}" ] || [[ ${!v} =~ ^[1-9][0-9]*$ ]] || slurm_fail "$v: must be a positive number (got ${!v})"
+done
 
 timeout_s=${LARCH_SLURM_TIMEOUT:-30}
 [[ $timeout_s =~ ^[0-9]+$ ]] || slurm_fail "LARCH_SLURM_TIMEOUT: must be a number of seconds (got $timeout_s)"
@@ -59,7 +93,7 @@ if [ -n "${LARCH_SLURM_PORT:-}" ]; then
 	fi
 fi
 
-for cmd in munged mungekey munge mariadbd mariadb slurmdbd sacctmgr slurmctld slurmd sinfo; do
+for cmd in munged mungekey munge mariadbd mariadb slurmdbd sacctmgr slurmctld slurmd sinfo ip unshare sha1sum; do
 	command -v "$cmd" >/dev/null ||
 		slurm_fail "$cmd is missing: install Slurm, MariaDB and munge with deploy/install-deps.sh"
 done
@@ -71,7 +105,10 @@ print_env() {
 	ctld=$(sed -n 's/^SlurmctldPort=//p' "$slurm_conf")
 	slurmd=$(sed -n 's/^SlurmdPort=//p' "$slurm_conf")
 	dbd=$(sed -n 's/^DbdPort=//p' "$dbd_conf")
-	echo "slurm-dev: the cluster in $slurm_dir is up (ports: slurmctld $ctld, slurmd $slurmd, slurmdbd $dbd); for the Slurm commands:"
+	local shape=
+	[ "$node_count" -le 1 ] ||
+		shape=" with $node_count nodes (node1-node$node_count at $net_subnet.2-$((node_count + 1)), bridge $net_bridge)"
+	echo "slurm-dev: the cluster in $slurm_dir is up$shape (ports: slurmctld $ctld, slurmd $slurmd, slurmdbd $dbd); for the Slurm commands:"
 	printf '  export SLURM_CONF=%q\n' "$slurm_conf"
 }
 
@@ -123,6 +160,9 @@ down=()
 for d in "${daemons[@]}"; do
 	if daemon_pid "$d" >/dev/null; then up+=("$d"); else down+=("$d"); fi
 done
+if [ -n "$want_nodes" ] && [ "$want_nodes" != "$node_count" ] && [ ${#up[@]} -gt 0 ]; then
+	slurm_fail "the cluster in $slurm_dir has $node_count node(s) and ${up[*]} run: stop it first (deploy/slurm/stop.sh) to start it with $want_nodes"
+fi
 if [ ${#down[@]} -eq 0 ]; then
 	echo "slurm-dev: already running (${daemons[*]})"
 	print_env
@@ -160,10 +200,43 @@ EOF
 	local hw
 	hw=$(SLURM_CONF=/dev/null slurmd -C | head -n 1)
 	[[ $hw == "NodeName=$node "* ]] || slurm_fail "slurmd -C printed no NodeName line for $node: $hw"
+	# the node lines, the partitions' nodes, and what differs on a multi-node cluster
+	local node_lines=$hw" NodeAddr=127.0.0.1 State=UNKNOWN" part_nodes=$node ctld_addr=127.0.0.1
+	local slurmd_files="SlurmdSpoolDir=$slurm_dir/spool
+SlurmdPidFile=$slurm_dir/run/slurmd.pid
+SlurmdLogFile=$slurm_dir/log/slurmd.log"
+	if [ "$node_count" -gt 1 ]; then
+		local cpus mem i slurmd_timeout
+		cpus=${LARCH_SLURM_NODE_CPUS:-$(($(sed -n 's/.* CPUs=\([0-9]*\).*/\1/p' <<<"$hw") / node_count))}
+		[ "$cpus" -ge 1 ] || cpus=1
+		mem=${LARCH_SLURM_NODE_MEM:-$(($(sed -n 's/.* RealMemory=\([0-9]*\).*/\1/p' <<<"$hw") / node_count))}
+		# a node whose slurmd stops answering is DOWN (its jobs NODE_FAIL,
+		# requeued) this many seconds later: 300 by default. KillWait: a
+		# job's processes get SIGKILL 10 s after SIGTERM, not 30 (a rank whose
+		# peer died waits in MPI and ignores TERM: the requeue waits for it)
+		slurmd_timeout=${LARCH_SLURM_NODE_TIMEOUT:-10}
+		node_lines=
+		for ((i = 1; i <= node_count; i++)); do
+			node_lines+="NodeName=node$i NodeHostname=node$i NodeAddr=$(net_addr "$i") CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=$mem State=UNKNOWN"$'\n'
+		done
+		node_lines=${node_lines%$'\n'}
+		part_nodes="node[1-$node_count]"
+		ctld_addr=$net_subnet.1
+		# %n: each slurmd's own node name. TmpFS too: Slurm's PMIx plugin
+		# makes TmpFS/spmix_appdir_<uid>_<job>.<step> on each node of a step,
+		# and in a /tmp all nodes share the second node finds the first's.
+		slurmd_files="SlurmdSpoolDir=$slurm_dir/spool/%n
+SlurmdPidFile=$slurm_dir/run/slurmd.%n.pid
+SlurmdLogFile=$slurm_dir/log/slurmd.%n.log
+TmpFS=$slurm_dir/tmp/%n
+SlurmdParameters=config_overrides
+SlurmdTimeout=$slurmd_timeout
+KillWait=10"
+	fi
 	cat >"$slurm_conf.tmp" <<EOF
 # generated by deploy/slurm/start.sh; rewritten at the next start of a stopped cluster
 ClusterName=larch-dev
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$node($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -172,11 +245,9 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$munge_socket
 StateSaveLocation=$slurm_dir/state
-SlurmdSpoolDir=$slurm_dir/spool
 SlurmctldPidFile=$slurm_dir/run/slurmctld.pid
-SlurmdPidFile=$slurm_dir/run/slurmd.pid
 SlurmctldLogFile=$slurm_dir/log/slurmctld.log
-SlurmdLogFile=$slurm_dir/log/slurmd.log
+$slurmd_files
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
@@ -203,12 +274,12 @@ SchedulerParameters=batch_sched_delay=0
 MinJobAge=300
 ReturnToService=2
 MailProg=/bin/true
-$hw NodeAddr=127.0.0.1 State=UNKNOWN
+$node_lines
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
-PartitionName=debug Nodes=$node Default=YES MaxTime=30 PriorityTier=1 State=UP
-PartitionName=batch Nodes=$node MaxTime=INFINITE PriorityTier=1 State=UP
-PartitionName=urgent Nodes=$node MaxTime=30 PriorityTier=10 State=UP
+PartitionName=debug Nodes=$part_nodes Default=YES MaxTime=30 PriorityTier=1 State=UP
+PartitionName=batch Nodes=$part_nodes MaxTime=INFINITE PriorityTier=1 State=UP
+PartitionName=urgent Nodes=$part_nodes MaxTime=30 PriorityTier=10 State=UP
 EOF
 	mv "$slurm_conf.tmp" "$slurm_conf"
 }
@@ -226,6 +297,16 @@ mkdir -p "$slurm_dir"/{munge,state,spool,log,run}
 chmod 0755 "$slurm_dir" "$slurm_dir/munge" "$slurm_dir/run"
 if [ ${#up[@]} -eq 0 ] || [ ! -f "$slurm_conf" ] || [ ! -f "$dbd_conf" ]; then
 	[ ${#up[@]} -eq 0 ] || slurm_fail "$slurm_conf or $dbd_conf is missing while ${up[*]} run: stop the cluster first (deploy/slurm/stop.sh)"
+	# the shape asked for: a network made for nodes no more asked for goes
+	if [ "${want_nodes:-1}" -gt 1 ]; then
+		[ "$want_nodes" = "$node_count" ] || net_down
+		net_write "$want_nodes"
+	elif [ -f "$nodes_file" ]; then
+		net_down
+		rm -f "$nodes_file"
+		daemons=(munged mariadbd slurmdbd slurmctld slurmd)
+		node_count=1
+	fi
 	choose_ports
 	write_conf
 fi
@@ -260,7 +341,7 @@ chmod 0400 "$key"
 
 # the ports first, before anything starts
 daemon_pid slurmctld >/dev/null || port_free "$ctld_port" slurmctld
-daemon_pid slurmd >/dev/null || port_free "$slurmd_port" slurmd
+[ "$node_count" -gt 1 ] || daemon_pid slurmd >/dev/null || port_free "$slurmd_port" slurmd
 daemon_pid slurmdbd >/dev/null || port_free "$dbd_port" slurmdbd
 
 if ! daemon_pid munged >/dev/null; then
@@ -316,25 +397,42 @@ if [ -z "$(timeout 10 sacctmgr -nP show cluster "$cluster" format=cluster 2>/dev
 		{ log_tails; slurm_fail "sacctmgr could not add cluster $cluster"; }
 fi
 
+[ "$node_count" -le 1 ] || net_up
 slurm_fresh_job_ids
 if ! daemon_pid slurmctld >/dev/null; then
 	slurmctld -i -f "$slurm_conf" || { log_tails; slurm_fail "slurmctld did not start"; }
 fi
-if ! daemon_pid slurmd >/dev/null; then
-	slurmd -f "$slurm_conf" || { log_tails; slurm_fail "slurmd did not start"; }
+if [ "$node_count" -le 1 ]; then
+	if ! daemon_pid slurmd >/dev/null; then
+		slurmd -f "$slurm_conf" || { log_tails; slurm_fail "slurmd did not start"; }
+	fi
+else
+	for ((i = 1; i <= node_count; i++)); do
+		daemon_pid "slurmd.node$i" >/dev/null && continue
+		rm -f "$(pid_file "slurmd.node$i")"
+		mkdir -p "$slurm_dir/spool/node$i" "$slurm_dir/tmp/node$i"
+		chmod 1777 "$slurm_dir/tmp/node$i"
+		net_start_slurmd "$i" || { log_tails; slurm_fail "slurmd of node$i did not start"; }
+	done
 fi
 
-# ready when the node takes jobs: idle, or busy with jobs kept from before
-state=
+# ready when every node takes jobs: idle, or busy with jobs kept from before
+nodes=$node
+[ "$node_count" -le 1 ] || nodes="node[1-$node_count]"
+states=
 while :; do
-	state=$(timeout 10 sinfo -h -n "$node" -o %T 2>/dev/null | head -n 1 || true)
-	case $state in idle | mixed | allocated) break ;; esac
+	states=$(timeout 10 sinfo -h -N -n "$nodes" -o %T 2>/dev/null | tr '\n' ' ' || true)
+	ready=0
+	for s in $states; do
+		case $s in idle | mixed | allocated) ready=$((ready + 1)) ;; esac
+	done
+	[ "$ready" -lt "$node_count" ] || break
 	if [ "$(now_ms)" -ge $deadline ]; then
 		for d in "${daemons[@]}"; do
 			daemon_pid "$d" >/dev/null || echo "slurm-dev: $d is not running" >&2
 		done
 		log_tails
-		slurm_fail "node $node not ready after ${timeout_s}s (sinfo says '${state:-nothing}'); the logs are in $slurm_dir/log; deploy/slurm/stop.sh stops what runs"
+		slurm_fail "$nodes not ready after ${timeout_s}s (sinfo says '${states:-nothing}'); the logs are in $slurm_dir/log; deploy/slurm/stop.sh stops what runs"
 	fi
 	sleep 0.1
 done

@@ -4,7 +4,9 @@
 # running (their processes would outlive slurmd), then stops slurmd,
 # slurmctld, slurmdbd, mariadbd and munged, in that order, each with SIGTERM
 # (SIGKILL after 15 s; MariaDB shuts down cleanly on SIGTERM), waiting until
-# each is gone before the next.
+# each is gone before the next. On a multi-node cluster (start.sh --nodes)
+# it then kills what still runs in the nodes' network namespaces and removes
+# the namespaces, veth pairs and bridge start.sh made, and only those.
 # A zombie counts as gone: where PID 1 is not an init, it reaps them late.
 # Idempotent: with nothing running it exits 0. The directory stays (state,
 # logs, jobcomp file); remove it by hand for a clean slate.
@@ -57,6 +59,9 @@ done
 for d in "${daemons[@]}"; do
 	rm -f "$(pid_file "$d")"
 done
+# a multi-node cluster's namespaces, veth pairs and bridge (nodes.sh), and
+# whatever still runs in the namespaces
+net_down
 
 if [ ${#stopped[@]} -eq 0 ]; then
 	echo "slurm-dev: not running ($slurm_dir)"

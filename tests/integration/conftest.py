@@ -8,7 +8,7 @@ import pytest
 import larchd
 # the session's one Slurm cluster (slurm.py): fixtures a test module imported
 # itself would be that module's own, a cluster started (and kept) per module
-from slurm import slurm_cluster, slurm_session  # noqa: F401  (the fixtures)
+from slurm import slurm_cluster, slurm_nodes, slurm_nodes_session, slurm_session  # noqa: F401
 
 
 class Trainer:

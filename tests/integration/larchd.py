@@ -30,7 +30,9 @@ BUILD = pathlib.Path(os.environ.get("LARCH_BUILD_DIR", ROOT / "build"))
 # the state dir's mode on larchd's defaults: run as root, jobs run as their
 # owners, who pass through it to their job directories (0711); else 0700
 STATE_DIR_MODE = 0o711 if os.geteuid() == 0 else 0o700
-LISTENING = re.compile(r"^larchd: listening on (https?)://(127\.0\.0\.1|\[::1\]):(\d+)$")
+# the loopback address, or another of this machine's given by --listen (the
+# multi-node cluster's bridge: tests/integration/test_multinode.py)
+LISTENING = re.compile(r"^larchd: listening on (https?)://(127\.0\.0\.1|\[::1\]|[0-9.]+):(\d+)$")
 
 
 def poll(fetch, done, timeout, why, interval=0.1):
@@ -131,7 +133,8 @@ class Larchd:
         m = LISTENING.match(line.decode().split("\n")[0].strip())
         assert m, f"unexpected first line {line!r}"
         self.port = int(m.group(3))
-        self.url = f"{m.group(1)}://127.0.0.1:{self.port}"
+        host = "127.0.0.1" if m.group(2) == "[::1]" else m.group(2)
+        self.url = f"{m.group(1)}://{host}:{self.port}"
         return self
 
     @property

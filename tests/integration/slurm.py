@@ -33,10 +33,17 @@ Accounting is Slurm's own (slurmdbd, AccountingStorageEnforce=associations):
 a user submits only under an account of theirs. `add_user(name, account)`
 makes both, the Unix user too when this machine has none of that name.
 
+`slurm_nodes` is the same for a second cluster of 3 nodes (start.sh
+--nodes 3: each slurmd in a network and UTS namespace of its own, node1 ..
+node3), session-scoped too and started only when a test asks for it; at its
+end stop.sh must leave none of its processes, namespaces or links
+(`leftovers`).
+
 Without the Slurm packages the tests fail and say to run
 deploy/install-deps.sh (CI installs them; they are never skipped there);
 they are skipped when not running as root, which the daemons need.
 """
+import hashlib
 import os
 import pathlib
 import re
@@ -103,9 +110,15 @@ def free_ports(n=3):
 
 
 class SlurmCluster:
-    def __init__(self, directory, port=None):
+    def __init__(self, directory, port=None, nodes=1):
         self.dir = pathlib.Path(directory)
         self.conf = self.dir / "slurm.conf"
+        self.nodes = nodes
+        # a multi-node cluster's slurmd are slurmd.node<i> (deploy/slurm/nodes.sh)
+        self.daemons = DAEMONS if nodes == 1 else \
+            DAEMONS[:-1] + tuple(f"slurmd.node{i}" for i in range(1, nodes + 1))
+        # what nodes.sh names the cluster's bridge, namespaces and veths after
+        self.net_id = hashlib.sha1(os.path.realpath(self.dir).encode()).hexdigest()[:6]
         self.script_env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         self.script_env["LARCH_SLURM_DIR"] = str(self.dir)
         if port is not None:
@@ -117,7 +130,8 @@ class SlurmCluster:
 
     def script(self, name, timeout=60):
         """Runs deploy/slurm/<name>.sh on this cluster; returns the CompletedProcess."""
-        return subprocess.run([str(SCRIPTS / f"{name}.sh")], env=self.script_env,
+        args = [f"--nodes={self.nodes}"] if name == "start" and self.nodes > 1 else []
+        return subprocess.run([str(SCRIPTS / f"{name}.sh"), *args], env=self.script_env,
                               capture_output=True, text=True, timeout=timeout)
 
     def start(self):
@@ -209,7 +223,45 @@ class SlurmCluster:
     def running(self):
         """Whether all the daemons of this cluster run."""
         alive = self.processes()
-        return all(self.pid(d) in alive for d in DAEMONS)
+        return all(self.pid(d) in alive for d in self.daemons)
+
+    @property
+    def gateway(self):
+        """A multi-node cluster's host-side address (its bridge's, slurmctld's
+        in slurm.conf): what the nodes reach this machine at. A larchd whose
+        jobs report to it listens there (--listen GATEWAY:0): 127.0.0.1 in a
+        node's namespace is the node's own."""
+        env = dict(line.split("=", 1) for line in
+                   (self.dir / "nodes.env").read_text().splitlines() if "=" in line)
+        return env["subnet"] + ".1"
+
+    def kill_node(self, name):
+        """Kills node `name` of a multi-node cluster outright: SIGKILL to
+        everything in its network namespace (its slurmd, slurmstepd and job
+        processes), as a machine that loses power; returns the pids killed.
+        start() brings its slurmd back."""
+        ns = f"larch-{self.net_id}-{name}"
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                              check=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+        return [int(p) for p in pids]
+
+    def leftovers(self):
+        """What of this cluster is left on the machine, as lines: its
+        processes, and the network namespaces and links named after it
+        (deploy/slurm/nodes.sh); [] when nothing."""
+        out = [f"process {pid}: {cmd}" for pid, cmd in self.processes().items()]
+        ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        out += [f"namespace {line.split()[0]}" for line in ns.splitlines()
+                if line.startswith(f"larch-{self.net_id}-")]
+        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        out += [f"link {line.split(':')[1].strip()}" for line in links.splitlines()
+                if self.net_id in line.split(":")[1]]
+        return out
 
     def submit(self, script, *args):
         """sbatch --parsable; returns the job id."""
@@ -234,7 +286,7 @@ class SlurmCluster:
 
     def log_tails(self, lines=15):
         out = []
-        for name in DAEMONS:
+        for name in self.daemons:
             path = self.dir / "log" / f"{name}.log"
             if path.exists():
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
@@ -338,7 +390,7 @@ class SlurmCluster:
         states, daemons), as lines; [] when it is. The accounting is apart:
         accounting_changes()."""
         if not self.running():
-            return [f"daemons not running: {[d for d in DAEMONS if self.pid(d) not in self.processes()]}"]
+            return [f"daemons not running: {[d for d in self.daemons if self.pid(d) not in self.processes()]}"]
         out = []
         jobs = self.run("squeue", "-h", "-o", "%i %u %P %T %r %j", check=False)
         if jobs.returncode != 0 or jobs.stdout.strip():
@@ -396,9 +448,19 @@ class SlurmCluster:
                 self.run("scontrol", "update", f"PartitionName={name}", "State=UP")
         self.restore_accounting(baseline)
 
-def fresh_cluster(directory):
-    """A cluster started in an empty directory on free ports."""
-    return SlurmCluster(directory, port=free_ports()).start()
+def fresh_cluster(directory, nodes=1):
+    """A cluster of nodes nodes started in an empty directory on free ports."""
+    return SlurmCluster(directory, port=free_ports(), nodes=nodes).start()
+
+
+def with_test_users(cluster):
+    """Gives the test users associations (larchd as root submits each job
+    as its owner, AccountingStorageEnforce=associations) and records the
+    accounting each module must leave as it found it."""
+    for name in unix_users.TEST_USERS:
+        cluster.add_user(name, "larch-test")
+    cluster.baseline = cluster.accounting()
+    return cluster
 
 
 @pytest.fixture(scope="session")
@@ -416,12 +478,7 @@ def slurm_session(tmp_path_factory):
     fresh = cluster is None
     if fresh:
         cluster = fresh_cluster(tmp_path_factory.mktemp("slurm"))
-    # larchd as root submits each job as its owner: the test users need
-    # associations (AccountingStorageEnforce=associations)
-    for name in unix_users.TEST_USERS:
-        cluster.add_user(name, "larch-test")
-    # what each module must leave as it found it
-    cluster.baseline = cluster.accounting()
+    with_test_users(cluster)
     yield cluster
     if fresh:
         cluster.stop()
@@ -435,6 +492,34 @@ def slurm_cluster(slurm_session, request):
     most CLEAN_WAIT_S) and made clean again when it ends: see the top of
     this file."""
     cluster = slurm_session
+    cluster.wait_clean(f"the start of {request.module.__name__}", cluster.baseline)
+    yield cluster
+    cluster.clean_up(cluster.baseline)
+    cluster.wait_clean(f"the end of {request.module.__name__}", cluster.baseline)
+
+
+MULTINODE = 3
+
+
+@pytest.fixture(scope="session")
+def slurm_nodes_session(tmp_path_factory):
+    """A cluster of MULTINODE nodes (node1 ..), started for the session at
+    the first test that asks for it, in a temporary directory on free
+    ports; stopped at the end, with nothing of it left (leftovers()).
+    Tests ask for slurm_nodes, which keeps it clean per module."""
+    require_slurm()
+    cluster = with_test_users(fresh_cluster(tmp_path_factory.mktemp("slurm-nodes"), MULTINODE))
+    yield cluster
+    cluster.stop()
+    left = cluster.leftovers()
+    assert not left, f"left of the cluster in {cluster.dir} after stop.sh: {left}"
+
+
+@pytest.fixture(scope="module")
+def slurm_nodes(slurm_nodes_session, request):
+    """The session's multi-node cluster, clean when the module starts and
+    made clean when it ends, as slurm_cluster."""
+    cluster = slurm_nodes_session
     cluster.wait_clean(f"the start of {request.module.__name__}", cluster.baseline)
     yield cluster
     cluster.clean_up(cluster.baseline)

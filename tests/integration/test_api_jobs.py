@@ -157,8 +157,8 @@ def test_submit_returns_201_location_and_the_job(real):
     assert r.headers["Location"] == f"/v1/jobs/{job['id']}"
     assert r.headers["Content-Type"] == "application/json"
     assert set(job) == {"id", "name", "owner", "run_as", "state", "executor", "slurm_job_id",
-                        "partition", "priority", "attempt", "created_at", "started_at", "ended_at",
-                        "exit_code", "reason", "spec", "progress", "sweep", "labels"}
+                        "partition", "node_list", "priority", "attempt", "created_at", "started_at",
+                        "ended_at", "exit_code", "reason", "spec", "progress", "sweep", "labels"}
     assert job["name"] == "shape" and job["owner"] == "alice"
     # as root, jobs run as their owners (docs/api.md, "Users and who jobs run as")
     assert job["run_as"] == ("alice" if real.d.owner_mode else None)

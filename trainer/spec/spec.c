@@ -612,6 +612,10 @@ static int check_across(struct trn_fields *root, struct trn_spec *s, int has_ref
 				return trn_err_set(root->err, "spec: out of memory");
 		}
 	}
+	if (s->resources.nodes > s->parallel.ranks)
+		return trn_err_set(root->err, "resources.nodes: must be at most parallel.ranks, a rank "
+		                   "or more on each node (got %d, %d)", s->resources.nodes,
+		                   s->parallel.ranks);
 	if (c->lr_scaling != TRN_SCALE_NONE && !has_reference)
 		return trn_err_set(root->err, "schedule.lr_scaling: \"%s\" needs batch.reference "
 		                   "(the batch size optimizer.lr was tuned for)", scalings[c->lr_scaling]);
