@@ -4,11 +4,12 @@ batch_scaling sweep (docs/api.md, "Batch-scaling studies") per seed over
 batch sizes from 32 to 8192 to a val/accuracy target, on the local
 executor, one child at a time. Prints per study and batch size the steps S,
 examples E and seconds to the target, the speed-up in time against the
-reference batch and B_simple, the online gradient noise scale train/gns
-(the median of the child's points over the second half of its way to the
-target); then the study's McCandlish et al. fit (S_min, E_min, B_crit and
-the residuals of log S) and B_crit over B_simple; then the studies side by
-side (S per size and seed, and the fits).
+reference batch and B_simple, the online gradient noise scale (the mean
+of the child's train/gns_trace over the mean of its train/gns_g2, both over
+the second half of its way to the target); then the study's McCandlish et
+al. fit (S_min, E_min, B_crit and the residuals of log S) and B_crit over
+B_simple; then the studies side by side (S per size and seed, and the
+fits).
 
     LARCH_BUILD_DIR=build /usr/bin/python3 tests/bench/bench_batch_scaling.py \\
         [--sizes 32,64,128,256,512,1024,2048,4096,8192] [--target 0.86] [--epochs 30]
@@ -62,8 +63,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each child")
     ap.add_argument("--eval-every", type=int, default=10, help="steps at the reference batch")
     ap.add_argument("--gns-from", type=float, default=0.5,
-                    help="a child's B_simple is the median of its train/gns points from this "
-                    "fraction of its steps to the target up to the target")
+                    help="a child's B_simple averages its train/gns_trace and train/gns_g2 "
+                    "points from this fraction of its steps to the target up to the target")
     ap.add_argument("--timeout", type=float, default=720,
                     help="seconds the whole run may take: past them the running study is "
                     "cancelled, what ended is printed and no further study starts")
@@ -158,7 +159,8 @@ def run(d, h, body, sizes, a):
     ref = gns.get(st["speedup_against"])
     med = statistics.median(vals) if vals else None
     if vals:
-        line = (f"B_simple (train/gns, each child's median from {a.gns_from:g} x S to S): "
+        line = (f"B_simple (each child's mean train/gns_trace over mean train/gns_g2 from "
+                f"{a.gns_from:g} x S to S): "
                 f"median over {len(vals)} children {med:.0f} "
                 f"(range {min(vals):.0f}-{max(vals):.0f})")
         if ref is not None:
@@ -177,18 +179,27 @@ def run(d, h, body, sizes, a):
 
 
 def child_gns(d, h, p, frac):
-    """The median of the child's train/gns points from step frac x S to its
-    target step S (the last (1 - frac) of its run when it did not reach
-    the target); None when it reported none there."""
+    """B_simple of the child: the mean of its train/gns_trace points from
+    step frac x S to its target step S (the last (1 - frac) of its run
+    when it did not reach the target) over the mean of its train/gns_g2
+    points there, each averaged before dividing as the trainer smooths them
+    (a median of train/gns would see only the points whose |G|^2 came out
+    positive); None when it reported none there or the mean |G|^2 is not
+    positive (the noise swamps it: the step is not much larger than
+    micro)."""
     r = requests.get(f"{d.url}/v1/jobs/{p['job']}/metrics", headers=h,
-                     params={"name": "train/gns"}, timeout=30)
+                     params={"name": ["train/gns_trace", "train/gns_g2"]}, timeout=30)
     if r.status_code != 200:
         print(f"  metrics of {p['job']}: {r.status_code} {r.text}")
         return None
-    pts = [(s, v) for s, v in r.json()["series"].get("train/gns", []) if v is not None]
-    end = p["steps"] if p["steps"] is not None else max((s for s, _ in pts), default=0)
-    vals = [v for s, v in pts if frac * end <= s <= end]
-    return statistics.median(vals) if vals else None
+    series = r.json()["series"]
+    tr, g2 = series.get("train/gns_trace", []), series.get("train/gns_g2", [])
+    end = p["steps"] if p["steps"] is not None else max((s for s, _ in tr), default=0)
+    tr = [v for s, v in tr if frac * end <= s <= end and v is not None]
+    g2 = [v for s, v in g2 if frac * end <= s <= end and v is not None]
+    if not tr or not g2 or statistics.mean(g2) <= 0:
+        return None
+    return statistics.mean(tr) / statistics.mean(g2)
 
 
 def summary(results, sizes):
@@ -219,7 +230,8 @@ def summary(results, sizes):
 
 
 def fmt(v, spec):
-    return format(v, spec) if v is not None else "-"
+    """v formatted by spec; None as "-" in the same width."""
+    return format(v, spec) if v is not None else format("-", spec.split(".")[0].rstrip("d"))
 
 
 if __name__ == "__main__":
