@@ -51,6 +51,8 @@ struct exec_job {
 	long long id;                  /* larch job id (numeric part) */
 	char dir[EXEC_PATH_MAX];       /* the job directory; exists and holds spec.json */
 	int ranks;                     /* processes (1 until data parallel lands) */
+	int min_ranks;                 /* parallel.elastic.min_ranks: it may start on fewer
+	                                  ranks, down to this; 0 = exactly ranks */
 	long time_limit_s;             /* 0 = none */
 	char token[128];               /* the job's token for LARCH_JOB_TOKEN; "" = no reporting */
 	/* what Slurm is asked for (the spec's resources, validated names; ""/0 = unset,

@@ -311,6 +311,19 @@ static int confine_args(const struct slurm_ex *sx, const struct exec_job *j, cha
 	return 0;
 }
 
+/* parallel.elastic over several nodes of ranks / nodes tasks each: the
+ * fewest nodes that hold min_ranks (Slurm's --nodes=min-max lets it start
+ * on what is free, and requeue on what is left); 0 = a job of exactly its
+ * nodes and ranks. */
+static int elastic_min_nodes(const struct exec_job *j)
+{
+	if (j->min_ranks <= 0 || j->min_ranks >= j->ranks || j->nodes <= 1 || j->ranks % j->nodes)
+		return 0;
+	int per = j->ranks / j->nodes;
+	int min = (j->min_ranks + per - 1) / per;
+	return min < j->nodes ? min : 0;
+}
+
 /* DIR/slurm.sh for job j (see the top of this file). */
 static int write_script(struct slurm_ex *sx, const struct sjob *sj, char *err, size_t errlen)
 {
@@ -352,27 +365,33 @@ static int write_script(struct slurm_ex *sx, const struct sjob *sj, char *err, s
 	 * and wires the ranks up itself, or a step of N tasks without MPI, which
 	 * meet through the job dir (larch-train's comm.h takes any); auto asks
 	 * the node's srun which MPI plugins it has, then looks for mpirun. */
-	char pmix[96], mpirun[128], none[96], launcher[512];
-	snprintf(pmix, sizeof pmix, "srun --mpi=pmix --ntasks=%d --kill-on-bad-exit=1", j->ranks);
-	snprintf(none, sizeof none, "srun --mpi=none --ntasks=%d --kill-on-bad-exit=1", j->ranks);
-	snprintf(mpirun, sizeof mpirun, "mpirun -n %d --bind-to none "
-	         "$([ \"$(id -u)\" = 0 ] && echo --allow-run-as-root)", j->ranks);
+	char pmix[112], mpirun[144], none[112], launcher[560], ntasks[40];
+	/* an elastic job: the tasks of the allocation it got (its nodes x
+	 * ranks / nodes), which may be fewer than its ranks */
+	if (elastic_min_nodes(j))
+		snprintf(ntasks, sizeof ntasks, "${SLURM_NTASKS:-%d}", j->ranks);
+	else
+		snprintf(ntasks, sizeof ntasks, "%d", j->ranks);
+	snprintf(pmix, sizeof pmix, "srun --mpi=pmix --ntasks=%s --kill-on-bad-exit=1", ntasks);
+	snprintf(none, sizeof none, "srun --mpi=none --ntasks=%s --kill-on-bad-exit=1", ntasks);
+	snprintf(mpirun, sizeof mpirun, "mpirun -n %s --bind-to none "
+	         "$([ \"$(id -u)\" = 0 ] && echo --allow-run-as-root)", ntasks);
 	if (j->ranks <= 1)
 		snprintf(launcher, sizeof launcher, "launch='srun --ntasks=1 --kill-on-bad-exit=1'\n");
 	else if (sx->cfg.mpi == EXEC_SLURM_MPI_PMIX)
-		snprintf(launcher, sizeof launcher, "launch='%s'\n", pmix);
+		snprintf(launcher, sizeof launcher, "launch=\"%s\"\n", pmix);
 	else if (sx->cfg.mpi == EXEC_SLURM_MPI_MPIRUN)
 		snprintf(launcher, sizeof launcher, "launch=\"%s\"\n", mpirun);
 	else if (sx->cfg.mpi == EXEC_SLURM_MPI_NONE)
-		snprintf(launcher, sizeof launcher, "launch='%s'\n", none);
+		snprintf(launcher, sizeof launcher, "launch=\"%s\"\n", none);
 	else
 		snprintf(launcher, sizeof launcher,
 		         "if srun --mpi=list 2>&1 | grep -qw pmix; then\n"
-		         "\tlaunch='%s'\n"
+		         "\tlaunch=\"%s\"\n"
 		         "elif command -v mpirun >/dev/null; then\n"
 		         "\tlaunch=\"%s\"\n"
 		         "else\n"
-		         "\tlaunch='%s'\n"
+		         "\tlaunch=\"%s\"\n"
 		         "fi\n", pmix, mpirun, none);
 	char *text = NULL;
 	int n = asprintf(&text,
@@ -568,6 +587,7 @@ static void describe(struct slurm_ex *sx, const struct sjob *sj, char *comment, 
 		.uid = sj->owner.uid,
 		.gid = sj->owner.gid,
 	};
+	r->min_nodes = elastic_min_nodes(j);
 	if (j->time_limit_s > 0) {
 		/* the checkpoint signal: grace seconds before the end, at most half the run */
 		long grace = sx->cfg.grace_s > 0 ? sx->cfg.grace_s : 60;
@@ -604,8 +624,13 @@ static void sbatch_argv(const struct slurm_submit *r, struct argv_buf *a)
 		argf(a, "--qos=%s", r->qos);
 	if (r->account && *r->account)
 		argf(a, "--account=%s", r->account);
-	argf(a, "--nodes=%d", r->nodes);
-	argf(a, "--ntasks=%d", r->ntasks);
+	if (r->min_nodes > 0 && r->min_nodes < r->nodes) {
+		argf(a, "--nodes=%d-%d", r->min_nodes, r->nodes);
+		argf(a, "--ntasks-per-node=%d", r->ntasks / r->nodes);
+	} else {
+		argf(a, "--nodes=%d", r->nodes);
+		argf(a, "--ntasks=%d", r->ntasks);
+	}
 	argf(a, "--cpus-per-task=%d", r->cpus_per_task);
 	if (r->mem_mb > 0)
 		argf(a, "--mem=%lldM", r->mem_mb);

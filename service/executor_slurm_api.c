@@ -173,6 +173,12 @@ int slurm_api_submit(const struct slurm_submit *r, char *sid, size_t sid_len, ch
 		d.account = (char *)r->account;
 	d.min_nodes = d.max_nodes = (uint32_t)(r->nodes > 0 ? r->nodes : 1);
 	d.num_tasks = (uint32_t)(r->ntasks > 0 ? r->ntasks : 1);
+	if (r->min_nodes > 0 && r->min_nodes < r->nodes) {  /* elastic: what sbatch's
+	                                                       --nodes=a-b --ntasks-per-node=k sends */
+		d.min_nodes = (uint32_t)r->min_nodes;
+		d.ntasks_per_node = (uint16_t)(r->ntasks / r->nodes);
+		d.num_tasks = d.min_nodes * d.ntasks_per_node;
+	}
 	d.cpus_per_task = (uint16_t)(r->cpus_per_task > 0 ? r->cpus_per_task : 1);
 	/* what sbatch derives from -n and -c: without min_cpus slurmctld
 	 * allocates one CPU whatever num_tasks says, and an srun of N tasks

@@ -140,6 +140,11 @@ static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct e
 	json_t *ranks = json_object_get(json_object_get(spec, "parallel"), "ranks");
 	if (json_is_integer(ranks) && json_integer_value(ranks) >= 1)
 		ej->ranks = (int)json_integer_value(ranks);
+	json_t *min = json_object_get(json_object_get(json_object_get(spec, "parallel"), "elastic"),
+	                              "min_ranks");
+	if (json_is_integer(min) && json_integer_value(min) >= 1 &&
+	    json_integer_value(min) < ej->ranks)
+		ej->min_ranks = (int)json_integer_value(min);
 	json_t *res = json_object_get(spec, "resources");
 	ej->time_limit_s = time_limit_s(json_object_get(res, "time_limit"));
 	copy_name(ej->partition, sizeof ej->partition, json_object_get(res, "partition"));

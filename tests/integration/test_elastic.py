@@ -10,6 +10,7 @@ import shutil
 import subprocess
 
 import numpy as np
+import pytest
 import requests
 
 from datasets import read_safetensors
@@ -147,5 +148,43 @@ def test_larchd_records_why_in_the_jobs_events(tmp_path):
         assert notes[0]["reason"].startswith(f"result: completed, {STEPS} steps"), notes
         assert ("elastic: 2 of the spec's 4 ranks started (parallel.elastic.min_ranks 2): "
                 "accumulation 2 -> 4, global batch 128 kept") in notes[0]["reason"], notes
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("via", ["libslurm", "sbatch"])
+def test_slurm_starts_an_elastic_job_on_the_nodes_it_has(tmp_path, slurm_cluster, via):
+    """4 ranks over 2 nodes, min_ranks 2, on the one-node dev cluster: larchd
+    asks Slurm for 1 to 2 nodes of 2 tasks (sbatch --nodes=1-2
+    --ntasks-per-node=2, or libslurm's min/max nodes), Slurm starts it on the
+    one node it has, the batch script launches the allocation's 2 tasks, and
+    the run completes on 2 ranks with the batch kept, saying so in its events."""
+    s = spec()
+    s["checkpoint_every"] = 0
+    s["resources"] = {"nodes": 2}
+    d = Larchd(tmp_path, args=["--executor", "slurm", "--slurm-poll-ms", "300",
+                               "--slurm-submit", via],
+               env=dict(slurm_cluster.env, OMPI_MCA_btl_vader_single_copy_mechanism="none")).start()
+    try:
+        r = requests.post(d.url + "/v1/jobs", headers=d.auth(), json=s, timeout=30)
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        j = poll(lambda: requests.get(f"{d.url}/v1/jobs/{jid}", headers=d.auth(), timeout=10).json(),
+                 lambda j: j["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 180,
+                 lambda j: f"{jid} still {j['state']} ({j['reason']})\n{d.log()[-2000:]}")
+        job_dir = d.state_dir / "jobs" / jid
+        out = (job_dir / "stdout.log").read_text()
+        assert j["state"] == "COMPLETED", (j, out[-2000:], (job_dir / "stderr.log").read_text()[-2000:])
+        assert "${SLURM_NTASKS:-4}" in (job_dir / "slurm.sh").read_text()
+        show = slurm_cluster.run("scontrol", "-o", "show", "job", j["slurm_job_id"], check=False)
+        if show.returncode == 0:            # (until MinJobAge forgets it)
+            assert "NumNodes=1 " in show.stdout and "NumTasks=2 " in show.stdout, show.stdout
+        assert ("elastic: 2 of the spec's 4 ranks started (parallel.elastic.min_ranks 2): "
+                "accumulation 2 -> 4, global batch 128 kept") in out, out[-2000:]
+        assert out.count(f"step {STEPS}/{STEPS}") == 1, out[-2000:]
+        events = requests.get(f"{d.url}/v1/jobs/{jid}/events", headers=d.auth(),
+                              timeout=10).json()["events"]
+        assert any(e["by"] == "trainer" and "elastic: 2 of the spec's 4 ranks" in e["reason"]
+                   for e in events), events
     finally:
         d.stop()
