@@ -43,6 +43,11 @@ struct entry {
 	struct entry *next;            /* oldest first */
 };
 
+struct worker {
+	struct svc_export *ex;
+	int slot;
+};
+
 struct svc_export {
 	char *trainer_path;
 	int run_as_owner;
@@ -57,6 +62,7 @@ struct svc_export {
 	pid_t running[EXPORT_WORKERS];     /* children's process groups, 0: none */
 	int stop_pipe[2];                  /* readable once closing */
 	pthread_t workers[EXPORT_WORKERS];
+	struct worker worker_args[EXPORT_WORKERS];   /* each thread's own */
 	int n_workers;
 };
 
@@ -221,12 +227,6 @@ static void run_export(struct svc_export *ex, int slot, struct entry *e)
 }
 
 /* ---- the workers ----------------------------------------------------------------- */
-
-struct worker {
-	struct svc_export *ex;
-	int slot;
-};
-static struct worker worker_args[EXPORT_WORKERS];
 
 /* Forgets the oldest finished entries past EXPORT_KEPT; lock held. */
 static void trim(struct svc_export *ex)
@@ -444,8 +444,8 @@ struct svc_export *svc_export_new(const struct svc_export_config *cfg, char *err
 		return NULL;
 	}
 	for (int i = 0; i < EXPORT_WORKERS; i++) {
-		worker_args[i] = (struct worker){ ex, i };
-		int rc = pthread_create(&ex->workers[i], NULL, worker_main, &worker_args[i]);
+		ex->worker_args[i] = (struct worker){ ex, i };
+		int rc = pthread_create(&ex->workers[i], NULL, worker_main, &ex->worker_args[i]);
 		if (rc != 0) {
 			snprintf(err, errlen, "exports: thread: %s", strerror(rc));
 			svc_export_free(ex);

@@ -37,6 +37,11 @@ struct item {
 	struct item *next;
 };
 
+struct worker {
+	struct svc_preflight *pf;
+	int slot;
+};
+
 struct svc_preflight {
 	struct db *db;
 	char *trainer_path, *base_dir, *dataset_root;
@@ -54,15 +59,9 @@ struct svc_preflight {
 	int n_gone;
 	int stop_pipe[2];                  /* readable once closing: wakes polls */
 	pthread_t workers[PREFLIGHT_WORKERS];
+	struct worker worker_args[PREFLIGHT_WORKERS];   /* each thread's own */
 	int n_workers;
 };
-
-struct worker {
-	struct svc_preflight *pf;
-	int slot;
-};
-static struct worker worker_args[PREFLIGHT_WORKERS];
-
 
 static void item_free(struct item *it)
 {
@@ -419,8 +418,8 @@ struct svc_preflight *svc_preflight_new(const struct svc_preflight_config *cfg, 
 		return NULL;
 	}
 	for (int i = 0; i < PREFLIGHT_WORKERS; i++) {
-		worker_args[i] = (struct worker){ pf, i };
-		int rc = pthread_create(&pf->workers[i], NULL, worker_main, &worker_args[i]);
+		pf->worker_args[i] = (struct worker){ pf, i };
+		int rc = pthread_create(&pf->workers[i], NULL, worker_main, &pf->worker_args[i]);
 		if (rc != 0) {
 			snprintf(err, errlen, "preflight: thread: %s", strerror(rc));
 			svc_preflight_free(pf);
