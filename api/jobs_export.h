@@ -7,11 +7,19 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "db/jobs.h"
 #include "exports_hooks.h"
 #include "request.h"
 
 /* Writes export x of job ("j-000123") as docs/api.md's export object. */
 void api_export_write(struct api_buf *b, const char *job, const struct api_export *x);
+
+/* The start of the export GETs: no query parameter, the job of the path's
+ * {id} visible to the caller (another user's is a 404, as a job that does
+ * not exist), its id into *id and as text ("j-000123") into job: 0, or -1
+ * with the error replied. */
+int api_export_job_or_reply(struct api_request *req, int64_t *id, char job[DB_JOB_ID_MAX],
+                            enum MHD_Result *ret);
 
 /* The service's export hooks, or NULL with a 503 replied. */
 const struct api_exports_hooks *api_exports_hooks_or_reply(struct api_request *req,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/jobs.h"
 #include "exports_hooks.h"
 #include "jobs_common.h"
 #include "jobs_export.h"
@@ -79,6 +80,25 @@ void api_export_write(struct api_buf *b, const char *job, const struct api_expor
 		api_buf_printf(b, ",\"url\":\"/v1/jobs/%s/exports/%s/%s\"}", job, x->id, f->name);
 	}
 	api_buf_printf(b, "],\"url\":\"/v1/jobs/%s/exports/%s\"}", job, x->id);
+}
+
+int api_export_job_or_reply(struct api_request *req, int64_t *id, char job[DB_JOB_ID_MAX],
+                            enum MHD_Result *ret)
+{
+	static const char *const params[] = { NULL };
+	struct db *db;
+	if (api_job_request_or_reply(req, params, &db, id, ret))
+		return -1;
+	struct db_job j = { 0 };
+	struct db_err err = { 0 };
+	int rc = db_jobs_get(db, *id, api_owner_scope(req), &j, &err);
+	db_job_release(&j);
+	if (rc) {
+		*ret = api_reply_db_error(req, rc, &err);
+		return -1;
+	}
+	db_job_id_format(*id, job);
+	return 0;
 }
 
 const struct api_exports_hooks *api_exports_hooks_or_reply(struct api_request *req,

@@ -25,20 +25,11 @@
 
 enum MHD_Result api_jobs_export_file_get(struct api_request *req)
 {
-	static const char *const params[] = { NULL };
 	enum MHD_Result ret;
-	struct db *db;
 	int64_t id;
-	if (api_job_request_or_reply(req, params, &db, &id, &ret))
-		return ret;
-	struct db_job j = { 0 };
-	struct db_err err = { 0 };
-	int rc = db_jobs_get(db, id, api_owner_scope(req), &j, &err);
-	db_job_release(&j);
-	if (rc)
-		return api_reply_db_error(req, rc, &err);
 	char job[DB_JOB_ID_MAX];
-	db_job_id_format(id, job);
+	if (api_export_job_or_reply(req, &id, job, &ret))
+		return ret;
 	const char *name = api_param(req, "file");
 	int known = -1;
 	for (int i = 0; api_export_file_names[i]; i++)

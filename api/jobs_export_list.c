@@ -11,23 +11,14 @@
 
 enum MHD_Result api_jobs_export_list(struct api_request *req)
 {
-	static const char *const params[] = { NULL };
 	enum MHD_Result ret;
-	struct db *db;
 	int64_t id;
-	if (api_job_request_or_reply(req, params, &db, &id, &ret))
+	char job[DB_JOB_ID_MAX];
+	if (api_export_job_or_reply(req, &id, job, &ret))
 		return ret;
 	const struct api_exports_hooks *hooks = api_exports_hooks_or_reply(req, &ret);
 	if (!hooks)
 		return ret;
-	struct db_job j = { 0 };
-	struct db_err err = { 0 };
-	int rc = db_jobs_get(db, id, api_owner_scope(req), &j, &err);
-	db_job_release(&j);
-	if (rc)
-		return api_reply_db_error(req, rc, &err);
-	char job[DB_JOB_ID_MAX];
-	db_job_id_format(id, job);
 	struct api_export *all = NULL;
 	int n = hooks->list(hooks->arg, id, &all);
 	if (n < 0)

@@ -6,18 +6,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "api/job_file.h"
+#include "child_run.h"
 #include "clock.h"
 #include "export_manifest.h"
 #include "identity.h"
@@ -31,6 +30,7 @@
 #define EXPORT_TIMEOUT_S 3600      /* then the child is killed */
 #define EXPORT_KEPT 1024           /* finished exports remembered in memory */
 #define OUTPUT_MAX 16384           /* of the child's stdout and stderr, kept for the error */
+#define EXIT_WAIT_MS 5000          /* for the child to exit once its output ended */
 #define LIST_MAX 4096              /* exports of one job listed from its directory */
 #define DIR_MAX 4096
 
@@ -41,6 +41,11 @@ struct entry {
 	char *checkpoint;              /* the recorded path; owned */
 	struct api_export x;
 	struct entry *next;            /* oldest first */
+};
+
+struct worker {
+	struct svc_export *ex;
+	int slot;
 };
 
 struct svc_export {
@@ -57,46 +62,53 @@ struct svc_export {
 	pid_t running[EXPORT_WORKERS];     /* children's process groups, 0: none */
 	int stop_pipe[2];                  /* readable once closing */
 	pthread_t workers[EXPORT_WORKERS];
+	struct worker worker_args[EXPORT_WORKERS];   /* each thread's own */
 	int n_workers;
 };
 
-/* ---- the child ------------------------------------------------------------------ */
+/* ---- one export ------------------------------------------------------------------ */
 
-struct child {
-	char *argv[10];
-	char *envp[4];
-	const char *dir;
-	const struct svc_unix_id *id;      /* NULL: as larchd's user */
-	int out_fd;
-};
-
-/* In the child (async-signal-safe calls only). Never returns. */
-static void child_main(const struct child *c) __attribute__((noreturn));
-
-static void child_main(const struct child *c)
+/* Who e is exported as, into *owner: 0 with *as (NULL: larchd's user), or
+ * -1 with x->error. */
+static int export_identity(const struct svc_export *ex, const struct entry *e,
+                           struct svc_unix_id *owner, const struct svc_unix_id **as,
+                           struct api_export *x)
 {
-	setpgid(0, 0);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
-	int out = fcntl(c->out_fd, F_DUPFD, 10);
-	int null = open("/dev/null", O_RDONLY);
-	if (out < 0 || null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
-		_exit(126);
-	syscall(SYS_close_range, 3U, ~0U, 0U);
-	if (c->id && svc_unix_id_become(c->id) != 0)
-		_exit(126);
-	/* as the job's user from here: its directory, its permissions */
-	if (chdir(c->dir) != 0 || (mkdir("exports", 0755) != 0 && errno != EEXIST))
-		_exit(125);
-	umask(022);
-	execve(c->argv[0], c->argv, c->envp);
-	_exit(127);
+	char why[256];
+	*as = NULL;
+	if (e->unix_user[0]) {
+		if (svc_unix_id_lookup(e->unix_user, owner, why, sizeof why) != 0) {
+			snprintf(x->error, sizeof x->error, "%s", why);
+			return -1;
+		}
+		*as = owner;
+	} else if (ex->run_as_owner) {
+		snprintf(x->error, sizeof x->error, "the job has no Unix user to export as");
+		return -1;
+	}
+	return 0;
+}
+
+/* The job's directory into dir, with the checkpoint inside it: 0, or -1
+ * with x->error. */
+static int export_dir(const struct svc_export *ex, const struct entry *e, char *dir,
+                      size_t len, struct api_export *x)
+{
+	if (ex->job_dir(ex->job_dir_arg, e->job, dir, len) != 0) {
+		snprintf(x->error, sizeof x->error, "the job's directory is unknown");
+		return -1;
+	}
+	size_t dl = strlen(dir);
+	if (strncmp(e->checkpoint, dir, dl) != 0 || e->checkpoint[dl] != '/') {
+		snprintf(x->error, sizeof x->error, "the checkpoint's recorded file is not in the job's "
+		         "directory");
+		return -1;
+	}
+	return 0;
 }
 
 /* The last non-empty line of out (trimmed), into buf. */
-static void last_line(char *out, size_t n, char *buf, size_t len)
+static void last_line(const char *out, size_t n, char *buf, size_t len)
 {
 	while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' '))
 		n--;
@@ -106,160 +118,66 @@ static void last_line(char *out, size_t n, char *buf, size_t len)
 	snprintf(buf, len, "%.*s", (int)(n - start), out + start);
 }
 
-/* Runs the export of e; fills e->x's state, error and files. Lock not held. */
-static void run_export(struct svc_export *ex, int slot, struct entry *e)
+/* Why a child that ran did not succeed, into x->error; 0 when it did. */
+static int child_error(const struct svc_child_result *r, struct api_export *x)
 {
-	struct api_export *x = &e->x;
-	char dir[DIR_MAX];
-	if (ex->job_dir(ex->job_dir_arg, e->job, dir, sizeof dir) != 0) {
-		snprintf(x->error, sizeof x->error, "the job's directory is unknown");
-		return;
-	}
-	size_t dl = strlen(dir);
-	if (strncmp(e->checkpoint, dir, dl) != 0 || e->checkpoint[dl] != '/') {
-		snprintf(x->error, sizeof x->error, "the checkpoint's recorded file is not in the job's "
-		         "directory");
-		return;
-	}
-	struct svc_unix_id owner;
-	const struct svc_unix_id *as = NULL;
-	char why[256];
-	if (e->unix_user[0]) {
-		if (svc_unix_id_lookup(e->unix_user, &owner, why, sizeof why) != 0) {
-			snprintf(x->error, sizeof x->error, "%s", why);
-			return;
-		}
-		as = &owner;
-	} else if (ex->run_as_owner) {
-		snprintf(x->error, sizeof x->error, "the job has no Unix user to export as");
-		return;
-	}
-	char rel[128], out_dir[64];
-	snprintf(rel, sizeof rel, "exports/%s/export.json", x->id);
-	svc_jobfs_unlink(dir, rel);            /* an earlier export's record goes first */
-	snprintf(out_dir, sizeof out_dir, "exports/%s", x->id);
-
-	struct child c = { .dir = dir, .id = as };
-	int a = 0;
-	c.argv[a++] = ex->trainer_path;
-	c.argv[a++] = "--export";
-	c.argv[a++] = e->checkpoint + dl + 1;
-	c.argv[a++] = "--format";
-	c.argv[a++] = x->format;
-	c.argv[a++] = "-o";
-	c.argv[a++] = out_dir;
-	c.argv[a] = NULL;
-	c.envp[0] = "PATH=/usr/local/bin:/usr/bin:/bin";
-	c.envp[1] = "LC_ALL=C";
-	c.envp[2] = "HOME=/";
-	c.envp[3] = NULL;
-	int pipefd[2];
-	if (pipe2(pipefd, O_CLOEXEC) != 0) {
-		snprintf(x->error, sizeof x->error, "cannot start the export: %s", strerror(errno));
-		return;
-	}
-	c.out_fd = pipefd[1];
-	pid_t pid = fork();
-	if (pid == 0)
-		child_main(&c);
-	close(pipefd[1]);
-	if (pid < 0) {
-		close(pipefd[0]);
-		snprintf(x->error, sizeof x->error, "cannot start the export: fork: %s",
-		         strerror(errno));
-		return;
-	}
-	setpgid(pid, pid);
-	pthread_mutex_lock(&ex->lock);
-	ex->running[slot] = pid;
-	int closing = ex->closing;
-	pthread_mutex_unlock(&ex->lock);
-
-	char out[OUTPUT_MAX + 1];
-	size_t got = 0;
-	int eof = 0, timed_out = 0;
-	int64_t deadline = svc_mono_ms() + (int64_t)EXPORT_TIMEOUT_S * 1000;
-	while (!eof && !closing) {
-		int64_t left = deadline - svc_mono_ms();
-		if (left <= 0) {
-			timed_out = 1;
-			break;
-		}
-		struct pollfd fds[2] = { { .fd = pipefd[0], .events = POLLIN },
-		                         { .fd = ex->stop_pipe[0], .events = POLLIN } };
-		int n = poll(fds, 2, left > 60000 ? 60000 : (int)left);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (fds[1].revents) {
-			closing = 1;
-			break;
-		}
-		if (n <= 0)
-			continue;
-		char tmp[OUTPUT_MAX / 4];
-		ssize_t k = read(pipefd[0], tmp, sizeof tmp);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			eof = 1;
-			break;
-		}
-		/* keep the last OUTPUT_MAX bytes: the error is at the end */
-		if (got + (size_t)k > OUTPUT_MAX) {
-			size_t drop = got + (size_t)k - OUTPUT_MAX;
-			memmove(out, out + drop, got - drop);
-			got -= drop;
-		}
-		memcpy(out + got, tmp, (size_t)k);
-		got += (size_t)k;
-	}
-	close(pipefd[0]);
-	int status = 0;
-	if (eof) {
-		/* its output ended: it is ending; a child that keeps running is killed */
-		pid_t w = 0;
-		for (int i = 0; i < 500 && (w = waitpid(pid, &status, WNOHANG)) == 0; i++) {
-			struct timespec ts = { 0, 10 * 1000 * 1000 };
-			nanosleep(&ts, NULL);
-		}
-		if (w == 0)
-			eof = 0;
-	}
-	if (!eof) {
-		kill(-pid, SIGKILL);
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
-	}
-	pthread_mutex_lock(&ex->lock);
-	ex->running[slot] = 0;
-	pthread_mutex_unlock(&ex->lock);
-	out[got] = '\0';
-
-	if (closing) {
+	int st = r->status;
+	if (r->stopped) {
 		snprintf(x->error, sizeof x->error, "larchd stopped during the export; POST it again");
-		return;
+		return -1;
 	}
-	if (timed_out) {
+	if (r->timed_out) {
 		snprintf(x->error, sizeof x->error, "the export did not finish within %ds: killed",
 		         EXPORT_TIMEOUT_S);
-		return;
+		return -1;
 	}
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		char line[API_EXPORT_ERROR_MAX - 64];
-		last_line(out, got, line, sizeof line);
-		if (WIFEXITED(status) && WEXITSTATUS(status) >= 125)
-			snprintf(line, sizeof line, "%s", WEXITSTATUS(status) == 125
-			         ? "cannot enter the job's directory or make its exports/ as the job's user"
-			         : WEXITSTATUS(status) == 126 ? "cannot become the job's user"
-			         : "cannot run larch-train (trainer_path)");
-		snprintf(x->error, sizeof x->error, "larch-train --export %s %d: %s",
-		         WIFEXITED(status) ? "exited" : "killed by signal",
-		         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
-		         line[0] ? line : "(no message)");
-		return;
-	}
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	char line[API_EXPORT_ERROR_MAX - 64];
+	last_line(r->output, r->output_len, line, sizeof line);
+	if (WIFEXITED(st) && WEXITSTATUS(st) >= SVC_CHILD_EXIT_DIR)
+		snprintf(line, sizeof line, "%s", WEXITSTATUS(st) == SVC_CHILD_EXIT_DIR
+		         ? "cannot enter the job's directory or make its exports/ as the job's user"
+		         : WEXITSTATUS(st) == SVC_CHILD_EXIT_USER ? "cannot become the job's user"
+		         : "cannot run larch-train (trainer_path)");
+	snprintf(x->error, sizeof x->error, "larch-train --export %s %d: %s",
+	         WIFEXITED(st) ? "exited" : "killed by signal",
+	         WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), line[0] ? line : "(no message)");
+	return -1;
+}
 
-	/* the files it wrote, as the download route will see them */
+/* Runs larch-train --export in dir as as (NULL: larchd's user), from worker
+ * slot: 0 once it succeeded, or -1 with x->error. */
+static int export_child(struct svc_export *ex, int slot, const struct entry *e,
+                        const char *dir, const struct svc_unix_id *as, struct api_export *x)
+{
+	char out_dir[64];
+	snprintf(out_dir, sizeof out_dir, "exports/%s", x->id);
+	char *argv[] = { ex->trainer_path, "--export", e->checkpoint + strlen(dir) + 1,
+	                 "--format", x->format, "-o", out_dir, NULL };
+	char *envp[] = { "PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C", "HOME=/", NULL };
+	struct svc_child_spec spec = {
+		.argv = argv, .envp = envp, .id = as, .dir = dir, .make_dir = "exports",
+		.stdin_fd = -1, .stderr_too = 1, .timeout_ms = (int64_t)EXPORT_TIMEOUT_S * 1000,
+		.stop_fd = ex->stop_pipe[0], .output_max = OUTPUT_MAX, .keep_tail = 1,
+		.exit_wait_ms = EXIT_WAIT_MS,
+		.lock = &ex->lock, .running = &ex->running[slot], .closing = &ex->closing,
+	};
+	struct svc_child_result r;
+	if (svc_child_run(&spec, &r) != 0) {
+		snprintf(x->error, sizeof x->error, "cannot start the export: %s", r.why);
+		return -1;
+	}
+	int rc = child_error(&r, x);
+	svc_child_result_release(&r);
+	return rc;
+}
+
+/* The files the child wrote, as the download route will see them, into
+ * x->files: 0, or -1 with x->error. */
+static int export_hash_files(const char *dir, struct api_export *x)
+{
+	char why[256];
 	for (int i = 0; i < API_EXPORT_FILES; i++) {
 		char path[DIR_MAX + 128];
 		snprintf(path, sizeof path, "%s/exports/%s/%s", dir, x->id, api_export_file_names[i]);
@@ -273,7 +191,7 @@ static void run_export(struct svc_export *ex, int slot, struct entry *e)
 			if (fd >= 0)
 				close(fd);
 			x->n_files = 0;
-			return;
+			return -1;
 		}
 		close(fd);
 		snprintf(x->files[i].name, sizeof x->files[i].name, "%s", api_export_file_names[i]);
@@ -281,6 +199,23 @@ static void run_export(struct svc_export *ex, int slot, struct entry *e)
 		x->files[i].bytes = (int64_t)st.st_size;
 		x->n_files = i + 1;
 	}
+	return 0;
+}
+
+/* Runs the export of e from worker slot; fills e->x's state, error and
+ * files. Lock not held. */
+static void run_export(struct svc_export *ex, int slot, struct entry *e)
+{
+	struct api_export *x = &e->x;
+	char dir[DIR_MAX], rel[128];
+	struct svc_unix_id owner;
+	const struct svc_unix_id *as;
+	if (export_dir(ex, e, dir, sizeof dir, x) != 0 || export_identity(ex, e, &owner, &as, x) != 0)
+		return;
+	snprintf(rel, sizeof rel, "exports/%s/export.json", x->id);
+	svc_jobfs_unlink(dir, rel);            /* an earlier export's record goes first */
+	if (export_child(ex, slot, e, dir, as, x) != 0 || export_hash_files(dir, x) != 0)
+		return;
 	x->finished_ms = svc_wall_ms();
 	if (svc_export_manifest_write(dir, x, as) != 0) {
 		snprintf(x->error, sizeof x->error, "cannot write exports/%s/export.json: %s", x->id,
@@ -292,12 +227,6 @@ static void run_export(struct svc_export *ex, int slot, struct entry *e)
 }
 
 /* ---- the workers ----------------------------------------------------------------- */
-
-struct worker {
-	struct svc_export *ex;
-	int slot;
-};
-static struct worker worker_args[EXPORT_WORKERS];
 
 /* Forgets the oldest finished entries past EXPORT_KEPT; lock held. */
 static void trim(struct svc_export *ex)
@@ -515,8 +444,8 @@ struct svc_export *svc_export_new(const struct svc_export_config *cfg, char *err
 		return NULL;
 	}
 	for (int i = 0; i < EXPORT_WORKERS; i++) {
-		worker_args[i] = (struct worker){ ex, i };
-		int rc = pthread_create(&ex->workers[i], NULL, worker_main, &worker_args[i]);
+		ex->worker_args[i] = (struct worker){ ex, i };
+		int rc = pthread_create(&ex->workers[i], NULL, worker_main, &ex->worker_args[i]);
 		if (rc != 0) {
 			snprintf(err, errlen, "exports: thread: %s", strerror(rc));
 			svc_export_free(ex);

@@ -3,16 +3,16 @@
  * contract).
  *
  * An export runs `larch-train --export <checkpoint> --format F -o
- * exports/<id>` (trainer/export_hf.h) as a child process, never on an HTTP
- * thread: EXPORT_WORKERS worker threads take queued exports in order, at
- * most EXPORT_QUEUE_MAX wait, at most EXPORT_PER_USER of one owner's are
- * queued or running. The child runs as the job's Unix user (run_as owner;
- * the user the job itself ran as) or as larchd's (run_as service): groups,
- * gid and uid set before exec (identity.h), then it changes into the job's
- * directory, makes exports/ if missing, and gets only relative paths: it
- * reads and writes what the job's user may, nothing more. It has its own
- * process group, a clean environment, no stdin, and EXPORT_TIMEOUT_S
- * seconds before it is killed.
+ * exports/<id>` (trainer/export_hf.h) as a child process (child_run.h),
+ * never on an HTTP thread: EXPORT_WORKERS worker threads take queued
+ * exports in order, at most EXPORT_QUEUE_MAX wait, at most EXPORT_PER_USER
+ * of one owner's are queued or running. The child runs as the job's Unix
+ * user (run_as owner; the user the job itself ran as) or as larchd's
+ * (run_as service): groups, gid and uid set before exec (identity.h), then
+ * it changes into the job's directory, makes exports/ if missing, and gets
+ * only relative paths: it reads and writes what the job's user may, nothing
+ * more. It has its own process group, a clean environment, no stdin, and
+ * EXPORT_TIMEOUT_S seconds before it is killed.
  *
  * When the child succeeded larchd opens the two files it wrote as
  * api/job_file.h opens any file of a job directory (no link followed, a

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -13,13 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "child_run.h"
 #include "db/tokens.h"
 #include "identity.h"
 #include "log.h"
@@ -30,6 +26,7 @@
 #define PER_USER_RUNNING 2         /* probes of one user at once: others always get a worker */
 #define PER_USER_WAITING 64        /* submits of one user waiting; more are answered 429 */
 #define PROBE_OUTPUT_MAX 65536     /* the probe prints one small JSON object */
+#define EXIT_WAIT_MS 100           /* for the probe to exit once its answer ended */
 #define REAP_MAX 256               /* probes killed but not yet gone */
 
 struct item {
@@ -38,6 +35,11 @@ struct item {
 	api_preflight_done_fn done;
 	void *done_arg;
 	struct item *next;
+};
+
+struct worker {
+	struct svc_preflight *pf;
+	int slot;
 };
 
 struct svc_preflight {
@@ -57,15 +59,9 @@ struct svc_preflight {
 	int n_gone;
 	int stop_pipe[2];                  /* readable once closing: wakes polls */
 	pthread_t workers[PREFLIGHT_WORKERS];
+	struct worker worker_args[PREFLIGHT_WORKERS];   /* each thread's own */
 	int n_workers;
 };
-
-struct worker {
-	struct svc_preflight *pf;
-	int slot;
-};
-static struct worker worker_args[PREFLIGHT_WORKERS];
-
 
 static void item_free(struct item *it)
 {
@@ -131,43 +127,56 @@ struct probe {
 	char *argv[12 + 2 * SVC_PATH_LIST_MAX];
 	char *envp[8];
 	char env_root[4200];
-	const struct svc_unix_id *id;      /* NULL: as larchd's user */
-	int in_fd, out_fd;                 /* the child's stdin (the spec) and stdout */
-	unsigned cpu_s;
 };
 
-/* In the child (async-signal-safe calls only). Never returns. */
-static void probe_child(const struct probe *p) __attribute__((noreturn));
-
-static void probe_child(const struct probe *p)
+/* The probe's command line and environment for it. */
+static void probe_args(struct svc_preflight *pf, const struct item *it, struct probe *p)
 {
-	setpgid(0, 0);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
-	int in = fcntl(p->in_fd, F_DUPFD, 10), out = fcntl(p->out_fd, F_DUPFD, 10);
-	int null = open("/dev/null", O_RDWR);
-	if (in < 0 || out < 0 || null < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 ||
-	    dup2(null, 2) < 0)
-		_exit(126);
-	syscall(SYS_close_range, 3U, ~0U, 0U);
-	/* it reads a few headers: seconds of CPU, no file written, no core */
-	struct rlimit cpu = { p->cpu_s, p->cpu_s + 1 }, none_lim = { 0, 0 };
-	setrlimit(RLIMIT_CPU, &cpu);
-	setrlimit(RLIMIT_FSIZE, &none_lim);
-	setrlimit(RLIMIT_CORE, &none_lim);
-	if (p->id && svc_unix_id_become(p->id) != 0)
-		_exit(126);
-	if (chdir("/") != 0)
-		_exit(126);
-	execve(p->argv[0], p->argv, p->envp);
-	_exit(127);
+	int a = 0;
+	p->argv[a++] = pf->trainer_path;
+	p->argv[a++] = "--probe";
+	p->argv[a++] = "--spec";
+	p->argv[a++] = "-";
+	p->argv[a++] = "--base-dir";
+	p->argv[a++] = pf->base_dir;
+	if (!pf->run_as_owner && !it->admin) {
+		p->argv[a++] = "--confine-data";
+		for (int i = 0; i < pf->roots.n; i++) {
+			p->argv[a++] = "--data-root";
+			p->argv[a++] = pf->roots.path[i];
+		}
+	}
+	p->argv[a] = NULL;
+	int e = 0;
+	p->envp[e++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+	p->envp[e++] = "LC_ALL=C";
+	p->envp[e++] = "HOME=/";
+	if (pf->dataset_root) {
+		snprintf(p->env_root, sizeof p->env_root, "LARCH_DATASET_ROOT=%s", pf->dataset_root);
+		p->envp[e++] = p->env_root;
+	}
+	p->envp[e] = NULL;
 }
 
-/* Remembers a killed probe to reap later; lock held. */
-static void remember_gone(struct svc_preflight *pf, pid_t pid)
+/* The spec in memory, at its start, for the probe's stdin (never a pipe
+ * the child must drain before we may read): an fd, or -1 (errno). */
+static int probe_spec_fd(const struct item *it)
 {
+	int fd = memfd_create("larch-spec", MFD_CLOEXEC);
+	size_t len = strlen(it->spec);
+	if (fd >= 0 && (write(fd, it->spec, len) != (ssize_t)len || lseek(fd, 0, SEEK_SET) != 0)) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/* Remembers a killed probe to reap later; lock held (child_run.h's gone). */
+static void remember_gone(void *arg, pid_t pid)
+{
+	struct svc_preflight *pf = arg;
 	if (pf->n_gone < REAP_MAX)
 		pf->gone[pf->n_gone++] = pid;
 	else
@@ -185,22 +194,6 @@ static void reap_gone(struct svc_preflight *pf)
 		}
 		pf->gone[i] = pf->gone[--pf->n_gone];
 	}
-}
-
-/* Its exit, waited for briefly; a probe that does not end is killed and
- * remembered. */
-static void finish_child(struct svc_preflight *pf, pid_t pid)
-{
-	for (int i = 0; i < 50; i++) {
-		if (waitpid(pid, NULL, WNOHANG) != 0)
-			return;
-		struct timespec ts = { 0, 2 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	kill(-pid, SIGKILL);
-	pthread_mutex_lock(&pf->lock);
-	remember_gone(pf, pid);
-	pthread_mutex_unlock(&pf->lock);
 }
 
 /* What the probe said: {"ok": true, "shape": {...}} or {"ok": false,
@@ -238,132 +231,57 @@ static void probe_answer(struct svc_preflight *pf, const char *out, struct api_p
 	json_decref(root);
 }
 
+/* A probe that gave no answer: stopped (503), too slow, or it failed. */
+static void probe_unanswered(const struct item *it, const struct svc_child_result *res,
+                             unsigned timeout_s, struct api_preflight_result *r)
+{
+	if (res->stopped) {
+		refuse(r, 503, NULL, "larchd is stopping");
+		return;
+	}
+	if (!res->timed_out) {
+		snprintf(r->message, sizeof r->message, "the data files were not examined at submit");
+		return;
+	}
+	snprintf(r->message, sizeof r->message, "the data files were not examined within %us "
+	         "(preflight_timeout): the trainer checks them when the job starts", timeout_s);
+	static struct svc_log_limit limit;
+	svc_log_limited(&limit, 10000, SVC_LOG_WARN, "preflight: a probe for user %s did not "
+	                "answer within %us: killed; the job is taken unexamined", it->user,
+	                timeout_s);
+}
+
+/* Runs larch-train --probe as id (NULL: larchd's user) from worker slot,
+ * the spec on its stdin; its answer into r. A probe that does not end is
+ * killed and left to reap_gone. */
 static void run_probe(struct svc_preflight *pf, int slot, const struct item *it,
                       const struct svc_unix_id *id, struct api_preflight_result *r)
 {
 	struct probe p;
-	memset(&p, 0, sizeof p);
-	int a = 0;
-	p.argv[a++] = pf->trainer_path;
-	p.argv[a++] = "--probe";
-	p.argv[a++] = "--spec";
-	p.argv[a++] = "-";
-	p.argv[a++] = "--base-dir";
-	p.argv[a++] = pf->base_dir;
-	if (!pf->run_as_owner && !it->admin) {
-		p.argv[a++] = "--confine-data";
-		for (int i = 0; i < pf->roots.n; i++) {
-			p.argv[a++] = "--data-root";
-			p.argv[a++] = pf->roots.path[i];
-		}
-	}
-	p.argv[a] = NULL;
-	int e = 0;
-	p.envp[e++] = "PATH=/usr/local/bin:/usr/bin:/bin";
-	p.envp[e++] = "LC_ALL=C";
-	p.envp[e++] = "HOME=/";
-	if (pf->dataset_root) {
-		snprintf(p.env_root, sizeof p.env_root, "LARCH_DATASET_ROOT=%s", pf->dataset_root);
-		p.envp[e++] = p.env_root;
-	}
-	p.envp[e] = NULL;
-	p.id = id;
+	probe_args(pf, it, &p);
 	unsigned timeout_s = atomic_load(&pf->timeout_s);
-	p.cpu_s = timeout_s + 1;
-
-	/* the spec on stdin from memory (never a pipe the child must drain
-	 * before we may read), the answer back through a pipe */
-	int spec_fd = memfd_create("larch-spec", MFD_CLOEXEC);
-	int out[2] = { -1, -1 };
-	size_t len = strlen(it->spec);
-	if (spec_fd < 0 || write(spec_fd, it->spec, len) != (ssize_t)len ||
-	    lseek(spec_fd, 0, SEEK_SET) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+	int spec_fd = probe_spec_fd(it);
+	struct svc_child_spec spec = {
+		.argv = p.argv, .envp = p.envp, .id = id, .stdin_fd = spec_fd,
+		.cpu_s = timeout_s + 1,            /* it reads a few headers */
+		.timeout_ms = (int64_t)timeout_s * 1000, .stop_fd = pf->stop_pipe[0],
+		.output_max = PROBE_OUTPUT_MAX, .exit_wait_ms = EXIT_WAIT_MS,
+		.lock = &pf->lock, .running = &pf->running[slot], .closing = &pf->closing,
+		.gone = remember_gone, .gone_arg = pf,
+	};
+	struct svc_child_result res = { 0 };
+	if (spec_fd < 0 || svc_child_run(&spec, &res) != 0) {
 		svc_log(SVC_LOG_WARN, "preflight: %s: the data files were not examined",
-		        strerror(errno));
+		        spec_fd < 0 ? strerror(errno) : res.why);
 		snprintf(r->message, sizeof r->message, "the data files were not examined at submit");
-		goto close_fds;
-	}
-	p.in_fd = spec_fd;
-	p.out_fd = out[1];
-	pid_t pid = fork();
-	if (pid == 0)
-		probe_child(&p);
-	close(out[1]);
-	out[1] = -1;
-	if (pid < 0) {
-		svc_log(SVC_LOG_WARN, "preflight: fork: %s", strerror(errno));
-		snprintf(r->message, sizeof r->message, "the data files were not examined at submit");
-		goto close_fds;
-	}
-	setpgid(pid, pid);
-	pthread_mutex_lock(&pf->lock);
-	pf->running[slot] = pid;
-	int closing = pf->closing;
-	pthread_mutex_unlock(&pf->lock);
-
-	char *buf = malloc(PROBE_OUTPUT_MAX + 1);
-	size_t got = 0;
-	int done = 0, timed_out = 0;
-	long long deadline = svc_mono_ms() + (long long)timeout_s * 1000;
-	while (buf && !done && !closing) {
-		long long left = deadline - svc_mono_ms();
-		if (left <= 0) {
-			timed_out = 1;
-			break;
-		}
-		struct pollfd fds[2] = { { .fd = out[0], .events = POLLIN },
-		                         { .fd = pf->stop_pipe[0], .events = POLLIN } };
-		int n = poll(fds, 2, (int)left);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (fds[1].revents) {
-			closing = 1;
-			break;
-		}
-		if (n <= 0)
-			continue;
-		ssize_t k = read(out[0], buf + got, PROBE_OUTPUT_MAX - got);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0 || (got += (size_t)k) == PROBE_OUTPUT_MAX)
-			done = 1;
-	}
-	pthread_mutex_lock(&pf->lock);
-	pf->running[slot] = 0;
-	pthread_mutex_unlock(&pf->lock);
-	if (done && buf) {
-		buf[got] = '\0';
-		finish_child(pf, pid);
-		probe_answer(pf, buf, r);
+	} else if (res.output_ended) {
+		probe_answer(pf, res.output, r);
 	} else {
-		kill(-pid, SIGKILL);
-		pthread_mutex_lock(&pf->lock);
-		remember_gone(pf, pid);
-		pthread_mutex_unlock(&pf->lock);
-		if (closing)
-			refuse(r, 503, NULL, "larchd is stopping");
-		else if (timed_out)
-			snprintf(r->message, sizeof r->message, "the data files were not examined within "
-			         "%us (preflight_timeout): the trainer checks them when the job starts",
-			         timeout_s);
-		else
-			snprintf(r->message, sizeof r->message, "the data files were not examined at "
-			         "submit");
-		if (timed_out) {
-			static struct svc_log_limit limit;
-			svc_log_limited(&limit, 10000, SVC_LOG_WARN, "preflight: a probe for user %s "
-			                "did not answer within %us: killed; the job is taken unexamined",
-			                it->user, timeout_s);
-		}
+		probe_unanswered(it, &res, timeout_s, r);
 	}
-	free(buf);
-close_fds:
+	svc_child_result_release(&res);
 	if (spec_fd >= 0)
 		close(spec_fd);
-	if (out[0] >= 0)
-		close(out[0]);
-	if (out[1] >= 0)
-		close(out[1]);
 }
 
 /* ---- the workers -------------------------------------------------------------- */
@@ -500,8 +418,8 @@ struct svc_preflight *svc_preflight_new(const struct svc_preflight_config *cfg, 
 		return NULL;
 	}
 	for (int i = 0; i < PREFLIGHT_WORKERS; i++) {
-		worker_args[i] = (struct worker){ pf, i };
-		int rc = pthread_create(&pf->workers[i], NULL, worker_main, &worker_args[i]);
+		pf->worker_args[i] = (struct worker){ pf, i };
+		int rc = pthread_create(&pf->workers[i], NULL, worker_main, &pf->worker_args[i]);
 		if (rc != 0) {
 			snprintf(err, errlen, "preflight: thread: %s", strerror(rc));
 			svc_preflight_free(pf);

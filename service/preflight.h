@@ -10,10 +10,11 @@
  *      refused (403), and so is a user-role submitter whose account is uid 0;
  *   2. runs `larch-train --probe` as that user (run_as service: as larchd's
  *      user, confined to data_roots for user-role submitters), in its own
- *      process group, with a clean environment, the spec on stdin: the probe
- *      resolves the spec's input paths (relative ones against the job
- *      directory to be), opens each as a regular file without blocking, and
- *      prints the data's shape or what is wrong (docs/trainer.md);
+ *      process group, with a clean environment, the spec on stdin
+ *      (child_run.h): the probe resolves the spec's input paths (relative
+ *      ones against the job directory to be), opens each as a regular file
+ *      without blocking, and prints the data's shape or what is wrong
+ *      (docs/trainer.md);
  *   3. answers through the done callback: refused (the HTTP status and
  *      message), or go on with the Unix user and, when the probe answered in
  *      time, the data's shape for the memory preflight.
