@@ -17,6 +17,18 @@ struct api_count {
 	unsigned long long value;
 };
 
+/* The Slurm executor's poll cycles for /metrics (api_jobs_hooks.slurm_polls):
+ * a histogram of their wall time and their CPU time. */
+#define API_POLL_BUCKETS_MAX 16
+
+struct api_poll_times {
+	size_t n;                                    /* buckets used */
+	double le[API_POLL_BUCKETS_MAX];             /* upper bounds, seconds, ascending */
+	unsigned long long count_le[API_POLL_BUCKETS_MAX];   /* cycles of at most le[i] */
+	unsigned long long count;
+	double wall_s, cpu_s;                        /* sums */
+};
+
 /* A submit's preflight (service/preflight.h): who the job will run as, and
  * the look at its input files that no HTTP thread may take. */
 struct api_preflight {
@@ -76,6 +88,10 @@ struct api_jobs_hooks {
 	/* Optional. The Slurm commands larchd has run, by command, for /metrics
 	 * (larch_slurm_calls_total): fills at most max, returns how many. */
 	size_t (*slurm_calls)(void *arg, struct api_count *out, size_t max);
+	/* Optional. The Slurm executor's poll cycles so far, for /metrics
+	 * (larch_slurm_poll_seconds); returns 0 when there is no Slurm executor
+	 * (nothing written), else 1. */
+	int (*slurm_polls)(void *arg, struct api_poll_times *out);
 	const char *executor;          /* "local" or "slurm": the new jobs' executor */
 	unsigned compare_max_jobs;     /* GET /v1/metrics: jobs per request (0: its default) */
 	void *arg;
