@@ -252,7 +252,30 @@ def report_window(name, w):
         f"ratio {w['hwm'] / TARGET_RSS_MIB:.2f})")
 
 
-def report_load(name, load, base=None):
+ROUTES = {"get": "/v1/jobs/{id}", "list": "/v1/jobs", "events": "/v1/events"}
+
+
+def server_side(m0, m1, route):
+    """larchd's own view of a route over a window (its request histogram,
+    first byte to completion): (requests, the bucket bound under which 99%
+    fell in ms, requests over 20 ms)."""
+    pat = re.compile(r'^larch_http_request_duration_seconds_bucket\{method="GET",'
+                     r'route="' + re.escape(route) + r'",le="([^"]+)"\}$')
+    b = []
+    for k, v in m1.items():
+        mm = pat.match(k)
+        if mm:
+            b.append((float(mm.group(1).replace("+Inf", "inf")), v - m0.get(k, 0)))
+    b.sort()
+    if not b or not b[-1][1]:
+        return 0, float("nan"), 0
+    n = b[-1][1]
+    p99 = next(le for le, c in b if c >= 0.99 * n)
+    at20 = max((c for le, c in b if le <= 0.02), default=0)
+    return n, 1000 * p99, n - at20
+
+
+def report_load(name, load, w, base=None):
     for k in KINDS:
         lat = load.lat[k]
         p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
@@ -260,6 +283,11 @@ def report_load(name, load, base=None):
                 f"ratio {p99 / TARGET_P99_MS:.2f})")
         if base and base.lat[k]:
             line += f"; p99 x{p99 / pct(base.lat[k], 0.99):.2f} of idle"
+        n, sp99, over = server_side(w["m0"], w["m1"], ROUTES[k])
+        if k == "events" and name == "changes":
+            line += "; in larchd: with the follower's long polls, not shown"
+        else:
+            line += f"; in larchd p99 <= {sp99:g} ms, {over:.0f} of {n:.0f} over 20 ms"
         out(f"{name}_{k}", line)
     out(f"{name}_api_errors", load.errors)
 
@@ -407,15 +435,15 @@ def changes(server, s, cluster, ids, a, load):
     while time.time() < deadline and not all((j, "CANCELLED") in follower.seen
                                              for j in cancelled_at):
         time.sleep(0.2)
+    follower.stopping = True
+    for t in lt:
+        t.join()
+    follower.join(timeout=10)
     w = {"s": time.monotonic() - t0}
     m1, c1 = metrics(s, server.url), proc_cpu(pid)
     w.update(cpu=c1[0] - c0[0], child_cpu=c1[1] - c0[1],
              polls=squeue_calls(m1) - squeue_calls(m0), m0=m0, m1=m1)
     w["rss"], w["hwm"] = proc_rss_mib(pid)
-    follower.stopping = True
-    for t in lt:
-        t.join()
-    follower.join(timeout=10)
 
     interval = a.poll_ms / 1000
     jobs = all_jobs(s, server.url, SPEC["name"])
@@ -443,7 +471,7 @@ def changes(server, s, cluster, ids, a, load):
             f"; missed {missed}")
     out("changes_feed_resets", follower.resets)
     report_window("changes", w)
-    report_load("changes", load)
+    report_load("changes", load, w)
 
 
 def main():
@@ -488,7 +516,7 @@ def main():
         idle_load = ApiLoad(server.url, server.admin_token, history, a.clients, a.api_rate)
         w = window(server, s, a.window, idle_load)
         report_window("idle", w)
-        report_load("idle", idle_load)
+        report_load("idle", idle_load, w)
 
         ids = submit(server, s, a.active, 8)
         w = window(server, s, a.window)
@@ -496,7 +524,7 @@ def main():
         load = ApiLoad(server.url, server.admin_token, history + ids, a.clients, a.api_rate)
         w = window(server, s, a.window, load)
         report_window("polling", w)
-        report_load("polling", load, idle_load)
+        report_load("polling", load, w, idle_load)
 
         changes(server, s, cluster, ids, a,
                 ApiLoad(server.url, server.admin_token, history + ids, a.clients, a.api_rate))
