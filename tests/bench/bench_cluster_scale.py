@@ -33,7 +33,9 @@ PENDING (PartitionDown) and runs none. Phases:
            the poll histogram of /metrics (larch_slurm_poll_seconds, wall;
            larch_slurm_poll_cpu_seconds_total, the executor thread's CPU).
   polling  the same API load as idle while larchd polls: p50/p99 by kind,
-           and their ratio to idle's.
+           their ratio to idle's, and larchd's own p99 (the bucket of its
+           request histogram in /metrics that 99% fell in) with the number
+           of requests over 20 ms by that histogram.
   changes  --rate jobs a second are cancelled with scancel from outside
            larchd (a Slurm state change each: PENDING -> CANCELLED) for
            --change-s seconds, while a client long-polls /v1/events and the
