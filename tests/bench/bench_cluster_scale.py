@@ -6,10 +6,12 @@ a second.
     LARCH_BUILD_DIR=build [LARCH_SLURM_DIR=dir] python3 tests/bench/bench_cluster_scale.py \\
         [--jobs 100000] [--active 5000] [--poll-ms 1000] [--window 20] [--rate 50]
         [--change-s 20] [--clients 4] [--api-rate 25] [--via auto|sbatch|libslurm]
+        [--users 1-4] [--keep]
 
 Runs one larchd with the Slurm executor on the dev cluster (the one up in
 $LARCH_SLURM_DIR, else a fresh one in a temporary directory, stopped at the
-end). The Slurm jobs are held by a down partition: larchd submits to
+end; the temporary directory, larchd's state and log in it, is removed
+unless --keep). The Slurm jobs are held by a down partition: larchd submits to
 `batch` (--slurm-partition), set State=DOWN first, so Slurm keeps them
 PENDING (PartitionDown) and runs none. Phases:
 
@@ -24,7 +26,9 @@ PENDING (PartitionDown) and runs none. Phases:
            one job (GET /v1/jobs/{id}, a random finished one), a list page
            (GET /v1/jobs?limit=50) and the change feed (GET /v1/events);
            latencies by kind, larchd's CPU and RSS.
-  submit   --active jobs POSTed (8 clients) through larchd's submit path,
+  submit   --active jobs POSTed (8 clients; with --users K, round robin
+           over the admin and K-1 test users, user-role tokens made with
+           `larchd token create`) through larchd's submit path,
            until every one is QUEUED (Slurm took it): POST time and rate,
            hand-over time and rate, sbatch/libslurm calls.
   quiet    --window seconds with the jobs held and no HTTP reads: larchd's
@@ -55,6 +59,7 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -308,13 +313,24 @@ def all_jobs(s, url, name):
             return jobs
 
 
-def submit(server, s, n, clients):
+def user_tokens(server, users):
+    """The admin's token and user-role tokens of the first users-1 test users."""
+    tokens = [server.admin_token]
+    for name in unix_users.TEST_USERS[:users - 1]:
+        r = subprocess.run([str(server.exe), "token", "create", "--user", name, "--role", "user",
+                            "--state-dir", str(server.state_dir)], capture_output=True,
+                           text=True, timeout=30, check=True)
+        tokens.append(r.stdout.strip())
+    return tokens
+
+
+def submit(server, s, n, clients, tokens):
     lock = threading.Lock()
     st = {"next": 0, "ids": [], "bad": 0, "last": 0.0}
 
-    def client():
+    def client(k):
         c = requests.Session()
-        c.headers.update(s.headers)
+        c.headers["Authorization"] = "Bearer " + tokens[k % len(tokens)]
         while True:
             with lock:
                 if st["next"] >= n:
@@ -335,7 +351,7 @@ def submit(server, s, n, clients):
     m0 = metrics(s, server.url)
     cpu0 = proc_cpu(server.proc.pid)
     t0 = time.monotonic()
-    ts = [threading.Thread(target=client) for _ in range(clients)]
+    ts = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
     for t in ts:
         t.start()
     done = None
@@ -350,7 +366,7 @@ def submit(server, s, n, clients):
     cpu1 = proc_cpu(server.proc.pid)
     posted = len(st["ids"])
     post_s = st["last"] - t0
-    out("submit_posted", f"{posted} ({st['bad']} errors)")
+    out("submit_posted", f"{posted} ({st['bad']} errors) by {len(tokens)} user(s)")
     out("submit_post_s", f"{post_s:.1f} ({posted / post_s:.0f} POST/s)")
     for cmd in ("sbatch", "slurm_submit_batch_job"):
         k = f'larch_slurm_calls_total{{command="{cmd}"}}'
@@ -487,6 +503,10 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--api-rate", type=float, default=25)
     ap.add_argument("--via", default="auto", choices=["auto", "sbatch", "libslurm"])
+    ap.add_argument("--users", type=int, default=1, metavar="1-4",
+                    choices=range(1, len(unix_users.TEST_USERS) + 2),
+                    help="submitters: the admin and up to 3 test users")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-scale-"))
     given = os.environ.get("LARCH_SLURM_DIR")
@@ -520,7 +540,7 @@ def main():
         report_window("idle", w)
         report_load("idle", idle_load, w)
 
-        ids = submit(server, s, a.active, 8)
+        ids = submit(server, s, a.active, 8, user_tokens(server, a.users))
         w = window(server, s, a.window)
         report_window("quiet", w)
         load = ApiLoad(server.url, server.admin_token, history + ids, a.clients, a.api_rate)
@@ -538,6 +558,8 @@ def main():
             server.stop(timeout=120)
             if fresh:
                 cluster.stop()
+            if not a.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
