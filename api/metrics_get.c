@@ -70,7 +70,7 @@ enum MHD_Result api_metrics_get(struct api_request *req)
 	struct api_poll_times pt;
 	if (hooks && hooks->slurm_polls && hooks->slurm_polls(hooks->arg, &pt)) {
 		api_buf_adds(&b, "# HELP larch_slurm_poll_seconds Wall time of the Slurm executor's "
-		                 "poll cycles (one squeue, its rows applied to the jobs).\n"
+		                 "poll cycles (one squeue, its rows applied to the jobs followed).\n"
 		                 "# TYPE larch_slurm_poll_seconds histogram\n");
 		for (size_t i = 0; i < pt.n; i++)
 			api_buf_printf(&b, "larch_slurm_poll_seconds_bucket{le=\"%g\"} %llu\n", pt.le[i],

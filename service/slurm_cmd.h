@@ -10,7 +10,8 @@
  * callers pass timeouts of that order and never call from an HTTP thread
  * (service/executor_slurm.c calls from its own thread).
  *
- * Every call is counted by command (larch_slurm_calls_total in /metrics).
+ * Every call is counted by command (larch_slurm_calls_total in /metrics);
+ * the Slurm executor's poll cycles are timed here too (slurm_poll_record).
  * Thread-safe.
  */
 #ifndef LARCH_SERVICE_SLURM_CMD_H
@@ -52,8 +53,8 @@ unsigned long long slurm_cmd_calls(enum slurm_cmd_kind k);
 /* Counts a call made otherwise than by slurm_cmd_run. */
 void slurm_cmd_count(enum slurm_cmd_kind k);
 
-/* The Slurm executor's poll cycles (one squeue and applying its rows to the
- * jobs followed), for /metrics: larch_slurm_poll_seconds (a histogram of
+/* The Slurm executor's poll cycles (one squeue, its rows applied to the jobs
+ * followed, and the jobs it no longer lists looked up), for /metrics: larch_slurm_poll_seconds (a histogram of
  * their wall time over slurm_poll_bounds) and
  * larch_slurm_poll_cpu_seconds_total (the polling thread's CPU time in
  * them, squeue's own not counted). */
