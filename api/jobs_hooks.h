@@ -19,6 +19,18 @@ struct api_count {
 	unsigned long long value;
 };
 
+/* The Slurm executor's poll cycles for /metrics (api_jobs_hooks.slurm_polls):
+ * a histogram of their wall time and their CPU time. */
+#define API_POLL_BUCKETS_MAX 16
+
+struct api_poll_times {
+	size_t n;                                    /* buckets used */
+	double le[API_POLL_BUCKETS_MAX];             /* upper bounds, seconds, ascending */
+	unsigned long long count_le[API_POLL_BUCKETS_MAX];   /* cycles of at most le[i] */
+	unsigned long long count;
+	double wall_s, cpu_s;                        /* sums */
+};
+
 /* A submit's preflight (service/preflight.h): who the job will run as, and
  * the look at its input files that no HTTP thread may take. */
 struct api_preflight {
@@ -81,6 +93,10 @@ struct api_jobs_hooks {
 	/* Optional. Exports of checkpoints (api/exports_hooks.h); NULL: the
 	 * export endpoints answer 503. */
 	const struct api_exports_hooks *exports;
+	/* Optional. The Slurm executor's poll cycles so far, for /metrics
+	 * (larch_slurm_poll_seconds); returns 0 when there is no Slurm executor
+	 * (nothing written), else 1. */
+	int (*slurm_polls)(void *arg, struct api_poll_times *out);
 	const char *executor;          /* "local" or "slurm": the new jobs' executor */
 	unsigned compare_max_jobs;     /* GET /v1/metrics: jobs per request (0: its default) */
 	void *arg;

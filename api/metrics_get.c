@@ -1,8 +1,8 @@
 /* api/metrics_get.c - GET /metrics: Prometheus text format 0.0.4, for
  * admins. Jobs by state (larch_jobs), requests and their latencies by
  * route (api/stats.h), the database's group commits, and the dashboard's
- * live clients (api/changes.h), the Slurm commands larchd ran (the
- * service's hook). */
+ * live clients (api/changes.h), the Slurm commands larchd ran and its
+ * squeue poll cycles' times (the service's hooks). */
 #include "db/jobs.h"
 #include "changes.h"
 #include "handlers.h"
@@ -67,5 +67,22 @@ enum MHD_Result api_metrics_get(struct api_request *req)
 	for (size_t i = 0; i < n; i++)
 		api_buf_printf(&b, "larch_slurm_calls_total{command=\"%s\"} %llu\n", calls[i].label,
 		               calls[i].value);
+	struct api_poll_times pt;
+	if (hooks && hooks->slurm_polls && hooks->slurm_polls(hooks->arg, &pt)) {
+		api_buf_adds(&b, "# HELP larch_slurm_poll_seconds Wall time of the Slurm executor's "
+		                 "poll cycles (one squeue, its rows applied to the jobs followed).\n"
+		                 "# TYPE larch_slurm_poll_seconds histogram\n");
+		for (size_t i = 0; i < pt.n; i++)
+			api_buf_printf(&b, "larch_slurm_poll_seconds_bucket{le=\"%g\"} %llu\n", pt.le[i],
+			               pt.count_le[i]);
+		api_buf_printf(&b, "larch_slurm_poll_seconds_bucket{le=\"+Inf\"} %llu\n"
+		                   "larch_slurm_poll_seconds_sum %.6f\n"
+		                   "larch_slurm_poll_seconds_count %llu\n"
+		                   "# HELP larch_slurm_poll_cpu_seconds_total CPU time of larchd's "
+		                   "polling thread in those cycles (squeue's own not counted).\n"
+		                   "# TYPE larch_slurm_poll_cpu_seconds_total counter\n"
+		                   "larch_slurm_poll_cpu_seconds_total %.6f\n",
+		               pt.count, pt.wall_s, pt.count, pt.cpu_s);
+	}
 	return api_reply_buf(req, 200, "text/plain; version=0.0.4; charset=utf-8", &b);
 }

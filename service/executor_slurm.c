@@ -1435,7 +1435,7 @@ static void users_filter(struct slurm_ex *sx, char *out, size_t len)
 }
 
 /* One squeue for every job; then the jobs it did not list. */
-static void poll_squeue(struct slurm_ex *sx)
+static void poll_squeue_once(struct slurm_ex *sx)
 {
 	char users[8192];
 	users_filter(sx, users, sizeof users);
@@ -1560,6 +1560,19 @@ static void poll_squeue(struct slurm_ex *sx)
 		pthread_mutex_unlock(&sx->lock);
 	}
 	free(gone);
+}
+
+/* One squeue for every job, timed for /metrics (slurm_poll_record). */
+static void poll_squeue(struct slurm_ex *sx)
+{
+	struct timespec w0, c0, w1, c1;
+	clock_gettime(CLOCK_MONOTONIC, &w0);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+	poll_squeue_once(sx);
+	clock_gettime(CLOCK_MONOTONIC, &w1);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+	slurm_poll_record((double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9,
+	                  (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9);
 }
 
 /* ---- cancels, partitions ------------------------------------------------------------ */

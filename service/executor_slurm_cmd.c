@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -41,6 +42,30 @@ void slurm_cmd_count(enum slurm_cmd_kind k)
 {
 	if ((unsigned)k < SLURM_CMD_KINDS)
 		atomic_fetch_add(&calls[k], 1);
+}
+
+const double slurm_poll_bounds[SLURM_POLL_BUCKETS] = {
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10
+};
+static pthread_mutex_t poll_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct slurm_poll_stats polls;
+
+void slurm_poll_record(double wall_s, double cpu_s)
+{
+	pthread_mutex_lock(&poll_lock);
+	polls.count++;
+	for (int i = 0; i < SLURM_POLL_BUCKETS; i++)
+		polls.le[i] += wall_s <= slurm_poll_bounds[i];
+	polls.wall_s += wall_s;
+	polls.cpu_s += cpu_s;
+	pthread_mutex_unlock(&poll_lock);
+}
+
+void slurm_poll_get(struct slurm_poll_stats *out)
+{
+	pthread_mutex_lock(&poll_lock);
+	*out = polls;
+	pthread_mutex_unlock(&poll_lock);
 }
 
 static enum slurm_cmd_kind kind_of(const char *prog)

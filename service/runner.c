@@ -717,6 +717,25 @@ static size_t hook_slurm_calls(void *arg, struct api_count *out, size_t max)
 	return n;
 }
 
+static int hook_slurm_polls(void *arg, struct api_poll_times *out)
+{
+	struct svc_runner *r = arg;
+	if (strcmp(r->executor_name, "slurm") != 0)
+		return 0;
+	struct slurm_poll_stats st;
+	slurm_poll_get(&st);
+	memset(out, 0, sizeof *out);
+	out->n = SLURM_POLL_BUCKETS < API_POLL_BUCKETS_MAX ? SLURM_POLL_BUCKETS : API_POLL_BUCKETS_MAX;
+	for (size_t i = 0; i < out->n; i++) {
+		out->le[i] = slurm_poll_bounds[i];
+		out->count_le[i] = st.le[i];
+	}
+	out->count = st.count;
+	out->wall_s = st.wall_s;
+	out->cpu_s = st.cpu_s;
+	return 1;
+}
+
 struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err, size_t errlen)
 {
 	if (!cfg->db || !cfg->state_dir || !*cfg->state_dir) {
@@ -746,6 +765,7 @@ struct svc_runner *svc_runner_new(const struct svc_runner_config *cfg, char *err
 	                                    .partition_ok = hook_partition_ok,
 	                                    .memory_limits = hook_memory_limits,
 	                                    .health = hook_health, .slurm_calls = hook_slurm_calls,
+	                                    .slurm_polls = hook_slurm_polls,
 	                                    .executor = r->executor_name, .arg = r };
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->wake, NULL);

@@ -10,7 +10,8 @@
  * callers pass timeouts of that order and never call from an HTTP thread
  * (service/executor_slurm.c calls from its own thread).
  *
- * Every call is counted by command (larch_slurm_calls_total in /metrics).
+ * Every call is counted by command (larch_slurm_calls_total in /metrics);
+ * the Slurm executor's poll cycles are timed here too (slurm_poll_record).
  * Thread-safe.
  */
 #ifndef LARCH_SERVICE_SLURM_CMD_H
@@ -51,5 +52,22 @@ const char *slurm_cmd_kind_name(enum slurm_cmd_kind k);
 unsigned long long slurm_cmd_calls(enum slurm_cmd_kind k);
 /* Counts a call made otherwise than by slurm_cmd_run. */
 void slurm_cmd_count(enum slurm_cmd_kind k);
+
+/* The Slurm executor's poll cycles (one squeue, its rows applied to the jobs
+ * followed, and the jobs it no longer lists looked up), for /metrics: larch_slurm_poll_seconds (a histogram of
+ * their wall time over slurm_poll_bounds) and
+ * larch_slurm_poll_cpu_seconds_total (the polling thread's CPU time in
+ * them, squeue's own not counted). */
+#define SLURM_POLL_BUCKETS 11
+extern const double slurm_poll_bounds[SLURM_POLL_BUCKETS];   /* seconds, ascending */
+
+struct slurm_poll_stats {
+	unsigned long long count;
+	unsigned long long le[SLURM_POLL_BUCKETS];   /* cycles of at most each bound */
+	double wall_s, cpu_s;                        /* sums */
+};
+
+void slurm_poll_record(double wall_s, double cpu_s);
+void slurm_poll_get(struct slurm_poll_stats *out);
 
 #endif

@@ -205,6 +205,17 @@ def test_submit_completes_with_metrics(tmp_path, slurm_cluster, servers, via):
     used = "sbatch" if via == "sbatch" else "slurm_submit_batch_job"
     other = "slurm_submit_batch_job" if via == "sbatch" else "sbatch"
     assert counted[used] >= 1 and counted[other] == 0, counted
+    # each poll cycle timed: a Prometheus histogram (cumulative buckets, the
+    # +Inf one the count) and the polling thread's CPU
+    polls = int(re.search(r"^larch_slurm_poll_seconds_count (\d+)$", metrics, re.M).group(1))
+    assert 1 <= polls <= counted["squeue"], (polls, counted)
+    buckets = [(le, int(n)) for le, n in
+               re.findall(r'^larch_slurm_poll_seconds_bucket\{le="([^"]+)"\} (\d+)$', metrics,
+                          re.M)]
+    assert buckets[-1] == ("+Inf", polls), buckets
+    assert [n for _, n in buckets] == sorted(n for _, n in buckets), buckets
+    assert float(re.search(r"^larch_slurm_poll_seconds_sum (\S+)$", metrics, re.M).group(1)) > 0
+    assert re.search(r"^larch_slurm_poll_cpu_seconds_total \d+\.\d+$", metrics, re.M), metrics
     assert f"submits with {via}" in server.log()
     # what Slurm recorded for it, whichever way it was submitted
     show = slurm_cluster.run("scontrol", "-o", "show", "job", j["slurm_job_id"],
