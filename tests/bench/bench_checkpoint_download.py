@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Checkpoint download through larchd against cat of the same file (issue 39).
+
+    LARCH_BUILD_DIR=build python tests/bench/bench_checkpoint_download.py
+        [--mib 1024] [--rounds 3] [--tmp DIR]
+
+Starts a real larchd (tests/integration/larchd.py; run_as service) whose
+trainer is a stand-in that copies a prepared file into its job directory as
+checkpoints/step-00000001.safetensors and exits 0: larchd imports it as it
+does a real trainer's checkpoint (size and sha256 into the database; the
+route checks only those, not the file's structure). The file is a
+safetensors header naming one U8 tensor, then pseudo-random bytes, --mib
+MiB in all.
+
+Each round times, in an order that rotates from round to round:
+
+  cat          cat FILE > /dev/null (the baseline)
+  curl first   curl -o /dev/null of GET /v1/jobs/{id}/checkpoints/1 after
+               the file's mtime is touched, so that larchd's verdict cache
+               misses and it hashes the file before the first byte
+  curl cached  the same request again (the verdict cached)
+  cli first    larch checkpoint download (writes FILE.part, hashes it,
+               fsyncs, renames), after a touch as above
+  cli cached   the same again
+  cp+hash      cat FILE > OUT; sha256sum OUT; sync OUT: what the CLI does
+               without HTTP, its own baseline
+
+and, while each larchd request runs, samples larchd's VmRSS every 5 ms
+(/proc/PID/status) against its value just before; VmHWM before and after
+is printed too, and the CPU time larchd used for the request. The file is read from the page cache on all sides (it was
+just written and is read again every round): the comparison is of the
+copying paths, not of the disk. Prints a line per run and the medians, with
+the median of the per-round ratios to cat (issue 39's goal: >= 0.8, and RSS
+growth < 32 MiB). Timing decides nothing here: it only prints.
+"""
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+
+import requests  # noqa: E402
+
+from larchd import BUILD, Larchd, stand_in_trainer  # noqa: E402
+
+MiB = 1 << 20
+
+
+def make_file(path, mib):
+    """A safetensors file of mib MiB: one U8 tensor of pseudo-random bytes."""
+    size = mib * MiB
+    header = {"__metadata__": {"step": "1"}}
+    n = size - 8 - 256
+    header["blob"] = {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}
+    text = json.dumps(header).encode()
+    text += b" " * (256 - len(text))
+    block = os.urandom(4 * MiB)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        left = n
+        i = 0
+        while left:
+            chunk = block[i % 64 * 8:][:min(left, 4 * MiB - 512)]
+            f.write(chunk)
+            left -= len(chunk)
+            i += 1
+    assert path.stat().st_size == size
+
+
+def status_kib(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_s(pid):
+    """pid's user + system CPU seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RssSampler:
+    """Samples VmRSS of pid every 5 ms in a thread: the maximum seen; and
+    the CPU time pid used meanwhile."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.cpu = cpu_s(pid)
+        self.before = status_kib(pid, "VmRSS")
+        self.hwm_before = status_kib(pid, "VmHWM")
+        self.peak = self.before
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.peak = max(self.peak, status_kib(self.pid, "VmRSS"))
+            time.sleep(0.005)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, status_kib(self.pid, "VmRSS"))
+        self.hwm_after = status_kib(self.pid, "VmHWM")
+        self.cpu = cpu_s(self.pid) - self.cpu
+        return (self.peak - self.before) / 1024
+
+
+def timed(cmd, stdout=subprocess.PIPE, **kw):
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=600,
+                         **kw)
+    dt = time.perf_counter() - t0
+    if out.returncode != 0:
+        sys.exit(f"{cmd[0]} failed ({out.returncode}): {out.stderr.strip()}")
+    return dt, out.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mib", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tmp", default=None, help="where the state dir and files go")
+    args = ap.parse_args()
+    if not shutil.which("curl"):
+        sys.exit("curl is missing (Debian: curl)")
+    larch = BUILD / "service" / "larch"
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.tmp))
+    d = None
+    try:
+        src = tmp / "source.safetensors"
+        t0 = time.perf_counter()
+        make_file(src, args.mib)
+        print(f"file: {args.mib} MiB made in {time.perf_counter() - t0:.1f} s")
+        trainer = stand_in_trainer(
+            tmp / "fake-train",
+            f"mkdir -p checkpoints && cp '{src}' checkpoints/step-00000001.safetensors\n")
+        d = Larchd(tmp, args=["--trainer-path", str(trainer), "--run-as", "service",
+                              "--log-level", "warn"]).start()
+        auth = d.auth()
+        spec = {"name": "bench-ckpt", "model": {"type": "mlp", "hidden": [16]},
+                "data": {"name": "fashion-mnist"}, "batch": {"global": 256},
+                "optimizer": {"type": "sgd", "lr": 0.1}, "steps": 1}
+        r = requests.post(d.url + "/v1/jobs", json=spec, headers=auth, timeout=30)
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+        deadline = time.monotonic() + 300
+        while True:
+            j = requests.get(f"{d.url}/v1/jobs/{job}", headers=auth, timeout=10).json()
+            if j["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+                break
+            assert time.monotonic() < deadline, f"{job} still {j['state']}"
+            time.sleep(0.1)
+        assert j["state"] == "COMPLETED", j
+        cks = requests.get(f"{d.url}/v1/jobs/{job}/checkpoints", headers=auth,
+                           timeout=10).json()["checkpoints"]
+        assert len(cks) == 1 and cks[0]["bytes"] == args.mib * MiB, cks
+        ck = cks[0]
+        path = pathlib.Path(ck["path"]) if "path" in ck else None
+        if path is None or not path.exists():
+            path = next((tmp / "state").rglob("step-00000001.safetensors"))
+        src.unlink()
+        pid = d.proc.pid
+        url = f"{d.url}/v1/jobs/{job}/checkpoints/1"
+        size = args.mib * MiB
+        env = dict(os.environ, LARCH_URL=d.url, LARCH_TOKEN=d.admin_token)
+        out_dir = tmp / "out"
+        out_dir.mkdir()
+        print(f"larchd {d.url}, job {job}, {path.name}: {size} bytes, sha256 {ck['sha256'][:16]}")
+
+        def touch():
+            os.utime(path)   # a new mtime (and ctime): larchd's verdict cache misses
+
+        def run_cat():
+            return timed(["cat", str(path)], stdout=subprocess.DEVNULL)[0], None
+
+        def run_curl(first):
+            if first:
+                touch()
+            s = RssSampler(pid)
+            dt, out = timed(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+                             "-H", f"Authorization: Bearer {d.admin_token}", url])
+            grow = s.finish()
+            assert out.split() == ["200", str(size)], out
+            return dt, (grow, s.hwm_before, s.hwm_after, s.cpu)
+
+        def run_cli(first):
+            if first:
+                touch()
+            target = out_dir / "cli.safetensors"
+            target.unlink(missing_ok=True)
+            s = RssSampler(pid)
+            dt, out = timed([str(larch), "checkpoint", "download", job, "-o", str(target)],
+                            env=env)
+            grow = s.finish()
+            assert target.stat().st_size == size
+            target.unlink()
+            return dt, (grow, s.hwm_before, s.hwm_after, s.cpu)
+
+        def run_cp_hash():
+            target = out_dir / "cp.safetensors"
+            dt, out = timed(["sh", "-c", f"cat '{path}' > '{target}' && sha256sum '{target}' && "
+                             f"sync '{target}'"])
+            assert out.split()[0] == ck["sha256"], out
+            target.unlink()
+            return dt, None
+
+        kinds = [("cat", run_cat), ("curl first", lambda: run_curl(True)),
+                 ("curl cached", lambda: run_curl(False)), ("cli first", lambda: run_cli(True)),
+                 ("cli cached", lambda: run_cli(False)), ("cp+hash", run_cp_hash)]
+        times = {k: [] for k, _ in kinds}
+        rss = {k: [] for k, _ in kinds}
+        cpu = {k: [] for k, _ in kinds}
+        run_cat()   # warm the page cache
+        print(f"\n{'round':>5}  {'run':<12} {'s':>7} {'MiB/s':>8}  {'rss +MiB':>8}  "
+              f"{'hwm before -> after MiB':>22}  {'larchd cpu s':>12}")
+        for rnd in range(args.rounds):
+            k0 = rnd % len(kinds)
+            for name, fn in kinds[k0:] + kinds[:k0]:
+                dt, mem = fn()
+                times[name].append(dt)
+                line = f"{rnd + 1:>5}  {name:<12} {dt:7.3f} {size / MiB / dt:8.0f}"
+                if mem:
+                    rss[name].append(mem[0])
+                    cpu[name].append(mem[3])
+                    line += (f"  {mem[0]:8.1f}  {mem[1] / 1024:9.1f} -> {mem[2] / 1024:<7.1f}"
+                             f"  {mem[3]:6.2f}")
+                print(line, flush=True)
+        print(f"\nmedians over {args.rounds} rounds ({size / MiB:.0f} MiB, loopback, page cache):")
+        print(f"{'run':<12} {'MiB/s':>8} {'spread':>15} {'ratio to cat':>13} "
+              f"{'ratio spread':>14} {'max rss +MiB':>13} {'larchd cpu s':>13}")
+        for name, _ in kinds:
+            rates = [size / MiB / t for t in times[name]]
+            ratios = [c / t for c, t in zip(times["cat"], times[name])]
+            grow = (f"{max(rss[name]):13.1f} {statistics.median(cpu[name]):13.2f}" if rss[name]
+                    else "")
+            print(f"{name:<12} {statistics.median(rates):8.0f} "
+                  f"{min(rates):7.0f}-{max(rates):<7.0f} {statistics.median(ratios):13.2f} "
+                  f"{min(ratios):6.2f}-{max(ratios):<7.2f} {grow}")
+        cli_ratio = statistics.median(c / t for c, t in zip(times["cp+hash"], times["cli cached"]))
+        print(f"cli cached over cp+hash (its own baseline): {cli_ratio:.2f}")
+        print("goal (issue 39): larchd >= 0.8 x cat, rss growth < 32 MiB")
+    finally:
+        if d and d.running():
+            d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
