@@ -2,7 +2,8 @@
 """Webhooks: 1,000 job ends delivered across a kill -9 of larchd (issue 39).
 
     LARCH_BUILD_DIR=build python tests/bench/bench_webhooks.py
-        [--jobs 1000] [--slots 32] [--submitters 8] [--no-baseline] [--tmp DIR]
+        [--jobs 1000] [--slots 32] [--submitters 8] [--no-baseline] [--no-backlog]
+        [--tmp DIR]
 
 A real larchd (tests/integration/larchd.py; run_as service) whose trainer
 is a stand-in that exits 0 at once, with --slots local job slots, and a real
@@ -11,22 +12,38 @@ and appends a line per request (arrival time, X-Larch-Delivery, the body's
 event id, type, job and time) to a file. The admin subscribes one webhook to
 job.completed, job.failed and job.cancelled (every way a job ends), then
 --submitters threads POST --jobs jobs (each with an Idempotency-Key, retried
-while larchd is down, so that no job is lost or made twice).
+while larchd is down, so that no job is lost or made twice). The events
+measured are the jobs' ends: job.completed, and job.failed for the jobs
+whose trainer ended while larchd was dead (the restart cannot know their
+exit status).
 
-Two runs, each on a new larchd: the baseline without a kill, then the run
-that kills larchd with SIGKILL once half of the events have been received
-and starts it again on the same state directory (jobs that were running
-are resolved by the restart as larchd resolves them; whatever state they
-end in is the event counted). Each run waits until every job has ended and
-its end event was received, and prints: events expected (one per job, its
-final state), distinct delivery ids and event ids received, duplicates
-(receipts beyond the first of a delivery: the attempt cut by the kill is
-sent again, as at-least-once allows), missing ones, the events by type, and
-the latency from the job's state change (the event's time, which is the
-time of the job event larchd recorded) to the first receipt: p50, p99 and
-max, for all events and for those whose state change came after the
-restart. Also the job ends per second and deliveries per second. Timing
-decides nothing; a lost event is printed as MISSING and the exit status is 1.
+Four runs, each on a new larchd and state directory:
+
+  completions, baseline     the jobs end as they run (about 20 a second
+                            here: the runner, not the sender, sets the pace)
+  completions, kill -9      the same, larchd killed with SIGKILL once half
+                            of the events have been received and started
+                            again on the same state directory
+  backlog, baseline         the receiver holds the first delivery until
+                            every job has ended (larchd's webhook timeout
+                            is raised to 10 minutes), so that all the
+                            deliveries are pending at once: the sender's
+                            own rate, from the outbox
+  backlog, kill -9          the same, killed at half of the backlog: the
+                            outbox is full across the kill
+
+Each run waits until every job has ended and its end event was received,
+and prints: events expected (one per job, its final state), distinct
+delivery ids and event ids received, duplicates (receipts beyond the first
+of a delivery: an attempt cut by the kill is sent again, as at-least-once
+allows), missing ones, the events by type, job ends per second and
+deliveries per second (first to last receipt), and the latency from the
+job's state change (the event's time: that of the job event larchd
+recorded) to the first receipt, p50, p99 and max; with a kill, also for
+the state changes after the restart and for the events that changed
+before the kill and were received after the restart. The baselines are
+the same runs without the kill, side by side. Timing decides nothing; a
+lost event is printed as MISSING and the exit status is 1.
 """
 import argparse
 import concurrent.futures
@@ -36,7 +53,6 @@ import os
 import pathlib
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +69,7 @@ EVENTS = ["job.completed", "job.failed", "job.cancelled"]
 
 # ---- the receiver (a process of its own: --receive OUT) ---------------------------------
 
-def receive(out):
+def receive(out, gate=None):
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     lock = threading.Lock()
     f = open(out, "a")
@@ -62,6 +78,8 @@ def receive(out):
         protocol_version = "HTTP/1.1"
 
         def do_POST(self):
+            while gate and not os.path.exists(gate):
+                time.sleep(0.005)
             t = time.time()
             body = self.rfile.read(int(self.headers["Content-Length"]))
             doc = json.loads(body)
@@ -103,19 +121,46 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
+def states(s, url, auth):
+    """Every job's state: {id: state}."""
+    finals = {}
+    cursor = None
+    while True:
+        params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
+        r = s.get(url + "/v1/jobs", params=params, headers=auth, timeout=30)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        for j in page["jobs"]:
+            finals[j["id"]] = j["state"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return finals
+
+
+def wait_ended(s, url, auth, jobs, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+        finals = states(s, url, auth)
+        if all(finals.get(j) in FINAL for j in jobs):
+            return
+        assert time.monotonic() < deadline, "jobs still running"
+        time.sleep(0.25)
+
+
 # ---- one run ----------------------------------------------------------------------------
 
-def run(args, tmp, kill):
+def run(args, tmp, kill, burst):
     import requests
     from larchd import Larchd, stand_in_trainer
 
     trainer = stand_in_trainer(tmp / "fake-train", "exit 0\n")
     out = tmp / "receipts.jsonl"
-    rx = subprocess.Popen([sys.executable, __file__, "--receive", str(out)],
-                          stdout=subprocess.PIPE, text=True)
+    gate = tmp / "gate"
+    rx = subprocess.Popen([sys.executable, __file__, "--receive", str(out)] +
+                          ([str(gate)] if burst else []), stdout=subprocess.PIPE, text=True)
     port = int(rx.stdout.readline())
     largs = ["--trainer-path", str(trainer), "--run-as", "service", "--log-level", "warn",
-             "--max-local-jobs", str(args.slots)]
+             "--max-local-jobs", str(args.slots), "--webhook-timeout-ms", "600000"]
     d = Larchd(tmp, args=largs).start()
     state = {"d": d, "restarted_at": None, "killed_at": None}
     try:
@@ -161,34 +206,28 @@ def run(args, tmp, kill):
             print(f"  killed larchd (SIGKILL) at {n} receipts; restarted in "
                   f"{state['restarted_at'] - state['killed_at']:.2f} s", flush=True)
 
-        t0 = time.time()
+        t0 = t_start = time.time()
         k = threading.Thread(target=killer, daemon=True) if kill else None
-        if k:
+        if k and not burst:
             k.start()
         with concurrent.futures.ThreadPoolExecutor(args.submitters) as pool:
             jobs = list(pool.map(submit, range(args.jobs)))
         t_submitted = time.time()
         assert len(set(jobs)) == args.jobs, "a submit made the same job twice"
+        if burst:   # the receiver holds the first delivery until every job has ended
+            wait_ended(requests.Session(), state["d"].url, auth, jobs, args.timeout)
+            t0 = time.time()
+            gate.touch()
+            if k:
+                k.start()
         if k:
             k.join(300)
             assert not k.is_alive(), "the kill never came: too few receipts"
         # every job ended, and its end received
         deadline = time.monotonic() + args.timeout
-        finals = {}
         s = requests.Session()
         while True:
-            finals = {}
-            cursor = None
-            while True:
-                params = {"limit": 500, **({"cursor": cursor} if cursor else {})}
-                r = s.get(state["d"].url + "/v1/jobs", params=params, headers=auth, timeout=30)
-                assert r.status_code == 200, r.text
-                page = r.json()
-                for j in page["jobs"]:
-                    finals[j["id"]] = j["state"]
-                cursor = page.get("next_cursor")
-                if not cursor:
-                    break
+            finals = states(s, state["d"].url, auth)
             ended = [j for j in jobs if finals.get(j) in FINAL]
             got = {x["event"] for x in read_receipts(out)}
             if len(ended) == args.jobs and len(got) >= args.jobs:
@@ -199,7 +238,10 @@ def run(args, tmp, kill):
             time.sleep(0.25)
         t_end = time.time()
         time.sleep(1.0)   # late duplicates
-        return report(args, read_receipts(out), jobs, finals, state, t0, t_submitted, t_end)
+        print(f"  jobs {args.jobs}: submitted in {t_submitted - t_start:.1f} s; all ended and "
+              f"their events received {t_end - t0:.1f} s after "
+              f"{'the receiver opened' if burst else 'the first submit'}")
+        return report(args, read_receipts(out), jobs, finals, state, t0)
     finally:
         if state["d"].running():
             state["d"].stop()
@@ -207,7 +249,7 @@ def run(args, tmp, kill):
         rx.wait(10)
 
 
-def report(args, receipts, jobs, finals, state, t0, t_submitted, t_end):
+def report(args, receipts, jobs, finals, state, t0):
     by_delivery = {}
     for x in receipts:
         by_delivery.setdefault(x["delivery"], []).append(x)
@@ -233,8 +275,6 @@ def report(args, receipts, jobs, finals, state, t0, t_submitted, t_end):
     first_time = min((iso_ms(x["time"]) for x in events.values()), default=t0)
     last_rx = max((x["t"] for x in events.values()), default=t0)
     first_rx = min((x["t"] for x in events.values()), default=t0)
-    print(f"  jobs {args.jobs}: submitted in {t_submitted - t0:.1f} s, all ended and received "
-          f"{t_end - t0:.1f} s after the first submit")
     print(f"  job ends/s {len(events) / max(last_time - first_time, 1e-9):.0f}, "
           f"deliveries/s {len(events) / max(last_rx - first_rx, 1e-9):.0f}")
     print(f"  events expected {args.jobs}, distinct delivery ids {len(by_delivery)}, distinct "
@@ -255,24 +295,29 @@ def report(args, receipts, jobs, finals, state, t0, t_submitted, t_end):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--receive":
-        return receive(sys.argv[2])
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--receive":
+        return receive(*sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--slots", type=int, default=32, help="larchd's max_local_jobs")
     ap.add_argument("--submitters", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=600, help="seconds per run after submits")
-    ap.add_argument("--no-baseline", action="store_true", help="only the run with the kill")
+    ap.add_argument("--no-baseline", action="store_true", help="only the runs with the kill")
+    ap.add_argument("--no-backlog", action="store_true", help="only the job completions")
     ap.add_argument("--tmp", default=None, help="where the state dirs go")
     args = ap.parse_args()
-    runs = ([] if args.no_baseline else [("baseline, no kill", False)]) + \
-        [("kill -9 at half, restart", True)]
+    runs = []
+    for burst in (False, True)[:1 if args.no_backlog else 2]:
+        what = "backlog" if burst else "completions"
+        if not args.no_baseline:
+            runs.append((f"{what}, baseline (no kill)", False, burst))
+        runs.append((f"{what}, kill -9 at half, restart", True, burst))
     bad = 0
-    for name, kill in runs:
+    for name, kill, burst in runs:
         tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-wh-", dir=args.tmp))
         print(f"{name}:", flush=True)
         try:
-            res = run(args, tmp, kill)
+            res = run(args, tmp, kill, burst)
             bad += res["missing"]
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
