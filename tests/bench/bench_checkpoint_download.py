@@ -38,6 +38,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import statistics
 import struct
 import subprocess
@@ -120,6 +121,44 @@ class RssSampler:
         return (self.peak - self.before) / 1024
 
 
+class Ceiling:
+    """The loopback ceiling for an HTTP download here: a minimal server in a
+    thread that answers any request with the file through os.sendfile (the
+    kernel copies nothing into user space; curl's receive is the one copy)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/file"
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn, open(self.path, "rb") as f:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    head += chunk
+                size = os.fstat(f.fileno()).st_size
+                conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n"
+                             "Content-Type: application/octet-stream\r\n"
+                             "Connection: close\r\n\r\n".encode())
+                off = 0
+                while off < size:
+                    off += os.sendfile(conn.fileno(), f.fileno(), off, size - off)
+
+    def close(self):
+        self.sock.close()
+
+
 def timed(cmd, stdout=subprocess.PIPE, **kw):
     t0 = time.perf_counter()
     out = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=600,
@@ -135,12 +174,27 @@ def main():
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tmp", default=None, help="where the state dir and files go")
+    ap.add_argument("--no-cli", action="store_true", help="curl only (the CLI's runs are "
+                    "dominated by writing and fsyncing the file)")
+    ap.add_argument("--larchd", action="append", metavar="NAME=DIR",
+                    help="time the larchd of the build tree DIR (DIR/service/larchd with "
+                         "DIR/{api,db,trainer} first on LD_LIBRARY_PATH: larchd's own code "
+                         "is in those shared libraries); repeat to compare builds side by side "
+                         "(default: BUILD alone)")
     args = ap.parse_args()
+    variants = []
+    for v in args.larchd or [f"={BUILD}"]:
+        name, _, tree = v.rpartition("=")
+        tree = pathlib.Path(tree).resolve()
+        env = dict(os.environ, LD_LIBRARY_PATH=":".join(
+            [str(tree / x) for x in ("api", "db", "trainer")] +
+            [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]))
+        variants.append((name, tree / "service" / "larchd", env))
     if not shutil.which("curl"):
         sys.exit("curl is missing (Debian: curl)")
     larch = BUILD / "service" / "larch"
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.tmp))
-    d = None
+    cur = {"d": None, "v": None}
     try:
         src = tmp / "source.safetensors"
         t0 = time.perf_counter()
@@ -149,8 +203,11 @@ def main():
         trainer = stand_in_trainer(
             tmp / "fake-train",
             f"mkdir -p checkpoints && cp '{src}' checkpoints/step-00000001.safetensors\n")
-        d = Larchd(tmp, args=["--trainer-path", str(trainer), "--run-as", "service",
-                              "--log-level", "warn"]).start()
+        largs = ["--trainer-path", str(trainer), "--run-as", "service", "--log-level", "warn"]
+        d = Larchd(tmp, args=largs, env=variants[0][2])
+        d.exe = variants[0][1]
+        cur.update(d=d, v=variants[0])
+        d.start()
         auth = d.auth()
         spec = {"name": "bench-ckpt", "model": {"type": "mlp", "hidden": [16]},
                 "data": {"name": "fashion-mnist"}, "batch": {"global": 256},
@@ -174,10 +231,7 @@ def main():
         if path is None or not path.exists():
             path = next((tmp / "state").rglob("step-00000001.safetensors"))
         src.unlink()
-        pid = d.proc.pid
-        url = f"{d.url}/v1/jobs/{job}/checkpoints/1"
         size = args.mib * MiB
-        env = dict(os.environ, LARCH_URL=d.url, LARCH_TOKEN=d.admin_token)
         out_dir = tmp / "out"
         out_dir.mkdir()
         print(f"larchd {d.url}, job {job}, {path.name}: {size} bytes, sha256 {ck['sha256'][:16]}")
@@ -185,25 +239,43 @@ def main():
         def touch():
             os.utime(path)   # a new mtime (and ctime): larchd's verdict cache misses
 
+        ceiling = Ceiling(path)
+
+        def run_ceiling():
+            dt, out = timed(["curl", "-sS", "-o", "/dev/null", "-w",
+                             "%{http_code} %{size_download}", ceiling.url])
+            assert out.split() == ["200", str(size)], out
+            return dt, None
+
         def run_cat():
             return timed(["cat", str(path)], stdout=subprocess.DEVNULL)[0], None
 
-        def run_curl(first):
-            if first:
-                touch()
-            s = RssSampler(pid)
+        def use(v):
+            """Runs larchd v on the state dir (stopping another); returns it."""
+            if cur["v"] != v:
+                cur["d"].stop()
+                cur["d"] = Larchd(tmp, args=largs, env=v[2], state_dir=d.state_dir)
+                cur["d"].exe = v[1]
+                cur["d"].start()
+                cur["v"] = v
+            return cur["d"]
+
+        def run_curl(v, first):
+            dd = use(v)
+            url = f"{dd.url}/v1/jobs/{job}/checkpoints/1"
+            s = RssSampler(dd.proc.pid)
             dt, out = timed(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
                              "-H", f"Authorization: Bearer {d.admin_token}", url])
             grow = s.finish()
             assert out.split() == ["200", str(size)], out
             return dt, (grow, s.hwm_before, s.hwm_after, s.cpu)
 
-        def run_cli(first):
-            if first:
-                touch()
+        def run_cli(v, first):
+            dd = use(v)
+            env = dict(os.environ, LARCH_URL=dd.url, LARCH_TOKEN=dd.admin_token)
             target = out_dir / "cli.safetensors"
             target.unlink(missing_ok=True)
-            s = RssSampler(pid)
+            s = RssSampler(dd.proc.pid)
             dt, out = timed([str(larch), "checkpoint", "download", job, "-o", str(target)],
                             env=env)
             grow = s.finish()
@@ -219,9 +291,24 @@ def main():
             target.unlink()
             return dt, None
 
-        kinds = [("cat", run_cat), ("curl first", lambda: run_curl(True)),
-                 ("curl cached", lambda: run_curl(False)), ("cli first", lambda: run_cli(True)),
-                 ("cli cached", lambda: run_cli(False)), ("cp+hash", run_cp_hash)]
+        def pair(fn, v):
+            """The first request after a touch, then the cached one, on one larchd."""
+            def run():
+                use(v)
+                touch()
+                return [fn(v, True), fn(v, False)]
+            return run
+
+        # units of the rotation: (names, function returning a (s, mem) per name)
+        units = [(["cat"], lambda: [run_cat()]), (["curl ceiling"], lambda: [run_ceiling()])]
+        for v in variants:
+            tag = f" {v[0]}" if v[0] else ""
+            units.append(([f"curl first{tag}", f"curl cached{tag}"], pair(run_curl, v)))
+            if not args.no_cli:
+                units.append(([f"cli first{tag}", f"cli cached{tag}"], pair(run_cli, v)))
+        if not args.no_cli:
+            units.append((["cp+hash"], lambda: [run_cp_hash()]))
+        kinds = [(n, None) for names, _ in units for n in names]
         times = {k: [] for k, _ in kinds}
         rss = {k: [] for k, _ in kinds}
         cpu = {k: [] for k, _ in kinds}
@@ -229,34 +316,39 @@ def main():
         print(f"\n{'round':>5}  {'run':<12} {'s':>7} {'MiB/s':>8}  {'rss +MiB':>8}  "
               f"{'hwm before -> after MiB':>22}  {'larchd cpu s':>12}")
         for rnd in range(args.rounds):
-            k0 = rnd % len(kinds)
-            for name, fn in kinds[k0:] + kinds[:k0]:
-                dt, mem = fn()
-                times[name].append(dt)
-                line = f"{rnd + 1:>5}  {name:<12} {dt:7.3f} {size / MiB / dt:8.0f}"
-                if mem:
-                    rss[name].append(mem[0])
-                    cpu[name].append(mem[3])
-                    line += (f"  {mem[0]:8.1f}  {mem[1] / 1024:9.1f} -> {mem[2] / 1024:<7.1f}"
-                             f"  {mem[3]:6.2f}")
-                print(line, flush=True)
+            k0 = rnd % len(units)
+            for names, fn in units[k0:] + units[:k0]:
+                for name, (dt, mem) in zip(names, fn()):
+                    times[name].append(dt)
+                    line = f"{rnd + 1:>5}  {name:<16} {dt:7.3f} {size / MiB / dt:8.0f}"
+                    if mem:
+                        rss[name].append(mem[0])
+                        cpu[name].append(mem[3])
+                        line += (f"  {mem[0]:8.1f}  {mem[1] / 1024:9.1f} -> "
+                                 f"{mem[2] / 1024:<7.1f}  {mem[3]:6.2f}")
+                    print(line, flush=True)
         print(f"\nmedians over {args.rounds} rounds ({size / MiB:.0f} MiB, loopback, page cache):")
-        print(f"{'run':<12} {'MiB/s':>8} {'spread':>15} {'ratio to cat':>13} "
-              f"{'ratio spread':>14} {'max rss +MiB':>13} {'larchd cpu s':>13}")
+        print(f"{'run':<16} {'MiB/s':>8} {'spread':>15} {'ratio to cat':>13} "
+              f"{'ratio spread':>14} {'to ceiling':>10} {'max rss +MiB':>13} {'larchd cpu s':>13}")
         for name, _ in kinds:
             rates = [size / MiB / t for t in times[name]]
             ratios = [c / t for c, t in zip(times["cat"], times[name])]
+            ceil = [c / t for c, t in zip(times["curl ceiling"], times[name])]
             grow = (f"{max(rss[name]):13.1f} {statistics.median(cpu[name]):13.2f}" if rss[name]
                     else "")
-            print(f"{name:<12} {statistics.median(rates):8.0f} "
+            print(f"{name:<16} {statistics.median(rates):8.0f} "
                   f"{min(rates):7.0f}-{max(rates):<7.0f} {statistics.median(ratios):13.2f} "
-                  f"{min(ratios):6.2f}-{max(ratios):<7.2f} {grow}")
-        cli_ratio = statistics.median(c / t for c, t in zip(times["cp+hash"], times["cli cached"]))
-        print(f"cli cached over cp+hash (its own baseline): {cli_ratio:.2f}")
+                  f"{min(ratios):6.2f}-{max(ratios):<7.2f} {statistics.median(ceil):10.2f} "
+                  f"{grow}")
+        for v in variants if not args.no_cli else ():
+            tag = f" {v[0]}" if v[0] else ""
+            cli_ratio = statistics.median(c / t for c, t in zip(times["cp+hash"],
+                                                                times[f"cli cached{tag}"]))
+            print(f"cli cached{tag} over cp+hash (its own baseline): {cli_ratio:.2f}")
         print("goal (issue 39): larchd >= 0.8 x cat, rss growth < 32 MiB")
     finally:
-        if d and d.running():
-            d.stop()
+        if cur["d"] and cur["d"].running():
+            cur["d"].stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

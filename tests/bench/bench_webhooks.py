@@ -237,6 +237,10 @@ def run(args, tmp, kill, burst):
                 break
             time.sleep(0.25)
         t_end = time.time()
+        failed = [j for j in jobs if finals.get(j) == "FAILED"]
+        if failed:
+            r = s.get(f"{state['d'].url}/v1/jobs/{failed[0]}", headers=auth, timeout=30)
+            print(f"  {len(failed)} jobs FAILED, e.g. {failed[0]}: {r.json().get('reason')!r}")
         time.sleep(1.0)   # late duplicates
         print(f"  jobs {args.jobs}: submitted in {t_submitted - t_start:.1f} s; all ended and "
               f"their events received {t_end - t0:.1f} s after "
