@@ -369,9 +369,11 @@ int db_webhooks_deliveries(struct db *db, int64_t hook, const char *owner, int l
 
 static const char sql_due[] =
 	"SELECT d.id, d.hook, d.event, e.job, coalesce(e.sweep, 0), e.type, w.url, w.secret, "
-	"e.body, e.time, d.created, d.attempts FROM webhook_deliveries AS d "
+	"e.body, e.time, d.created, d.attempts, w.owner FROM webhook_deliveries AS d "
 	"JOIN webhook_events AS e ON e.id = d.event JOIN webhooks AS w ON w.id = d.hook "
-	"WHERE d.state = 'pending' AND d.next_attempt <= ?1 ORDER BY d.next_attempt, d.id LIMIT ?2";
+	"WHERE d.state = 'pending' AND d.next_attempt <= ?1 "
+	"AND (?3 IS NULL OR w.owner NOT IN (SELECT value FROM json_each(?3))) "
+	"ORDER BY d.next_attempt, d.id LIMIT ?2";
 static const char sql_next[] =
 	"SELECT coalesce(min(next_attempt), 0) FROM webhook_deliveries WHERE state = 'pending' "
 	"AND next_attempt > ?1";
@@ -385,6 +387,7 @@ void db_webhook_due_free(struct db_webhook_due *list, size_t n)
 		free(list[i].url);
 		free(list[i].secret);
 		free(list[i].body);
+		free(list[i].owner);
 	}
 	free(list);
 }
@@ -392,6 +395,7 @@ void db_webhook_due_free(struct db_webhook_due *list, size_t n)
 struct due_arg {
 	int64_t now;
 	int max;
+	const char *skip_owners;
 	struct db_webhook_due **out;
 	size_t *n;
 	int64_t *next;
@@ -409,6 +413,7 @@ static int due_fn(struct db_conn *c, void *arg, struct db_err *err)
 		return DB_ERROR;
 	sqlite3_bind_int64(st, 1, a->now);
 	sqlite3_bind_int(st, 2, a->max);
+	db_bind_text(st, 3, a->skip_owners);
 	struct db_webhook_due *list = calloc((size_t)a->max, sizeof *list);
 	if (!list)
 		return DB_FAIL(err, DB_ERROR, "webhooks due: out of memory");
@@ -430,6 +435,7 @@ static int due_fn(struct db_conn *c, void *arg, struct db_err *err)
 		d->event_ms = sqlite3_column_int64(st, 9);
 		d->created_ms = sqlite3_column_int64(st, 10);
 		d->attempts = sqlite3_column_int(st, 11);
+		d->owner = db_column_strdup(st, 12, &oom);
 		if (oom)
 			return DB_FAIL(err, DB_ERROR, "webhooks due: out of memory");
 	}
@@ -445,15 +451,16 @@ static int due_fn(struct db_conn *c, void *arg, struct db_err *err)
 	return 0;
 }
 
-int db_webhooks_due(struct db *db, int64_t now_ms, int max, struct db_webhook_due **out,
-                    size_t *n, int64_t *next_ms, struct db_err *err)
+int db_webhooks_due(struct db *db, int64_t now_ms, int max, const char *skip_owners,
+                    struct db_webhook_due **out, size_t *n, int64_t *next_ms,
+                    struct db_err *err)
 {
 	*out = NULL;
 	*n = 0;
 	*next_ms = 0;
 	if (max < 1)
 		max = 1;
-	struct due_arg a = { now_ms, max, out, n, next_ms };
+	struct due_arg a = { now_ms, max, skip_owners, out, n, next_ms };
 	int rc = db_read(db, due_fn, &a, err);
 	if (rc) {
 		db_webhook_due_free(*out, *n);

@@ -89,14 +89,17 @@ struct db_webhook_due {
 	char *body;                  /* NULL until the first attempt fixed it */
 	int64_t event_ms, created_ms;
 	int attempts;                /* made so far */
+	char *owner;                 /* the hook's */
 };
 void db_webhook_due_free(struct db_webhook_due *list, size_t n);
 
 /* Pending deliveries whose next attempt is at or before now_ms, the
- * earliest first, at most max. *next_ms gets the earliest next attempt of
- * those not due (0: none pending). */
-int db_webhooks_due(struct db *db, int64_t now_ms, int max, struct db_webhook_due **out,
-                    size_t *n, int64_t *next_ms, struct db_err *err);
+ * earliest first, at most max, leaving out the hooks of the users named in
+ * skip_owners (a JSON array of names; NULL: none left out). *next_ms gets
+ * the earliest next attempt of those not due (0: none pending). */
+int db_webhooks_due(struct db *db, int64_t now_ms, int max, const char *skip_owners,
+                    struct db_webhook_due **out, size_t *n, int64_t *next_ms,
+                    struct db_err *err);
 /* Fixes the event's body unless it has one already; *stored gets a new copy
  * of the body the event has now (the one to send). */
 int db_webhooks_set_body(struct db *db, int64_t event, const char *body, char **stored,

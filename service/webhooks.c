@@ -26,34 +26,49 @@
 #include "log.h"
 #include "webhook_tls.h"
 
-#define DUE_BATCH 32
+#define SENDERS 4              /* threads; one attempt in flight per user at a time */
 #define IDLE_MS 60000          /* with nothing pending, look again this often anyway */
 #define HEAD_MAX 8192          /* the answer's bytes read for its status line */
+
+/* One sender thread. */
+struct sender {
+	struct svc_webhooks *w;
+	pthread_t thread;
+	int started;
+	int efd;                   /* eventfd: wakes this thread (new rows, stop) */
+	char *owner;               /* whose delivery is in flight here (under w->lock); NULL */
+};
 
 struct svc_webhooks {
 	struct svc_webhooks_config cfg;
 	char user_agent[64];
 	struct api_webhooks_hooks hooks;
 	struct svc_webhook_tls *tls;   /* https:// targets: the trusted certificates */
-	int efd;                   /* eventfd: wakes the thread (new rows, stop) */
 	atomic_int stopping;
-	pthread_t thread;
-	int started;
+	pthread_mutex_t lock;      /* the senders' owners; taking a due row */
+	struct sender senders[SENDERS];
 };
+
+static void wake_one(int efd)
+{
+	uint64_t one = 1;
+	ssize_t n = write(efd, &one, sizeof one);
+	(void)n;   /* EAGAIN: the counter is set already */
+}
 
 void svc_webhooks_wake(struct svc_webhooks *w)
 {
 	if (!w)
 		return;
-	uint64_t one = 1;
-	ssize_t n = write(w->efd, &one, sizeof one);
-	(void)n;   /* EAGAIN: the counter is set already */
+	for (int i = 0; i < SENDERS; i++)
+		if (w->senders[i].efd >= 0)
+			wake_one(w->senders[i].efd);
 }
 
-static void drain_wake(struct svc_webhooks *w)
+static void drain_wake(int efd)
 {
 	uint64_t v;
-	ssize_t n = read(w->efd, &v, sizeof v);
+	ssize_t n = read(efd, &v, sizeof v);
 	(void)n;
 }
 
@@ -77,20 +92,20 @@ static int check_url(void *arg, const char *url, char *err, size_t errlen)
 
 /* Waits for events on fd (or the stop signal) until deadline (monotonic ms).
  * 1 ready, 0 timed out, -1 stopping. */
-static int wait_fd(struct svc_webhooks *w, int fd, short events, int64_t deadline)
+static int wait_fd(struct sender *s, int fd, short events, int64_t deadline)
 {
 	for (;;) {
-		if (atomic_load(&w->stopping))
+		if (atomic_load(&s->w->stopping))
 			return -1;
 		int64_t left = deadline - svc_mono_ms();
 		if (left <= 0)
 			return 0;
-		struct pollfd p[2] = { { .fd = fd, .events = events }, { .fd = w->efd, .events = POLLIN } };
+		struct pollfd p[2] = { { .fd = fd, .events = events }, { .fd = s->efd, .events = POLLIN } };
 		int n = poll(p, 2, (int)(left > 1000 ? 1000 : left));
 		if (n < 0 && errno != EINTR)
 			return 1;   /* let the next call on fd report it */
 		if (n > 0 && (p[1].revents & POLLIN))
-			drain_wake(w);   /* new rows: seen after this attempt */
+			drain_wake(s->efd);   /* new rows: the other senders take them */
 		if (n > 0 && p[0].revents)
 			return 1;
 	}
@@ -133,16 +148,17 @@ static ssize_t conn_recv(struct conn *c, char *buf, size_t len, char *err, size_
 }
 
 /* After a WANT: waits for the socket until deadline, as wait_fd. */
-static int wait_conn(struct svc_webhooks *w, struct conn *c, ssize_t want, int64_t deadline)
+static int wait_conn(struct sender *s, struct conn *c, ssize_t want, int64_t deadline)
 {
-	return wait_fd(w, c->fd, want == SVC_TLS_WANT_WRITE ? POLLOUT : POLLIN, deadline);
+	return wait_fd(s, c->fd, want == SVC_TLS_WANT_WRITE ? POLLOUT : POLLIN, deadline);
 }
 
 /* POSTs body to d's URL. SENT_OK with *status a 2xx; SENT_FAILED with err
  * (and *status when there was an answer); SENT_STOPPED when larchd stops. */
-static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const char *body,
+static int post(struct sender *s, const struct db_webhook_due *d, const char *body,
                 int *status, char *err, size_t errlen)
 {
+	struct svc_webhooks *w = s->w;
 	*status = 0;
 	struct svc_webhook_url u;
 	struct sockaddr_storage addr;
@@ -198,7 +214,7 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 		svc_msgf(err, errlen, "connect to %s: %s", where, strerror(errno));
 		goto out;
 	}
-	int r = wait_fd(w, c.fd, POLLOUT, connect_deadline);
+	int r = wait_fd(s, c.fd, POLLOUT, connect_deadline);
 	if (r < 0) {
 		rc = SENT_STOPPED;
 		goto out;
@@ -226,7 +242,7 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 				svc_msgf(err, errlen, "%s: %s", where, why);
 				goto out;
 			}
-			if ((r = wait_conn(w, &c, n, deadline)) <= 0) {
+			if ((r = wait_conn(s, &c, n, deadline)) <= 0) {
 				rc = r < 0 ? SENT_STOPPED : SENT_FAILED;
 				if (r == 0)
 					svc_msgf(err, errlen, "tls handshake with %s: timed out after %u ms",
@@ -250,7 +266,7 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 				svc_msgf(err, errlen, "send to %s: %s", where, why);
 				goto out;
 			}
-			if ((r = wait_conn(w, &c, n, deadline)) <= 0) {
+			if ((r = wait_conn(s, &c, n, deadline)) <= 0) {
 				rc = r < 0 ? SENT_STOPPED : SENT_FAILED;
 				if (r == 0)
 					svc_msgf(err, errlen, "send to %s: timed out after %u ms", where,
@@ -280,7 +296,7 @@ static int post(struct svc_webhooks *w, const struct db_webhook_due *d, const ch
 			svc_msgf(err, errlen, "receive from %s: %s", where, why);
 			goto out;
 		}
-		if ((r = wait_conn(w, &c, n, deadline)) <= 0) {
+		if ((r = wait_conn(s, &c, n, deadline)) <= 0) {
 			rc = r < 0 ? SENT_STOPPED : SENT_FAILED;
 			if (r == 0)
 				svc_msgf(err, errlen, "no answer from %s within %u ms", where,
@@ -356,16 +372,17 @@ static char *event_body(struct svc_webhooks *w, const struct db_webhook_due *d)
 	return stored;
 }
 
-/* ---- the thread ---------------------------------------------------------------- */
+/* ---- the senders --------------------------------------------------------------- */
 
-static void attempt(struct svc_webhooks *w, const struct db_webhook_due *d)
+static void attempt(struct sender *s, const struct db_webhook_due *d)
 {
+	struct svc_webhooks *w = s->w;
 	int64_t t0 = svc_mono_ms(), wall = svc_wall_ms();
 	char err[512] = "";
 	int status = 0, rc = SENT_FAILED;
 	char *body = event_body(w, d);
 	if (body)
-		rc = post(w, d, body, &status, err, sizeof err);
+		rc = post(s, d, body, &status, err, sizeof err);
 	else
 		svc_msgf(err, sizeof err, "the event's body could not be made (larchd's log says why)");
 	free(body);
@@ -395,33 +412,90 @@ static void attempt(struct svc_webhooks *w, const struct db_webhook_due *d)
 		        derr.text);
 }
 
+/* The users whose deliveries are in flight, as a JSON array (a new
+ * string), or NULL when there are none. Under w->lock. *oom set when it
+ * cannot be made. */
+static char *busy_owners(struct svc_webhooks *w, int *oom)
+{
+	struct api_buf b;
+	api_buf_init(&b, 256);
+	int any = 0;
+	api_buf_addc(&b, '[');
+	for (int i = 0; i < SENDERS; i++)
+		if (w->senders[i].owner) {
+			if (any++)
+				api_buf_addc(&b, ',');
+			api_buf_json_str(&b, w->senders[i].owner);
+		}
+	api_buf_addc(&b, ']');
+	*oom = b.oom;
+	char *out = any && !b.oom ? strdup(b.data) : NULL;
+	if (any && !b.oom && !out)
+		*oom = 1;
+	api_buf_release(&b);
+	return out;
+}
+
+/* A sender: takes the earliest due delivery of a user none of the others
+ * is sending to, attempts it, and looks again; with nothing to take, waits
+ * for a wake or the next due time. One slow or silent target holds one
+ * sender, and only its owner's deliveries wait behind it. */
 static void *run(void *arg)
 {
-	struct svc_webhooks *w = arg;
+	struct sender *s = arg;
+	struct svc_webhooks *w = s->w;
 	while (!atomic_load(&w->stopping)) {
 		struct db_webhook_due *due = NULL;
 		size_t n = 0;
 		int64_t next = 0;
 		struct db_err err = { 0 };
 		int64_t wait_ms = IDLE_MS;
-		if (db_webhooks_due(w->cfg.db, svc_wall_ms(), DUE_BATCH, &due, &n, &next, &err) != 0) {
-			svc_log(SVC_LOG_ERROR, "webhooks: %s", err.text);
+		int oom = 0, rc = 0;
+		pthread_mutex_lock(&w->lock);
+		char *skip = busy_owners(w, &oom);
+		if (!oom)
+			rc = db_webhooks_due(w->cfg.db, svc_wall_ms(), 1, skip, &due, &n, &next, &err);
+		if (n == 1 && !(s->owner = strdup(due[0].owner)))
+			oom = 1;
+		pthread_mutex_unlock(&w->lock);
+		free(skip);
+		if (oom || rc) {
+			svc_log(SVC_LOG_ERROR, "webhooks: %s", oom ? "out of memory" : err.text);
 			wait_ms = 1000;
+		} else if (n == 1) {
+			attempt(s, &due[0]);
+			pthread_mutex_lock(&w->lock);
+			free(s->owner);
+			s->owner = NULL;
+			pthread_mutex_unlock(&w->lock);
+			db_webhook_due_free(due, n);
+			continue;   /* the next one */
 		}
-		for (size_t i = 0; i < n && !atomic_load(&w->stopping); i++)
-			attempt(w, &due[i]);
 		db_webhook_due_free(due, n);
-		if (n)
-			continue;   /* what came due meanwhile */
-		if (next) {
+		if (next && !oom && !rc) {
 			int64_t in = next - svc_wall_ms();
 			wait_ms = in < 0 ? 0 : in < IDLE_MS ? in : IDLE_MS;
 		}
-		struct pollfd p = { .fd = w->efd, .events = POLLIN };
+		struct pollfd p = { .fd = s->efd, .events = POLLIN };
 		if (wait_ms > 0 && poll(&p, 1, (int)wait_ms) > 0)
-			drain_wake(w);
+			drain_wake(s->efd);
 	}
 	return NULL;
+}
+
+/* Stops and joins the started senders, closes their eventfds. */
+static void senders_stop(struct svc_webhooks *w)
+{
+	atomic_store(&w->stopping, 1);
+	svc_webhooks_wake(w);
+	for (int i = 0; i < SENDERS; i++) {
+		struct sender *s = &w->senders[i];
+		if (s->started)
+			pthread_join(s->thread, NULL);
+		if (s->efd >= 0)
+			close(s->efd);
+		free(s->owner);
+	}
 }
 
 struct svc_webhooks *svc_webhooks_new(const struct svc_webhooks_config *cfg, char *err,
@@ -443,23 +517,31 @@ struct svc_webhooks *svc_webhooks_new(const struct svc_webhooks_config *cfg, cha
 		free(w);
 		return NULL;
 	}
-	w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (w->efd < 0) {
-		svc_msgf(err, errlen, "webhooks: eventfd: %s", strerror(errno));
-		svc_webhook_tls_free(w->tls);
-		free(w);
-		return NULL;
+	pthread_mutex_init(&w->lock, NULL);
+	for (int i = 0; i < SENDERS; i++) {
+		w->senders[i].w = w;
+		w->senders[i].efd = -1;
 	}
-	int rc = pthread_create(&w->thread, NULL, run, w);
-	if (rc) {
-		svc_msgf(err, errlen, "webhooks: thread: %s", strerror(rc));
-		close(w->efd);
-		svc_webhook_tls_free(w->tls);
-		free(w);
-		return NULL;
+	for (int i = 0; i < SENDERS; i++) {
+		struct sender *s = &w->senders[i];
+		if ((s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+			svc_msgf(err, errlen, "webhooks: eventfd: %s", strerror(errno));
+			goto fail;
+		}
+		int rc = pthread_create(&s->thread, NULL, run, s);
+		if (rc) {
+			svc_msgf(err, errlen, "webhooks: thread: %s", strerror(rc));
+			goto fail;
+		}
+		s->started = 1;
 	}
-	w->started = 1;
 	return w;
+fail:
+	senders_stop(w);
+	pthread_mutex_destroy(&w->lock);
+	svc_webhook_tls_free(w->tls);
+	free(w);
+	return NULL;
 }
 
 const struct api_webhooks_hooks *svc_webhooks_hooks(struct svc_webhooks *w)
@@ -471,11 +553,8 @@ void svc_webhooks_free(struct svc_webhooks *w)
 {
 	if (!w)
 		return;
-	atomic_store(&w->stopping, 1);
-	svc_webhooks_wake(w);
-	if (w->started)
-		pthread_join(w->thread, NULL);
-	close(w->efd);
+	senders_stop(w);
+	pthread_mutex_destroy(&w->lock);
 	svc_webhook_tls_free(w->tls);
 	free(w);
 }

@@ -1,5 +1,8 @@
-/* service/webhooks.h - the webhook sender: one thread of larchd that sends
- * the outbox's due deliveries (db/webhooks.h), never an HTTP thread.
+/* service/webhooks.h - the webhook sender: a few threads of larchd that
+ * send the outbox's due deliveries (db/webhooks.h), never an HTTP thread.
+ * One attempt per user is in flight at a time, the earliest due first, and
+ * the threads serve several users at once: a user's slow or silent target
+ * (up to the timeout per attempt) delays that user's deliveries only.
  *
  * Each attempt: the event's body (fixed at its first attempt: an event id,
  * type, time and the job or sweep object) POSTed to the hook's URL with

@@ -314,6 +314,38 @@ def test_a_larchd_killed_mid_delivery_delivers_after_restart(tmp_path, srv):
         rx.stop()
 
 
+def test_a_silent_receiver_holds_up_its_owners_deliveries_only(tmp_path, srv):
+    # one attempt per user at a time, several users at once: alice's hook
+    # never answers (held here, larchd waits a minute), bob's is delivered
+    # meanwhile, and alice's second delivery waits behind her first
+    release = threading.Event()
+    silent = Receiver(lambda n: (release.wait(60), 200)[1])
+    rx = Receiver()
+    s = Server(tmp_path / "silent", ["--trainer-path", str(srv.trainer), "--run-as", "service",
+                                     "--webhook-timeout-ms", "60000"])
+    try:
+        for who, url in ((s.alice, silent.url), (s.bob, rx.url)):
+            r = s.post("/v1/webhooks", who, {"url": url, "events": ["job.completed"],
+                                             "secret": SECRET})
+            assert r.status_code == 201, r.text
+        held = s.submit(s.alice, tiny_spec("held"))
+        silent.wait(1)   # a sender is stuck on alice's receiver now
+        second = s.submit(s.alice, tiny_spec("behind"))
+        s.wait(second, {"COMPLETED"})
+        job = s.submit(s.bob, tiny_spec("free"))
+        (_, headers, body), = rx.wait(1)
+        assert check_signed(headers, body, "job.completed")["job"]["id"] == job
+        assert len(silent.requests) == 1 and not release.is_set()
+        assert json.loads(silent.requests[0][2])["job"]["id"] == held
+        release.set()
+        assert json.loads(silent.wait(2)[1][2])["job"]["id"] == second
+    finally:
+        release.set()
+        s.stop()
+        silent.stop()
+        rx.stop()
+
+
 @pytest.mark.parametrize("body, field, message", [
     ({"url": "http://10.1.2.3:9/x", "events": ["job.completed"], "secret": SECRET}, "url",
      "10.1.2.3, which webhook_allow does not allow"),

@@ -50,12 +50,17 @@ static int64_t hook(struct db *db, const char *owner, const char *events)
 	return id;
 }
 
-static size_t due(struct db *db, struct db_webhook_due **out)
+static size_t due_skipping(struct db *db, const char *skip, struct db_webhook_due **out)
 {
 	size_t n = 0;
 	int64_t next;
-	CHECK_INT_EQ(db_webhooks_due(db, db_now_ms() + 1000, 32, out, &n, &next, NULL), 0);
+	CHECK_INT_EQ(db_webhooks_due(db, db_now_ms() + 1000, 32, skip, out, &n, &next, NULL), 0);
 	return n;
+}
+
+static size_t due(struct db *db, struct db_webhook_due **out)
+{
+	return due_skipping(db, NULL, out);
 }
 
 static void test_outbox_follows_job_events(void)
@@ -215,9 +220,51 @@ static void test_sweep_completed_once(void)
 	CHECK_INT_EQ(db_close(db), 0);
 }
 
+/* The sender leaves out the users whose deliveries are in flight already
+ * (one attempt per user at a time): the others' come first. */
+static void test_due_skips_owners(void)
+{
+	struct db *db = open_db("skip.db");
+	int64_t ha = hook(db, "alice", "[\"job.completed\"]");
+	int64_t hb = hook(db, "bob", "[\"job.completed\"]");
+	for (int i = 0; i < 2; i++) {
+		int64_t ja = submit(db, "alice"), jb = submit(db, "bob");
+		move(db, ja, DB_STATE_QUEUED);
+		move(db, ja, DB_STATE_RUNNING);
+		move(db, ja, DB_STATE_COMPLETED);
+		move(db, jb, DB_STATE_QUEUED);
+		move(db, jb, DB_STATE_RUNNING);
+		move(db, jb, DB_STATE_COMPLETED);
+	}
+	struct db_webhook_due *d = NULL;
+	size_t n = due(db, &d);
+	CHECK_INT_EQ(n, 4);
+	if (n == 4) {
+		CHECK_STR_EQ(d[0].owner, "alice");
+		CHECK_STR_EQ(d[1].owner, "bob");
+	}
+	db_webhook_due_free(d, n);
+	n = due_skipping(db, "[\"alice\"]", &d);
+	CHECK_INT_EQ(n, 2);
+	for (size_t i = 0; i < n; i++) {
+		CHECK_INT_EQ(d[i].hook, hb);
+		CHECK_STR_EQ(d[i].owner, "bob");
+	}
+	db_webhook_due_free(d, n);
+	n = due_skipping(db, "[\"bob\",\"alice\"]", &d);
+	CHECK_INT_EQ(n, 0);
+	db_webhook_due_free(d, n);
+	n = due_skipping(db, "[]", &d);
+	CHECK_INT_EQ(n, 4);
+	CHECK(n == 0 || d[0].hook == ha);
+	db_webhook_due_free(d, n);
+	CHECK_INT_EQ(db_close(db), 0);
+}
+
 int main(void)
 {
 	tmp = check_tmpdir("db_webhooks");
+	CHECK_RUN(test_due_skips_owners);
 	CHECK_RUN(test_outbox_follows_job_events);
 	CHECK_RUN(test_cap_and_list);
 	CHECK_RUN(test_sweep_completed_once);
