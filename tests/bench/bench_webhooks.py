@@ -3,7 +3,7 @@
 
     LARCH_BUILD_DIR=build python tests/bench/bench_webhooks.py
         [--jobs 1000] [--slots 32] [--submitters 8] [--no-baseline] [--no-backlog]
-        [--tmp DIR]
+        [--larchd NAME=BUILD_DIR ...] [--tmp DIR]
 
 A real larchd (tests/integration/larchd.py; run_as service) whose trainer
 is a stand-in that exits 0 at once, with --slots local job slots, and a real
@@ -149,7 +149,7 @@ def wait_ended(s, url, auth, jobs, timeout):
 
 # ---- one run ----------------------------------------------------------------------------
 
-def run(args, tmp, kill, burst):
+def run(args, tmp, kill, burst, variant):
     import requests
     from larchd import Larchd, stand_in_trainer
 
@@ -161,7 +161,9 @@ def run(args, tmp, kill, burst):
     port = int(rx.stdout.readline())
     largs = ["--trainer-path", str(trainer), "--run-as", "service", "--log-level", "warn",
              "--max-local-jobs", str(args.slots), "--webhook-timeout-ms", "600000"]
-    d = Larchd(tmp, args=largs).start()
+    d = Larchd(tmp, args=largs, env=variant[2])
+    d.exe = variant[1]
+    d.start()
     state = {"d": d, "restarted_at": None, "killed_at": None}
     try:
         auth = {**d.auth(), "Content-Type": "application/json"}
@@ -201,7 +203,9 @@ def run(args, tmp, kill, burst):
             state["killed_at"] = time.time()
             n = len(read_receipts(out))
             # the stand-in trainers of the killed larchd exit by themselves
-            state["d"] = Larchd(tmp, args=largs, state_dir=old.state_dir).start()
+            new = Larchd(tmp, args=largs, env=variant[2], state_dir=old.state_dir)
+            new.exe = variant[1]
+            state["d"] = new.start()
             state["restarted_at"] = time.time()
             print(f"  killed larchd (SIGKILL) at {n} receipts; restarted in "
                   f"{state['restarted_at'] - state['killed_at']:.2f} s", flush=True)
@@ -309,7 +313,20 @@ def main():
     ap.add_argument("--no-baseline", action="store_true", help="only the runs with the kill")
     ap.add_argument("--no-backlog", action="store_true", help="only the job completions")
     ap.add_argument("--tmp", default=None, help="where the state dirs go")
+    ap.add_argument("--larchd", action="append", metavar="NAME=DIR",
+                    help="run each scenario with the larchd of the build tree DIR (its "
+                         "DIR/{api,db,trainer} first on LD_LIBRARY_PATH); repeat to compare "
+                         "builds side by side, in alternating order (default: BUILD alone)")
     args = ap.parse_args()
+    from larchd import BUILD
+    variants = []
+    for v in args.larchd or [f"={BUILD}"]:
+        name, _, tree = v.rpartition("=")
+        tree = pathlib.Path(tree).resolve()
+        env = dict(os.environ, LD_LIBRARY_PATH=":".join(
+            [str(tree / x) for x in ("api", "db", "trainer")] +
+            [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]))
+        variants.append((name, tree / "service" / "larchd", env))
     runs = []
     for burst in (False, True)[:1 if args.no_backlog else 2]:
         what = "backlog" if burst else "completions"
@@ -317,14 +334,16 @@ def main():
             runs.append((f"{what}, baseline (no kill)", False, burst))
         runs.append((f"{what}, kill -9 at half, restart", True, burst))
     bad = 0
-    for name, kill, burst in runs:
-        tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-wh-", dir=args.tmp))
-        print(f"{name}:", flush=True)
-        try:
-            res = run(args, tmp, kill, burst)
-            bad += res["missing"]
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    for i, (name, kill, burst) in enumerate(runs):
+        order = variants if i % 2 == 0 else variants[::-1]
+        for variant in order:
+            tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-wh-", dir=args.tmp))
+            print(f"{name}{' [' + variant[0] + ']' if variant[0] else ''}:", flush=True)
+            try:
+                res = run(args, tmp, kill, burst, variant)
+                bad += res["missing"]
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
     print("goal (issue 39): every event delivered across the kill (missing 0), p50 printed")
     return 1 if bad else 0
 
