@@ -272,8 +272,9 @@ def main():
             dd = use(v)
             url = f"{dd.url}/v1/jobs/{job}/checkpoints/1"
             s = RssSampler(dd.proc.pid)
-            dt, out = timed(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
-                             "-H", f"Authorization: Bearer {d.admin_token}", url])
+            dt, out = timed(["curl", "-sS", "-o", "/dev/null", "-w",
+                             "%{http_code} %{size_download}",
+                             "-H", f"Authorization: Bearer {dd.admin_token}", url])
             grow = s.finish()
             assert out.split() == ["200", str(size)], out
             return dt, (grow, s.hwm_before, s.hwm_after, s.cpu)
