@@ -21,10 +21,11 @@
  * mtime, ctime: a rewrite or a rename over it changes the key; ctime cannot
  * be set by the file's owner) and the recorded sha256. A file not verified
  * yet is hashed before its first byte is sent (one read: about a second per
- * 1-2 GB, on the request's MHD thread), a mismatch answered 409. A whole
- * file is also hashed while it streams, and a mismatch at the end (the
- * file was rewritten in place meanwhile) cuts the connection before the
- * last bytes: the client sees a short body, never a silently wrong one.
+ * 1-2 GB, on the request's MHD thread), a mismatch answered 409. Before
+ * the last piece of an answer is sent the file's identity is checked again
+ * (fstat: size, mtime, ctime, the verdict's own key; not a second hash of
+ * every byte), and a file rewritten in place meanwhile cuts the connection
+ * there: the client sees a short body, never a silently wrong one.
  *
  * HTTP: the body is read in pieces (pread), never whole in memory. ETag is
  * the quoted sha256; If-None-Match naming it is a 304 without opening the

@@ -20,6 +20,7 @@ import time
 
 import pytest
 import requests
+import urllib3
 
 import unix_users
 from larchd import BUILD, Larchd
@@ -235,6 +236,33 @@ def test_corrupted_file_is_refused(srv, spare):
     path.unlink()
     r = srv.get(spare, 5, srv.owner)
     assert r.status_code == 404 and "gone" in r.json()["error"]["message"], r.text
+
+
+def test_a_file_rewritten_while_it_streams_is_cut(srv):
+    # a checkpoint of about 22 MB: larchd is far from its end while we wait
+    jid = srv.submit(srv.owner, spec("big", steps=1, checkpoint_every=1,
+                                     model={"type": "mlp", "hidden": [1024, 1024]}))
+    assert srv.wait(jid)["state"] == "COMPLETED"
+    ck = srv.checkpoints(jid)[-1]
+    size, step = ck["bytes"], ck["step"]
+    assert size > 16 << 20, ck
+    assert srv.get(jid, step, srv.owner).status_code == 200   # verified: later ones stream at once
+    r = srv.get(jid, step, srv.owner, stream=True)
+    assert r.status_code == 200 and int(r.headers["Content-Length"]) == size
+    n = len(r.raw.read(1 << 20))
+    with open(job_file(srv, jid, step), "r+b") as f:   # in place: same inode, same size
+        f.seek(size // 2)
+        byte = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    try:
+        while chunk := r.raw.read(1 << 20):
+            n += len(chunk)
+    except (urllib3.exceptions.HTTPError, requests.RequestException):
+        pass
+    assert n < size, "a file rewritten during the transfer came through whole"
+    r = srv.get(jid, step, srv.owner)
+    assert r.status_code == 409 and "sha256" in r.json()["error"]["message"], r.text
 
 
 def test_symlink_swap_is_refused(srv, spare, tmp_path):
