@@ -16,6 +16,7 @@ import re
 import subprocess
 import time
 
+import pytest
 import requests
 
 from datasets import read_safetensors
@@ -43,11 +44,12 @@ def test_three_idle_nodes_each_its_own_host(slurm_nodes):
     assert len(set(hosts.values())) == 3 and all(a.startswith("10.") for a in hosts.values()), out
 
 
-def start_larchd(cluster, tmp_path):
+def start_larchd(cluster, tmp_path, args=()):
     """larchd with the Slurm executor, listening on the bridge's address:
     the jobs on the nodes report to it there."""
     return Larchd(tmp_path, args=["--executor", "slurm", "--slurm-poll-ms", "300",
-                                  "--listen", f"{cluster.gateway}:0"], env=cluster.env).start()
+                                  "--listen", f"{cluster.gateway}:0", *args],
+                  env=cluster.env).start()
 
 
 def wait_job(server, jid, timeout):
@@ -62,10 +64,17 @@ def wait_job(server, jid, timeout):
         time.sleep(0.2)
 
 
-def test_two_node_job_equals_the_same_ranks_on_one_host(slurm_nodes, trainer, mpirun, tmp_path):
+@pytest.mark.parametrize("mpi", ["auto", "none"])
+def test_two_node_job_equals_the_same_ranks_on_one_host(slurm_nodes, trainer, mpirun, tmp_path,
+                                                        mpi):
+    """auto: srun --mpi=pmix, Open MPI between the nodes; none: the tasks
+    without MPI, larch-train's TCP fallback (rank 0 publishes an address the
+    other node reaches: the node names resolve to nothing here), which says
+    in its header that it is one. Two ranks sum as MPI does (a + b): the
+    same bytes either way."""
     s = spec(2, steps=20, micro=64, checkpoint_every=10,
              parallel={"ranks": 2, "zero_stage": 1}, resources={"nodes": 2})
-    server = start_larchd(slurm_nodes, tmp_path)
+    server = start_larchd(slurm_nodes, tmp_path, args=["--slurm-mpi", mpi])
     try:
         r = requests.post(server.url + "/v1/jobs", json=s, headers=server.auth(), timeout=30)
         assert r.status_code == 201, r.text
@@ -80,7 +89,9 @@ def test_two_node_job_equals_the_same_ranks_on_one_host(slurm_nodes, trainer, mp
     hosts = dict(re.findall(r"rank (\d) of 2 on host (\S+)", stderr))
     assert hosts == {"0": "node1", "1": "node2"}, stderr[-3000:]
     stdout = (job / "stdout.log").read_text(errors="replace")
-    assert "parallel: 2 ranks over mpi" in stdout, stdout[-3000:]
+    over = {"auto": "mpi (started by srun --mpi=pmix)", "none": "tcp (started by srun)"}[mpi]
+    assert f"parallel: 2 ranks over {over}" in stdout, stdout[-3000:]
+    assert ("\ncomm: tcp star through rank 0" in stdout) == (mpi == "none"), stdout[-3000:]
 
     # the same spec, the same two ranks, on this host
     one = tmp_path / "one-host"
