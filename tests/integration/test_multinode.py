@@ -22,6 +22,8 @@ import requests
 from datasets import read_safetensors
 from larchd import Larchd
 from mpi import mpi_env
+from test_cli_larch import clean_env, run as larch
+from test_python_client import Client
 from test_data_parallel import spec
 from test_slurm_executor import assert_resumed_once, events, progress_step, wait_for, wait_state
 
@@ -80,12 +82,18 @@ def test_two_node_job_equals_the_same_ranks_on_one_host(slurm_nodes, trainer, mp
         assert r.status_code == 201, r.text
         jid = r.json()["id"]
         j = wait_job(server, jid, 180)
+        # the nodes, as the CLI and the Python client show them
+        shown = larch(clean_env(tmp_path, server.url, server.admin_token), "show", jid)
+        got = Client(server.url, server.admin_token).get(jid)
     finally:
         server.stop()
     job = server.state_dir / "jobs" / jid
     stderr = (job / "stderr.log").read_text(errors="replace") if (job / "stderr.log").exists() else ""
     assert j["state"] == "COMPLETED", f"{j}\n{stderr[-3000:]}"
     assert j["node_list"] == "node[1-2]", j
+    assert shown.returncode == 0 and re.search(r"^nodes: +node\[1-2\]$", shown.stdout, re.M), \
+        shown.stdout + shown.stderr
+    assert got["node_list"] == "node[1-2]", got
     hosts = dict(re.findall(r"rank (\d) of 2 on host (\S+)", stderr))
     assert hosts == {"0": "node1", "1": "node2"}, stderr[-3000:]
     stdout = (job / "stdout.log").read_text(errors="replace")
