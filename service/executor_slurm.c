@@ -365,15 +365,21 @@ static int write_script(struct slurm_ex *sx, const struct sjob *sj, char *err, s
 	 * and wires the ranks up itself, or a step of N tasks without MPI, which
 	 * meet through the job dir (larch-train's comm.h takes any); auto asks
 	 * the node's srun which MPI plugins it has, then looks for mpirun. */
-	char pmix[112], mpirun[144], none[112], launcher[560], ntasks[40];
-	/* an elastic job: the tasks of the allocation it got (its nodes x
-	 * ranks / nodes), which may be fewer than its ranks */
-	if (elastic_min_nodes(j))
-		snprintf(ntasks, sizeof ntasks, "${SLURM_NTASKS:-%d}", j->ranks);
-	else
+	char pmix[192], mpirun[200], none[192], launcher[800], ntasks[64], per[64] = "";
+	/* an elastic job: ranks / nodes tasks on each node of the allocation
+	 * it got, which may be fewer nodes than its own (slurm_submit.h, min_nodes) */
+	if (elastic_min_nodes(j)) {
+		int k = j->ranks / j->nodes;
+		snprintf(ntasks, sizeof ntasks, "$(( ${SLURM_JOB_NUM_NODES:-%d} * %d ))", j->nodes, k);
+		snprintf(per, sizeof per, " --ntasks-per-node=%d --cpus-per-task=%d", k,
+		         j->cpus_per_task > 0 ? j->cpus_per_task : 1);
+	} else {
 		snprintf(ntasks, sizeof ntasks, "%d", j->ranks);
-	snprintf(pmix, sizeof pmix, "srun --mpi=pmix --ntasks=%s --kill-on-bad-exit=1", ntasks);
-	snprintf(none, sizeof none, "srun --mpi=none --ntasks=%s --kill-on-bad-exit=1", ntasks);
+	}
+	snprintf(pmix, sizeof pmix, "srun --mpi=pmix --ntasks=%s%s --kill-on-bad-exit=1", ntasks,
+	         per);
+	snprintf(none, sizeof none, "srun --mpi=none --ntasks=%s%s --kill-on-bad-exit=1", ntasks,
+	         per);
 	snprintf(mpirun, sizeof mpirun, "mpirun -n %s --bind-to none "
 	         "$([ \"$(id -u)\" = 0 ] && echo --allow-run-as-root)", ntasks);
 	if (j->ranks <= 1)
@@ -625,13 +631,16 @@ static void sbatch_argv(const struct slurm_submit *r, struct argv_buf *a)
 	if (r->account && *r->account)
 		argf(a, "--account=%s", r->account);
 	if (r->min_nodes > 0 && r->min_nodes < r->nodes) {
+		/* elastic (slurm_submit.h): no task count, which would cap the
+		 * nodes (sbatch 22.05 makes --ntasks-per-node with a range
+		 * min x k tasks, and Slurm then starts it on min nodes) */
 		argf(a, "--nodes=%d-%d", r->min_nodes, r->nodes);
-		argf(a, "--ntasks-per-node=%d", r->ntasks / r->nodes);
+		argf(a, "--cpus-per-task=%d", r->ntasks / r->nodes * r->cpus_per_task);
 	} else {
 		argf(a, "--nodes=%d", r->nodes);
 		argf(a, "--ntasks=%d", r->ntasks);
+		argf(a, "--cpus-per-task=%d", r->cpus_per_task);
 	}
-	argf(a, "--cpus-per-task=%d", r->cpus_per_task);
 	if (r->mem_mb > 0)
 		argf(a, "--mem=%lldM", r->mem_mb);
 	if (r->gpus_per_node > 0)

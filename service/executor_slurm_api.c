@@ -173,12 +173,6 @@ int slurm_api_submit(const struct slurm_submit *r, char *sid, size_t sid_len, ch
 		d.account = (char *)r->account;
 	d.min_nodes = d.max_nodes = (uint32_t)(r->nodes > 0 ? r->nodes : 1);
 	d.num_tasks = (uint32_t)(r->ntasks > 0 ? r->ntasks : 1);
-	if (r->min_nodes > 0 && r->min_nodes < r->nodes) {  /* elastic: what sbatch's
-	                                                       --nodes=a-b --ntasks-per-node=k sends */
-		d.min_nodes = (uint32_t)r->min_nodes;
-		d.ntasks_per_node = (uint16_t)(r->ntasks / r->nodes);
-		d.num_tasks = d.min_nodes * d.ntasks_per_node;
-	}
 	d.cpus_per_task = (uint16_t)(r->cpus_per_task > 0 ? r->cpus_per_task : 1);
 	/* what sbatch derives from -n and -c: without min_cpus slurmctld
 	 * allocates one CPU whatever num_tasks says, and an srun of N tasks
@@ -187,6 +181,15 @@ int slurm_api_submit(const struct slurm_submit *r, char *sid, size_t sid_len, ch
 	 * SLURM_CPUS_PER_TASK */
 	d.min_cpus = d.num_tasks * d.cpus_per_task;
 	d.bitflags |= JOB_NTASKS_SET | JOB_CPUS_SET;
+	if (r->min_nodes > 0 && r->min_nodes < r->nodes) {
+		/* elastic: what sbatch --nodes=a-b -c k*c sends (slurm_submit.h);
+		 * a task count would cap the nodes at it */
+		d.min_nodes = (uint32_t)r->min_nodes;
+		d.num_tasks = NO_VAL;
+		d.cpus_per_task = (uint16_t)(r->ntasks / r->nodes * d.cpus_per_task);
+		d.min_cpus = d.min_nodes * d.cpus_per_task;
+		d.bitflags &= ~JOB_NTASKS_SET;
+	}
 	if (r->mem_mb > 0)
 		d.pn_min_memory = (uint64_t)r->mem_mb;
 	char gres[32];

@@ -29,9 +29,12 @@ struct slurm_submit {
 	                                  the task); NULL = DIR/stdout.log and DIR/stderr.log */
 	const char *partition, *qos, *account;   /* NULL or "" = Slurm's default */
 	int nodes, ntasks, cpus_per_task, gpus_per_node;
-	int min_nodes;                 /* elastic: --nodes=min_nodes-nodes with ntasks / nodes
-	                                  tasks a node (Slurm may start it on fewer); 0 = exactly
-	                                  nodes and ntasks */
+	int min_nodes;                 /* elastic: --nodes=min_nodes-nodes (Slurm starts it on
+	                                  as many as are free, at least min_nodes), each node
+	                                  one task of the CPUs of ntasks / nodes tasks: no
+	                                  task count, which would cap the nodes at it; the
+	                                  batch script starts ntasks / nodes a node; 0 =
+	                                  exactly nodes and ntasks */
 	long long mem_mb;              /* per node; 0 = Slurm's default */
 	long time_s;                   /* 0 = the partition's limit */
 	long grace_s;                  /* USR1 to the batch shell this long before the limit; 0 none */

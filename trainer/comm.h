@@ -32,6 +32,8 @@ struct trn_comm_req;
 
 struct trn_comm_ops {
 	const char *name;                  /* "single", "mpi" */
+	const char *caveat;                /* a line for the run's header where this is no
+	                                      cluster's data path (the TCP fallback); NULL */
 	int (*allreduce_f32)(struct trn_comm *c, float *buf, long n, struct trn_err *err);
 	int (*allreduce_f64)(struct trn_comm *c, double *buf, long n, struct trn_err *err);
 	int (*iallreduce_f32)(struct trn_comm *c, float *buf, long n, struct trn_comm_req **req,

@@ -12,18 +12,25 @@
  * their rank and the token, and rank 0 answers once all are in. The file
  * goes once they are. The settings (comm.h's trn_comm_settings: the
  * options comm_host and comm_timeout_s) name the host rank 0 publishes
- * (its hostname otherwise) and bound the rendezvous.
+ * (otherwise its hostname, or where that resolves to nothing but the
+ * loopback, as a node name may, its first non-loopback IPv4 address) and
+ * bound the rendezvous.
  *
  * Collectives go through rank 0 (a star): it receives every rank's buffer,
  * sums them in rank order (the same bits on every run) and sends each rank
- * what it gets back. Non-blocking calls complete before they return (their
+ * what it gets back. That is a fallback, not a cluster's data path (MPI's
+ * and NCCL's rings and trees are): rank 0's link carries 2 x (N - 1)
+ * buffers a collective, so the run's header says so (ops' caveat). Non-blocking calls complete before they return (their
  * request is NULL). There is no timeout inside a collective: a rank that
  * dies closes its socket, the rank waiting on it sees the end of the stream
  * and fails, and its abort closes every socket, so that all ranks stop.
  */
 #include "comm.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -308,6 +315,8 @@ static void tcp_close(struct trn_comm *c)
 
 static const struct trn_comm_ops tcp_ops = {
 	.name = "tcp",
+	.caveat = "tcp star through rank 0 (the fallback without MPI or NCCL, not a cluster's "
+	          "data path: every gradient crosses rank 0's link, summed there in series)",
 	.allreduce_f32 = tcp_allreduce_f32,
 	.allreduce_f64 = tcp_allreduce_f64,
 	.iallreduce_f32 = tcp_iallreduce_f32,
@@ -323,6 +332,45 @@ static const struct trn_comm_ops tcp_ops = {
 };
 
 /* ---- rendezvous ------------------------------------------------------------------ */
+
+/* Whether name resolves to an address other than the loopback's. */
+static int resolves_beyond_loopback(const char *name)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+	if (getaddrinfo(name, NULL, &hints, &res) != 0)
+		return 0;
+	int found = 0;
+	for (struct addrinfo *a = res; a && !found; a = a->ai_next) {
+		if (a->ai_family == AF_INET)
+			found = (ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr) >> 24) != 127;
+		else if (a->ai_family == AF_INET6)
+			found = !IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
+	}
+	freeaddrinfo(res);
+	return found;
+}
+
+/* What rank 0 publishes without comm_host: its hostname where that names an
+ * address the other nodes may reach; else (a node name that no DNS or
+ * /etc/hosts knows, or one that maps to 127.x) the address of its first
+ * interface that is up and not the loopback, IPv4; else the hostname. */
+static void publish_host(char *host, size_t len)
+{
+	if (gethostname(host, len) != 0)
+		snprintf(host, len, "localhost");
+	if (resolves_beyond_loopback(host))
+		return;
+	struct ifaddrs *ifs = NULL;
+	if (getifaddrs(&ifs) != 0)
+		return;
+	for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+		    !(i->ifa_flags & IFF_LOOPBACK) &&
+		    inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, host,
+		              (socklen_t)len))
+			break;
+	freeifaddrs(ifs);
+}
 
 struct hello {
 	int32_t rank;
@@ -385,8 +433,8 @@ static int serve(struct tcp_comm *t, const char *file, struct trn_err *err)
 	char host[256];
 	if (t->host[0])
 		snprintf(host, sizeof host, "%s", t->host);
-	else if (gethostname(host, sizeof host) != 0)
-		snprintf(host, sizeof host, "localhost");
+	else
+		publish_host(host, sizeof host);
 	uint64_t token = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)getpid() << 20 ^
 	                 (uint64_t)(trn_now() * 1e9);
 	char tmp[RENDEZVOUS_MAX + 32];

@@ -254,6 +254,8 @@ static void print_plan(struct run *r)
 		       "up to %.3g MiB\n", r->comm->size, r->comm->ops->name, trn_comm_launcher(),
 		       r->dp.zero ? "reduce-scattered (ZeRO-1)" : "averaged", r->dp.n_buckets,
 		       r->dp.n_buckets == 1 ? "" : "s", mib((double)s->parallel.bucket_bytes));
+	if (r->comm->size > 1 && r->comm->ops->caveat)
+		printf("comm: %s\n", r->comm->ops->caveat);
 	if (r->elastic_why[0])
 		printf("%s\n", r->elastic_why);
 	printf("optimizer: %s, lr %.4g x %.4g = %.4g, warmup %ld steps from %.4g\n",

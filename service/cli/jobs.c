@@ -338,16 +338,21 @@ static void show_job(const json_t *job)
 	static const char *const plain[][2] = {
 		{ "id", "id:" }, { "name", "name:" }, { "owner", "owner:" }, { "run_as", "runs as:" },
 		{ "state", "state:" }, { "executor", "executor:" }, { "slurm_job_id", "slurm job:" },
-		{ "priority", "priority:" }, { "attempt", "attempt:" },
+		{ "node_list", "nodes:" }, { "priority", "priority:" }, { "attempt", "attempt:" },
 	};
+	/* shown only where the job has them (a Slurm job's; node_list once it ran) */
+	static const char *const when_set[] = { "slurm_job_id", "run_as", "node_list" };
 	static const char *const times[][2] = {
 		{ "created_at", "created:" }, { "started_at", "started:" }, { "ended_at", "ended:" },
 	};
 	double now = (double)time(NULL);
-	for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
-		if ((strcmp(plain[i][0], "slurm_job_id") != 0 && strcmp(plain[i][0], "run_as") != 0) ||
-		    json_is_string(json_object_get(job, plain[i][0])))
+	for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+		int optional = 0;
+		for (size_t k = 0; k < sizeof when_set / sizeof when_set[0]; k++)
+			optional |= strcmp(plain[i][0], when_set[k]) == 0;
+		if (!optional || json_is_string(json_object_get(job, plain[i][0])))
 			show_scalar(job, plain[i][0], plain[i][1]);
+	}
 	for (size_t i = 0; i < sizeof times / sizeof times[0]; i++)
 		show_time(job, times[i][0], times[i][1], now);
 	show_scalar(job, "exit_code", "exit code:");

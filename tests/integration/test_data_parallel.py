@@ -183,6 +183,7 @@ def test_only_rank0_writes_and_prints(trainer, mpirun, tmp_path):
     assert out.returncode == EXIT_OK, out.stderr
     assert out.stdout.count("step 20/20") == 1 and out.stdout.count("larch-train: dp:") == 1
     assert "parallel: 2 ranks over mpi" in out.stdout
+    assert "\ncomm:" not in out.stdout, "MPI is a cluster's data path: no caveat"
     seen = collections.Counter((m["step"], m["name"]) for m in metrics(job))
     assert seen and max(seen.values()) == 1
     assert result(job)["status"] == "completed"

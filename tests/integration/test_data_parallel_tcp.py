@@ -64,6 +64,7 @@ def test_srun_tasks_without_mpi_match_mpirun(trainer, mpirun, tmp_path, zero):
     (rc0, out0, err0), (rc1, out1, err1) = finish(start_tasks(trainer, s, job))
     assert rc0 == EXIT_OK and rc1 == EXIT_OK, (err0[-2000:], err1[-2000:])
     assert "2 ranks over tcp (started by srun)" in out0, out0
+    assert "\ncomm: tcp star through rank 0 (the fallback without MPI or NCCL" in out0, out0
     assert out1 == "", "only rank 0 prints"
     for step in (10, 20):
         want = (tmp_path / "mpi" / "checkpoints" / f"step-{step:08d}.safetensors").read_bytes()

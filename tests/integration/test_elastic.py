@@ -155,9 +155,9 @@ def test_larchd_records_why_in_the_jobs_events(tmp_path):
 @pytest.mark.parametrize("via", ["libslurm", "sbatch"])
 def test_slurm_starts_an_elastic_job_on_the_nodes_it_has(tmp_path, slurm_cluster, via):
     """4 ranks over 2 nodes, min_ranks 2, on the one-node dev cluster: larchd
-    asks Slurm for 1 to 2 nodes of 2 tasks (sbatch --nodes=1-2
-    --ntasks-per-node=2, or libslurm's min/max nodes), Slurm starts it on the
-    one node it has, the batch script launches the allocation's 2 tasks, and
+    asks Slurm for 1 to 2 nodes of 2 tasks' CPUs each (sbatch --nodes=1-2
+    --cpus-per-task=2, or libslurm's min/max nodes), Slurm starts it on the
+    one node it has, the batch script launches 2 tasks a node, and
     the run completes on 2 ranks with the batch kept, saying so in its events."""
     s = spec()
     s["checkpoint_every"] = 0
@@ -175,10 +175,11 @@ def test_slurm_starts_an_elastic_job_on_the_nodes_it_has(tmp_path, slurm_cluster
         job_dir = d.state_dir / "jobs" / jid
         out = (job_dir / "stdout.log").read_text()
         assert j["state"] == "COMPLETED", (j, out[-2000:], (job_dir / "stderr.log").read_text()[-2000:])
-        assert "${SLURM_NTASKS:-4}" in (job_dir / "slurm.sh").read_text()
+        assert ("--ntasks=$(( ${SLURM_JOB_NUM_NODES:-2} * 2 )) --ntasks-per-node=2 "
+                "--cpus-per-task=1") in (job_dir / "slurm.sh").read_text()
         show = slurm_cluster.run("scontrol", "-o", "show", "job", j["slurm_job_id"], check=False)
         if show.returncode == 0:            # (until MinJobAge forgets it)
-            assert "NumNodes=1 " in show.stdout and "NumTasks=2 " in show.stdout, show.stdout
+            assert "NumNodes=1 " in show.stdout and "NumCPUs=2 " in show.stdout, show.stdout
         assert ("elastic: 2 of the spec's 4 ranks started (parallel.elastic.min_ranks 2): "
                 "accumulation 2 -> 4, global batch 128 kept") in out, out[-2000:]
         assert out.count(f"step {STEPS}/{STEPS}") == 1, out[-2000:]
