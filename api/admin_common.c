@@ -303,3 +303,14 @@ enum MHD_Result admin_call(struct api_request *req,
 	fn(req->ctx->admin->arg, &s->call, call_done, req);
 	return ret;
 }
+
+void admin_call_job(struct admin_req *s, const struct db_job *job)
+{
+	snprintf(s->slurm_id, sizeof s->slurm_id, "%s", job->slurm_job_id ? job->slurm_job_id : "");
+	snprintf(s->unix_user, sizeof s->unix_user, "%s", job->unix_user ? job->unix_user : "");
+	s->call.slurm_job_id = s->slurm_id;
+	s->call.job_id = job->id;
+	s->call.sweep = job->sweep;
+	s->call.sweep_index = job->sweep_index;
+	s->call.unix_user = s->unix_user;
+}

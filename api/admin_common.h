@@ -40,6 +40,7 @@ struct admin_req {
 	int64_t job;
 	enum db_state from;                     /* the job's state when the call began */
 	char slurm_id[32];
+	char unix_user[65];                     /* the job's, for call.unix_user */
 	char node[ADMIN_NODE_MAX + 1];
 	char reason[4 * ADMIN_REASON_MAX + 1];
 	char partition[65];
@@ -54,6 +55,10 @@ struct admin_req {
  * out of memory (the caller replies 500 with api_reply_error). */
 struct admin_req *admin_begin(struct api_request *req, const char *action, const char *kind,
                               const char *param);
+
+/* Points call's job fields (slurm_job_id, job_id, sweep, unix_user) at
+ * job's, copied into s (job may be released after). */
+void admin_call_job(struct admin_req *s, const struct db_job *job);
 
 /* Audit entry, then an error reply (detail may be NULL; stolen). */
 enum MHD_Result admin_fail(struct api_request *req, unsigned status, enum api_error code,

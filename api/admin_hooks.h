@@ -50,11 +50,17 @@ struct api_admin_call {
 	const char *node;                /* DRAIN, RESUME: a validated node name */
 	const char *reason;              /* DRAIN: validated */
 	const char *slurm_job_id;        /* job ops: the job's Slurm id */
+	/* job ops: the larch job whose Slurm job that id must still be (Slurm
+	 * gives ids out again): the service checks its name and user first */
+	long long job_id;
+	long long sweep;                 /* its sweep, 0: none (else an array task) */
+	long long sweep_index;           /* its index in the sweep: the array task */
+	const char *unix_user;           /* the Unix user it runs as; NULL or "": larchd's */
 	struct api_admin_update update;  /* UPDATE */
 
 	/* out: status 200 when it was done, else the HTTP status that says why
 	 * not: 400 (Slurm refused a value), 404 (no such node), 409 (not in a
-	 * state that allows it), 503 (Slurm unreachable or too slow), 500 */
+	 * state that allows it, or the Slurm id is another job's now), 503 (Slurm unreachable or too slow), 500 */
 	unsigned status;
 	char *body;                      /* 200 of the views, drain, resume: JSON object text,
 	                                    malloc'd; the handler frees it */

@@ -161,7 +161,7 @@ static enum MHD_Result job_verb(struct api_request *req, enum verb v, const char
 	s->job = id;
 	s->from = job.state;
 	if (slurm == 1)
-		snprintf(s->slurm_id, sizeof s->slurm_id, "%s", job.slurm_job_id);
+		admin_call_job(s, &job);
 	db_job_release(&job);
 	if (slurm < 0)
 		return ret;
@@ -176,7 +176,6 @@ static enum MHD_Result job_verb(struct api_request *req, enum verb v, const char
 		                  "Slurm job", hooks->executor, verb_names[v]);
 	s->call.op = v == HOLD ? API_ADMIN_HOLD : v == RELEASE ? API_ADMIN_RELEASE
 	                                                       : API_ADMIN_REQUEUE;
-	s->call.slurm_job_id = s->slurm_id;
 	return admin_call(req, hooks->job, then);
 }
 

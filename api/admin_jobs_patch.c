@@ -165,7 +165,7 @@ enum MHD_Result api_admin_jobs_patch(struct api_request *req)
 	s->from = st;
 	s->old_priority = job.priority;
 	if (in_slurm)
-		snprintf(s->slurm_id, sizeof s->slurm_id, "%s", job.slurm_job_id);
+		admin_call_job(s, &job);
 	db_job_release(&job);
 
 	const struct api_admin_update *u = &s->call.update;
@@ -191,6 +191,5 @@ enum MHD_Result api_admin_jobs_patch(struct api_request *req)
 		return admin_fail(req, 409, API_ERR_CONFLICT, NULL, "the %s executor cannot update a "
 		                  "Slurm job", hooks->executor);
 	s->call.op = API_ADMIN_UPDATE;
-	s->call.slurm_job_id = s->slurm_id;
 	return admin_call(req, hooks->job, updated);
 }

@@ -26,6 +26,11 @@
  * (fstat: size, mtime, ctime, the verdict's own key; not a second hash of
  * every byte), and a file rewritten in place meanwhile cuts the connection
  * there: the client sees a short body, never a silently wrong one.
+ * larchd's import at a job's end hashes its checkpoints and records those
+ * hashes (service/job_import.c); it seeds their verdicts here
+ * (api_job_file_trust), so the first download after the job ends is not
+ * hashed again. larch_download_hashes_total in /metrics counts the files
+ * hashed for an answer (api_job_file_hashes).
  *
  * HTTP: the body is read in pieces (pread), never whole in memory. ETag is
  * the quoted sha256; If-None-Match naming it is a 304 without opening the
@@ -70,5 +75,19 @@ enum MHD_Result api_job_file_reply(struct api_request *req, const struct api_job
  * it does not exist. For the service too (service/export.c). */
 int api_job_file_open(const char *dir, const char *path, struct stat *st, int *gone, char *why,
                       size_t whylen);
+
+/* Seeds the verdict "good" of a file hashed outside a reply (the import
+ * at a job's end): before and after are fstat(2) of the descriptor that
+ * was hashed, taken before the first read and after the last, sha256 the
+ * digest of what was read (the hash that gets recorded for it). Seeds
+ * only when the file's identity (device, inode, size, mtime, ctime) is
+ * the same in both, else the bytes hashed may not be the file's: returns
+ * 1 when seeded, 0 when not. Thread-safe. */
+int api_job_file_trust(const struct stat *before, const struct stat *after,
+                       const char *sha256);
+
+/* Files hashed to answer a request since start (a verdict not known yet):
+ * for GET /metrics. */
+unsigned long long api_job_file_hashes(void);
 
 #endif

@@ -8,6 +8,7 @@
 #include "handlers.h"
 #include "jobs_hooks.h"
 #include "jobs_common.h"
+#include "job_file.h"
 #include "reply.h"
 #include "stats.h"
 
@@ -31,6 +32,10 @@ enum MHD_Result api_metrics_get(struct api_request *req)
 	for (int s = 0; s < DB_STATE_COUNT; s++)
 		api_buf_printf(&b, "larch_jobs{state=\"%s\"} %lld\n", db_state_name(s),
 		               (long long)counts[s]);
+	api_buf_printf(&b, "# HELP larch_download_hashes_total Files hashed to answer a download "
+	                   "(their verdict was not known yet).\n"
+	                   "# TYPE larch_download_hashes_total counter\n"
+	                   "larch_download_hashes_total %llu\n", api_job_file_hashes());
 	uint64_t groups, submits;
 	db_jobs_submit_stats(db, &groups, &submits);
 	api_buf_printf(&b, "# HELP larch_db_submit_groups_total Group commits of submitted jobs.\n"

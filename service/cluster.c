@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "cluster_internal.h"
 #include "db/jobs.h"
+#include "identity.h"
 #include "log.h"
 
 static const char *const view_keys[SVC_VIEWS] = { "queues", "nodes" };
@@ -332,11 +333,15 @@ static void hook_action(void *arg, struct api_admin_call *call, api_admin_done_f
 
 struct svc_cluster *svc_cluster_new(struct db *db, const char *executor,
                                     unsigned max_local_jobs, unsigned slurm_timeout_s,
-                                    char *err, size_t errlen)
+                                    const char *slurm_instance, char *err, size_t errlen)
 {
 	int slurm = executor && strcmp(executor, "slurm") == 0;
 	if (!db || (!slurm && (!executor || strcmp(executor, "local") != 0))) {
 		snprintf(err, errlen, "cluster: needs a database and the executor local or slurm");
+		return NULL;
+	}
+	if (slurm && (!slurm_instance || strlen(slurm_instance) != SLURM_INSTANCE_LEN)) {
+		snprintf(err, errlen, "cluster: needs the instance id of larch's slurm job names");
 		return NULL;
 	}
 	struct svc_cluster *c = calloc(1, sizeof *c);
@@ -347,6 +352,17 @@ struct svc_cluster *svc_cluster_new(struct db *db, const char *executor,
 	c->db = db;
 	snprintf(c->executor, sizeof c->executor, "%s", executor);
 	c->max_local_jobs = max_local_jobs ? max_local_jobs : 1;
+	if (slurm) {
+		struct svc_unix_id self;
+		char why[256];
+		if (svc_unix_id_self(&self, why, sizeof why) != 0) {
+			snprintf(err, errlen, "cluster: %s", why);
+			free(c);
+			return NULL;
+		}
+		snprintf(c->instance, sizeof c->instance, "%s", slurm_instance);
+		snprintf(c->self_user, sizeof c->self_user, "%s", self.name);
+	}
 	unsigned t = slurm_timeout_s && slurm_timeout_s < SVC_CLUSTER_TIMEOUT_CAP_S
 	             ? slurm_timeout_s : SVC_CLUSTER_TIMEOUT_CAP_S;
 	c->timeout_ms = (int)t * 1000;

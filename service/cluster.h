@@ -15,8 +15,13 @@
  *   - drain/resume are `scontrol update NodeName=N State=DRAIN Reason=R` /
  *     `State=RESUME`, answered with the node(s) as `sinfo -N -n N` shows
  *     them right after; hold/release/requeue/update are `scontrol hold ID`
- *     (after `squeue -j ID` says the job is still PENDING), `scontrol
- *     release ID`, `scontrol requeue ID`, `scontrol update JobId=ID ...`.
+ *     (only of a job Slurm has PENDING), `scontrol release ID`, `scontrol
+ *     requeue ID`, `scontrol update JobId=ID ...`. Each is sent only after
+ *     `scontrol -o show job ID` says the Slurm job of that id is still the
+ *     larch job's: its name (slurm_name.h; an array task's, its array's
+ *     with the task) and its user. Slurm gives ids out again (slurmctld
+ *     restarted on an old state, a clean cluster): an id that is another
+ *     job's now is a 409 and nothing is sent to Slurm.
  *     A change makes the snapshots it affects stale at once.
  * Every command goes through slurm_cmd_run (argv, never a shell; node
  * names, reasons and partitions arrive validated by the API) with a timeout
@@ -46,11 +51,13 @@
 struct db;
 struct svc_cluster;
 
-/* executor: "local" or "slurm" (copied). Under Slurm, starts the threads.
- * Returns NULL with err filled. */
+/* executor: "local" or "slurm" (copied). Under Slurm, starts the threads;
+ * slurm_instance is the instance id in larch's Slurm job names
+ * (slurm_name.h; copied), which the job ops check. Returns NULL with err
+ * filled. */
 struct svc_cluster *svc_cluster_new(struct db *db, const char *executor,
                                     unsigned max_local_jobs, unsigned slurm_timeout_s,
-                                    char *err, size_t errlen);
+                                    const char *slurm_instance, char *err, size_t errlen);
 /* For struct api_ctx.admin; static storage of c. */
 const struct api_admin_hooks *svc_cluster_hooks(struct svc_cluster *c);
 /* Stops the threads (after the calls they are running) and frees c.
@@ -69,6 +76,12 @@ void svc_node_state(const char *slurm, char *out, size_t len, int *responding);
 /* A Slurm time limit ("30:00", "1:00:00", "2-00:00:00", "infinite") in
  * seconds; -1 for none (infinite, unlimited), -2 when it is not one. */
 long svc_slurm_time_s(const char *s);
+/* Whether `scontrol -o show job ID` output (out) is of the Slurm job
+ * named `name` (slurm_name.h) of Unix user `user`; for an array task
+ * (task >= 0), Slurm's ArrayTaskId must name that task when it names one
+ * task. 1 with Slurm's JobState ("PENDING", ...) in state, else 0. */
+int svc_slurm_job_is(const char *out, const char *name, const char *user, long long task,
+                     char *state, size_t len);
 struct slurm_cmd_result;
 /* Whether a Slurm command failed because Slurm could not be asked (timed
  * out, did not run, or said it could not reach slurmctld or slurmdbd)

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "cluster.h"
+#include "slurm_name.h"
 
 enum svc_cluster_view { SVC_VIEW_QUEUES, SVC_VIEW_NODES, SVC_VIEWS };
 
@@ -46,6 +47,8 @@ struct svc_cluster {
 	char executor[8];             /* "local" or "slurm" */
 	unsigned max_local_jobs;
 	int timeout_ms;               /* each Slurm command */
+	char instance[SLURM_INSTANCE_LEN + 1];   /* in larch's Slurm job names; "" local */
+	char self_user[64];           /* larchd's own Unix user: the jobs' with no unix_user */
 	struct api_admin_hooks hooks;
 
 	pthread_mutex_t lock;

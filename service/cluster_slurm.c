@@ -598,23 +598,63 @@ static int slurm_id_ok(const char *s)
 	return n >= 1 && n < 24 && strspn(s, "0123456789_") == n && isdigit((unsigned char)s[0]);
 }
 
-/* For hold: Slurm's state of the job ("PENDING", ...) into state; 0, or -1
- * with the call's failure filled. */
-static int job_state(struct svc_cluster *c, struct api_admin_call *call, char *state,
+/* "Key=value" of one scontrol -o line into out, "" when absent. */
+static void scontrol_field(const char *line, const char *key, char *out, size_t len)
+{
+	out[0] = '\0';
+	size_t klen = strlen(key);
+	for (const char *p = line; (p = strstr(p, key)) != NULL; p += klen)
+		if ((p == line || p[-1] == ' ') && p[klen] == '=') {
+			const char *v = p + klen + 1;
+			snprintf(out, len, "%.*s", (int)strcspn(v, " \n"), v);
+			return;
+		}
+}
+
+int svc_slurm_job_is(const char *out, const char *name, const char *user, long long task,
+                     char *state, size_t len)
+{
+	char line[8192], f_name[128], f_user[96], f_task[64];
+	state[0] = '\0';
+	if (!out || !name || !name[0] || !user || !user[0])
+		return 0;
+	snprintf(line, sizeof line, "%.*s", (int)strcspn(out, "\n"), out);   /* the first record */
+	scontrol_field(line, "JobName", f_name, sizeof f_name);
+	scontrol_field(line, "UserId", f_user, sizeof f_user);
+	f_user[strcspn(f_user, "(")] = '\0';          /* "alice(1001)" */
+	if (strcmp(f_name, name) != 0 || strcmp(f_user, user) != 0)
+		return 0;
+	scontrol_field(line, "ArrayTaskId", f_task, sizeof f_task);
+	if (task >= 0 && !f_task[0])
+		return 0;                                   /* not an array task */
+	if (task < 0 && f_task[0])
+		return 0;
+	if (task >= 0 && strspn(f_task, "0123456789") == strlen(f_task) &&
+	    strtoll(f_task, NULL, 10) != task)
+		return 0;                                   /* another task of the array */
+	scontrol_field(line, "JobState", state, len);
+	return state[0] != '\0';
+}
+
+/* Whether the Slurm job call->slurm_job_id is still the larch job's (its
+ * name and user): 0 with Slurm's state of it in state, or -1 with the
+ * call's failure filled (409 when it has ended or is another job's). */
+static int job_check(struct svc_cluster *c, struct api_admin_call *call, char *state,
                      size_t len)
 {
-	const char *argv[] = { "squeue", "-h", "-j", call->slurm_job_id, "-O", "State:|", NULL };
+	const char *argv[] = { "scontrol", "-o", "show", "job", call->slurm_job_id, NULL };
+	char name[SLURM_NAME_MAX], larch_id[DB_JOB_ID_MAX];
+	slurm_job_name(c->instance, call->job_id, call->sweep, name, sizeof name);
+	db_job_id_format((int64_t)call->job_id, larch_id);
+	const char *user = call->unix_user && call->unix_user[0] ? call->unix_user : c->self_user;
 	struct slurm_cmd_result res;
 	char what[API_ADMIN_MESSAGE_MAX];
 	int rc = run(c, argv, &res, what, sizeof what);
-	if (rc == 0) {
-		snprintf(state, len, "%s", res.out);
-		state[strcspn(state, "|\n")] = '\0';
-	}
-	if (rc == 0 && !state[0]) {
+	if (rc == 0 && !svc_slurm_job_is(res.out, name, user, call->sweep > 0 ? call->sweep_index
+	                                                                       : -1, state, len)) {
 		call->status = 409;
-		svc_cluster_say(call->message, sizeof call->message, "slurm no longer has job %s (it has "
-		         "ended)", call->slurm_job_id);
+		svc_cluster_say(call->message, sizeof call->message, "slurm job %s is not %s's (it is "
+		                "another job's now): nothing done", call->slurm_job_id, larch_id);
 		rc = -1;
 	} else if (rc != 0 && !svc_slurm_unreachable(&res) && strstr(res.err, "Invalid job id")) {
 		call->status = 409;
@@ -655,14 +695,13 @@ int svc_cluster_slurm_job(struct svc_cluster *c, struct api_admin_call *call)
 		         "one", call->slurm_job_id ? call->slurm_job_id : "");
 		return 0;
 	}
-	char job_arg[64], prio[48], nice[48], limit[48], part[96];
+	char job_arg[64], prio[48], nice[48], limit[48], part[96], state[64];
 	const char *argv[10] = { "scontrol" };
 	int n = 1;
+	if (job_check(c, call, state, sizeof state) != 0)
+		return 0;
 	switch (call->op) {
 	case API_ADMIN_HOLD: {
-		char state[64];
-		if (job_state(c, call, state, sizeof state) != 0)
-			return 0;
 		if (strcmp(state, "PENDING") != 0) {
 			call->status = 409;
 			svc_cluster_say(call->message, sizeof call->message, "slurm job %s is %s: only a "

@@ -13,7 +13,7 @@
  * Identity. Slurm's job ids restart on a clean cluster, and several larchd
  * may share one cluster, so a job is known by its name:
  * "larch-<instance>-j-000123", where the instance id is made once per state
- * dir (STATE/instance-id). Once sbatch answered, the Slurm id is also kept in
+ * dir (STATE/instance-id; service/slurm_name.h). Once sbatch answered, the Slurm id is also kept in
  * DIR/slurm-job-id (for people; in the database by the runner, and only the
  * database's is believed: a job's owner may rewrite the file). A job is
  * matched to squeue's rows by its name and its Unix user: another user may
@@ -72,7 +72,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -85,6 +84,7 @@
 #include "slurm_array.h"
 #include "slurm_cmd.h"
 #include "slurm_gone.h"
+#include "slurm_name.h"
 #include "slurm_submit.h"
 
 #define SUBMIT_BATCH 256          /* sbatch calls per pass at most */
@@ -140,8 +140,9 @@ struct slurm_ex {
 	char *roots[EXEC_DATA_ROOTS_MAX];   /* data_roots for confined jobs (copies) */
 	int n_roots;
 	char self_user[SVC_UNIX_NAME_MAX + 1];   /* larchd's own Unix user, as squeue names it */
-	char prefix[48];              /* "larch-<instance>-j-" */
-	char sprefix[48];             /* "larch-<instance>-s-": a sweep's job arrays */
+	char instance[SLURM_INSTANCE_LEN + 1];   /* in the job names (slurm_name.h) */
+	char prefix[SLURM_NAME_MAX];  /* "larch-<instance>-j-" */
+	char sprefix[SLURM_NAME_MAX]; /* "larch-<instance>-s-": a sweep's job arrays */
 	int use_api;                  /* submit through libslurm, not sbatch */
 
 	pthread_mutex_t lock;         /* guards all below */
@@ -1877,10 +1878,7 @@ static struct sjob *new_sjob(struct slurm_ex *sx, const struct exec_job *job, en
 	j->last = -1;
 	j->restarts = -1;
 	snprintf(j->sid, sizeof j->sid, "%s", sid ? sid : "");
-	if (j->task >= 0)
-		snprintf(j->name, sizeof j->name, "%s%06lld", sx->sprefix, job->sweep);
-	else
-		snprintf(j->name, sizeof j->name, "%s%06lld", sx->prefix, job->id);
+	slurm_job_name(sx->instance, job->id, job->sweep, j->name, sizeof j->name);
 	return j;
 }
 
@@ -2178,25 +2176,6 @@ const char *exec_slurm_submits_with(const struct executor *ex)
 	return ((const struct slurm_ex *)ex)->use_api ? "libslurm" : "sbatch";
 }
 
-/* STATE/instance-id: 16 hex digits made once, so that job names of two
- * larchd sharing a cluster (or of one state dir and the next) never meet. */
-static int instance_id(const char *state_dir, char out[17], char *err, size_t errlen)
-{
-	if (read_file(state_dir, "instance-id", out, 17) == 0 && strlen(out) == 16 &&
-	    strspn(out, "0123456789abcdef") == 16)
-		return 0;
-	unsigned char raw[8];
-	if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
-		snprintf(err, errlen, "getrandom: %s", strerror(errno));
-		return -1;
-	}
-	for (int i = 0; i < 8; i++)
-		snprintf(out + 2 * i, 3, "%02x", raw[i]);
-	char line[18];
-	snprintf(line, sizeof line, "%s\n", out);
-	return write_file(state_dir, "instance-id", line, 0640, err, errlen);
-}
-
 static char *dup_or_null(const char *s)
 {
 	return s && *s ? strdup(s) : NULL;
@@ -2228,7 +2207,6 @@ struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, 
 	pthread_mutex_init(&sx->lock, NULL);
 	sx->default_part = -1;
 	pthread_cond_init(&sx->wake, NULL);
-	char inst[17];
 	sx->trainer_path = strdup(cfg->trainer_path);
 	sx->state_dir = strdup(cfg->state_dir);
 	sx->server_url = dup_or_null(cfg->server_url);
@@ -2245,14 +2223,14 @@ struct executor *exec_slurm_new(const struct exec_slurm_config *cfg, char *err, 
 	char self_err[256];
 	if (svc_unix_id_self(&self, self_err, sizeof self_err) == 0)
 		snprintf(sx->self_user, sizeof sx->self_user, "%s", self.name);
-	if (oom || instance_id(cfg->state_dir, inst, err, errlen) != 0) {
+	if (oom || slurm_instance_id(cfg->state_dir, sx->instance, err, errlen) != 0) {
 		if (oom)
 			snprintf(err, errlen, "out of memory");
 		slurm_free(&sx->base);
 		return NULL;
 	}
-	snprintf(sx->prefix, sizeof sx->prefix, "larch-%s-j-", inst);
-	snprintf(sx->sprefix, sizeof sx->sprefix, "larch-%s-s-", inst);
+	slurm_name_prefix(sx->instance, 0, sx->prefix, sizeof sx->prefix);
+	slurm_name_prefix(sx->instance, 1, sx->sprefix, sizeof sx->sprefix);
 	if (cfg->submit_via != EXEC_SLURM_SUBMIT_SBATCH) {
 		char why[256];
 		if (slurm_api_init(why, sizeof why) == 0) {

@@ -40,14 +40,16 @@ int svc_import_metrics(struct db *db, int64_t job, const char *dir, struct svc_i
 
 /* Records DIR/checkpoints/step-<digits>.safetensors (other names, such as a
  * writer's temporaries, are ignored) with its bytes and SHA-256 (streamed
- * through OpenSSL's EVP digest). A missing directory is no checkpoints.
+ * through OpenSSL's EVP digest, svc_fd_sha256). A missing directory is no checkpoints.
  * Returns 0, or -1 with err filled. */
 int svc_import_checkpoints(struct db *db, int64_t job, const char *dir,
                            struct svc_import_stats *st, char *err, size_t errlen);
 
-/* The SHA-256 of what fd reads (to its end) as 64 lower-case hex digits,
- * and its size; closes fd. path names it in err. Returns 0, or -1 with err
- * filled. */
+/* The SHA-256 of fd's file (from offset 0 to its end; trn_sha256_fd) as
+ * 64 lower-case hex digits, and its size; closes fd. A file whose identity
+ * (fstat before and after) held meanwhile has its download verdict seeded
+ * with it (api_job_file_trust). path names it in err. Returns 0, or -1
+ * with err filled. */
 int svc_fd_sha256(int fd, const char *path, char hex[65], int64_t *bytes, char *err,
                   size_t errlen);
 

@@ -47,6 +47,7 @@
 #include "preflight.h"
 #include "runner.h"
 #include "server.h"
+#include "slurm_name.h"
 #include "state_dir.h"
 #include "tls.h"
 #include "webhook_target.h"
@@ -373,8 +374,11 @@ static int start(struct larchd *d, char *err, size_t errlen, char *admin_path, s
 	                                     .timeout_s = d->cfg.preflight_timeout };
 	if (!(d->preflight = svc_preflight_new(&pcfg, err, errlen)))
 		return -1;
+	char instance[SLURM_INSTANCE_LEN + 1] = "";   /* the executor reads the same */
+	if (slurm && slurm_instance_id(state, instance, err, errlen) != 0)
+		return -1;
 	if (!(d->cluster = svc_cluster_new(d->db, d->cfg.executor, d->cfg.max_local_jobs,
-	                                   d->cfg.slurm_timeout, err, errlen)))
+	                                   d->cfg.slurm_timeout, instance, err, errlen)))
 		return -1;
 	struct svc_acct_config acfg = { .db = d->db, .executor = d->cfg.executor,
 	                                .enabled = strcmp(d->cfg.accounting, "off") != 0,

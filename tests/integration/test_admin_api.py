@@ -620,6 +620,67 @@ def test_slurm_hold_release_patch_requeue(slurm_admin, slurm_cluster, tmp_path):
                if e["action"] == "job.update" and e["status"] == 409)
 
 
+def set_slurm_id(admin, jid, sid):
+    """The database's Slurm id of jid, as a slurmctld that lost its state leaves it: an id
+    Slurm has since given to another job."""
+    db = sqlite3.connect(str(admin.d.state_dir / "larch.db"), timeout=10)
+    try:
+        with db:
+            db.execute("UPDATE jobs SET slurm_job_id = ? WHERE id = ?", (str(sid), int(jid[2:])))
+    finally:
+        db.close()
+
+
+def test_slurm_job_ops_refuse_an_id_now_another_jobs(slurm_admin, slurm_cluster, tmp_path):
+    a = slurm_admin
+    sleep_sh = tmp_path / "sleep.sh"
+    sleep_sh.write_text("#!/bin/sh\nsleep 600\n")
+    cpus = node_cpus(slurm_cluster)
+    blocker = slurm_cluster.submit(sleep_sh, "-c", str(cpus), "-o", "/dev/null")
+    foreign = None
+    try:
+        wait_for(lambda: slurm_cluster.job(blocker)["JobState"] == "RUNNING", "the blocker running")
+        # root's own job, outside larch, pending behind the blocker
+        foreign = slurm_cluster.submit(sleep_sh, "-J", "not-larch", "-o", "/dev/null")
+        jid = a.submit("stale")
+        sid = a.wait_state(jid, "QUEUED")["slurm_job_id"]
+        set_slurm_id(a, jid, foreign)
+        was = slurm_cluster.job(foreign)
+        want = f"slurm job {foreign} is not {jid}'s (it is another job's now): nothing done"
+        for method, path, body in [("POST", f"/v1/jobs/{jid}/hold", None),
+                                   ("PATCH", f"/v1/jobs/{jid}", {"nice": 5, "time_limit": 20})]:
+            err = assert_error(a.req(method, path, body), 409, "conflict")
+            assert err["message"] == want, err
+        now = slurm_cluster.job(foreign)
+        for key in ("JobState", "Reason", "Nice", "Priority", "TimeLimit", "JobName", "Restarts"):
+            assert now[key] == was[key], (key, was, now)
+        assert a.job(jid)["state"] == "QUEUED"
+        # larch's own Slurm job is untouched too, and the right id still works
+        assert slurm_cluster.job(sid)["Reason"] != "JobHeldAdmin"
+        set_slurm_id(a, jid, sid)
+        assert a.ok("POST", f"/v1/jobs/{jid}/hold")["state"] == "HELD"
+        assert slurm_cluster.job(sid)["Reason"] == "JobHeldAdmin"
+        a.ok("POST", f"/v1/jobs/{jid}/release")
+
+        # both run: a requeue of the foreign id is refused, the foreign job runs on
+        slurm_cluster.run("scancel", str(blocker))
+        wait_for(lambda: slurm_cluster.job(foreign)["JobState"] == "RUNNING", "foreign running")
+        a.wait_state(jid, "RUNNING")
+        set_slurm_id(a, jid, foreign)
+        err = assert_error(a.req("POST", f"/v1/jobs/{jid}/requeue"), 409, "conflict")
+        assert err["message"] == want, err
+        now = slurm_cluster.job(foreign)
+        assert (now["JobState"], now["Restarts"]) == ("RUNNING", "0"), now
+        assert a.job(jid)["state"] == "RUNNING"
+        set_slurm_id(a, jid, sid)
+    finally:
+        slurm_cluster.run("scancel", str(blocker), check=False)
+        if foreign:
+            slurm_cluster.run("scancel", str(foreign), check=False)
+    entries = a.audit(target=f"jobs/{jid}", limit=50)
+    assert entry(entries, "job.requeue", f"jobs/{jid}", 409)["message"] == want
+
+
 def test_slurm_unreachable_503_then_stale(tmp_path, slurm_cluster):
     # a config whose controller nobody listens on: nothing to show, 503
     port = free_ports()

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import struct
 import subprocess
@@ -212,6 +213,29 @@ def spare(srv):
     jid = srv.submit(srv.owner, spec("spare", steps=5))
     assert srv.wait(jid)["state"] == "COMPLETED"
     return jid
+
+
+def download_hashes(srv):
+    text = requests.get(srv.url + "/metrics", headers=srv.admin, timeout=10).text
+    m = re.search(r"^larch_download_hashes_total (\d+)$", text, re.M)
+    assert m, text
+    return int(m.group(1))
+
+
+def test_first_download_after_the_job_is_not_hashed_again(srv, spare):
+    # the import at the job's end hashed the file: its verdict is known
+    ck = srv.checkpoints(spare)[0]
+    before = download_hashes(srv)
+    r = srv.get(spare, 5, srv.owner)
+    assert r.status_code == 200 and sha(r.content) == ck["sha256"]
+    assert download_hashes(srv) == before
+    # touched since (same bytes, a new mtime and ctime): hashed once, then known
+    path = job_file(srv, spare, 5)
+    os.utime(path)
+    for _ in range(2):
+        r = srv.get(spare, 5, srv.owner)
+        assert r.status_code == 200 and sha(r.content) == ck["sha256"]
+        assert download_hashes(srv) == before + 1
 
 
 def test_corrupted_file_is_refused(srv, spare):

@@ -3,7 +3,8 @@
  * service/export.c hashes): plain files pass; a symbolic link at any
  * component, a FIFO (refused without blocking), a hard link, a directory,
  * "." and "..", a path outside the directory are refused, and a missing
- * file is told apart ("gone"). And api/jobs_export_common.c's export ids.
+ * file is told apart ("gone"). And api/jobs_export_common.c's export ids,
+ * and the rule of seeding a verdict from the import's hash.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -170,6 +171,57 @@ static void test_export_ids(void)
 	CHECK_STR_EQ(api_export_state_name(API_EXPORT_FAILED), "failed");
 }
 
+/* The import's seeding of a download verdict: only when the file's
+ * identity held from before the hash to after it. */
+static void test_trust_needs_the_same_file(void)
+{
+	static const char sha[] = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+	put("ck", "test");
+	char p[PATH_MAX + 64];
+	snprintf(p, sizeof p, "%s/ck", dir);
+	int fd = open(p, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	struct stat before, after;
+	CHECK_INT_EQ(fstat(fd, &before), 0);
+	CHECK_INT_EQ(fstat(fd, &after), 0);
+	CHECK_INT_EQ(api_job_file_trust(&before, &after, sha), 1);
+	/* not a sha256 */
+	CHECK_INT_EQ(api_job_file_trust(&before, &after, "abc"), 0);
+	CHECK_INT_EQ(api_job_file_trust(&before, &after, NULL), 0);
+	char upper[65];
+	snprintf(upper, sizeof upper, "%s", sha);
+	upper[0] = 'F';
+	CHECK_INT_EQ(api_job_file_trust(&before, &after, upper), 0);
+	/* written while it was hashed: the size changes */
+	CHECK_INT_EQ((int)pwrite(fd, "more", 4, 4), 4);
+	CHECK_INT_EQ(fstat(fd, &after), 0);
+	CHECK_INT_EQ(api_job_file_trust(&before, &after, sha), 0);
+	/* rewritten in place, same size: mtime and ctime change */
+	CHECK_INT_EQ(fstat(fd, &before), 0);
+	struct timespec times[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_sec = 1000000000 } };
+	CHECK_INT_EQ(futimens(fd, times), 0);
+	CHECK_INT_EQ(fstat(fd, &after), 0);
+	CHECK_INT_EQ(api_job_file_trust(&before, &after, sha), 0);
+	/* its mtime set back as it was: ctime still tells */
+	times[1] = before.st_mtim;
+	CHECK_INT_EQ(futimens(fd, times), 0);
+	CHECK_INT_EQ(fstat(fd, &after), 0);
+	CHECK_INT_EQ(api_job_file_trust(&before, &after, sha), 0);
+	close(fd);
+	/* replaced by another file of the same size (another inode) */
+	CHECK_INT_EQ(stat(p, &before), 0);
+	char q[PATH_MAX + 64];
+	snprintf(q, sizeof q, "%s/ck2", dir);
+	put("ck2", "testmore");
+	CHECK_INT_EQ(rename(q, p), 0);
+	CHECK_INT_EQ(stat(p, &after), 0);
+	CHECK_INT_EQ(api_job_file_trust(&before, &after, sha), 0);
+	/* a directory is no file to serve */
+	CHECK_INT_EQ(stat(dir, &before), 0);
+	CHECK_INT_EQ(api_job_file_trust(&before, &before, sha), 0);
+	CHECK_INT_EQ((long long)api_job_file_hashes(), 0);
+}
+
 int main(void)
 {
 	setup();
@@ -179,6 +231,7 @@ int main(void)
 	CHECK_RUN(test_fifo_and_directory_are_refused_without_blocking);
 	CHECK_RUN(test_paths_outside_are_refused);
 	CHECK_RUN(test_export_ids);
+	CHECK_RUN(test_trust_needs_the_same_file);
 	char cmd[PATH_MAX + 16];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 	if (system(cmd) != 0)

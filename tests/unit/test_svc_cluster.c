@@ -14,6 +14,7 @@
 #include "db/jobs.h"
 #include "db/tokens.h"
 #include "service/cluster.h"
+#include "service/slurm_name.h"
 
 static char *joined(json_t *names)
 {
@@ -139,9 +140,11 @@ static void test_local_views(void)
 	CHECK_INT_EQ(db_jobs_transition(db, &t, NULL, NULL), 0);
 
 	char e[256];
-	CHECK(svc_cluster_new(db, "nope", 4, 10, e, sizeof e) == NULL);
+	CHECK(svc_cluster_new(db, "nope", 4, 10, NULL, e, sizeof e) == NULL);
 	CHECK(strstr(e, "local or slurm") != NULL);
-	struct svc_cluster *c = svc_cluster_new(db, "local", 4, 10, e, sizeof e);
+	CHECK(svc_cluster_new(db, "slurm", 4, 10, "short", e, sizeof e) == NULL);
+	CHECK(strstr(e, "instance id") != NULL);
+	struct svc_cluster *c = svc_cluster_new(db, "local", 4, 10, NULL, e, sizeof e);
 	CHECK_MSG(c != NULL, "%s", e);
 	if (!c) {
 		db_close(db);
@@ -198,8 +201,76 @@ static void test_local_views(void)
 	db_close(db);
 }
 
+/* The admin job ops act on a Slurm id only while scontrol names it the
+ * larch job's: name, user, and for an array task the task. */
+static void test_job_is(void)
+{
+	const char *inst = "0123456789abcdef";
+	char name[SLURM_NAME_MAX], arr[SLURM_NAME_MAX], state[32];
+	slurm_job_name(inst, 5, 0, name, sizeof name);
+	CHECK_STR_EQ(name, "larch-0123456789abcdef-j-000005");
+	slurm_job_name(inst, 41, 7, arr, sizeof arr);
+	CHECK_STR_EQ(arr, "larch-0123456789abcdef-s-000007");
+	char prefix[SLURM_NAME_MAX];
+	slurm_name_prefix(inst, 1, prefix, sizeof prefix);
+	CHECK(strncmp(arr, prefix, strlen(prefix)) == 0);
+
+	const char *ours = "JobId=12 JobName=larch-0123456789abcdef-j-000005 UserId=root(0) "
+	                   "GroupId=root(0) Priority=1 JobState=PENDING Reason=None\n";
+	CHECK_INT_EQ(svc_slurm_job_is(ours, name, "root", -1, state, sizeof state), 1);
+	CHECK_STR_EQ(state, "PENDING");
+	/* the id given to another job: another name, another user */
+	CHECK_INT_EQ(svc_slurm_job_is("JobId=12 JobName=sleep UserId=root(0) JobState=RUNNING\n",
+	                              name, "root", -1, state, sizeof state), 0);
+	CHECK_STR_EQ(state, "");
+	CHECK_INT_EQ(svc_slurm_job_is(ours, name, "alice", -1, state, sizeof state), 0);
+	/* another larchd's job 5, a job of this name by hand with a prefix */
+	CHECK_INT_EQ(svc_slurm_job_is("JobId=12 JobName=larch-fedcba9876543210-j-000005 "
+	                              "UserId=root(0) JobState=PENDING", name, "root", -1, state,
+	                              sizeof state), 0);
+	CHECK_INT_EQ(svc_slurm_job_is("JobId=12 JobName=xlarch-0123456789abcdef-j-000005 "
+	                              "UserId=root(0) JobState=PENDING", name, "root", -1, state,
+	                              sizeof state), 0);
+	/* a key's value never stands for another key ("OldJobName=") */
+	CHECK_INT_EQ(svc_slurm_job_is("JobId=12 OldJobName=larch-0123456789abcdef-j-000005 "
+	                              "JobName=x UserId=root(0) JobState=PENDING", name, "root", -1,
+	                              state, sizeof state), 0);
+	/* array tasks: the array's name, and the task when scontrol names one */
+	const char *task = "JobId=30 ArrayJobId=27 ArrayTaskId=3 JobName=larch-0123456789abcdef-"
+	                   "s-000007 UserId=alice(1001) JobState=RUNNING";
+	CHECK_INT_EQ(svc_slurm_job_is(task, arr, "alice", 3, state, sizeof state), 1);
+	CHECK_STR_EQ(state, "RUNNING");
+	CHECK_INT_EQ(svc_slurm_job_is(task, arr, "alice", 4, state, sizeof state), 0);
+	CHECK_INT_EQ(svc_slurm_job_is(task, arr, "alice", -1, state, sizeof state), 0);
+	const char *meta = "JobId=27 ArrayJobId=27 ArrayTaskId=3-6%2 JobName=larch-0123456789abcdef-"
+	                   "s-000007 UserId=alice(1001) JobState=PENDING";
+	CHECK_INT_EQ(svc_slurm_job_is(meta, arr, "alice", 4, state, sizeof state), 1);
+	/* a plain job where an array task was recorded, and the reverse */
+	CHECK_INT_EQ(svc_slurm_job_is("JobId=27 JobName=larch-0123456789abcdef-s-000007 "
+	                              "UserId=alice(1001) JobState=PENDING", arr, "alice", 4, state,
+	                              sizeof state), 0);
+	/* nothing to go by */
+	CHECK_INT_EQ(svc_slurm_job_is("", name, "root", -1, state, sizeof state), 0);
+	CHECK_INT_EQ(svc_slurm_job_is(ours, "", "root", -1, state, sizeof state), 0);
+	CHECK_INT_EQ(svc_slurm_job_is(NULL, name, "root", -1, state, sizeof state), 0);
+	CHECK_INT_EQ(svc_slurm_job_is("JobName=larch-0123456789abcdef-j-000005 UserId=root(0)",
+	                              name, "root", -1, state, sizeof state), 0);
+
+	/* the instance id: made once, read back the same */
+	const char *dir = check_tmpdir("svc_cluster_instance");
+	char a[SLURM_INSTANCE_LEN + 1], b[SLURM_INSTANCE_LEN + 1], err[256];
+	CHECK_INT_EQ(slurm_instance_id(dir, a, err, sizeof err), 0);
+	CHECK_INT_EQ((int)strlen(a), SLURM_INSTANCE_LEN);
+	CHECK_INT_EQ(slurm_instance_id(dir, b, err, sizeof err), 0);
+	CHECK_STR_EQ(a, b);
+	char path[256];
+	snprintf(path, sizeof path, "%s/instance-id", dir);
+	unlink(path);
+}
+
 int main(void)
 {
+	CHECK_RUN(test_job_is);
 	CHECK_RUN(test_hostlist);
 	CHECK_RUN(test_node_state);
 	CHECK_RUN(test_time_limit);
