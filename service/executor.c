@@ -31,6 +31,28 @@ int exec_state_final(enum exec_state s)
 	return s == EXEC_COMPLETED || s == EXEC_FAILED || s == EXEC_CANCELLED || s == EXEC_TIMEOUT;
 }
 
+int exec_job_copy(struct exec_job *dst, const struct exec_job *src)
+{
+	*dst = *src;
+	dst->dir = src->dir ? strdup(src->dir) : NULL;
+	dst->init_path = src->init_path ? strdup(src->init_path) : NULL;
+	if ((src->dir && !dst->dir) || (src->init_path && !dst->init_path)) {
+		free(dst->dir);
+		free(dst->init_path);
+		dst->dir = dst->init_path = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+void exec_job_release(struct exec_job *job)
+{
+	free(job->dir);
+	free(job->init_path);
+	job->dir = job->init_path = NULL;
+	explicit_bzero(job->token, sizeof job->token);
+}
+
 struct exec_event *exec_events_add(struct exec_events *q, long long id, enum exec_state state,
                                    int exit_code)
 {

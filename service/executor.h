@@ -47,9 +47,15 @@ int exec_errno_transient(int e);
 /* 1 for COMPLETED, FAILED, CANCELLED and TIMEOUT. */
 int exec_state_final(enum exec_state s);
 
+/* A job as its executor sees it. dir and init_path are malloc'd and owned
+ * by the exec_job: whoever fills one frees them with exec_job_release. An
+ * executor borrows the exec_job handed to submit, adopt or submit_sweep
+ * for the call only, and keeps its own copy (exec_job_copy), so that a
+ * job it holds takes the memory its paths need, not EXEC_PATH_MAX each. */
 struct exec_job {
 	long long id;                  /* larch job id (numeric part) */
-	char dir[EXEC_PATH_MAX];       /* the job directory; exists and holds spec.json */
+	char *dir;                     /* the job directory; exists and holds spec.json
+	                                  (shorter than EXEC_PATH_MAX) */
 	int ranks;                     /* processes (1 until data parallel lands) */
 	int min_ranks;                 /* parallel.elastic.min_ranks: it may start on fewer
 	                                  ranks, down to this; 0 = exactly ranks */
@@ -66,7 +72,7 @@ struct exec_job {
 	/* 1: its trainer may read input files only under the executor's
 	 * data_roots and init_path (a user-role job of run_as service) */
 	int confine;
-	char init_path[EXEC_PATH_MAX]; /* a checkpoint larchd resolved for init ("" none):
+	char *init_path;               /* a checkpoint larchd resolved for init (NULL none):
 	                                  readable even when confined */
 	char ext_id[32];               /* adopt: the Slurm id larchd recorded ("" none yet) */
 	long long sweep;               /* the sweep it is a child of (0: none) */
@@ -74,6 +80,12 @@ struct exec_job {
 	                                  once (0: no limit); the rest wait QUEUED */
 	int sweep_index;               /* its index in the sweep (0-based) */
 };
+
+/* A copy of src into dst with its own paths: 0, or -1 out of memory (dst
+ * then holds no paths). */
+int exec_job_copy(struct exec_job *dst, const struct exec_job *src);
+/* Frees job's paths (NULL after) and wipes its token; accepts a zeroed one. */
+void exec_job_release(struct exec_job *job);
 
 struct exec_event {
 	long long id;

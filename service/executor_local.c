@@ -60,7 +60,7 @@ extern char **environ;
 static const struct timespec ADOPT_POLL = { 0, 20 * 1000 * 1000 };
 
 struct local_job {
-	struct exec_job job;
+	struct exec_job job;           /* its own copy: owns its paths */
 	enum exec_state state;         /* EXEC_QUEUED or EXEC_RUNNING */
 	pid_t pid;                     /* process group leader once started */
 	int is_child;                  /* 0 for a process adopted after a restart */
@@ -99,12 +99,18 @@ static void emit(struct local *lx, const struct local_job *j, enum exec_state st
 	snprintf(ev->reason, sizeof ev->reason, "%s", reason ? reason : "");
 }
 
+static void job_free(struct local_job *j)
+{
+	exec_job_release(&j->job);
+	free(j);
+}
+
 static void unlink_job(struct local *lx, struct local_job *j)
 {
 	for (struct local_job **p = &lx->jobs; *p; p = &(*p)->next)
 		if (*p == j) {
 			*p = j->next;
-			free(j);
+			job_free(j);
 			return;
 		}
 }
@@ -326,7 +332,7 @@ static int start(struct local *lx, struct local_job *j, char *reason, size_t len
 			l.argv[a++] = "--data-root";
 			l.argv[a++] = lx->roots[i];
 		}
-		if (j->job.init_path[0]) {
+		if (j->job.init_path) {
 			l.argv[a++] = "--data-root";
 			l.argv[a++] = j->job.init_path;
 		}
@@ -605,16 +611,16 @@ static int local_submit(struct executor *ex, const struct exec_job *job, char *e
 {
 	struct local *lx = (struct local *)ex;
 	struct local_job *j = calloc(1, sizeof *j);
-	if (!j) {
+	if (!j || exec_job_copy(&j->job, job) != 0) {
+		free(j);
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	j->job = *job;
 	j->state = EXEC_QUEUED;
 	pthread_mutex_lock(&lx->lock);
 	if (find(lx, job->id)) {
 		pthread_mutex_unlock(&lx->lock);
-		free(j);
+		job_free(j);
 		snprintf(err, errlen, "job %lld is already with the executor", job->id);
 		return -1;
 	}
@@ -680,11 +686,11 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 		return -1;
 	}
 	struct local_job *j = calloc(1, sizeof *j);
-	if (!j) {
+	if (!j || exec_job_copy(&j->job, job) != 0) {
+		free(j);
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	j->job = *job;
 	j->state = EXEC_RUNNING;
 	j->pid = (pid_t)pid;
 	j->run_uid = run_uid;
@@ -693,7 +699,7 @@ static int local_adopt(struct executor *ex, const struct exec_job *job, char *er
 	pthread_mutex_lock(&lx->lock);
 	if (find(lx, job->id)) {
 		pthread_mutex_unlock(&lx->lock);
-		free(j);
+		job_free(j);
 		snprintf(err, errlen, "job %lld is already with the executor", job->id);
 		return -1;
 	}
@@ -840,7 +846,7 @@ static void local_free(struct executor *ex)
 	struct local *lx = (struct local *)ex;
 	for (struct local_job *j = lx->jobs, *next; j; j = next) {
 		next = j->next;
-		free(j);
+		job_free(j);
 	}
 	exec_events_release(&lx->events);
 	free(lx->trainer_path);

@@ -100,7 +100,7 @@ enum phase {
 };
 
 struct sjob {
-	struct exec_job job;          /* token wiped */
+	struct exec_job job;          /* its own copy, token wiped: owns its paths */
 	struct svc_unix_id owner;     /* job.unix_user's, when set (run_as owner) */
 	int as_owner;
 	enum phase phase;
@@ -131,6 +131,13 @@ struct sjob {
 	long long group;
 	struct sjob *next;
 };
+
+static void sjob_free(struct sjob *j)
+{
+	if (j)
+		exec_job_release(&j->job);
+	free(j);
+}
 
 struct slurm_ex {
 	struct executor base;         /* first: a struct executor * is a struct slurm_ex * */
@@ -303,7 +310,7 @@ static int confine_args(const struct slurm_ex *sx, const struct exec_job *j, cha
 	char q[2 * EXEC_PATH_MAX + 8];
 	for (int i = 0; i <= sx->n_roots; i++) {
 		const char *root = i < sx->n_roots ? sx->roots[i] : j->init_path;
-		if (!*root)
+		if (!root || !*root)
 			continue;
 		if (sh_quote(root, q, sizeof q) != 0 || o + strlen(q) + 16 >= len)
 			return -1;
@@ -954,7 +961,7 @@ static void submit_due(struct slurm_ex *sx)
 			emit(sx, j, EXEC_FAILED, -1, 0, "Slurm refused the job: %s", j->submit_err);
 			*p = j->next;
 			sx->n_jobs--;
-			free(j);
+			sjob_free(j);
 		} else {
 			p = &j->next;
 		}
@@ -1533,13 +1540,19 @@ static void poll_squeue_once(struct slurm_ex *sx)
 					}
 					gone = grown;
 				}
-				gone[n_gone++] = *j;
+				/* the copy owns its paths: j may go while the lock is not held */
+				gone[n_gone] = *j;
+				if (exec_job_copy(&gone[n_gone].job, &j->job) != 0) {
+					p = &j->next;
+					continue;
+				}
+				n_gone++;
 			}
 		}
 		if (ended) {
 			*p = j->next;
 			sx->n_jobs--;
-			free(j);
+			sjob_free(j);
 		} else {
 			p = &j->next;
 		}
@@ -1563,12 +1576,14 @@ static void poll_squeue_once(struct slurm_ex *sx)
 			if (apply_gone(sx, j, &g)) {
 				*p = j->next;
 				sx->n_jobs--;
-				free(j);
+				sjob_free(j);
 			}
 			break;
 		}
 		pthread_mutex_unlock(&sx->lock);
 	}
+	for (int i = 0; i < n_gone; i++)
+		exec_job_release(&gone[i].job);
 	free(gone);
 }
 
@@ -1658,7 +1673,7 @@ static void send_cancels(struct slurm_ex *sx)
 			emit(sx, j, EXEC_CANCELLED, -1, 0, "cancelled before Slurm took it");
 			*p = j->next;
 			sx->n_jobs--;
-			free(j);
+			sjob_free(j);
 			continue;
 		}
 		/* only an id the last squeue listed as the job's: one squeue no
@@ -1848,16 +1863,15 @@ static struct sjob *new_sjob(struct slurm_ex *sx, const struct exec_job *job, en
                              const char *sid, char *err, size_t errlen)
 {
 	struct sjob *j = calloc(1, sizeof *j);
-	if (!j) {
+	if (!j || exec_job_copy(&j->job, job) != 0) {
+		free(j);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	j->job = *job;
 	j->task = job->sweep > 0 ? job->sweep_index : -1;
 	if (job->unix_user[0]) {
 		if (svc_unix_id_lookup(job->unix_user, &j->owner, err, errlen) != 0) {
-			explicit_bzero(j->job.token, sizeof j->job.token);
-			free(j);
+			sjob_free(j);
 			return NULL;
 		}
 		j->as_owner = 1;
@@ -1868,8 +1882,7 @@ static struct sjob *new_sjob(struct slurm_ex *sx, const struct exec_job *job, en
 	    (job->token[0] && write_file_as(job->dir, "job-token", token, 0600,
 	                                    j->as_owner ? &j->owner : NULL, err, errlen) != 0)) {
 		explicit_bzero(token, sizeof token);
-		explicit_bzero(j->job.token, sizeof j->job.token);
-		free(j);
+		sjob_free(j);
 		return NULL;
 	}
 	explicit_bzero(token, sizeof token);
@@ -1936,7 +1949,7 @@ static int track(struct slurm_ex *sx, const struct exec_job *job, enum phase pha
 	if (!j)
 		return -1;
 	if (track_all(sx, &j, 1, err, errlen) != 0) {
-		free(j);
+		sjob_free(j);
 		return -1;
 	}
 	return 0;
@@ -1956,7 +1969,7 @@ static int slurm_submit_sweep(struct executor *ex, const struct exec_job *jobs, 
 		made++;
 	if (made < n || track_all(sx, js, n, err, errlen) != 0) {
 		for (int i = 0; i < made; i++)
-			free(js[i]);
+			sjob_free(js[i]);
 		rc = -1;
 	}
 	free(js);
@@ -2022,7 +2035,7 @@ static int slurm_hold(struct executor *ex, long long id, char *err, size_t errle
 		/* Slurm never had it: withdrawn (released, it is handed over again) */
 		*p = j->next;
 		sx->n_jobs--;
-		free(j);
+		sjob_free(j);
 	} else if (j) {
 		j->hold = 1;
 		kick(sx);
@@ -2134,7 +2147,7 @@ static void slurm_free(struct executor *ex)
 		pthread_join(sx->thread, NULL);
 	for (struct sjob *j = sx->jobs, *next; j; j = next) {
 		next = j->next;
-		free(j);
+		sjob_free(j);
 	}
 	free_parts(sx->parts, sx->n_parts);
 	free(sx->part_mem);

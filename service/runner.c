@@ -125,7 +125,9 @@ static int int_or(json_t *v, int def)
 }
 
 /* The executor's view of job: its dir, ranks, time limit and resources from
- * the spec (validated at submit: names hold only A-Z a-z 0-9 _ . -). */
+ * the spec (validated at submit: names hold only A-Z a-z 0-9 _ . -). 0;
+ * -1: the directory's path is too long; 1: out of memory. ej is the
+ * caller's to release (exec_job_release) whatever this returns. */
 static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct exec_job *ej)
 {
 	memset(ej, 0, sizeof *ej);
@@ -134,8 +136,11 @@ static int exec_job_for(struct svc_runner *r, const struct db_job *job, struct e
 	ej->sweep = job->sweep;
 	ej->sweep_max_parallel = job->sweep_max_parallel;
 	ej->sweep_index = (int)job->sweep_index;
-	if (svc_runner_job_dir(r, job->id, ej->dir, sizeof ej->dir) != 0)
+	char dir[EXEC_PATH_MAX];
+	if (svc_runner_job_dir(r, job->id, dir, sizeof dir) != 0)
 		return -1;
+	if (!(ej->dir = strdup(dir)))
+		return 1;
 	json_t *spec = job->spec ? json_loads(job->spec, 0, NULL) : NULL;
 	json_t *ranks = json_object_get(json_object_get(spec, "parallel"), "ranks");
 	if (json_is_integer(ranks) && json_integer_value(ranks) >= 1)
@@ -181,13 +186,14 @@ static void mint_token(struct svc_runner *r, struct exec_job *ej)
 /* The job's spec as its trainer reads it: the stored spec, with an init
  * that names a checkpoint by job ({"job": "j-000123", "step": 300}, the
  * step optional: the newest) turned into that checkpoint's file, whose
- * path goes to init_path. The job named was checked at submit to be one
- * the owner may read; it is checked again here. Returns a new string, or
- * NULL with why filled. */
-static char *trainer_spec(struct svc_runner *r, const struct db_job *job, char *init_path,
-                          size_t path_len, char *why, size_t why_len)
+ * path goes to *init_path (a new string; NULL when none). The job named
+ * was checked at submit to be one the owner may read; it is checked again
+ * here. Returns a new string, or NULL with why filled (and *init_path
+ * NULL). */
+static char *trainer_spec(struct svc_runner *r, const struct db_job *job, char **init_path,
+                          char *why, size_t why_len)
 {
-	init_path[0] = '\0';
+	*init_path = NULL;
 	json_t *spec = json_loads(job->spec, 0, NULL);
 	json_t *init = json_object_get(spec, "init");
 	json_t *ref = json_object_get(init, "job");
@@ -226,9 +232,12 @@ static char *trainer_spec(struct svc_runner *r, const struct db_job *job, char *
 			snprintf(why, why_len, "init: %s has no checkpoint", ref_id);
 		goto out;
 	}
-	snprintf(init_path, path_len, "%s", pick->path);
 	json_object_set_new(spec, "init", json_pack("{s:s}", "from", pick->path));
 	out = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
+	if (out && !(*init_path = strdup(pick->path))) {
+		free(out);
+		out = NULL;
+	}
 	if (!out)
 		snprintf(why, why_len, "out of memory");
 out:
@@ -315,33 +324,38 @@ static int job_identity(struct svc_runner *r, const struct db_job *job, struct e
 /* ---- handing PENDING jobs over ---------------------------------------------- */
 
 /* Readies PENDING job id for its executor: its directory, spec.json and
- * token into ej (*existed: the directory was there before). 0: ready;
- * -1: not now (gone from PENDING, tried again later, or FAILED here). */
+ * token into ej (*existed: the directory was there before). 0: ready, ej
+ * the caller's to release (exec_job_release); -1: not now (gone from
+ * PENDING, tried again later, or FAILED here), ej holds nothing. */
 static int prepare(struct svc_runner *r, int64_t id, struct exec_job *ej, int *existed)
 {
 	struct db_job job = { 0 };
 	struct db_err dberr = { 0 };
+	memset(ej, 0, sizeof *ej);
 	if (db_jobs_get(r->db, id, NULL, &job, &dberr) != 0 || job.state != DB_STATE_PENDING) {
 		db_job_release(&job);
 		return -1;                     /* cancelled or held meanwhile */
 	}
 	struct svc_unix_id owner;
 	char why[EXEC_REASON_MAX + 64] = "";
-	int as_owner = 0, later = 0;
+	int as_owner = 0, later = 0, rc;
 	char *spec = NULL;
 	*existed = 0;
-	if (exec_job_for(r, &job, ej) != 0)
-		snprintf(why, sizeof why, "the job directory path is too long");
-	else if (job_identity(r, &job, ej, &owner, &as_owner, why, sizeof why) != 0)
+	if ((rc = exec_job_for(r, &job, ej)) != 0) {
+		snprintf(why, sizeof why, "%s", rc > 0 ? "out of memory" :
+		         "the job directory path is too long");
+		later = rc > 0;
+	} else if (job_identity(r, &job, ej, &owner, &as_owner, why, sizeof why) != 0)
 		;
-	else if (!(spec = trainer_spec(r, &job, ej->init_path, sizeof ej->init_path, why,
-	                               sizeof why)))
+	else if (!(spec = trainer_spec(r, &job, &ej->init_path, why, sizeof why)))
 		;
 	else
 		later = make_job_dir(ej, as_owner ? &owner : NULL, spec, existed, why,
 		                     sizeof why) > 0;
 	free(spec);
 	db_job_release(&job);
+	if (later || why[0])
+		exec_job_release(ej);
 	if (later) {
 		static struct svc_log_limit limit;
 		svc_log_limited(&limit, 10000, SVC_LOG_WARN, "job j-%06lld: stays PENDING, tried "
@@ -392,7 +406,7 @@ static void hand_over_one(struct svc_runner *r, struct executor *ex, int64_t id)
 	/* a directory from before a restart: the executor decides whether the job
 	 * ever launched (it is never started twice) */
 	int rc = existed ? exec_adopt(ex, &ej, err, sizeof err) : exec_submit(ex, &ej, err, sizeof err);
-	explicit_bzero(ej.token, sizeof ej.token);
+	exec_job_release(&ej);
 	if (rc != 0) {
 		snprintf(why, sizeof why, "the %s executor refused the job: %s", ex->ops->name, err);
 		svc_runner_move(r, id, DB_STATE_PENDING, DB_STATE_FAILED, "executor", why, 0, 0);
@@ -452,7 +466,7 @@ static void hand_over_sweep(struct svc_runner *r, struct executor *ex, int64_t s
 		if (existed) {
 			char err[EXEC_REASON_MAX] = "", why[EXEC_REASON_MAX + 64];
 			int rc = exec_adopt(ex, &ejs[k], err, sizeof err);
-			explicit_bzero(ejs[k].token, sizeof ejs[k].token);
+			exec_job_release(&ejs[k]);
 			if (rc != 0) {
 				snprintf(why, sizeof why, "the %s executor refused the job: %s",
 				         ex->ops->name, err);
@@ -470,7 +484,7 @@ static void hand_over_sweep(struct svc_runner *r, struct executor *ex, int64_t s
 	char err[EXEC_REASON_MAX] = "", why[EXEC_REASON_MAX + 64];
 	int rc = k ? exec_submit_sweep(ex, ejs, k, &taken, err, sizeof err) : 0;
 	for (int i = 0; i < k; i++)
-		explicit_bzero(ejs[i].token, sizeof ejs[i].token);
+		exec_job_release(&ejs[i]);
 	free(ejs);
 	if (rc != 0)
 		snprintf(why, sizeof why, "the %s executor refused the job: %s", ex->ops->name, err);
@@ -542,22 +556,22 @@ static void adopt_one(struct svc_runner *r, struct executor *ex, int64_t id)
 	char why[EXEC_REASON_MAX + 64] = "";
 	int as_owner = 0;
 	int ok = exec_job_for(r, &job, &ej) == 0;
-	/* as when it was handed over: who it runs as, its confinement, its init */
+	/* as when it was handed over: who it runs as, its confinement, its init
+	 * (none when that fails: the trainer checks what is left) */
 	char *spec = NULL;
-	if (ok && (job_identity(r, &job, &ej, &owner, &as_owner, why, sizeof why) != 0 ||
-	           !(spec = trainer_spec(r, &job, ej.init_path, sizeof ej.init_path, why,
-	                                 sizeof why))))
-		ej.init_path[0] = '\0';   /* the trainer checks what is left */
+	if (ok && job_identity(r, &job, &ej, &owner, &as_owner, why, sizeof why) == 0)
+		spec = trainer_spec(r, &job, &ej.init_path, why, sizeof why);
 	free(spec);
 	db_job_release(&job);
 	if (!ok || stat(ej.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+		exec_job_release(&ej);
 		svc_runner_move(r, id, state, DB_STATE_FAILED, "reconciler", "job directory lost", 0, 0);
 		return;
 	}
 	mint_token(r, &ej);
 	char err[EXEC_REASON_MAX];
 	int rc = exec_adopt(ex, &ej, err, sizeof err);
-	explicit_bzero(ej.token, sizeof ej.token);
+	exec_job_release(&ej);
 	if (rc != 0) {
 		snprintf(why, sizeof why, "cannot adopt the job: %s", err);
 		svc_runner_move(r, id, state, DB_STATE_FAILED, "reconciler", why, 0, 0);

@@ -1,6 +1,6 @@
 /* tests/unit/test_exec_local.c - service/executor_local.c with the real
  * larch-train (LARCH_TEST_TRAINER, set by ctest) on a tiny GPT over a small
- * text file: completion, FIFO slots, cancel, time limit, bad spec, and
+ * text file: its own copy of a job, completion, FIFO slots, cancel, time limit, bad spec, and
  * adoption after a restart. */
 #include <errno.h>
 #include <fcntl.h>
@@ -94,14 +94,16 @@ static void wait_running(struct executor *ex, struct seen *s, long long id)
 	}
 }
 
-/* A job dir with a spec for a tiny GPT over root/corpus.txt. */
+/* A job dir with a spec for a tiny GPT over root/corpus.txt; the caller
+ * releases the job (exec_job_release). */
 static struct exec_job make_job(long long id, long steps, const char *extra)
 {
 	struct exec_job job;
 	memset(&job, 0, sizeof job);
 	job.id = id;
 	job.ranks = 1;
-	snprintf(job.dir, sizeof job.dir, "%s/j-%06lld", root, id);
+	if (asprintf(&job.dir, "%s/j-%06lld", root, id) < 0)
+		abort();
 	mkdir(job.dir, 0755);
 	char path[4200];
 	snprintf(path, sizeof path, "%s/spec.json", job.dir);
@@ -133,21 +135,43 @@ static int file_exists(const char *dir, const char *name)
 	return access(path, F_OK) == 0;
 }
 
+/* exec_job_copy gives the copy paths of its own; exec_job_release frees
+ * them and wipes the token. */
+static void test_job_copy_owns_paths(void)
+{
+	struct exec_job job = make_job(13, 3, NULL), copy;
+	job.init_path = strdup("/ckpt/step-3.safetensors");
+	snprintf(job.token, sizeof job.token, "secret");
+	CHECK(exec_job_copy(&copy, &job) == 0);
+	CHECK(copy.dir != job.dir && strcmp(copy.dir, job.dir) == 0);
+	CHECK(copy.init_path != job.init_path && strcmp(copy.init_path, job.init_path) == 0);
+	CHECK(copy.id == 13 && strcmp(copy.token, "secret") == 0);
+	exec_job_release(&job);
+	CHECK(!job.dir && !job.init_path && job.token[0] == '\0');
+	CHECK(strcmp(copy.init_path, "/ckpt/step-3.safetensors") == 0);
+	exec_job_release(&copy);
+	struct exec_job none = { .id = 14 };    /* no paths: none copied */
+	CHECK(exec_job_copy(&copy, &none) == 0 && !copy.dir && !copy.init_path);
+	exec_job_release(&copy);
+}
+
 static void test_job_completes(void)
 {
 	struct executor *ex = make_executor(2);
 	struct seen s = { 0 };
 	struct exec_job job = make_job(1, 3, NULL);
-	char err[256];
+	char err[256], dir[2100];
+	snprintf(dir, sizeof dir, "%s", job.dir);
 	CHECK(exec_submit(ex, &job, err, sizeof err) == 0);
 	CHECK(exec_submit(ex, &job, err, sizeof err) != 0);   /* the same id twice */
+	exec_job_release(&job);        /* the executor keeps its own copy; it starts on poll */
 	const struct exec_event *e = wait_final(ex, &s, 1, 60);
 	CHECK_MSG(e && e->state == EXEC_COMPLETED, "state %s reason %s", e ? exec_state_name(e->state) : "none",
 	          e ? e->reason : "");
 	CHECK(e && e->exit_code == 0);
 	CHECK(s.n >= 2 && s.ev[0].state == EXEC_RUNNING && s.ev[0].pid > 0);
-	CHECK(file_exists(job.dir, "launch") && file_exists(job.dir, "result.json"));
-	CHECK(file_exists(job.dir, "stdout.log") && file_exists(job.dir, "stderr.log"));
+	CHECK(file_exists(dir, "launch") && file_exists(dir, "result.json"));
+	CHECK(file_exists(dir, "stdout.log") && file_exists(dir, "stderr.log"));
 	CHECK_INT_EQ(exec_count(ex), 0);
 	exec_free(ex);
 }
@@ -175,6 +199,8 @@ static void test_slots_are_fifo(void)
 	}
 	CHECK(a_end >= 0 && b_start > a_end);
 	exec_free(ex);
+	exec_job_release(&a);
+	exec_job_release(&b);
 }
 
 static void test_cancel_queued_and_running(void)
@@ -198,6 +224,8 @@ static void test_cancel_queued_and_running(void)
 	CHECK(e && e->exit_code == 3);
 	CHECK(exec_cancel(ex, 4, err, sizeof err) != 0);       /* gone */
 	exec_free(ex);
+	exec_job_release(&run);
+	exec_job_release(&queued);
 }
 
 static void test_time_limit_and_bad_spec(void)
@@ -217,6 +245,8 @@ static void test_time_limit_and_bad_spec(void)
 	e = wait_final(ex, &s, 6, 60);
 	CHECK_MSG(e && e->state == EXEC_TIMEOUT, "state %s", e ? exec_state_name(e->state) : "none");
 	exec_free(ex);
+	exec_job_release(&slow);
+	exec_job_release(&bad);
 }
 
 static void test_adopt_after_restart(void)
@@ -250,6 +280,9 @@ static void test_adopt_after_restart(void)
 	exec_free(second);
 	while (waitpid(-1, NULL, WNOHANG) > 0)  /* the first executor's children */
 		;
+	exec_job_release(&running);
+	exec_job_release(&done);
+	exec_job_release(&never);
 }
 
 /* How many times a trainer started in dir: its header lines in stdout.log. */
@@ -317,6 +350,7 @@ static void test_adopt_while_starting(void)
 	CHECK_INT_EQ(trainer_starts(job.dir), 1);
 	exec_free(ex);
 	CHECK(waitpid(pid, NULL, 0) == pid);
+	exec_job_release(&job);
 }
 
 /* A job owner rewrites the launch record of a running job to name another
@@ -362,6 +396,7 @@ static void test_adopt_refuses_a_launch_record_naming_another_process(void)
 		kill(-(pid_t)real, SIGKILL);        /* the real trainer, whose group it leads */
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
+	exec_job_release(&job);
 }
 
 int main(void)
@@ -379,6 +414,7 @@ int main(void)
 		fputs("the quick brown fox jumps over the lazy dog. ", f);
 	fclose(f);
 
+	CHECK_RUN(test_job_copy_owns_paths);
 	CHECK_RUN(test_job_completes);
 	CHECK_RUN(test_slots_are_fifo);
 	CHECK_RUN(test_cancel_queued_and_running);
