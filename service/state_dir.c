@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,9 +112,10 @@ int svc_state_dir_lock(const char *dir, char *err, size_t errlen)
 		snprintf(err, errlen, "state dir %s: %s: %s", dir, LOCK_FILE, strerror(errno));
 		return -1;
 	}
-	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+	struct flock whole = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	if (fcntl(fd, F_SETLK, &whole) != 0) {
 		int e = errno;
-		if (e == EWOULDBLOCK) {
+		if (e == EAGAIN || e == EACCES) {
 			char pid[32], url[256];
 			read_holder(fd, pid, sizeof pid, url, sizeof url);
 			if (*pid)

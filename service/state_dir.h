@@ -1,14 +1,18 @@
 /* service/state_dir.h - larchd's state directory: made and kept closed to
  * other users, and held by one larchd at a time.
  *
- * The lock is flock(2) LOCK_EX on <state dir>/larchd.lock, taken at start
- * and held until larchd exits: two larchd on one state dir would run two
- * runners, reconcilers and executors on the same jobs (each adopting,
- * starting and ending them). The kernel drops the lock with the last
- * descriptor of the holder, so a larchd killed with SIGKILL leaves none
- * behind (the file stays, naming a pid that no longer holds it). The
- * descriptor is close-on-exec: the jobs and probes larchd starts never
- * inherit it, and a job that outlives larchd does not hold its state dir.
+ * The lock is a POSIX record lock (fcntl F_SETLK, F_WRLCK, the whole file)
+ * on <state dir>/larchd.lock, taken at start and held until larchd exits:
+ * two larchd on one state dir would run two runners, reconcilers and
+ * executors on the same jobs (each adopting, starting and ending them).
+ * A record lock belongs to the process, not to the open file: a child
+ * larchd forks (a job, a probe, an export) never holds it, even between
+ * its fork and its exec, so a larchd killed with SIGKILL leaves no holder
+ * behind however busy its children were (the file stays, naming a pid
+ * that no longer holds it). flock(2) would be shared with such a child
+ * until it closed its copy. The catch of record locks: closing any
+ * descriptor of the file drops the lock, so larchd opens it once, here,
+ * and nowhere else. The descriptor is close-on-exec.
  *
  * The file holds the holder's pid on its first line, written once the lock
  * is taken, and the URL it listens on on the second (svc_state_dir_lock_note),

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -93,6 +92,44 @@ static void read_file(const char *path, char *buf, size_t len)
 	fclose(f);
 }
 
+/* The lock file's text through the holder's own descriptor. */
+static void read_fd(int fd, char *buf, size_t len)
+{
+	ssize_t n = pread(fd, buf, len - 1, 0);
+	buf[n > 0 ? n : 0] = '\0';
+}
+
+/* svc_state_dir_lock(dir) in a child process (a record lock is the
+ * process's: this one's own would be granted again); its result, and its
+ * message into err. */
+static int lock_elsewhere(const char *dir, char *err, size_t errlen)
+{
+	int p[2];
+	if (pipe(p) != 0)
+		return -2;
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		char msg[8400] = "";
+		int rc = svc_state_dir_lock(dir, msg, sizeof msg);
+		ssize_t ignored = write(p[1], rc >= 0 ? "+" : "-", 1);
+		ignored = write(p[1], msg, strlen(msg));
+		(void)ignored;
+		_exit(0);
+	}
+	close(p[1]);
+	size_t n = 0;
+	ssize_t k;
+	char buf[8400];
+	while (n < sizeof buf - 1 && (k = read(p[0], buf + n, sizeof buf - 1 - n)) > 0)
+		n += (size_t)k;
+	buf[n] = '\0';
+	close(p[0]);
+	waitpid(pid, NULL, 0);
+	snprintf(err, errlen, "%s", n ? buf + 1 : "");
+	return n && buf[0] == '+' ? 0 : -1;
+}
+
 static void test_lock(void)
 {
 	char dir[4200], path[4300], err[8400], text[512], want[4400];
@@ -103,24 +140,24 @@ static void test_lock(void)
 	int fd = svc_state_dir_lock(dir, err, sizeof err);
 	CHECK_MSG(fd >= 0, "%s", err);
 	CHECK_INT_EQ(mode_of(path), 0600);
-	read_file(path, text, sizeof text);
+	read_fd(fd, text, sizeof text);   /* a close of the file would drop the lock */
 	snprintf(want, sizeof want, "%ld\n", (long)getpid());
 	CHECK_STR_EQ(text, want);
 	CHECK_INT_EQ(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
 
 	/* a second taker is refused, told the holder's pid */
 	err[0] = '\0';
-	CHECK_INT_EQ(svc_state_dir_lock(dir, err, sizeof err), -1);
+	CHECK_INT_EQ(lock_elsewhere(dir, err, sizeof err), -1);
 	snprintf(want, sizeof want, "state dir %s is in use by larchd pid %ld: ", dir,
 	         (long)getpid());
 	CHECK_MSG(strncmp(err, want, strlen(want)) == 0, "%s", err);
 	CHECK_MSG(strstr(err, "--state-dir DIR") != NULL, "%s", err);
 	/* and its URL once it listens */
 	CHECK_INT_EQ(svc_state_dir_lock_note(fd, "http://127.0.0.1:8080", err, sizeof err), 0);
-	read_file(path, text, sizeof text);
+	read_fd(fd, text, sizeof text);
 	snprintf(want, sizeof want, "%ld\nhttp://127.0.0.1:8080\n", (long)getpid());
 	CHECK_STR_EQ(text, want);
-	CHECK_INT_EQ(svc_state_dir_lock(dir, err, sizeof err), -1);
+	CHECK_INT_EQ(lock_elsewhere(dir, err, sizeof err), -1);
 	snprintf(want, sizeof want, "larchd pid %ld (listening on http://127.0.0.1:8080): ",
 	         (long)getpid());
 	CHECK_MSG(strstr(err, want) != NULL, "%s", err);
@@ -129,8 +166,9 @@ static void test_lock(void)
 	read_file(path, text, sizeof text);
 	CHECK_STR_EQ(text, "");
 	int other = open(path, O_RDWR);
-	CHECK(other >= 0 && flock(other, LOCK_EX | LOCK_NB) == 0);
-	CHECK_INT_EQ(svc_state_dir_lock(dir, err, sizeof err), -1);
+	struct flock whole = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	CHECK(other >= 0 && fcntl(other, F_SETLK, &whole) == 0);
+	CHECK_INT_EQ(lock_elsewhere(dir, err, sizeof err), -1);
 	CHECK_MSG(strstr(err, "in use by another larchd (starting") != NULL, "%s", err);
 	close(other);
 
@@ -143,7 +181,7 @@ static void test_lock(void)
 	}
 	fd = svc_state_dir_lock(dir, err, sizeof err);
 	CHECK_MSG(fd >= 0, "%s", err);
-	read_file(path, text, sizeof text);
+	read_fd(fd, text, sizeof text);
 	snprintf(want, sizeof want, "%ld\n", (long)getpid());
 	CHECK_STR_EQ(text, want);
 
@@ -163,13 +201,33 @@ static void test_lock(void)
 	CHECK_INT_EQ(read(execd[0], &byte, 1), 0);
 	close(execd[0]);
 	svc_state_dir_unlock(fd);
-	fd = svc_state_dir_lock(dir, err, sizeof err);
-	CHECK_MSG(fd >= 0, "the lock outlived its holder in an exec'd child: %s", err);
-	svc_state_dir_unlock(fd);
+	CHECK_MSG(lock_elsewhere(dir, err, sizeof err) == 0,
+	          "the lock outlived its holder in an exec'd child: %s", err);
 	if (child > 0) {
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
 	}
+
+	/* nor does a child that has not exec'd yet (a job being set up when
+	 * larchd was killed): the lock is the holder's alone */
+	fd = svc_state_dir_lock(dir, err, sizeof err);
+	CHECK_MSG(fd >= 0, "%s", err);
+	int hold[2];
+	CHECK(pipe(hold) == 0);
+	child = fork();
+	if (child == 0) {
+		close(hold[1]);
+		ssize_t ignored = read(hold[0], &byte, 1);    /* until the parent lets it go */
+		(void)ignored;
+		_exit(0);
+	}
+	close(hold[0]);
+	svc_state_dir_unlock(fd);
+	CHECK_MSG(lock_elsewhere(dir, err, sizeof err) == 0,
+	          "the lock outlived its holder in a forked child: %s", err);
+	close(hold[1]);
+	if (child > 0)
+		waitpid(child, NULL, 0);
 
 	/* not a directory, or no way in */
 	snprintf(path, sizeof path, "%s/missing", tmp);
