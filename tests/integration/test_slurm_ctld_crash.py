@@ -30,9 +30,10 @@ import requests
 from larchd import Larchd
 
 BURST = 20
-# a byte-level GPT small enough to start at once: the first job runs
-# through the crash and slurmctld's return (about 10 s here), the others
-# end in a fraction of a second
+# a byte-level GPT small enough to start at once: the others end in a
+# fraction of a second; the first is stopped (SIGSTOP) once it has a
+# checkpoint, so that it is still running when slurmctld is back however
+# fast the machine is, and its remaining steps take a few seconds then
 LONG_STEPS, STEPS = 3000, 20
 
 
@@ -62,6 +63,22 @@ def wait_for(pred, what, timeout):
         assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
         time.sleep(0.1)
     return value
+
+
+def trainers_in(job_dir):
+    """The pids of the larch-train processes working in job_dir (their cwd)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            exe = os.readlink(f"/proc/{d}/exe")
+            cwd = os.readlink(f"/proc/{d}/cwd")
+        except OSError:
+            continue
+        if exe.endswith("/larch-train") and cwd == os.path.realpath(job_dir):
+            pids.append(int(d))
+    return pids
 
 
 def copy_state(src, dst):
@@ -143,6 +160,14 @@ def test_kill9_slurmctld_during_a_burst_every_job_completes_once(tmp_path, slurm
         ids = [submit(server, spec(0, LONG_STEPS, corpus))]
         wait_for(lambda: get(server, f"/v1/jobs/{ids[0]}")["state"] == "RUNNING",
                  "the first job to run", 60)
+        # paused with a checkpoint written: it runs through the crash
+        first_dir = server.state_dir / "jobs" / ids[0]
+        wait_for(lambda: list((first_dir / "checkpoints").glob("step-*")),
+                 "the first job's first checkpoint", 60)
+        stopped = wait_for(lambda: trainers_in(first_dir), "the first job's trainer", 30)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        assert get(server, f"/v1/jobs/{ids[0]}")["state"] == "RUNNING"
         ids += [submit(server, spec(i, STEPS, corpus)) for i in range(1, BURST)]
         # Slurm took every job (larch recorded its id)
         jobs = wait_for(lambda: (js := {j: get(server, f"/v1/jobs/{j}") for j in ids}) and
@@ -237,4 +262,9 @@ def test_kill9_slurmctld_during_a_burst_every_job_completes_once(tmp_path, slurm
         states = node_states(cluster)
         assert "drain" not in states and "down" not in states, states
     finally:
+        for pid in locals().get("stopped", []):
+            try:                          # slurmctld, back, kills it; if not, we do
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         server.stop()
