@@ -190,6 +190,33 @@ class Larchd:
             return ""
 
 
+def trainers_in(job_dir):
+    """The pids of the larch-train processes working in job_dir (their cwd:
+    a job's ranks run there, on this host or in a dev cluster node's
+    namespace)."""
+    want = os.path.realpath(job_dir)
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            exe, cwd = os.readlink(f"/proc/{d}/exe"), os.readlink(f"/proc/{d}/cwd")
+        except OSError:
+            continue
+        if exe.endswith("/larch-train") and cwd == want:
+            pids.append(int(d))
+    return pids
+
+
+def pause_trainers(job_dir):
+    """SIGSTOP to a job's trainers, so that it is still running when a test
+    has done what it must do to it, however fast the machine; the pids."""
+    pids = trainers_in(job_dir)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    return pids
+
+
 def stand_in_trainer(path, body):
     """Writes a stand-in for larch-train at path: a shell script that runs
     body as the job, and hands the probes larchd runs at each submit

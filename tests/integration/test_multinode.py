@@ -12,7 +12,9 @@ resumes there from the 3 ranks' checkpoint with the global batch kept; and
 stop.sh, which must leave no process, namespace, veth or bridge of the cluster
 behind.
 """
+import os
 import re
+import signal
 import subprocess
 import time
 
@@ -20,7 +22,7 @@ import pytest
 import requests
 
 from datasets import read_safetensors
-from larchd import Larchd
+from larchd import Larchd, pause_trainers
 from mpi import mpi_env
 from test_cli_larch import clean_env, run as larch
 from test_python_client import Client
@@ -113,7 +115,7 @@ def test_two_node_job_equals_the_same_ranks_on_one_host(slurm_nodes, trainer, mp
         assert (job / name).read_bytes() == (one / name).read_bytes(), f"{name} differs"
 
 
-KILL_STEPS = 600
+KILL_STEPS = 1000
 
 
 def hosts(node_list):
@@ -141,6 +143,11 @@ def kill_batch_node(cluster, server, jid, sid):
     and for larch to say so, then releases Slurm's hold on the requeued job.
     Returns scontrol's fields of the first attempt."""
     wait_for(lambda: progress_step(server, jid) >= 200, "step 200", 120)
+    # its ranks paused (on both nodes): a fast machine would end the job
+    # before the node is gone; the one on the node left dies with the job
+    paused = []
+    wait_for(lambda: paused.extend(pause_trainers(server.state_dir / "jobs" / jid)) or paused,
+             "the ranks", 30)
     first = cluster.job(sid)
     assert cluster.kill_node(first["BatchHost"])
     # SlurmdTimeout (10 s here) after its last answer, Slurm marks it DOWN,
@@ -154,6 +161,11 @@ def kill_batch_node(cluster, server, jid, sid):
     seen = requests.get(f"{server.url}/v1/jobs/{jid}/metrics?name=train/loss",
                         headers=server.auth(), timeout=30).json()["series"]["train/loss"]
     assert seen[-1][0] < KILL_STEPS, "the first attempt ended before the node was killed"
+    for pid in paused:              # a rank Slurm has not ended yet: ended here
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     # Slurm holds a requeued job ~120 s (BeginTime): release it now; on the
     # nodes left
     time.sleep(1.5)
@@ -226,7 +238,7 @@ def test_an_elastic_job_losing_a_node_resumes_on_the_two_left(slurm_nodes, tmp_p
         assert len(resumed) == 1 and 200 <= int(resumed[0]) < KILL_STEPS, out[-5000:]
         ranks = set(re.findall(r"rank (\d) of 2 on host (\S+)", err))
         assert sorted(h for _, h in ranks) == left, err[-3000:]
-        # the loader where 600 steps of 192 examples leave it
+        # the loader where KILL_STEPS steps of 192 examples leave it
         _, meta = read_safetensors(job / "checkpoints" / f"step-{KILL_STEPS:08d}.safetensors")
         per_epoch = int(re.search(r"(\d+) steps/epoch", out).group(1))
         assert meta["ranks"] == "2" and meta["epoch"] == str(KILL_STEPS // per_epoch), meta

@@ -27,7 +27,7 @@ import time
 import pytest
 import requests
 
-from larchd import Larchd
+from larchd import Larchd, pause_trainers
 
 BURST = 20
 # a byte-level GPT small enough to start at once: the others end in a
@@ -63,22 +63,6 @@ def wait_for(pred, what, timeout):
         assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
         time.sleep(0.1)
     return value
-
-
-def trainers_in(job_dir):
-    """The pids of the larch-train processes working in job_dir (their cwd)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            exe = os.readlink(f"/proc/{d}/exe")
-            cwd = os.readlink(f"/proc/{d}/cwd")
-        except OSError:
-            continue
-        if exe.endswith("/larch-train") and cwd == os.path.realpath(job_dir):
-            pids.append(int(d))
-    return pids
 
 
 def copy_state(src, dst):
@@ -164,9 +148,7 @@ def test_kill9_slurmctld_during_a_burst_every_job_completes_once(tmp_path, slurm
         first_dir = server.state_dir / "jobs" / ids[0]
         wait_for(lambda: list((first_dir / "checkpoints").glob("step-*")),
                  "the first job's first checkpoint", 60)
-        stopped = wait_for(lambda: trainers_in(first_dir), "the first job's trainer", 30)
-        for pid in stopped:
-            os.kill(pid, signal.SIGSTOP)
+        stopped = wait_for(lambda: pause_trainers(first_dir), "the first job's trainer", 30)
         assert get(server, f"/v1/jobs/{ids[0]}")["state"] == "RUNNING"
         ids += [submit(server, spec(i, STEPS, corpus)) for i in range(1, BURST)]
         # Slurm took every job (larch recorded its id)
