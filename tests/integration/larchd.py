@@ -92,6 +92,7 @@ class Larchd:
         self.args = list(args)
         self.env = dict(os.environ if env is None else env)
         self.proc = None
+        self._tokens = {}               # user_token's
         self.port = None
         self.url = None
 
@@ -141,6 +142,18 @@ class Larchd:
     def admin_token(self):
         """The admin token larchd made on its first start."""
         return (self.state_dir / "admin.token").read_text().strip()
+
+    def user_token(self, name, role="user"):
+        """A token for user name, made with `larchd token create` on first
+        use and kept for the next call."""
+        tokens = self._tokens
+        if name not in tokens:
+            out = subprocess.run([str(self.exe), "token", "create", "--user", name, "--role", role,
+                                  "--state-dir", str(self.state_dir)],
+                                 capture_output=True, text=True, timeout=10)
+            assert out.returncode == 0, out.stderr
+            tokens[name] = out.stdout.strip()
+        return tokens[name]
 
     def auth(self, token=None):
         """Headers with a bearer token (the admin's unless one is given)."""

@@ -45,16 +45,9 @@ class Server:
         self.d = Larchd(tmp, env=mpi_env()).start()
         self.url = self.d.url
         self.admin = self.d.auth()
-        self.tokens = {}
 
     def token(self, name):
-        if name not in self.tokens:
-            out = subprocess.run([str(self.d.exe), "token", "create", "--user", name, "--role",
-                                  "user", "--state-dir", str(self.d.state_dir)],
-                                 capture_output=True, text=True, timeout=10)
-            assert out.returncode == 0, out.stderr
-            self.tokens[name] = out.stdout.strip()
-        return self.tokens[name]
+        return self.d.user_token(name)
 
     def auth(self, name=None):
         return self.d.auth(self.token(name)) if name else self.admin
